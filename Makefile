@@ -1,0 +1,48 @@
+# The README's two commands: `make demo` and `make test`. Both set up
+# everything they need on a fresh Debian/Ubuntu machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+GO_PKGS := golang-go golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev \
+  golang-goprotobuf-dev protobuf-compiler golang-github-zclconf-go-cty-dev \
+  golang-github-hashicorp-hcl-v2-dev
+
+.PHONY: demo test venv go-deps lint typecheck pytest protos zipapp bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/nomad-device-lingjun demo
+
+# Go and HashiCorp's go-plugin library from Debian, for the conformance host.
+go-deps:
+	@if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/hashicorp/go-plugin ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GO_PKGS) >/dev/null; \
+	  else echo "conformance host needs: sudo apt-get install $(GO_PKGS)"; exit 1; fi; fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+pytest: venv go-deps
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+protos: venv
+	$(BIN)/python tools/gen_protos.py
+
+zipapp: venv
+	$(BIN)/python tools/build_zipapp.py
+
+clean:
+	rm -rf $(VENV) build dist tests/conformance/bin

@@ -1,0 +1,1 @@
+"""Generated protobuf code: never edit by hand."""

@@ -1,0 +1,77 @@
+"""``nomad-device-lingjun``: serve the plugin, or run an operator subcommand.
+
+Nomad starts this executable with its magic cookie in the environment and no
+arguments: then we serve the go-plugin protocol. A person running it without
+the cookie and without a subcommand gets an explanation and exit status 1
+(go-plugin's convention). Subcommands are imported lazily so the plugin's
+launch path imports only what serving needs (Nomad launches us three times
+at every agent start).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
+MAGIC_COOKIE_VALUE = "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255"
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("nomad_plugin.goplugin.serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
+    "xdm-sim": ("nomad_plugin.cli.xdm_sim", "run the XDM simulator on a socket directory"),
+    "demo": ("nomad_plugin.cli.demo", "simulator + plugin + a job, shown as Nomad would show them"),
+    "doctor": ("nomad_plugin.cli.doctor", "check a node's install and say what to fix"),
+    "check-job": ("nomad_plugin.cli.check_job", "dry-run a job's device blocks against the live fingerprint"),
+    "fingerprint": ("nomad_plugin.cli.fingerprint", "print the fingerprint this node would send to Nomad"),
+    "xdm-probe": ("nomad_plugin.cli.xdm_probe", "probe XDM's sockets and print raw responses"),
+}
+
+USAGE = f"""\
+nomad-device-lingjun: a HashiCorp Nomad device plugin for Alibaba Cloud Lingjun
+(XDM) accelerators: whole cards, time-division shares and MIG slices.
+
+This binary is a plugin. It is not meant to be executed directly: Nomad runs
+it from its plugin_dir. To install it:
+
+  1. copy this file into the agent's plugin_dir, named nomad-device-lingjun
+  2. add to the client's agent configuration (see plugin.hcl):
+       plugin "nomad-device-lingjun" {{
+         config {{ }}
+       }}
+  3. restart the Nomad agent; `nomad node status -verbose` lists the devices.
+
+Operator commands:
+{chr(10).join(f"  {name:<12} {text}" for name, (_, text) in SUBCOMMANDS.items())}
+
+Run `nomad-device-lingjun <command> --help` for details.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        if os.environ.get(MAGIC_COOKIE_KEY) is None:
+            sys.stderr.write(USAGE)
+            return 1
+        args = ["serve"]
+    if args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0
+    if args[0] in ("-v", "--version", "version"):
+        from nomad_plugin import __version__
+
+        sys.stdout.write(f"nomad-device-lingjun {__version__}\n")
+        return 0
+    entry = SUBCOMMANDS.get(args[0])
+    if entry is None:
+        sys.stderr.write(f"unknown command {args[0]!r}\n\n{USAGE}")
+        return 2
+    module = importlib.import_module(entry[0])
+    result: int = module.main(args[1:])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

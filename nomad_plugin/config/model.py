@@ -1,0 +1,53 @@
+"""The decoded, validated configuration object every layer reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CardRule:
+    match: str
+    mode: str = "whole"  # whole | tdm | mig
+    shares: int = 0
+    share_percent: int = 0
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """Field names equal the option names in ``options.py``; durations in seconds."""
+
+    backend: str = "auto"
+    xdm_socket: str = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
+    config_socket: str = "/run/amp/eKitC/xdm/sockets/config-daemon.sock"
+    xdm_service: str = ""
+    xdm_minor_encoding: str = "explicit"
+    xdm_call_timeout: float = 5.0
+    log_level: str = "info"
+    data_dir: str = "/var/lib/nomad-device-lingjun"
+    default_mode: str = "whole"
+    tdm_shares: int = 10
+    mig_models: tuple[str, ...] = ("A100", "A800", "H100", "H800", "H200", "H20", "A30")
+    group_by: str = "none"
+    ignored_ids: tuple[str, ...] = ()
+    include_vendors: tuple[str, ...] = ()
+    exclude_vendors: tuple[str, ...] = ()
+    include_types: tuple[str, ...] = ()
+    exclude_types: tuple[str, ...] = ()
+    health_recovery_checks: int = 3
+    health_recovery_delay: float = 30.0
+    inventory_resync_period: float = 60.0
+    reconcile: bool = True
+    release_grace_period: float = 30.0
+    nomad_address: str = ""
+    nomad_token: str = field(default="", repr=False)
+    nomad_ca_cert: str = ""
+    nomad_client_cert: str = ""
+    nomad_client_key: str = ""
+    nomad_tls_server_name: str = ""
+    nomad_node_id: str = ""
+    nvml_enrich: bool = True
+    xid_ignore: tuple[int, ...] = (13, 31, 43, 45, 68, 109)
+    metrics_port: int = 0
+    metrics_bind: str = "127.0.0.1"
+    cards: tuple[CardRule, ...] = ()

@@ -1,0 +1,184 @@
+"""Every option the plugin accepts, with its HCL type, default and meaning.
+
+This table is the single source of truth for ConfigSchema, SetConfig
+decoding/validation, ``plugin.hcl`` and the README reference (a test keeps
+those in step). Durations are Go-style strings ("30s", "1m", "500ms").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_SOCKET_DIR = "/run/amp/eKitC/xdm/sockets"
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)"
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    duration: bool = False  # a string holding a Go duration
+    secret: bool = False  # never logged or echoed in errors
+
+
+OPTIONS: tuple[Option, ...] = (
+    # --- backend and XDM connection -----------------------------------------
+    Option(
+        "backend",
+        "string",
+        "auto",
+        "Where cards come from: auto (XDM if its socket exists, else NVML), xdm or nvml.",
+        choices=("auto", "xdm", "nvml"),
+    ),
+    Option(
+        "xdm_socket",
+        "string",
+        f"{DEFAULT_SOCKET_DIR}/dp2mgr.sock",
+        "XDM device-manager socket (ListAndWatch, Allocate, Release, exporter).",
+    ),
+    Option(
+        "config_socket",
+        "string",
+        f"{DEFAULT_SOCKET_DIR}/config-daemon.sock",
+        "XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).",
+    ),
+    Option("xdm_service", "string", "", "Fully-qualified XDM service name; empty = probe the known candidates (R1)."),
+    Option(
+        "xdm_minor_encoding",
+        "string",
+        "explicit",
+        "How a card minor is sent to Allocate: explicit (field always present) or omit-zero (R4).",
+        choices=("explicit", "omit-zero"),
+    ),
+    Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call.", duration=True),
+    # --- logging and state ---------------------------------------------------
+    Option(
+        "log_level",
+        "string",
+        "info",
+        "Lowest level written to Nomad's agent log.",
+        choices=("trace", "debug", "info", "warn", "error"),
+    ),
+    Option(
+        "data_dir",
+        "string",
+        "/var/lib/nomad-device-lingjun",
+        "Directory for the grant journal (created 0700; the journal is 0600).",
+    ),
+    # --- card modes ----------------------------------------------------------
+    Option(
+        "default_mode",
+        "string",
+        "whole",
+        "Mode of cards no card block matches: whole, tdm (time-division shares) or mig.",
+        choices=("whole", "tdm", "mig"),
+    ),
+    Option(
+        "tdm_shares",
+        "number",
+        10,
+        "Share instances per card in tdm mode (each 100/N % compute and floor(memory/N) GiB).",
+        minimum=1,
+        maximum=100,
+    ),
+    Option(
+        "mig_models",
+        "list(string)",
+        ["A100", "A800", "H100", "H800", "H200", "H20", "A30"],
+        "Model substrings that may run in mig mode (R11); XDM's refusal still wins.",
+    ),
+    Option(
+        "group_by",
+        "string",
+        "none",
+        "Group whole cards by a topology level name (e.g. numaNodes, pcieSwitches) so count=N lands in one domain; none = one group per model.",
+    ),
+    # --- filters ---------------------------------------------------------------
+    Option("ignored_ids", "list(string)", [], "Cards never fingerprinted, by UUID or minor."),
+    Option("include_vendors", "list(string)", [], "Only these vendors (empty = all)."),
+    Option("exclude_vendors", "list(string)", [], "Never these vendors."),
+    Option("include_types", "list(string)", [], "Only these device types, e.g. gpu, ppu (empty = all)."),
+    Option("exclude_types", "list(string)", [], "Never these device types."),
+    # --- health ----------------------------------------------------------------
+    Option(
+        "health_recovery_checks",
+        "number",
+        3,
+        "Consecutive healthy observations before an unhealthy instance is eligible again.",
+        minimum=1,
+        maximum=1000,
+    ),
+    Option(
+        "health_recovery_delay",
+        "string",
+        "30s",
+        "Or: continuous health for this long makes it eligible again.",
+        duration=True,
+    ),
+    Option(
+        "inventory_resync_period", "string", "1m", "How often ListGpuInfo re-reads static card data.", duration=True
+    ),
+    # --- release lifecycle -------------------------------------------------------
+    Option("reconcile", "bool", True, "Release grants whose Nomad allocation ended (needs the Nomad API)."),
+    Option(
+        "release_grace_period",
+        "string",
+        "30s",
+        "How long a grant may lack a live allocation before it is released.",
+        duration=True,
+    ),
+    Option("nomad_address", "string", "", "Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646."),
+    Option("nomad_token", "string", "", "ACL token with node:read; empty = $NOMAD_TOKEN.", secret=True),
+    Option("nomad_ca_cert", "string", "", "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),
+    Option("nomad_client_cert", "string", "", "Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT."),
+    Option("nomad_client_key", "string", "", "Client key for mTLS; empty = $NOMAD_CLIENT_KEY."),
+    Option("nomad_tls_server_name", "string", "", "TLS server name to verify; empty = $NOMAD_TLS_SERVER_NAME."),
+    Option("nomad_node_id", "string", "", "This node's ID; empty = ask the local agent (/v1/agent/self)."),
+    # --- NVML ----------------------------------------------------------------
+    Option(
+        "nvml_enrich",
+        "bool",
+        True,
+        "With the XDM backend, fill PCI bus IDs, NUMA nodes and clocks from NVML when it is present.",
+    ),
+    Option(
+        "xid_ignore",
+        "list(number)",
+        [13, 31, 43, 45, 68, 109],
+        "Application-level XIDs that do not make a card unhealthy.",
+    ),
+    # --- Prometheus ----------------------------------------------------------------
+    Option("metrics_port", "number", 0, "Prometheus endpoint port; 0 = off.", minimum=0, maximum=65535),
+    Option("metrics_bind", "string", "127.0.0.1", "Address the Prometheus endpoint binds to."),
+)
+
+# ``card`` blocks (repeatable): per-card or per-model mode overrides.
+#   card { match = "NVIDIA A100-SXM4-80GB"  mode = "mig" }
+#   card { match = "3"  mode = "tdm"  shares = 4 }
+#   card { match = "GPU-1b2c..."  mode = "tdm"  share_percent = 25 }
+CARD_BLOCK = "card"
+CARD_OPTIONS: tuple[Option, ...] = (
+    Option("match", "string", "", "A card minor, a card UUID, or an exact model name."),
+    Option("mode", "string", "whole", "whole, tdm or mig.", choices=("whole", "tdm", "mig")),
+    Option("shares", "number", 0, "tdm: share instances on this card (0 = tdm_shares).", minimum=0, maximum=100),
+    Option(
+        "share_percent",
+        "number",
+        0,
+        "tdm: compute percent per share instead of a count (must divide 100).",
+        minimum=0,
+        maximum=100,
+    ),
+)
+
+
+def option(name: str) -> Option:
+    for opt in OPTIONS:
+        if opt.name == name:
+            return opt
+    raise KeyError(name)

@@ -1,0 +1,39 @@
+"""Errors every layer can raise and every layer can understand."""
+
+from __future__ import annotations
+
+
+class PluginError(Exception):
+    """Base class: the message is meant for an operator or a job author."""
+
+
+class BackendUnavailable(PluginError):
+    """The backend cannot be reached right now (retryable).
+
+    ``kind`` tells the cause apart: "socket-missing", "connection-refused",
+    "permission-denied", "unimplemented", "timeout", "unavailable".
+    """
+
+    def __init__(self, message: str, kind: str = "unavailable") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class BackendRefused(PluginError):
+    """The backend answered and refused (XDM's own status/message)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GrantMismatch(PluginError):
+    """A grant does not match what was asked for (wrong card or amount)."""
+
+
+class ReservationRejected(PluginError):
+    """Nomad's device IDs cannot form one valid request."""
+
+
+class ConfigError(PluginError):
+    """A configuration value is invalid; the message names option and value."""
