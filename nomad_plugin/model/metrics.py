@@ -17,3 +17,29 @@ class MetricSample:
     value: float
     timestamp_ms: int
     labels: Mapping[str, str] = field(default_factory=dict)
+
+
+# The metric catalogue. XDM's real metric IDs are unknown (the reference's
+# tables were lost); these IDs are the reconstruction's GUESS and the
+# simulator serves exactly these. Names are what every other layer uses.
+METRIC_NAMES: dict[int, str] = {
+    1: "core_util_percent",
+    2: "memory_used_mib",
+    3: "memory_total_mib",
+    4: "temperature_c",
+    5: "power_w",
+    6: "health",
+    7: "xid_errors",
+    8: "power_limit_w",
+    9: "memory_util_percent",
+    10: "ecc_sbe_total",
+    11: "ecc_dbe_total",
+    12: "sm_clock_mhz",
+    13: "memory_clock_mhz",
+    14: "nvlink_errors_total",
+    15: "throttle_reasons",
+    16: "remapped_rows_total",
+}
+METRIC_IDS: dict[str, int] = {name: mid for mid, name in METRIC_NAMES.items()}
+# Label on per-grant samples (shares and MIG units) naming XDM's allocation id.
+GRANT_LABEL = "allocation_id"
