@@ -1,0 +1,153 @@
+"""The latest metric readings, kept between XDM's pushes and Nomad's ticks.
+
+Nomad asks for stats at its own ``collection_interval``; XDM pushes (or we
+poll) at the exporter's interval. The cache decouples the two: the feed
+writes, the Stats stream and the Prometheus collector read, and neither
+ever calls XDM for a read. Each reading keeps the time *we* received it, so
+a value that stopped arriving is shown as stale rather than as fresh.
+
+Keys: per card by the device string exactly as the sample named it (a card
+minor such as ``"3"`` or a UUID; the layout resolves both through the
+inventory), and per grant by the sample's ``allocation_id`` label. The
+number of keys is bounded: the least recently updated are dropped first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from nomad_plugin.model.metrics import GRANT_LABEL, METRIC_NAMES, MetricSample
+
+Clock = Callable[[], float]
+DEFAULT_MAX_ENTRIES = 16384
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One cached value: ``received`` is our clock (seconds) when it arrived."""
+
+    value: float
+    received: float
+    timestamp_ms: int = 0
+
+
+class MetricsCache:
+    """Thread-safe map (scope, key, metric name) -> latest ``Reading``."""
+
+    def __init__(self, clock: Clock = time.time, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self._clock = clock
+        self._max = max_entries
+        self._lock = threading.Lock()
+        # ("card" | "grant", key, metric name) -> Reading; order = least recently updated first.
+        self._data: OrderedDict[tuple[str, str, str], Reading] = OrderedDict()
+        self._last_update: float | None = None
+        self._source = ""
+        self._updates = 0
+
+    def update(self, samples: Iterable[MetricSample], source: str = "") -> int:
+        """Store a batch (one snapshot or one pushed message); returns how many were kept."""
+        now = self._clock()
+        kept = 0
+        with self._lock:
+            for sample in samples:
+                name = sample.name or METRIC_NAMES.get(sample.metric_id, "")
+                if not name:
+                    continue
+                grant = sample.labels.get(GRANT_LABEL, "") if sample.labels else ""
+                key = ("grant", grant, name) if grant else ("card", sample.device, name)
+                self._data[key] = Reading(float(sample.value), now, sample.timestamp_ms)
+                self._data.move_to_end(key)
+                kept += 1
+            while len(self._data) > self._max:
+                self._data.popitem(last=False)
+            self._last_update = now
+            self._updates += 1
+            if source:
+                self._source = source
+        return kept
+
+    def card(self, device: str, name: str) -> Reading | None:
+        with self._lock:
+            return self._data.get(("card", device, name))
+
+    def card_any(self, devices: Iterable[str], name: str) -> Reading | None:
+        """The freshest reading among several names for one card (minor, UUID)."""
+        best: Reading | None = None
+        with self._lock:
+            for device in devices:
+                if not device:
+                    continue
+                found = self._data.get(("card", device, name))
+                if found is not None and (best is None or found.received > best.received):
+                    best = found
+        return best
+
+    def card_readings(self, devices: Iterable[str]) -> dict[str, Reading]:
+        """Every metric for one card (named by minor and/or UUID), freshest per name."""
+        keys = [d for d in devices if d]
+        out: dict[str, Reading] = {}
+        with self._lock:
+            for name in METRIC_NAMES.values():
+                for device in keys:
+                    found = self._data.get(("card", device, name))
+                    if found is not None:
+                        seen = out.get(name)
+                        if seen is None or found.received > seen.received:
+                            out[name] = found
+        return out
+
+    def grant_readings(self, grant_id: str) -> dict[str, Reading]:
+        """Every metric for one grant (samples labelled with its allocation id)."""
+        out: dict[str, Reading] = {}
+        if not grant_id:
+            return out
+        with self._lock:
+            for name in METRIC_NAMES.values():
+                found = self._data.get(("grant", grant_id, name))
+                if found is not None:
+                    out[name] = found
+        return out
+
+    def grant(self, grant_id: str, name: str) -> Reading | None:
+        with self._lock:
+            return self._data.get(("grant", grant_id, name))
+
+    def devices(self) -> list[str]:
+        """Every card key with at least one reading, in first-seen order."""
+        with self._lock:
+            return list(dict.fromkeys(dev for scope, dev, _ in self._data if scope == "card"))
+
+    def grants(self) -> list[str]:
+        with self._lock:
+            return list(dict.fromkeys(g for scope, g, _ in self._data if scope == "grant"))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    @property
+    def last_update(self) -> float | None:
+        """Our clock at the last batch stored (None before the first)."""
+        with self._lock:
+            return self._last_update
+
+    @property
+    def source(self) -> str:
+        """Where the last batch came from: "stream", "poll", "nvml" or ""."""
+        with self._lock:
+            return self._source
+
+    @property
+    def update_count(self) -> int:
+        with self._lock:
+            return self._updates

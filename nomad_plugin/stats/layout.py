@@ -1,0 +1,324 @@
+"""Cached readings -> Nomad's ``StatsResponse`` (pure: no I/O, no clock).
+
+``nomad node status -stats`` and ``nomad alloc status -stats`` print every
+attribute of an instance's ``StatObject`` (nested keys joined with ``.``),
+and the plain views print ``summary``. So:
+
+- The top level uses the official NVIDIA plugin's attribute names where we
+  have the value ("Memory state", "GPU utilization", "Memory utilization",
+  "Temperature", "Power usage", "ECC L1/L2/memory errors"); they describe
+  the physical card, also for shares and MIG units carved from it.
+- ``xdm.*`` holds what XDM adds (health, XID errors, throttle reasons by
+  name, NVLink errors, remapped rows, ECC corrected/uncorrected, clocks).
+- ``share.*`` / ``mig.*`` hold what the instance was granted beside what it
+  uses (per-grant samples labelled with the allocation id).
+- ``summary`` is memory used/total (MiB) for whole cards, used/allotted
+  (MiB) for shares and MIG units.
+
+ECC mapping: the official plugin shows uncorrected error counts per
+location (L1 cache, L2 cache, device memory). XDM reports only totals by
+kind, so "ECC memory errors" carries the uncorrected (double-bit) total,
+"ECC L1 errors"/"ECC L2 errors" are "N/A", and both totals are in ``xdm.``.
+
+A reading older than ``STALE_INTERVALS`` collection intervals keeps its
+value but its desc starts with "stale: last update N s ago"; "Stats age"
+shows the age of the newest reading where the CLI (which hides descs) can
+see it. Missing readings are the string "N/A" with the unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from google.protobuf import timestamp_pb2, wrappers_pb2
+
+from nomad_plugin._proto.nomad import device_pb2, stats_pb2
+from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.instances import Catalog, Instance, Kind
+from nomad_plugin.stats.cache import MetricsCache, Reading
+
+STALE_INTERVALS = 2.0
+NOT_AVAILABLE = "N/A"
+
+# NVML's clock-throttle-reason bits (nvmlClocksEventReasons), the encoding the
+# exporter's ``throttle_reasons`` bitmask is assumed to follow.
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "power_brake"),
+    (0x100, "display_clock_setting"),
+)
+
+
+@dataclass(frozen=True)
+class GrantInfo:
+    """What the reserve layer granted to one instance (0 = unlimited / not MIG)."""
+
+    grant_id: str
+    core_limit_percent: int = 0
+    memory_limit_gib: int = 0
+    slices: int = 0
+
+
+GrantLookup = Callable[[str], "GrantInfo | None"]
+
+
+def no_grants(instance_id: str) -> GrantInfo | None:
+    """A ``GrantLookup`` for when no reserve layer is wired: nothing is granted."""
+    return None
+
+
+def decode_throttle(mask: int) -> list[str]:
+    """Names of the set bits; unknown bits as ``bit_0x...``."""
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    known = 0
+    for bit, _ in THROTTLE_REASONS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest and bit <= rest:
+        if rest & bit:
+            names.append(f"bit_{bit:#x}")
+        bit <<= 1
+    return names
+
+
+# -- StatValue builders ------------------------------------------------------
+
+
+class _Values:
+    """Builds StatValues, marking stale readings; remembers the newest reading seen."""
+
+    def __init__(self, now: float, stale_after: float) -> None:
+        self.now = now
+        self.stale_after = stale_after
+        self.newest: float | None = None
+
+    def _desc(self, reading: Reading | None, desc: str) -> str:
+        if reading is None:
+            return desc
+        if self.newest is None or reading.received > self.newest:
+            self.newest = reading.received
+        age = self.now - reading.received
+        if age > self.stale_after:
+            return f"stale: last update {age:.1f} s ago; {desc}"
+        return desc
+
+    def count(self, reading: Reading | None, unit: str, desc: str, scale: float = 1.0) -> stats_pb2.StatValue:
+        if reading is None:
+            return na(unit, desc)
+        return stats_pb2.StatValue(
+            int_numerator_val=wrappers_pb2.Int64Value(value=round(reading.value * scale)),
+            unit=unit,
+            desc=self._desc(reading, desc),
+        )
+
+    def ratio(
+        self, used: Reading | None, total: Reading | None, static_total: int, unit: str, desc: str
+    ) -> stats_pb2.StatValue:
+        """``used / total``; ``static_total`` (> 0) stands in for a missing total reading."""
+        if used is None:
+            return na(unit, desc)
+        value = stats_pb2.StatValue(
+            int_numerator_val=wrappers_pb2.Int64Value(value=round(used.value)),
+            unit=unit,
+            desc=self._desc(used, desc),
+        )
+        denominator = round(total.value) if total is not None else static_total
+        if total is not None:
+            self._desc(total, desc)
+        if denominator > 0:
+            value.int_denominator_val.value = denominator
+        return value
+
+    def flag(self, reading: Reading | None, desc: str) -> stats_pb2.StatValue:
+        if reading is None:
+            return na("", desc)
+        return stats_pb2.StatValue(
+            bool_val=wrappers_pb2.BoolValue(value=reading.value != 0), desc=self._desc(reading, desc)
+        )
+
+    def text(self, reading: Reading | None, text: str, desc: str) -> stats_pb2.StatValue:
+        if reading is None:
+            return na("", desc)
+        return stats_pb2.StatValue(string_val=wrappers_pb2.StringValue(value=text), desc=self._desc(reading, desc))
+
+
+def na(unit: str, desc: str) -> stats_pb2.StatValue:
+    return stats_pb2.StatValue(string_val=wrappers_pb2.StringValue(value=NOT_AVAILABLE), unit=unit, desc=desc)
+
+
+def _int(value: int, unit: str, desc: str) -> stats_pb2.StatValue:
+    return stats_pb2.StatValue(int_numerator_val=wrappers_pb2.Int64Value(value=value), unit=unit, desc=desc)
+
+
+def _str(value: str, desc: str) -> stats_pb2.StatValue:
+    return stats_pb2.StatValue(string_val=wrappers_pb2.StringValue(value=value), desc=desc)
+
+
+# -- per-card and per-instance objects ---------------------------------------
+
+
+def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Values) -> stats_pb2.StatObject:
+    """The physical card's StatObject: official names at the top, XDM extras in ``xdm``."""
+    r = readings.get
+    total_mib = card.memory_mib if card is not None else 0
+    obj = stats_pb2.StatObject()
+    attrs = obj.attributes
+    attrs["Memory state"].CopyFrom(
+        values.ratio(r("memory_used_mib"), r("memory_total_mib"), total_mib, "MiB", "used memory / total memory")
+    )
+    attrs["GPU utilization"].CopyFrom(
+        values.count(r("core_util_percent"), "%", "share of time the compute units were busy")
+    )
+    attrs["Memory utilization"].CopyFrom(values.count(r("memory_util_percent"), "%", "memory bandwidth in use"))
+    attrs["Temperature"].CopyFrom(values.count(r("temperature_c"), "C", "card temperature"))
+    attrs["Power usage"].CopyFrom(values.ratio(r("power_w"), r("power_limit_w"), 0, "W", "power draw / power limit"))
+    attrs["ECC L1 errors"].CopyFrom(na("#", "not reported by XDM (only totals by kind, see xdm.)"))
+    attrs["ECC L2 errors"].CopyFrom(na("#", "not reported by XDM (only totals by kind, see xdm.)"))
+    attrs["ECC memory errors"].CopyFrom(values.count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors"))
+
+    xdm = obj.nested["xdm"].attributes
+    xdm["Health"].CopyFrom(values.flag(r("health"), "XDM's health verdict for the card"))
+    xdm["XID errors"].CopyFrom(values.count(r("xid_errors"), "#", "driver XID error events"))
+    throttle = r("throttle_reasons")
+    if throttle is None:
+        xdm["Throttle reasons"].CopyFrom(na("", "what holds the clocks down"))
+    else:
+        names = decode_throttle(int(throttle.value))
+        text = ", ".join(names) if names else "none"
+        xdm["Throttle reasons"].CopyFrom(values.text(throttle, text, "what holds the clocks down"))
+    xdm["NVLink errors"].CopyFrom(values.count(r("nvlink_errors_total"), "#", "NVLink error count"))
+    xdm["Remapped rows"].CopyFrom(values.count(r("remapped_rows_total"), "#", "memory rows remapped"))
+    xdm["ECC corrected errors"].CopyFrom(values.count(r("ecc_sbe_total"), "#", "corrected (single-bit) ECC errors"))
+    xdm["ECC uncorrected errors"].CopyFrom(values.count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors"))
+    xdm["SM clock"].CopyFrom(values.count(r("sm_clock_mhz"), "MHz", "compute clock"))
+    xdm["Memory clock"].CopyFrom(values.count(r("memory_clock_mhz"), "MHz", "memory clock"))
+    return obj
+
+
+@dataclass(frozen=True)
+class _Allotment:
+    grant: GrantInfo | None
+    memory_mib: int  # 0 = unknown
+    readings: Mapping[str, Reading]
+
+
+def _granted_part(obj: stats_pb2.StatObject, name: str, inst: Instance, allot: _Allotment, values: _Values) -> None:
+    """The ``share``/``mig`` nested object: granted limits beside actual use."""
+    part = obj.nested[name].attributes
+    grant = allot.grant
+    part["Grant"].CopyFrom(_str(grant.grant_id if grant else "none", "XDM allocation holding this instance"))
+    if inst.kind is Kind.SHARE:
+        core = grant.core_limit_percent if grant else inst.core
+        part["Compute limit"].CopyFrom(_int(core, "%", "granted compute, percent of the card (0 = unlimited)"))
+    else:
+        part["Slice"].CopyFrom(_int(inst.index, "", "MIG unit index on the card"))
+        slices = grant.slices if grant and grant.slices else inst.slices
+        part["Slices"].CopyFrom(_int(slices, "", "MIG compute slices"))
+    memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
+    if memory_gib or allot.memory_mib:
+        part["Memory limit"].CopyFrom(
+            _int(memory_gib or allot.memory_mib // 1024, "GiB", "granted memory (0 = unlimited)")
+        )
+    else:
+        part["Memory limit"].CopyFrom(na("GiB", "granted memory"))
+    r = allot.readings.get
+    if grant is None and not allot.readings:
+        part["Memory used"].CopyFrom(_int(0, "MiB", "not reserved"))
+        part["Compute utilization"].CopyFrom(_int(0, "%", "not reserved"))
+    else:
+        part["Memory used"].CopyFrom(values.count(r("memory_used_mib"), "MiB", "memory used by this grant"))
+        part["Compute utilization"].CopyFrom(values.count(r("core_util_percent"), "%", "compute used by this grant"))
+
+
+def _summary(inst: Instance, allot: _Allotment, values: _Values) -> stats_pb2.StatValue:
+    desc = "memory used / allotted"
+    used = allot.readings.get("memory_used_mib")
+    if used is None and allot.grant is None and inst.kind is not Kind.MIG_INSTANCE:
+        value = _int(0, "MiB", "not reserved")
+    else:
+        value = values.count(used, "MiB", desc)
+    if allot.memory_mib > 0 and value.HasField("int_numerator_val"):
+        value.int_denominator_val.value = allot.memory_mib
+    return value
+
+
+def _allotment(inst: Instance, card: Card | None, grant: GrantInfo | None, cache: MetricsCache) -> _Allotment:
+    card_mib = card.memory_mib if card is not None else 0
+    memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
+    memory_mib = memory_gib * 1024
+    readings = cache.grant_readings(grant.grant_id) if grant else {}
+    if inst.kind is Kind.SHARE and memory_mib == 0:
+        memory_mib = card_mib  # an unlimited share may use the whole card
+    if inst.kind is Kind.MIG_INSTANCE:
+        mig = next((m for m in (card.mig_instances if card else ()) if m.uuid == (inst.mig_uuid or inst.id)), None)
+        if mig is not None and memory_mib == 0:
+            memory_mib = mig.memory_mib
+        if not readings:
+            readings = cache.card_readings([inst.mig_uuid or inst.id])
+    return _Allotment(grant, memory_mib, readings)
+
+
+def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    whole = int(seconds)
+    ts.seconds = whole
+    ts.nanos = int((seconds - whole) * 1e9)
+    return ts
+
+
+def _card_for(inst: Instance, inventory: Inventory) -> Card | None:
+    return inventory.by_uuid(inst.card_uuid) or inventory.by_minor(inst.minor)
+
+
+def build_stats(
+    catalog: Catalog,
+    inventory: Inventory,
+    cache: MetricsCache,
+    grant_of: GrantLookup,
+    now: float,
+    interval: float,
+) -> device_pb2.StatsResponse:
+    """One ``StatsResponse``: a group per catalog group, an entry per fingerprinted instance."""
+    stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
+    card_cache: dict[str, tuple[stats_pb2.StatObject, float | None]] = {}
+    response = device_pb2.StatsResponse()
+    for group in catalog.groups:
+        out = response.groups.add(vendor=group.key.vendor, type=group.key.device_type, name=group.key.name)
+        for inst in group.instances:
+            card = _card_for(inst, inventory)
+            if inst.card_uuid not in card_cache:
+                values = _Values(now, stale_after)
+                readings = cache.card_readings([inst.card_uuid, str(inst.minor)])
+                card_cache[inst.card_uuid] = (card_object(readings, card, values), values.newest)
+            card_obj, card_newest = card_cache[inst.card_uuid]
+            values = _Values(now, stale_after)
+            values.newest = card_newest
+            stats = out.instance_stats[inst.id]
+            stats.stats.CopyFrom(card_obj)
+            if inst.kind is Kind.WHOLE:
+                stats.summary.CopyFrom(stats.stats.attributes["Memory state"])
+            else:
+                allot = _allotment(inst, card, grant_of(inst.id), cache)
+                _granted_part(stats.stats, "share" if inst.kind is Kind.SHARE else "mig", inst, allot, values)
+                stats.summary.CopyFrom(_summary(inst, allot, values))
+            age = now - values.newest if values.newest is not None else None
+            if age is None:
+                stats.stats.attributes["Stats age"].CopyFrom(na("s", "no reading received yet"))
+            else:
+                stats.stats.attributes["Stats age"].CopyFrom(
+                    stats_pb2.StatValue(
+                        float_numerator_val=wrappers_pb2.DoubleValue(value=round(max(age, 0.0), 1)),
+                        unit="s",
+                        desc="seconds since the newest reading arrived",
+                    )
+                )
+            stats.timestamp.CopyFrom(_timestamp(values.newest if values.newest is not None else now))
+    return response
