@@ -1,0 +1,106 @@
+"""The plugin's own health metrics, counted by the layers that know the events.
+
+Other layers hold one ``PluginMetrics`` and call its methods (a Reserve
+took N seconds, XDM went down, a leaked grant was found). With the
+Prometheus endpoint off (``metrics_port = 0``, the default) the object is
+disabled and every method returns at once, so callers never need to check.
+
+Names follow Prometheus conventions: a ``lingjun_plugin_`` prefix, base
+units in the name (``_seconds``), ``_total`` on counters (added by the
+client library), and bounded label values.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.process_collector import ProcessCollector
+
+from nomad_plugin.config.model import PluginConfig
+
+# Reserve spans a lock, XDM Allocate and verification: milliseconds to XDM's call timeout.
+RESERVE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+MAX_KIND_LEN = 40
+
+
+def _kind_label(kind: str) -> str:
+    """Error kinds become label values: short, printable, never empty."""
+    clean = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in kind.strip())[:MAX_KIND_LEN]
+    return clean or "unknown"
+
+
+class PluginMetrics:
+    """Counters and gauges on a private ``CollectorRegistry`` (never the global one)."""
+
+    def __init__(self, enabled: bool = True, registry: CollectorRegistry | None = None) -> None:
+        self.enabled = enabled
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        if not enabled:
+            return
+        reg = self.registry
+        ProcessCollector(registry=reg)
+        self._xdm_up = Gauge(
+            "lingjun_plugin_xdm_up", "1 while XDM answers, 0 while it cannot be reached.", registry=reg
+        )
+        self._xdm_reconnects = Counter(
+            "lingjun_plugin_xdm_reconnects", "Times the plugin re-established its XDM connection.", registry=reg
+        )
+        self._fingerprints = Counter(
+            "lingjun_plugin_fingerprints_sent", "Fingerprint responses sent to Nomad.", registry=reg
+        )
+        self._reserve_seconds = Histogram(
+            "lingjun_plugin_reserve_duration_seconds",
+            "Time to answer one Reserve call, successful or not.",
+            buckets=RESERVE_BUCKETS,
+            registry=reg,
+        )
+        self._reserve_errors = Counter(
+            "lingjun_plugin_reserve_errors", "Reserve calls answered with an error, by kind.", ["kind"], registry=reg
+        )
+        self._journal_entries = Gauge(
+            "lingjun_plugin_journal_entries", "Grants recorded in the plugin's journal.", registry=reg
+        )
+        self._released = Counter(
+            "lingjun_plugin_reconcile_released_grants",
+            "Grants released because reconciliation found their allocation gone.",
+            registry=reg,
+        )
+        self._leaked = Counter(
+            "lingjun_plugin_leaked_grants_found", "Grants held in XDM that no journal entry explains.", registry=reg
+        )
+
+    @classmethod
+    def for_config(cls, config: PluginConfig) -> PluginMetrics:
+        """Enabled only when the endpoint is on (``metrics_port`` != 0)."""
+        return cls(enabled=config.metrics_port != 0)
+
+    def observe_reserve(self, seconds: float) -> None:
+        if self.enabled:
+            self._reserve_seconds.observe(max(0.0, seconds))
+
+    def reserve_error(self, kind: str) -> None:
+        if self.enabled:
+            self._reserve_errors.labels(kind=_kind_label(kind)).inc()
+
+    def fingerprint_sent(self) -> None:
+        if self.enabled:
+            self._fingerprints.inc()
+
+    def xdm_state(self, up: bool) -> None:
+        if self.enabled:
+            self._xdm_up.set(1 if up else 0)
+
+    def xdm_reconnect(self) -> None:
+        if self.enabled:
+            self._xdm_reconnects.inc()
+
+    def journal_size(self, n: int) -> None:
+        if self.enabled:
+            self._journal_entries.set(max(0, n))
+
+    def grant_released_by_reconcile(self) -> None:
+        if self.enabled:
+            self._released.inc()
+
+    def leaked_grant_found(self) -> None:
+        if self.enabled:
+            self._leaked.inc()
