@@ -1,0 +1,484 @@
+"""Turn a card inventory plus the config into Nomad instances and groups (pure).
+
+Nomad fills one ``device`` request from ONE group and gives each instance
+whole to one allocation, so the grouping *is* the placement policy:
+
+- whole cards form one group per model (``nvidia/gpu/<model>``, the same
+  vendor/type/name and attribute names as HashiCorp's NVIDIA plugin), or one
+  group per topology domain with ``group_by`` (``<model> numa0``), so that
+  ``count = 4`` lands inside one domain;
+- time-division shares (tdm) and MIG slice units form one group *per card*
+  (``<vendor>/<type>-share/<model> card<minor>``), so ``count = k`` buys k
+  bundles of one card and never straddles two.
+
+A card has exactly one mode, chosen by ``cards`` rules (UUID > minor > exact
+model) or ``default_mode``. A mode the card cannot run (mig on a non-MIG model,
+more shares than GiB of memory) falls back to whole and is reported by
+:func:`check_modes`, which the caller logs after the first inventory.
+
+Units follow Nomad's units table: ``memory`` MiB (the card total, as the
+NVIDIA plugin), ``share_memory``/``slice_memory`` GiB, percentages unitless.
+MIG splits memory in eighths and compute in sevenths, hence 7 units per card
+each worth floor(memory_gib / 8) GiB.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.instances import (
+    Attr,
+    Catalog,
+    GroupKey,
+    Instance,
+    InstanceGroup,
+    Kind,
+    mig_unit_id,
+    share_id,
+    whole_id,
+)
+
+MODE_WHOLE = "whole"
+MODE_TDM = "tdm"
+MODE_MIG = "mig"
+MODE_MIG_INSTANCE = "mig-instance"  # MIG instances that already exist (NVML)
+MODES = (MODE_WHOLE, MODE_TDM, MODE_MIG)
+
+MIG_UNITS = 7  # compute is split in sevenths
+MIG_MEMORY_PARTS = 8  # memory is split in eighths
+MIG_SLICE_SIZES = (1, 2, 3, 4, 7)  # what XDM accepts as ``slice``
+
+# group_by spellings accepted besides XDM's own level names.
+GROUP_BY_ALIASES: Mapping[str, str] = {
+    "numa": "numaNodes",
+    "numa_node": "numaNodes",
+    "pcie": "pcieSwitches",
+    "pcie_switch": "pcieSwitches",
+    "socket": "cpuSockets",
+    "cpu_socket": "cpuSockets",
+}
+# Short group-name prefixes for well-known levels; others use "<levelName>-".
+_DOMAIN_PREFIX: Mapping[str, str] = {"numaNodes": "numa", "pcieSwitches": "pcie", "cpuSockets": "socket"}
+# Rack and network levels, exported by name on every group (node-wide facts).
+NETWORK_LEVEL_ATTRS: Mapping[str, str] = {
+    "hyperNode": "hyper_node",
+    "leafSwitch": "leaf_switch",
+    "pointOfDelivery": "point_of_delivery",
+}
+# Attributes of HashiCorp's NVIDIA plugin a backend may supply in ``Card.extra``
+# under the same name; value: the Nomad unit ("" = string attribute).
+OFFICIAL_EXTRA_ATTRS: Mapping[str, str] = {
+    "power": "W",
+    "bar1": "MiB",
+    "cores_clock": "MHz",
+    "memory_clock": "MHz",
+    "pci_bandwidth": "MB/s",
+    "display_state": "",
+    "persistence_mode": "",
+}
+# Facts of one card that never go on a whole-card group (it may hold more cards later).
+PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
+# Keys read from ``Inventory.node``.
+NODE_DRIVER_VERSION = "driver_version"
+NODE_RUNTIME_KIT = "runtime_kit"
+
+_ATTR_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_PCI_RE = re.compile(r"^(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$")
+
+
+@dataclass(frozen=True)
+class CardPlan:
+    """The mode a card is advertised in, after rules and capability checks."""
+
+    card: Card
+    mode: str
+    shares: int = 0
+
+
+# --- small helpers -------------------------------------------------------------
+
+
+def normalize_pci_bus_id(raw: str) -> str:
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs form Nomad's NUMA matcher uses).
+
+    Nomad compares bus IDs case-sensitively after trimming the domain's zeros,
+    so lower case matters; unparseable input is returned stripped and lower-cased.
+    """
+    text = raw.strip()
+    match = _PCI_RE.match(text)
+    if match is None:
+        return text.lower()
+    domain, bus, device, function = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
+
+
+def nomad_vendor(card: Card) -> str:
+    return card.vendor.strip().lower() or "unknown"
+
+
+def base_type(card: Card) -> str:
+    """Nomad device type of a whole card: gpu for NVIDIA (drop-in), ppu for Alibaba."""
+    vendor = nomad_vendor(card)
+    if vendor == "nvidia":
+        return "gpu"
+    family = card.xpu_type.strip().lower()
+    if family:
+        return family
+    return "ppu" if vendor == "alibaba" else "xpu"
+
+
+def model_name(card: Card) -> str:
+    return card.model.strip() or "N/A"
+
+
+def is_mig_capable(card: Card, config: PluginConfig) -> bool:
+    if card.mig_capable:
+        return True
+    model = card.model.casefold()
+    return any(sub.strip() and sub.strip().casefold() in model for sub in config.mig_models)
+
+
+def resolve_group_by(name: str) -> str:
+    """The XDM level name a ``group_by`` value means ("" for none)."""
+    value = name.strip()
+    if value.lower() in ("", "none"):
+        return ""
+    return GROUP_BY_ALIASES.get(value.lower(), value)
+
+
+def _rule_key(rule: CardRule) -> tuple[str, int, int]:
+    return (rule.mode, rule.shares, rule.share_percent)
+
+
+def matching_rules(card: Card, rules: Iterable[CardRule]) -> tuple[list[CardRule], list[CardRule]]:
+    """Rules naming this card (UUID first, then minor) and rules naming its model."""
+    rules = tuple(rules)
+    uuid = card.uuid.casefold()
+    by_uuid = [r for r in rules if uuid and r.match.strip().casefold() == uuid]
+    by_minor = [r for r in rules if r.match.strip() == str(card.minor)]
+    by_model = [r for r in rules if card.model and r.match.strip() == card.model.strip()]
+    return by_uuid + by_minor, by_model
+
+
+def tdm_share_count(rule: CardRule | None, config: PluginConfig) -> int:
+    if rule is not None and rule.shares > 0:
+        count = rule.shares
+    elif rule is not None and rule.share_percent > 0:
+        count = 100 // rule.share_percent
+    else:
+        count = config.tdm_shares
+    return max(1, min(100, count))
+
+
+def _card_label(card: Card) -> str:
+    return f"card {card.minor} ({card.uuid or 'no uuid'}, {model_name(card)!r})"
+
+
+# --- planning ------------------------------------------------------------------
+
+
+def _is_filtered(card: Card, config: PluginConfig) -> bool:
+    ignored = {i.strip().casefold() for i in config.ignored_ids}
+    if card.uuid.casefold() in ignored or str(card.minor) in ignored:
+        return True
+    vendor, dtype = nomad_vendor(card), base_type(card)
+    families = {dtype, card.xpu_type.strip().lower()}
+    if config.include_vendors and vendor not in {v.strip().lower() for v in config.include_vendors}:
+        return True
+    if vendor in {v.strip().lower() for v in config.exclude_vendors}:
+        return True
+    if config.include_types and not families & {t.strip().lower() for t in config.include_types}:
+        return True
+    return bool(families & {t.strip().lower() for t in config.exclude_types})
+
+
+def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPlan:
+    specific, by_model = matching_rules(card, config.cards)
+    tier = specific or by_model
+    rule = tier[0] if tier else None
+    if len({_rule_key(r) for r in tier}) > 1:
+        listed = ", ".join(f"match={r.match!r} mode={r.mode}" for r in tier)
+        problems.append(f"{_card_label(card)}: conflicting card rules ({listed}); using the first")
+    mode = rule.mode.strip().lower() if rule is not None else config.default_mode.strip().lower()
+    source = f"rule match={rule.match!r}" if rule is not None else "default_mode"
+    label = _card_label(card)
+
+    if card.mig_instances:
+        if mode not in (MODE_WHOLE, MODE_MIG):
+            problems.append(f"{label}: mode {mode} ({source}) impossible, the card has MIG instances")
+        return CardPlan(card, MODE_MIG_INSTANCE)
+    if mode not in MODES:
+        problems.append(f"{label}: unknown mode {mode!r} ({source}); advertised whole")
+        return CardPlan(card, MODE_WHOLE)
+    if mode == MODE_MIG:
+        if not is_mig_capable(card, config):
+            problems.append(
+                f"{label}: mode mig ({source}) but the model is not MIG-capable "
+                f"(mig_models={list(config.mig_models)}); advertised whole"
+            )
+            return CardPlan(card, MODE_WHOLE)
+        if card.memory_gib // MIG_MEMORY_PARTS == 0:
+            problems.append(f"{label}: mode mig but {card.memory_gib} GiB is too little for slices; advertised whole")
+            return CardPlan(card, MODE_WHOLE)
+        return CardPlan(card, MODE_MIG)
+    if mode == MODE_TDM:
+        shares = tdm_share_count(rule, config)
+        if rule is not None and rule.shares <= 0 and rule.share_percent > 0 and 100 % rule.share_percent:
+            problems.append(
+                f"{label}: share_percent {rule.share_percent} does not divide 100; "
+                f"using {shares} shares of {100 // shares}%"
+            )
+        if card.memory_gib // shares == 0:
+            problems.append(
+                f"{label}: mode tdm with {shares} shares but only {card.memory_gib} GiB "
+                "(a share needs at least 1 GiB); advertised whole"
+            )
+            return CardPlan(card, MODE_WHOLE)
+        return CardPlan(card, MODE_TDM, shares)
+    return CardPlan(card, MODE_WHOLE)
+
+
+def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPlan, ...], list[str]]:
+    """Choose each kept card's mode; return the plans and every problem found."""
+    problems: list[str] = []
+    plans: list[CardPlan] = []
+    seen_uuids: set[str] = set()
+    seen_minors: set[int] = set()
+    for card in sorted(inventory.cards, key=lambda c: (c.minor, c.uuid)):
+        if _is_filtered(card, config):
+            continue
+        if not card.uuid:
+            problems.append(f"card {card.minor}: no UUID, cannot form a stable device ID; skipped")
+            continue
+        if card.uuid in seen_uuids:
+            problems.append(f"{_card_label(card)}: duplicate UUID; skipped")
+            continue
+        if card.minor in seen_minors:
+            problems.append(f"{_card_label(card)}: duplicate minor {card.minor}")
+        seen_uuids.add(card.uuid)
+        seen_minors.add(card.minor)
+        plans.append(_plan_card(card, config, problems))
+    return tuple(plans), problems
+
+
+def group_level(inventory: Inventory, config: PluginConfig) -> tuple[str, str | None]:
+    """The topology level whole cards are grouped by ("" = by model), and a problem if any."""
+    level = resolve_group_by(config.group_by)
+    if not level:
+        return "", None
+    if any(card.topology.level(level) is not None for card in inventory.cards):
+        return level, None
+    if not inventory.cards:
+        return level, None
+    return "", (
+        f"group_by {config.group_by!r}: no card has a topology level named {level!r}; whole cards are grouped by model"
+    )
+
+
+def check_modes(inventory: Inventory, config: PluginConfig) -> list[str]:
+    """Every configuration problem this inventory reveals (empty = all as asked)."""
+    _, problems = plan_cards(inventory, config)
+    _, level_problem = group_level(inventory, config)
+    if level_problem:
+        problems.append(level_problem)
+    return problems
+
+
+# --- attributes ----------------------------------------------------------------
+
+
+def _put_text(attrs: dict[str, Attr], key: str, value: str) -> None:
+    text = value.strip()
+    if text:
+        attrs[key] = Attr(text)
+
+
+def _extra_attr(value: str, unit: str) -> Attr | None:
+    text = value.strip()
+    if not text:
+        return None
+    if not unit:
+        return Attr(text)
+    try:
+        return Attr(int(text), unit)
+    except ValueError:
+        try:
+            return Attr(float(text), unit)
+        except ValueError:
+            return None
+
+
+def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
+    """Everything known about one card, as Nomad group attributes."""
+    attrs: dict[str, Attr] = {}
+    _put_text(attrs, "model", card.model)
+    _put_text(attrs, "vendor", card.vendor)
+    _put_text(attrs, "xpu_type", card.xpu_type)
+    if card.memory_mib > 0:
+        attrs["memory"] = Attr(card.memory_mib, "MiB")
+    _put_text(attrs, "driver_version", card.driver_version or inventory.node.get(NODE_DRIVER_VERSION, ""))
+    _put_text(attrs, NODE_RUNTIME_KIT, inventory.node.get(NODE_RUNTIME_KIT, ""))
+    for key, unit in OFFICIAL_EXTRA_ATTRS.items():
+        extra = _extra_attr(card.extra.get(key, ""), unit)
+        if extra is not None:
+            attrs[key] = extra
+    for level in card.topology.levels:
+        domain = level.domain_text.strip()
+        if not domain or not _ATTR_KEY_RE.match(level.name):
+            continue
+        attrs[f"topology.{level.name}"] = Attr(domain)
+        network_key = NETWORK_LEVEL_ATTRS.get(level.name)
+        if network_key:
+            attrs[network_key] = Attr(domain)
+    if card.numa_node is not None and card.numa_node >= 0:
+        attrs["numa_node"] = Attr(card.numa_node)
+    attrs["minor"] = Attr(card.minor)
+    attrs["uuid"] = Attr(card.uuid)
+    if card.pci_bus_id:
+        attrs["pci_bus_id"] = Attr(normalize_pci_bus_id(card.pci_bus_id))
+    return attrs
+
+
+def common_attributes(per_card: Iterable[Mapping[str, Attr]]) -> dict[str, Attr]:
+    """Attributes equal on every card, minus per-card identity (for multi-card groups)."""
+    dicts = list(per_card)
+    if not dicts:
+        return {}
+    first = dicts[0]
+    return {
+        key: value
+        for key, value in first.items()
+        if key not in PER_CARD_ONLY and all(d.get(key) == value for d in dicts[1:])
+    }
+
+
+# --- instances -----------------------------------------------------------------
+
+
+def whole_instance(card: Card) -> Instance:
+    pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
+    return Instance(whole_id(card.uuid), Kind.WHOLE, card.uuid, card.minor, pci_bus_id=pci)
+
+
+def share_instances(card: Card, shares: int) -> tuple[Instance, ...]:
+    pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
+    core, memory = 100 // shares, card.memory_gib // shares
+    return tuple(
+        Instance(share_id(card.uuid, i), Kind.SHARE, card.uuid, card.minor, i, core, memory, 0, pci)
+        for i in range(shares)
+    )
+
+
+def mig_unit_instances(card: Card) -> tuple[Instance, ...]:
+    pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
+    memory = card.memory_gib // MIG_MEMORY_PARTS
+    return tuple(
+        Instance(mig_unit_id(card.uuid, i), Kind.MIG, card.uuid, card.minor, i, 0, memory, 1, pci)
+        for i in range(MIG_UNITS)
+    )
+
+
+def _domain_suffix(level: str, domain: str) -> str:
+    prefix = _DOMAIN_PREFIX.get(level, f"{level}-")
+    return prefix + domain.replace(",", "-")
+
+
+# --- the catalog ---------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    key: GroupKey
+    instances: list[Instance]
+    attrs: list[dict[str, Attr]]
+    per_card: bool
+    extra: dict[str, Attr]
+
+
+def _draft_groups(plans: Iterable[CardPlan], inventory: Inventory, level: str) -> list[_Draft]:
+    drafts: dict[GroupKey, _Draft] = {}
+    singles: list[_Draft] = []
+    for plan in plans:
+        card = plan.card
+        vendor, dtype, model = nomad_vendor(card), base_type(card), model_name(card)
+        attrs = card_attributes(card, inventory)
+        if plan.mode == MODE_WHOLE:
+            domain = card.topology.domain(level) if level else None
+            name = f"{model} {_domain_suffix(level, domain)}" if domain else model
+            key = GroupKey(vendor, dtype, name)
+            draft = drafts.setdefault(key, _Draft(key, [], [], False, {}))
+            draft.instances.append(whole_instance(card))
+            draft.attrs.append(attrs)
+        elif plan.mode == MODE_TDM:
+            instances = share_instances(card, plan.shares)
+            extra = {
+                "share_count": Attr(plan.shares),
+                "share_core_percent": Attr(instances[0].core),
+                "share_memory": Attr(instances[0].memory_gib, "GiB"),
+            }
+            key = GroupKey(vendor, f"{dtype}-share", f"{model} card{card.minor}")
+            singles.append(_Draft(key, list(instances), [attrs], True, extra))
+        elif plan.mode == MODE_MIG:
+            instances = mig_unit_instances(card)
+            extra = {
+                "slice_units": Attr(MIG_UNITS),
+                "slice_memory": Attr(instances[0].memory_gib, "GiB"),
+                "slice_sizes": Attr(",".join(str(s) for s in MIG_SLICE_SIZES)),
+            }
+            key = GroupKey(vendor, f"{dtype}-mig", f"{model} card{card.minor}")
+            singles.append(_Draft(key, list(instances), [attrs], True, extra))
+        else:  # MODE_MIG_INSTANCE: existing MIG instances, one group per profile (NVIDIA plugin style)
+            pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
+            for index, mig in enumerate(card.mig_instances):
+                key = GroupKey(vendor, dtype, f"{model} MIG {mig.profile}")
+                mig_attrs = dict(attrs)
+                mig_attrs["memory"] = Attr(mig.memory_mib, "MiB")
+                mig_attrs["mig_profile"] = Attr(mig.profile)
+                mig_attrs["mig_slices"] = Attr(mig.slices)
+                draft = drafts.setdefault(key, _Draft(key, [], [], False, {}))
+                draft.instances.append(
+                    Instance(
+                        mig.uuid,
+                        Kind.MIG_INSTANCE,
+                        card.uuid,
+                        card.minor,
+                        index,
+                        0,
+                        mig.memory_mib // 1024,
+                        mig.slices,
+                        pci,
+                        mig.uuid,
+                    )
+                )
+                draft.attrs.append(mig_attrs)
+    return [*drafts.values(), *singles]
+
+
+def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
+    """Every instance Nomad should see, grouped; deterministic for equal input."""
+    plans, _ = plan_cards(inventory, config)
+    level, _ = group_level(inventory, config)
+    groups: list[InstanceGroup] = []
+    used: set[GroupKey] = set()
+    for draft in sorted(_draft_groups(plans, inventory, level), key=_draft_order):
+        attrs = dict(draft.attrs[0]) if draft.per_card else common_attributes(draft.attrs)
+        attrs.update(draft.extra)
+        key = draft.key
+        serial = 2
+        while key in used:  # only with broken inventories (duplicate minors)
+            key = GroupKey(draft.key.vendor, draft.key.device_type, f"{draft.key.name} #{serial}")
+            serial += 1
+        used.add(key)
+        instances = tuple(sorted(draft.instances, key=lambda i: (i.minor, i.index, i.id)))
+        groups.append(InstanceGroup(key, instances, dict(sorted(attrs.items()))))
+    return Catalog(tuple(groups))
+
+
+def _draft_order(draft: _Draft) -> tuple[str, str, int, str]:
+    """Vendor, type, then lowest card minor, so ``card2`` sorts before ``card10``."""
+    first_minor = min((i.minor for i in draft.instances), default=-1)
+    return (draft.key.vendor, draft.key.device_type, first_minor, draft.key.name)

@@ -1,0 +1,243 @@
+"""The stateful Fingerprint loop: inventory pushes -> FingerprintResponses.
+
+Nomad's Fingerprint stream must send its first message promptly, then one per
+change, and must never end or fail (either drops the plugin until the agent
+restarts, nomad-protocol.md §5.2). So:
+
+- the first response goes out at once, even empty, before the backend answered;
+- every backend push is turned into a response in the pushing thread and
+  published under a Condition; each stream wakes on it (no polling in the hot
+  path) and sends only when the canonical bytes differ from what it last sent;
+- a background timer re-evaluates at least every ``tick`` seconds and exactly
+  when a card's recovery delay expires, and right after
+  :meth:`notify_grants_changed` (done on the timer thread, so a caller that
+  holds its own lock while notifying cannot deadlock with ``grants_view``);
+- any failure while rebuilding is logged and the last good response is kept;
+- every response passes :func:`nomad_plugin.nomad.validate.sanitize`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+
+from nomad_plugin._proto.nomad import device_pb2
+from nomad_plugin.backend import Backend
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.catalog import build_catalog, check_modes
+from nomad_plugin.model.health import (
+    Clock,
+    HealthTracker,
+    Verdict,
+    conflict_reasons,
+    instance_verdicts,
+    outage_verdict,
+)
+from nomad_plugin.model.instances import Catalog, Kind
+from nomad_plugin.nomad.fingerprint import build_response, serialize
+from nomad_plugin.nomad.validate import sanitize
+
+log = logging.getLogger(__name__)
+
+GrantsView = Callable[[], Mapping[str, frozenset[Kind]]]
+
+# How often a waiting stream re-checks its cancel event (cancel is not a wake-up source).
+_CANCEL_POLL_S = 0.25
+
+
+def _no_grants() -> Mapping[str, frozenset[Kind]]:
+    return {}
+
+
+class FingerprintEngine:
+    def __init__(
+        self,
+        backend: Backend,
+        config: PluginConfig,
+        grants_view: GrantsView = _no_grants,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+        tick: float = 1.0,
+    ) -> None:
+        self._backend = backend
+        self._config = config
+        self._grants_view = grants_view
+        self._wall_clock = wall_clock
+        self._clock = clock
+        self._tick = tick
+        self._tracker = HealthTracker(config.health_recovery_checks, config.health_recovery_delay, clock)
+
+        self._lock = threading.RLock()  # serialises rebuilds and the state below
+        self._cards: Inventory | None = None  # last inventory that had cards (kept during outages)
+        self._observed: Inventory | None = None
+        self._outage: Verdict | None = None
+        self._outage_since: float | None = None
+        self._last_problems: tuple[str, ...] = ()
+
+        self._published = threading.Condition(threading.Lock())
+        self._version = 0
+        self._response = device_pb2.FingerprintResponse()
+        self._bytes = serialize(self._response)
+        self._catalog = Catalog()
+
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._timer: threading.Thread | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    # --- lifecycle --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Subscribe to the backend and start the timer; never blocks on the device."""
+        if self._timer is not None:
+            return
+        self._unsubscribe = self._backend.subscribe(self._on_inventory)
+        with self._lock:
+            need_initial = self._observed is None and self._cards is None
+        if need_initial:
+            try:
+                self._on_inventory(self._backend.inventory())
+            except Exception:
+                log.exception("reading the backend's first inventory failed; advertising none yet")
+        self._timer = threading.Thread(target=self._run_timer, name="fingerprint-timer", daemon=True)
+        self._timer.start()
+
+    def stop(self) -> None:
+        """Unsubscribe and stop the timer (idempotent). Open streams keep their last response."""
+        if self._unsubscribe is not None:
+            try:
+                self._unsubscribe()
+            except Exception:
+                log.exception("unsubscribing from the backend failed")
+            self._unsubscribe = None
+        self._stopping.set()
+        self._wake.set()
+        if self._timer is not None:
+            self._timer.join(timeout=5)
+            self._timer = None
+
+    # --- inputs -----------------------------------------------------------------
+
+    def notify_grants_changed(self) -> None:
+        """Re-evaluate conflict marking soon (on the timer thread, not the caller's)."""
+        self._wake.set()
+
+    def update_config(self, config: PluginConfig) -> None:
+        with self._lock:
+            self._config = config
+            self._tracker.recovery_checks = max(1, config.health_recovery_checks)
+            self._tracker.recovery_delay = max(0.0, config.health_recovery_delay)
+            self._rebuild()
+
+    def reevaluate(self) -> None:
+        """Rebuild now (hysteresis expiry, grants); publishes only if content changed."""
+        with self._lock:
+            self._rebuild()
+
+    def _on_inventory(self, inventory: Inventory) -> None:
+        """Backend listener: never raises (it runs on the backend's thread)."""
+        try:
+            with self._lock:
+                self._absorb(inventory)
+                self._rebuild()
+        except Exception:
+            log.exception("handling a backend inventory failed; keeping the last fingerprint")
+
+    def _absorb(self, inventory: Inventory) -> None:
+        if inventory.reachable:
+            if inventory is not self._observed:
+                self._tracker.observe({c.uuid: (c.healthy, c.health_reason) for c in inventory.cards})
+                self._observed = inventory
+            self._cards = inventory
+            if self._outage is not None:
+                log.info("%s reachable again; instances follow card health", self._backend.name)
+            self._outage, self._outage_since = None, None
+            return
+        if self._outage_since is None:
+            self._outage_since = inventory.unreachable_since or self._wall_clock()
+            log.warning("%s unreachable: %s", self._backend.name, inventory.unreachable_reason or "no reason given")
+        self._outage = outage_verdict(self._backend.name, inventory.unreachable_reason, self._outage_since)
+        if inventory.cards or self._cards is None:
+            self._cards = inventory
+        else:
+            self._cards = replace(self._cards, reachable=False)
+
+    # --- the rebuild --------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        """Catalog -> verdicts -> sanitised response; publish if the bytes changed."""
+        try:
+            inventory = self._cards or Inventory()
+            catalog = build_catalog(inventory, self._config)
+            conflicts = conflict_reasons(catalog, self._grants_view())
+            verdicts = instance_verdicts(catalog, self._tracker.verdicts(), conflicts, self._outage)
+            response, problems = sanitize(build_response(catalog, verdicts))
+            data = serialize(response)
+        except Exception:
+            log.exception("fingerprint rebuild failed; keeping the last good response")
+            return
+        if tuple(problems) != self._last_problems:
+            self._last_problems = tuple(problems)
+            for problem in problems:
+                log.error("fingerprint: %s (not sent to Nomad)", problem)
+        with self._published:
+            self._catalog = catalog
+            if data != self._bytes:
+                self._response, self._bytes = response, data
+                self._version += 1
+                self._published.notify_all()
+
+    def _run_timer(self) -> None:
+        while not self._stopping.is_set():
+            wait = self._tick
+            deadline = self._tracker.next_deadline()
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - self._clock()) + 0.001)
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.reevaluate()
+            except Exception:
+                log.exception("periodic fingerprint re-evaluation failed")
+
+    # --- outputs ------------------------------------------------------------------
+
+    def catalog(self) -> Catalog:
+        """The catalog behind the last advertised fingerprint (what Reserve resolves)."""
+        with self._published:
+            return self._catalog
+
+    def current(self) -> device_pb2.FingerprintResponse:
+        with self._published:
+            return self._response
+
+    def config_problems(self) -> list[str]:
+        """check_modes on the inventory currently advertised."""
+        with self._lock:
+            return check_modes(self._cards or Inventory(), self._config)
+
+    def responses(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
+        """The first response at once, then one per content change, until ``cancel``.
+
+        Never raises and never ends on its own. Yielded messages are shared
+        between streams and must not be modified.
+        """
+        seen_version = -1
+        sent: bytes | None = None
+        while True:
+            with self._published:
+                while self._version == seen_version and not cancel.is_set():
+                    self._published.wait(_CANCEL_POLL_S)
+                if cancel.is_set():
+                    return
+                seen_version = self._version
+                response, data = self._response, self._bytes
+            if data != sent:
+                sent = data
+                yield response
