@@ -1,0 +1,328 @@
+"""SetConfig's ``msgpack_config`` -> a validated ``PluginConfig``.
+
+Nomad decodes the agent's ``config { }`` block with our ConfigSchema and
+msgpack-encodes the resulting cty object (nomad-protocol.md §4.4): a map with
+every attribute present, null for unset ones, integers compact, exact
+non-integers as float64, other numbers as *decimal strings*; empty bytes
+when there is no config at all. This module accepts all of those spellings
+and rejects anything else with a ``ConfigError`` that names the option, the
+(truncated, secret-masked) value and what is allowed. It never raises
+anything else, whatever the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
+from nomad_plugin.model.errors import ConfigError
+
+MAX_INPUT_BYTES = 1 << 20
+MAX_STRING = 4096
+MAX_LIST = 1024
+MAX_CARDS = 1024
+MAX_DURATION = 30 * 86400.0  # seconds; anything longer is a typo
+# Durations that must be > 0 (a zero timeout or resync period makes no sense).
+POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "inventory_resync_period"})
+LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+SHOWN_CHARS = 60
+REDACTED = "<redacted>"
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+# --- showing a value in an error message ----------------------------------------
+
+
+def show(value: Any, secret: bool = False, depth: int = 0) -> str:
+    """A short, safe rendering: truncated, secrets masked, deep nesting elided."""
+    if secret:
+        return REDACTED
+    if isinstance(value, msgpack.ExtType):
+        return f"msgpack extension type {value.code} (an unknown value)"
+    if isinstance(value, msgpack.Timestamp):
+        return "msgpack timestamp extension"
+    if isinstance(value, (bytes, bytearray)):
+        return f"binary data ({len(value)} bytes)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        text = repr(value[: SHOWN_CHARS + 1])
+        return text if len(value) <= SHOWN_CHARS else text[:-1] + f"...' ({len(value)} chars)"
+    if isinstance(value, (int, float)):
+        text = repr(value)
+        return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+    if depth >= 2:
+        return "[...]" if isinstance(value, list) else "{...}"
+    if isinstance(value, list):
+        items = [show(v, depth=depth + 1) for v in value[:4]]
+        more = ", ..." if len(value) > 4 else ""
+        return _cap("[" + ", ".join(items) + more + "]")
+    if isinstance(value, dict):
+        pairs = [f"{show(k, depth=depth + 1)}: {show(v, depth=depth + 1)}" for k, v in list(value.items())[:4]]
+        more = ", ..." if len(value) > 4 else ""
+        return _cap("{" + ", ".join(pairs) + more + "}")
+    return _cap(f"a {type(value).__name__}")
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= 2 * SHOWN_CHARS else text[: 2 * SHOWN_CHARS] + "..."
+
+
+def invalid(name: str, value: Any, allowed: str, secret: bool = False, problem: str = "is not valid") -> ConfigError:
+    return ConfigError(f'config option "{name}": value {show(value, secret)} {problem}; allowed: {allowed}')
+
+
+# --- scalar parsers ---------------------------------------------------------------
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go duration string ("500ms", "1m30s", "1.5h", "0"); ValueError if not one."""
+    body = text.strip()
+    sign = 1.0
+    if body and body[0] in "+-":
+        sign = -1.0 if body[0] == "-" else 1.0
+        body = body[1:]
+    if body == "0":
+        return 0.0
+    if not body:
+        raise ValueError("empty duration")
+    total, pos = 0.0, 0
+    while pos < len(body):
+        match = _DURATION_PART.match(body, pos)
+        if match is None:
+            raise ValueError(f"bad duration {text!r}")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    return sign * total
+
+
+def whole_number(value: Any) -> int | None:
+    """An integer from int, integral float or numeric string (cty's encodings); None if not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, str) and len(value) <= 64:
+        try:
+            number = Decimal(value.strip())
+        except InvalidOperation:
+            return None
+        if not number.is_finite() or number.adjusted() > 30 or number != number.to_integral_value():
+            return None
+        return int(number)
+    return None
+
+
+def _number_allowed(opt: Option) -> str:
+    lo = "" if opt.minimum is None else f" from {opt.minimum:g}"
+    hi = "" if opt.maximum is None else f" to {opt.maximum:g}"
+    return f"a whole number{lo}{hi}"
+
+
+def decode_number(opt: Option, value: Any, name: str) -> int:
+    number = whole_number(value)
+    allowed = _number_allowed(opt)
+    if number is None:
+        raise invalid(name, value, allowed, opt.secret, "is not a whole number")
+    if (opt.minimum is not None and number < opt.minimum) or (opt.maximum is not None and number > opt.maximum):
+        raise invalid(name, value, allowed, opt.secret, "is out of range")
+    return number
+
+
+def decode_string(opt: Option, value: Any, name: str) -> str:
+    allowed = _string_allowed(opt)
+    if not isinstance(value, str):
+        raise invalid(name, value, allowed, opt.secret, "is not a string")
+    if len(value) > MAX_STRING or "\x00" in value:
+        raise invalid(name, value, allowed, opt.secret, f"is too long or holds a NUL (max {MAX_STRING} chars)")
+    text: str = value.strip().lower() if opt.name == "log_level" else value
+    if opt.choices and text not in opt.choices:
+        raise invalid(name, value, allowed, opt.secret, "is not one of the choices")
+    return text
+
+
+def _string_allowed(opt: Option) -> str:
+    if opt.choices:
+        return " or ".join(f'"{c}"' for c in opt.choices)
+    if opt.duration:
+        return 'a Go duration such as "500ms", "30s", "1m30s" or "1h"'
+    if opt.name == "group_by":
+        return '"none" or a topology level name such as "numaNodes" or "pcieSwitches"'
+    return f"a string of at most {MAX_STRING} characters"
+
+
+def decode_duration(opt: Option, value: Any, name: str) -> float:
+    text = decode_string(opt, value, name)
+    allowed = _string_allowed(opt)
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError:
+        raise invalid(name, value, allowed, opt.secret, "is not a Go duration") from None
+    if seconds < 0 or seconds > MAX_DURATION or (opt.name in POSITIVE_DURATIONS and seconds == 0):
+        floor = "> 0" if opt.name in POSITIVE_DURATIONS else ">= 0"
+        raise invalid(name, value, f"{allowed}, {floor} and at most 30 days", opt.secret, "is out of range")
+    return seconds
+
+
+def decode_bool(opt: Option, value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise invalid(name, value, "true or false", opt.secret, "is not a bool")
+    return value
+
+
+def decode_list(opt: Option, value: Any, name: str) -> tuple[Any, ...]:
+    element = opt.hcl_type[len("list(") : -1]
+    allowed = f"a list of at most {MAX_LIST} {'non-empty strings' if element == 'string' else 'whole numbers'}"
+    if not isinstance(value, list):
+        raise invalid(name, value, allowed, opt.secret, "is not a list")
+    if len(value) > MAX_LIST:
+        raise invalid(name, value, allowed, opt.secret, f"has {len(value)} entries")
+    items: list[Any] = []
+    for index, item in enumerate(value):
+        if element == "string":
+            if not isinstance(item, str) or not item or len(item) > MAX_STRING or "\x00" in item:
+                raise invalid(f"{name}[{index}]", item, allowed, opt.secret, "is not a non-empty string")
+            items.append(item)
+        else:
+            number = whole_number(item)
+            if number is None or not 0 <= number <= 2**31 - 1:
+                raise invalid(f"{name}[{index}]", item, f"{allowed} from 0 to 2147483647", opt.secret)
+            items.append(number)
+    return tuple(items)
+
+
+def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
+    """One option's value (never None: the caller substitutes the default for null)."""
+    label = name or opt.name
+    if opt.hcl_type == "number":
+        return decode_number(opt, value, label)
+    if opt.hcl_type == "bool":
+        return decode_bool(opt, value, label)
+    if opt.hcl_type.startswith("list("):
+        return decode_list(opt, value, label)
+    if opt.duration:
+        return decode_duration(opt, value, label)
+    text = decode_string(opt, value, label)
+    if opt.name == "group_by" and text != "none" and not LEVEL_NAME.fullmatch(text):
+        raise invalid(label, value, _string_allowed(opt), problem="is not a level name")
+    return text
+
+
+def default_value(opt: Option) -> Any:
+    if opt.duration:
+        return parse_go_duration(str(opt.default))
+    if isinstance(opt.default, list):
+        return tuple(opt.default)
+    return opt.default
+
+
+# --- objects ------------------------------------------------------------------------
+
+
+def _decode_object(
+    raw: dict[Any, Any], options: tuple[Option, ...], where: str, extra: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    known = {opt.name: opt for opt in options}
+    for key in raw:
+        if not isinstance(key, str) or (key not in known and key not in extra):
+            names = ", ".join(sorted([*known, *extra]))
+            raise ConfigError(f"{where}: unknown option {show(key)}; allowed options: {names}")
+    values: dict[str, Any] = {}
+    for opt in options:
+        value = raw.get(opt.name)
+        label = opt.name if where == "config" else f"{where}.{opt.name}"
+        values[opt.name] = default_value(opt) if value is None else decode_option(opt, value, label)
+    return values
+
+
+def decode_cards(value: Any) -> tuple[CardRule, ...]:
+    allowed = f'a list of at most {MAX_CARDS} "card" blocks'
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_CARDS:
+        raise invalid(CARD_BLOCK, value, allowed, problem="is not a list of blocks")
+    rules: list[CardRule] = []
+    modes: dict[str, str] = {}
+    for index, block in enumerate(value):
+        where = f"{CARD_BLOCK}[{index}]"
+        if not isinstance(block, dict):
+            raise invalid(where, block, "a block with match, mode, shares, share_percent", problem="is not a block")
+        fields = _decode_object(block, CARD_OPTIONS, where)
+        rule = CardRule(
+            match=fields["match"], mode=fields["mode"], shares=fields["shares"], share_percent=fields["share_percent"]
+        )
+        check_card_rule(rule, where)
+        previous = modes.setdefault(rule.match, rule.mode)
+        if previous != rule.mode:
+            raise ConfigError(
+                f"{where}: match {show(rule.match)} already has mode {previous!r} in an earlier card block, "
+                f"here mode {rule.mode!r}; allowed: one mode per match value"
+            )
+        rules.append(rule)
+    return tuple(rules)
+
+
+def check_card_rule(rule: CardRule, where: str) -> None:
+    if not rule.match.strip():
+        raise invalid(f"{where}.match", rule.match, "a card minor, a card UUID or a model name", problem="is empty")
+    if rule.shares and rule.share_percent:
+        raise ConfigError(
+            f"{where}: shares = {rule.shares} and share_percent = {rule.share_percent} are both set; "
+            "allowed: at most one of them"
+        )
+    if rule.share_percent and 100 % rule.share_percent:
+        raise invalid(
+            f"{where}.share_percent",
+            rule.share_percent,
+            "a divisor of 100 (1, 2, 4, 5, 10, 20, 25, 50, 100)",
+            problem="does not divide 100",
+        )
+
+
+# --- entry points -------------------------------------------------------------------
+
+
+def unpack(data: bytes) -> Any:
+    """msgpack bytes -> Python value; ConfigError for anything that is not one msgpack value."""
+    if len(data) > MAX_INPUT_BYTES:
+        raise ConfigError(f"config: msgpack_config is {len(data)} bytes; allowed: at most {MAX_INPUT_BYTES}")
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises many types for garbage; all mean the same
+        raise ConfigError(
+            f"config: msgpack_config ({len(data)} bytes) is not one valid msgpack value "
+            f"({type(exc).__name__}); allowed: the msgpack object Nomad encodes from the config block"
+        ) from None
+
+
+def decode_config(data: bytes) -> PluginConfig:
+    """Decode and validate ``SetConfigRequest.msgpack_config``; empty bytes = all defaults."""
+    if not data:
+        return PluginConfig()
+    raw = unpack(data)
+    if raw is None:
+        return PluginConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"config: the decoded value {show(raw)} is not a map; allowed: a map of option names to values"
+        )
+    values = _decode_object(raw, OPTIONS, "config", extra=frozenset({CARD_BLOCK}))
+    values["cards"] = decode_cards(raw.get(CARD_BLOCK))
+    return PluginConfig(**values)
+
+
+def secret_values(config: PluginConfig) -> list[str]:
+    """The configured values of options marked secret (for the log redactor)."""
+    return [str(getattr(config, opt.name)) for opt in OPTIONS if opt.secret and getattr(config, opt.name)]

@@ -1,0 +1,1 @@
+"""HashiCorp go-plugin server side: handshake, gRPC server, hclog logging."""

@@ -1,0 +1,85 @@
+"""The go-plugin handshake rules, as pure functions (nomad-protocol.md §1.1-1.4).
+
+The host (Nomad) puts a magic cookie and the app protocol versions it speaks
+in our environment; we answer with one line on stdout once the gRPC server
+listens: ``CORE|APP|unix|<socket>|grpc``. No sixth (certificate) field: Nomad
+never enables AutoMTLS, and a long sixth field would make it try to load a
+certificate into a nil TLS config.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nomad_plugin.cli.main import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
+
+CORE_PROTOCOL_VERSION = 1
+APP_PROTOCOL_VERSION = 2  # Nomad's base.Handshake.ProtocolVersion (gRPC plugins)
+PROTOCOL_VERSIONS_ENV = "PLUGIN_PROTOCOL_VERSIONS"
+SOCKET_NAME = "plugin.sock"
+MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
+
+COOKIE_MESSAGE = (
+    "This binary is a plugin. These are not meant to be executed directly.\n"
+    "Please execute the program that consumes these plugins, which will\n"
+    "load any plugins automatically (Nomad: put it in the agent's plugin_dir\n"
+    'and add a plugin "nomad-device-lingjun" block; run it with --help for more).\n'
+)
+
+
+@dataclass(frozen=True)
+class Negotiation:
+    version: int | None  # None: no common version
+    warnings: tuple[str, ...] = ()
+    error: str = ""
+
+
+def cookie_error(env: Mapping[str, str]) -> str:
+    """Empty when the magic cookie is right, else the message for a human on stderr."""
+    value = env.get(MAGIC_COOKIE_KEY)
+    if value == MAGIC_COOKIE_VALUE:
+        return ""
+    if value is None:
+        return COOKIE_MESSAGE
+    return COOKIE_MESSAGE + f"({MAGIC_COOKIE_KEY} is set but does not hold Nomad's cookie value.)\n"
+
+
+def negotiate(env: Mapping[str, str]) -> Negotiation:
+    """Pick the app protocol: we speak only 2; an absent variable means 2."""
+    raw = env.get(PROTOCOL_VERSIONS_ENV)
+    if raw is None or raw.strip() == "":
+        return Negotiation(APP_PROTOCOL_VERSION)
+    offered: list[int] = []
+    warnings: list[str] = []
+    for part in raw.split(","):
+        item = part.strip()
+        try:
+            offered.append(int(item))
+        except ValueError:
+            warnings.append(f"ignoring bad entry {item!r} in {PROTOCOL_VERSIONS_ENV}={raw!r}")
+    if APP_PROTOCOL_VERSION in offered:
+        return Negotiation(APP_PROTOCOL_VERSION, tuple(warnings))
+    return Negotiation(
+        None,
+        tuple(warnings),
+        f"incompatible plugin protocol: the host offers {PROTOCOL_VERSIONS_ENV}={raw!r}, "
+        f"this plugin speaks only version {APP_PROTOCOL_VERSION} (gRPC, Nomad >= 0.9)",
+    )
+
+
+def handshake_line(socket_path: str, app_version: int = APP_PROTOCOL_VERSION) -> str:
+    """The single line go-plugin reads from our stdout (newline included)."""
+    return f"{CORE_PROTOCOL_VERSION}|{app_version}|unix|{socket_path}|grpc\n"
+
+
+def make_socket_dir() -> str:
+    """A fresh private (0700) directory for the socket, under $TMPDIR if the path stays short."""
+    directory = tempfile.mkdtemp(prefix="plugin")
+    if len(os.path.join(directory, SOCKET_NAME)) > MAX_SOCKET_PATH:
+        os.rmdir(directory)
+        directory = tempfile.mkdtemp(prefix="plugin", dir="/tmp")
+    os.chmod(directory, 0o700)
+    return directory

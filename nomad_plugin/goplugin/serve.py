@@ -1,0 +1,170 @@
+"""``serve``: what Nomad runs. The go-plugin server side for a Nomad device plugin.
+
+Sequence (nomad-protocol.md §1, §8): check the magic cookie, negotiate the
+app protocol (we speak 2), start a gRPC server on a Unix socket inside a
+fresh 0700 directory, print ``1|2|unix|<socket>|grpc`` once it listens, then
+point fd 1 at stderr so nothing else can ever reach stdout. Shutdown (the
+GRPCController RPC or SIGTERM) releases every stream, stops the server,
+removes the socket directory and exits within go-plugin's 2 s budget.
+SIGINT is ignored: a Ctrl-C to the agent's process group is the agent's to
+handle, and it then shuts us down.
+
+Nomad launches the plugin three times at every agent start, so this module
+imports only what serving needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from nomad_plugin._proto.goplugin import grpc_broker_pb2_grpc, grpc_controller_pb2_grpc, grpc_stdio_pb2_grpc
+from nomad_plugin._proto.nomad import base_pb2_grpc, device_pb2_grpc
+from nomad_plugin.app import PluginApp
+from nomad_plugin.goplugin import handshake
+from nomad_plugin.goplugin import logging as hclog
+from nomad_plugin.goplugin.lifecycle import Lifecycle
+from nomad_plugin.goplugin.services import Broker, Controller, Stdio
+from nomad_plugin.nomad.base_service import BaseService
+from nomad_plugin.nomad.device_service import DeviceService
+
+HEALTH_SERVICE = "plugin"  # go-plugin's GRPCServiceName
+WORKERS = 16  # Fingerprint, Stats, StreamStdio, StartStream stay open; unary calls need room too
+STOP_GRACE = 0.5  # seconds the server gives in-flight calls (the Shutdown reply) on stop
+CLOSE_BUDGET = 0.8  # seconds PluginApp.close() may take before we exit anyway
+
+USAGE = """\
+usage: nomad-device-lingjun serve
+
+Serve the plugin over HashiCorp go-plugin. Nomad runs this itself (with
+NOMAD_PLUGIN_MAGIC_COOKIE set); there is no reason to run it by hand.
+"""
+
+log = hclog.get_logger("goplugin")
+
+
+def main(argv: list[str]) -> int:
+    if argv:
+        if argv[0] in ("-h", "--help"):
+            sys.stderr.write(USAGE)
+            return 0
+        sys.stderr.write(f"serve takes no arguments (got {' '.join(argv)!r})\n\n{USAGE}")
+        return 2
+    problem = handshake.cookie_error(os.environ)
+    if problem:
+        sys.stderr.write(problem)
+        return 1
+    negotiation = handshake.negotiate(os.environ)
+    for warning in negotiation.warnings:
+        sys.stderr.write(f"[WARN] {warning}\n")
+    if negotiation.version is None:
+        sys.stderr.write(f"[ERROR] {negotiation.error}\n")
+        return 1
+    hclog.configure("info")
+    code = PluginServer(negotiation.version).run()
+    # Exit without waiting for worker threads: a stream stuck in engine code
+    # must not keep the process alive past go-plugin's 2 s kill deadline.
+    logging_flush()
+    os._exit(code)
+
+
+def logging_flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+class PluginServer:
+    def __init__(self, app_version: int) -> None:
+        self.app_version = app_version
+        self.lifecycle = Lifecycle()
+        self.app = PluginApp()
+        self.health = health.HealthServicer()
+        self.socket_dir = ""
+        self.server: grpc.Server | None = None
+        self._sigints = 0
+
+    def run(self) -> int:
+        self._install_signals()
+        try:
+            self.socket_dir = handshake.make_socket_dir()
+            socket_path = os.path.join(self.socket_dir, handshake.SOCKET_NAME)
+            self.server = self._build_server()
+            self.server.add_insecure_port(f"unix:{socket_path}")
+            self.server.start()
+        except Exception as exc:
+            log.error("cannot start the gRPC server: %s", exc, exc_info=True)
+            self._remove_socket_dir()
+            return 1
+        announce(handshake.handshake_line(socket_path, self.app_version))
+        log.debug("serving", extra={"fields": {"socket": socket_path, "pid": os.getpid()}})
+        while not self.lifecycle.stopping.wait(1.0):
+            pass
+        self._stop()
+        return 0
+
+    def _build_server(self) -> grpc.Server:
+        server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"))
+        self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(Controller(self.lifecycle), server)
+        grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(Stdio(self.lifecycle), server)
+        grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(Broker(self.lifecycle), server)
+        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
+        device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(self.app, self.lifecycle), server)
+        return server
+
+    def _install_signals(self) -> None:
+        signal.signal(signal.SIGINT, self._on_sigint)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self._sigints += 1
+        log.log(hclog.TRACE, "ignoring SIGINT", extra={"fields": {"count": self._sigints}})
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.lifecycle.request_stop("SIGTERM")
+
+    def _stop(self) -> None:
+        started = time.monotonic()
+        log.debug("stopping", extra={"fields": {"reason": self.lifecycle.stop_reason}})
+        self.health.enter_graceful_shutdown()
+        stopped = self.server.stop(STOP_GRACE) if self.server is not None else threading.Event()
+        closer = threading.Thread(target=self._close_app, name="app-close", daemon=True)
+        closer.start()
+        closer.join(CLOSE_BUDGET)
+        if closer.is_alive():
+            log.warning("PluginApp.close() is still running after %.1fs; exiting anyway", CLOSE_BUDGET)
+        stopped.wait(max(0.0, STOP_GRACE + 0.3 - (time.monotonic() - started)))
+        self._remove_socket_dir()
+        log.debug("stopped", extra={"fields": {"seconds": round(time.monotonic() - started, 3)}})
+
+    def _close_app(self) -> None:
+        try:
+            self.app.close()
+        except Exception as exc:
+            log.error("PluginApp.close() failed: %s", exc, exc_info=True)
+
+    def _remove_socket_dir(self) -> None:
+        if self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def announce(line: str) -> None:
+    """Write the handshake line, then make fd 1 a copy of fd 2 for good."""
+    sys.stdout.write(line)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr

@@ -1,0 +1,1 @@
+"""Nomad's plugin services (BasePlugin, DevicePlugin) on top of ``PluginApp``."""

@@ -1,0 +1,116 @@
+"""Nomad's DevicePlugin service: a thin adapter onto ``PluginApp`` (§5).
+
+All device logic lives behind ``PluginApp.fingerprints/reserve/stats``; this
+module only enforces Nomad's stream rules and maps errors to gRPC codes:
+
+* Fingerprint and Stats never end or fail while the call is active: Nomad
+  treats a closed stream as a plugin failure. If the engine's iterator
+  raises or runs dry we log it and start it again after a backoff.
+* The call's cancellation (or the plugin's shutdown) sets the Event the
+  engine waits on, so the worker thread is released at once.
+* Reserve always carries ``container_res`` (Nomad dereferences it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import grpc
+
+from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
+from nomad_plugin.app import PluginApp
+from nomad_plugin.goplugin.lifecycle import Lifecycle
+from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.model.errors import (
+    BackendRefused,
+    BackendUnavailable,
+    ConfigError,
+    PluginError,
+    ReservationRejected,
+)
+from nomad_plugin.util.backoff import Backoff
+
+DEFAULT_STATS_INTERVAL = 1.0  # seconds, when Nomad sends no or a zero interval
+MIN_STATS_INTERVAL = 0.1  # never spin faster than this
+
+T = TypeVar("T")
+log = get_logger("device")
+
+
+def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC code and message Nomad gets for an engine error."""
+    if isinstance(exc, (ReservationRejected, ConfigError)):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, BackendUnavailable):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if isinstance(exc, BackendRefused):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+    if isinstance(exc, PluginError):
+        return grpc.StatusCode.INTERNAL, str(exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def stats_interval(request: device_pb2.StatsRequest) -> float:
+    if not request.HasField("collection_interval"):
+        return DEFAULT_STATS_INTERVAL
+    seconds = request.collection_interval.seconds + request.collection_interval.nanos / 1e9
+    if seconds <= 0:
+        return DEFAULT_STATS_INTERVAL
+    return max(MIN_STATS_INTERVAL, seconds)
+
+
+class DeviceService(device_pb2_grpc.DevicePluginServicer):
+    def __init__(self, app: PluginApp, lifecycle: Lifecycle, retry: Callable[[], Backoff] = Backoff) -> None:
+        self._app = app
+        self._lifecycle = lifecycle
+        self._retry = retry
+
+    def Fingerprint(
+        self, request: device_pb2.FingerprintRequest, context: grpc.ServicerContext
+    ) -> Iterator[device_pb2.FingerprintResponse]:
+        return self._keep_open("fingerprint", self._app.fingerprints, context)
+
+    def Stats(
+        self, request: device_pb2.StatsRequest, context: grpc.ServicerContext
+    ) -> Iterator[device_pb2.StatsResponse]:
+        interval = stats_interval(request)
+        return self._keep_open("stats", lambda cancel: self._app.stats(interval, cancel), context)
+
+    def Reserve(self, request: device_pb2.ReserveRequest, context: grpc.ServicerContext) -> device_pb2.ReserveResponse:
+        device_ids = list(request.device_ids)
+        try:
+            response = self._app.reserve(device_ids)
+        except Exception as exc:
+            code, message = grpc_status_for(exc)
+            log.error(
+                "reserve failed: %s",
+                message,
+                exc_info=code is grpc.StatusCode.INTERNAL,
+                extra={"fields": {"device_ids": device_ids, "code": code.name}},
+            )
+            context.abort(code, message)
+        if not response.HasField("container_res"):
+            response.container_res.SetInParent()
+        return response
+
+    def _keep_open(
+        self, kind: str, open_engine: Callable[[threading.Event], Iterator[T]], context: grpc.ServicerContext
+    ) -> Iterator[T]:
+        cancel = self._lifecycle.open_stream(context)
+        backoff = self._retry()
+        try:
+            while not cancel.is_set():
+                try:
+                    for item in open_engine(cancel):
+                        yield item
+                        backoff.reset()
+                    if cancel.is_set():
+                        break
+                    log.warning("%s engine stream ended while Nomad still listens; restarting it", kind)
+                except Exception as exc:
+                    log.error("%s engine stream failed; restarting it: %s", kind, exc, exc_info=True)
+                cancel.wait(backoff.next_delay())
+        finally:
+            self._lifecycle.close_stream(cancel)

@@ -1,0 +1,135 @@
+# Nomad agent configuration for the nomad-device-lingjun device plugin.
+#
+# Put the executable in the agent's plugin_dir as "nomad-device-lingjun" and add this
+# block to the client's agent configuration. Every option is shown with its
+# default; delete the ones you do not change.
+#
+# Generated from nomad_plugin/config/options.py by
+#   python -m nomad_plugin.config.hcl_render > plugin.hcl
+# (do not edit by hand: a test compares this file with the rendering).
+
+plugin "nomad-device-lingjun" {
+  config {
+    # Where cards come from: auto (XDM if its socket exists, else NVML), xdm or nvml.
+    backend = "auto"
+
+    # XDM device-manager socket (ListAndWatch, Allocate, Release, exporter).
+    xdm_socket = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
+
+    # XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).
+    config_socket = "/run/amp/eKitC/xdm/sockets/config-daemon.sock"
+
+    # Fully-qualified XDM service name; empty = probe the known candidates (R1).
+    xdm_service = ""
+
+    # How a card minor is sent to Allocate: explicit (field always present) or omit-zero (R4).
+    xdm_minor_encoding = "explicit"
+
+    # Deadline of every unary XDM call.
+    xdm_call_timeout = "5s"
+
+    # Lowest level written to Nomad's agent log.
+    log_level = "info"
+
+    # Directory for the grant journal (created 0700; the journal is 0600).
+    data_dir = "/var/lib/nomad-device-lingjun"
+
+    # Mode of cards no card block matches: whole, tdm (time-division shares) or mig.
+    default_mode = "whole"
+
+    # Share instances per card in tdm mode (each 100/N % compute and floor(memory/N) GiB).
+    tdm_shares = 10
+
+    # Model substrings that may run in mig mode (R11); XDM's refusal still wins.
+    mig_models = ["A100", "A800", "H100", "H800", "H200", "H20", "A30"]
+
+    # Group whole cards by a topology level name (e.g. numaNodes, pcieSwitches) so count=N lands in one domain; none = one group per model.
+    group_by = "none"
+
+    # Cards never fingerprinted, by UUID or minor.
+    ignored_ids = []
+
+    # Only these vendors (empty = all).
+    include_vendors = []
+
+    # Never these vendors.
+    exclude_vendors = []
+
+    # Only these device types, e.g. gpu, ppu (empty = all).
+    include_types = []
+
+    # Never these device types.
+    exclude_types = []
+
+    # Consecutive healthy observations before an unhealthy instance is eligible again.
+    health_recovery_checks = 3
+
+    # Or: continuous health for this long makes it eligible again.
+    health_recovery_delay = "30s"
+
+    # How often ListGpuInfo re-reads static card data.
+    inventory_resync_period = "1m"
+
+    # Release grants whose Nomad allocation ended (needs the Nomad API).
+    reconcile = true
+
+    # How long a grant may lack a live allocation before it is released.
+    release_grace_period = "30s"
+
+    # Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646.
+    nomad_address = ""
+
+    # ACL token with node:read; empty = $NOMAD_TOKEN.
+    nomad_token = ""
+
+    # CA bundle for the agent's TLS; empty = $NOMAD_CACERT.
+    nomad_ca_cert = ""
+
+    # Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT.
+    nomad_client_cert = ""
+
+    # Client key for mTLS; empty = $NOMAD_CLIENT_KEY.
+    nomad_client_key = ""
+
+    # TLS server name to verify; empty = $NOMAD_TLS_SERVER_NAME.
+    nomad_tls_server_name = ""
+
+    # This node's ID; empty = ask the local agent (/v1/agent/self).
+    nomad_node_id = ""
+
+    # With the XDM backend, fill PCI bus IDs, NUMA nodes and clocks from NVML when it is present.
+    nvml_enrich = true
+
+    # Application-level XIDs that do not make a card unhealthy.
+    xid_ignore = [13, 31, 43, 45, 68, 109]
+
+    # Prometheus endpoint port; 0 = off.
+    metrics_port = 0
+
+    # Address the Prometheus endpoint binds to.
+    metrics_bind = "127.0.0.1"
+
+    # card blocks (repeatable) override the mode of single cards or models.
+    # match is a card minor, a card UUID, or an exact model name.
+    #
+    # card {
+    #   match = "NVIDIA A100-SXM4-80GB"
+    #   mode  = "mig"
+    # }
+    # card {
+    #   match  = "3"
+    #   mode   = "tdm"
+    #   shares = 4
+    # }
+    # card {
+    #   match         = "GPU-1b2c3d4e-0000-0000-0000-000000000000"
+    #   mode          = "tdm"
+    #   share_percent = 25
+    # }
+    # Card block options:
+    #   match (default ""): A card minor, a card UUID, or an exact model name.
+    #   mode (default "whole"): whole, tdm or mig.
+    #   shares (default 0): tdm: share instances on this card (0 = tdm_shares).
+    #   share_percent (default 0): tdm: compute percent per share instead of a count (must divide 100).
+  }
+}
