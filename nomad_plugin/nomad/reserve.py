@@ -1,0 +1,312 @@
+"""Reserve: Nomad device IDs -> one XDM grant -> a ``ContainerReservation``.
+
+Nomad calls Reserve once per task ``device`` block at task start and never
+again, and never says when the task ends. So every grant is journalled
+durably (intent before Allocate, granted after) and released later by one
+of the routes in ``docs/reserve.md``: (a) a new Reserve of the same IDs,
+(b) the Nomad-API reconciler, (c) startup recovery, all idempotent (d).
+
+``plan_request`` is pure (IDs + catalog -> asks); ``Reserver`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from nomad_plugin._proto.nomad import device_pb2
+from nomad_plugin.backend import Backend
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.journal import EntryState, Journal, JournalEntry
+from nomad_plugin.model.errors import PluginError, ReservationRejected
+from nomad_plugin.model.grant import DeviceAsk, GrantRequest
+from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
+from nomad_plugin.nomad.container import ContainerSpec, build_container
+from nomad_plugin.reconcile.counters import LifecycleCounters
+
+log = logging.getLogger(__name__)
+
+#: XDM's valid MIG slice counts per card (xdm-api.md §1.3).
+VALID_SLICES = frozenset({1, 2, 3, 4, 7})
+#: Crash-test hook points, in order (see tests/reserve/crash_driver.py).
+STEPS = ("before-allocate", "after-allocate", "after-journal")
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """The IDs resolved against the catalog, and the asks they make."""
+
+    group: GroupKey
+    kind: Kind
+    instances: tuple[Instance, ...]
+    asks: tuple[DeviceAsk, ...]
+
+    @property
+    def card_uuids(self) -> tuple[str, ...]:
+        return tuple(sorted({i.card_uuid for i in self.instances}))
+
+
+def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
+    """Resolve ``device_ids`` and build one request, or raise ``ReservationRejected``."""
+    seen: set[str] = set()
+    for device_id in device_ids:
+        if device_id in seen:
+            raise ReservationRejected(f"device ID {device_id!r} appears more than once in one request")
+        seen.add(device_id)
+    found: list[tuple[GroupKey, Instance]] = []
+    unknown: list[str] = []
+    for device_id in device_ids:
+        hit = catalog.find(device_id)
+        if hit is None:
+            unknown.append(device_id)
+        else:
+            found.append((hit[0].key, hit[1]))
+    if unknown:
+        raise ReservationRejected(
+            f"device ID(s) {', '.join(unknown)} are not in this node's last fingerprint "
+            "(the devices changed since the job was placed; Nomad will reschedule it)"
+        )
+    groups = sorted({str(g) for g, _ in found})
+    if len(groups) > 1:
+        raise ReservationRejected(
+            f"device IDs come from several device groups ({', '.join(groups)}); "
+            "one device block is always filled from one group"
+        )
+    group = found[0][0]
+    instances = tuple(inst for _, inst in found)
+    kinds = sorted({i.kind.value for i in instances})
+    if len(kinds) > 1:
+        raise ReservationRejected(
+            f"device group {group} mixes instance kinds ({', '.join(kinds)}); a request must be one kind"
+        )
+    kind = instances[0].kind
+    asks = _asks(kind, instances)
+    shapes = {(a.core, a.memory_gib, a.slices) for a in asks}
+    if len(shapes) > 1:
+        per_card = ", ".join(f"card {a.minor}: {_describe(kind, a)}" for a in asks)
+        raise ReservationRejected(
+            f"heterogeneous request in {group}: {per_card}. XDM grants only equal amounts on every card; "
+            "ask for a count that fits on one card, or whole cards"
+        )
+    return RequestPlan(group=group, kind=kind, instances=instances, asks=asks)
+
+
+def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
+    by_card: dict[int, list[Instance]] = defaultdict(list)
+    for inst in instances:
+        by_card[inst.minor].append(inst)
+    if kind is Kind.WHOLE:
+        return tuple(DeviceAsk(minor=m) for m in sorted(by_card))
+    if kind is Kind.SHARE:
+        return tuple(
+            DeviceAsk(
+                minor=m,
+                core=min(100, sum(i.core for i in insts)),
+                memory_gib=sum(i.memory_gib for i in insts),
+            )
+            for m, insts in sorted(by_card.items())
+        )
+    if kind is Kind.MIG:
+        asks = []
+        for m, insts in sorted(by_card.items()):
+            slices = sum(max(1, i.slices) for i in insts)
+            if slices not in VALID_SLICES:
+                raise ReservationRejected(
+                    f"{slices} MIG units on card {insts[0].card_uuid} (minor {m}): XDM accepts 1, 2, 3, 4 or 7 "
+                    "slices per card; use a device count of 1, 2, 3, 4 or 7"
+                )
+            asks.append(DeviceAsk(minor=m, slices=slices, memory_gib=sum(i.memory_gib for i in insts)))
+        return tuple(asks)
+    # Existing MIG instances (NVML): one ask per instance.
+    for inst in instances:
+        if inst.slices not in VALID_SLICES:
+            raise ReservationRejected(f"MIG instance {inst.id} has {inst.slices} slices; valid: 1, 2, 3, 4, 7")
+    return tuple(DeviceAsk(minor=i.minor, slices=i.slices, memory_gib=i.memory_gib) for i in instances)
+
+
+def _describe(kind: Kind, ask: DeviceAsk) -> str:
+    if kind is Kind.MIG:
+        return f"{ask.slices} slices"
+    return f"{ask.core}% compute, {ask.memory_gib} GiB"
+
+
+def empty_response() -> device_pb2.ReserveResponse:
+    return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
+
+
+class Reserver:
+    """Makes, journals and releases grants; safe for concurrent Reserves."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        catalog_source: Callable[[], Catalog],
+        journal: Journal,
+        config: PluginConfig,
+        on_grants_changed: Callable[[], None] | None = None,
+        *,
+        counters: LifecycleCounters | None = None,
+        include_mounts: bool = False,
+        step_hook: Callable[[str], None] | None = None,
+        path_exists: Callable[[str], bool] = os.path.exists,
+    ) -> None:
+        self.backend = backend
+        self.catalog_source = catalog_source
+        self.journal = journal
+        self.config = config
+        self.counters = counters or LifecycleCounters()
+        self._on_changed = on_grants_changed
+        self._include_mounts = include_mounts
+        self._step = step_hook or (lambda _step: None)
+        self._path_exists = path_exists
+        self._locks_guard = threading.Lock()
+        self._card_locks: dict[str, threading.Lock] = {}
+        self.counters.journal_size = len(journal)
+
+    # -- Reserve ------------------------------------------------------------------
+    def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
+        if not device_ids:
+            return empty_response()
+        plan = plan_request(list(device_ids), self.catalog_source())
+        grant_id = str(uuid.uuid4())
+        try:
+            with self._cards_locked(plan.card_uuids):
+                self._release_previous_holders(plan)
+                spec = self._grant(grant_id, plan)
+        finally:
+            self._changed()
+        return device_pb2.ReserveResponse(container_res=spec.to_proto())
+
+    def _grant(self, grant_id: str, plan: RequestPlan) -> ContainerSpec:
+        entry = JournalEntry(
+            grant_id=grant_id,
+            device_ids=tuple(i.id for i in plan.instances),
+            group=str(plan.group),
+            kind=plan.kind.value,
+            cards=plan.card_uuids,
+            asks=plan.asks,
+            created_at=time.time(),
+            state=EntryState.INTENT,
+        )
+        self._put(entry)
+        self._step("before-allocate")
+        try:
+            grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
+        except BaseException:
+            self._abandon(entry, "Allocate failed")
+            raise
+        self._step("after-allocate")
+        try:
+            spec = build_container(
+                grant,
+                plan.instances,
+                plan.group,
+                include_mounts=self._include_mounts,
+                path_exists=self._path_exists,
+            )
+            self._put(entry.with_state(EntryState.GRANTED, grant.devices))
+        except BaseException:
+            self._abandon(entry, "the grant could not be handed to the task")
+            raise
+        self._step("after-journal")
+        log.info("granted %s for %s (%s)", grant_id, ", ".join(entry.device_ids), plan.group)
+        return spec
+
+    def _release_previous_holders(self, plan: RequestPlan) -> None:
+        """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
+        wanted = {i.id for i in plan.instances}
+        for old in self.journal.entries():
+            if wanted.intersection(old.device_ids):
+                self._release_locked(old, "its device IDs were handed to a new allocation")
+                self.counters.inc("grants_released_by_reserve")
+
+    def _abandon(self, entry: JournalEntry, why: str) -> None:
+        log.warning("grant %s abandoned (%s); releasing it", entry.grant_id, why)
+        self._release_locked(entry, why)
+
+    # -- Release --------------------------------------------------------------------
+    def release_grant(self, grant_id: str, reason: str) -> bool:
+        """Release one journalled grant (idempotent). True when it is gone from the journal."""
+        entry = self.journal.get(grant_id)
+        if entry is None:
+            return True
+        try:
+            with self._cards_locked(entry.cards):
+                current = self.journal.get(grant_id)
+                return current is None or self._release_locked(current, reason)
+        finally:
+            self._changed()
+
+    def _release_locked(self, entry: JournalEntry, reason: str) -> bool:
+        try:
+            self.backend.release(entry.grant_id)
+        except PluginError as exc:
+            log.warning("release of grant %s failed (%s); will retry: %s", entry.grant_id, reason, exc)
+            if entry.state is not EntryState.RELEASING:
+                self._put(entry.with_state(EntryState.RELEASING))
+            return False
+        self.journal.remove(entry.grant_id)
+        self.counters.journal_size = len(self.journal)
+        log.info("released grant %s (%s)", entry.grant_id, reason)
+        return True
+
+    def recover(self) -> int:
+        """Route (c), at startup before serving: release entries left mid-Reserve or mid-release."""
+        released = 0
+        for entry in self.journal.entries():
+            if entry.state is EntryState.GRANTED:
+                continue
+            reason = "left by a plugin that stopped mid-Reserve" if entry.state is EntryState.INTENT else "retry"
+            if self.release_grant(entry.grant_id, reason):
+                released += 1
+        self.counters.inc("grants_released_at_startup", released)
+        return released
+
+    def retry_pending(self) -> int:
+        """Retry releases that failed earlier (XDM was down)."""
+        pending = [e for e in self.journal.entries() if e.state is EntryState.RELEASING]
+        return sum(1 for e in pending if self.release_grant(e.grant_id, "retry"))
+
+    # -- views ------------------------------------------------------------------------
+    def entries(self) -> list[JournalEntry]:
+        return self.journal.entries()
+
+    def active_kinds(self) -> Mapping[str, frozenset[Kind]]:
+        """Card UUID -> kinds of grants held on it (for the fingerprint's conflict marking)."""
+        kinds: dict[str, set[Kind]] = defaultdict(set)
+        for entry in self.journal.entries():
+            for card in entry.cards:
+                kinds[card].add(Kind(entry.kind))
+        return {card: frozenset(k) for card, k in kinds.items()}
+
+    # -- internals --------------------------------------------------------------------
+    def _put(self, entry: JournalEntry) -> None:
+        self.journal.put(entry)
+        self.counters.journal_size = len(self.journal)
+
+    def _changed(self) -> None:
+        if self._on_changed is not None:
+            try:
+                self._on_changed()
+            except Exception:
+                log.exception("on_grants_changed callback failed")
+
+    @contextmanager
+    def _cards_locked(self, cards: Sequence[str]) -> Iterator[None]:
+        """Hold the locks of ``cards`` in sorted order (no deadlock between Reserves)."""
+        with self._locks_guard:
+            locks = [self._card_locks.setdefault(c, threading.Lock()) for c in sorted(set(cards))]
+        for lock in locks:
+            lock.acquire()
+        try:
+            yield
+        finally:
+            for lock in reversed(locks):
+                lock.release()

@@ -1,0 +1,1 @@
+"""Releasing grants whose Nomad allocation ended, by watching the local agent's API."""

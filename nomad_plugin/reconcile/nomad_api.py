@@ -1,0 +1,180 @@
+"""A small typed client for the local Nomad agent's HTTP API (read-only).
+
+Only what the reconciler needs: this node's ID and its allocations with
+their device IDs, via blocking queries (``?index=N&wait=Ws``; the answer's
+``X-Nomad-Index`` is the next ``index``). Settings come from the plugin
+config, else the usual ``NOMAD_*`` environment variables. The ACL token goes
+only into the ``X-Nomad-Token`` header: never into logs or error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from nomad_plugin.config.model import PluginConfig
+
+DEFAULT_ADDRESS = "http://127.0.0.1:4646"
+#: Allocation client statuses after which Nomad frees the devices.
+TERMINAL = frozenset({"complete", "failed", "lost"})
+
+
+class NomadApiError(Exception):
+    """The agent could not answer; ``kind`` is unreachable/timeout/forbidden/http/bad-response."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class NomadApiSettings:
+    address: str = DEFAULT_ADDRESS
+    token: str = field(default="", repr=False)
+    ca_cert: str = ""
+    client_cert: str = ""
+    client_key: str = ""
+    tls_server_name: str = ""
+    skip_verify: bool = False
+    timeout: float = 5.0
+
+    @classmethod
+    def from_config(cls, config: PluginConfig, environ: Mapping[str, str] | None = None) -> NomadApiSettings:
+        env = os.environ if environ is None else environ
+        return cls(
+            address=config.nomad_address or env.get("NOMAD_ADDR", "") or DEFAULT_ADDRESS,
+            token=config.nomad_token or env.get("NOMAD_TOKEN", ""),
+            ca_cert=config.nomad_ca_cert or env.get("NOMAD_CACERT", ""),
+            client_cert=config.nomad_client_cert or env.get("NOMAD_CLIENT_CERT", ""),
+            client_key=config.nomad_client_key or env.get("NOMAD_CLIENT_KEY", ""),
+            tls_server_name=config.nomad_tls_server_name or env.get("NOMAD_TLS_SERVER_NAME", ""),
+            skip_verify=env.get("NOMAD_SKIP_VERIFY", "").lower() in ("1", "true", "yes"),
+        )
+
+
+@dataclass(frozen=True)
+class AllocView:
+    """What the reconciler needs from one allocation."""
+
+    id: str
+    client_status: str
+    device_ids: frozenset[str]
+
+    @property
+    def live(self) -> bool:
+        return self.client_status not in TERMINAL
+
+
+@dataclass(frozen=True)
+class AllocPage:
+    allocs: tuple[AllocView, ...]
+    index: int
+
+
+def parse_alloc(raw: Any) -> AllocView:
+    """One Allocation JSON object -> AllocView; raises ``ValueError`` on a wrong shape."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("ID"), str):
+        raise ValueError("allocation without an ID")
+    status = raw.get("ClientStatus")
+    if not isinstance(status, str):
+        raise ValueError(f"allocation {raw['ID']} without ClientStatus")
+    ids: set[str] = set()
+    tasks = ((raw.get("AllocatedResources") or {}).get("Tasks")) or {}
+    if not isinstance(tasks, dict):
+        raise ValueError(f"allocation {raw['ID']}: AllocatedResources.Tasks is not an object")
+    for task in tasks.values():
+        for dev in (task or {}).get("Devices") or []:
+            for device_id in (dev or {}).get("DeviceIDs") or []:
+                if isinstance(device_id, str):
+                    ids.add(device_id)
+    return AllocView(id=raw["ID"], client_status=status, device_ids=frozenset(ids))
+
+
+class NomadClient:
+    def __init__(self, settings: NomadApiSettings) -> None:
+        self.settings = settings
+        headers = {"X-Nomad-Token": settings.token} if settings.token else {}
+        transport: httpx.HTTPTransport | None = None
+        base = settings.address.rstrip("/")
+        if base.startswith("unix://"):
+            transport = httpx.HTTPTransport(uds=base[len("unix://") :])
+            base = "http://nomad"
+        self._extensions: dict[str, Any] = {}
+        if settings.tls_server_name:
+            self._extensions["sni_hostname"] = settings.tls_server_name
+        self._http = httpx.Client(
+            base_url=base,
+            headers=headers,
+            verify=self._ssl_context() if base.startswith("https://") else True,
+            transport=transport,
+            timeout=httpx.Timeout(settings.timeout),
+            trust_env=False,
+        )
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        s = self.settings
+        ctx = ssl.create_default_context(cafile=s.ca_cert or None)
+        if s.client_cert:
+            ctx.load_cert_chain(s.client_cert, s.client_key or None)
+        if s.skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+    def close(self) -> None:
+        self._http.close()
+
+    def node_id(self) -> str:
+        body, _ = self._get("/v1/agent/self", {}, self.settings.timeout)
+        node_id = ((body or {}).get("stats") or {}).get("client", {}).get("node_id") if isinstance(body, dict) else None
+        if not isinstance(node_id, str) or not node_id:
+            raise NomadApiError(
+                "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
+                "bad-response",
+            )
+        return node_id
+
+    def node_allocations(self, node_id: str, index: int = 0, wait: float = 0.0) -> AllocPage:
+        params: dict[str, str] = {}
+        if index > 0:
+            params = {"index": str(index), "wait": f"{max(1, int(wait * 1000))}ms"}
+        # Nomad adds up to wait/16 of jitter to a blocking query.
+        body, new_index = self._get(
+            f"/v1/node/{quote(node_id, safe='')}/allocations", params, self.settings.timeout + wait * 1.1
+        )
+        if not isinstance(body, list):
+            raise NomadApiError("node allocations answer is not a list", "bad-response")
+        try:
+            allocs = tuple(parse_alloc(a) for a in body)
+        except ValueError as exc:
+            raise NomadApiError(f"node allocations answer: {exc}", "bad-response") from None
+        return AllocPage(allocs=allocs, index=new_index)
+
+    def _get(self, path: str, params: dict[str, str], timeout: float) -> tuple[Any, int]:
+        try:
+            resp = self._http.get(path, params=params, timeout=timeout, extensions=self._extensions)
+        except httpx.TimeoutException:
+            raise NomadApiError(f"Nomad API {path}: timed out after {timeout:.1f}s", "timeout") from None
+        except httpx.HTTPError as exc:
+            raise NomadApiError(f"Nomad API {path}: {type(exc).__name__}: {exc}", "unreachable") from None
+        if resp.status_code == 403:
+            raise NomadApiError(
+                f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs node:read)", "forbidden"
+            )
+        if resp.status_code != 200:
+            raise NomadApiError(f"Nomad API {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http")
+        try:
+            body = resp.json()
+        except ValueError:
+            raise NomadApiError(f"Nomad API {path}: answer is not JSON", "bad-response") from None
+        try:
+            index = int(resp.headers.get("X-Nomad-Index", "0"))
+        except ValueError:
+            index = 0
+        return body, index

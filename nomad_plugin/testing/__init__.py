@@ -1,0 +1,1 @@
+"""Test doubles shared by the tests, the demo and the soak run."""

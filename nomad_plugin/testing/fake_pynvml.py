@@ -1,0 +1,547 @@
+"""A recorded NVML double: the ``pynvml`` functions the NVML backend uses.
+
+An instance of ``FakeNvml`` stands in for the ``pynvml`` module. Its data is
+modelled on real nodes (names, memory totals, PCI IDs, driver 550.54.15,
+MIG A100 layouts as ``nvidia-smi`` shows them) and it behaves like NVML where
+the backend depends on it: calls before ``nvmlInit`` fail Uninitialized,
+utilisation on a MIG-enabled card is NotSupported, a lost GPU fails every
+call with GpuIsLost, ``nvmlEventSetWait_v2`` blocks up to its timeout and then
+raises Timeout. Tests script faults with ``inject_xid``, ``inject_dbe``,
+``lose_gpu``, ``fail_event_loop``.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid as uuidlib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MIB = 1024 * 1024
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_UNKNOWN = 999
+
+_ERROR_TEXT = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_TIMEOUT: "Timeout",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+
+class NVMLError(Exception):
+    """Like pynvml's: ``value`` is the NVML return code, ``str()`` NVML's text."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
+
+
+def _uuid(prefix: str, seed: str) -> str:
+    return f"{prefix}-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, seed)}"
+
+
+@dataclass
+class FakeMig:
+    profile: str  # "1g.10gb"
+    memory_total_mib: int
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+    slices: int = 1
+    memory_used_mib: int = 0
+    uuid: str = ""
+
+
+@dataclass
+class FakeGpu:
+    name: str
+    memory_total_mib: int
+    pci_bus_id: str  # NVML form: "00000000:18:00.0"
+    minor: int
+    uuid: str = ""
+    numa_node: int | None = None  # None: nvmlDeviceGetNumaNodeId is NotSupported
+    memory_used_mib: int = 0
+    util_gpu: int = 0
+    util_memory: int = 0
+    temperature_c: int = 34
+    power_mw: int = 72_000
+    power_limit_mw: int = 700_000
+    ecc_sbe: int = 0
+    ecc_dbe: int = 0
+    graphics_clock_mhz: int = 1980
+    sm_clock_mhz: int = 1980
+    memory_clock_mhz: int = 2619
+    clock_event_reasons: int = 0x1  # GpuIdle
+    remapped_rows: tuple[int, int] = (0, 0)
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    compute_capability: tuple[int, int] = (9, 0)
+    mig_capable: bool = True
+    mig_enabled: bool = False
+    migs: list[FakeMig] = field(default_factory=list)
+    max_mig_devices: int = 7
+    events_supported: bool = True
+    lost: bool = False
+
+
+def h100(index: int) -> FakeGpu:
+    return FakeGpu(
+        name="NVIDIA H100 80GB HBM3",
+        memory_total_mib=81559,
+        pci_bus_id=f"00000000:{0x18 + 0x11 * index:02X}:00.0",
+        minor=index,
+        uuid=_uuid("GPU", f"h100-{index}"),
+        numa_node=None,
+    )
+
+
+def h200(index: int) -> FakeGpu:
+    return FakeGpu(
+        name="NVIDIA H200",
+        memory_total_mib=143771,
+        pci_bus_id=f"00000000:{0x19 + 0x20 * index:02X}:00.0",
+        minor=index,
+        uuid=_uuid("GPU", f"h200-{index}"),
+        memory_clock_mhz=3201,
+        numa_node=None,
+    )
+
+
+def a100_mig(index: int) -> FakeGpu:
+    """An A100 80GB with MIG on and three instances (3g.40gb, 2g.20gb, 1g.10gb)."""
+    gpu = FakeGpu(
+        name="NVIDIA A100-SXM4-80GB",
+        memory_total_mib=81920,
+        pci_bus_id=f"00000000:{0x07 + 0x40 * index:02X}:00.0",
+        minor=index,
+        uuid=_uuid("GPU", f"a100-{index}"),
+        power_limit_mw=400_000,
+        graphics_clock_mhz=1410,
+        sm_clock_mhz=1410,
+        memory_clock_mhz=1593,
+        pcie_gen=4,
+        compute_capability=(8, 0),
+        mig_enabled=True,
+        numa_node=1,
+    )
+    gpu.migs = [
+        FakeMig("3g.40gb", 40192, gpu_instance_id=2, slices=3, memory_used_mib=37),
+        FakeMig("2g.20gb", 19968, gpu_instance_id=3, slices=2, memory_used_mib=25),
+        FakeMig("1g.10gb", 9728, gpu_instance_id=9, slices=1, memory_used_mib=13),
+    ]
+    for mig in gpu.migs:
+        mig.uuid = _uuid("MIG", f"a100-{index}-gi{mig.gpu_instance_id}")
+    return gpu
+
+
+@dataclass(frozen=True)
+class _Handle:
+    gpu: FakeGpu
+    mig: FakeMig | None = None
+
+
+@dataclass
+class _Memory:
+    total: int
+    free: int
+    used: int
+
+
+@dataclass
+class _Utilization:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class _PciInfo:
+    busId: bytes
+    busIdLegacy: bytes
+    domain: int
+    bus: int
+    device: int
+
+
+@dataclass
+class _Attributes:
+    gpuInstanceSliceCount: int
+    computeInstanceSliceCount: int
+    memorySizeMB: int
+    multiprocessorCount: int
+
+
+@dataclass
+class EventData:
+    device: Any
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+class _EventSet:
+    def __init__(self) -> None:
+        self.masks: dict[int, int] = {}  # id(gpu) -> event mask
+        self.queue: deque[EventData] = deque()
+        self.freed = False
+
+
+class FakeNvml:
+    """Stands in for the ``pynvml`` module; one instance = one node."""
+
+    NVMLError = NVMLError
+    NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+    NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_TEMPERATURE_GPU = 0
+    NVML_VOLATILE_ECC = 0
+    NVML_AGGREGATE_ECC = 1
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_CLOCK_GRAPHICS = 0
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_DEVICE_MIG_DISABLE = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    nvmlEventTypeSingleBitEccError = 0x1
+    nvmlEventTypeDoubleBitEccError = 0x2
+    nvmlEventTypeXidCriticalError = 0x8
+    nvmlClocksEventReasonGpuIdle = 0x1
+    nvmlClocksEventReasonSwPowerCap = 0x4
+    nvmlClocksEventReasonHwThermalSlowdown = 0x40
+
+    def __init__(
+        self, gpus: list[FakeGpu] | None = None, driver_version: str = "550.54.15", cuda_version: int = 12040
+    ) -> None:
+        self.gpus = gpus if gpus is not None else [h100(0), h200(1), a100_mig(2)]
+        self.driver_version = driver_version
+        self.cuda_version = cuda_version
+        self.init_error: int | None = None
+        self.init_count = 0
+        self.init_calls = 0
+        self.event_failure: int | None = None
+        self.has_clock_event_reasons = True
+        self.calls: list[str] = []
+        self._cond = threading.Condition()
+        self._sets: list[_EventSet] = []
+
+    # --- scripting -------------------------------------------------------------------
+    def inject_xid(self, index: int, xid: int, gpu_instance: int | None = None, compute_instance: int = 0) -> int:
+        """Deliver an XID event for GPU ``index``; returns how many event sets got it."""
+        gi = 0xFFFFFFFF if gpu_instance is None else gpu_instance
+        ci = 0xFFFFFFFF if gpu_instance is None else compute_instance
+        return self._deliver(index, self.nvmlEventTypeXidCriticalError, xid, gi, ci)
+
+    def inject_dbe(self, index: int) -> int:
+        self.gpus[index].ecc_dbe += 1
+        return self._deliver(index, self.nvmlEventTypeDoubleBitEccError, 0, 0xFFFFFFFF, 0xFFFFFFFF)
+
+    def lose_gpu(self, index: int, lost: bool = True) -> None:
+        """Make every call on GPU ``index`` fail with GpuIsLost (fell off the bus)."""
+        self.gpus[index].lost = lost
+
+    def fail_event_loop(self, code: int | None = NVML_ERROR_UNKNOWN) -> None:
+        """Make ``nvmlEventSetWait_v2`` fail with ``code`` (None: work again)."""
+        with self._cond:
+            self.event_failure = code
+            self._cond.notify_all()
+
+    def registered(self, index: int) -> bool:
+        gpu = self.gpus[index]
+        with self._cond:
+            return any(id(gpu) in s.masks and not s.freed for s in self._sets)
+
+    def wait_registered(self, indexes: list[int], timeout: float = 5.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: all(self._registered_locked(i) for i in indexes), timeout)
+
+    def _registered_locked(self, index: int) -> bool:
+        gpu = self.gpus[index]
+        return any(id(gpu) in s.masks and not s.freed for s in self._sets)
+
+    def _deliver(self, index: int, event_type: int, data: int, gi: int, ci: int) -> int:
+        gpu = self.gpus[index]
+        delivered = 0
+        with self._cond:
+            for event_set in self._sets:
+                if not event_set.freed and event_set.masks.get(id(gpu), 0) & event_type:
+                    event_set.queue.append(EventData(_Handle(gpu), event_type, data, gi, ci))
+                    delivered += 1
+            self._cond.notify_all()
+        return delivered
+
+    # --- helpers --------------------------------------------------------------------------
+    def _check(self, name: str) -> None:
+        self.calls.append(name)
+        if self.init_count <= 0:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, name: str, handle: _Handle, mig_ok: bool = False) -> FakeGpu:
+        self._check(name)
+        if not isinstance(handle, _Handle):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if handle.gpu.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        if handle.mig is not None and not mig_ok:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return handle.gpu
+
+    # --- init / system ------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
+        self.init_count += 1
+
+    def nvmlShutdown(self) -> None:
+        self._check("nvmlShutdown")
+        self.init_count -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check("nvmlSystemGetDriverVersion")
+        return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self._check("nvmlSystemGetCudaDriverVersion_v2")
+        return self.cuda_version
+
+    # --- enumeration ------------------------------------------------------------------------
+    def nvmlDeviceGetCount(self) -> int:
+        self._check("nvmlDeviceGetCount")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        self._check("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(self.gpus):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(self.gpus[index])
+
+    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
+        gpu = self._gpu("nvmlDeviceGetUUID", handle, mig_ok=True)
+        return handle.mig.uuid if handle.mig else gpu.uuid
+
+    def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetMinorNumber", handle).minor
+
+    def nvmlDeviceGetName(self, handle: _Handle) -> str:
+        gpu = self._gpu("nvmlDeviceGetName", handle, mig_ok=True)
+        return f"{gpu.name} MIG {handle.mig.profile}" if handle.mig else gpu.name
+
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> _Memory:
+        gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle, mig_ok=True)
+        total, used = (
+            (handle.mig.memory_total_mib, handle.mig.memory_used_mib)
+            if handle.mig
+            else (gpu.memory_total_mib, gpu.memory_used_mib)
+        )
+        return _Memory(total=total * MIB, free=(total - used) * MIB, used=used * MIB)
+
+    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> _PciInfo:
+        gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
+        domain, bus, rest = gpu.pci_bus_id.split(":")
+        return _PciInfo(
+            busId=gpu.pci_bus_id.encode(),
+            busIdLegacy=gpu.pci_bus_id[4:].encode(),
+            domain=int(domain, 16),
+            bus=int(bus, 16),
+            device=int(rest.split(".")[0], 16),
+        )
+
+    def nvmlDeviceGetNumaNodeId(self, handle: _Handle) -> int:
+        gpu = self._gpu("nvmlDeviceGetNumaNodeId", handle)
+        if gpu.numa_node is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return gpu.numa_node
+
+    # --- static facts -------------------------------------------------------------------------
+    def nvmlDeviceGetClockInfo(self, handle: _Handle, clock: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
+        return {0: gpu.graphics_clock_mhz, 1: gpu.sm_clock_mhz, 2: gpu.memory_clock_mhz}[clock]
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetPowerManagementLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_gen
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
+        return self._gpu("nvmlDeviceGetCudaComputeCapability", handle).compute_capability
+
+    # --- MIG ----------------------------------------------------------------------------------
+    def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetMigMode", handle)
+        if not gpu.mig_capable:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        mode = self.NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else self.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> int:
+        gpu = self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
+        return gpu.max_mig_devices if gpu.mig_capable else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _Handle:
+        gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if not gpu.mig_enabled:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if index >= len(gpu.migs):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return _Handle(gpu, gpu.migs[index])
+
+    def nvmlDeviceGetAttributes(self, handle: _Handle) -> _Attributes:
+        self._gpu("nvmlDeviceGetAttributes", handle, mig_ok=True)
+        if handle.mig is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        mig = handle.mig
+        return _Attributes(mig.slices, mig.slices, mig.memory_total_mib, 14 * mig.slices)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: _Handle) -> int:
+        self._gpu("nvmlDeviceGetGpuInstanceId", handle, mig_ok=True)
+        if handle.mig is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return handle.mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: _Handle) -> int:
+        self._gpu("nvmlDeviceGetComputeInstanceId", handle, mig_ok=True)
+        if handle.mig is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return handle.mig.compute_instance_id
+
+    # --- readings -------------------------------------------------------------------------------
+    def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> _Utilization:
+        gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+        if gpu.mig_enabled:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return _Utilization(gpu.util_gpu, gpu.util_memory)
+
+    def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
+        return self._gpu("nvmlDeviceGetTemperature", handle).temperature_c
+
+    def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, error_type: int, counter_type: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
+        return gpu.ecc_sbe if error_type == self.NVML_MEMORY_ERROR_TYPE_CORRECTED else gpu.ecc_dbe
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle).clock_event_reasons
+
+    def __getattr__(self, name: str) -> Any:
+        # Older drivers/bindings lack the "EventReasons" spelling; tests switch it off.
+        if name == "nvmlDeviceGetCurrentClocksEventReasons" and self.__dict__.get("has_clock_event_reasons"):
+            return self._clock_event_reasons
+        raise AttributeError(name)
+
+    def _clock_event_reasons(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle).clock_event_reasons
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
+        gpu = self._gpu("nvmlDeviceGetRemappedRows", handle)
+        return (gpu.remapped_rows[0], gpu.remapped_rows[1], 0, 0)
+
+    # --- events -----------------------------------------------------------------------------------
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._check("nvmlEventSetCreate")
+        event_set = _EventSet()
+        with self._cond:
+            self._sets.append(event_set)
+        return event_set
+
+    def nvmlEventSetFree(self, event_set: _EventSet) -> None:
+        self._check("nvmlEventSetFree")
+        with self._cond:
+            event_set.freed = True
+            self._cond.notify_all()
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: _Handle) -> int:
+        gpu = self._gpu("nvmlDeviceGetSupportedEventTypes", handle)
+        if not gpu.events_supported:
+            return 0
+        return self.nvmlEventTypeSingleBitEccError | self.nvmlEventTypeDoubleBitEccError | 0x4 | 0x8 | 0x10
+
+    def nvmlDeviceRegisterEvents(self, handle: _Handle, event_types: int, event_set: _EventSet) -> None:
+        gpu = self._gpu("nvmlDeviceRegisterEvents", handle)
+        if not gpu.events_supported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        with self._cond:
+            event_set.masks[id(gpu)] = event_set.masks.get(id(gpu), 0) | int(event_types)
+            self._cond.notify_all()
+
+    def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> EventData:
+        self._check("nvmlEventSetWait_v2")
+        with self._cond:
+            ready = self._cond.wait_for(
+                lambda: bool(event_set.queue) or self.event_failure is not None or event_set.freed,
+                timeout_ms / 1000.0,
+            )
+            if self.event_failure is not None:
+                raise NVMLError(self.event_failure)
+            if not ready or not event_set.queue:
+                raise NVMLError(NVML_ERROR_TIMEOUT)
+            return event_set.queue.popleft()
+
+
+# --- fake host files ------------------------------------------------------------------------------
+
+
+def write_sysfs_numa(sysfs_root: str | Path, bus_id: str, node: int) -> Path:
+    """Write ``<root>/bus/pci/devices/<bus_id>/numa_node`` as the kernel shows it."""
+    path = Path(sysfs_root) / "bus" / "pci" / "devices" / bus_id / "numa_node"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{node}\n")
+    return path
+
+
+def write_mig_caps(proc_root: str | Path, fake: FakeNvml) -> dict[str, tuple[int, int]]:
+    """Write the MIG capability ``access`` files for every MIG instance in ``fake``.
+
+    Returns MIG UUID -> (GPU-instance cap minor, compute-instance cap minor).
+    The files look like the driver's: ``DeviceFileMinor``, ``DeviceFileMode``,
+    ``DeviceFileModify`` lines.
+    """
+    minors: dict[str, tuple[int, int]] = {}
+    base = Path(proc_root) / "driver" / "nvidia" / "capabilities"
+    for gpu in fake.gpus:
+        for mig in gpu.migs:
+            gi_minor = 3 + gpu.minor * 9 + mig.gpu_instance_id * 9 // 9 * 1 + 0
+            ci_minor = 1000 + gpu.minor * 100 + mig.gpu_instance_id * 8 + mig.compute_instance_id
+            gi_dir = base / f"gpu{gpu.minor}" / "mig" / f"gi{mig.gpu_instance_id}"
+            ci_dir = gi_dir / f"ci{mig.compute_instance_id}"
+            ci_dir.mkdir(parents=True, exist_ok=True)
+            for directory, minor in ((gi_dir, gi_minor), (ci_dir, ci_minor)):
+                (directory / "access").write_text(
+                    f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+                )
+            minors[mig.uuid] = (gi_minor, ci_minor)
+    return minors

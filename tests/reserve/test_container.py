@@ -1,0 +1,181 @@
+"""Grant -> ContainerReservation: env mapping and validation of everything XDM returns."""
+
+from __future__ import annotations
+
+import pytest
+
+from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, MountSpec
+from nomad_plugin.model.instances import GroupKey, Instance, Kind
+from nomad_plugin.nomad.container import (
+    GrantRejected,
+    annotation_env_name,
+    build_container,
+    check_path,
+)
+
+PPU = GroupKey("alibaba", "ppu", "PPU 810E")
+NV = GroupKey("nvidia", "gpu", "H800")
+WHOLE = [Instance("U1", Kind.WHOLE, "U1", 1), Instance("U2", Kind.WHOLE, "U2", 2)]
+NODES = (DeviceNode("/dev/alixpu1", "/dev/alixpu1"),)
+
+
+def grant(**kw):
+    base = {"grant_id": "g-1", "devices": (GrantedDevice(1, "U1"), GrantedDevice(2, "U2")), "device_nodes": NODES}
+    base.update(kw)
+    return Grant(**base)
+
+
+def never(_path: str) -> bool:
+    return False
+
+
+def test_ppu_whole_cards_env():
+    spec = build_container(grant(), WHOLE, PPU, path_exists=never)
+    assert spec.envs["LINGJUN_GRANT_ID"] == "g-1"
+    assert spec.envs["LINGJUN_DEVICE_IDS"] == "U1,U2"
+    assert spec.envs["LINGJUN_DEVICE_MINORS"] == "1,2"
+    assert spec.envs["LINGJUN_CARD_UUIDS"] == "U1,U2"
+    assert spec.envs["LINGJUN_MODE"] == "whole"
+    assert spec.envs["LINGJUN_CORE_LIMIT_PERCENT"] == "100"
+    assert spec.envs["LINGJUN_MEMORY_LIMIT_GIB"] == "0"
+    assert spec.envs["PPU_VISIBLE_DEVICES"] == "1,2"
+    assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs  # would switch docker to the nvidia runtime
+    assert spec.devices == NODES
+
+
+def test_nvidia_uses_nvidia_visible_devices_and_mig_uuids():
+    insts = [Instance(f"G-mig-{i}", Kind.MIG, "G", 3, i, 0, 10, 1) for i in range(3)]
+    g = grant(devices=(GrantedDevice(3, "G", 0, 30, 3, "MIG-xyz"),), device_nodes=())
+    spec = build_container(g, insts, NV, path_exists=never)
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "MIG-xyz"
+    assert spec.envs["LINGJUN_MIG_SLICES"] == "3"
+    assert spec.envs["LINGJUN_MEMORY_LIMIT_GIB"] == "30"
+    assert "PPU_VISIBLE_DEVICES" not in spec.envs
+
+
+def test_share_limits_from_grant():
+    insts = [Instance(f"U1-share-{i}", Kind.SHARE, "U1", 1, i, 10, 9) for i in range(3)]
+    g = grant(devices=(GrantedDevice(1, "U1", 30, 27),))
+    spec = build_container(g, insts, PPU, path_exists=never)
+    assert (spec.envs["LINGJUN_CORE_LIMIT_PERCENT"], spec.envs["LINGJUN_MEMORY_LIMIT_GIB"]) == ("30", "27")
+    assert spec.envs["LINGJUN_MODE"] == "share"
+
+
+def test_xdm_envs_pass_through_but_cannot_override_plugin_envs():
+    g = grant(envs={"AMP_VGPU_ENABLE": "1", "PPU_VISIBLE_DEVICES": "uuid-a", "LINGJUN_GRANT_ID": "evil"})
+    spec = build_container(g, WHOLE, PPU, path_exists=never)
+    assert spec.envs["AMP_VGPU_ENABLE"] == "1"
+    assert spec.envs["PPU_VISIBLE_DEVICES"] == "uuid-a"  # XDM knows its runtime's format best
+    assert spec.envs["LINGJUN_GRANT_ID"] == "g-1"
+
+
+def test_annotations_become_env_by_documented_mapping():
+    g = grant(annotations={"xdm.amp.com/allocation-id": "a-1", "xdm.amp.com/core": "50", "bad key!": "x"})
+    spec = build_container(g, WHOLE, PPU, path_exists=never)
+    assert spec.envs["XDM_AMP_COM_ALLOCATION_ID"] == "a-1"
+    assert spec.envs["XDM_AMP_COM_CORE"] == "50"
+    assert not any("BAD" in k for k in spec.envs)
+
+
+def test_annotation_with_interpolation_is_dropped_not_fatal():
+    g = grant(annotations={"xdm.amp.com/x": "${attr.kernel.name}"})
+    assert "XDM_AMP_COM_X" not in build_container(g, WHOLE, PPU, path_exists=never).envs
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("xdm.amp.com/allocation-id", "XDM_AMP_COM_ALLOCATION_ID"),
+        ("simple", "SIMPLE"),
+        ("9lives", None),
+        ("a b", None),
+        ("a$b", None),
+        ("", None),
+    ],
+)
+def test_annotation_env_name(key, expected):
+    assert annotation_env_name(key) == expected
+
+
+@pytest.mark.parametrize(
+    ("envs", "match"),
+    [
+        ({"1BAD": "x"}, "not a valid variable name"),
+        ({"A-B": "x"}, "not a valid variable name"),
+        ({"A": "x\x00y"}, "control character"),
+        ({"A": "x\ny"}, "control character"),
+        ({"A": "${node.unique.id}"}, "interpolate"),
+    ],
+)
+def test_bad_xdm_env_rejects_grant(envs, match):
+    with pytest.raises(GrantRejected, match=match):
+        build_container(grant(envs=envs), WHOLE, PPU, path_exists=never)
+
+
+BAD_PATHS = [
+    "",
+    "relative/path",
+    "/dev/../etc/shadow",
+    "/dev/./alixpu",
+    "/dev//alixpu",
+    "//dev/alixpu",
+    "/dev/alixpu/",
+    "/dev/ali\x00xpu",
+    "/dev/ali\nxpu",
+    "/dev/..",
+]
+
+
+@pytest.mark.parametrize("path", BAD_PATHS)
+def test_bad_paths_rejected(path):
+    with pytest.raises(GrantRejected):
+        check_path(path, "device host path", under_dev=True)
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/dev", "/devx/a", "/sys/class"])
+def test_device_nodes_must_be_under_dev(path):
+    with pytest.raises(GrantRejected, match="outside /dev/"):
+        build_container(grant(device_nodes=(DeviceNode(path, path),)), WHOLE, PPU, path_exists=never)
+
+
+@pytest.mark.parametrize(
+    "mount",
+    [
+        MountSpec("/usr/lib/x", "/"),
+        MountSpec("/usr/lib/x", "/opt/../etc"),
+        MountSpec("usr/lib", "/opt/lib"),
+        MountSpec("/usr/lib/x", "/opt/lib\n"),
+    ],
+)
+def test_bad_mounts_reject_grant_even_when_mounts_are_not_passed_on(mount):
+    with pytest.raises(GrantRejected):
+        build_container(grant(mounts=(mount,)), WHOLE, PPU, path_exists=never)
+
+
+def test_bad_permissions_rejected():
+    with pytest.raises(GrantRejected, match="permissions"):
+        build_container(grant(device_nodes=(DeviceNode("/dev/a", "/dev/a", "rwx"),)), WHOLE, PPU, path_exists=never)
+
+
+def test_mounts_only_when_configured():
+    g = grant(mounts=(MountSpec("/usr/local/lj", "/opt/lj/lib"),))
+    assert build_container(g, WHOLE, PPU, path_exists=never).mounts == ()
+    assert build_container(g, WHOLE, PPU, include_mounts=True, path_exists=never).mounts == g.mounts
+
+
+def test_device_nodes_derived_when_xdm_names_none_and_only_existing():
+    g = grant(device_nodes=())
+    spec = build_container(g, WHOLE, NV, path_exists=lambda p: p in {"/dev/nvidia1", "/dev/nvidiactl"})
+    assert [d.host_path for d in spec.devices] == ["/dev/nvidia1", "/dev/nvidiactl"]
+    spec = build_container(g, WHOLE, PPU, path_exists=lambda p: True)
+    assert [d.host_path for d in spec.devices] == ["/dev/alixpu", "/dev/alixpu_ctl"]
+
+
+def test_to_proto_round_trip():
+    g = grant(mounts=(MountSpec("/usr/local/lj", "/opt/lj/lib", True),))
+    proto = build_container(g, WHOLE, PPU, include_mounts=True, path_exists=never).to_proto()
+    assert proto.envs["LINGJUN_GRANT_ID"] == "g-1"
+    assert [(m.task_path, m.host_path, m.read_only) for m in proto.mounts] == [("/usr/local/lj", "/opt/lj/lib", True)]
+    assert [(d.task_path, d.host_path, d.permissions) for d in proto.devices] == [
+        ("/dev/alixpu1", "/dev/alixpu1", "rwm")
+    ]

@@ -1,0 +1,104 @@
+"""Nomad device IDs -> one GrantRequest: every mapping and every rejection."""
+
+from __future__ import annotations
+
+import pytest
+
+from nomad_plugin.model.errors import ReservationRejected
+from nomad_plugin.model.grant import DeviceAsk
+from nomad_plugin.model.instances import Instance, InstanceGroup, Kind, mig_unit_id, share_id
+from nomad_plugin.nomad.reserve import plan_request
+from tests.reserve.fakes import card_uuid, catalog, mig_group, share_group, whole_group
+
+CAT = catalog(whole_group(4), share_group([4, 5]), mig_group([6, 7]))
+
+
+def test_whole_cards_one_ask_per_card_in_minor_order():
+    plan = plan_request([card_uuid(2), card_uuid(0)], CAT)
+    assert plan.kind is Kind.WHOLE
+    assert plan.asks == (DeviceAsk(minor=0), DeviceAsk(minor=2))
+    assert [i.id for i in plan.instances] == [card_uuid(2), card_uuid(0)]
+    assert str(plan.group) == "alibaba/ppu/PPU 810E"
+
+
+def test_k_shares_of_one_card_make_one_ask_with_summed_core_and_memory():
+    ids = [share_id(card_uuid(4), i) for i in (0, 3, 7)]
+    plan = plan_request(ids, CAT)
+    assert plan.asks == (DeviceAsk(minor=4, core=30, memory_gib=27),)
+    assert plan.card_uuids == (card_uuid(4),)
+
+
+def test_equal_shares_on_two_cards():
+    ids = [share_id(card_uuid(4), 0), share_id(card_uuid(5), 1)]
+    plan = plan_request(ids, CAT)
+    assert plan.asks == (DeviceAsk(4, 10, 9), DeviceAsk(5, 10, 9))
+
+
+def test_all_shares_of_a_card_cap_core_at_100():
+    g = InstanceGroup(
+        share_group([0]).key,
+        tuple(Instance(share_id("C", i), Kind.SHARE, "C", 0, i, 34, 1) for i in range(3)),
+    )
+    assert plan_request([share_id("C", i) for i in range(3)], catalog(g)).asks == (DeviceAsk(0, 100, 3),)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 7])
+def test_k_mig_units_become_k_slices(k):
+    ids = [mig_unit_id(card_uuid(6, "GPU"), i) for i in range(k)]
+    assert plan_request(ids, CAT).asks == (DeviceAsk(minor=6, slices=k, memory_gib=10 * k),)
+
+
+@pytest.mark.parametrize("k", [5, 6])
+def test_mig_slice_count_outside_xdm_set_is_rejected(k):
+    ids = [mig_unit_id(card_uuid(6, "GPU"), i) for i in range(k)]
+    with pytest.raises(ReservationRejected, match=rf"{k} MIG units .* 1, 2, 3, 4 or 7"):
+        plan_request(ids, CAT)
+
+
+def test_unknown_ids_are_named():
+    with pytest.raises(ReservationRejected, match="nope-1, nope-2 are not in this node's last fingerprint"):
+        plan_request([card_uuid(0), "nope-1", "nope-2"], CAT)
+
+
+def test_ids_from_several_groups_rejected():
+    with pytest.raises(ReservationRejected, match="several device groups"):
+        plan_request([card_uuid(0), share_id(card_uuid(4), 0)], CAT)
+
+
+def test_heterogeneous_shares_rejected_with_per_card_amounts():
+    ids = [share_id(card_uuid(4), 0), share_id(card_uuid(4), 1), share_id(card_uuid(5), 0)]
+    with pytest.raises(ReservationRejected, match=r"heterogeneous .*card 4: 20% compute.*card 5: 10% compute"):
+        plan_request(ids, CAT)
+
+
+def test_heterogeneous_mig_rejected():
+    ids = [
+        mig_unit_id(card_uuid(6, "GPU"), 0),
+        mig_unit_id(card_uuid(6, "GPU"), 1),
+        mig_unit_id(card_uuid(7, "GPU"), 0),
+    ]
+    with pytest.raises(ReservationRejected, match="heterogeneous"):
+        plan_request(ids, CAT)
+
+
+def test_mixed_kinds_in_one_group_rejected():
+    whole = whole_group(1)
+    g = InstanceGroup(whole.key, (*whole.instances, Instance("S", Kind.SHARE, "X", 9, 0, 10, 1)))
+    with pytest.raises(ReservationRejected, match="mixes instance kinds"):
+        plan_request([card_uuid(0), "S"], catalog(g))
+
+
+def test_duplicate_id_rejected():
+    with pytest.raises(ReservationRejected, match="more than once"):
+        plan_request([card_uuid(0), card_uuid(0)], CAT)
+
+
+def test_existing_mig_instances_one_ask_each():
+    g = InstanceGroup(
+        mig_group([0]).key,
+        (
+            Instance("MIG-a", Kind.MIG_INSTANCE, "G0", 0, 0, 0, 20, 2, mig_uuid="MIG-a"),
+            Instance("MIG-b", Kind.MIG_INSTANCE, "G1", 1, 0, 0, 20, 2, mig_uuid="MIG-b"),
+        ),
+    )
+    assert plan_request(["MIG-a", "MIG-b"], catalog(g)).asks == (DeviceAsk(0, 0, 20, 2), DeviceAsk(1, 0, 20, 2))
