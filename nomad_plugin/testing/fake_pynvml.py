@@ -534,8 +534,8 @@ def write_mig_caps(proc_root: str | Path, fake: FakeNvml) -> dict[str, tuple[int
     base = Path(proc_root) / "driver" / "nvidia" / "capabilities"
     for gpu in fake.gpus:
         for mig in gpu.migs:
-            gi_minor = 3 + gpu.minor * 9 + mig.gpu_instance_id * 9 // 9 * 1 + 0
-            ci_minor = 1000 + gpu.minor * 100 + mig.gpu_instance_id * 8 + mig.compute_instance_id
+            gi_minor = 10 + gpu.minor * 200 + mig.gpu_instance_id * 10
+            ci_minor = gi_minor + 1 + mig.compute_instance_id
             gi_dir = base / f"gpu{gpu.minor}" / "mig" / f"gi{mig.gpu_instance_id}"
             ci_dir = gi_dir / f"ci{mig.compute_instance_id}"
             ci_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,177 @@
+"""Reading cards, MIG instances and node facts out of an initialised NVML.
+
+Functions here only read; they hold no state and start no threads, so the
+backend, the enricher and the GPU check share them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nomad_plugin.model.card import Card, MigInstance
+from nomad_plugin.nvml import lib
+from nomad_plugin.nvml.lib import Nvml
+from nomad_plugin.nvml.pci import normalise_bus_id, sysfs_numa_node
+
+# MB/s per lane for PCIe generations 1..6 (after line encoding).
+_PCIE_LANE_MBPS = {1: 250, 2: 500, 3: 985, 4: 1969, 5: 3938, 6: 7563}
+_MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
+_GPU_SLICES = re.compile(r"(?:^|\.)(\d+)g\.")
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """One physical GPU as NVML enumerates it; ``handle`` is NVML's opaque handle."""
+
+    index: int
+    uuid: str
+    minor: int
+    handle: Any
+
+
+def list_devices(nvml: Nvml) -> tuple[list[DeviceRef], dict[int, str]]:
+    """Every physical GPU NVML sees, in index order, and the indexes it could not read.
+
+    A card that fell off the bus can fail here while the others work; it is
+    reported by index so the caller can keep its last known identity.
+    """
+    refs, failed = [], {}
+    for index in range(int(nvml.nvmlDeviceGetCount())):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = lib.text(nvml.nvmlDeviceGetUUID(handle))
+            minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+        except nvml.NVMLError as exc:
+            failed[index] = lib.describe(nvml, exc)
+            continue
+        refs.append(DeviceRef(index=index, uuid=uuid, minor=minor, handle=handle))
+    return refs, failed
+
+
+def cuda_version_text(raw: int) -> str:
+    """NVML's CUDA driver version integer (12040) as "12.4"."""
+    return f"{raw // 1000}.{(raw % 1000) // 10}"
+
+
+def node_facts(nvml: Nvml) -> dict[str, str]:
+    """Node-wide facts: driver and CUDA versions (best effort, never raises for gaps)."""
+    facts = {"driver_version": lib.text(nvml.nvmlSystemGetDriverVersion())}
+    cuda = lib.optional(nvml, "nvmlSystemGetCudaDriverVersion_v2")
+    if cuda is None:
+        cuda = lib.optional(nvml, "nvmlSystemGetCudaDriverVersion")
+    if cuda is not None:
+        facts["cuda_version"] = cuda_version_text(int(cuda))
+    return facts
+
+
+def bus_id(nvml: Nvml, handle: Any) -> str:
+    """The card's PCI address in sysfs form ("" if NVML gives none)."""
+    info = nvml.nvmlDeviceGetPciInfo(handle)
+    raw = lib.text(getattr(info, "busId", b"") or getattr(info, "busIdLegacy", b""))
+    return normalise_bus_id(raw) if raw else ""
+
+
+def numa_node(nvml: Nvml, handle: Any, pci_bus_id: str, sysfs_root: str) -> int | None:
+    """CPU-side NUMA node: sysfs first (what the kernel schedules by), then NVML."""
+    if pci_bus_id:
+        node = sysfs_numa_node(pci_bus_id, sysfs_root)
+        if node is not None:
+            return node
+    value = lib.optional(nvml, "nvmlDeviceGetNumaNodeId", handle)
+    return int(value) if value is not None and int(value) >= 0 else None
+
+
+def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
+    """Facts the official plugin exposes as attributes: clocks, power limit, PCIe bandwidth."""
+    extras: dict[str, str] = {}
+    graphics = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_GRAPHICS)
+    if graphics is not None:
+        extras["cores_clock_mhz"] = str(int(graphics))
+    memory = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
+    if memory is not None:
+        extras["memory_clock_mhz"] = str(int(memory))
+    limit = lib.optional(nvml, "nvmlDeviceGetPowerManagementLimit", handle)
+    if limit is not None:
+        extras["power_limit_w"] = str(int(limit) // 1000)
+    gen = lib.optional(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
+    width = lib.optional(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
+    if gen is not None and width is not None and int(gen) in _PCIE_LANE_MBPS:
+        extras["pci_bandwidth_mbps"] = str(_PCIE_LANE_MBPS[int(gen)] * int(width))
+    capability = lib.optional(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
+    if capability is not None:
+        extras["compute_capability"] = f"{capability[0]}.{capability[1]}"
+    return extras
+
+
+def mig_mode(nvml: Nvml, handle: Any) -> tuple[bool, bool]:
+    """(MIG capable, MIG currently enabled)."""
+    modes = lib.optional(nvml, "nvmlDeviceGetMigMode", handle)
+    if modes is None:
+        return False, False
+    return True, int(modes[0]) == int(nvml.NVML_DEVICE_MIG_ENABLE)
+
+
+def profile_from_name(name: str) -> str:
+    """ "NVIDIA A100-SXM4-80GB MIG 1g.10gb" -> "1g.10gb" ("" when the name has none)."""
+    match = _MIG_PROFILE.search(name)
+    return match.group(1) if match else ""
+
+
+def slices_from_profile(profile: str) -> int:
+    """GPU slices of a profile: "3g.40gb" -> 3, "1c.2g.20gb" -> 2, unknown -> 0."""
+    match = _GPU_SLICES.search(profile)
+    return int(match.group(1)) if match else 0
+
+
+def mig_instances(nvml: Nvml, handle: Any) -> tuple[MigInstance, ...]:
+    """The MIG devices that exist on a MIG-enabled card (NVML cannot create them)."""
+    found = []
+    for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except nvml.NVMLError as exc:
+            if lib.error_code(nvml, exc) in (lib.ERROR_NOT_FOUND, lib.ERROR_NOT_SUPPORTED):
+                continue  # an empty slot
+            raise
+        name = lib.text(nvml.nvmlDeviceGetName(mig))
+        profile = profile_from_name(name)
+        attrs = lib.optional(nvml, "nvmlDeviceGetAttributes", mig)
+        slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else slices_from_profile(profile)
+        found.append(
+            MigInstance(
+                uuid=lib.text(nvml.nvmlDeviceGetUUID(mig)),
+                profile=profile,
+                slices=slices,
+                memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(mig).total) // (1024 * 1024),
+                gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+                compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+            )
+        )
+    return tuple(found)
+
+
+def read_card(nvml: Nvml, ref: DeviceRef, node: Mapping[str, str], sysfs_root: str = "/sys") -> Card:
+    """One whole card with its static facts; health is overlaid by the backend."""
+    handle = ref.handle
+    pci = bus_id(nvml, handle)
+    capable, enabled = mig_mode(nvml, handle)
+    extras = card_extras(nvml, handle)
+    if capable:
+        extras["mig_mode"] = "enabled" if enabled else "disabled"
+    return Card(
+        minor=ref.minor,
+        uuid=ref.uuid,
+        model=lib.text(nvml.nvmlDeviceGetName(handle)),
+        vendor="nvidia",
+        xpu_type="gpu",
+        memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
+        pci_bus_id=pci,
+        driver_version=node.get("driver_version", ""),
+        numa_node=numa_node(nvml, handle, pci, sysfs_root),
+        mig_capable=capable,
+        mig_instances=mig_instances(nvml, handle) if enabled else (),
+        extra=extras,
+    )

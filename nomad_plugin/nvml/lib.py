@@ -1,0 +1,87 @@
+"""Loading the NVML bindings lazily, and telling NVML errors apart.
+
+``pynvml`` (package ``nvidia-ml-py``) is optional: the XDM backend must work
+on nodes without it. Every NVML user in this package receives the module as
+a value (``Nvml``), so tests inject ``nomad_plugin.testing.fake_pynvml``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: The pynvml module, or a double with the same function names.
+Nvml = Any
+
+# NVML return codes we branch on (stable C API values, nvml.h).
+ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4
+ERROR_ALREADY_INITIALIZED = 5
+ERROR_NOT_FOUND = 6
+ERROR_DRIVER_NOT_LOADED = 9
+ERROR_TIMEOUT = 10
+ERROR_LIBRARY_NOT_FOUND = 12
+ERROR_FUNCTION_NOT_FOUND = 13
+ERROR_GPU_IS_LOST = 15
+ERROR_RESET_REQUIRED = 16
+
+#: Codes meaning "this card is gone or broken", not "this reading is missing".
+CARD_FAULT_CODES = frozenset({ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
+#: Codes meaning "this reading does not exist on this card/driver".
+MISSING_CODES = frozenset({ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND, ERROR_NOT_FOUND, ERROR_NO_PERMISSION})
+
+
+class NvmlMissing(RuntimeError):
+    """The bindings or the NVML library itself are not present on this node."""
+
+
+def load() -> Nvml:
+    """Import ``pynvml`` now; raise ``NvmlMissing`` with an install hint."""
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError as exc:
+        raise NvmlMissing(
+            "the NVML backend needs the Python package nvidia-ml-py "
+            "(pip install 'nomad-device-lingjun[nvml]'): " + str(exc)
+        ) from exc
+
+
+def error_code(nvml: Nvml, exc: BaseException) -> int | None:
+    """The NVML return code carried by ``exc``, or None if it is no NVML error."""
+    if isinstance(exc, nvml.NVMLError):
+        value = getattr(exc, "value", None)
+        return int(value) if isinstance(value, int) else None
+    return None
+
+
+def describe(nvml: Nvml, exc: BaseException) -> str:
+    """A one-line operator message: NVML's text plus its code."""
+    code = error_code(nvml, exc)
+    if code is None:
+        return f"{type(exc).__name__}: {exc}"
+    return f"{exc} (NVML error {code})"
+
+
+def text(value: object) -> str:
+    """NVML strings arrive as ``str`` or ``bytes`` depending on the binding version."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def optional(nvml: Nvml, function: str, *args: Any) -> Any:
+    """Call the NVML getter named ``function``; None when the reading does not exist here.
+
+    "Does not exist" covers NOT_SUPPORTED-like codes and bindings too old to
+    have the function. Card faults (GPU lost, reset required) and other
+    errors propagate: a missing reading must never hide a broken card.
+    """
+    fn = getattr(nvml, function, None)
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except nvml.NVMLError as exc:
+        if error_code(nvml, exc) in MISSING_CODES:
+            return None
+        raise
