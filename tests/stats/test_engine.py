@@ -1,0 +1,86 @@
+"""StatsEngine.responses: immediate first answer, one per interval, never ends or raises before cancel."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from stats_fakes import sample
+
+from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.instances import Catalog
+from nomad_plugin.stats.cache import MetricsCache
+from nomad_plugin.stats.engine import StatsEngine, effective_interval
+
+
+def test_zero_interval_means_one_second() -> None:
+    assert effective_interval(0) == 1.0
+    assert effective_interval(-3) == 1.0
+    assert effective_interval(0.25) == 0.25
+
+
+def test_first_response_at_once_then_per_interval(three_cards) -> None:  # type: ignore[no-untyped-def]
+    catalog, inventory = three_cards
+    cache = MetricsCache()
+    cache.update([sample("GPU-0", "temperature_c", 44)])
+    engine = StatsEngine(cache, lambda: catalog, lambda: inventory)
+    cancel = threading.Event()
+    stream = engine.responses(0.05, cancel)
+    started = time.monotonic()
+    first = next(stream)
+    assert time.monotonic() - started < 0.5
+    assert len(first.groups) == 3
+    assert first.groups[0].instance_stats["GPU-0"].stats.attributes["Temperature"].int_numerator_val.value == 44
+    cache.update([sample("GPU-0", "temperature_c", 45)])
+    t0 = time.monotonic()
+    second = next(stream)
+    third = next(stream)
+    elapsed = time.monotonic() - t0
+    assert 0.05 <= elapsed < 1.0  # paced by the interval, no burst
+    assert second.groups[0].instance_stats["GPU-0"].stats.attributes["Temperature"].int_numerator_val.value == 45
+    assert len(third.groups) == 3
+    cancel.set()
+    assert list(stream) == []  # ends only after cancel
+
+
+def test_cancel_while_waiting_ends_promptly(three_cards) -> None:  # type: ignore[no-untyped-def]
+    catalog, inventory = three_cards
+    engine = StatsEngine(MetricsCache(), lambda: catalog, lambda: inventory)
+    cancel = threading.Event()
+    stream = engine.responses(30.0, cancel)
+    next(stream)
+    threading.Timer(0.05, cancel.set).start()
+    started = time.monotonic()
+    assert list(stream) == []
+    assert time.monotonic() - started < 2.0
+
+
+def test_layout_error_sends_na_values_not_an_exception(three_cards) -> None:  # type: ignore[no-untyped-def]
+    catalog, inventory = three_cards
+    cache = MetricsCache()
+    cache.update([sample("GPU-0", "temperature_c", 44)])
+
+    def broken_grants(_id: str) -> None:
+        raise RuntimeError("reserve layer bug")
+
+    engine = StatsEngine(cache, lambda: catalog, lambda: inventory, broken_grants)  # type: ignore[arg-type]
+    response = next(engine.responses(1.0, threading.Event()))
+    assert sorted(k for g in response.groups for k in g.instance_stats) == sorted(catalog.all_ids())
+    temp = response.groups[0].instance_stats["GPU-0"].stats.attributes["Temperature"]
+    assert temp.string_val.value == "N/A"  # the fallback does not pretend to have readings
+
+
+def test_catalog_error_sends_empty_response_and_keeps_going() -> None:
+    calls = []
+
+    def catalog() -> Catalog:
+        calls.append(1)
+        raise RuntimeError("catalog gone")
+
+    engine = StatsEngine(MetricsCache(), catalog, Inventory)
+    cancel = threading.Event()
+    stream = engine.responses(0.01, cancel)
+    assert len(next(stream).groups) == 0
+    assert len(next(stream).groups) == 0
+    cancel.set()
+    assert len(calls) >= 2
