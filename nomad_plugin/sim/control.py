@@ -1,0 +1,181 @@
+"""Control channel: a JSON-lines Unix socket (``<socket_dir>/xdm-sim-control.sock``)
+so a person can flip health or force a restart from another terminal.
+
+Each request is one line ``{"argv": ["health", "3", "unhealthy", "XID 79"]}``;
+each answer one line ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
+The commands are those of ``nomad-device-lingjun xdm-sim ctl`` (see :data:`COMMANDS`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import socketserver
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nomad_plugin.sim.simulator import Simulator
+
+log = logging.getLogger("nomad_plugin.sim")
+
+COMMANDS: dict[str, str] = {
+    "status": "summary: cards, health, grants, drift, error mode",
+    "grants": "the simulator's allocations (id -> minors, core, memory, slice, time)",
+    "health MINOR healthy|unhealthy [REASON]": "flip a card's health (pushed on ListAndWatch)",
+    "remove MINOR / add MINOR": "a card disappears / comes back",
+    "restart [DOWNTIME]": "stop, unlink the sockets, wait DOWNTIME s (default 0.5), re-bind",
+    "crash / revive": "stop serving leaving stale socket files / come back",
+    "slow-start SECONDS": "every RPC hangs for SECONDS from now",
+    "latency RPC SECONDS": "delay RPC ('*' = all) by SECONDS; 'inf' hangs, 0 clears",
+    "drift MODE|none": "schema-drift modes, comma separated",
+    "error-mode inband|grpc": "refusals as in-band status/message or as gRPC codes",
+    "enable / disable": "flip the config-daemon flag (QueryStatus.enabled)",
+    "duplicate-id reject|idempotent": "what Allocate does with a known id",
+    "release-unknown not-found|ok": "what Release does with an unknown id",
+    "exporter running|stopped|error": "what ExporterGetStatus reports",
+    "close-streams": "end every open stream with UNAVAILABLE",
+}
+
+
+def _minor(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"minor: {text!r} is not a card number") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        return math.inf if text in ("inf", "hang") else float(text)
+    except ValueError:
+        raise ValueError(f"seconds: {text!r} is not a number") from None
+
+
+def _health(sim: Simulator, args: list[str]) -> Any:
+    if len(args) < 2 or args[1].lower() not in ("healthy", "unhealthy"):
+        raise ValueError("usage: health MINOR healthy|unhealthy [REASON]")
+    sim.set_health(_minor(args[0]), args[1].lower() == "healthy", " ".join(args[2:]))
+    return "ok"
+
+
+def _arg(args: list[str], usage: str) -> str:
+    if len(args) != 1:
+        raise ValueError(f"usage: {usage}")
+    return args[0]
+
+
+def _grants(sim: Simulator) -> dict[str, Any]:
+    return {gid: g.to_json() for gid, g in sim.grants().items()}
+
+
+_HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
+    "status": lambda sim, a: sim.status(),
+    "grants": lambda sim, a: _grants(sim),
+    "health": _health,
+    "remove": lambda sim, a: sim.remove_device(_minor(_arg(a, "remove MINOR"))),
+    "add": lambda sim, a: sim.add_device(_minor(_arg(a, "add MINOR"))),
+    "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5),
+    "crash": lambda sim, a: sim.crash(),
+    "revive": lambda sim, a: sim.revive(),
+    "slow-start": lambda sim, a: sim.slow_start(_seconds(_arg(a, "slow-start SECONDS"))),
+    "latency": lambda sim, a: (
+        sim.set_latency(a[0], _seconds(a[1]))
+        if len(a) == 2
+        else (_ for _ in ()).throw(ValueError("usage: latency RPC SECONDS"))
+    ),
+    "drift": lambda sim, a: sim.set_drift(_arg(a, "drift MODE|none")),
+    "error-mode": lambda sim, a: sim.set_error_mode(_arg(a, "error-mode inband|grpc")),
+    "enable": lambda sim, a: sim.set_enabled(True),
+    "disable": lambda sim, a: sim.set_enabled(False),
+    "duplicate-id": lambda sim, a: sim.set_duplicate_id_mode(_arg(a, "duplicate-id reject|idempotent")),
+    "release-unknown": lambda sim, a: sim.set_release_unknown(_arg(a, "release-unknown not-found|ok")),
+    "exporter": lambda sim, a: sim.set_exporter_state(_arg(a, "exporter running|stopped|error")),
+    "close-streams": lambda sim, a: sim.close_streams(),
+}
+
+
+def run_command(sim: Simulator, argv: list[str]) -> Any:
+    """Apply one control command to ``sim``; ValueError for bad input."""
+    if not argv:
+        raise ValueError("empty command")
+    handler = _HANDLERS.get(argv[0])
+    if handler is None:
+        raise ValueError(f"unknown command {argv[0]!r} (known: {', '.join(_HANDLERS)})")
+    result = handler(sim, [str(a) for a in argv[1:]])
+    return "ok" if result is None else result
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+    sim: Simulator
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        for raw in self.rfile:
+            try:
+                request = json.loads(raw)
+                argv = request["argv"]
+                if not isinstance(argv, list):
+                    raise ValueError("argv must be a list")
+                log.info("control: %s", " ".join(str(a) for a in argv))
+                reply = {"ok": True, "result": run_command(self.server.sim, argv)}
+            except Exception as exc:
+                reply = {"ok": False, "error": str(exc)}
+            self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")
+            self.wfile.flush()
+
+
+class ControlServer:
+    def __init__(self, sim: Simulator, path: Path) -> None:
+        self.path = path
+        self.sim = sim
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            self.path.unlink()
+        server = _Server(str(self.path), _Handler)
+        server.sim = self.sim
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="xdm-sim-control", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self.path.exists():
+            self.path.unlink()
+
+
+def send_command(path: Path, argv: list[str], timeout: float = 60.0) -> Any:
+    """Send one command to a running simulator's control socket; RuntimeError with its error text."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+        except OSError as exc:
+            raise ConnectionError(f"control socket {path}: {exc.strerror or exc} (is xdm-sim running?)") from exc
+        sock.sendall(json.dumps({"argv": argv}).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    reply = json.loads(buf)
+    if not reply.get("ok"):
+        raise RuntimeError(str(reply.get("error")))
+    return reply.get("result")

@@ -1,0 +1,375 @@
+"""The simulated XDM node: cards, health, grants, flags, and the RPC logic.
+
+Transport-free: every RPC method takes a request message and returns a
+response message, or raises :class:`~nomad_plugin.sim.allocate.Refusal`
+(the server turns that into an in-band status or a gRPC status, per the
+error mode). All state sits behind one lock; changes are pushed to the
+ListAndWatch subscribers' queues.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
+from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
+from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
+from nomad_plugin.sim import allocate
+from nomad_plugin.sim.allocate import Ask, CardView, Refusal
+from nomad_plugin.sim.container import build_spec
+from nomad_plugin.sim.drift import Drift, parse_drift
+from nomad_plugin.sim.grants import GrantedSlot, GrantRecord, PersistentState, load_state, save_state
+from nomad_plugin.sim.metrics import MetricsModel, RealReader, filter_samples
+from nomad_plugin.sim.options import EXPORTER_STATES, SimOptions, check_choice
+from nomad_plugin.sim.profiles import CardSpec
+
+log = logging.getLogger("nomad_plugin.sim")
+
+# Put into a subscriber queue to end its stream with UNAVAILABLE.
+CLOSE = object()
+
+
+class SimCore:
+    """Mutable node state plus the RPC behaviour that reads and changes it."""
+
+    def __init__(
+        self,
+        profile: str,
+        cards: list[CardSpec],
+        options: SimOptions,
+        state_file: Path | None,
+        real_reader: RealReader | None = None,
+    ) -> None:
+        self.profile = profile
+        self.cards = {c.minor: c for c in cards}
+        self.options = options
+        self.state_file = state_file
+        self.lock = threading.RLock()
+        self.present = set(self.cards)
+        self.health: dict[int, tuple[bool, str]] = {m: (True, "") for m in self.cards}
+        self.state: PersistentState = load_state(state_file, options.enabled)
+        self.drift: Drift = parse_drift(options.drift)
+        self.latency: dict[str, float] = {}
+        self.hang_until = 0.0
+        self.exporter_state = "running"
+        self.config_fail = False
+        self.metrics = MetricsModel(self.cards, seed=options.seed, real_reader=real_reader)
+        self._subscribers: set[queue.Queue[object]] = set()
+        self._snapshot: list[MetricSample] = []
+        self._snapshot_gen = 0
+        self._last_collect_ms = 0
+        self._metrics_dirty = True
+        self.metrics_cond = threading.Condition(self.lock)
+
+    # ------------------------------------------------------------ state changes
+    def reload(self) -> None:
+        """Read persisted grants back, as a restarted XDM would."""
+        if self.state_file is not None:
+            with self.lock:
+                self.state = load_state(self.state_file, self.options.enabled)
+                self._metrics_dirty = True
+
+    def _persist(self) -> None:
+        save_state(self.state_file, self.state)
+
+    def set_health(self, minor: int, healthy: bool, reason: str = "") -> None:
+        with self.lock:
+            self._card(minor)
+            self.health[minor] = (healthy, reason)
+        log.info("card %d -> %s%s", minor, "Healthy" if healthy else "Unhealthy", f" ({reason})" if reason else "")
+        self.push()
+
+    def remove_device(self, minor: int) -> None:
+        with self.lock:
+            self._card(minor)
+            self.present.discard(minor)
+        log.info("card %d removed", minor)
+        self.push()
+
+    def add_device(self, minor: int) -> None:
+        with self.lock:
+            self._card(minor)
+            self.present.add(minor)
+        log.info("card %d added", minor)
+        self.push()
+
+    def _card(self, minor: int) -> CardSpec:
+        card = self.cards.get(minor)
+        if card is None:
+            raise ValueError(f"minor: no card {minor} in profile {self.profile} (0..{len(self.cards) - 1})")
+        return card
+
+    def set_exporter_state(self, state: str) -> None:
+        check_choice("exporter state", state, EXPORTER_STATES)
+        with self.lock:
+            self.exporter_state = state
+
+    def grants(self) -> dict[str, GrantRecord]:
+        with self.lock:
+            return dict(self.state.grants)
+
+    # ------------------------------------------------------------ ListAndWatch
+    def device_list(self) -> pb.ListAndWatchResponse:
+        with self.lock:
+            devices = []
+            for minor in sorted(self.present):
+                card = self.cards[minor]
+                healthy, reason = self.health[minor]
+                extender = {"topology": card.topology_json}
+                if not healthy and reason:
+                    extender["healthReason"] = reason
+                devices.append(
+                    pb.Device(
+                        minor=minor,
+                        uuid=card.uuid,
+                        model=card.model,
+                        xpuType=card.xpu_type,
+                        health="Healthy" if healthy else "Unhealthy",
+                        totalMemory=card.memory_mib,
+                        totalCore=card.total_core,
+                        pciBusId=card.pci_bus_id,
+                        extenderResources=extender,
+                    )
+                )
+            return pb.ListAndWatchResponse(devices=devices)
+
+    def subscribe(self) -> queue.Queue[object]:
+        q: queue.Queue[object] = queue.Queue()
+        with self.lock:
+            self._subscribers.add(q)
+        return q
+
+    def unsubscribe(self, q: queue.Queue[object]) -> None:
+        with self.lock:
+            self._subscribers.discard(q)
+
+    def push(self) -> None:
+        """Send the complete device list to every ListAndWatch subscriber."""
+        with self.lock:
+            snapshot = self.device_list()
+            for q in self._subscribers:
+                q.put(snapshot)
+
+    def close_streams(self) -> None:
+        with self.lock:
+            for q in self._subscribers:
+                q.put(CLOSE)
+            self.metrics_cond.notify_all()
+
+    def subscriber_count(self) -> int:
+        with self.lock:
+            return len(self._subscribers)
+
+    # ------------------------------------------------------------ resource RPCs
+    def list_xpu_types(self, _req: pb.XPUTypeRequest) -> pb.XPUTypeResponse:
+        return pb.XPUTypeResponse(xpuTypes=sorted({c.xpu_type for c in self.cards.values()}))
+
+    def allocate(self, req: pb.AllocateRequest) -> pb.AllocateResponse:
+        asks = [
+            Ask(d.minor if d.HasField("minor") and not (self.drift.minor_omit_zero and d.minor == 0) else None,
+                d.core, d.memory, d.slice)
+            for d in req.devices
+        ]  # fmt: skip
+        key = json.dumps(
+            {"devices": [[a.minor, a.core, a.memory, a.slice] for a in asks], "annotations": dict(req.annotations)},
+            sort_keys=True,
+        )
+        with self.lock:
+            if not req.id:
+                raise Refusal("INVALID_ARGUMENT", "id: empty; every allocation needs an id")
+            old = self.state.grants.get(req.id)
+            if old is not None:
+                if self.options.duplicate_id_mode == "idempotent" and old.request_key == key:
+                    return self._response(old)
+                raise Refusal("ALREADY_EXISTS", f"id: allocation {req.id} already exists")
+            if not self.state.enabled and self.options.disabled_effect == "refuse":
+                raise Refusal("FAILED_PRECONDITION", "Runtime Kit is disabled on this node (config-daemon)")
+            if not asks and not self.options.cpu_container:
+                raise Refusal("INVALID_ARGUMENT", "devices: empty")
+            views = {
+                m: CardView(
+                    m, self.cards[m].memory_gib, self.cards[m].mig_capable, self.health[m][0], self.cards[m].model
+                )
+                for m in self.present
+            }
+            placements = allocate.plan(
+                views, self.state.grants.values(), asks, mig_placement=self.options.mig_placement
+            )
+            slots = tuple(
+                GrantedSlot(
+                    minor=p.minor,
+                    uuid=self.cards[p.minor].uuid,
+                    core=p.core,
+                    memory=p.memory,
+                    slice=p.slice,
+                    mig_uuid=f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.cards[p.minor].uuid}/{req.id}/{i}')}"
+                    if p.slice
+                    else "",
+                )
+                for i, p in enumerate(placements)
+            )
+            first = asks[0] if asks else Ask(None)
+            record = GrantRecord(
+                id=req.id,
+                minors=tuple(p.minor for p in placements),
+                core=first.core,
+                memory=first.memory,
+                slice=first.slice,
+                created=time.time(),
+                devices=slots,
+                annotations=dict(req.annotations),
+                request_key=key,
+            )
+            self.state.grants[req.id] = record
+            self._metrics_dirty = True
+            self._persist()
+        if self.options.push_on_allocation:
+            self.push()
+        return self._response(record)
+
+    def _response(self, record: GrantRecord) -> pb.AllocateResponse:
+        spec = build_spec(self.options.style, record.id, list(record.devices), self.cards)
+        annotations = {**record.annotations, **spec.annotations}
+        return pb.AllocateResponse(
+            status=0,
+            id=record.id,
+            devices=[
+                pb.AllocatedDevice(
+                    minor=s.minor, uuid=s.uuid, core=s.core, memory=s.memory, slice=s.slice, migUuid=s.mig_uuid
+                )
+                for s in record.devices
+            ],
+            envs=spec.envs,
+            mounts=[pb.Mount(containerPath=c, hostPath=h, readOnly=ro) for c, h, ro in spec.mounts],
+            deviceSpecs=[pb.DeviceSpec(containerPath=n, hostPath=n, permissions="rw") for n in spec.device_nodes],
+            annotations=annotations,
+        )
+
+    def release(self, req: pb.ReleaseRequest) -> pb.ReleaseResponse:
+        with self.lock:
+            if not req.id:
+                raise Refusal("INVALID_ARGUMENT", "id: empty")
+            if self.state.grants.pop(req.id, None) is None:
+                if self.options.release_unknown == "ok":
+                    return pb.ReleaseResponse(status=0, message=f"allocation {req.id} not found (nothing to do)")
+                raise Refusal("NOT_FOUND", f"id: no allocation {req.id}")
+            self._metrics_dirty = True
+            self._persist()
+        if self.options.push_on_allocation:
+            self.push()
+        return pb.ReleaseResponse(status=0)
+
+    # ------------------------------------------------------------ monitoring RPCs
+    def gpu_info(self, req: pb.ListGpuInfoRequest) -> pb.ListGpuInfoResponse:
+        wanted = set(req.minors)
+        with self.lock:
+            infos = [
+                pb.GpuInfo(
+                    minor=c.minor,
+                    uuid=c.uuid,
+                    model=c.model,
+                    driverVersion=c.driver_version,
+                    vendor=c.vendor,
+                    xpuType=c.xpu_type,
+                    totalMemory=c.memory_mib,
+                    pciBusId=c.pci_bus_id,
+                    numaNode=c.numa_node,
+                    firmwareVersion=f"fw-{c.driver_version}",
+                    sdkVersion=c.sdk_version,
+                    serialNumber=c.serial_number,
+                    migEnabled=c.mig_capable,
+                )
+                for m, c in sorted(self.cards.items())
+                if m in self.present and (not wanted or m in wanted)
+            ]
+        return pb.ListGpuInfoResponse(gpuInfos=infos)
+
+    def collect(self) -> None:
+        """One exporter collection (the collector thread calls this every interval)."""
+        with self.lock:
+            if self.exporter_state != "running":
+                return
+            now_ms = int(time.time() * 1000)
+            health = {m: h for m, (h, _) in self.health.items()}
+            self._snapshot = self.metrics.collect(now_ms, self.present, health, self.state.grants.values())
+            self._snapshot_gen += 1
+            self._last_collect_ms = now_ms
+            self._metrics_dirty = False
+            self.metrics_cond.notify_all()
+
+    def snapshot(self) -> tuple[int, list[MetricSample]]:
+        with self.lock:
+            if self._metrics_dirty or not self._snapshot:
+                self.collect()
+            return self._snapshot_gen, list(self._snapshot)
+
+    def filter_metrics(self, req: pb.ExporterDataRequest, samples: list[MetricSample]) -> pb.ExporterDataResponse:
+        uuids = {c.uuid: m for m, c in self.cards.items()}
+        if self.options.unknown_filter == "error":
+            bad = [d for d in req.devices if d not in uuids and not (d.isdigit() and int(d) in self.present)]
+            bad_ids = [i for i in req.metricIds if i not in METRIC_NAMES]
+            if bad or bad_ids:
+                raise Refusal("NOT_FOUND", f"filter: unknown device {bad[:1]} or metric id {bad_ids[:1]}")
+        chosen = filter_samples(samples, req.devices, req.metricIds, uuids)
+        return pb.ExporterDataResponse(
+            dataList=[
+                pb.MetricData(
+                    device=s.device,
+                    metricId=s.metric_id,
+                    value=s.value,
+                    timestamp=s.timestamp_ms,
+                    metricName=s.name,
+                    labels=dict(s.labels),
+                )
+                for s in chosen
+            ]
+        )
+
+    def data_list(self, req: pb.ExporterDataRequest) -> pb.ExporterDataResponse:
+        return self.filter_metrics(req, self.snapshot()[1])
+
+    def exporter_config(self, _req: pb.ExporterGetConfigRequest) -> pb.ExporterGetConfigResponse:
+        return pb.ExporterGetConfigResponse(
+            collectIntervalMs=self.options.collect_interval_ms,
+            metricIds=sorted(METRIC_NAMES),
+            config={"profile": self.profile, "style": self.options.style, "simulator": "xdm-sim"},
+        )
+
+    def exporter_status(self, _req: pb.ExporterGetStatusRequest) -> pb.ExporterGetStatusResponse:
+        with self.lock:
+            return pb.ExporterGetStatusResponse(
+                running=self.exporter_state == "running",
+                state=self.exporter_state,
+                lastCollectTimestamp=self._last_collect_ms,
+                version=self.options.version,
+                message="" if self.exporter_state != "error" else "collector failed (simulated)",
+            )
+
+    # ------------------------------------------------------------ config daemon
+    def set_enabled(self, enabled: bool) -> None:
+        with self.lock:
+            self.state.enabled = enabled
+            self._persist()
+        log.info("Runtime Kit %s", "enabled" if enabled else "disabled")
+
+    def enable(self, _req: cfg.EnableRequest) -> cfg.EnableResponse:
+        if self.config_fail:
+            return cfg.EnableResponse(success=False, message="enable failed (simulated)")
+        self.set_enabled(True)
+        return cfg.EnableResponse(success=True, message="enabled")
+
+    def disable(self, _req: cfg.DisableRequest) -> cfg.DisableResponse:
+        if self.config_fail:
+            return cfg.DisableResponse(success=False, message="disable failed (simulated)")
+        self.set_enabled(False)
+        return cfg.DisableResponse(success=True, message="disabled")
+
+    def query_status(self, _req: cfg.QueryStatusRequest) -> cfg.QueryStatusResponse:
+        with self.lock:
+            return cfg.QueryStatusResponse(enabled=self.state.enabled)
