@@ -1,0 +1,150 @@
+"""``nomad-device-lingjun xdm-sim``: run the XDM simulator, or control a running one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+
+from nomad_plugin.sim.container import STYLES
+from nomad_plugin.sim.control import COMMANDS, send_command
+from nomad_plugin.sim.profiles import ALIASES, PROFILES
+
+DEFAULT_DIR = str(Path(tempfile.gettempdir()) / "xdm-sim" / "sockets")
+
+_PROFILES = "\n".join(f"  {name:<10} {spec.description}" for name, spec in PROFILES.items())
+_ALIASES = ", ".join(f"{a}={n}" for a, n in ALIASES.items())
+_CTL = "\n".join(f"  {cmd:<40} {text}" for cmd, text in COMMANDS.items())
+
+EPILOG = f"""\
+profiles (card minors are 0-based):
+{_PROFILES}
+  nvml       this machine's real NVIDIA GPUs (same as --nvml-mirror)
+  aliases: {_ALIASES}
+
+sockets in --socket-dir: dp2mgr.sock (xdm.XpuDeviceManagerService),
+config-daemon.sock (config.AmpConfigService), xdm-sim-control.sock (control).
+Point the plugin at them with xdm_socket / config_socket.
+
+faults (from another terminal, via `xdm-sim ctl`): restart (sockets vanish,
+then return; grants survive), crash (stale socket files, ECONNREFUSED),
+revive, slow-start, per-RPC latency or hang, health flips, cards removed and
+added, error mode (in-band status or gRPC codes), Runtime Kit disabled.
+
+drift modes (--drift, comma separated; test the client's schema defences):
+  package=<name>   serve under another proto package (package=none: no package)
+  split-services   monitoring RPCs under <pkg>.XpuExporterService
+  extra-fields     unknown fields 1000/1001 in every response message
+  type-clash       health as bool, totalMemory and metricId as strings
+  status-shift     failure status/message at fields 15/16
+  minor-omit-zero  Allocate treats minor 0 as "auto-assign"
+
+control commands (nomad-device-lingjun xdm-sim ctl --socket-dir DIR COMMAND ...):
+{_CTL}
+
+examples:
+  nomad-device-lingjun xdm-sim --profile m890p-8 --socket-dir /tmp/xdm
+  nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm health 3 unhealthy "XID 79"
+  nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm restart 2
+"""
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nomad-device-lingjun xdm-sim",
+        description="Run a simulated Lingjun XDM node in the foreground (Ctrl-C or SIGTERM stops it). "
+        "`xdm-sim ctl ...` controls a running one.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--profile", default="h800-8", help="node profile (default h800-8; see below)")
+    parser.add_argument("--socket-dir", default=DEFAULT_DIR, help=f"where the sockets go (default {DEFAULT_DIR})")
+    parser.add_argument("--state-file", help="JSON file keeping grants and the enabled flag across restarts")
+    parser.add_argument("--style", choices=STYLES, default="env+devices", help="container spec style of Allocate")
+    parser.add_argument("--collect-interval-ms", type=int, default=1000, help="exporter collection interval")
+    parser.add_argument("--drift", help="schema-drift modes, comma separated (see below)")
+    parser.add_argument("--error-mode", choices=("inband", "grpc"), default="inband")
+    parser.add_argument("--push-on-allocation", action="store_true", help="ListAndWatch also pushes on grants")
+    parser.add_argument("--topology", choices=("normal", "extra-level", "malformed"), default="normal")
+    parser.add_argument("--seed", type=int, default=0, help="metrics random seed")
+    parser.add_argument("--nvml-mirror", action="store_true", help="present this machine's real NVIDIA GPUs")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    return parser
+
+
+def _ctl(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="nomad-device-lingjun xdm-sim ctl",
+        description="Send one command to a running simulator's control socket.",
+        epilog="commands:\n" + _CTL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--socket-dir", default=DEFAULT_DIR)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.error("a command is required")
+    try:
+        result = send_command(Path(args.socket_dir) / "xdm-sim-control.sock", args.command, args.timeout)
+    except (ConnectionError, RuntimeError) as exc:
+        sys.stderr.write(f"xdm-sim ctl: {exc}\n")
+        return 1
+    sys.stdout.write((result if isinstance(result, str) else json.dumps(result, indent=2, sort_keys=True)) + "\n")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "ctl":
+        return _ctl(argv[1:])
+    args = _run_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s xdm-sim %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    from nomad_plugin.sim import Simulator
+
+    try:
+        sim = Simulator(
+            Path(args.socket_dir),
+            "nvml" if args.nvml_mirror else args.profile,
+            state_file=args.state_file,
+            style=args.style,
+            collect_interval_ms=args.collect_interval_ms,
+            drift=args.drift,
+            error_mode=args.error_mode,
+            push_on_allocation=args.push_on_allocation,
+            topology_variant=args.topology,
+            seed=args.seed,
+        )
+    except (ValueError, RuntimeError) as exc:
+        sys.stderr.write(f"xdm-sim: {exc}\n")
+        return 2
+    done = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("nomad_plugin.sim").info("signal %s: stopping", signal.Signals(signum).name)
+        done.set()
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    sim.start()
+    log = logging.getLogger("nomad_plugin.sim")
+    for card in sim.cards:
+        log.info(
+            "card %d %s %s %d MiB pci %s%s",
+            card.minor, card.uuid, card.model, card.memory_mib, card.pci_bus_id, " MIG" if card.mig_capable else "",
+        )  # fmt: skip
+    log.info("dp2mgr %s | config %s | control %s", sim.dp2mgr_path, sim.config_path, sim.control_path)
+    while not done.wait(0.5):
+        pass
+    sim.stop()
+    log.info("stopped")
+    return 0
