@@ -1,0 +1,104 @@
+"""HealthTracker hysteresis, outage verdicts and conflict marking (pure)."""
+
+from __future__ import annotations
+
+from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.model.catalog import build_catalog
+from nomad_plugin.model.health import (
+    HEALTHY,
+    HealthTracker,
+    Verdict,
+    conflict_reasons,
+    instance_verdicts,
+    iso_time,
+    outage_verdict,
+)
+from nomad_plugin.model.instances import Kind
+
+from .helpers import FakeClock, h800_node
+
+
+def test_unhealthy_is_immediate_and_recovery_needs_n_checks():
+    clock = FakeClock()
+    t = HealthTracker(recovery_checks=3, recovery_delay=30.0, clock=clock)
+    t.observe({"a": (True, ""), "b": (True, "")})
+    assert t.verdicts() == {"a": HEALTHY, "b": HEALTHY}
+    t.observe({"a": (False, "XID 79"), "b": (True, "")})
+    assert t.verdicts()["a"] == Verdict(False, "XID 79")
+    for n in (1, 2):
+        t.observe({"a": (True, ""), "b": (True, "")})
+        v = t.verdicts()["a"]
+        assert not v.healthy and f"healthy {n}/3 checks" in v.description and "XID 79" in v.description
+    t.observe({"a": (True, ""), "b": (True, "")})
+    assert t.verdicts()["a"] == HEALTHY
+
+
+def test_relapse_resets_the_count():
+    t = HealthTracker(recovery_checks=2, recovery_delay=1000, clock=FakeClock())
+    t.observe({"a": (False, "x")})
+    t.observe({"a": (True, "")})
+    t.observe({"a": (False, "y")})
+    t.observe({"a": (True, "")})
+    assert not t.verdicts()["a"].healthy
+    t.observe({"a": (True, "")})
+    assert t.verdicts()["a"].healthy
+
+
+def test_recovery_by_continuous_health_delay():
+    clock = FakeClock()
+    t = HealthTracker(recovery_checks=100, recovery_delay=30.0, clock=clock)
+    t.observe({"a": (False, "ecc")})
+    assert t.next_deadline() is None
+    clock.advance(5)
+    t.observe({"a": (True, "")})  # continuous health starts now
+    assert t.next_deadline() == clock() + 30
+    clock.advance(29.9)
+    assert not t.verdicts()["a"].healthy
+    clock.advance(0.2)
+    assert t.verdicts()["a"].healthy  # no further observation needed
+    assert t.next_deadline() is None
+
+
+def test_new_and_forgotten_cards():
+    t = HealthTracker(clock=FakeClock())
+    t.observe({"a": (False, "")})
+    assert t.verdicts()["a"] == Verdict(False, "reported unhealthy")
+    t.observe({"b": (True, "")})
+    assert t.verdicts() == {"b": HEALTHY}
+
+
+def test_outage_verdict_says_why_and_since_when():
+    v = outage_verdict("xdm", "socket missing: /run/x.sock", 1_800_000_000.0)
+    assert v == Verdict(False, "xdm unreachable since 2027-01-15T08:00:00Z: socket missing: /run/x.sock")
+    assert iso_time(0) == "1970-01-01T00:00:00Z"
+
+
+def test_conflict_marking_each_direction():
+    inv = h800_node(3)
+    u0, u1, u2 = (c.uuid for c in inv.cards)
+    cfg = PluginConfig(cards=(CardRule("1", "tdm", shares=2), CardRule("2", "mig")))
+    cat = build_catalog(inv, cfg)
+    grants = {
+        u0: frozenset({Kind.SHARE}),  # whole card while shares of it are granted (mode changed)
+        u1: frozenset({Kind.WHOLE}),  # shares of a card held whole
+        u2: frozenset({Kind.MIG, Kind.SHARE}),  # MIG units of a card also used by tdm
+    }
+    reasons = conflict_reasons(cat, grants)
+    assert set(reasons) == {u0, f"{u1}-share-0", f"{u1}-share-1"} | {f"{u2}-mig-{i}" for i in range(7)}
+    assert reasons[u0] == "card 0 has tdm shares granted (another mode); unavailable as whole"
+    assert reasons[f"{u1}-share-0"] == "card 1 held whole (another mode); unavailable as share"
+    assert "has tdm shares granted" in reasons[f"{u2}-mig-3"]
+    # same-mode grants are Nomad's business, not a conflict
+    assert conflict_reasons(cat, {u0: frozenset({Kind.WHOLE}), u2: frozenset({Kind.MIG})}) == {}
+
+
+def test_instance_verdicts_combine_reasons():
+    inv = h800_node(2)
+    u0, u1 = (c.uuid for c in inv.cards)
+    cat = build_catalog(inv, PluginConfig())
+    out = instance_verdicts(cat, {u0: Verdict(False, "XID 48")}, {u0: "card 0 held whole"}, None)
+    assert out[u0] == Verdict(False, "XID 48; card 0 held whole")
+    assert out[u1] == HEALTHY
+    down = outage_verdict("xdm", "timeout", 0)
+    out = instance_verdicts(cat, {}, {}, down)
+    assert all(v == Verdict(False, down.description) for v in out.values())

@@ -1,0 +1,119 @@
+"""validate.sanitize and fingerprint.build_response: nothing invalid reaches Nomad."""
+
+from __future__ import annotations
+
+import math
+
+from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
+from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.model.catalog import build_catalog
+from nomad_plugin.model.health import Verdict
+from nomad_plugin.model.instances import Attr, Catalog, GroupKey, Instance, InstanceGroup, Kind
+from nomad_plugin.nomad.fingerprint import build_response, serialize, to_proto_attribute
+from nomad_plugin.nomad.validate import KNOWN_UNITS, attribute_problem, problems, sanitize
+
+from .helpers import h800_node, m890p_node
+
+
+def _group(**attrs: attribute_pb2.Attribute) -> device_pb2.FingerprintResponse:
+    resp = device_pb2.FingerprintResponse()
+    g = resp.device_group.add(vendor="nvidia", device_type="gpu", device_name="X")
+    g.devices.add(ID="a", healthy=True)
+    for key, value in attrs.items():
+        g.attributes[key].CopyFrom(value)
+    return resp
+
+
+def test_invalid_unit_is_caught_before_sending():
+    resp = _group(
+        util=attribute_pb2.Attribute(int_val=50, unit="%"),
+        temp=attribute_pb2.Attribute(int_val=40, unit="C"),
+        clock=attribute_pb2.Attribute(int_val=1, unit="Hz"),
+        memory=attribute_pb2.Attribute(int_val=80, unit="GiB"),
+    )
+    clean, found = sanitize(resp)
+    assert sorted(clean.device_group[0].attributes) == ["memory"]
+    assert len(found) == 3 and all("unknown unit" in p for p in found)
+    assert "'%'" in " ".join(found)
+    # the input is untouched
+    assert len(resp.device_group[0].attributes) == 4
+
+
+def test_attribute_rules():
+    assert attribute_problem("x", attribute_pb2.Attribute()) == "attribute 'x': no attribute value set"
+    assert "non-numeric" in (attribute_problem("x", attribute_pb2.Attribute(string_val="80", unit="GiB")) or "")
+    assert "non-numeric" in (attribute_problem("x", attribute_pb2.Attribute(bool_val=True, unit="W")) or "")
+    assert "non-finite" in (attribute_problem("x", attribute_pb2.Attribute(float_val=math.nan)) or "")
+    assert attribute_problem("", attribute_pb2.Attribute(int_val=1)) == "empty attribute key"
+    assert attribute_problem("x", attribute_pb2.Attribute(float_val=1.5, unit="GHz")) is None
+    assert attribute_problem("x", attribute_pb2.Attribute(int_val=9, unit="MB/s")) is None
+    assert attribute_problem("x", attribute_pb2.Attribute(string_val="")) is None  # oneof set to ""
+    assert {"MiB", "GiB", "MHz", "W", "MB/s", "KiB/s", "mW"} <= KNOWN_UNITS
+    assert not {"%", "C", "Hz", "B", ""} & KNOWN_UNITS
+
+
+def test_groups_and_devices_rules():
+    resp = device_pb2.FingerprintResponse()
+    resp.device_group.add(vendor="", device_type="gpu", device_name="A").devices.add(ID="1")
+    resp.device_group.add(vendor="v", device_type="gpu", device_name="").devices.add(ID="2")
+    ok = resp.device_group.add(vendor="v", device_type="gpu", device_name="B")
+    ok.devices.add(ID="")
+    ok.devices.add(ID="3", healthy=True)
+    ok.devices.add(ID="3", healthy=False)
+    resp.device_group.add(vendor="v", device_type="gpu", device_name="B").devices.add(ID="4")
+    clean, found = sanitize(resp)
+    assert [(g.device_name, [d.ID for d in g.devices]) for g in clean.device_group] == [("B", ["3"])]
+    assert clean.device_group[0].devices[0].healthy is True
+    assert len(found) == 5
+    assert any("empty vendor" in p for p in found) and any("empty device_name" in p for p in found)
+    assert any("without ID" in p for p in found) and any("duplicate device ID '3'" in p for p in found)
+    assert any("duplicate device group v/gpu/B" in p for p in found)
+
+
+def test_valid_response_passes_unchanged():
+    cfg = PluginConfig(group_by="numa", cards=(CardRule("1", "tdm"), CardRule("2", "mig")))
+    resp = build_response(build_catalog(h800_node(), cfg), {})
+    clean, found = sanitize(resp)
+    assert found == []
+    assert serialize(clean) == serialize(resp)
+    assert problems(build_response(build_catalog(m890p_node(), PluginConfig(default_mode="tdm")), {})) == []
+
+
+def test_build_response_shape():
+    inv = h800_node(2)
+    cat = build_catalog(inv, PluginConfig())
+    uuid1 = inv.cards[1].uuid
+    resp = build_response(cat, {uuid1: Verdict(False, "XID 79")})
+    (g,) = resp.device_group
+    assert (g.vendor, g.device_type, g.device_name) == ("nvidia", "gpu", "NVIDIA H800")
+    assert [(d.ID, d.healthy, d.health_description) for d in g.devices] == [
+        (inv.cards[0].uuid, True, ""),
+        (uuid1, False, "XID 79"),
+    ]
+    assert g.devices[0].hw_locality.pci_bus_id == "0000:18:00.0"
+    assert g.attributes["memory"].int_val == 81559 and g.attributes["memory"].unit == "MiB"
+    assert g.attributes["driver_version"].string_val == "535.161.08"
+
+
+def test_attribute_types_bool_before_int():
+    assert to_proto_attribute(Attr(True)).WhichOneof("value") == "bool_val"
+    assert to_proto_attribute(Attr(3, "GiB")).WhichOneof("value") == "int_val"
+    assert to_proto_attribute(Attr(1.5)).WhichOneof("value") == "float_val"
+    assert to_proto_attribute(Attr("x")).WhichOneof("value") == "string_val"
+
+
+def test_unchanged_content_serialises_identically():
+    cfg = PluginConfig(default_mode="tdm")
+    a = serialize(build_response(build_catalog(h800_node(), cfg), {}))
+    b = serialize(build_response(build_catalog(h800_node(), cfg), {}))
+    assert a == b
+
+
+def test_catalog_attribute_with_bad_unit_is_dropped_not_sent():
+    inst = Instance("id-1", Kind.WHOLE, "id-1", 0)
+    cat = Catalog(
+        (InstanceGroup(GroupKey("nvidia", "gpu", "X"), (inst,), {"temp": Attr(41, "C"), "memory": Attr(1, "MiB")}),)
+    )
+    clean, found = sanitize(build_response(cat, {}))
+    assert list(clean.device_group[0].attributes) == ["memory"]
+    assert found == ["dropped attribute 'temp': unknown unit 'C' in nvidia/gpu/X"]
