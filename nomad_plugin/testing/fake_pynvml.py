@@ -249,6 +249,14 @@ class FakeNvml:
         self.calls: list[str] = []
         self._cond = threading.Condition()
         self._sets: list[_EventSet] = []
+        self._handles: dict[tuple[int, int], _Handle] = {}
+
+    def handle(self, gpu: FakeGpu, mig: FakeMig | None = None) -> _Handle:
+        """The one handle of a GPU (or MIG device): NVML hands out stable pointers."""
+        key = (id(gpu), id(mig))
+        if key not in self._handles:
+            self._handles[key] = _Handle(gpu, mig)
+        return self._handles[key]
 
     # --- scripting -------------------------------------------------------------------
     def inject_xid(self, index: int, xid: int, gpu_instance: int | None = None, compute_instance: int = 0) -> int:
@@ -290,7 +298,7 @@ class FakeNvml:
         with self._cond:
             for event_set in self._sets:
                 if not event_set.freed and event_set.masks.get(id(gpu), 0) & event_type:
-                    event_set.queue.append(EventData(_Handle(gpu), event_type, data, gi, ci))
+                    event_set.queue.append(EventData(self.handle(gpu), event_type, data, gi, ci))
                     delivered += 1
             self._cond.notify_all()
         return delivered
@@ -339,7 +347,7 @@ class FakeNvml:
         self._check("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < len(self.gpus):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        return _Handle(self.gpus[index])
+        return self.handle(self.gpus[index])
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         gpu = self._gpu("nvmlDeviceGetUUID", handle, mig_ok=True)
@@ -416,7 +424,7 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         if index >= len(gpu.migs):
             raise NVMLError(NVML_ERROR_NOT_FOUND)
-        return _Handle(gpu, gpu.migs[index])
+        return self.handle(gpu, gpu.migs[index])
 
     def nvmlDeviceGetAttributes(self, handle: _Handle) -> _Attributes:
         self._gpu("nvmlDeviceGetAttributes", handle, mig_ok=True)

@@ -55,7 +55,9 @@ class NomadApiDouble:
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> NomadApiDouble:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="nomad-api-double", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="nomad-api-double", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -1,0 +1,146 @@
+"""The grant journal: permissions, reopen, atomic writes, corruption set-aside, bounds."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nomad_plugin.journal import EntryState, Journal, JournalEntry, JournalFull
+from nomad_plugin.journal.store import decode, encode
+from nomad_plugin.model.grant import DeviceAsk, GrantedDevice
+
+
+def entry(gid: str = "g-1", state: EntryState = EntryState.GRANTED) -> JournalEntry:
+    return JournalEntry(
+        grant_id=gid,
+        device_ids=(f"{gid}-dev-a", f"{gid}-dev-b"),
+        group="alibaba/ppu/PPU 810E",
+        kind="whole",
+        cards=("C1", "C2"),
+        asks=(DeviceAsk(1), DeviceAsk(2)),
+        created_at=1700000000.5,
+        state=state,
+        granted=(GrantedDevice(1, "C1"), GrantedDevice(2, "C2", 0, 0, 0, "")),
+    )
+
+
+def test_dir_0700_file_0600_and_reopen(tmp_path):
+    d = tmp_path / "data" / "lj"
+    j = Journal(d)
+    j.put(entry("a"))
+    j.put(entry("b", EntryState.INTENT))
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE((d / "journal.json").stat().st_mode) == 0o600
+    again = Journal(d)
+    assert {e.grant_id: e for e in again.entries()} == {"a": entry("a"), "b": entry("b", EntryState.INTENT)}
+    assert again.remove("a") and not again.remove("a")
+    assert [e.grant_id for e in Journal(d).entries()] == ["b"]
+
+
+def test_world_writable_dir_is_tightened(tmp_path):
+    d = tmp_path / "lj"
+    d.mkdir(mode=0o777)
+    os.chmod(d, 0o777)
+    Journal(d)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+def test_entry_round_trip_and_checksum():
+    data = encode([entry("a"), entry("b")])
+    assert decode(data) == [entry("a"), entry("b")]
+    doc = json.loads(data)
+    assert doc["version"] == 1 and doc["checksum"].startswith("sha256:")
+
+
+@pytest.mark.parametrize(
+    ("mangle", "reason"),
+    [
+        (lambda b: b[: len(b) // 2], "not JSON"),
+        (lambda b: b.replace(b'"version": 1', b'"version": 2'), "version"),
+        (lambda b: b.replace(b"g-1-dev-a", b"g-1-dev-X"), "checksum"),
+        (lambda b: b"[]", "top level"),
+        (lambda b: b"\xff\xfe", "not JSON"),
+    ],
+)
+def test_corruption_detected_and_set_aside(tmp_path, mangle, reason, caplog):
+    j = Journal(tmp_path)
+    j.put(entry("g-1"))
+    path = tmp_path / "journal.json"
+    bad = mangle(path.read_bytes())
+    path.write_bytes(bad)
+    reopened = Journal(tmp_path)
+    assert reopened.entries() == []
+    assert reopened.corrupt_set_aside is not None
+    assert reopened.corrupt_set_aside.name.startswith("journal.corrupt-")
+    assert reopened.corrupt_set_aside.read_bytes() == bad
+    assert decode(path.read_bytes()) == []  # a fresh, valid, empty journal
+    assert reason in caplog.text
+
+
+def test_bad_entry_field_is_corruption(tmp_path):
+    body = [dict(entry().to_json(), state="weird")]
+    from nomad_plugin.journal.store import _checksum
+
+    (tmp_path / "journal.json").write_text(json.dumps({"version": 1, "checksum": _checksum(body), "entries": body}))
+    assert Journal(tmp_path).corrupt_set_aside is not None
+
+
+def test_oversized_journal_is_corruption(tmp_path):
+    (tmp_path / "journal.json").write_bytes(b" " * 2048)
+    j = Journal(tmp_path, max_bytes=1024)
+    assert j.corrupt_set_aside is not None and j.entries() == []
+
+
+def test_bounded_entries(tmp_path):
+    j = Journal(tmp_path, max_entries=2)
+    j.put(entry("a"))
+    j.put(entry("b"))
+    j.put(entry("b", EntryState.RELEASING))  # replacing is fine
+    with pytest.raises(JournalFull, match="limit 2"):
+        j.put(entry("c"))
+
+
+def test_stale_temp_files_removed(tmp_path):
+    Journal(tmp_path)
+    (tmp_path / "journal.json.tmp-1-2").write_text("junk")
+    Journal(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.json"]
+
+
+ROOT = str(Path(__file__).resolve().parents[2])
+
+WRITER = """
+import sys
+from nomad_plugin.journal import Journal
+from tests.reserve.test_journal import entry
+j = Journal(sys.argv[1])
+i = 0
+while True:
+    j.put(entry(f"g{i}"))
+    if i >= 3:
+        j.remove(f"g{i-3}")
+    print(i, flush=True)
+    i += 1
+"""
+
+
+def test_sigkill_during_writes_never_leaves_a_torn_journal(tmp_path):
+    """Kill a writer mid-stream many times; every reopen finds a valid journal."""
+    for _ in range(5):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, cwd=ROOT, text=True
+        )
+        assert proc.stdout is not None
+        for _ in range(20):
+            proc.stdout.readline()
+        proc.kill()
+        proc.wait()
+        j = Journal(tmp_path)
+        assert j.corrupt_set_aside is None
+        assert 1 <= len(j) <= 4

@@ -1,0 +1,258 @@
+"""Route (b): the Nomad-API reconciler against the API double over real HTTP."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.journal import Journal
+from nomad_plugin.nomad.reserve import Reserver
+from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient, parse_alloc
+from nomad_plugin.reconcile.reconciler import Reconciler
+from nomad_plugin.testing.nomad_api import NomadApiDouble
+from nomad_plugin.util.backoff import Backoff
+from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+
+CAT = catalog(whole_group(8))
+TOKEN = "s3cr3t-token-0123"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def api():
+    with NomadApiDouble() as double:
+        yield double
+
+
+def setup(tmp_path, api, *, grace=30.0, token="", clock=None, timeout=2.0):
+    backend = FakeBackend()
+    reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    client = NomadClient(NomadApiSettings(address=api.address, token=token, timeout=timeout))
+    rec = Reconciler(
+        reserver,
+        client,
+        lambda: CAT,
+        grace=grace,
+        max_wait=0.2,
+        backoff=Backoff(initial=0.05, cap=0.2),
+        clock=clock or time.monotonic,
+    )
+    return reserver, backend, rec
+
+
+def grant_of(reserver, ids):
+    return reserver.reserve(ids).container_res.envs["LINGJUN_GRANT_ID"]
+
+
+def test_settings_from_config_then_env():
+    env = {
+        "NOMAD_ADDR": "https://10.0.0.1:4646",
+        "NOMAD_TOKEN": "env-token",
+        "NOMAD_CACERT": "/ca.pem",
+        "NOMAD_CLIENT_CERT": "/c.pem",
+        "NOMAD_CLIENT_KEY": "/k.pem",
+        "NOMAD_TLS_SERVER_NAME": "client.global.nomad",
+        "NOMAD_SKIP_VERIFY": "true",
+    }
+    s = NomadApiSettings.from_config(PluginConfig(), env)
+    assert (s.address, s.token, s.ca_cert, s.client_cert, s.client_key, s.tls_server_name, s.skip_verify) == (
+        "https://10.0.0.1:4646",
+        "env-token",
+        "/ca.pem",
+        "/c.pem",
+        "/k.pem",
+        "client.global.nomad",
+        True,
+    )
+    s = NomadApiSettings.from_config(PluginConfig(nomad_address="http://h:1", nomad_token="cfg"), env)
+    assert (s.address, s.token) == ("http://h:1", "cfg")
+    assert NomadApiSettings.from_config(PluginConfig(), {}).address == "http://127.0.0.1:4646"
+    assert "cfg" not in repr(s)
+
+
+def test_parse_alloc_shapes():
+    raw = {
+        "ID": "a1",
+        "ClientStatus": "running",
+        "AllocatedResources": {
+            "Tasks": {
+                "t1": {"Devices": [{"DeviceIDs": ["x", "y"]}]},
+                "t2": {"Devices": None},
+                "t3": {"Devices": [{"DeviceIDs": ["z"]}]},
+            }
+        },
+    }
+    v = parse_alloc(raw)
+    assert v.device_ids == {"x", "y", "z"} and v.live
+    assert not parse_alloc({"ID": "a", "ClientStatus": "lost", "AllocatedResources": None}).live
+    with pytest.raises(ValueError):
+        parse_alloc({"ClientStatus": "running"})
+
+
+def test_node_id_from_agent_self_and_blocking_query(api):
+    client = NomadClient(NomadApiSettings(address=api.address))
+    assert client.node_id() == api.node_id
+    page = client.node_allocations(api.node_id)
+    assert page.allocs == () and page.index == api.index
+    t0 = time.monotonic()
+    again = client.node_allocations(api.node_id, page.index, wait=0.3)
+    assert 0.25 <= time.monotonic() - t0 < 2 and again.index == page.index
+    # a change wakes a blocking query early
+    import threading
+
+    threading.Timer(0.1, api.add_alloc, ("a1", ["d1"])).start()
+    t0 = time.monotonic()
+    woke = client.node_allocations(api.node_id, page.index, wait=5)
+    assert time.monotonic() - t0 < 2 and woke.index > page.index
+    assert [a.id for a in woke.allocs] == ["a1"]
+    assert any("index=" in p and "wait=" in p for p, _ in api.requests)
+
+
+def test_terminal_alloc_released_after_grace_not_before(tmp_path, api):
+    clock = Clock()
+    reserver, backend, rec = setup(tmp_path, api, grace=30, clock=clock)
+    gid = grant_of(reserver, [card_uuid(0)])
+    api.add_alloc("alloc-1", [card_uuid(0)])
+    rec.round()
+    assert gid in backend.grants
+    api.set_status("alloc-1", "complete")
+    rec.round()
+    clock.now += 29
+    rec.round()
+    assert gid in backend.grants  # inside grace
+    clock.now += 2
+    rec.round()
+    assert gid not in backend.grants and reserver.entries() == []
+    assert reserver.counters.grants_released_by_reconcile == 1
+
+
+@pytest.mark.parametrize("status", ["failed", "lost"])
+def test_other_terminal_statuses(tmp_path, api, status):
+    clock = Clock()
+    reserver, backend, rec = setup(tmp_path, api, grace=1, clock=clock)
+    gid = grant_of(reserver, [card_uuid(1)])
+    api.add_alloc("a", [card_uuid(1)], status=status)
+    rec.round()
+    clock.now += 1
+    rec.round()
+    assert gid not in backend.grants
+
+
+def test_gone_alloc_released_live_alloc_kept(tmp_path, api):
+    clock = Clock()
+    reserver, backend, rec = setup(tmp_path, api, grace=5, clock=clock)
+    gone = grant_of(reserver, [card_uuid(0)])
+    live = grant_of(reserver, [card_uuid(1), card_uuid(2)])
+    api.add_alloc("live", [card_uuid(2), card_uuid(1)])
+    api.add_alloc("pending", [card_uuid(5)], status="pending")
+    rec.round()
+    clock.now += 10
+    rec.round()
+    assert gone not in backend.grants and live in backend.grants
+
+
+def test_api_down_never_releases_then_recovers(tmp_path, api):
+    clock = Clock()
+    reserver, backend, rec = setup(tmp_path, api, grace=5, clock=clock)
+    gid = grant_of(reserver, [card_uuid(0)])
+    api.add_alloc("a", [card_uuid(0)])
+    rec.round()
+    api.remove_alloc("a")
+    api.set_down(True)
+    clock.now += 100
+    with pytest.raises(NomadApiError) as err:
+        rec.round()
+    assert err.value.kind == "unreachable"
+    assert gid in backend.grants
+    api.set_down(False)
+    rec.round()  # first good answer: orphan timer starts now
+    assert gid in backend.grants
+    clock.now += 5
+    rec.round()
+    assert gid not in backend.grants
+
+
+def test_slow_api_times_out_and_releases_nothing(tmp_path, api):
+    reserver, backend, rec = setup(tmp_path, api, grace=0, timeout=0.3)
+    gid = grant_of(reserver, [card_uuid(0)])
+    api.set_latency(1.0)
+    with pytest.raises(NomadApiError) as err:
+        rec.round()
+    assert err.value.kind == "timeout" and gid in backend.grants
+
+
+def test_token_refused_403_and_token_never_in_errors(tmp_path, api, caplog):
+    api.require_token(TOKEN)
+    reserver, backend, rec = setup(tmp_path, api, grace=0, token="wrong-" + TOKEN)
+    gid = grant_of(reserver, [card_uuid(0)])
+    with pytest.raises(NomadApiError) as err:
+        rec.round()
+    assert err.value.kind == "forbidden" and "Permission denied" in str(err.value)
+    assert TOKEN not in str(err.value) and gid in backend.grants
+    # the right token works and is sent as X-Nomad-Token
+    _, _, ok = setup(tmp_path / "2", api, grace=0, token=TOKEN)
+    ok.round()
+    assert api.requests[-1][1] == TOKEN
+
+
+def test_thread_backs_off_on_errors_logs_no_token_and_stops_cleanly(tmp_path, api, caplog):
+    api.require_token(TOKEN)
+    reserver, backend, rec = setup(tmp_path, api, grace=0.2, token="bad-" + TOKEN)
+    gid = grant_of(reserver, [card_uuid(0)])
+    rec.start()
+    time.sleep(0.6)
+    n = len(api.requests)
+    assert 2 <= n <= 15  # backed off, not a tight loop
+    assert gid in backend.grants
+    assert reserver.counters.nomad_api_errors >= 2
+    assert TOKEN not in caplog.text
+    api.require_token(None)
+    deadline = time.monotonic() + 5
+    while gid in backend.grants and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gid not in backend.grants
+    t0 = time.monotonic()
+    rec.stop()
+    assert time.monotonic() - t0 < 2 and rec._thread is None
+
+
+def test_leak_reported_for_live_alloc_without_entry(tmp_path, api):
+    clock = Clock()
+    reserver, _backend, rec = setup(tmp_path, api, grace=5, clock=clock)
+    grant_of(reserver, [card_uuid(0)])
+    api.add_alloc("known", [card_uuid(0)])
+    api.add_alloc("unknown", [card_uuid(3)])
+    api.add_alloc("foreign", ["other-plugin-device"])
+    rec.round()
+    assert reserver.counters.leaked_grants_found == 0  # a Reserve may be in flight
+    clock.now += 6
+    rec.round()
+    rec.round()
+    assert reserver.counters.leaked_grants_found == 1  # reported once
+
+
+def test_wrong_shape_is_an_error_not_a_release(tmp_path, api, monkeypatch):
+    reserver, backend, rec = setup(tmp_path, api, grace=0)
+    gid = grant_of(reserver, [card_uuid(0)])
+    monkeypatch.setattr(api, "_node_allocs", lambda node, q: (200, {"not": "a list"}, 5))
+    with pytest.raises(NomadApiError) as err:
+        rec.round()
+    assert err.value.kind == "bad-response" and gid in backend.grants
+
+
+def test_double_answers_404_and_allocation_endpoint(api):
+    api.add_alloc("a1", ["d"])
+    r = httpx.get(f"{api.address}/v1/allocation/a1")
+    assert r.json()["AllocatedResources"]["Tasks"]["task"]["Devices"][0]["DeviceIDs"] == ["d"]
+    assert int(r.headers["X-Nomad-Index"]) == api.index
+    assert httpx.get(f"{api.address}/v1/allocation/zz").status_code == 404

@@ -1,0 +1,187 @@
+"""Reserver with a fake backend: grants, journal, release routes (a), (c), (d), concurrency."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.journal import EntryState, Journal
+from nomad_plugin.model.errors import BackendRefused, PluginError, ReservationRejected
+from nomad_plugin.model.grant import DeviceNode
+from nomad_plugin.model.instances import Kind, share_id
+from nomad_plugin.nomad.container import GrantRejected
+from nomad_plugin.nomad.reserve import Reserver
+from tests.reserve.fakes import UNAVAILABLE, FakeBackend, card_uuid, catalog, share_group, whole_group
+
+CAT = catalog(whole_group(4), share_group([4, 5]))
+
+
+def make(tmp_path, backend=None, cat=CAT, **kw):
+    backend = backend or FakeBackend()
+    changes = []
+    r = Reserver(
+        backend,
+        lambda: cat,
+        Journal(tmp_path / "data"),
+        PluginConfig(data_dir=str(tmp_path / "data")),
+        lambda: changes.append(1),
+        path_exists=lambda p: False,
+        **kw,
+    )
+    return r, backend, changes
+
+
+def test_empty_request_gives_empty_reservation(tmp_path):
+    r, b, _ = make(tmp_path)
+    resp = r.reserve([])
+    assert resp.HasField("container_res") and not resp.container_res.envs
+    assert b.allocate_calls == 0
+
+
+def test_reserve_journals_grant_before_returning(tmp_path):
+    r, b, changes = make(tmp_path)
+    resp = r.reserve([card_uuid(1), card_uuid(3)])
+    gid = resp.container_res.envs["LINGJUN_GRANT_ID"]
+    assert set(b.grants) == {gid}
+    assert [a.minor for a in b.grants[gid].asks] == [1, 3]
+    on_disk = Journal(tmp_path / "data").entries()
+    assert len(on_disk) == 1
+    e = on_disk[0]
+    assert (e.grant_id, e.state, e.device_ids, e.kind) == (
+        gid,
+        EntryState.GRANTED,
+        (card_uuid(1), card_uuid(3)),
+        "whole",
+    )
+    assert [d.minor for d in e.granted] == [1, 3]
+    assert [d.host_path for d in resp.container_res.devices] == ["/dev/alixpu1", "/dev/alixpu3"]
+    assert changes and r.counters.journal_size == 1
+
+
+def test_rejection_makes_no_grant_and_no_entry(tmp_path):
+    r, b, _ = make(tmp_path)
+    with pytest.raises(ReservationRejected):
+        r.reserve(["unknown"])
+    assert b.allocate_calls == 0 and r.entries() == []
+
+
+def test_route_a_same_ids_release_previous_holder(tmp_path):
+    r, b, _ = make(tmp_path)
+    first = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    second = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert first in b.released and set(b.grants) == {second}
+    assert [e.grant_id for e in r.entries()] == [second]
+    assert r.counters.grants_released_by_reserve == 1
+
+
+def test_route_a_partial_overlap_releases_whole_old_grant(tmp_path):
+    r, b, _ = make(tmp_path)
+    old = r.reserve([card_uuid(0), card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    r.reserve([card_uuid(1)])
+    assert old in b.released and len(b.grants) == 1
+
+
+def test_other_shares_of_same_card_are_not_released(tmp_path):
+    r, b, _ = make(tmp_path)
+    a = r.reserve([share_id(card_uuid(4), 0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    r.reserve([share_id(card_uuid(4), 1)])
+    assert a in b.grants and len(b.grants) == 2
+    assert r.active_kinds() == {card_uuid(4): frozenset({Kind.SHARE})}
+
+
+def test_allocate_refused_releases_and_drops_intent(tmp_path):
+    r, b, _ = make(tmp_path)
+    b.fail_allocate = BackendRefused("card busy", 8)
+    with pytest.raises(BackendRefused):
+        r.reserve([card_uuid(0)])
+    assert r.entries() == [] and len(b.released) == 1  # idempotent release of the maybe-grant
+
+
+def test_allocate_and_release_both_failing_keeps_releasing_entry(tmp_path):
+    r, b, _ = make(tmp_path)
+    b.fail_allocate = UNAVAILABLE
+    b.fail_release = UNAVAILABLE
+    with pytest.raises(PluginError):
+        r.reserve([card_uuid(0)])
+    [e] = r.entries()
+    assert e.state is EntryState.RELEASING
+    b.fail_release = None
+    assert r.retry_pending() == 1 and r.entries() == []
+
+
+def test_malformed_grant_is_released_and_never_reaches_task(tmp_path):
+    from dataclasses import replace
+
+    b = FakeBackend()
+    b.mutate = lambda g: replace(g, device_nodes=(DeviceNode("/dev/../etc/shadow", "/dev/x"),))
+    r, b, _ = make(tmp_path, b)
+    with pytest.raises(GrantRejected, match=r"'\.\.'"):
+        r.reserve([card_uuid(2)])
+    assert b.grants == {} and len(b.released) == 1 and r.entries() == []
+
+
+def test_route_c_recover_releases_intent_and_keeps_granted(tmp_path):
+    r, b, _ = make(tmp_path)
+    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    # Simulate a crash after the intent write: an intent entry on disk, maybe a grant at XDM.
+    e = r.entries()[0]
+    from dataclasses import replace
+
+    r.journal.put(replace(e, grant_id="lost-1", device_ids=(card_uuid(1),), state=EntryState.INTENT))
+    r.journal.put(replace(e, grant_id="lost-2", device_ids=(card_uuid(2),), state=EntryState.RELEASING))
+    r2, _, _ = make(tmp_path, b)
+    assert r2.recover() == 2
+    assert [x.grant_id for x in r2.entries()] == [kept]
+    assert {"lost-1", "lost-2"} <= set(b.released)
+    assert r2.counters.grants_released_at_startup == 2
+
+
+def test_route_d_release_is_idempotent(tmp_path):
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert r.release_grant(gid, "test")
+    assert r.release_grant(gid, "test")  # not in journal any more: counts as released
+    assert b.released.count(gid) == 1
+
+
+def test_active_kinds(tmp_path):
+    r, _, _ = make(tmp_path)
+    r.reserve([card_uuid(0)])
+    r.reserve([share_id(card_uuid(5), 2)])
+    assert r.active_kinds() == {card_uuid(0): frozenset({Kind.WHOLE}), card_uuid(5): frozenset({Kind.SHARE})}
+
+
+def test_storm_100_concurrent_reserves_no_double_grant(tmp_path):
+    """16 cards x 10 shares: 100 Reserves of overlapping and disjoint IDs at once."""
+    cat = catalog(share_group(list(range(16))))
+    b = FakeBackend()
+    b.allocate_delay = 0.002
+    r, b, _ = make(tmp_path, b, cat)
+    requests = []
+    for n in range(100):
+        card = n % 16
+        requests.append([share_id(card_uuid(card), (n // 16) % 10)])
+    requests[50] = list(requests[0])  # the same IDs twice: the older grant must go (route a)
+    barrier = threading.Barrier(20)
+
+    def go(ids):
+        try:
+            barrier.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            pass
+        return r.reserve(ids).container_res.envs["LINGJUN_GRANT_ID"]
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        gids = list(pool.map(go, requests))
+    assert len(set(gids)) == 100
+    assert b.double_grants == []
+    held: dict[str, str] = {}
+    for e in r.entries():
+        for d in e.device_ids:
+            assert d not in held, f"{d} held by {held.get(d)} and {e.grant_id}"
+            held[d] = e.grant_id
+    assert len(r.entries()) == len(b.grants) == 99
+    assert set(b.grants) == {e.grant_id for e in Journal(tmp_path / "data").entries()}
