@@ -1,0 +1,240 @@
+"""SetConfig's msgpack decoding: every spelling cty produces, and clear rejections."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nomad_plugin.config.decode import decode_config, parse_go_duration, secret_values
+from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.config.options import CARD_BLOCK, OPTIONS
+from nomad_plugin.model.errors import ConfigError
+
+
+def full_object(**values: object) -> dict[str, object]:
+    """What Nomad sends: every attribute present, null when unset."""
+    obj: dict[str, object] = {opt.name: None for opt in OPTIONS}
+    obj[CARD_BLOCK] = []
+    obj.update(values)
+    return obj
+
+
+def decode(obj: object) -> PluginConfig:
+    return decode_config(msgpack.packb(obj))
+
+
+def rejected(obj: object) -> str:
+    with pytest.raises(ConfigError) as err:
+        decode(obj)
+    return str(err.value)
+
+
+def float64(value: float) -> bytes:
+    return b"\xcb" + struct.pack(">d", value)
+
+
+def test_empty_bytes_and_nil_mean_all_defaults() -> None:
+    assert decode_config(b"") == PluginConfig()
+    assert decode_config(b"\xc0") == PluginConfig()
+
+
+def test_full_object_of_nulls_equals_the_dataclass_defaults() -> None:
+    # Keeps options.py defaults and model.py defaults in step.
+    assert decode(full_object()) == PluginConfig()
+    assert decode(full_object(**{CARD_BLOCK: None})) == PluginConfig()
+
+
+def test_option_defaults_spelled_out_decode_to_the_same_config() -> None:
+    assert decode(full_object(**{opt.name: opt.default for opt in OPTIONS})) == PluginConfig()
+
+
+def test_number_encodings_cty_produces() -> None:
+    # compact int, float64-encoded integral value, and a decimal string
+    assert decode({"tdm_shares": 4}).tdm_shares == 4
+    raw = b"\x81" + msgpack.packb("tdm_shares") + float64(8.0)
+    assert decode_config(raw).tdm_shares == 8
+    assert decode({"tdm_shares": "16"}).tdm_shares == 16
+    assert decode({"metrics_port": "9400.0"}).metrics_port == 9400
+    assert decode({"xid_ignore": [1, 2.0, "3"]}).xid_ignore == (1, 2, 3)
+
+
+def test_durations_are_go_durations_in_seconds() -> None:
+    cfg = decode({"xdm_call_timeout": "500ms", "release_grace_period": "1m30s", "inventory_resync_period": "1h"})
+    assert (cfg.xdm_call_timeout, cfg.release_grace_period, cfg.inventory_resync_period) == (0.5, 90.0, 3600.0)
+    assert parse_go_duration("1.5h") == 5400.0
+    assert parse_go_duration("0") == 0.0
+    assert parse_go_duration("2us") == pytest.approx(2e-6)
+    for bad in ("", "5", "1x", "1.5.5s", "s", "1m 30s"):
+        with pytest.raises(ValueError):
+            parse_go_duration(bad)
+
+
+# (option, bad value, text the message must hold)
+BAD_VALUES = [
+    ("backend", "gpu", '"auto" or "xdm" or "nvml"'),
+    ("backend", 3, "not a string"),
+    ("xdm_minor_encoding", "omit_zero", "omit-zero"),
+    ("xdm_call_timeout", "5", "Go duration"),
+    ("xdm_call_timeout", "0s", "> 0"),
+    ("health_recovery_delay", "-1s", ">= 0"),
+    ("release_grace_period", "999h", "30 days"),
+    ("log_level", "warning", '"warn"'),
+    ("default_mode", "shared", '"whole" or "tdm" or "mig"'),
+    ("tdm_shares", 0, "from 1 to 100"),
+    ("tdm_shares", 101, "from 1 to 100"),
+    ("tdm_shares", 2.5, "whole number"),
+    ("tdm_shares", "0.1", "whole number"),
+    ("tdm_shares", "1e999", "whole number"),
+    ("tdm_shares", True, "whole number"),
+    ("tdm_shares", float("nan"), "whole number"),
+    ("health_recovery_checks", 0, "from 1 to 1000"),
+    ("metrics_port", 65536, "from 0 to 65535"),
+    ("metrics_port", -1, "from 0 to 65535"),
+    ("mig_models", "A100", "list"),
+    ("mig_models", ["A100", ""], "non-empty strings"),
+    ("ignored_ids", [1], "non-empty strings"),
+    ("xid_ignore", ["x"], "whole numbers"),
+    ("xid_ignore", [-1], "from 0"),
+    ("reconcile", "true", "true or false"),
+    ("nvml_enrich", 1, "true or false"),
+    ("group_by", "numa nodes", "topology level name"),
+    ("group_by", "1abc", "topology level name"),
+    ("data_dir", "x" * 5000, "at most 4096"),
+    ("xdm_socket", "/tmp/a\x00b", "NUL"),
+    ("nomad_address", {"a": 1}, "not a string"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), BAD_VALUES)
+def test_bad_value_names_option_value_and_what_is_allowed(name: str, value: object, allowed: str) -> None:
+    message = rejected(full_object(**{name: value}))
+    assert f'"{name}' in message
+    assert allowed in message
+    assert len(message) < 600  # huge values are truncated
+
+
+def test_every_option_rejects_a_wrong_type() -> None:
+    wrong = {"string": 12, "number": "twelve", "bool": "yes", "list(string)": "x", "list(number)": {"a": 1}}
+    for opt in OPTIONS:
+        message = rejected(full_object(**{opt.name: wrong[opt.hcl_type]}))
+        assert f'"{opt.name}"' in message, message
+
+
+def test_secret_value_is_masked_in_errors() -> None:
+    token = "abcd-secret-token-value-1234"
+    message = rejected(full_object(nomad_token=[token]))
+    assert token not in message and "<redacted>" in message and "nomad_token" in message
+    assert secret_values(decode({"nomad_token": token})) == [token]
+
+
+def test_extension_types_are_rejected_with_the_option_name() -> None:
+    unknown = msgpack.ExtType(0, b"\x00")  # cty's plain unknown value
+    assert "unknown value" in rejected(full_object(backend=unknown))
+    assert "extension type 12" in rejected(full_object(data_dir=msgpack.ExtType(12, b"\x80")))
+    assert "backend" in rejected({"backend": msgpack.Timestamp(1, 0)})
+
+
+def test_garbage_bytes_and_trailing_data_are_rejected() -> None:
+    for data in (b"\xc1", b"\x81", b"\xff\xff\xff", msgpack.packb({}) + b"\x00", b"\xa2\xff\xfe"):
+        with pytest.raises(ConfigError, match="not one valid msgpack value"):
+            decode_config(data)
+
+
+def test_non_map_root_and_unknown_keys_are_rejected() -> None:
+    assert "not a map" in rejected([1, 2])
+    assert "not a map" in rejected("backend")
+    message = rejected({"bakend": "xdm"})
+    assert "'bakend'" in message and "backend" in message
+    assert "unknown option" in rejected({1: 2})
+
+
+def test_deep_nesting_and_huge_inputs_are_rejected() -> None:
+    deep = b"\x81" + msgpack.packb("ignored_ids") + b"\x91" * 900 + b"\xc0"
+    with pytest.raises(ConfigError, match="ignored_ids"):
+        decode_config(deep)
+    with pytest.raises(ConfigError, match="not one valid msgpack value"):
+        decode_config(b"\x91" * 100_000 + b"\xc0")
+    with pytest.raises(ConfigError, match="at most"):
+        decode_config(msgpack.packb({"data_dir": "x" * (2 << 20)}))
+    with pytest.raises(ConfigError, match="ignored_ids"):
+        decode({"ignored_ids": ["a"] * 5000})
+
+
+def test_card_blocks() -> None:
+    cfg = decode(
+        full_object(
+            card=[
+                {"match": "3", "mode": "tdm", "shares": 4, "share_percent": None},
+                {"match": "GPU-1", "mode": "tdm", "shares": None, "share_percent": 25},
+                {"match": "NVIDIA A100-SXM4-80GB", "mode": "mig", "shares": None, "share_percent": None},
+                {"match": "3", "mode": "tdm", "shares": 4, "share_percent": 0},
+            ]
+        )
+    )
+    assert cfg.cards[0] == CardRule(match="3", mode="tdm", shares=4, share_percent=0)
+    assert cfg.cards[1].share_percent == 25
+    assert cfg.cards[2].mode == "mig"
+
+
+@pytest.mark.parametrize(
+    ("cards", "expected"),
+    [
+        ([{"mode": "tdm"}], "card[0].match"),
+        ([{"match": "  "}], "is empty"),
+        ([{"match": "1", "shares": 2, "share_percent": 50}], "at most one of them"),
+        ([{"match": "1", "share_percent": 30}], "does not divide 100"),
+        ([{"match": "1", "mode": "tdm"}, {"match": "1", "mode": "whole"}], "one mode per match"),
+        ([{"match": "1", "mode": "fast"}], "card[0].mode"),
+        ([{"match": "1", "shares": 101}], "card[0].shares"),
+        ([{"match": "1", "colour": "red"}], "card[0]: unknown option 'colour'"),
+        (["x"], "card[0]"),
+        ({"match": "1"}, '"card"'),
+    ],
+)
+def test_bad_card_blocks(cards: object, expected: str) -> None:
+    assert expected in rejected({CARD_BLOCK: cards})
+
+
+def test_decoding_is_deterministic_for_repeated_set_config() -> None:
+    data = msgpack.packb(full_object(tdm_shares=3, card=[{"match": "0", "mode": "tdm"}]))
+    first = decode_config(data)
+    assert all(decode_config(data) == first for _ in range(3))
+    assert dataclasses.replace(first) == first
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.binary(max_size=8),
+    st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=4)),
+)
+_values = st.recursive(
+    _scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+)
+_option_names = st.sampled_from([opt.name for opt in OPTIONS] + [CARD_BLOCK, "bogus"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_option_names, _values, max_size=6))
+def test_structured_input_only_ever_raises_config_error(obj: dict[str, object]) -> None:
+    try:
+        decode_config(msgpack.packb(obj, use_bin_type=True))
+    except ConfigError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_only_ever_raise_config_error(data: bytes) -> None:
+    try:
+        decode_config(data)
+    except ConfigError:
+        pass

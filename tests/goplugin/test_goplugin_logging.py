@@ -1,0 +1,105 @@
+"""hclog JSON line format (what go-plugin's log parser accepts) and secret redaction."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from nomad_plugin.goplugin import logging as hclog
+
+# Go layout 2006-01-02T15:04:05.000000Z07:00: exactly six fractional digits, Z or ±hh:mm.
+TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
+
+
+@pytest.fixture
+def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    stream = io.StringIO()
+    handler = hclog.make_handler(stream)
+    logger = hclog.get_logger("nomad_plugin.xdm.client")
+    logger.addHandler(handler)
+    logger.setLevel(hclog.TRACE)
+    logger.propagate = False
+    try:
+        yield logger, stream
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+        hclog.REDACTOR.set_secrets([])
+
+
+def entries(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_levels_module_and_timestamp(captured: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = captured
+    logger.log(hclog.TRACE, "t")
+    logger.debug("d")
+    logger.info("i %s", "x")
+    logger.warning("w")
+    logger.error("e")
+    logger.critical("c")
+    lines = entries(stream)
+    assert [e["@level"] for e in lines] == ["trace", "debug", "info", "warn", "error", "error"]
+    assert lines[2]["@message"] == "i x"
+    for entry in lines:
+        assert entry["@module"] == "nomad-device-lingjun.xdm.client"
+        assert TIMESTAMP.match(str(entry["@timestamp"])), entry["@timestamp"]
+
+
+def test_fields_become_top_level_keys_and_one_line_per_record(captured: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = captured
+    logger.info("multi\nline", extra={"fields": {"card": 3, "ids": ("a", "b"), "@level": "bogus"}})
+    try:
+        raise RuntimeError("boom\nsecond line")
+    except RuntimeError:
+        logger.exception("failed")
+    text = stream.getvalue()
+    assert text.count("\n") == 2
+    first, second = entries(stream)
+    assert first["card"] == 3 and first["ids"] == ["a", "b"] and first["@level"] == "info"
+    assert first["@message"] == "multi\nline"
+    assert second["@level"] == "error" and "RuntimeError: boom" in str(second["error"])
+
+
+def test_configured_secret_and_token_assignments_are_redacted(captured: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = captured
+    secret = "3f1e2d4c-aaaa-bbbb-cccc-0123456789ab"
+    hclog.set_secrets([secret])
+    logger.info("calling with %s", secret, extra={"fields": {"header": f"X-Nomad-Token: {secret}"}})
+    logger.info("env NOMAD_TOKEN=unconfigured-value-9")
+    try:
+        raise ValueError(f"bad token {secret}")
+    except ValueError:
+        logger.exception("request failed")
+    text = stream.getvalue()
+    assert secret not in text
+    assert "unconfigured-value-9" not in text
+    assert text.count(hclog.REDACTED) >= 4
+
+
+def test_level_mapping_and_module_names() -> None:
+    assert hclog.hclog_level(logging.WARNING) == "warn"
+    assert hclog.hclog_level(logging.CRITICAL) == "error"
+    assert hclog.hclog_level(1) == "trace"
+    assert hclog.module_name("nomad_plugin") == "nomad-device-lingjun"
+    assert hclog.module_name("xdm") == "nomad-device-lingjun.xdm"
+    assert hclog.module_name("nomad-device-lingjun.x") == "nomad-device-lingjun.x"
+    assert TIMESTAMP.match(hclog.hclog_timestamp(0.5)) and hclog.hclog_timestamp(0.5).endswith(".500000Z")
+
+
+def test_set_level_follows_config_log_level() -> None:
+    root = logging.getLogger(hclog.ROOT_MODULE)
+    before = root.level
+    try:
+        hclog.set_level("warn")
+        assert root.level == logging.WARNING
+        hclog.set_level("trace")
+        assert root.level == hclog.TRACE
+    finally:
+        root.setLevel(before)
