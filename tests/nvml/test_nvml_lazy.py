@@ -1,0 +1,71 @@
+"""pynvml is optional: importing the backend must not import it; using it must."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nomad_plugin.nvml.probe import nvml_available, nvml_unavailable_reason
+from nomad_plugin.testing.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_importing_the_nvml_package_does_not_import_pynvml() -> None:
+    proc = _run(
+        """
+        import sys
+        import nomad_plugin.nvml.backend, nomad_plugin.nvml.enrich, nomad_plugin.nvml.probe
+        from nomad_plugin.nvml.backend import NvmlBackend
+        backend = NvmlBackend()
+        print("pynvml" in sys.modules)
+        backend.start()
+        backend.wait_ready(0.5)
+        import time
+        deadline = time.time() + 10
+        while "pynvml" not in sys.modules and time.time() < deadline:
+            time.sleep(0.01)
+        print("pynvml" in sys.modules)
+        backend.stop()
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
+
+
+def test_missing_bindings_give_an_install_hint() -> None:
+    proc = _run(
+        """
+        import sys
+        sys.modules["pynvml"] = None  # as if nvidia-ml-py were not installed
+        from nomad_plugin.nvml.probe import nvml_unavailable_reason
+        print(nvml_unavailable_reason())
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "nvidia-ml-py" in proc.stdout
+
+
+def test_probe_with_fake() -> None:
+    fake = FakeNvml()
+    assert nvml_available(fake) and fake.init_count == 0  # initialised, then shut down again
+    fake.init_error = NVML_ERROR_LIBRARY_NOT_FOUND
+    assert not nvml_available(fake)
+    assert "nvmlInit failed: NVML Shared Library Not Found" in nvml_unavailable_reason(fake)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this node has an NVIDIA driver")
+def test_probe_on_a_node_without_nvidia_driver() -> None:
+    assert nvml_available() is False
+    assert nvml_unavailable_reason() != ""
