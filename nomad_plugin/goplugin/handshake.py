@@ -19,6 +19,7 @@ from nomad_plugin.cli.main import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 CORE_PROTOCOL_VERSION = 1
 APP_PROTOCOL_VERSION = 2  # Nomad's base.Handshake.ProtocolVersion (gRPC plugins)
 PROTOCOL_VERSIONS_ENV = "PLUGIN_PROTOCOL_VERSIONS"
+SOCKET_DIR_ENV = "PLUGIN_UNIX_SOCKET_DIR"
 SOCKET_NAME = "plugin.sock"
 MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
 
@@ -75,9 +76,15 @@ def handshake_line(socket_path: str, app_version: int = APP_PROTOCOL_VERSION) ->
     return f"{CORE_PROTOCOL_VERSION}|{app_version}|unix|{socket_path}|grpc\n"
 
 
-def make_socket_dir() -> str:
-    """A fresh private (0700) directory for the socket, under $TMPDIR if the path stays short."""
-    directory = tempfile.mkdtemp(prefix="plugin")
+def make_socket_dir(env: Mapping[str, str] | None = None) -> str:
+    """A fresh private (0700) directory for the socket.
+
+    Under PLUGIN_UNIX_SOCKET_DIR when the host sets it (go-plugin's RunnerFunc
+    path; Nomad does not), else under $TMPDIR, else /tmp if the path would be
+    too long for a Unix socket address.
+    """
+    parent = (env if env is not None else os.environ).get(SOCKET_DIR_ENV) or None
+    directory = tempfile.mkdtemp(prefix="plugin", dir=parent)
     if len(os.path.join(directory, SOCKET_NAME)) > MAX_SOCKET_PATH:
         os.rmdir(directory)
         directory = tempfile.mkdtemp(prefix="plugin", dir="/tmp")

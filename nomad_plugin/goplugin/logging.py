@@ -42,7 +42,11 @@ REDACTED = "<redacted>"
 _TOKEN_ASSIGNMENT = re.compile(
     r"(?i)((?:x-nomad-token|nomad_token|secret_?id|token)[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}]+)"
 )
-_STANDARD_RECORD_KEYS = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
+# go-plugin reads stderr with a 64 KiB line buffer and splits longer lines,
+# which then no longer parse as JSON: keep every line well below that.
+MAX_MESSAGE = 8192
+MAX_ERROR = 16384
+MAX_FIELD = 2048
 
 
 def hclog_level(levelno: int) -> str:
@@ -118,14 +122,20 @@ class SecretRedactor(logging.Filter):
         return True
 
 
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float, bool)):
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more chars)"
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    if value is None or isinstance(value, (int, float, bool)):
         return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return str(value)
+    if isinstance(value, str):
+        return _clip(value, MAX_FIELD)
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in value[:64]]
+    if depth < 3 and isinstance(value, Mapping):
+        return {str(k): _jsonable(v, depth + 1) for k, v in list(value.items())[:64]}
+    return _clip(str(value), MAX_FIELD)
 
 
 class HclogJsonFormatter(logging.Formatter):
@@ -134,7 +144,7 @@ class HclogJsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "@level": hclog_level(record.levelno),
-            "@message": record.getMessage(),
+            "@message": _clip(record.getMessage(), MAX_MESSAGE),
             "@module": module_name(record.name),
             "@timestamp": hclog_timestamp(record.created),
         }
@@ -146,7 +156,7 @@ class HclogJsonFormatter(logging.Formatter):
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
-            entry["error"] = record.exc_text
+            entry["error"] = _clip(record.exc_text, MAX_ERROR)
         # ensure_ascii keeps the line free of raw newlines and odd bytes.
         return json.dumps(entry, ensure_ascii=True, separators=(",", ":"))
 

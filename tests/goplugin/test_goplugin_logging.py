@@ -103,3 +103,14 @@ def test_set_level_follows_config_log_level() -> None:
         assert root.level == hclog.TRACE
     finally:
         root.setLevel(before)
+
+
+def test_huge_messages_stay_one_parseable_line_below_go_plugins_buffer(
+    captured: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = captured
+    logger.info("x" * 200_000, extra={"fields": {"blob": "y" * 100_000, "nested": [[[[["deep"]]]]]}})
+    (line,) = stream.getvalue().splitlines()
+    assert len(line.encode()) < 64 * 1024
+    entry = json.loads(line)
+    assert entry["@message"].startswith("xxx") and "more chars" in entry["@message"]
