@@ -71,13 +71,31 @@ def problems(response: device_pb2.FingerprintResponse) -> list[str]:
     return sanitize(response)[1]
 
 
+def _is_valid(response: device_pb2.FingerprintResponse) -> bool:
+    keys: set[tuple[str, str, str]] = set()
+    for group in response.device_group:
+        key = (group.vendor, group.device_type, group.device_name)
+        if group_problem(group) is not None or key in keys:
+            return False
+        keys.add(key)
+        ids = [device.ID for device in group.devices]
+        if not all(ids) or len(set(ids)) != len(ids):
+            return False
+        if any(attribute_problem(k, a) is not None for k, a in group.attributes.items()):
+            return False
+    return True
+
+
 def sanitize(
     response: device_pb2.FingerprintResponse,
 ) -> tuple[device_pb2.FingerprintResponse, list[str]]:
-    """Return a copy without anything Nomad would reject, and what was removed.
+    """Return a response without anything Nomad would reject, and what was removed.
 
-    The input is not modified. A valid response comes back equal to the input.
+    The input is never modified: a valid response is returned as is (the
+    common case, so no copy is made), an invalid one as a cleaned copy.
     """
+    if _is_valid(response):
+        return response, []
     found: list[str] = []
     out = device_pb2.FingerprintResponse()
     seen_keys: set[tuple[str, str, str]] = set()

@@ -117,3 +117,11 @@ def test_catalog_attribute_with_bad_unit_is_dropped_not_sent():
     clean, found = sanitize(build_response(cat, {}))
     assert list(clean.device_group[0].attributes) == ["memory"]
     assert found == ["dropped attribute 'temp': unknown unit 'C' in nvidia/gpu/X"]
+
+
+def test_attribute_cache_keeps_equal_values_of_different_types_apart():
+    # True == 1 == 1.0 and they hash alike; each must keep its own Nomad type.
+    assert to_proto_attribute(Attr(1)).WhichOneof("value") == "int_val"
+    assert to_proto_attribute(Attr(True)).WhichOneof("value") == "bool_val"
+    assert to_proto_attribute(Attr(1.0)).WhichOneof("value") == "float_val"
+    assert to_proto_attribute(Attr(1, "GiB")).unit == "GiB"
