@@ -148,7 +148,9 @@ class ControlServer:
         server = _Server(str(self.path), _Handler)
         server.sim = self.sim
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="xdm-sim-control", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="xdm-sim-control", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:

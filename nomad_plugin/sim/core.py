@@ -82,6 +82,7 @@ class SimCore:
         with self.lock:
             self._card(minor)
             self.health[minor] = (healthy, reason)
+            self._metrics_dirty = True
         log.info("card %d -> %s%s", minor, "Healthy" if healthy else "Unhealthy", f" ({reason})" if reason else "")
         self.push()
 
@@ -89,6 +90,7 @@ class SimCore:
         with self.lock:
             self._card(minor)
             self.present.discard(minor)
+            self._metrics_dirty = True
         log.info("card %d removed", minor)
         self.push()
 
@@ -96,6 +98,7 @@ class SimCore:
         with self.lock:
             self._card(minor)
             self.present.add(minor)
+            self._metrics_dirty = True
         log.info("card %d added", minor)
         self.push()
 

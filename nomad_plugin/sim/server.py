@@ -77,7 +77,7 @@ class XdmServers:
             server.start()
             self._servers.append(server)
 
-    def stop(self, grace: float = 0.3) -> None:
+    def stop(self, grace: float = 0.1) -> None:
         """End streams with UNAVAILABLE, stop serving, remove the socket files."""
         self.close_streams()
         self._stopping.set()
