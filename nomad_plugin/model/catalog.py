@@ -312,6 +312,17 @@ def _extra_attr(value: str, unit: str) -> Attr | None:
             return None
 
 
+def _domain_attr(domain: tuple[int, ...] | str, text: str) -> Attr:
+    """A one-number domain is an int attribute, anything else its text.
+
+    Nomad parses a constraint's literal ``"0"`` as an int and never compares
+    an int with a string, so ``topology.numaNodes = "0"`` only matches an int.
+    """
+    if isinstance(domain, tuple) and len(domain) == 1:
+        return Attr(domain[0])
+    return Attr(text)
+
+
 def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
     """Everything known about one card, as Nomad group attributes."""
     attrs: dict[str, Attr] = {}
@@ -330,7 +341,7 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
         domain = level.domain_text.strip()
         if not domain or not _ATTR_KEY_RE.match(level.name):
             continue
-        attrs[f"topology.{level.name}"] = Attr(domain)
+        attrs[f"topology.{level.name}"] = _domain_attr(level.domain, domain)
         network_key = NETWORK_LEVEL_ATTRS.get(level.name)
         if network_key:
             attrs[network_key] = Attr(domain)

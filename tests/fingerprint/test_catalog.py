@@ -81,8 +81,8 @@ def test_tdm_default_shares_one_group_per_card():
     assert g.attributes["share_count"] == Attr(10)
     assert g.attributes["minor"] == Attr(0)
     assert g.attributes["uuid"] == Attr("PPU-m890p-0000")
-    assert g.attributes["topology.numaNodes"] == Attr("0")
-    assert g.attributes["topology.cpuSockets"] == Attr("0")
+    assert g.attributes["topology.numaNodes"] == Attr(0)
+    assert g.attributes["topology.cpuSockets"] == Attr(0)
     assert g.attributes["hyper_node"] == Attr("hypernode-001")
 
 
@@ -224,7 +224,7 @@ def test_group_by_numa_on_810e_seed_topology():
     assert keys(cat) == ["alibaba/ppu/PPU 810E numa1", "alibaba/ppu/PPU 810E numa0"]
     numa1 = cat.groups[0]
     assert [i.minor for i in numa1.instances] == [0, 1, 2, 3, 8, 9, 10, 11]
-    assert numa1.attributes["topology.numaNodes"] == Attr("1")
+    assert numa1.attributes["topology.numaNodes"] == Attr(1)
     assert numa1.attributes["leaf_switch"] == Attr("ASW-VM-SQA-G10-P2-S25")
     assert numa1.attributes["point_of_delivery"] == Attr("VM-SQA-G10-P2")
     assert "hyper_node" not in numa1.attributes  # 810E has no hyperNode level
@@ -235,10 +235,10 @@ def test_group_by_numa_on_810e_seed_topology():
 def test_810e_per_card_topology_by_name_not_number():
     cat = build_catalog(ppu810e_node(1), PluginConfig(default_mode="tdm"))
     attrs = cat.groups[0].attributes
-    assert attrs["topology.icnLink2"] == Attr("0")
-    assert attrs["topology.pcieSwitches"] == Attr("4")  # level 4 on 810E, level 1 on M890P
-    assert attrs["topology.numaNodes"] == Attr("1")
-    assert attrs["topology.cpuSockets"] == Attr("0")
+    assert attrs["topology.icnLink2"] == Attr(0)
+    assert attrs["topology.pcieSwitches"] == Attr(4)  # level 4 on 810E, level 1 on M890P
+    assert attrs["topology.numaNodes"] == Attr(1)
+    assert attrs["topology.cpuSockets"] == Attr(0)
 
 
 def test_group_by_alias_and_pcie_on_m890p():
@@ -246,8 +246,8 @@ def test_group_by_alias_and_pcie_on_m890p():
     assert keys(cat) == [f"alibaba/ppu/PPU M890P numa{d}" for d in range(4)]
     cat = build_catalog(m890p_node(), PluginConfig(group_by="pcieSwitches"))
     assert keys(cat)[0] == "alibaba/ppu/PPU M890P pcie0"
-    assert cat.groups[0].attributes["topology.pcieSwitches"] == Attr("0")
-    assert cat.groups[0].attributes["topology.cpuSockets"] == Attr("0")
+    assert cat.groups[0].attributes["topology.pcieSwitches"] == Attr(0)
+    assert cat.groups[0].attributes["topology.cpuSockets"] == Attr(0)
 
 
 def test_group_by_unknown_level_falls_back_and_is_reported():
@@ -337,3 +337,19 @@ def test_group_key_str():
 def test_unknown_model_name_and_vendor():
     card = Card(minor=0, uuid="X-1", model="", vendor="", xpu_type="", memory_mib=0)
     assert keys(build_catalog(Inventory(cards=(card,)), PluginConfig())) == ["unknown/xpu/N/A"]
+
+
+def test_multi_value_domain_is_text_single_value_is_int():
+    from nomad_plugin.model.topology_parse import parse_topology
+
+    topo = parse_topology(
+        '{"levels": [{"level": 1, "name": "numaNodes", "topo1": [0, 1]},'
+        '{"level": 2, "name": "cpuSockets", "topo2": [1]}]}'
+    )
+    card = replace(h800_node(1).cards[0], topology=topo)
+    attrs = build_catalog(Inventory(cards=(card,)), PluginConfig(default_mode="tdm")).groups[0].attributes
+    assert attrs["topology.numaNodes"] == Attr("0,1")
+    assert attrs["topology.cpuSockets"] == Attr(1)
+    assert keys(build_catalog(Inventory(cards=(card,)), PluginConfig(group_by="numa"))) == [
+        "nvidia/gpu/NVIDIA H800 numa0-1"
+    ]
