@@ -30,7 +30,9 @@ def make_backend(config: PluginConfig) -> Any:
     try:
         from nomad_plugin.xdm.backend import XdmBackend  # type: ignore[import-not-found]
 
-        return XdmBackend(config)
+        backend = XdmBackend(config)
+        backend.start()
+        return backend
     except ImportError:
         from nomad_plugin.xdm.client import XdmClient
 
