@@ -178,12 +178,8 @@ class XdmClient:
             released = self._release_quietly(request.grant_id, "grant mismatch")
             suffix = " (allocation released)" if released else " (release failed; it stays recorded for retry)"
             raise GrantMismatch(problem + suffix)
-        if outcome.unknown_varints:
-            self.drift.warn_once(
-                "allocate-varints",
-                f"Allocate response carries unknown varint field(s) {', '.join(outcome.unknown_varints)}; "
-                "the grant verified, so they were not read as an error code",
-            )
+        if outcome.unknown_varints:  # the grant verified: additive fields, already logged by DriftLog
+            log.debug("Allocate %s verified despite unknown varints %s", request.grant_id, outcome.unknown_varints)
         return outcome.grant
 
     def release(self, grant_id: str) -> None:

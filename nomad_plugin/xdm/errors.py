@@ -144,7 +144,10 @@ def is_not_found(error: BackendRefused) -> bool:
     if isinstance(error, GrpcRefused):
         return error.code == grpc.StatusCode.NOT_FOUND
     text = str(error).lower()
-    return any(marker in text for marker in ("not found", "not exist", "no such", "unknown allocation", "unknown id"))
+    return any(
+        marker in text
+        for marker in ("not found", "not exist", "no such", "no allocation", "unknown allocation", "unknown id")
+    )
 
 
 def _grpc_code_number(code: grpc.StatusCode) -> int:

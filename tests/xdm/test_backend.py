@@ -1,0 +1,155 @@
+"""XdmBackend against the real simulator (nomad_plugin.sim) on real Unix sockets."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.grant import DeviceAsk, GrantRequest
+from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.xdm.backend import XdmBackend
+
+sim_module = pytest.importorskip("nomad_plugin.sim")
+Simulator = sim_module.Simulator
+
+
+def _config(sockdir: Path, **kw: object) -> PluginConfig:
+    base = {
+        "xdm_socket": str(sockdir / "dp2mgr.sock"),
+        "config_socket": str(sockdir / "config-daemon.sock"),
+        "xdm_call_timeout": 2.0,
+        "inventory_resync_period": 0.3,
+    }
+    base.update(kw)
+    return PluginConfig(**base)  # type: ignore[arg-type]
+
+
+def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def sim(sockdir: Path) -> Iterator[object]:
+    s = Simulator(socket_dir=sockdir, profile="h800-8")
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def backend(sockdir: Path, sim: object) -> Iterator[XdmBackend]:
+    b = XdmBackend(_config(sockdir))
+    yield b
+    b.stop()
+
+
+def test_inventory_node_facts_and_health_changes(backend: XdmBackend, sim: object) -> None:
+    seen: list[Inventory] = []
+    backend.subscribe(lambda inv: (_ for _ in ()).throw(RuntimeError("listener bug")))  # must not kill anything
+    backend.subscribe(seen.append)
+    backend.start()
+    _wait(
+        lambda: (
+            backend.inventory().reachable
+            and len(backend.inventory().cards) == 8
+            and backend.inventory().node.get("runtime_kit") == "enabled"
+            and bool(backend.inventory().node.get("driver_version"))
+        )
+    )
+    inv = backend.inventory()
+    assert inv.node["xpu_types"]
+    card = inv.by_minor(2)
+    assert card is not None and card.vendor == "nvidia" and card.xpu_type == "gpu" and card.healthy
+    assert card.topology.levels, "topology parsed from extenderResources"
+    sim.set_health(2, False, "XID 79")  # type: ignore[attr-defined]
+    _wait(lambda: not backend.inventory().by_minor(2).healthy)  # type: ignore[union-attr]
+    assert seen and seen[-1].generation == backend.inventory().generation
+
+
+def test_allocate_release_through_backend(backend: XdmBackend, sim: object) -> None:
+    backend.start()
+    grant = backend.allocate(GrantRequest("a-1", (DeviceAsk(minor=0, core=50, memory_gib=4),)))
+    assert grant.devices[0].minor == 0 and grant.devices[0].core == 50
+    assert "a-1" in sim.grants()  # type: ignore[attr-defined]
+    backend.release("a-1")
+    backend.release("a-1")  # idempotent
+    assert "a-1" not in sim.grants()  # type: ignore[attr-defined]
+    assert backend.metrics_snapshot()
+
+
+def test_metrics_stream_cancels_cleanly(backend: XdmBackend) -> None:
+    cancel = threading.Event()
+    batches = []
+    for batch in backend.metrics_stream(cancel):
+        batches.append(batch)
+        cancel.set()
+    assert batches and batches[0]
+
+
+def test_resubscribe_after_restart_keeps_inventory(backend: XdmBackend, sim: object) -> None:
+    errors: list[BaseException] = []
+    threading.excepthook, old_hook = (lambda args: errors.append(args.exc_value)), threading.excepthook
+    try:
+        backend.start()
+        _wait(lambda: backend.inventory().reachable and len(backend.inventory().cards) == 8)
+        first = backend.resubscribes
+        sim.restart(downtime=0.5)  # type: ignore[attr-defined]
+        _wait(lambda: backend.resubscribes > first and backend.inventory().reachable, timeout=15)
+        inv = backend.inventory()
+        assert len(inv.cards) == 8
+        assert backend.resubscribes - first <= 3, "resubscribed with backoff, not in a busy loop"
+        sim.crash()  # type: ignore[attr-defined]
+        _wait(lambda: not backend.inventory().reachable)
+        inv = backend.inventory()
+        assert len(inv.cards) == 8, "the last inventory is kept while XDM is down"
+        assert inv.unreachable_reason.startswith(("connection-refused", "socket-missing", "unavailable"))
+        assert inv.unreachable_since > 0
+        sim.revive()  # type: ignore[attr-defined]
+        _wait(lambda: backend.inventory().reachable, timeout=15)
+    finally:
+        threading.excepthook = old_hook
+    assert errors == []
+
+
+def test_reconnect_schedule_follows_backoff(sockdir: Path) -> None:
+    """No XDM at all: the watcher waits 1, 2, 4, 8, 16, 30, 30 s (±20 % jitter) between tries."""
+    delays: list[float] = []
+    stop_after = 7
+
+    def fake_sleep(delay: float) -> bool:
+        delays.append(delay)
+        return len(delays) >= stop_after
+
+    backend = XdmBackend(
+        _config(sockdir, inventory_resync_period=3600.0), backoff=Backoff(rng=random.Random(7)), sleep=fake_sleep
+    )
+    backend.start()
+    _wait(lambda: len(delays) >= stop_after)
+    backend.stop()
+    for got, want in zip(delays, [1, 2, 4, 8, 16, 30, 30], strict=True):
+        assert want * 0.8 <= got <= min(30.0, want * 1.2), delays
+    inv = backend.inventory()
+    assert not inv.reachable and inv.unreachable_reason.startswith("socket-missing")
+
+
+def test_stop_is_clean_and_idempotent(sockdir: Path, sim: object) -> None:
+    backend = XdmBackend(_config(sockdir))
+    backend.start()
+    _wait(lambda: backend.inventory().reachable)
+    start = time.monotonic()
+    backend.stop()
+    backend.stop()
+    assert time.monotonic() - start < 5
+    assert not [t for t in threading.enumerate() if t.name in ("xdm-watch", "xdm-resync")]
