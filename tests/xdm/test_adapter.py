@@ -1,0 +1,89 @@
+"""Pure wire <-> model mapping (adapter, verify, inventory merge)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
+from nomad_plugin.model.grant import DeviceAsk, Grant, GrantedDevice, GrantRequest
+from nomad_plugin.xdm import adapter
+from nomad_plugin.xdm.client import XdmClient
+from nomad_plugin.xdm.drift import DriftLog
+from nomad_plugin.xdm.inventory import HEALTH_NOT_YET_REPORTED, compose_cards
+from nomad_plugin.xdm.types import GpuFacts
+from nomad_plugin.xdm.verify import grant_problem
+
+
+@pytest.mark.parametrize(
+    ("xpu_type", "model", "vendor", "family"),
+    [
+        ("nvidia", "NVIDIA A100-SXM4-80GB", "nvidia", "gpu"),
+        ("GPU", "NVIDIA H800", "nvidia", "gpu"),
+        ("", "H20", "nvidia", "gpu"),
+        ("ppu", "PPU M890P", "alibaba", "ppu"),
+        ("", "PPU-ZW810E", "alibaba", "ppu"),
+        ("amd", "AMD Instinct MI300X", "amd", "gpu"),
+    ],
+)
+def test_vendor_and_family(xpu_type: str, model: str, vendor: str, family: str) -> None:
+    assert adapter.vendor_of(xpu_type, model) == vendor
+    assert adapter.xpu_type_of(xpu_type, vendor) == family
+
+
+@pytest.mark.parametrize(("mib", "gib"), [(81920, 80), (98304, 96), (147456, 144), (81559, 79)])
+def test_memory_units_r10(mib: int, gib: int) -> None:
+    card = adapter.card_from_device(pb.Device(minor=0, totalMemory=mib, health="healthy"), DriftLog())
+    assert card.memory_mib == mib and card.memory_gib == gib
+
+
+@pytest.mark.parametrize(
+    ("text", "healthy"), [("Healthy", True), ("HEALTHY", True), ("Unhealthy", False), ("weird", False)]
+)
+def test_health_strings_case_insensitive(text: str, healthy: bool) -> None:
+    assert adapter.card_from_device(pb.Device(health=text), DriftLog()).healthy is healthy
+
+
+def test_minor_encodings_on_the_wire() -> None:
+    req = GrantRequest("id", (DeviceAsk(minor=0, core=50, memory_gib=4),))
+    explicit = pb.AllocateRequest.FromString(adapter.allocate_request(req, "explicit").SerializeToString())
+    omitted = pb.AllocateRequest.FromString(adapter.allocate_request(req, "omit-zero").SerializeToString())
+    assert explicit.devices[0].HasField("minor") and explicit.devices[0].minor == 0
+    assert not omitted.devices[0].HasField("minor")
+    with pytest.raises(ValueError, match="xdm_minor_encoding"):
+        adapter.allocate_request(req, "bogus")
+
+
+def test_bad_topology_keeps_the_card() -> None:
+    drift = DriftLog()
+    card = adapter.card_from_device(
+        pb.Device(minor=3, extenderResources={"topology": "{nope", "rdma": "mlx5_0"}), drift
+    )
+    assert card.minor == 3 and card.topology.error and card.extra == {"rdma": "mlx5_0"}
+    assert drift.findings()
+
+
+def test_verify_rules() -> None:
+    req = GrantRequest("g", (DeviceAsk(1, core=50, memory_gib=4),), annotations={"k": "v"})
+    ok = Grant("g", devices=(GrantedDevice(1, core=50, memory_gib=4),))
+    assert grant_problem(req, ok) is None
+    assert "granted nothing" in (grant_problem(req, Grant("g", annotations={"k": "v"})) or "")  # echo is no evidence
+    assert grant_problem(req, Grant("g", annotations={"xdm.amp.com/devices": "1"})) is None
+    assert "not 'g'" in (grant_problem(req, Grant("other", devices=ok.devices)) or "")
+    assert "slice=3" in (
+        grant_problem(req, Grant("g", devices=(GrantedDevice(1, core=50, memory_gib=4, slices=3),))) or ""
+    )
+
+
+def test_compose_before_first_push_uses_gpu_info_r12() -> None:
+    facts = [GpuFacts(minor=1, uuid="GPU-1", model="NVIDIA H800", driver_version="535", memory_mib=81559, numa_node=0)]
+    cards = compose_cards(None, facts)
+    assert cards[0].uuid == "GPU-1" and cards[0].healthy and cards[0].health_reason == HEALTH_NOT_YET_REPORTED
+    pushed = adapter.card_from_device(pb.Device(minor=1, uuid="GPU-1", health="Unhealthy"), DriftLog())
+    merged = compose_cards([pushed], facts)[0]
+    assert (merged.healthy, merged.driver_version, merged.numa_node, merged.memory_mib) == (False, "535", 0, 81559)
+
+
+def test_enable_disable_not_exposed_r14() -> None:
+    names = {n.lower() for n in dir(XdmClient)}
+    assert not {"enable", "disable"} & names
+    assert not [n for n in dir(adapter) if n.upper() in ("ENABLE", "DISABLE")]
