@@ -138,8 +138,28 @@ def build(force: bool = False) -> Path:
     return BINARY
 
 
+def go_test() -> str:
+    """Build, then run the host's Go unit tests; return go test's output."""
+    build()
+    with open(BIN_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.run(
+            ["go", "test", "-count=1", f"{GO_IMPORT_ROOT}/host"],
+            capture_output=True,
+            text=True,
+            env=_go_env(),
+            cwd=REPO,
+        )
+    if proc.returncode != 0:
+        raise BuildError(f"go test failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
 def main() -> int:
     try:
+        if "--test" in sys.argv[1:]:
+            print(go_test(), end="")
+            return 0
         path = build(force="--force" in sys.argv[1:])
     except BuildError as exc:
         print(exc, file=sys.stderr)

@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
-	hclog "github.com/hashicorp/go-hclog"
 	durpb "github.com/golang/protobuf/ptypes/duration"
+	hclog "github.com/hashicorp/go-hclog"
 
 	basepb "lingjunconf/pb/base"
 	devicepb "lingjunconf/pb/device"
