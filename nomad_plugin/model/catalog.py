@@ -69,16 +69,23 @@ NETWORK_LEVEL_ATTRS: Mapping[str, str] = {
     "leafSwitch": "leaf_switch",
     "pointOfDelivery": "point_of_delivery",
 }
-# Attributes of HashiCorp's NVIDIA plugin a backend may supply in ``Card.extra``
-# under the same name; value: the Nomad unit ("" = string attribute).
-OFFICIAL_EXTRA_ATTRS: Mapping[str, str] = {
-    "power": "W",
-    "bar1": "MiB",
-    "cores_clock": "MHz",
-    "memory_clock": "MHz",
-    "pci_bandwidth": "MB/s",
-    "display_state": "",
-    "persistence_mode": "",
+# ``Card.extra`` keys surfaced as attributes: extra key -> (attribute, Nomad unit;
+# "" = string). Official NVIDIA-plugin names, plus the unit-suffixed keys the
+# NVML backend writes; other extra keys (e.g. XDM's raw "topology") stay out.
+EXTRA_ATTRS: Mapping[str, tuple[str, str]] = {
+    "power": ("power", "W"),
+    "power_limit_w": ("power", "W"),
+    "bar1": ("bar1", "MiB"),
+    "bar1_mib": ("bar1", "MiB"),
+    "cores_clock": ("cores_clock", "MHz"),
+    "cores_clock_mhz": ("cores_clock", "MHz"),
+    "memory_clock": ("memory_clock", "MHz"),
+    "memory_clock_mhz": ("memory_clock", "MHz"),
+    "pci_bandwidth": ("pci_bandwidth", "MB/s"),
+    "pci_bandwidth_mbps": ("pci_bandwidth", "MB/s"),
+    "display_state": ("display_state", ""),
+    "persistence_mode": ("persistence_mode", ""),
+    "compute_capability": ("compute_capability", ""),
 }
 # Facts of one card that never go on a whole-card group (it may hold more cards later).
 PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
@@ -333,10 +340,10 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
         attrs["memory"] = Attr(card.memory_mib, "MiB")
     _put_text(attrs, "driver_version", card.driver_version or inventory.node.get(NODE_DRIVER_VERSION, ""))
     _put_text(attrs, NODE_RUNTIME_KIT, inventory.node.get(NODE_RUNTIME_KIT, ""))
-    for key, unit in OFFICIAL_EXTRA_ATTRS.items():
-        extra = _extra_attr(card.extra.get(key, ""), unit)
+    for extra_key, (name, unit) in EXTRA_ATTRS.items():
+        extra = _extra_attr(card.extra.get(extra_key, ""), unit)
         if extra is not None:
-            attrs[key] = extra
+            attrs[name] = extra
     for level in card.topology.levels:
         domain = level.domain_text.strip()
         if not domain or not _ATTR_KEY_RE.match(level.name):

@@ -134,7 +134,11 @@ class FingerprintEngine:
             self._rebuild()
 
     def reevaluate(self) -> None:
-        """Rebuild now (hysteresis expiry, grants); publishes only if content changed."""
+        """Rebuild now (hysteresis expiry, grants); publishes only if content changed.
+
+        Calls ``grants_view`` on this thread: never call it while holding a lock
+        that ``grants_view`` takes; use :meth:`notify_grants_changed` there.
+        """
         with self._lock:
             self._rebuild()
 
@@ -159,7 +163,10 @@ class FingerprintEngine:
             return
         if self._outage_since is None:
             self._outage_since = inventory.unreachable_since or self._wall_clock()
-            log.warning("%s unreachable: %s", self._backend.name, inventory.unreachable_reason or "no reason given")
+            # Before the first answer this is start-up, not an outage worth a warning.
+            level = logging.WARNING if self._observed is not None else logging.INFO
+            reason = inventory.unreachable_reason or "no reason given"
+            log.log(level, "%s unreachable: %s", self._backend.name, reason)
         self._outage = outage_verdict(self._backend.name, inventory.unreachable_reason, self._outage_since)
         if inventory.cards or self._cards is None:
             self._cards = inventory
