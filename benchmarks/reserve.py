@@ -16,6 +16,7 @@ grant is gone from the simulator. Target: <= 2 s + grace.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -127,6 +128,7 @@ def main() -> int:
         print(f"target <= 2 s + grace ({2 + args.grace:.1f} s): {'PASS' if max(delays) <= 2 + args.grace else 'FAIL'}")
     finally:
         sim.stop()
+        shutil.rmtree(data, ignore_errors=True)
     return 0
 
 
