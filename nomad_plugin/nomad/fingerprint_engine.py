@@ -106,8 +106,11 @@ class FingerprintEngine:
         self._timer = threading.Thread(target=self._run_timer, name="fingerprint-timer", daemon=True)
         self._timer.start()
 
-    def stop(self) -> None:
-        """Unsubscribe and stop the timer (idempotent). Open streams keep their last response."""
+    def stop(self, timeout: float = 1.0) -> None:
+        """Unsubscribe and stop the timer (idempotent). Open streams keep their last response.
+
+        Waits at most ``timeout`` seconds for the timer thread (a daemon).
+        """
         if self._unsubscribe is not None:
             try:
                 self._unsubscribe()
@@ -117,7 +120,7 @@ class FingerprintEngine:
         self._stopping.set()
         self._wake.set()
         if self._timer is not None:
-            self._timer.join(timeout=5)
+            self._timer.join(timeout=timeout)
             self._timer = None
 
     # --- inputs -----------------------------------------------------------------
