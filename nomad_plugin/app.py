@@ -1,49 +1,297 @@
 """The seam between the go-plugin transport and the plugin's engines.
 
 ``nomad_plugin/nomad/device_service.py`` (the gRPC servicer) calls only these
-methods. SetConfig builds the engines; Fingerprint, Reserve and Stats delegate
-to them. Until SetConfig arrives the app serves an empty, healthy plugin.
+methods. SetConfig only validates and stores the config: Nomad's first two
+launches (fingerprint, validate) call PluginInfo/ConfigSchema/SetConfig and
+are killed, so nothing may start there. The engines start on the first
+Fingerprint, Reserve or Stats call, which only the long-lived third launch
+makes: backend -> fingerprint engine -> reserver (journal recovery and
+reconciliation run in the background so the first fingerprint leaves at once)
+-> metrics feed -> stats engine.
 
-This placeholder keeps Nomad's contract (streams never end, Reserve always
-returns ``container_res``); the real wiring of backend, fingerprint engine,
-reserver and stats feed replaces the bodies, not the signatures.
+Imports of the engines are deferred for the same reason: Nomad launches the
+plugin three times at every agent start, and two of them never need them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.errors import ReservationRejected
+from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.model.errors import PluginError
+from nomad_plugin.model.metrics import MetricSample
+
+if TYPE_CHECKING:
+    from nomad_plugin.backend import Backend
+    from nomad_plugin.journal.store import Journal
+    from nomad_plugin.metrics.plugin import PluginMetrics
+    from nomad_plugin.metrics.prometheus import MetricsEndpoint
+    from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.reconcile.reconciler import Reconciler
+    from nomad_plugin.stats.engine import StatsEngine
+    from nomad_plugin.stats.feed import MetricsFeed
+    from nomad_plugin.stats.layout import GrantInfo
+
+log = get_logger(__name__)
+
+HOUSEKEEPING_PERIOD = 5.0
+
+
+class JournalUnavailable(PluginError):
+    """The grant journal could not be opened, so no grant can be made durable."""
 
 
 class PluginApp:
-    def __init__(self) -> None:
+    def __init__(self, backend_factory: Callable[[PluginConfig], Backend] | None = None) -> None:
         self.config: PluginConfig | None = None
+        self._backend_factory = backend_factory
         self._lock = threading.Lock()
+        self._started = False
+        self._closed = threading.Event()
+        self.backend: Backend | None = None
+        self.fingerprint: FingerprintEngine | None = None
+        self.reserver: Reserver | None = None
+        self.reconciler: Reconciler | None = None
+        self.feed: MetricsFeed | None = None
+        self.stats_engine: StatsEngine | None = None
+        self.metrics: PluginMetrics | None = None
+        self.endpoint: MetricsEndpoint | None = None
+        self.journal_error = ""
+        self._threads: list[threading.Thread] = []
 
+    # -- configuration -------------------------------------------------------------
     def set_config(self, config: PluginConfig) -> None:
-        """Apply a validated config; idempotent for an equal config."""
+        """Store a validated config; idempotent. Never touches XDM (see module docstring)."""
         with self._lock:
+            if config == self.config:
+                return
+            if self._started and self.fingerprint is not None:
+                # Nomad sends one config per process; a change after start is
+                # applied to what can change live (modes, filters, health policy).
+                log.warning("configuration changed after start: sockets, backend and data_dir need a restart")
+                self.fingerprint.update_config(config)
             self.config = config
 
+    # -- startup ---------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._started or self._closed.is_set():
+                return
+            self._started = True
+            config = self.config or PluginConfig()
+            self.config = config
+            self._start(config)
+
+    def _start(self, config: PluginConfig) -> None:
+        from nomad_plugin.backends import select_backend
+        from nomad_plugin.metrics.plugin import PluginMetrics
+        from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+        from nomad_plugin.nomad.reserve import Reserver
+        from nomad_plugin.stats.engine import StatsEngine
+        from nomad_plugin.stats.feed import MetricsFeed
+
+        backend = (self._backend_factory or select_backend)(config)
+        self.backend = backend
+        self.metrics = PluginMetrics.for_config(config)
+        journal = self._open_journal(config)
+
+        holder: dict[str, Reserver] = {}
+
+        def grants_view() -> Mapping[str, frozenset]:  # type: ignore[type-arg]
+            reserver = holder.get("r")
+            return reserver.active_kinds() if reserver is not None else {}
+
+        fingerprint = FingerprintEngine(backend, config, grants_view=grants_view)
+        self.fingerprint = fingerprint
+        if journal is not None:
+            reserver = Reserver(backend, fingerprint.catalog, journal, config, fingerprint.notify_grants_changed)
+            holder["r"] = reserver
+            self.reserver = reserver
+        backend.subscribe(self._on_inventory)
+        backend.start()
+        fingerprint.start()
+
+        feed = MetricsFeed(backend, interval=1.0, nvml_source=self._nvml_source(config, backend.name))
+        self.feed = feed
+        feed.start()
+        self.stats_engine = StatsEngine(feed.cache, fingerprint.catalog, backend.inventory, self._grant_of)
+        self._start_endpoint(config)
+        self._spawn("lifecycle", self._lifecycle_startup)
+        self._spawn("housekeeping", self._housekeeping)
+
+    def _open_journal(self, config: PluginConfig) -> Journal | None:
+        from nomad_plugin.journal.store import Journal
+
+        try:
+            return Journal(config.data_dir)
+        except (OSError, PluginError, ValueError) as exc:
+            self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
+            log.error("%s; Reserve will refuse until this is fixed", self.journal_error)
+            return None
+
+    @staticmethod
+    def _nvml_source(config: PluginConfig, backend_name: str) -> Callable[[], Sequence[MetricSample]] | None:
+        """NVML readings as the stats fallback when XDM has no exporter (XDM backend only)."""
+        if backend_name != "xdm":
+            return None
+        from nomad_plugin.backends import _nvml_usable
+
+        if not _nvml_usable():
+            return None
+        from nomad_plugin.nvml.backend import NvmlBackend
+
+        nvml = NvmlBackend(config)
+        return nvml.metrics_snapshot
+
+    def _start_endpoint(self, config: PluginConfig) -> None:
+        if config.metrics_port == 0 or self.metrics is None or self.feed is None or self.backend is None:
+            return
+        from nomad_plugin.metrics.prometheus import start_endpoint
+
+        try:
+            self.endpoint = start_endpoint(config, self.metrics, self.feed.cache, self.backend.inventory)
+        except OSError as exc:
+            log.error("Prometheus endpoint on %s:%d could not start: %s", config.metrics_bind, config.metrics_port, exc)
+
+    def _lifecycle_startup(self) -> None:
+        """Route (c): settle the journal left by the previous process, then reconcile with Nomad."""
+        reserver, config = self.reserver, self.config
+        if reserver is None or config is None or self._closed.is_set():
+            return
+        try:
+            released = reserver.recover()
+            if released:
+                log.info("startup: released %d grant(s) left by the previous plugin process", released)
+        except Exception:
+            log.exception("startup journal recovery failed; the reconciler will retry")
+        from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
+        from nomad_plugin.reconcile.reconciler import Reconciler
+
+        client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
+        fingerprint = self.fingerprint
+        assert fingerprint is not None
+        reconciler = Reconciler(
+            reserver, client, fingerprint.catalog, grace=config.release_grace_period, node_id=config.nomad_node_id
+        )
+        with self._lock:
+            if self._closed.is_set():
+                if client is not None:
+                    client.close()
+                return
+            self.reconciler = reconciler
+        reconciler.start()
+
+    def _housekeeping(self) -> None:
+        """Mirror lifecycle counters into the Prometheus metrics every few seconds."""
+        seen: dict[str, int] = {}
+        while not self._closed.wait(HOUSEKEEPING_PERIOD):
+            metrics, reserver = self.metrics, self.reserver
+            if metrics is None or reserver is None or not metrics.enabled:
+                continue
+            snap = reserver.counters.snapshot()
+            metrics.journal_size(snap["journal_size"])
+            for _ in range(snap["grants_released_by_reconcile"] - seen.get("released", 0)):
+                metrics.grant_released_by_reconcile()
+            for _ in range(snap["leaked_grants_found"] - seen.get("leaked", 0)):
+                metrics.leaked_grant_found()
+            seen["released"] = snap["grants_released_by_reconcile"]
+            seen["leaked"] = snap["leaked_grants_found"]
+
+    def _on_inventory(self, inventory: object) -> None:
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.xdm_state(bool(getattr(inventory, "reachable", False)))
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _grant_of(self, instance_id: str) -> GrantInfo | None:
+        """Which grant holds an instance, for the share and MIG stats layout."""
+        from nomad_plugin.stats.layout import GrantInfo
+
+        reserver = self.reserver
+        if reserver is None:
+            return None
+        for entry in reserver.entries():
+            if instance_id in entry.device_ids:
+                return GrantInfo(
+                    grant_id=entry.grant_id,
+                    core_limit_percent=sum(a.core for a in entry.asks),
+                    memory_limit_gib=sum(a.memory_gib for a in entry.asks),
+                    slices=sum(a.slices for a in entry.asks),
+                )
+        return None
+
+    # -- the three Nomad calls ------------------------------------------------------------
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
         """Yield the first response at once, then one per change, until cancelled."""
-        yield device_pb2.FingerprintResponse()
-        cancel.wait()
+        self._ensure_started()
+        engine = self.fingerprint
+        if engine is None:  # closed before start
+            yield device_pb2.FingerprintResponse()
+            cancel.wait()
+            return
+        for response in engine.responses(cancel):
+            if self.metrics is not None:
+                self.metrics.fingerprint_sent()
+            yield response
 
     def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
         if not device_ids:
             return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
-        raise ReservationRejected(f"unknown device IDs: {', '.join(device_ids)}")
+        self._ensure_started()
+        reserver = self.reserver
+        if reserver is None:
+            raise JournalUnavailable(self.journal_error or "the plugin is shutting down")
+        started = time.perf_counter()
+        try:
+            response = reserver.reserve(device_ids)
+        except PluginError as exc:
+            if self.metrics is not None:
+                self.metrics.reserve_error(type(exc).__name__)
+            raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.observe_reserve(time.perf_counter() - started)
+        return response
 
     def stats(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]:
         """Yield one response per interval from cached data, until cancelled."""
-        while not cancel.is_set():
-            yield device_pb2.StatsResponse()
-            cancel.wait(interval)
+        self._ensure_started()
+        engine = self.stats_engine
+        if engine is None:
+            while not cancel.is_set():
+                yield device_pb2.StatsResponse()
+                cancel.wait(max(interval, 1.0))
+            return
+        yield from engine.responses(interval, cancel)
 
     def close(self) -> None:
-        """Stop engines and backend threads; called on Shutdown/SIGTERM."""
+        """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""
+        with self._lock:
+            self._closed.set()
+        steps: list[tuple[str, Callable[[], None]]] = []
+        reconciler, feed = self.reconciler, self.feed
+        if reconciler is not None:
+            steps.append(("reconciler", lambda: reconciler.stop(timeout=0.2)))
+        if feed is not None:
+            steps.append(("metrics feed", lambda: feed.stop(timeout=0.2)))
+        if self.endpoint is not None:
+            steps.append(("metrics endpoint", self.endpoint.stop))
+        if self.fingerprint is not None:
+            steps.append(("fingerprint engine", self.fingerprint.stop))
+        if self.backend is not None:
+            steps.append(("backend", self.backend.stop))
+        for name, stop in steps:
+            try:
+                stop()
+            except Exception:
+                log.exception("error while stopping the %s", name)

@@ -17,7 +17,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
