@@ -37,7 +37,7 @@ def test_whole_cards_seed_example(sim_client):
 
 
 def test_tdm_share_envs_and_capacity_sum(sim_client):
-    sim, c = sim_client
+    _sim, c = sim_client
     resp = c.allocate("t1", {"minor": 1, "core": 50, "memory": 4})
     assert resp.status == 0
     assert resp.envs["AMP_VGPU_ENABLE"] == "1"

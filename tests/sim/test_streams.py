@@ -119,7 +119,10 @@ def test_metrics_catalogue_and_capacities(sim_client):
         assert d.metricName == METRIC_NAMES[d.metricId] and d.timestamp > 0
     per_card = {(d.device, d.metricId): d.value for d in data}
     for m in range(8):
-        used, total = per_card[(str(m), METRIC_IDS["memory_used_mib"])], per_card[(str(m), METRIC_IDS["memory_total_mib"])]
+        used, total = (
+            per_card[(str(m), METRIC_IDS["memory_used_mib"])],
+            per_card[(str(m), METRIC_IDS["memory_total_mib"])],
+        )
         assert 0 <= used <= total == 81559
         assert 0 <= per_card[(str(m), METRIC_IDS["core_util_percent"])] <= 100
         assert per_card[(str(m), METRIC_IDS["power_w"])] <= per_card[(str(m), METRIC_IDS["power_limit_w"])]
@@ -127,7 +130,7 @@ def test_metrics_catalogue_and_capacities(sim_client):
 
 
 def test_metrics_follow_grants(sim_client):
-    sim, c = sim_client
+    _sim, c = sim_client
     assert c.allocate("share", {"minor": 1, "core": 30, "memory": 4}).status == 0
     assert c.allocate("mig", {"minor": 2, "slice": 2, "memory": 3}).status == 0
     assert c.allocate("whole", {"minor": 3}).status == 0
