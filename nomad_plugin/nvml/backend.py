@@ -77,6 +77,7 @@ class NvmlBackend:
         self._watch_note: dict[str, str] = {}
         self._snapshot = Inventory(reachable=False, unreachable_reason="NVML backend not started")
         self._initialised = False
+        self._last_error = ""
 
     # --- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
@@ -136,6 +137,8 @@ class NvmlBackend:
         now = self._clock()
         ts_ms = int(now * 1000)
         result = poll(nvml, refs, ts_ms)
+        if result.fatal:
+            raise BackendUnavailable(f"NVML is not available: {result.fatal}")
         changed = False
         with self._lock:
             for uuid, message in result.lost.items():
@@ -182,13 +185,24 @@ class NvmlBackend:
         nvml.nvmlInit()
         with self._lock:
             self._initialised = True
+            self._last_error = ""
         return nvml
+
+    def _reinit(self, nvml: Nvml) -> None:
+        """NVML lost its driver: shut down so the next attempt calls nvmlInit again."""
+        with self._lock:
+            was, self._initialised = self._initialised, False
+        if was:
+            try:
+                nvml.nvmlShutdown()
+            except nvml.NVMLError as exc:
+                log.warning("nvmlShutdown after NVML loss failed: %s", lib.describe(nvml, exc))
 
     def _require_nvml(self) -> Nvml:
         with self._lock:
             if self._initialised and self._nvml is not None:
                 return self._nvml
-            reason = self._snapshot.unreachable_reason or "NVML not initialised yet"
+            reason = self._last_error or self._snapshot.unreachable_reason or "NVML not initialised yet"
         raise BackendUnavailable(f"NVML is not available: {reason}")
 
     def _on_failure(self, exc: Exception) -> None:
@@ -196,6 +210,10 @@ class NvmlBackend:
         nvml = self._nvml
         message = lib.describe(nvml, exc) if nvml is not None else str(exc)
         log.error("NVML watcher failed: %s", message)
+        with self._lock:
+            self._last_error = message
+        if nvml is not None and lib.error_code(nvml, exc) in lib.NVML_GONE_CODES:
+            self._reinit(nvml)
         with self._lock:
             have_cards = bool(self._static)
             self._health.record_loop_failure(list(self._static), message, self._clock())

@@ -27,6 +27,8 @@ ERROR_RESET_REQUIRED = 16
 
 #: Codes meaning "this card is gone or broken", not "this reading is missing".
 CARD_FAULT_CODES = frozenset({ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
+#: Codes meaning NVML itself is gone (driver unloaded or upgraded underneath us): re-initialise.
+NVML_GONE_CODES = frozenset({1, ERROR_DRIVER_NOT_LOADED, 18})
 #: Codes meaning "this reading does not exist on this card/driver".
 MISSING_CODES = frozenset({ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND, ERROR_NOT_FOUND, ERROR_NO_PERMISSION})
 

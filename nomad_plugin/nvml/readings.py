@@ -28,6 +28,8 @@ class Poll:
     samples: list[MetricSample] = field(default_factory=list)
     lost: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    #: set when NVML itself is gone (uninitialised, driver unloaded): the poll is void
+    fatal: str = ""
 
 
 def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, str] | None = None) -> MetricSample:
@@ -113,7 +115,11 @@ def poll(nvml: Nvml, refs: Iterable[tuple[DeviceRef, bool]], ts_ms: int) -> Poll
             values = _card_values(nvml, ref.handle)
             migs = _mig_samples(nvml, ref, ts_ms) if mig_enabled else []
         except nvml.NVMLError as exc:
-            target = result.lost if lib.error_code(nvml, exc) in lib.CARD_FAULT_CODES else result.errors
+            code = lib.error_code(nvml, exc)
+            if code in lib.NVML_GONE_CODES:
+                result.fatal = lib.describe(nvml, exc)
+                return result
+            target = result.lost if code in lib.CARD_FAULT_CODES else result.errors
             target[ref.uuid] = lib.describe(nvml, exc)
             continue
         result.samples.extend(sample(ref.uuid, name, value, ts_ms) for name, value in values.items())

@@ -245,6 +245,8 @@ class FakeNvml:
         self.init_count = 0
         self.init_calls = 0
         self.event_failure: int | None = None
+        #: when set, every call (nvmlInit included) fails with this code: driver unloaded
+        self.driver_gone: int | None = None
         self.has_clock_event_reasons = True
         self.calls: list[str] = []
         self._cond = threading.Condition()
@@ -306,6 +308,8 @@ class FakeNvml:
     # --- helpers --------------------------------------------------------------------------
     def _check(self, name: str) -> None:
         self.calls.append(name)
+        if self.driver_gone is not None:
+            raise NVMLError(self.driver_gone)
         if self.init_count <= 0:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
 
@@ -322,8 +326,8 @@ class FakeNvml:
     # --- init / system ------------------------------------------------------------------
     def nvmlInit(self) -> None:
         self.init_calls += 1
-        if self.init_error is not None:
-            raise NVMLError(self.init_error)
+        if self.init_error is not None or self.driver_gone is not None:
+            raise NVMLError(self.init_error or self.driver_gone or NVML_ERROR_UNKNOWN)
         self.init_count += 1
 
     def nvmlShutdown(self) -> None:
@@ -510,11 +514,18 @@ class FakeNvml:
         self._check("nvmlEventSetWait_v2")
         with self._cond:
             ready = self._cond.wait_for(
-                lambda: bool(event_set.queue) or self.event_failure is not None or event_set.freed,
+                lambda: (
+                    bool(event_set.queue)
+                    or self.event_failure is not None
+                    or self.driver_gone is not None
+                    or event_set.freed
+                ),
                 timeout_ms / 1000.0,
             )
             if self.event_failure is not None:
                 raise NVMLError(self.event_failure)
+            if self.driver_gone is not None:
+                raise NVMLError(self.driver_gone)
             if not ready or not event_set.queue:
                 raise NVMLError(NVML_ERROR_TIMEOUT)
             return event_set.queue.popleft()
