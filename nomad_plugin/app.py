@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics.plugin import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
+    from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.reserve import Reserver
     from nomad_plugin.reconcile.reconciler import Reconciler
@@ -103,7 +104,7 @@ class PluginApp:
 
         holder: dict[str, Reserver] = {}
 
-        def grants_view() -> Mapping[str, frozenset]:  # type: ignore[type-arg]
+        def grants_view() -> Mapping[str, frozenset[Kind]]:
             reserver = holder.get("r")
             return reserver.active_kinds() if reserver is not None else {}
 

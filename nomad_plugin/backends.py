@@ -45,7 +45,7 @@ def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml
         from nomad_plugin.nvml.backend import NvmlBackend
 
         log.info("backend: nvml")
-        return NvmlBackend(config)
+        return NvmlBackend(config, xid_hold_s=config.xid_hold)
     from nomad_plugin.xdm.backend import XdmBackend
 
     xdm: Backend = XdmBackend(config)

@@ -47,6 +47,7 @@ class PluginConfig:
     nomad_tls_server_name: str = ""
     nomad_node_id: str = ""
     nvml_enrich: bool = True
+    xid_hold: float = 300.0
     xid_ignore: tuple[int, ...] = (13, 31, 43, 45, 68, 109)
     metrics_port: int = 0
     metrics_bind: str = "127.0.0.1"

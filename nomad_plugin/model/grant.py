@@ -18,6 +18,8 @@ class DeviceAsk:
     core: int = 0
     memory_gib: int = 0
     slices: int = 0
+    # An existing MIG instance to hand out (NVML backend); XDM creates its own.
+    mig_uuid: str = ""
 
 
 @dataclass(frozen=True)
