@@ -85,6 +85,8 @@ class MetricsModel:
                 gs.util = self._walk(gs.util, 8.0, 0.0, cap_core)
                 gs.used_fraction = self._walk(gs.used_fraction, 0.05, 0.05, 0.95)
                 cap_mib = self._grant_memory_mib(grant, card)
+                if grant.memory == 0 and grant.slice == 0:  # unlimited memory: split the card among such shares
+                    cap_mib //= max(1, sum(1 for g in on_card if g.kind == "tdm" and g.memory == 0))
                 used = round(cap_mib * gs.used_fraction, 1)
                 grant_util += gs.util * (grant.slice / 7.0 if grant.slice else 1.0)
                 grant_mem += used

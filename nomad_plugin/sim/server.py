@@ -35,7 +35,7 @@ EXPORTER_SERVICE = "XpuExporterService"
 CONFIG_SERVICE = "config.AmpConfigService"
 EXPORTER_RPCS = ("ListGpuInfo", "ExporterGetDataList", "ExporterDataStream", "ExporterGetConfig", "ExporterGetStatus")
 _CANCELLED = object()
-MAX_WORKERS = 64
+MAX_WORKERS = 256  # every open stream holds one worker thread (created lazily)
 
 Unary = Callable[[Any, grpc.ServicerContext], Message]
 Streaming = Callable[[Any, grpc.ServicerContext], Iterator[Message]]
