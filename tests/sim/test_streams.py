@@ -198,3 +198,16 @@ def test_exporter_config_and_status(sim_client):
     assert not status.running and status.state == "error" and status.message
     sim.set_exporter_state("stopped")
     assert c.xdm.ExporterGetStatus(pb.ExporterGetStatusRequest(), timeout=5).state == "stopped"
+
+
+def test_unlimited_memory_shares_fit_the_card(make_sim):
+    _, c = make_sim("l20-8")
+    assert c.allocate("a", {"minor": 0, "core": 40}).status == 0
+    assert c.allocate("b", {"minor": 0, "core": 40}).status == 0
+    for _ in range(3):
+        data = c.xdm.ExporterGetDataList(pb.ExporterDataRequest(devices=["0"], metricIds=[2]), timeout=5).dataList
+        shares = [d.value for d in data if GRANT_LABEL in d.labels]
+        card = [d.value for d in data if GRANT_LABEL not in d.labels][0]
+        assert len(shares) == 2 and all(v <= 46068 / 2 for v in shares)
+        assert sum(shares) <= card <= 46068
+        time.sleep(0.11)
