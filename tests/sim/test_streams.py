@@ -207,7 +207,7 @@ def test_unlimited_memory_shares_fit_the_card(make_sim):
     for _ in range(3):
         data = c.xdm.ExporterGetDataList(pb.ExporterDataRequest(devices=["0"], metricIds=[2]), timeout=5).dataList
         shares = [d.value for d in data if GRANT_LABEL in d.labels]
-        card = [d.value for d in data if GRANT_LABEL not in d.labels][0]
+        card = next(d.value for d in data if GRANT_LABEL not in d.labels)
         assert len(shares) == 2 and all(v <= 46068 / 2 for v in shares)
         assert sum(shares) <= card <= 46068
         time.sleep(0.11)
