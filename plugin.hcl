@@ -70,6 +70,9 @@ plugin "nomad-device-lingjun" {
     # How often ListGpuInfo re-reads static card data.
     inventory_resync_period = "1m"
 
+    # Pass XDM's host mounts to tasks (off: a device mount list replaces the task's volume mounts in Nomad).
+    xdm_mounts = false
+
     # Release grants whose Nomad allocation ended (needs the Nomad API).
     reconcile = true
 

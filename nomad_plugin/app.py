@@ -64,6 +64,7 @@ class PluginApp:
         self.metrics: PluginMetrics | None = None
         self.endpoint: MetricsEndpoint | None = None
         self.journal_error = ""
+        self._stale_entries: list[str] = []
         self._threads: list[threading.Thread] = []
 
     # -- configuration -------------------------------------------------------------
@@ -111,7 +112,17 @@ class PluginApp:
         fingerprint = FingerprintEngine(backend, config, grants_view=grants_view)
         self.fingerprint = fingerprint
         if journal is not None:
-            reserver = Reserver(backend, fingerprint.catalog, journal, config, fingerprint.notify_grants_changed)
+            # Entries a previous process left mid-Reserve or mid-release, taken
+            # before any new Reserve can add its own in-flight entry.
+            self._stale_entries = [e.grant_id for e in journal.entries() if e.state.value != "granted"]
+            reserver = Reserver(
+                backend,
+                fingerprint.catalog,
+                journal,
+                config,
+                fingerprint.notify_grants_changed,
+                include_mounts=config.xdm_mounts,
+            )
             holder["r"] = reserver
             self.reserver = reserver
         backend.subscribe(self._on_inventory)
@@ -166,7 +177,10 @@ class PluginApp:
         if reserver is None or config is None or self._closed.is_set():
             return
         try:
-            released = reserver.recover()
+            released = sum(
+                1 for gid in self._stale_entries if reserver.release_grant(gid, "left by the previous plugin process")
+            )
+            reserver.counters.inc("grants_released_at_startup", released)
             if released:
                 log.info("startup: released %d grant(s) left by the previous plugin process", released)
         except Exception:

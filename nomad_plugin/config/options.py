@@ -123,6 +123,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "inventory_resync_period", "string", "1m", "How often ListGpuInfo re-reads static card data.", duration=True
     ),
+    Option(
+        "xdm_mounts",
+        "bool",
+        False,
+        "Pass XDM's host mounts to tasks (off: a device mount list replaces the task's volume mounts in Nomad).",
+    ),
     # --- release lifecycle -------------------------------------------------------
     Option("reconcile", "bool", True, "Release grants whose Nomad allocation ended (needs the Nomad API)."),
     Option(

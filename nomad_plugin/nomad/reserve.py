@@ -128,7 +128,10 @@ def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
     for inst in instances:
         if inst.slices not in VALID_SLICES:
             raise ReservationRejected(f"MIG instance {inst.id} has {inst.slices} slices; valid: 1, 2, 3, 4, 7")
-    return tuple(DeviceAsk(minor=i.minor, slices=i.slices, memory_gib=i.memory_gib) for i in instances)
+    return tuple(
+        DeviceAsk(minor=i.minor, slices=i.slices, memory_gib=i.memory_gib, mig_uuid=i.mig_uuid or i.id)
+        for i in instances
+    )
 
 
 def _describe(kind: Kind, ask: DeviceAsk) -> str:

@@ -101,4 +101,7 @@ def test_existing_mig_instances_one_ask_each():
             Instance("MIG-b", Kind.MIG_INSTANCE, "G1", 1, 0, 0, 20, 2, mig_uuid="MIG-b"),
         ),
     )
-    assert plan_request(["MIG-a", "MIG-b"], catalog(g)).asks == (DeviceAsk(0, 0, 20, 2), DeviceAsk(1, 0, 20, 2))
+    assert plan_request(["MIG-a", "MIG-b"], catalog(g)).asks == (
+        DeviceAsk(0, 0, 20, 2, mig_uuid="MIG-a"),
+        DeviceAsk(1, 0, 20, 2, mig_uuid="MIG-b"),
+    )
