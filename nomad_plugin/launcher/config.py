@@ -1,0 +1,150 @@
+"""The plugin's ``config { }`` block as Nomad would send it in SetConfig.
+
+Nomad decodes the agent's ``plugin "<name>" { config { ... } }`` block with
+the plugin's ConfigSchema (an Object of ``Default(Attr, Literal)``) and
+msgpack-encodes the cty object: a map with **every** attribute, defaults
+filled in, keys sorted, integers compact, exact non-integers as float64 and
+inexact ones as decimal strings (nomad-protocol.md §4.1-4.4). This module
+reproduces that from an HCL file plus ``key=value`` overrides, so operator
+commands drive the plugin through exactly the bytes a Nomad agent would.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import hcl2
+import msgpack
+
+from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
+from nomad_plugin.launcher.hclvalue import HclValueError, is_expression, is_meta, labelled, plain, unlabelled
+
+
+class LauncherConfigError(ValueError):
+    """A plugin config file or override that Nomad would refuse too."""
+
+
+def read_agent_file(path: str | Path) -> dict[str, Any]:
+    """Parse an agent (or plugin.hcl) file; LauncherConfigError names the file on failure."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise LauncherConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        parsed: dict[str, Any] = hcl2.loads(text)
+    except Exception as exc:  # lark raises many types; all mean "not valid HCL"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LauncherConfigError(f"{path} is not valid HCL: {first}") from None
+    return parsed
+
+
+def plugin_block_names(parsed: dict[str, Any]) -> list[str]:
+    """The labels of every ``plugin "<label>"`` block in a parsed agent file."""
+    return [label for label, _ in labelled(parsed.get("plugin", []))]
+
+
+def plugin_config_from_file(path: str | Path, name: str = PLUGIN_NAME) -> dict[str, Any]:
+    """The user-written ``config`` attributes of ``plugin "<name>"`` in ``path`` (no defaults)."""
+    parsed = read_agent_file(path)
+    blocks = [body for label, body in labelled(parsed.get("plugin", [])) if label == name]
+    if not blocks:
+        found = ", ".join(repr(n) for n in plugin_block_names(parsed)) or "none"
+        raise LauncherConfigError(f'{path}: no plugin "{name}" block (plugin blocks found: {found})')
+    configs = unlabelled(blocks[0].get("config", []))
+    if len(configs) > 1:
+        raise LauncherConfigError(f'{path}: plugin "{name}" has {len(configs)} config blocks; allowed: one')
+    return _plain_config(configs[0] if configs else {}, str(path))
+
+
+def _plain_config(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if is_meta(key):
+            continue
+        if key == CARD_BLOCK:
+            out[key] = [_plain_config(b, f"{where}: card block") for b in unlabelled(value)]
+            continue
+        if is_expression(value):
+            raise LauncherConfigError(f"{where}: option {key} = {value} is an expression; allowed: a literal value")
+        out[key] = plain(value)
+    return out
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=<HCL literal>`` (e.g. ``default_mode="tdm"``, ``tdm_shares=4``); a bare word is a string."""
+    key, sep, literal = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise LauncherConfigError(f'override {text!r}: expected key=value, e.g. default_mode="tdm"')
+    literal = literal.strip()
+    try:
+        value = hcl2.loads(f"v = {literal}\n")["v"]
+    except Exception:
+        return key, literal
+    if is_expression(value):
+        return key, literal
+    try:
+        return key, plain(value)
+    except HclValueError as exc:
+        raise LauncherConfigError(f"override {text!r}: {exc}") from None
+
+
+def _filled(
+    raw: dict[str, Any], options: tuple[Option, ...], where: str, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    known = {opt.name for opt in options}
+    for key in raw:
+        if key not in known and key not in extra:
+            raise LauncherConfigError(
+                f'{where}: unsupported argument "{key}" (Nomad refuses it: "An argument named {key!r} is not '
+                f'expected here"); allowed: {", ".join(sorted(known | set(extra)))}'
+            )
+    return {opt.name: raw[opt.name] if raw.get(opt.name) is not None else opt.default for opt in options}
+
+
+def full_config(user: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every option present: the user's value, an override, or the option's default."""
+    merged = {**user, **(overrides or {})}
+    config = _filled(merged, OPTIONS, "config", extra=(CARD_BLOCK,))
+    cards = merged.get(CARD_BLOCK) or []
+    if not isinstance(cards, list):
+        raise LauncherConfigError(f"config: {CARD_BLOCK} must be blocks, got {cards!r}")
+    config[CARD_BLOCK] = [_filled(card, CARD_OPTIONS, f"{CARD_BLOCK}[{i}]") for i, card in enumerate(cards)]
+    return config
+
+
+def cty_number(value: Any) -> Any:
+    """A number the way cty/msgpack writes it: int, exact float64, or decimal text."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return value
+    if value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if Decimal(repr(value)) == Decimal(value):
+        return value
+    return repr(value)
+
+
+def _cty(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _cty(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [_cty(v) for v in value]
+    return cty_number(value)
+
+
+def msgpack_config(config: dict[str, Any]) -> bytes:
+    """The SetConfig ``msgpack_config`` bytes for a full config map (keys sorted like cty)."""
+    packed: bytes = msgpack.packb(_cty(config), use_bin_type=True)
+    return packed
+
+
+def load_config(
+    plugin_config: str | Path | None = None, overrides: list[str] | None = None, name: str = PLUGIN_NAME
+) -> dict[str, Any]:
+    """File (optional) + ``key=value`` overrides -> the full config map Nomad would build."""
+    user = plugin_config_from_file(plugin_config, name) if plugin_config else {}
+    extra = dict(parse_override(o) for o in overrides or [])
+    return full_config(user, extra)

@@ -1,0 +1,146 @@
+"""Plain views of what the plugin sends Nomad (fingerprint groups, stats, reservations).
+
+The launcher converts protobuf messages into these frozen dataclasses so the
+operator commands, the job-spec evaluator and tests work with ordinary values
+and never import generated code themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+AttrValue = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """A device-group attribute: a value and an optional Nomad unit (MiB, GiB, MHz, W, ...)."""
+
+    value: AttrValue
+    unit: str = ""
+
+    def render(self) -> str:
+        """``key = value unit`` right-hand side, as ``nomad node status -verbose`` prints it."""
+        text = ("true" if self.value else "false") if isinstance(self.value, bool) else str(self.value)
+        return f"{text} {self.unit}" if self.unit else text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "unit": self.unit}
+
+
+@dataclass(frozen=True)
+class Device:
+    id: str
+    healthy: bool
+    health_description: str = ""
+    pci_bus_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "healthy": self.healthy,
+            "health_description": self.health_description,
+            "pci_bus_id": self.pci_bus_id,
+        }
+
+
+@dataclass(frozen=True)
+class DeviceGroup:
+    """One fingerprinted group: Nomad fills a job's ``device`` request from one of these."""
+
+    vendor: str
+    type: str
+    name: str
+    devices: tuple[Device, ...] = ()
+    attributes: dict[str, Attribute] = field(default_factory=dict)
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.vendor}/{self.type}/{self.name}"
+
+    @property
+    def healthy_ids(self) -> list[str]:
+        return [d.id for d in self.devices if d.healthy]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vendor": self.vendor,
+            "type": self.type,
+            "name": self.name,
+            "attributes": {k: a.to_json() for k, a in sorted(self.attributes.items())},
+            "devices": [d.to_json() for d in self.devices],
+        }
+
+
+def group_from_json(data: dict[str, Any]) -> DeviceGroup:
+    """The inverse of :meth:`DeviceGroup.to_json` (fingerprints saved by ``fingerprint --json``)."""
+    attrs = {k: Attribute(v["value"], v.get("unit", "")) for k, v in data.get("attributes", {}).items()}
+    devices = tuple(
+        Device(d["id"], bool(d.get("healthy", True)), d.get("health_description", ""), d.get("pci_bus_id", ""))
+        for d in data.get("devices", [])
+    )
+    return DeviceGroup(data["vendor"], data["type"], data["name"], devices, attrs)
+
+
+@dataclass(frozen=True)
+class StatValue:
+    """One stats value: numerator (number, string or bool), optional denominator, unit."""
+
+    value: float | int | str | bool | None
+    denominator: float | int | None = None
+    unit: str = ""
+
+    def render(self) -> str:
+        """As the Nomad CLI prints it: floats with 3 decimals, ``a / b``, unit after a space."""
+        if self.value is None:
+            text = "N/A"
+        elif isinstance(self.value, bool):
+            text = "true" if self.value else "false"
+        elif isinstance(self.value, float):
+            text = f"{self.value:.3f}"
+        else:
+            text = str(self.value)
+        if self.denominator is not None:
+            den = f"{self.denominator:.3f}" if isinstance(self.denominator, float) else str(self.denominator)
+            text = f"{text} / {den}"
+        return f"{text} {self.unit}" if self.unit else text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "denominator": self.denominator, "unit": self.unit, "text": self.render()}
+
+
+@dataclass(frozen=True)
+class InstanceStats:
+    """One instance's stats: the summary and every attribute flattened with ``.``."""
+
+    group: str
+    device_id: str
+    summary: StatValue | None
+    stats: dict[str, StatValue]
+    timestamp: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "device_id": self.device_id,
+            "summary": self.summary.to_json() if self.summary else None,
+            "stats": {k: v.to_json() for k, v in sorted(self.stats.items())},
+            "timestamp": self.timestamp,
+        }
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What Reserve returned: the task's environment, mounts and device nodes."""
+
+    envs: dict[str, str]
+    mounts: tuple[tuple[str, str, bool], ...] = ()  # (task_path, host_path, read_only)
+    devices: tuple[tuple[str, str, str], ...] = ()  # (task_path, host_path, permissions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "envs": dict(sorted(self.envs.items())),
+            "mounts": [{"task_path": t, "host_path": h, "read_only": r} for t, h, r in self.mounts],
+            "devices": [{"task_path": t, "host_path": h, "permissions": p} for t, h, p in self.devices],
+        }
