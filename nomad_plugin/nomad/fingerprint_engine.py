@@ -77,6 +77,7 @@ class FingerprintEngine:
         self._outage: Verdict | None = None
         self._outage_since: float | None = None
         self._last_problems: tuple[str, ...] = ()
+        self._last_config_problems: tuple[str, ...] = ()
 
         self._published = threading.Condition(threading.Lock())
         self._version = 0
@@ -194,12 +195,27 @@ class FingerprintEngine:
             self._last_problems = tuple(problems)
             for problem in problems:
                 log.error("fingerprint: %s (not sent to Nomad)", problem)
+        self._log_config_problems(inventory)
         with self._published:
             self._catalog = catalog
             if data != self._bytes:
                 self._response, self._bytes = response, data
                 self._version += 1
                 self._published.notify_all()
+
+    def _log_config_problems(self, inventory: Inventory) -> None:
+        """Say once (per change) which cards run other than configured, e.g. mig on a non-MIG model."""
+        if not inventory.cards:
+            return
+        try:
+            found = tuple(check_modes(inventory, self._config))
+        except Exception:
+            log.exception("checking the configured card modes failed")
+            return
+        if found != self._last_config_problems:
+            self._last_config_problems = found
+            for problem in found:
+                log.warning("config: %s", problem)
 
     def _run_timer(self) -> None:
         while not self._stopping.is_set():
