@@ -167,7 +167,10 @@ class PluginApp:
         from nomad_plugin.metrics.prometheus import start_endpoint
 
         try:
-            self.endpoint = start_endpoint(config, self.metrics, self.feed.cache, self.backend.inventory)
+            feed = self.feed
+            self.endpoint = start_endpoint(
+                config, self.metrics, feed.cache, self.backend.inventory, source=lambda: feed.source
+            )
         except OSError as exc:
             log.error("Prometheus endpoint on %s:%d could not start: %s", config.metrics_bind, config.metrics_port, exc)
 

@@ -180,12 +180,12 @@ def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Val
     attrs["Memory utilization"].CopyFrom(values.count(r("memory_util_percent"), "%", "memory bandwidth in use"))
     attrs["Temperature"].CopyFrom(values.count(r("temperature_c"), "C", "card temperature"))
     attrs["Power usage"].CopyFrom(values.ratio(r("power_w"), r("power_limit_w"), 0, "W", "power draw / power limit"))
-    attrs["ECC L1 errors"].CopyFrom(na("#", "not reported by XDM (only totals by kind, see xdm.)"))
-    attrs["ECC L2 errors"].CopyFrom(na("#", "not reported by XDM (only totals by kind, see xdm.)"))
+    attrs["ECC L1 errors"].CopyFrom(na("#", "not reported per location (only totals by kind, see xdm.)"))
+    attrs["ECC L2 errors"].CopyFrom(na("#", "not reported per location (only totals by kind, see xdm.)"))
     attrs["ECC memory errors"].CopyFrom(values.count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors"))
 
     xdm = obj.nested["xdm"].attributes
-    xdm["Health"].CopyFrom(values.flag(r("health"), "XDM's health verdict for the card"))
+    xdm["Health"].CopyFrom(values.flag(r("health"), "the backend's health verdict for the card (XDM or NVML)"))
     xdm["XID errors"].CopyFrom(values.count(r("xid_errors"), "#", "driver XID error events"))
     throttle = r("throttle_reasons")
     if throttle is None:
