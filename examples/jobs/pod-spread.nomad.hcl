@@ -1,0 +1,61 @@
+# pod-spread.nomad.hcl: a multi-node job spread across points of delivery (pods).
+#
+# Shows: how to combine device attributes with node-level placement.
+# - `spread` (and `constraint`/`affinity` outside a device block) works on NODE
+#   attributes and meta only; device attributes are visible only inside a `device`
+#   block. So the job-level spread uses node meta `pod`, which the operator sets in
+#   the client config to the node's point of delivery:
+#       client { meta { pod = "pod-a01-p1" } }
+#   (`nomad-device-lingjun fingerprint` prints the value XDM reports.)
+# - Inside the device block, the `point_of_delivery` device attribute keeps every
+#   allocation on cards whose XDM topology says they are in an "a01" pod, so a node
+#   whose meta was forgotten or is wrong cannot slip in.
+# The group's 4 allocations are spread evenly over the pod values (Nomad's spread
+# scores nodes; it does not make other pods infeasible).
+#
+# Dry run (checks the device block on one node; spread needs a cluster):
+#   nomad-device-lingjun check-job examples/jobs/pod-spread.nomad.hcl --profile h800-8
+# check-job: --profile h800-8
+job "pod-spread" {
+  datacenters = ["*"]
+  type        = "batch"
+
+  spread {
+    attribute = "${meta.pod}"
+    weight    = 100
+  }
+
+  group "workers" {
+    count = 4
+
+    constraint {
+      attribute = "${meta.pod}"
+      operator  = "is_set"
+    }
+
+    task "worker" {
+      driver = "docker"
+
+      config {
+        image   = "nvcr.io/nvidia/pytorch:24.01-py3"
+        command = "torchrun"
+        args    = ["--nnodes", "4", "--nproc-per-node", "8", "train.py"]
+      }
+
+      resources {
+        cpu    = 16000
+        memory = 65536
+
+        device "nvidia/gpu" {
+          count = 8
+
+          constraint {
+            attribute = "${device.attr.point_of_delivery}"
+            operator  = "regexp"
+            value     = "^pod-a01-"
+          }
+        }
+      }
+    }
+  }
+}

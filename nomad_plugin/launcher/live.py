@@ -1,0 +1,103 @@
+"""A node to fingerprint: an embedded XDM simulator, a socket directory, or the real config.
+
+``check-job``, ``fingerprint`` and ``demo`` all need "the fingerprint this
+node would send": build the config Nomad would build (plugin config file +
+overrides), optionally point it at an in-process simulator in a private
+temp dir (``--profile``) or at another socket directory (``--socket-dir``),
+launch the real plugin through :func:`launch`, and wait for devices.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from nomad_plugin.config.options import DEFAULT_SOCKET_DIR
+from nomad_plugin.launcher.config import load_config
+from nomad_plugin.launcher.session import Session, launch, wait_for_devices
+from nomad_plugin.launcher.types import DeviceGroup
+
+DP2MGR, CONFIG_DAEMON = "dp2mgr.sock", "config-daemon.sock"
+
+
+def socket_overrides(socket_dir: str | Path) -> list[str]:
+    return [f'xdm_socket="{Path(socket_dir) / DP2MGR}"', f'config_socket="{Path(socket_dir) / CONFIG_DAEMON}"']
+
+
+@dataclass
+class LiveNode:
+    """Context manager: simulator (optional) + plugin session; cleans everything up on exit."""
+
+    plugin_config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    profile: str | None = None
+    socket_dir: str | None = None
+    plugin: str | None = None
+    sim_options: dict[str, Any] = field(default_factory=dict)
+    device_timeout: float = 20.0
+    session: Session | None = None
+    sim: Any = None
+    tmp: Path | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        if self.profile:
+            return f"embedded simulator, profile {self.profile}"
+        if self.socket_dir:
+            return f"XDM sockets in {self.socket_dir}"
+        return f"XDM sockets from {self.plugin_config or 'the default config'} (default dir {DEFAULT_SOCKET_DIR})"
+
+    def __enter__(self) -> LiveNode:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def start(self) -> None:
+        # Short private dir under /tmp: Unix socket paths must stay < 108 bytes.
+        self.tmp = Path(tempfile.mkdtemp(prefix="ndl-", dir="/tmp"))
+        extra: list[str] = []
+        if self.profile:
+            from nomad_plugin.sim import Simulator
+
+            sockets = self.tmp / "s"
+            self.sim = Simulator(sockets, self.profile, **self.sim_options).start()
+            extra += socket_overrides(sockets) + ['backend="xdm"']
+        elif self.socket_dir:
+            extra += socket_overrides(self.socket_dir) + ['backend="xdm"']
+        if self.profile:
+            extra.append("nvml_enrich=false")  # a simulated card must not pick up this host's GPUs
+        # A dry run never touches the live plugin's journal, grants, Nomad or metrics port:
+        # its own data_dir, no reconciler, no Prometheus endpoint.
+        extra += [f'data_dir="{self.tmp / "data"}"', "reconcile=false", "metrics_port=0"]
+        self.config = load_config(self.plugin_config, [*extra, *self.overrides])
+        self.session = launch(self.config, plugin=self.plugin)
+
+    def devices(self) -> list[DeviceGroup]:
+        assert self.session is not None
+        return wait_for_devices(self.session, self.device_timeout)
+
+    def close(self) -> int | None:
+        code = None
+        if self.session is not None:
+            code = self.session.plugin.shutdown()
+            self.session = None
+        if self.sim is not None:
+            self.sim.stop()
+            self.sim = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        return code
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
