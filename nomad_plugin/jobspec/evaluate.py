@@ -144,6 +144,8 @@ def check(operator: str, left: Target, right: Target) -> tuple[bool, str]:
     """Nomad's checkAttributeConstraint: (holds, reason when it cannot be evaluated)."""
     if operator in ("distinct_hosts", "distinct_property"):
         return False, f"{operator} is not allowed inside a device block"
+    if operator not in KNOWN_OPS:
+        return False, f"unknown operator {operator!r}; allowed: {', '.join(KNOWN_OPS)}"
     lfound, rfound = left.attr is not None, right.attr is not None
     if operator == "is_set":
         return lfound, "" if lfound else left.missing
@@ -181,9 +183,7 @@ def check(operator: str, left: Target, right: Target) -> tuple[bool, str]:
             return False, f"bad regular expression {rstr!r}: {exc}"
     if operator in ("set_contains", "set_contains_all"):
         return _set(rstr) <= _set(lstr), ""
-    if operator == "set_contains_any":
-        return bool(_set(rstr) & _set(lstr)), ""
-    return False, f"unknown operator {operator!r}; allowed: {', '.join(KNOWN_OPS)}"
+    return bool(_set(rstr) & _set(lstr)), ""  # set_contains_any
 
 
 def check_rule(rule: Rule, group: DeviceGroup, ids: Sequence[str] | None = None) -> RuleResult:

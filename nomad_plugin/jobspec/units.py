@@ -120,7 +120,7 @@ def comparable(a: Attribute, b: Attribute) -> str:
                 return (
                     f"{render(without)} is not a number with a unit: Nomad reads it as a string, which never "
                     f"compares with {render(with_unit)} (write a number and a unit ending in a letter, e.g. "
-                    f'"80 GiB"; units: {", ".join(UNITS)})'
+                    '"80 GiB"; units: KiB..EiB, kB..EB, the same with /s, MHz, GHz, mW..GW)'
                 )
             return (
                 f"unit mismatch: {render(with_unit)} has unit {with_unit.unit} but {render(without)} has none "
