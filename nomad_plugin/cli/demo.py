@@ -1,0 +1,245 @@
+"""``nomad-device-lingjun demo``: the plugin end to end on any machine, in under 30 seconds.
+
+Starts an in-process XDM simulator in a temp dir, launches the plugin the
+way Nomad does (handshake, SetConfig twice, Fingerprint, Stats), then shows
+what Nomad would show: the node's device groups (``nomad node status
+-verbose``), a reservation for examples/jobs/whole-card.nomad.hcl (IDs picked
+with the scheduler's rules, Reserve, the task's env and device nodes), live
+stats (``nomad alloc status -stats``) and a card health flip and recovery as
+seen in the fingerprint stream. Then it shuts everything down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nomad_plugin.jobspec import evaluate_job, parse_job_text
+from nomad_plugin.launcher import LauncherConfigError, LaunchError, load_config
+from nomad_plugin.launcher.live import socket_overrides
+from nomad_plugin.launcher.render import Style, aligned, fingerprint_text, stats_text
+from nomad_plugin.launcher.session import Session, launch, wait_for_devices
+from nomad_plugin.launcher.types import DeviceGroup, InstanceStats
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "whole-card.nomad.hcl"
+# The device block of examples/jobs/whole-card.nomad.hcl, for installs without the examples.
+FALLBACK_JOB = """
+job "whole-card" {
+  group "smi" {
+    task "nvidia-smi" {
+      driver = "docker"
+      resources {
+        device "nvidia/gpu" {
+          count = 1
+          constraint {
+            attribute = "${device.attr.memory}"
+            operator  = ">="
+            value     = "79 GiB"
+          }
+        }
+      }
+    }
+  }
+}
+"""
+RECOVERY_DELAY = "2s"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nomad-device-lingjun demo", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    p.add_argument("--profile", default="h800-8", help="simulated node (default h800-8; see xdm-sim --help)")
+    p.add_argument("--seconds", type=float, default=3.0, help="seconds of live stats to collect (default 3)")
+    p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the tour")
+    return p
+
+
+class Tour:
+    """Collects the JSON document and, unless --json, prints the human-readable tour as it goes."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.style = Style(sys.stdout)
+        self.doc: dict[str, Any] = {"ok": False}
+        self.t0 = time.monotonic()
+
+    def section(self, title: str) -> None:
+        if not self.as_json:
+            sys.stdout.write("\n" + self.style(f"== {title}", "cyan", "bold") + "\n")
+
+    def say(self, *lines: str) -> None:
+        if not self.as_json:
+            sys.stdout.write("".join(f"{line}\n" for line in lines))
+            sys.stdout.flush()
+
+
+def _job_text() -> str:
+    return EXAMPLE.read_text() if EXAMPLE.is_file() else FALLBACK_JOB
+
+
+def _reserve(tour: Tour, session: Session, groups: list[DeviceGroup]) -> list[str]:
+    requests = parse_job_text(_job_text(), "whole-card.nomad.hcl")
+    (verdict,) = evaluate_job(requests, groups)
+    req = verdict.request
+    if not verdict.ok or verdict.chosen is None:
+        raise LaunchError(f"the example job does not fit the simulated node: {verdict.groups[0].reasons}")
+    tour.section(f'Job "{req.job}": device "{req.name}" count {req.count} (examples/jobs/whole-card.nomad.hcl)')
+    rule = verdict.chosen.rules[0].describe() if verdict.chosen.rules else "no constraints"
+    tour.say(
+        f"scheduler: group {verdict.chosen.group.full_name}, {rule}", f"picked IDs: {', '.join(verdict.picked_ids)}"
+    )
+    t = time.monotonic()
+    res = session.plugin.reserve(list(verdict.picked_ids))
+    ms = (time.monotonic() - t) * 1000
+    tour.say(f"Reserve({', '.join(verdict.picked_ids)}) -> {ms:.1f} ms; the task gets:")
+    tour.say(*aligned(sorted(res.envs.items()), "  env    "))
+    tour.say(*(f"  device {host} -> {task} ({perm})" for task, host, perm in res.devices))
+    tour.doc["reservation"] = {
+        "job": req.job,
+        "device": req.name,
+        "group": verdict.chosen.group.full_name,
+        "ids": list(verdict.picked_ids),
+        "reserve_ms": round(ms, 2),
+        **res.to_json(),
+    }
+    return list(verdict.picked_ids)
+
+
+def _stats(tour: Tour, session: Session, ids: list[str], seconds: float) -> None:
+    stream = session.plugin.stats(interval=1.0)
+    tour.section(f"nomad alloc status -stats  ({seconds:g} s of live stats, 1 s interval)")
+    deadline = time.monotonic() + max(seconds, 1.0)
+    samples: list[list[InstanceStats]] = []
+    while time.monotonic() < deadline or not samples:
+        hit = stream.wait_for(lambda batch: any(i.device_id in ids for i in batch), 5.0, after=len(stream))
+        if hit is None:
+            break
+        mine = [i for i in hit[1] if i.device_id in ids]
+        samples.append(mine)
+        for inst in mine:
+            summary = inst.summary.render() if inst.summary else "<none>"
+            util = inst.stats.get("GPU utilization")
+            tour.say(
+                f"  t+{time.monotonic() - tour.t0:5.1f}s {inst.device_id}: {summary}, GPU {util.render() if util else 'N/A'}"
+            )
+    if not samples:
+        raise LaunchError(f"no stats for {ids} within 5 s ({stream.error or 'stream silent'})")
+    tour.say("", "Device Stats (latest):", *stats_text(samples[-1], tour.style))
+    tour.doc["stats"] = {"samples": len(samples), "instances": [i.to_json() for i in samples[-1]]}
+
+
+def _health_flip(tour: Tour, session: Session, sim: Any, reserved: list[str]) -> None:
+    stream = session.fingerprints
+    card = next(c for c in sim.cards if c.uuid not in reserved)
+    reason = "XID 79: GPU has fallen off the bus (demo)"
+
+    def health_of(groups: list[DeviceGroup]) -> bool | None:
+        for g in groups:
+            for d in g.devices:
+                if d.id == card.uuid:
+                    return d.healthy
+        return None
+
+    tour.section(f"Health flip: card {card.minor} ({card.uuid}) reported unhealthy by XDM, then healthy again")
+    start = len(stream)
+    t = time.monotonic()
+    sim.set_health(card.minor, False, reason)
+    down = stream.wait_for(lambda g: health_of(g) is False, 10.0, after=start)
+    if down is None:
+        raise LaunchError("the fingerprint stream never showed the card unhealthy")
+    down_s = down[0] - t
+    desc = next(d.health_description for g in down[1] for d in g.devices if d.id == card.uuid)
+    tour.say(f"  +{down_s:.3f} s  fingerprint: {card.uuid} unhealthy: {desc}")
+    t2 = time.monotonic()
+    sim.set_health(card.minor, True)
+    up = stream.wait_for(lambda g: health_of(g) is True, 15.0, after=start + 1)
+    if up is None:
+        raise LaunchError("the card never became healthy again in the fingerprint stream")
+    up_s = up[0] - t2
+    tour.say(
+        f"  +{up_s:.3f} s  fingerprint: {card.uuid} healthy again "
+        f"(XDM said healthy at +0 s; eligible after health_recovery_delay = {RECOVERY_DELAY})"
+    )
+    tour.doc["health"] = {
+        "device_id": card.uuid,
+        "minor": card.minor,
+        "reason": reason,
+        "unhealthy_description": desc,
+        "unhealthy_after_s": round(down_s, 3),
+        "healthy_again_after_s": round(up_s, 3),
+        "sequence": ["healthy", "unhealthy", "healthy"],
+    }
+
+
+def run(tour: Tour, profile: str, seconds: float, plugin: str | None) -> None:
+    from nomad_plugin.sim import Simulator
+
+    tmp = Path(tempfile.mkdtemp(prefix="ndl-demo-", dir="/tmp"))
+    sim = None
+    session: Session | None = None
+    try:
+        sim = Simulator(tmp / "s", profile).start()
+        tour.doc["profile"] = sim.profile
+        tour.section(
+            f"XDM simulator: profile {sim.profile}, {len(sim.cards)} x {sim.cards[0].model}, sockets in {tmp / 's'}"
+        )
+        overrides = [
+            *socket_overrides(tmp / "s"),
+            'backend="xdm"',
+            f'data_dir="{tmp / "data"}"',
+            "reconcile=false",
+            "nvml_enrich=false",
+            f'health_recovery_delay="{RECOVERY_DELAY}"',
+        ]
+        config = load_config(None, overrides)
+        session = launch(config, plugin=plugin, set_config_times=2)
+        groups = wait_for_devices(session, 20.0)
+        info = session.info
+        tour.section("Plugin launched the way Nomad launches it")
+        tour.say(
+            f"  exec {' '.join(session.plugin.command)}  (NOMAD_PLUGIN_MAGIC_COOKIE, PLUGIN_PROTOCOL_VERSIONS=2)",
+            f"  handshake {session.timings['handshake'] * 1000:.0f} ms; PluginInfo: {info.type} {info.name} "
+            f"{info.version} (API {', '.join(info.api_versions)}); ConfigSchema; SetConfig x2 (msgpack, all options)",
+            f"  first fingerprint with devices after {session.timings['first_devices'] * 1000:.0f} ms",
+        )
+        tour.doc["plugin"] = {"name": info.name, "version": info.version, "api_versions": list(info.api_versions)}
+        tour.doc["timings_ms"] = {k: round(v * 1000, 1) for k, v in session.timings.items()}
+        tour.section("nomad node status -verbose")
+        tour.say(*fingerprint_text(groups, tour.style, with_devices=True))
+        tour.doc["groups"] = [g.to_json() for g in groups]
+        reserved = _reserve(tour, session, groups)
+        _stats(tour, session, reserved, seconds)
+        _health_flip(tour, session, sim, reserved)
+    finally:
+        code = session.plugin.shutdown() if session is not None else None
+        if sim is not None:
+            sim.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        tour.doc["shutdown"] = {"plugin_exit_code": code, "temp_dir_removed": not tmp.exists()}
+    tour.section("Shutdown")
+    tour.say(f"  GRPCController.Shutdown -> plugin exited with {code}; simulator stopped; {tmp} removed")
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    tour = Tour(args.json)
+    try:
+        run(tour, args.profile, args.seconds, args.plugin)
+        tour.doc["ok"] = True
+    except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
+        tour.doc["error"] = str(exc)
+        sys.stderr.write(f"demo: {exc}\n")
+    tour.doc["elapsed_s"] = round(time.monotonic() - tour.t0, 2)
+    if args.json:
+        sys.stdout.write(json.dumps(tour.doc, indent=2) + "\n")
+    else:
+        tour.say(f"\ndone in {tour.doc['elapsed_s']:.1f} s" + ("" if tour.doc["ok"] else " (FAILED)"))
+    return 0 if tour.doc["ok"] else 1
