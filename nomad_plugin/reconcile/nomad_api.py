@@ -78,21 +78,40 @@ class AllocPage:
 
 
 def parse_alloc(raw: Any) -> AllocView:
-    """One Allocation JSON object -> AllocView; raises ``ValueError`` on a wrong shape."""
+    """One Allocation JSON object -> AllocView; raises ``ValueError`` on a wrong shape.
+
+    Every level is type-checked: a drifted shape (a string where Nomad sends a
+    list of device IDs, say) must fail the whole answer, never read as "this
+    allocation holds no (or other) devices", which would release its grant.
+    """
     if not isinstance(raw, dict) or not isinstance(raw.get("ID"), str):
         raise ValueError("allocation without an ID")
+    where = f"allocation {raw['ID'][:64]!r}"
     status = raw.get("ClientStatus")
     if not isinstance(status, str):
-        raise ValueError(f"allocation {raw['ID']} without ClientStatus")
-    ids: set[str] = set()
-    tasks = ((raw.get("AllocatedResources") or {}).get("Tasks")) or {}
+        raise ValueError(f"{where} without ClientStatus")
+    resources = raw.get("AllocatedResources") or {}
+    if not isinstance(resources, dict):
+        raise ValueError(f"{where}: AllocatedResources is not an object")
+    tasks = resources.get("Tasks") or {}
     if not isinstance(tasks, dict):
-        raise ValueError(f"allocation {raw['ID']}: AllocatedResources.Tasks is not an object")
+        raise ValueError(f"{where}: AllocatedResources.Tasks is not an object")
+    ids: set[str] = set()
     for task in tasks.values():
-        for dev in (task or {}).get("Devices") or []:
-            for device_id in (dev or {}).get("DeviceIDs") or []:
-                if isinstance(device_id, str):
-                    ids.add(device_id)
+        task = task or {}
+        if not isinstance(task, dict):
+            raise ValueError(f"{where}: a task's resources are not an object")
+        devices = task.get("Devices") or []
+        if not isinstance(devices, list):
+            raise ValueError(f"{where}: a task's Devices is not a list")
+        for dev in devices:
+            dev = dev or {}
+            if not isinstance(dev, dict):
+                raise ValueError(f"{where}: a Devices entry is not an object")
+            device_ids = dev.get("DeviceIDs") or []
+            if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
+                raise ValueError(f"{where}: DeviceIDs is not a list of strings")
+            ids.update(device_ids)
     return AllocView(id=raw["ID"], client_status=status, device_ids=frozenset(ids))
 
 
