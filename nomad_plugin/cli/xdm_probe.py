@@ -1,0 +1,182 @@
+"""``nomad-device-lingjun xdm-probe``: call XDM's read-only RPCs and print what comes back.
+
+Probes both sockets (dp2mgr.sock, config-daemon.sock), finds the device
+service name (reflection, then the known candidates, R1), and prints the
+decoded answer of ListSupportedXPUType, ListGpuInfo, one ListAndWatch push,
+ExporterGetConfig, ExporterGetStatus and QueryStatus. With ``--raw`` each
+answer is also fetched as bytes and decoded like ``protoc --decode_raw``
+(field numbers and wire types) so the schema can be re-derived on a real
+node (R2c). Never calls Allocate, Release, Enable or Disable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from nomad_plugin.config.decode import decode_config
+from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
+from nomad_plugin.launcher.live import socket_overrides
+from nomad_plugin.launcher.rawproto import decode_raw
+from nomad_plugin.model.errors import PluginError
+from nomad_plugin.xdm import adapter
+from nomad_plugin.xdm.client import XdmClient
+from nomad_plugin.xdm.errors import socket_problem
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nomad-device-lingjun xdm-probe", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    p.add_argument("--socket-dir", help="directory with dp2mgr.sock and config-daemon.sock (default: from the config)")
+    p.add_argument("--plugin-config", help="agent file with the plugin block (sockets, xdm_service, timeout)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+    p.add_argument("--raw", action="store_true", help="also print every response decoded like protoc --decode_raw")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    return p
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def _raw_unary(channel: grpc.Channel, path: str, request: Any, timeout: float) -> bytes:
+    call = channel.unary_unary(path, request_serializer=adapter.serialize, response_deserializer=lambda b: b)
+    data: bytes = call(request, timeout=timeout)
+    return data
+
+
+def _raw_first(channel: grpc.Channel, path: str, request: Any, timeout: float) -> bytes:
+    call = channel.unary_stream(path, request_serializer=adapter.serialize, response_deserializer=lambda b: b)
+    stream = call(request, timeout=timeout)
+    try:
+        for item in stream:
+            data: bytes = item
+            return data
+    finally:
+        stream.cancel()
+    return b""
+
+
+def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
+    config = decode_config(msgpack_config(config_map))
+    report: dict[str, Any] = {"sockets": {}, "calls": []}
+    for label, path in (("dp2mgr", config.xdm_socket), ("config-daemon", config.config_socket)):
+        problem = socket_problem(path)
+        report["sockets"][label] = {
+            "path": path,
+            "ok": problem is None,
+            "problem": str(problem) if problem else "",
+            "kind": problem.kind if problem else "",
+        }
+    client = XdmClient(config)
+    timeout = float(config.xdm_call_timeout)
+    try:
+        try:
+            report["device_service"] = client.device_service()
+        except PluginError as exc:
+            report["device_service"] = None
+            report["device_service_error"] = str(exc)
+        service = report["device_service"]
+        exporter_of: dict[str, str] = getattr(client, "_exporter_services", {})
+
+        def first_push() -> Any:
+            sub = client.list_and_watch()
+            try:
+                return next(iter(sub))
+            finally:
+                sub.cancel()  # type: ignore[no-untyped-call]
+
+        steps: list[tuple[str, Callable[[], Any], str, Any, bool]] = [
+            ("ListSupportedXPUType", client.list_supported_xpu_types, "dp2mgr", adapter.xpu_type_request(), False),
+            ("ListGpuInfo", client.list_gpu_info, "dp2mgr", adapter.list_gpu_info_request(), False),
+            ("ListAndWatch (first push)", first_push, "dp2mgr", adapter.list_and_watch_request(), True),
+            ("ExporterGetConfig", client.exporter_get_config, "dp2mgr", adapter.exporter_get_config_request(), False),
+            ("ExporterGetStatus", client.exporter_get_status, "dp2mgr", adapter.exporter_get_status_request(), False),
+            ("QueryStatus", client.query_status, "config-daemon", adapter.query_status_request(), False),
+        ]
+        for name, call, sock, request, streaming in steps:
+            entry: dict[str, Any] = {"rpc": name, "socket": sock}
+            try:
+                entry["response"] = _plain(call())
+                entry["ok"] = True
+            except PluginError as exc:
+                entry.update(ok=False, error=str(exc), kind=getattr(exc, "kind", type(exc).__name__))
+            except StopIteration:
+                entry.update(ok=False, error="the stream ended without a message")
+            method = name.split(" ")[0]
+            if sock == "config-daemon":
+                owner = getattr(client, "_config_service", None)
+            else:
+                owner = exporter_of.get(method) or service
+            entry["path"] = f"/{owner}/{method}" if owner else None
+            if raw and owner:
+                target = config.config_socket if sock == "config-daemon" else config.xdm_socket
+                with grpc.insecure_channel(f"unix:{target}") as channel:
+                    try:
+                        fetch = _raw_first if streaming else _raw_unary
+                        data = fetch(channel, f"/{owner}/{method}", request, timeout)
+                        entry["raw_hex"] = data.hex()
+                        entry["raw"] = decode_raw(data)
+                    except grpc.RpcError as exc:
+                        entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
+            report["calls"].append(entry)
+    finally:
+        client.close()
+    report["ok"] = all(s["ok"] for s in report["sockets"].values()) and all(c["ok"] for c in report["calls"])
+    return report
+
+
+def _text(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for label, s in report["sockets"].items():
+        lines.append(
+            f"socket {label}: {s['path']}: " + ("reachable" if s["ok"] else f"PROBLEM ({s['kind']}): {s['problem']}")
+        )
+    service = report.get("device_service")
+    lines.append(
+        f"device service: {service}" if service else f"device service: NOT FOUND: {report.get('device_service_error')}"
+    )
+    for c in report["calls"]:
+        lines.append("")
+        lines.append(f"== {c['rpc']}  [{c.get('path') or '?'} on {c['socket']}]")
+        if c["ok"]:
+            lines.append(json.dumps(c["response"], indent=2))
+        else:
+            lines.append(f"FAILED ({c.get('kind', '')}): {c['error']}")
+        if "raw" in c:
+            lines.append(f"-- raw ({len(c['raw_hex']) // 2} bytes, protoc --decode_raw style):")
+            lines += c["raw"]
+        elif "raw_error" in c:
+            lines.append(f"-- raw call failed: {c['raw_error']}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    overrides = [*(socket_overrides(args.socket_dir) if args.socket_dir else []), *args.set]
+    try:
+        config_map = load_config(args.plugin_config, overrides)
+        report = probe(config_map, args.raw)
+    except (LauncherConfigError, PluginError) as exc:
+        sys.stderr.write(f"xdm-probe: {exc}\n")
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write("\n".join(_text(report)) + "\n")
+    return 0 if report["ok"] else 1
