@@ -68,7 +68,7 @@ def _raw_first(channel: grpc.Channel, path: str, request: Any, timeout: float) -
             data: bytes = item
             return data
     finally:
-        stream.cancel()
+        stream.cancel()  # type: ignore[no-untyped-call]
     return b""
 
 
@@ -99,7 +99,7 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
             try:
                 return next(iter(sub))
             finally:
-                sub.cancel()  # type: ignore[no-untyped-call]
+                sub.cancel()
 
         steps: list[tuple[str, Callable[[], Any], str, Any, bool]] = [
             ("ListSupportedXPUType", client.list_supported_xpu_types, "dp2mgr", adapter.xpu_type_request(), False),
