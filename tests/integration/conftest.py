@@ -1,0 +1,7 @@
+"""Fixtures for the cross-layer integration tests: the conformance host, built once."""
+
+from __future__ import annotations
+
+from tests.conformance.conftest import conformance_host, plugin_executable
+
+__all__ = ["conformance_host", "plugin_executable"]
