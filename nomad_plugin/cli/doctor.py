@@ -1,0 +1,380 @@
+"""``nomad-device-lingjun doctor``: check a node's install and say what to fix.
+
+Each check yields a finding (ok / warn / fail) with a concrete next step:
+config decoded by the plugin's own decoder (HCL -> msgpack -> decode_config,
+the SetConfig path), XDM sockets present and accessible, XDM answering,
+Runtime Kit enabled (QueryStatus), inventory and topology readable, the
+Nomad API reachable with the token, the plugin file named like its
+``plugin`` block and executable, and the lj-runtime container runtime.
+Exit status 0 when nothing failed (warnings allowed), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.config.decode import decode_config
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.launcher.config import (
+    LauncherConfigError,
+    full_config,
+    msgpack_config,
+    parse_override,
+    plugin_block_names,
+    plugin_config_from_file,
+    read_agent_file,
+)
+from nomad_plugin.launcher.render import Style
+from nomad_plugin.model.errors import PluginError
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+CONTAINERD_CONFIG = "etc/containerd/config.toml"
+XPU_RUNTIME = "usr/local/harp/kitC/xpu-container-runtime"
+RUNTIME_HANDLER = "lj-runtime"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: str
+    summary: str
+    next_step: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"check": self.check, "status": self.status, "summary": self.summary, "next_step": self.next_step}
+
+
+@dataclass
+class Host:
+    """The host as the doctor sees it; tests replace parts (they run as root, so access is injected)."""
+
+    root: Path = Path("/")
+    access: Callable[[str, int], bool] = os.access
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+@dataclass
+class Doctor:
+    plugin_config: str | None = None
+    plugin_dir: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    host: Host = field(default_factory=Host)
+    findings: list[Finding] = field(default_factory=list)
+    config: PluginConfig | None = None
+
+    def add(self, check: str, status: str, summary: str, next_step: str = "") -> Finding:
+        finding = Finding(check, status, summary, next_step)
+        self.findings.append(finding)
+        return finding
+
+    # --------------------------------------------------------------- checks
+    def check_config(self) -> None:
+        where = self.plugin_config or "(no --plugin-config: defaults)"
+        try:
+            user = plugin_config_from_file(self.plugin_config) if self.plugin_config else {}
+            extra = dict(parse_override(o) for o in self.overrides)
+            self.config = decode_config(msgpack_config(full_config(user, extra)))
+        except (LauncherConfigError, PluginError) as exc:
+            self.add(
+                "config",
+                FAIL,
+                f"{where}: {exc}",
+                "fix the option named above in the plugin's config block; Nomad would refuse to start the agent "
+                "with this config (SetConfig fails). plugin.hcl in the release lists every option with its default.",
+            )
+            self.config = None
+            return
+        self.add(
+            "config", OK, f"{where}: decoded by the plugin's own SetConfig decoder (backend {self.config.backend})"
+        )
+
+    def check_sockets(self) -> bool:
+        assert self.config is not None
+        if self.config.backend == "nvml":
+            self.add("sockets", SKIP, "backend = nvml: XDM sockets not used")
+            return False
+        ok = True
+        for label, path in (("dp2mgr", self.config.xdm_socket), ("config-daemon", self.config.config_socket)):
+            ok = self._socket(label, path) and ok
+        return ok
+
+    def _socket(self, label: str, path: str) -> bool:
+        check = f"socket {label}"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self.add(
+                check,
+                FAIL,
+                f"{path} does not exist",
+                "XDM is not running or the Runtime Kit is not installed on this node: check the Runtime Kit "
+                "Controller job and `ls -l " + str(Path(path).parent) + "`; if XDM uses another directory, set "
+                "xdm_socket / config_socket in the plugin config",
+            )
+            return False
+        except PermissionError:
+            self.add(check, FAIL, f"{path}: permission denied on a parent directory", "run the Nomad client as root")
+            return False
+        mode = stat.filemode(st.st_mode)
+        if not stat.S_ISSOCK(st.st_mode):
+            self.add(
+                check,
+                FAIL,
+                f"{path} exists but is not a socket ({mode})",
+                "something else owns that path: remove it and restart XDM, or point the plugin at the real socket",
+            )
+            return False
+        if not self.host.access(path, os.R_OK | os.W_OK):
+            self.add(
+                check,
+                FAIL,
+                f"{path} ({mode}, uid {st.st_uid}) cannot be opened by this user (uid {os.geteuid()})",
+                "XDM sockets are root-only (expected: srw------- root); the plugin runs as the Nomad client's user, "
+                "so run the Nomad client as root (and run doctor with sudo)",
+            )
+            return False
+        if st.st_mode & 0o002:
+            self.add(check, WARN, f"any user can connect to {path} ({mode})", "XDM normally creates it root-only (0600)")
+            return True
+        self.add(check, OK, f"{path} ({mode}, uid {st.st_uid})")
+        return True
+
+    def check_xdm(self) -> None:
+        from nomad_plugin.xdm.client import XdmClient
+        from nomad_plugin.xdm.errors import socket_problem
+
+        assert self.config is not None
+        problem = socket_problem(self.config.xdm_socket)
+        if problem is not None:
+            self.add("xdm", FAIL, str(problem), _xdm_next_step(problem.kind))
+            return
+        client = XdmClient(self.config)
+        try:
+            self._xdm_calls(client)
+        finally:
+            client.close()
+
+    def _xdm_calls(self, client: Any) -> None:
+        try:
+            service = client.device_service()
+            types = client.list_supported_xpu_types()
+        except PluginError as exc:
+            kind = getattr(exc, "kind", "")
+            self.add("xdm", FAIL, f"XDM does not answer: {exc}", _xdm_next_step(kind))
+            return
+        self.add("xdm", OK, f"XDM answers as {service}; supported types: {', '.join(types) or 'none'}")
+        try:
+            status = client.query_status()
+        except PluginError as exc:
+            self.add(
+                "runtime kit",
+                WARN,
+                f"QueryStatus failed: {exc}",
+                "the config daemon (config-daemon.sock) does not answer; check the Runtime Kit Controller job",
+            )
+        else:
+            if status.enabled:
+                self.add("runtime kit", OK, "Runtime Kit enabled (QueryStatus)")
+            else:
+                self.add(
+                    "runtime kit",
+                    FAIL,
+                    f"Runtime Kit is disabled on this node (QueryStatus enabled=false{': ' + status.message if status.message else ''})",
+                    "label the node lj_runtimekit_enable=true so the Runtime Kit Controller enables it, and check the "
+                    "Controller job's status; XDM refuses allocations while disabled (the plugin never enables it)",
+                )
+        self._inventory(client)
+
+    def _inventory(self, client: Any) -> None:
+        try:
+            sub = client.list_and_watch()
+            try:
+                cards = next(iter(sub))
+            finally:
+                sub.cancel()
+        except (PluginError, StopIteration) as exc:
+            self.add(
+                "inventory",
+                FAIL,
+                f"ListAndWatch gave no card list: {exc}",
+                "run `nomad-device-lingjun xdm-probe --raw` and report its output",
+            )
+            return
+        if not cards:
+            self.add(
+                "inventory",
+                WARN,
+                "XDM lists no cards",
+                "check the driver (`nvidia-smi` / the PPU tools) and XDM's logs",
+            )
+            return
+        models = sorted({c.model for c in cards})
+        self.add("inventory", OK, f"{len(cards)} cards: {', '.join(models)}")
+        broken = [c for c in cards if c.topology.error]
+        if broken:
+            first = broken[0]
+            self.add(
+                "topology",
+                WARN,
+                f"{len(broken)} card(s) with unreadable topology, e.g. minor {first.minor}: {first.topology.error}",
+                "cards are still offered, without topology attributes and group_by domains; report `xdm-probe --raw`",
+            )
+        else:
+            levels = sorted({lvl.name for c in cards for lvl in c.topology.levels})
+            self.add("topology", OK, f"topology levels: {', '.join(levels) or 'none'}")
+
+    def check_nomad(self) -> None:
+        from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
+
+        assert self.config is not None
+        settings = NomadApiSettings.from_config(self.config, self.host.environ)
+        if not self.config.reconcile:
+            self.add("nomad api", SKIP, "reconcile = false: the plugin does not use the Nomad API")
+            return
+        client = NomadClient(settings)
+        try:
+            node_id = self.config.nomad_node_id or client.node_id()
+            page = client.node_allocations(node_id)
+        except NomadApiError as exc:
+            steps = {
+                "forbidden": "the token needs node:read (and agent:read unless nomad_node_id is set): "
+                'a policy with node { policy = "read" } agent { policy = "read" }; set nomad_token or NOMAD_TOKEN',
+                "unreachable": f"is the Nomad agent running and listening on {settings.address}? set nomad_address "
+                "or NOMAD_ADDR (and the TLS options for an https agent)",
+                "timeout": f"the agent at {settings.address} is too slow to answer; check its load",
+            }
+            step = steps.get(exc.kind, "check nomad_address and the TLS options")
+            self.add("nomad api", FAIL, f"{settings.address}: {exc}", step)
+            return
+        finally:
+            client.close()
+        self.add(
+            "nomad api",
+            OK,
+            f"{settings.address}: node {node_id} readable with the token ({len(page.allocs)} allocations)",
+        )
+
+    def check_plugin_dir(self) -> None:
+        if not self.plugin_dir:
+            self.add("plugin dir", SKIP, "no --plugin-dir given")
+            return
+        directory = Path(self.plugin_dir)
+        if not directory.is_dir():
+            self.add(
+                "plugin dir",
+                FAIL,
+                f"{directory} is not a directory",
+                "create it and set plugin_dir in the agent config",
+            )
+            return
+        blocks = set(plugin_block_names(read_agent_file(self.plugin_config))) if self.plugin_config else {PLUGIN_NAME}
+        ours = [p for p in sorted(directory.iterdir()) if PLUGIN_NAME in p.name or "lingjun" in p.name]
+        if not ours:
+            self.add(
+                "plugin dir",
+                FAIL,
+                f"no {PLUGIN_NAME} file in {directory}",
+                f"copy dist/{PLUGIN_NAME} to {directory / PLUGIN_NAME} and chmod 0755 it",
+            )
+            return
+        for path in ours:
+            name = path.name[:-4] if path.name.endswith(".exe") else path.name
+            if path.is_dir():
+                self.add("plugin file", FAIL, f"{path} is a directory", "Nomad skips sub-directories of plugin_dir")
+            elif not os.stat(path).st_mode & 0o111:
+                self.add(
+                    "plugin file",
+                    FAIL,
+                    f"{path} is not executable",
+                    f"chmod 0755 {path} (Nomad skips files without an execute bit)",
+                )
+            elif name not in blocks:
+                self.add(
+                    "plugin file",
+                    FAIL,
+                    f'{path.name} has no matching plugin "{name}" block (blocks: {", ".join(sorted(blocks)) or "none"})',
+                    f"Nomad >= 1.10 only runs plugin files referenced by a plugin block of the same name: rename the file "
+                    f'to {PLUGIN_NAME} and use plugin "{PLUGIN_NAME}" {{ ... }}',
+                )
+            else:
+                self.add("plugin file", OK, f"{path} is executable and matches its plugin block")
+
+    def check_runtime(self) -> None:
+        containerd = self.host.root / CONTAINERD_CONFIG
+        runtime = self.host.root / XPU_RUNTIME
+        has_handler = containerd.is_file() and RUNTIME_HANDLER in containerd.read_text(errors="replace")
+        if runtime.is_file() and has_handler:
+            self.add("lj-runtime", OK, f"{runtime} present; {containerd} has the {RUNTIME_HANDLER} handler")
+            return
+        missing = [str(p) for p, ok in ((runtime, runtime.is_file()), (containerd, has_handler)) if not ok]
+        self.add(
+            "lj-runtime",
+            WARN,
+            f"lj-runtime not set up ({'; '.join(missing)} missing or without {RUNTIME_HANDLER})",
+            "only needed for containers that rely on XDM's runtime shim (Kubernetes RuntimeClass lj-runtime or "
+            "Docker's runtime option); docker/exec tasks get device nodes and env from the plugin without it",
+        )
+
+    def run(self) -> list[Finding]:
+        self.check_config()
+        if self.config is not None:
+            if self.check_sockets():
+                self.check_xdm()
+            self.check_nomad()
+        self.check_plugin_dir()
+        self.check_runtime()
+        return self.findings
+
+
+def _xdm_next_step(kind: str) -> str:
+    return {
+        "socket-missing": "start XDM (Runtime Kit Controller job) or fix xdm_socket",
+        "connection-refused": "the socket file is stale: XDM has crashed or is restarting; check XDM's service and logs",
+        "permission-denied": "run the Nomad client (and doctor) as root: XDM sockets are root-only",
+        "unimplemented": "XDM answers but not with a known service name: set xdm_service (see `xdm-probe`)",
+        "timeout": "XDM accepted the connection but did not answer in xdm_call_timeout; check its load and logs",
+    }.get(kind, "run `nomad-device-lingjun xdm-probe --raw` for details")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nomad-device-lingjun doctor", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    p.add_argument("--plugin-config", help="agent file with the plugin block (e.g. /etc/nomad.d/plugin.hcl)")
+    p.add_argument("--plugin-dir", help="the agent's plugin_dir (checks the file's name and execute bit)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+    p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where /etc and /usr/local live
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    return p
+
+
+MARKS = {OK: ("[ OK ]", "green"), WARN: ("[WARN]", "yellow"), FAIL: ("[FAIL]", "red"), SKIP: ("[SKIP]", "dim")}
+
+
+def main(argv: list[str], host: Host | None = None) -> int:
+    args = parser().parse_args(argv)
+    doctor = Doctor(args.plugin_config, args.plugin_dir, args.set, host or Host(root=Path(args.root)))
+    findings = doctor.run()
+    failed = any(f.status == FAIL for f in findings)
+    if args.json:
+        sys.stdout.write(json.dumps({"ok": not failed, "findings": [f.to_json() for f in findings]}, indent=2) + "\n")
+        return 1 if failed else 0
+    style = Style(sys.stdout)
+    for f in findings:
+        mark, colour = MARKS[f.status]
+        sys.stdout.write(f"{style(mark, colour, 'bold')} {f.check}: {f.summary}\n")
+        if f.next_step and f.status in (FAIL, WARN):
+            sys.stdout.write(f"       next step: {f.next_step}\n")
+    sys.stdout.write(
+        style("\nall checks passed\n" if not failed else "\nsome checks failed: see the next steps above\n", "bold")
+    )
+    return 1 if failed else 0
