@@ -1,0 +1,187 @@
+"""doctor against broken setups: each finding with its next step.
+
+Tests run as root, so "this user cannot open the socket" is simulated with
+an injected access check (Host.access); a non-socket file stands in for a
+socket path taken by something else. Everything else is real: the XDM
+simulator on Unix sockets, the Nomad API double over HTTP, real files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.cli import doctor
+from nomad_plugin.sim import Simulator
+from nomad_plugin.testing.nomad_api import NomadApiDouble
+
+TOKEN = "s3cr3t-token"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    directory = Path(tempfile.mkdtemp(prefix="doc-", dir="/tmp"))  # short: Unix socket paths
+    try:
+        with Simulator(directory / "s", "h800-8") as s:
+            yield s
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def nomad() -> Iterator[NomadApiDouble]:
+    with NomadApiDouble() as double:
+        double.require_token(TOKEN)
+        yield double
+
+
+@pytest.fixture
+def setup(tmp_path: Path, sim: Simulator, nomad: NomadApiDouble) -> dict[str, Path]:
+    """A healthy node: plugin config, plugin_dir with the right file, containerd + xpu runtime under a root."""
+    cfg = tmp_path / "agent.hcl"
+    cfg.write_text(
+        f'plugin "{PLUGIN_NAME}" {{\n  config {{\n'
+        f'    xdm_socket = "{sim.dp2mgr_path}"\n    config_socket = "{sim.config_path}"\n'
+        f'    nomad_address = "{nomad.address}"\n    nomad_token = "{TOKEN}"\n  }}\n}}\n'
+    )
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    exe = plugins / PLUGIN_NAME
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    root = tmp_path / "root"
+    (root / "etc/containerd").mkdir(parents=True)
+    (root / "etc/containerd/config.toml").write_text(
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.lj-runtime]\n'
+    )
+    (root / "usr/local/harp/kitC").mkdir(parents=True)
+    (root / "usr/local/harp/kitC/xpu-container-runtime").write_text("")
+    return {"config": cfg, "plugins": plugins, "root": root}
+
+
+def run(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], *extra: str, host: doctor.Host | None = None
+) -> tuple[int, dict[str, dict[str, str]]]:
+    argv = ["--plugin-config", str(setup["config"]), "--plugin-dir", str(setup["plugins"]), "--json", *extra]
+    code = doctor.main(argv, host or doctor.Host(root=setup["root"]))
+    doc = json.loads(capsys.readouterr().out)
+    by_check: dict[str, dict[str, str]] = {}
+    for f in doc["findings"]:
+        by_check.setdefault(f["check"], f)
+        if f["status"] == "fail":
+            by_check[f["check"]] = f
+    return code, by_check
+
+
+def test_healthy_node_passes(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = run(setup, capsys)
+    assert code == 0, found
+    for check in (
+        "config",
+        "socket dp2mgr",
+        "socket config-daemon",
+        "xdm",
+        "runtime kit",
+        "inventory",
+        "topology",
+        "nomad api",
+        "plugin file",
+        "lj-runtime",
+    ):
+        assert found[check]["status"] == "ok", (check, found[check])
+    assert "8 cards" in found["inventory"]["summary"]
+
+
+def test_missing_socket(setup: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, found = run(setup, capsys, "--set", f'xdm_socket="{tmp_path}/nope.sock"')
+    assert code == 1
+    assert found["socket dp2mgr"]["status"] == "fail" and "does not exist" in found["socket dp2mgr"]["summary"]
+    assert "Controller job" in found["socket dp2mgr"]["next_step"]
+
+
+def test_path_that_is_not_a_socket(setup: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fake = tmp_path / "dp2mgr.sock"
+    fake.write_text("")
+    code, found = run(setup, capsys, "--set", f'xdm_socket="{fake}"')
+    assert code == 1 and "is not a socket" in found["socket dp2mgr"]["summary"]
+
+
+def test_socket_this_user_cannot_open(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], sim: Simulator
+) -> None:
+    def no_access(path: str, mode: int) -> bool:
+        return path != str(sim.dp2mgr_path)
+
+    code, found = run(setup, capsys, host=doctor.Host(root=setup["root"], access=no_access))
+    assert code == 1
+    assert "cannot be opened by this user" in found["socket dp2mgr"]["summary"]
+    assert "root-only" in found["socket dp2mgr"]["next_step"] and "as root" in found["socket dp2mgr"]["next_step"]
+
+
+def test_runtime_kit_disabled(setup: dict[str, Path], capsys: pytest.CaptureFixture[str], sim: Simulator) -> None:
+    sim.set_enabled(False)
+    try:
+        code, found = run(setup, capsys)
+    finally:
+        sim.set_enabled(True)
+    assert code == 1
+    assert found["runtime kit"]["status"] == "fail" and "disabled" in found["runtime kit"]["summary"]
+    assert "lj_runtimekit_enable=true" in found["runtime kit"]["next_step"]
+
+
+def test_bad_token(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = run(setup, capsys, "--set", 'nomad_token="wrong"')
+    assert code == 1
+    assert found["nomad api"]["status"] == "fail" and "node:read" in found["nomad api"]["next_step"]
+    assert "wrong" not in json.dumps(found)  # the token never appears
+
+
+def test_nomad_unreachable(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = run(setup, capsys, "--set", 'nomad_address="http://127.0.0.1:1"')
+    assert code == 1 and "NOMAD_ADDR" in found["nomad api"]["next_step"]
+
+
+def test_misnamed_plugin_file(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    (setup["plugins"] / PLUGIN_NAME).rename(setup["plugins"] / f"{PLUGIN_NAME}-0.1.0")
+    code, found = run(setup, capsys)
+    assert code == 1
+    assert "no matching plugin" in found["plugin file"]["summary"] and "1.10" in found["plugin file"]["next_step"]
+
+
+def test_plugin_file_not_executable(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    (setup["plugins"] / PLUGIN_NAME).chmod(0o644)
+    code, found = run(setup, capsys)
+    assert code == 1 and "chmod 0755" in found["plugin file"]["next_step"]
+
+
+def test_missing_plugin_file(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    (setup["plugins"] / PLUGIN_NAME).unlink()
+    code, found = run(setup, capsys)
+    assert code == 1 and f"dist/{PLUGIN_NAME}" in found["plugin dir"]["next_step"]
+
+
+def test_bad_config_names_the_option(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = run(setup, capsys, "--set", 'default_mode="halves"')
+    assert code == 1
+    assert found["config"]["status"] == "fail" and "default_mode" in found["config"]["summary"]
+
+
+def test_runtime_missing_is_a_warning_only(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    (setup["root"] / "usr/local/harp/kitC/xpu-container-runtime").unlink()
+    code, found = run(setup, capsys)
+    assert code == 0 and found["lj-runtime"]["status"] == "warn"
+
+
+def test_text_output(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code = doctor.main(
+        ["--plugin-config", str(setup["config"]), "--set", 'nomad_token="x"'], doctor.Host(root=setup["root"])
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "[FAIL] nomad api:" in out and "next step: the token needs node:read" in out
