@@ -143,7 +143,9 @@ class Doctor:
             )
             return False
         if st.st_mode & 0o002:
-            self.add(check, WARN, f"any user can connect to {path} ({mode})", "XDM normally creates it root-only (0600)")
+            self.add(
+                check, WARN, f"any user can connect to {path} ({mode})", "XDM normally creates it root-only (0600)"
+            )
             return True
         self.add(check, OK, f"{path} ({mode}, uid {st.st_uid})")
         return True
