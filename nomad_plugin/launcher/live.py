@@ -69,9 +69,9 @@ class LiveNode:
 
             sockets = self.tmp / "s"
             self.sim = Simulator(sockets, self.profile, **self.sim_options).start()
-            extra += socket_overrides(sockets) + ['backend="xdm"']
+            extra += [*socket_overrides(sockets), 'backend="xdm"']
         elif self.socket_dir:
-            extra += socket_overrides(self.socket_dir) + ['backend="xdm"']
+            extra += [*socket_overrides(self.socket_dir), 'backend="xdm"']
         if self.profile:
             extra.append("nvml_enrich=false")  # a simulated card must not pick up this host's GPUs
         # A dry run never touches the live plugin's journal, grants, Nomad or metrics port:
