@@ -28,6 +28,7 @@ from tests.conformance.hostlib import Event, HostRun, start_host
 from tests.integration.harness import (
     MIG_MEMORY_PARTS,
     MIG_UNITS,
+    assert_conformant,
     attr_value,
     first_fingerprint_with_devices,
     group_attrs,
@@ -35,7 +36,6 @@ from tests.integration.harness import (
     reserve,
     set_of,
     sim_node,
-    timeline,
 )
 
 GroupKey = tuple[str, str, str]
@@ -294,8 +294,7 @@ def test_profile_mode(outcomes: dict[str, Outcome | BaseException], case: Case) 
     out = _outcome(outcomes, case)
     run = out.run
     assert run is not None
-    assert run.returncode == 0, run.describe() + "\n" + timeline(run)
-    assert run.summary["violations"] == 0, run.describe()
+    assert_conformant(run)
     assert [s["launch"] for s in run.of("shutdown")] == [1, 2, 3], run.describe()
 
     # The first fingerprint is empty and immediate; then the node's real groups.

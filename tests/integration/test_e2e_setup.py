@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conformance.hostlib import run_host
 from tests.e2e.agent_setup import PLUGIN_NAME, free_port, write_agent_files
-from tests.integration.harness import set_of, sim_node, timeline
+from tests.integration.harness import assert_conformant, set_of, sim_node
 
 
 def test_wrapper_and_agent_config_load_the_plugin(conformance_host: Path) -> None:
@@ -29,7 +29,7 @@ def test_wrapper_and_agent_config_load_the_plugin(conformance_host: Path) -> Non
             binary=conformance_host,
         )  # fmt: skip
         grants = node.sim.grants()
-    assert run.returncode == 0, run.describe() + "\n" + timeline(run)
+    assert_conformant(run)
     decoded = run.of("config_decoded")[0]
     assert decoded["ok"] is True
     assert decoded["value"]["xdm_socket"] == str(node.sim.dp2mgr_path)

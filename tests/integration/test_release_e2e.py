@@ -22,7 +22,14 @@ import pytest
 from nomad_plugin.sim.grants import GrantRecord
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, start_host
-from tests.integration.harness import Node, first_fingerprint_with_devices, reserve, set_of, sim_node, timeline
+from tests.integration.harness import (
+    Node,
+    assert_conformant,
+    first_fingerprint_with_devices,
+    reserve,
+    set_of,
+    sim_node,
+)
 
 GRACE_S = 1.0
 DEVICE = "nvidia/gpu/NVIDIA H800"
@@ -94,8 +101,7 @@ def test_grant_released_after_its_allocation_completes(node: Node, api: NomadApi
     _wait_grants(node, lambda g: live not in g, timeout=GRACE_S + 2.0)
     assert set(node.sim.grants()) == {again}
 
-    run = proc.finish()
-    assert run.returncode == 0, run.describe() + "\n" + timeline(run)
+    assert_conformant(proc.finish())
 
 
 def test_relaunched_plugin_releases_what_ended_while_it_was_down(
@@ -122,5 +128,4 @@ def test_relaunched_plugin_releases_what_ended_while_it_was_down(
     time.sleep(GRACE_S + 1.0)
     assert set(node.sim.grants()) == {keep}, "the grant of a live allocation was released"
 
-    run = relaunched.finish()
-    assert run.returncode == 0, run.describe() + "\n" + timeline(run)
+    assert_conformant(relaunched.finish())
