@@ -61,6 +61,11 @@ class XdmBackend:
         self._clock = clock
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
+        # The first ListAndWatch push waits (bounded) for the first resync, so
+        # the first inventory with cards already carries the node facts
+        # (driver version, runtime-kit status) that ListGpuInfo/QueryStatus give.
+        self._first_resync = threading.Event()
+        self._first_resync_wait = 3 * max(0.1, float(config.xdm_call_timeout))
         self._sleep = sleep or self._stop.wait
         self._lock = threading.Lock()
         self._notify_lock = threading.RLock()
@@ -95,6 +100,7 @@ class XdmBackend:
 
     def stop(self) -> None:
         self._stop.set()
+        self._first_resync.set()
         with self._lock:
             subs = [s for s in (self._sub, *self._metric_subs) if s is not None]
             threads, self._threads = self._threads, []
@@ -121,6 +127,7 @@ class XdmBackend:
         return unsubscribe
 
     def _watch_loop(self) -> None:
+        self._first_resync.wait(self._first_resync_wait)
         while not self._stop.is_set():
             error: PluginError
             try:
@@ -155,7 +162,10 @@ class XdmBackend:
         next_runtime = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            self._resync_once(runtime=now >= next_runtime)
+            try:
+                self._resync_once(runtime=now >= next_runtime)
+            finally:
+                self._first_resync.set()
             if now >= next_runtime:
                 next_runtime = now + self._runtime_period
             if self._stop.wait(self._resync_period):
