@@ -49,7 +49,21 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def splice(text: str) -> str:
+    """``text`` (the README) with the block between the markers replaced by ``render()``."""
+    start, end = text.index(START), text.index(END) + len(END)
+    return text[:start] + render() + text[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+    from pathlib import Path
+
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--write"] and len(args) == 2:
+        path = Path(args[1])
+        path.write_text(splice(path.read_text()))
+        return 0
     print(render())
     return 0
 
