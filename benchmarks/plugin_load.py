@@ -1,0 +1,165 @@
+"""CPU and RSS of the real plugin process under Nomad-like load.
+
+The simulator serves 16 cards (profile ``810e-16``); the plugin runs them in
+tdm mode with 7 shares each (112 instances) and is driven by the Go
+conformance host exactly as Nomad drives it: Fingerprint stream, Stats
+stream at a 1 s collection interval, and a few Reserves. The plugin's own
+process is sampled from ``/proc/<pid>`` (utime+stime, VmRSS) every few
+seconds; the report gives CPU as a percentage of one core over the steady
+part of the run (after a warm-up) and the maximum RSS.
+
+Usage: .venv/bin/python benchmarks/plugin_load.py [--seconds 600] [--warmup 15]
+Targets (issue 6): <= 2 % of one core and <= 100 MB RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.conformance.hostlib import build_host, real_plugin  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--sample", type=float, default=5.0)
+    args = parser.parse_args()
+
+    host = build_host()
+    tmp = Path(tempfile.mkdtemp(prefix="pl", dir="/tmp"))
+    sock = tmp / "s"
+    sim = subprocess.Popen(
+        [
+            str(real_plugin()),
+            "xdm-sim",
+            "--profile",
+            "810e-16",
+            "--socket-dir",
+            str(sock),
+            "--collect-interval-ms",
+            "1000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while not (sock / "dp2mgr.sock").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cmd = [
+        str(host),
+        "--plugin",
+        str(real_plugin()),
+        "--config",
+        str(REPO / "plugin.hcl"),
+        "--phase",
+        "run",
+        "--duration",
+        str(args.seconds),
+        "--stats-interval",
+        "1",
+        "--reserve-after-fp",
+        "2",
+        "--reserve-count",
+        "3",
+        "--set",
+        f'xdm_socket="{sock}/dp2mgr.sock"',
+        "--set",
+        f'config_socket="{sock}/config-daemon.sock"',
+        "--set",
+        f'data_dir="{tmp}/data"',
+        "--set",
+        "reconcile=false",
+        "--set",
+        'default_mode="tdm"',
+        "--set",
+        "tdm_shares=7",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    pid_box: dict[str, int] = {}
+    counts = {"fingerprint": 0, "stats": 0, "violation": 0}
+    instances = {"n": 0}
+
+    def read_events() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            ev = json.loads(line)
+            kind = ev.get("event")
+            if kind == "launch" and ev.get("launch") == 3:
+                pid_box["pid"] = int(ev["pid"])
+            if kind in counts:
+                counts[kind] += 1
+            if kind == "stats":
+                instances["n"] = int(ev.get("n_instances", 0))
+
+    reader = threading.Thread(target=read_events, daemon=True)
+    reader.start()
+    while "pid" not in pid_box and proc.poll() is None:
+        time.sleep(0.05)
+    pid = pid_box["pid"]
+    time.sleep(args.warmup)
+    t0, c0 = time.monotonic(), cpu_seconds(pid)
+    peak = rss_mib(pid)
+    samples = []
+    while proc.poll() is None:
+        time.sleep(args.sample)
+        try:
+            peak = max(peak, rss_mib(pid))
+            t1, c1 = time.monotonic(), cpu_seconds(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        samples.append((t1 - t0, c1 - c0, peak))
+    proc.wait()
+    sim.terminate()
+    sim.wait(10)
+    reader.join(5)
+    if not samples:
+        print("no samples: the run was shorter than the warm-up", file=sys.stderr)
+        return 1
+    wall, cpu, _ = samples[-1]
+    result = {
+        "cards": 16,
+        "instances": instances["n"],
+        "seconds_measured": round(wall, 1),
+        "cpu_percent_of_one_core": round(100 * cpu / wall, 2),
+        "max_rss_mib": round(peak, 1),
+        "fingerprints": counts["fingerprint"],
+        "stats_responses": counts["stats"],
+        "violations": counts["violation"],
+        "host_exit": proc.returncode,
+    }
+    print(json.dumps(result, indent=2))
+    ok = result["cpu_percent_of_one_core"] <= 2.0 and result["max_rss_mib"] <= 100 and result["violations"] == 0
+    print("PASS" if ok else "FAIL (targets: <= 2 % of one core, <= 100 MB RSS, no violations)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
