@@ -129,6 +129,7 @@ class Stats:
     violations: list[dict[str, Any]] = field(default_factory=list)
     leaked: set[str] = field(default_factory=set)
     reserves: Counter[str] = field(default_factory=Counter)
+    reserve_errors: Counter[str] = field(default_factory=Counter)
     plugins: list[Plugin] = field(default_factory=list)
 
 
@@ -300,6 +301,7 @@ class Soak:
             else:
                 self.stats.reserves["error"] += 1
                 self.stats.reserves["error:" + str(e.get("code", "?"))] += 1
+                self.stats.reserve_errors[_shape(str(e.get("message", e.get("error", ""))))] += 1
                 self.finish_alloc(alloc, "failed")
 
     def finish_alloc(self, alloc: Alloc, status: str) -> None:
@@ -447,10 +449,19 @@ class Soak:
             if alloc.status != "running":
                 continue
             live_by_grant[alloc.grant_id] = alloc
-            if alloc.grant_id not in grants:
+            rec = grants.get(alloc.grant_id)
+            if rec is None:
                 self.violation(
                     "alloc.grant_missing", f"{alloc.id} runs with {alloc.ids} but grant {alloc.grant_id} is gone"
                 )
+            else:
+                # The grant covers the cards the allocation's IDs live on.
+                cards = {d.split("-share-")[0].split("-mig-")[0] for d in alloc.ids}
+                granted = {slot.uuid for slot in rec.devices}
+                if granted and not cards <= granted:
+                    self.violation(
+                        "alloc.grant_wrong_cards", f"{alloc.id}: IDs on {sorted(cards)}, grant on {sorted(granted)}"
+                    )
             for d in alloc.ids:
                 if d in seen:
                     self.violation("alloc.double_grant", f"{d} held by {seen[d]} and {alloc.id}")
@@ -461,6 +472,10 @@ class Soak:
             # while Nomad hands its IDs on; only held grants must not share an ID.
             self.stats.checks["journal_no_double_grant"] += 1
             owner: dict[str, str] = {}
+            for alloc in live_by_grant.values():
+                entry = journal.get(alloc.grant_id)
+                if entry is not None and set(entry.device_ids) != set(alloc.ids):
+                    self.violation("journal.wrong_ids", f"{alloc.id}: journal {entry.device_ids} vs {alloc.ids}")
             for gid, entry in journal.items():
                 if entry.state is EntryState.RELEASING:
                     continue
@@ -592,6 +607,7 @@ class Soak:
             "invariant_checks": dict(sorted(s.checks.items())),
             "invariant_checks_total": sum(s.checks.values()),
             "reserves": dict(sorted(s.reserves.items())),
+            "reserve_errors": dict(s.reserve_errors.most_common(8)),
             "allocations": len(self.allocs),
             "plugin_processes": len(s.plugins),
             "rss_kib_growth_max": max((p.rss_max - p.rss_base for p in s.plugins if p.rss_base), default=0),
@@ -602,6 +618,14 @@ class Soak:
             "leaked_grants": len(s.leaked),
             "plugin_error_logs": dict(errors.most_common(8)),
         }
+
+
+def _shape(message: str) -> str:
+    """An error message with IDs and numbers blanked, so equal causes count together."""
+    import re
+
+    text = re.sub(r"GPU-[0-9a-f-]+|[0-9a-f]{8}-[0-9a-f-]{27,}", "<id>", message)
+    return re.sub(r"\d+(\.\d+)?", "N", text)[:110]
 
 
 def _rss_kib(pid: int) -> int:
