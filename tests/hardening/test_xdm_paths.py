@@ -105,3 +105,44 @@ def test_good_grant_passes(rig):
     res = reserver.reserve([CARD]).container_res
     assert [d.host_path for d in res.devices] == ["/dev/nvidia0"]
     assert len(fake.grants) == 1 and len(journal.entries()) == 1
+
+
+@pytest.mark.timeout(90)
+def test_real_plugin_refuses_and_releases_a_bad_grant(tmp_path):
+    """End to end: the executable under the conformance host, XDM answering with /dev/../etc/shadow."""
+    import json
+
+    from tests.conformance.hostlib import build_host, real_plugin, run_host
+
+    if shutil.which("go") is None:
+        pytest.skip("go is missing (conformance host)")
+    build_host()
+    sockets = short_socket_dir()
+    fake = FakeXdm(str(sockets / "dp2mgr.sock"), str(sockets / "config-daemon.sock")).start()
+    _crafted(fake, nodes=[("/dev/nvidia0", "/dev/../etc/shadow", "rw")])
+    sets = {
+        "backend": '"xdm"',
+        "xdm_socket": json.dumps(fake.socket_path),
+        "config_socket": json.dumps(str(sockets / "config-daemon.sock")),
+        "xdm_service": '"xdm.XpuDeviceManagerService"',
+        "data_dir": json.dumps(str(tmp_path / "data")),
+        "reconcile": "false",
+        "nvml_enrich": "false",
+    }
+    args = ["--plugin", str(real_plugin()), "--config", "plugin.hcl", "--phase", "run", "--duration", "3"]
+    args += ["--reserve-count", "1", "--reserve-after-fp", "2", "--expect-reserve", "error"]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    try:
+        run = run_host(args, timeout=60)
+    finally:
+        fake.stop()
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert run.returncode == 0, run.describe()
+    reserve = run.of("reserve")
+    assert reserve and not reserve[0]["ok"], reserve
+    assert "'..'" in reserve[0]["message"] and "/dev/../etc/shadow" in reserve[0]["message"], reserve[0]
+    assert len(fake.released) == 1 and fake.grants == {}, (fake.released, fake.grants)
+    from nomad_plugin.journal import Journal
+
+    assert Journal(tmp_path / "data").entries() == []
