@@ -24,6 +24,7 @@ from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import PluginError
+from nomad_plugin.model.instances import Catalog
 from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class PluginApp:
         self.endpoint: MetricsEndpoint | None = None
         self.journal_error = ""
         self._stale_entries: list[str] = []
+        self._sent_catalog: Catalog = Catalog()
         self._threads: list[threading.Thread] = []
 
     # -- configuration -------------------------------------------------------------
@@ -132,7 +134,7 @@ class PluginApp:
         feed = MetricsFeed(backend, interval=1.0, nvml_source=self._nvml_source(config, backend.name))
         self.feed = feed
         feed.start()
-        self.stats_engine = StatsEngine(feed.cache, fingerprint.catalog, backend.inventory, self._grant_of)
+        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
@@ -231,6 +233,10 @@ class PluginApp:
         self._threads.append(thread)
         thread.start()
 
+    def _stats_catalog(self) -> Catalog:
+        """The catalog of the last fingerprint sent to Nomad (see ``fingerprints``)."""
+        return self._sent_catalog
+
     def _grant_of(self, instance_id: str) -> GrantInfo | None:
         """Which grant holds an instance, for the share and MIG stats layout."""
         from nomad_plugin.stats.layout import GrantInfo
@@ -258,9 +264,14 @@ class PluginApp:
             cancel.wait()
             return
         for response in engine.responses(cancel):
+            catalog = engine.catalog_of(response)
             if self.metrics is not None:
                 self.metrics.fingerprint_sent()
             yield response
+            # gRPC resumes the generator once the message went out: from now
+            # on Stats may speak of the groups it introduced.
+            if catalog is not None:
+                self._sent_catalog = catalog
 
     def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
         if not device_ids:

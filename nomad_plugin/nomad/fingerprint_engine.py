@@ -84,6 +84,7 @@ class FingerprintEngine:
         self._response = device_pb2.FingerprintResponse()
         self._bytes = serialize(self._response)
         self._catalog = Catalog()
+        self._response_catalog = Catalog()
 
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -200,6 +201,7 @@ class FingerprintEngine:
             self._catalog = catalog
             if data != self._bytes:
                 self._response, self._bytes = response, data
+                self._response_catalog = catalog
                 self._version += 1
                 self._published.notify_all()
 
@@ -238,6 +240,15 @@ class FingerprintEngine:
         """The catalog behind the last advertised fingerprint (what Reserve resolves)."""
         with self._published:
             return self._catalog
+
+    def catalog_of(self, response: device_pb2.FingerprintResponse) -> Catalog | None:
+        """The catalog a published response was built from; None once a newer one replaced it.
+
+        Stats use this so they never mention a group before the fingerprint
+        that introduces it has been sent.
+        """
+        with self._published:
+            return self._response_catalog if response is self._response else None
 
     def current(self) -> device_pb2.FingerprintResponse:
         with self._published:

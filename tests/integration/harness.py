@@ -9,7 +9,6 @@ well under 108 bytes).
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -126,46 +125,8 @@ def timeline(events: list[Event], limit: int = 60) -> str:
     return "\n".join(lines[-limit:])
 
 
-_UNKNOWN_GROUP = re.compile(r"stats group \d+ (.+) matches no fingerprinted group")
-_UNKNOWN_INSTANCE = re.compile(r"stats for (.+)\[(.+)\], an ID not fingerprinted in that group")
-STATS_LEAD_WINDOW_NS = 250_000_000
-
-
-def _fingerprinted(fp: Event) -> dict[str, set[str]]:
-    return {f"{g['vendor']}/{g['type']}/{g['name']}": {d["id"] for d in g["devices"]} for g in fp["groups"]}
-
-
-def stats_leading_fingerprint(run: HostRun, violation: Event) -> bool:
-    """A stats.unknown_* violation whose group/ID a fingerprint received right after announces.
-
-    Known race (reported): the plugin's stats engine reads the catalog of the
-    newest fingerprint as soon as it is built, so a Stats message can reach
-    the host a few ms before the Fingerprint message that introduces its
-    groups. Nomad caches stats as-is, so it is harmless there; the host
-    (which only tolerates stats *lagging* a fingerprint) flags it.
-    """
-    detail = str(violation.get("detail", ""))
-    group = _UNKNOWN_GROUP.fullmatch(detail)
-    instance = _UNKNOWN_INSTANCE.fullmatch(detail)
-    if violation.get("rule") == "stats.unknown_group" and group:
-        key, ident = group.group(1), None
-    elif violation.get("rule") == "stats.unknown_instance" and instance:
-        key, ident = instance.group(1), instance.group(2)
-    else:
-        return False
-    t = int(violation["t_mono_ns"])
-    for fp in run.of("fingerprint"):
-        if fp["launch"] == violation["launch"] and t <= fp["t_mono_ns"] <= t + STATS_LEAD_WINDOW_NS:
-            ids = _fingerprinted(fp).get(key)
-            if ids is not None and (ident is None or ident in ids):
-                return True
-    return False
-
-
-def assert_conformant(run: HostRun) -> list[Event]:
-    """No violation except stats that lead their fingerprint by a few ms; returns those tolerated."""
-    tolerated = [v for v in run.violations if stats_leading_fingerprint(run, v)]
-    real = [v for v in run.violations if v not in tolerated]
-    assert not real, run.describe() + "\n" + timeline(run)
-    assert run.returncode == (1 if tolerated else 0), run.describe() + "\n" + timeline(run)
-    return tolerated
+def assert_conformant(run: HostRun) -> None:
+    """No violation at all. Stats never lead the fingerprint that introduces their
+    groups: the plugin builds them from the catalog of the last fingerprint sent."""
+    assert not run.violations, run.describe() + "\n" + timeline(run)
+    assert run.returncode == 0, run.describe() + "\n" + timeline(run)
