@@ -134,7 +134,9 @@ class Stats:
 
 
 class Soak:
-    def __init__(self, minutes: float, seed: int, workdir: Path, *, warmup: float, verbose: bool) -> None:
+    def __init__(
+        self, minutes: float, seed: int, workdir: Path, *, warmup: float, verbose: bool, profile: str = "h800-8"
+    ) -> None:
         self.deadline = time.monotonic() + minutes * 60
         self.minutes = minutes
         self.seed = seed
@@ -145,7 +147,7 @@ class Soak:
         self.stats = Stats()
         self.data_dir = workdir / "data"
         self.stderr_path = workdir / "host-stderr.log"
-        self.sim = Simulator(workdir / "s", profile="h800-8", state_file=workdir / "xdm-state.json")
+        self.sim = Simulator(workdir / "s", profile=profile, state_file=workdir / "xdm-state.json")
         self.api = NomadApiDouble()
         self.api._server.handle_error = lambda request, address: None  # type: ignore[method-assign]  # clients hanging up
         self.allocs: dict[str, Alloc] = {}
@@ -186,7 +188,9 @@ class Soak:
             "default_mode": '"tdm"',
             "tdm_shares": "4",
             "nvml_enrich": "false",
-            "card": json.dumps([{"match": "0", "mode": "whole"}, {"match": "1", "mode": "whole"}]),
+            "card": json.dumps(
+                [{"match": "0", "mode": "whole"}, {"match": "1", "mode": "whole"}, {"match": "2", "mode": "mig"}]
+            ),
         }
         args = ["--plugin", str(real_plugin()), "--config", "plugin.hcl", "--phase", "run", "--duration", "0"]
         for key, value in sets.items():
@@ -254,6 +258,7 @@ class Soak:
         return out
 
     def send_reserves(self, n: int) -> list[Alloc]:
+        self.pump()  # place from the newest fingerprint, as the scheduler would
         assert self.host is not None
         sent: list[Alloc] = []
         for _ in range(n):
@@ -296,6 +301,7 @@ class Soak:
                 alloc.status = "running"
                 self.api.set_status(alloc.id, "running")
                 self.stats.reserves["ok"] += 1
+                self.stats.reserves["ok:" + str((e.get("envs") or {}).get("LINGJUN_MODE", "?"))] += 1
                 if not alloc.grant_id:
                     self.violation("reserve.no_grant_id", f"{alloc.id}: ok without LINGJUN_GRANT_ID")
             else:
@@ -599,6 +605,7 @@ class Soak:
                     errors[msg] += 1
         return {
             "seed": self.seed,
+            "profile": self.sim.profile,
             "minutes_planned": self.minutes,
             "elapsed_seconds": round(elapsed, 1),
             "steps": self.steps,
@@ -640,13 +647,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.soak.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--profile", default="h800-8", help="simulator profile (cards 0-1 whole, 2 mig where the model can, rest tdm)"
+    )
     parser.add_argument("--warmup", type=float, default=None, help="seconds before RSS/fd baselines (default: scaled)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     warmup = args.warmup if args.warmup is not None else min(60.0, max(10.0, args.minutes * 6))
     work = Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
-    soak = Soak(args.minutes, args.seed, work, warmup=warmup, verbose=args.verbose)
+    soak = Soak(args.minutes, args.seed, work, warmup=warmup, verbose=args.verbose, profile=args.profile)
     summary = soak.run()
     summary["workdir"] = str(work) if args.keep else ""
     _print_human(summary)
