@@ -9,6 +9,7 @@ used, a release caused by an unreadable Nomad answer, a lost journal entry.
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import tempfile
 from pathlib import Path
@@ -19,6 +20,7 @@ from google.protobuf.message import DecodeError
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.journal import store as journal_store
 from nomad_plugin.journal.store import FILE_NAME, Journal, JournalCorrupt, decode
 from nomad_plugin.model.errors import ConfigError, PluginError
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
@@ -208,9 +210,18 @@ def check_journal_bytes(data: bytes, directory: Path | None = None) -> str:
         d = Path(tmp) / "data"
         d.mkdir(mode=0o700)
         (d / FILE_NAME).write_bytes(data)
-        journal = Journal(d)
+        records: list[logging.LogRecord] = []
+        handler = _ListHandler(records)
+        logger = logging.getLogger(journal_store.__name__)
+        logger.addHandler(handler)
+        try:
+            journal = Journal(d)
+        finally:
+            logger.removeHandler(handler)
         if decoded is None:
             assert journal.corrupt_set_aside is not None, "corrupt journal not set aside"
+            said = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+            assert any(str(journal.corrupt_set_aside) in m for m in said), f"set aside silently: {said}"
             assert journal.corrupt_set_aside.read_bytes() == data, "set-aside copy differs from the original"
             assert len(journal) == 0
             assert decode((d / FILE_NAME).read_bytes()) == []
@@ -222,6 +233,15 @@ def check_journal_bytes(data: bytes, directory: Path | None = None) -> str:
             journal.remove(entries[0].grant_id)
             assert len(Journal(d)) == len(entries) - 1
         return "loaded"
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[logging.LogRecord]) -> None:
+        super().__init__(logging.DEBUG)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(record)
 
 
 def as_json_bytes(value: Any) -> bytes:
