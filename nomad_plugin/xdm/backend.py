@@ -61,11 +61,16 @@ class XdmBackend:
         self._clock = clock
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
-        # The first ListAndWatch push waits (bounded) for the first resync, so
-        # the first inventory with cards already carries the node facts
-        # (driver version, runtime-kit status) that ListGpuInfo/QueryStatus give.
+        # Start-up settling: cards are first published once both the first
+        # resync (ListGpuInfo: driver version; QueryStatus: runtime kit) and the
+        # first ListAndWatch push (health, topology) have arrived, or after a
+        # bounded wait for the one that is missing (R12: a push may never come
+        # unprompted). Nomad then never sees a half-described node.
         self._first_resync = threading.Event()
-        self._first_resync_wait = 3 * max(0.1, float(config.xdm_call_timeout))
+        self._first_push = threading.Event()
+        self._settle_wait = max(0.1, float(config.xdm_call_timeout))
+        self._settled = False
+        self._reach_hint: bool | None = None  # latest verdict, kept while publication waits
         self._sleep = sleep or self._stop.wait
         self._lock = threading.Lock()
         self._notify_lock = threading.RLock()
@@ -101,6 +106,7 @@ class XdmBackend:
     def stop(self) -> None:
         self._stop.set()
         self._first_resync.set()
+        self._first_push.set()
         with self._lock:
             subs = [s for s in (self._sub, *self._metric_subs) if s is not None]
             threads, self._threads = self._threads, []
@@ -127,7 +133,6 @@ class XdmBackend:
         return unsubscribe
 
     def _watch_loop(self) -> None:
-        self._first_resync.wait(self._first_resync_wait)
         while not self._stop.is_set():
             error: PluginError
             try:
@@ -162,10 +167,9 @@ class XdmBackend:
         next_runtime = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            try:
-                self._resync_once(runtime=now >= next_runtime)
-            finally:
-                self._first_resync.set()
+            self._resync_once(runtime=now >= next_runtime)
+            if not self._settled:
+                self._settle()
             if now >= next_runtime:
                 next_runtime = now + self._runtime_period
             if self._stop.wait(self._resync_period):
@@ -196,6 +200,14 @@ class XdmBackend:
                 self._node.update(node)
             self._publish(reachable=True if facts is not None else None)
 
+    def _settle(self) -> None:
+        """End start-up: wait (bounded) for the first push, then publish what is known."""
+        self._first_resync.set()
+        self._first_push.wait(self._settle_wait)
+        with self._notify_lock:
+            self._settled = True
+            self._publish(reachable=self._reach_hint)
+
     def _runtime_kit(self) -> str:
         try:
             return "enabled" if self._client.query_status().enabled else "disabled"
@@ -207,6 +219,7 @@ class XdmBackend:
         with self._notify_lock:
             with self._lock:
                 self._stream_cards = cards
+            self._first_push.set()
             self._publish(reachable=True)
 
     def _mark_unreachable(self, error: PluginError) -> None:
@@ -214,8 +227,16 @@ class XdmBackend:
             self._publish(reachable=False, reason=_reason(error))
 
     def _publish(self, reachable: bool | None, reason: str = "") -> None:
-        """Recompute the inventory; notify listeners if anything changed."""
+        """Recompute the inventory; notify listeners if anything changed.
+
+        Before start-up has settled only an unreachable XDM is published (so an
+        outage shows at once); cards wait for ``_settle``.
+        """
         with self._notify_lock:
+            if reachable is not None:
+                self._reach_hint = reachable
+            if not self._settled and reachable is not False:
+                return
             with self._lock:
                 old = self._inventory
                 cards = compose_cards(self._stream_cards, self._facts)

@@ -145,11 +145,15 @@ def test_reconnect_schedule_follows_backoff(sockdir: Path) -> None:
 
 
 def test_stop_is_clean_and_idempotent(sockdir: Path, sim: object) -> None:
+    before = set(threading.enumerate())
     backend = XdmBackend(_config(sockdir))
     backend.start()
     _wait(lambda: backend.inventory().reachable)
+    ours = [t for t in set(threading.enumerate()) - before if t.name in ("xdm-watch", "xdm-resync")]
+    assert len(ours) == 2
     start = time.monotonic()
     backend.stop()
     backend.stop()
     assert time.monotonic() - start < 5
-    assert not [t for t in threading.enumerate() if t.name in ("xdm-watch", "xdm-resync")]
+    # only this backend's threads: other tests may still be tearing theirs down
+    assert not [t for t in ours if t.is_alive()]
