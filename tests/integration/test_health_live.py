@@ -53,9 +53,10 @@ def live(conformance_host: Path) -> Iterator[Callable[..., tuple[Node, HostProce
         args = [*node.plugin_args(*sets, phase="run"), "--duration", "0", "--stats-interval", "0.5"]
         proc = start_host(args, binary=conformance_host)
         opened.append((ctx, proc))
-        first_fingerprint_with_devices(proc)
+        first = first_fingerprint_with_devices(proc)
         try:
-            proc.wait_for(lambda e: e["event"] == "fingerprint" and all_healthy(e) and e["n_devices"] > 0, timeout=15)
+            if not all_healthy(first):
+                proc.wait_for(lambda e: e["event"] == "fingerprint" and all_healthy(e) and e["n_devices"] > 0, timeout=15)
         except TimeoutError:
             fps = [e for e in proc.events if e["event"] == "fingerprint"]
             raise AssertionError(f"node never settled all healthy; last fingerprint: {fps[-1:]}") from None
