@@ -120,6 +120,8 @@ class Plugin:
     fd_base: int = 0
     rss_max: int = 0
     fd_max: int = 0
+    rss_last: int = 0
+    last_sample: float = 0.0
 
 
 @dataclass
@@ -135,8 +137,17 @@ class Stats:
 
 class Soak:
     def __init__(
-        self, minutes: float, seed: int, workdir: Path, *, warmup: float, verbose: bool, profile: str = "h800-8"
+        self,
+        minutes: float,
+        seed: int,
+        workdir: Path,
+        *,
+        warmup: float,
+        verbose: bool,
+        profile: str = "h800-8",
+        kill_weight: float = 5,
     ) -> None:
+        self.kill_weight = kill_weight
         self.deadline = time.monotonic() + minutes * 60
         self.minutes = minutes
         self.seed = seed
@@ -522,6 +533,7 @@ class Soak:
         if not p.rss_base:
             p.rss_base, p.fd_base = rss, fds
         p.rss_max, p.fd_max = max(p.rss_max, rss), max(p.fd_max, fds)
+        p.rss_last, p.last_sample = rss, now
         if rss - p.rss_base > RSS_GROWTH_LIMIT_KIB:
             self.violation("plugin.rss_growth", f"pid {p.pid}: {p.rss_base} KiB -> {rss} KiB")
             p.rss_base = rss  # report each 60 MiB step once
@@ -556,7 +568,7 @@ class Soak:
         try:
             self.launch()
             names = [a for a, _ in self.ACTIONS]
-            weights = [w for _, w in self.ACTIONS]
+            weights = [self.kill_weight if a == "act_kill" else w for a, w in self.ACTIONS]
             while time.monotonic() < self.deadline:
                 self.steps += 1
                 action = self.rng.choices(names, weights)[0]
@@ -619,12 +631,30 @@ class Soak:
             "plugin_processes": len(s.plugins),
             "rss_kib_growth_max": max((p.rss_max - p.rss_base for p in s.plugins if p.rss_base), default=0),
             "fd_growth_max": max((p.fd_max - p.fd_base for p in s.plugins if p.fd_base), default=0),
+            "longest_plugin": _longest(s.plugins),
             "violations": len(s.violations),
             "violation_rules": dict(Counter(v["rule"] for v in s.violations)),
             "violation_samples": s.violations[:10],
             "leaked_grants": len(s.leaked),
             "plugin_error_logs": dict(errors.most_common(8)),
         }
+
+
+def _longest(plugins: list[Plugin]) -> dict[str, Any]:
+    """Resource figures of the longest-lived plugin process (the flatness evidence)."""
+    measured = [p for p in plugins if p.rss_base]
+    if not measured:
+        return {}
+    p = max(measured, key=lambda q: q.last_sample - q.started)
+    return {
+        "pid": p.pid,
+        "lived_seconds": round(p.last_sample - p.started, 1),
+        "rss_kib_after_warmup": p.rss_base,
+        "rss_kib_max": p.rss_max,
+        "rss_kib_last": p.rss_last,
+        "fds_after_warmup": p.fd_base,
+        "fds_max": p.fd_max,
+    }
 
 
 def _shape(message: str) -> str:
@@ -651,12 +681,23 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", default="h800-8", help="simulator profile (cards 0-1 whole, 2 mig where the model can, rest tdm)"
     )
     parser.add_argument("--warmup", type=float, default=None, help="seconds before RSS/fd baselines (default: scaled)")
+    parser.add_argument(
+        "--kill-weight", type=float, default=5, help="weight of SIGKILL+relaunch among ~90 (0 = one long-lived plugin)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     warmup = args.warmup if args.warmup is not None else min(60.0, max(10.0, args.minutes * 6))
     work = Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
-    soak = Soak(args.minutes, args.seed, work, warmup=warmup, verbose=args.verbose, profile=args.profile)
+    soak = Soak(
+        args.minutes,
+        args.seed,
+        work,
+        warmup=warmup,
+        verbose=args.verbose,
+        profile=args.profile,
+        kill_weight=args.kill_weight,
+    )
     summary = soak.run()
     summary["workdir"] = str(work) if args.keep else ""
     _print_human(summary)
@@ -675,6 +716,7 @@ def _print_human(s: Mapping[str, Any]) -> None:
         file=sys.stderr,
     )
     print(f"  growth after warm-up: RSS {s['rss_kib_growth_max']} KiB, fds {s['fd_growth_max']}", file=sys.stderr)
+    print(f"  longest-lived plugin: {s['longest_plugin']}", file=sys.stderr)
     print(
         f"  violations: {s['violations']} {s['violation_rules']}; leaked grants: {s['leaked_grants']}", file=sys.stderr
     )
