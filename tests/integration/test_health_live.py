@@ -56,7 +56,9 @@ def live(conformance_host: Path) -> Iterator[Callable[..., tuple[Node, HostProce
         first = first_fingerprint_with_devices(proc)
         try:
             if not all_healthy(first):
-                proc.wait_for(lambda e: e["event"] == "fingerprint" and all_healthy(e) and e["n_devices"] > 0, timeout=15)
+                proc.wait_for(
+                    lambda e: e["event"] == "fingerprint" and all_healthy(e) and e["n_devices"] > 0, timeout=15
+                )
         except TimeoutError:
             fps = [e for e in proc.events if e["event"] == "fingerprint"]
             raise AssertionError(f"node never settled all healthy; last fingerprint: {fps[-1:]}") from None
