@@ -177,7 +177,6 @@ def run_case(case: Case, host_binary: Path) -> Outcome:
             # The XDM backend settles before it publishes cards (first resync and
             # first ListAndWatch push), so the first fingerprint with devices is
             # already the complete node: topology groups, driver version, health.
-            expected = expected_groups(out.cards, case.mode_of, case.group_by_numa)
             fp = out.first_with_devices
             out.fingerprint = fp
             plan = {"whole": _pick(fp, "", 2), "share": _pick(fp, "share", 3), "mig": _pick(fp, "mig", MIG_UNITS)}
