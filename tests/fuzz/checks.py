@@ -44,7 +44,7 @@ def check_config(data: bytes, option: str | None = None) -> None:
         config = decode_config(data)
     except ConfigError as exc:
         text = str(exc)
-        assert text.startswith("config"), text
+        assert text.startswith(("config", "card[")), text  # card blocks are named card[<index>]
         assert len(text) <= MAX_MESSAGE, f"{len(text)}-char message"
         if option is not None:
             assert f'"{option}' in text or "unknown option" in text or text.startswith("config:"), text
