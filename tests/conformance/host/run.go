@@ -310,26 +310,50 @@ func (r *runner) statsLoop() {
 			gap = now.Sub(r.lastStat).Seconds()
 		}
 		r.lastStat = now
-		known := map[string]map[string]bool{}
-		for _, set := range [][]fpGroup{r.previous, r.latest} {
-			for _, g := range set {
-				if known[g.key] == nil {
-					known[g.key] = map[string]bool{}
-				}
-				for id := range g.ids {
-					known[g.key][id] = true
-				}
-			}
-		}
+		known := r.knownLocked()
 		r.mu.Unlock()
 		groups, n := renderStats(resp, r.o.StatsDetail)
 		r.em.Emit("stats", map[string]interface{}{
 			"seq": seq, "groups": groups, "n_instances": n, "since_prev_seconds": gap, "recv_unix_ns": now.UnixNano(),
 		})
-		for _, f := range validateStats(resp, known) {
+		// Fingerprint and Stats are separate streams, received here by separate
+		// goroutines: a Stats message naming a group that a Fingerprint message
+		// sent just before it introduces can be processed first. Judge it again
+		// against the fingerprints received within a short grace before calling
+		// it a violation (Nomad itself never checks stats against fingerprints).
+		findings := validateStats(resp, known)
+		for deadline := now.Add(statsRaceGrace); len(findings) > 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			r.mu.Lock()
+			known = r.knownLocked()
+			r.mu.Unlock()
+			findings = validateStats(resp, known)
+		}
+		for _, f := range findings {
 			r.em.Violation(f.Rule, f.Detail, map[string]interface{}{"seq": seq})
 		}
 	}
+}
+
+// statsRaceGrace is how long a stats message may lead the fingerprint that
+// introduces its groups (cross-stream delivery order); far below any interval.
+const statsRaceGrace = 250 * time.Millisecond
+
+// knownLocked maps group key -> IDs from the latest and previous fingerprint
+// (a stats message may also lag a fingerprint change). Callers hold r.mu.
+func (r *runner) knownLocked() map[string]map[string]bool {
+	known := map[string]map[string]bool{}
+	for _, set := range [][]fpGroup{r.previous, r.latest} {
+		for _, g := range set {
+			if known[g.key] == nil {
+				known[g.key] = map[string]bool{}
+			}
+			for id := range g.ids {
+				known[g.key][id] = true
+			}
+		}
+	}
+	return known
 }
 
 func durationProto(d time.Duration) *durpb.Duration {
