@@ -31,6 +31,10 @@ class JournalEntry:
     created_at: float  # unix seconds
     state: EntryState = EntryState.INTENT
     granted: tuple[GrantedDevice, ...] = ()
+    # Unix seconds until which XDM may still commit this grant (an Allocate
+    # that timed out or lost its connection mid-call): until then a release
+    # answered "not found" is not final and the entry stays ``releasing``.
+    settle_until: float = 0.0
 
     def with_state(self, state: EntryState, granted: tuple[GrantedDevice, ...] | None = None) -> JournalEntry:
         return replace(self, state=state, granted=self.granted if granted is None else granted)
@@ -58,6 +62,7 @@ class JournalEntry:
             ],
             "created_at": self.created_at,
             "state": self.state.value,
+            "settle_until": self.settle_until,
         }
 
     @classmethod
@@ -93,6 +98,7 @@ class JournalEntry:
             ),
             created_at=_float(raw, "created_at"),
             state=_state(raw),
+            settle_until=_float(raw, "settle_until") if "settle_until" in raw else 0.0,
         )
 
 

@@ -19,13 +19,13 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.backend import Backend
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
-from nomad_plugin.model.errors import PluginError, ReservationRejected
+from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, build_container
@@ -140,6 +140,18 @@ def _describe(kind: Kind, ask: DeviceAsk) -> str:
     return f"{ask.core}% compute, {ask.memory_gib} GiB"
 
 
+LATE_GRANT_MIN_WINDOW = 10.0  # seconds
+
+
+class JournalWriteFailed(PluginError):
+    """The durable journal could not be written (e.g. the disk is full)."""
+
+
+def _may_commit_late(exc: BaseException) -> bool:
+    """An Allocate that timed out or lost its connection mid-call may still be committed by XDM."""
+    return isinstance(exc, BackendUnavailable) and exc.kind in ("timeout", "unavailable")
+
+
 def empty_response() -> device_pb2.ReserveResponse:
     return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
 
@@ -202,7 +214,13 @@ class Reserver:
         self._step("before-allocate")
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
-        except BaseException:
+        except BaseException as exc:
+            if _may_commit_late(exc):
+                # XDM may still commit this grant after our deadline: keep the
+                # entry (releasing) until the window closes, so a late grant is
+                # released by retry_pending instead of leaking.
+                entry = replace(entry, state=EntryState.RELEASING, settle_until=time.time() + self._late_grant_window())
+                self._put(entry)
             self._abandon(entry, "Allocate failed")
             raise
         self._step("after-allocate")
@@ -255,6 +273,9 @@ class Reserver:
             if entry.state is not EntryState.RELEASING:
                 self._put(entry.with_state(EntryState.RELEASING))
             return False
+        if entry.settle_until > time.time():
+            log.debug("grant %s released for now; kept until XDM can no longer commit it late", entry.grant_id)
+            return False
         self.journal.remove(entry.grant_id)
         self.counters.journal_size = len(self.journal)
         log.info("released grant %s (%s)", entry.grant_id, reason)
@@ -291,8 +312,16 @@ class Reserver:
 
     # -- internals --------------------------------------------------------------------
     def _put(self, entry: JournalEntry) -> None:
-        self.journal.put(entry)
+        try:
+            self.journal.put(entry)
+        except OSError as exc:
+            state = "no grant was made" if entry.state is EntryState.INTENT else "the grant is being released"
+            raise JournalWriteFailed(f"grant journal write failed in {self.journal.dir}: {exc}; {state}") from exc
         self.counters.journal_size = len(self.journal)
+
+    def _late_grant_window(self) -> float:
+        """How long after a timed-out Allocate XDM might still commit it."""
+        return max(LATE_GRANT_MIN_WINDOW, 6 * float(self.config.xdm_call_timeout))
 
     def _changed(self) -> None:
         if self._on_changed is not None:
