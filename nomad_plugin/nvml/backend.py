@@ -29,6 +29,7 @@ from nomad_plugin.nvml.health import HealthBook
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.nvml.readings import poll, sample
 from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.listeners import Listeners
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class NvmlBackend:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
-        self._listeners: list[InventoryListener] = []
+        self._listeners: Listeners[Inventory] = Listeners()
         self._refs: dict[str, DeviceRef] = {}
         self._static: dict[str, Card] = {}
         self._node: dict[str, str] = {}
@@ -111,15 +112,7 @@ class NvmlBackend:
             return self._snapshot
 
     def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def allocate(self, request: GrantRequest) -> Grant:
         snapshot = self.inventory()
@@ -350,12 +343,8 @@ class NvmlBackend:
             if replace(fresh, generation=self._snapshot.generation) == self._snapshot:
                 return
             self._snapshot = replace(fresh, generation=self._snapshot.generation + 1)
-            snapshot, listeners = self._snapshot, list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(snapshot)
-            except Exception:
-                log.exception("inventory listener failed")
+            snapshot = self._snapshot
+        self._listeners.notify(snapshot)
 
     def _set_unreachable(self, reason: str, kind: str) -> None:
         log.error("NVML unavailable (%s): %s", kind, reason)
@@ -371,12 +360,8 @@ class NvmlBackend:
                 unreachable_since=since,
                 generation=prev.generation + 1,
             )
-            snapshot, listeners = self._snapshot, list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(snapshot)
-            except Exception:
-                log.exception("inventory listener failed")
+            snapshot = self._snapshot
+        self._listeners.notify(snapshot)
 
 
 def _placeholder(ref: DeviceRef, node: dict[str, str]) -> Card:

@@ -28,6 +28,7 @@ from nomad_plugin.model.errors import BackendUnavailable, PluginError
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.listeners import Listeners
 from nomad_plugin.xdm.client import Subscription, XdmClient
 from nomad_plugin.xdm.inventory import compose_cards, driver_versions
 from nomad_plugin.xdm.types import GpuFacts
@@ -74,7 +75,7 @@ class XdmBackend:
         self._sleep = sleep or self._stop.wait
         self._lock = threading.Lock()
         self._notify_lock = threading.RLock()
-        self._listeners: list[InventoryListener] = []
+        self._listeners: Listeners[Inventory] = Listeners()
         self._threads: list[threading.Thread] = []
         self._sub: Subscription[list[Card]] | None = None
         self._metric_subs: set[Subscription[list[MetricSample]]] = set()
@@ -122,15 +123,7 @@ class XdmBackend:
             return self._inventory
 
     def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def _watch_loop(self) -> None:
         while not self._stop.is_set():
@@ -257,12 +250,7 @@ class XdmBackend:
                     return
                 new = replace(new, generation=old.generation + 1)
                 self._inventory = new
-                listeners = list(self._listeners)
-            for listener in listeners:
-                try:
-                    listener(new)
-                except Exception:
-                    log.exception("inventory listener failed")
+            self._listeners.notify(new)
 
     # ------------------------------------------------------------ grants and metrics
     def allocate(self, request: GrantRequest) -> Grant:
