@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-from nomad_plugin.xdm.wire import WireError, iter_fields
+from nomad_plugin.util.protowire import WireError, iter_fields
 
 WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "len", 5: "fixed32"}
 MAX_DEPTH = 12

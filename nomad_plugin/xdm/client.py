@@ -31,13 +31,13 @@ from nomad_plugin.model.errors import (
 )
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
+from nomad_plugin.util.protowire import WireError, encode_len_field, iter_fields
 from nomad_plugin.xdm import adapter
 from nomad_plugin.xdm.adapter import RpcSpec
 from nomad_plugin.xdm.drift import DriftLog
 from nomad_plugin.xdm.errors import classify_rpc_error, inband_refusal, is_not_found, socket_problem
 from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
 from nomad_plugin.xdm.verify import grant_problem
-from nomad_plugin.xdm.wire import WireError, encode_len_field, iter_fields
 
 log = logging.getLogger(__name__)
 

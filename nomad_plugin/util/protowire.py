@@ -1,11 +1,15 @@
-"""A tiny protobuf wire reader for messages we have no classes for (reflection).
+"""Protobuf wire format by hand, for messages we have no classes for.
 
-Only what the reflection probe needs: iterate (number, wire type, value).
+Used by the XDM client's reflection probe, by ``xdm-probe --raw`` (decode
+like ``protoc --decode_raw``) and by the simulator's schema-drift modes
+(encode fields the reconstructed proto does not declare).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+
+VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
 
 class WireError(ValueError):
@@ -58,10 +62,16 @@ def iter_fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
 
 
 def encode_len_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return tag(number, LEN) + varint(len(payload)) + payload
 
 
-def _varint(value: int) -> bytes:
+def tag(number: int, wire_type: int) -> bytes:
+    return varint(number << 3 | wire_type)
+
+
+def varint(value: int) -> bytes:
+    if value < 0:
+        value &= (1 << 64) - 1  # two's complement, as int32/int64 negatives are sent
     out = bytearray()
     while True:
         bits = value & 0x7F
