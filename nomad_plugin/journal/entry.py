@@ -32,8 +32,8 @@ class JournalEntry:
     state: EntryState = EntryState.INTENT
     granted: tuple[GrantedDevice, ...] = ()
     # Unix seconds until which XDM may still commit this grant (an Allocate
-    # that timed out or lost its connection mid-call): until then a release
-    # answered "not found" is not final and the entry stays ``releasing``.
+    # that timed out): until then a release answered "not found" is not final
+    # and the entry stays ``releasing``.
     settle_until: float = 0.0
 
     def with_state(self, state: EntryState, granted: tuple[GrantedDevice, ...] | None = None) -> JournalEntry:

@@ -148,8 +148,12 @@ class JournalWriteFailed(PluginError):
 
 
 def _may_commit_late(exc: BaseException) -> bool:
-    """An Allocate that timed out or lost its connection mid-call may still be committed by XDM."""
-    return isinstance(exc, BackendUnavailable) and exc.kind in ("timeout", "unavailable")
+    """An Allocate that timed out may still be committed by an XDM that is alive but slow.
+
+    A crashed XDM cannot commit later; a grant it persisted before dying is
+    released by the ordinary retry once it is back.
+    """
+    return isinstance(exc, BackendUnavailable) and exc.kind == "timeout"
 
 
 def empty_response() -> device_pb2.ReserveResponse:
