@@ -30,7 +30,6 @@ import dataclasses
 import json
 import os
 import platform
-import queue
 import shutil
 import statistics
 import subprocess
@@ -318,114 +317,44 @@ def plugin_conformance(duration: float, clock: Clock, tmp: Path) -> dict[str, An
 
 
 def plugin_grpc(duration: float, clock: Clock, tmp: Path, why: str) -> dict[str, Any]:
-    """No Go: launch the plugin as go-plugin would and call it over its Unix socket."""
-    import grpc
-    import msgpack
-
-    from nomad_plugin._proto.goplugin import grpc_controller_pb2, grpc_controller_pb2_grpc
-    from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
-    from nomad_plugin.config.options import OPTIONS
+    """No Go: launch the plugin as go-plugin would (nomad_plugin.launcher) and call it over its socket."""
+    from nomad_plugin.launcher.config import full_config, msgpack_config
+    from nomad_plugin.launcher.process import LaunchError, PluginProcess
 
     out: dict[str, Any] = {"path": f"python-grpc ({why})", "ok": False}
-    env = dict(os.environ)
-    env.update(
-        {
-            COOKIE_KEY: COOKIE_VALUE,
-            "PLUGIN_PROTOCOL_VERSIONS": "2",
-            "PLUGIN_MIN_PORT": "10000",
-            "PLUGIN_MAX_PORT": "25000",
-        }
-    )
-    proc = subprocess.Popen(
-        [str(_plugin_wrapper(tmp))],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    stderr: list[str] = []
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-    threading.Thread(target=lambda: [stderr.append(x) for x in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-    cancel = threading.Event()
+    plugin = PluginProcess([str(_plugin_wrapper(tmp))], handshake_timeout=min(60.0, clock.left(30)))
     try:
-        t0 = time.monotonic()
-        handshake = lines.get(timeout=min(60.0, clock.left(30))).strip()
-        out["handshake"] = handshake
-        out["handshake_seconds"] = round(time.monotonic() - t0, 3)
-        parts = handshake.split("|")
-        if len(parts) < 5 or parts[:3] != ["1", "2", "unix"] or parts[4] != "grpc":
-            out["error"] = f"bad handshake line {handshake!r}"
-            return out
-        channel = grpc.insecure_channel(f"unix:{parts[3]}")
-        base = base_pb2_grpc.BasePluginStub(channel)
-        device = device_pb2_grpc.DevicePluginStub(channel)
-        info = base.PluginInfo(base_pb2.PluginInfoRequest(), timeout=30)
-        out["plugin_info"] = {"name": info.name, "version": info.plugin_version, "api": list(info.plugin_api_versions)}
-        base.ConfigSchema(base_pb2.ConfigSchemaRequest(), timeout=30)
-        config: dict[str, Any] = {opt.name: None for opt in OPTIONS}
-        config.update(backend="nvml", data_dir=str(tmp / "data"), reconcile=False, card=[])
-        base.SetConfig(
-            base_pb2.SetConfigRequest(msgpack_config=msgpack.packb(config), plugin_api_version="0.1.0"), timeout=30
-        )
-        fps: list[Any] = []
-        stats: list[float] = []
-        first = threading.Event()
-
-        def fingerprint() -> None:
-            stream = device.Fingerprint(device_pb2.FingerprintRequest())
-            cancel_hooks.append(stream.cancel)
-            try:
-                for resp in stream:
-                    fps.append(resp)
-                    first.set()
-            except grpc.RpcError as exc:
-                if not cancel.is_set():
-                    out["fingerprint_error"] = str(exc.details())
-
-        def stats_loop() -> None:
-            req = device_pb2.StatsRequest()
-            req.collection_interval.seconds = 1
-            stream = device.Stats(req)
-            cancel_hooks.append(stream.cancel)
-            try:
-                for _ in stream:
-                    stats.append(time.monotonic())
-            except grpc.RpcError as exc:
-                if not cancel.is_set():
-                    out["stats_error"] = str(exc.details())
-
-        cancel_hooks: list[Any] = []
-        threading.Thread(target=fingerprint, daemon=True).start()
-        if not first.wait(min(60.0, clock.left(20))):
+        hs = plugin.start()
+        out["handshake"] = f"1|2|unix|{hs.address}|grpc"
+        out["handshake_seconds"] = round(hs.seconds, 3)
+        info = plugin.plugin_info()
+        out["plugin_info"] = {"name": info.name, "version": info.version, "api": list(info.api_versions)}
+        plugin.config_schema()
+        config = full_config({"backend": "nvml", "data_dir": str(tmp / "data"), "reconcile": False})
+        plugin.set_config(msgpack_config(config))
+        fingerprints = plugin.fingerprint()
+        if fingerprints.wait_for(lambda groups: True, timeout=min(60.0, clock.left(20))) is None:
             out["error"] = "no first fingerprint within 60 s"
             return out
-        threading.Thread(target=stats_loop, daemon=True).start()
+        stats = plugin.stats(interval=1.0)
         # Wait for a fingerprint with healthy devices (the backend may still be starting).
-        deadline = time.monotonic() + min(20.0, clock.left(20))
-        while time.monotonic() < deadline and not _healthy_ids(fps[-1]):
-            time.sleep(0.2)
-        last = fps[-1]
-        out["fingerprints"] = len(fps)
+        fingerprints.wait_for(lambda groups: bool(_healthy_ids(groups)), timeout=min(20.0, clock.left(20)))
+        last = fingerprints.latest or []
+        out["fingerprints"] = len(fingerprints)
         out["groups"] = [
-            {
-                "name": f"{g.vendor}/{g.device_type}/{g.device_name}",
-                "devices": len(g.devices),
-                "healthy": sum(1 for d in g.devices if d.healthy),
-            }
-            for g in last.device_group
+            {"name": g.full_name, "devices": len(g.devices), "healthy": sum(1 for d in g.devices if d.healthy)}
+            for g in last
         ]
+        out["devices"] = sum(len(g.devices) for g in last)
         ids = _healthy_ids(last)[:1]
-        out["devices"] = sum(len(g.devices) for g in last.device_group)
         if ids:
             s = time.perf_counter()
-            res = device.Reserve(device_pb2.ReserveRequest(device_ids=ids), timeout=30)
+            res = plugin.reserve(ids)
             out["reserve"] = {
                 "ids": ids,
                 "ms": round((time.perf_counter() - s) * 1000, 2),
-                "envs": dict(res.container_res.envs),
-                "devices": [d.host_path for d in res.container_res.devices],
+                "envs": res.envs,
+                "devices": [host for _, host, _ in res.devices],
                 "ok": True,
             }
         else:
@@ -433,33 +362,20 @@ def plugin_grpc(duration: float, clock: Clock, tmp: Path, why: str) -> dict[str,
         time.sleep(min(duration, clock.left(15)))
         out["stats_messages"] = len(stats)
         out["ok"] = out["devices"] > 0 and out["reserve"].get("ok", False) and len(stats) > 0
-        cancel.set()
-        for hook in cancel_hooks:
-            hook()
-        try:
-            grpc_controller_pb2_grpc.GRPCControllerStub(channel).Shutdown(grpc_controller_pb2.Empty(), timeout=5)
-        except grpc.RpcError:
-            pass
         return out
-    except queue.Empty:
-        out["error"] = "plugin printed no handshake line within the timeout"
+    except LaunchError as exc:
+        out["error"] = str(exc)
         return out
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
     finally:
-        cancel.set()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        out["exit_code"] = proc.returncode
-        out["stderr_tail"] = "".join(stderr)[-3000:]
+        out["exit_code"] = plugin.shutdown()
+        out["stderr_tail"] = "\n".join(plugin.log_lines())[-3000:]
 
 
-def _healthy_ids(resp: Any) -> list[str]:
-    return [d.ID for g in resp.device_group for d in g.devices if d.healthy]
+def _healthy_ids(groups: Any) -> list[str]:
+    return [d.id for g in groups for d in g.devices if d.healthy]
 
 
 # --- report ------------------------------------------------------------------------------------
