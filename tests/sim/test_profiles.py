@@ -10,26 +10,8 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.sim import ALIASES, PROFILES, Simulator
 from nomad_plugin.sim.profiles import build_cards, resolve_profile
 from nomad_plugin.sim.topology import check_invariants
-
-# Verbatim from the XDM gRPC API reference, §3.4 (seed 000; xdm-api.md §1.5).
-GOLDEN_M890P_GPU0 = """{"levels": [
-  {"level": 1,  "name": "pcieSwitches",    "topo1": [0],  "peers": [0, 1]},
-  {"level": 2,  "name": "numaNodes",       "topo2": [0],  "peers": [0, 1]},
-  {"level": 3,  "name": "cpuSockets",      "topo3": [0],  "peers": [0, 1, 2, 3]},
-  {"level": 11, "name": "hyperNode",       "topo11": "hypernode-001"},
-  {"level": 21, "name": "leafSwitch",      "topo21": "asw-001"},
-  {"level": 22, "name": "pointOfDelivery", "topo22": "pod-g13-p1"}
-]}"""
-GOLDEN_810E_GPU0 = """{"levels": [
-  {"level": 1,  "name": "icnLink2",        "topo1": [0],  "peers": [0, 3]},
-  {"level": 2,  "name": "icnLink4",        "topo2": [0],  "peers": [0, 1, 2, 3]},
-  {"level": 3,  "name": "icnLink8",        "topo3": [0],  "peers": [0, 1, 2, 3, 4, 5, 6, 7]},
-  {"level": 4,  "name": "pcieSwitches",    "topo4": [4],  "peers": [0, 1, 2, 3]},
-  {"level": 5,  "name": "numaNodes",       "topo5": [1],  "peers": [0, 1, 2, 3, 8, 9, 10, 11]},
-  {"level": 6,  "name": "cpuSockets",      "topo6": [0]},
-  {"level": 21, "name": "leafSwitch",      "topo21": "ASW-VM-SQA-G10-P2-S25"},
-  {"level": 22, "name": "pointOfDelivery", "topo22": "VM-SQA-G10-P2"}
-]}"""
+from tests.seed_topologies import E810_GPU0 as GOLDEN_810E_GPU0
+from tests.seed_topologies import M890P_GPU0 as GOLDEN_M890P_GPU0
 
 
 def _devices(client) -> list[pb.Device]:
