@@ -93,7 +93,7 @@ class DeviceCollector(Collector):
         cache: MetricsCache,
         inventory_source: Callable[[], Inventory],
         source: Callable[[], str] | None = None,
-        clock: Clock = time.time,
+        clock: Clock = time.monotonic,  # the cache's clock (ages only)
         stale_after: float = DEFAULT_STALE_AFTER,
     ) -> None:
         self._cache = cache

@@ -28,7 +28,11 @@ DEFAULT_MAX_ENTRIES = 16384
 
 @dataclass(frozen=True)
 class Reading:
-    """One cached value: ``received`` is our clock (seconds) when it arrived."""
+    """One cached value: ``received`` is the cache's clock (seconds) when it arrived.
+
+    The clock is monotonic in the plugin, so ages and staleness survive wall
+    clock jumps; layouts turn ``received`` into wall time only for timestamps.
+    """
 
     value: float
     received: float
@@ -38,7 +42,7 @@ class Reading:
 class MetricsCache:
     """Thread-safe map (scope, key, metric name) -> latest ``Reading``."""
 
-    def __init__(self, clock: Clock = time.time, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, clock: Clock = time.monotonic, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self._clock = clock

@@ -38,19 +38,33 @@ class StatsEngine:
         catalog_source: Callable[[], Catalog],
         inventory_source: Callable[[], Inventory],
         grant_of: GrantLookup = no_grants,
-        clock: Clock = time.time,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
     ) -> None:
         self._cache = cache
         self._catalog = catalog_source
         self._inventory = inventory_source
         self._grant_of = grant_of
-        self._clock = clock
+        self._clock = clock  # the cache's clock: ages and staleness
+        self._wall_clock = wall_clock  # only for the timestamps Nomad shows
         self._empty = MetricsCache(clock=clock, max_entries=1)
+
+    def _now(self) -> tuple[float, float]:
+        """(age-clock now, offset that turns age-clock times into wall time)."""
+        now = self._clock()
+        return now, self._wall_clock() - now
 
     def build(self, interval: float) -> device_pb2.StatsResponse:
         """One response from the cache (may raise; ``responses`` guards it)."""
+        now, offset = self._now()
         return build_stats(
-            self._catalog(), self._inventory(), self._cache, self._grant_of, self._clock(), effective_interval(interval)
+            self._catalog(),
+            self._inventory(),
+            self._cache,
+            self._grant_of,
+            now,
+            effective_interval(interval),
+            wall_offset=offset,
         )
 
     def _safe_build(self, interval: float) -> device_pb2.StatsResponse:
@@ -59,13 +73,15 @@ class StatsEngine:
         except Exception:
             log.exception("building stats failed; sending N/A values")
         try:
+            now, offset = self._now()
             return build_stats(
                 self._catalog(),
                 self._inventory(),
                 self._empty,
                 lambda _id: None,
-                self._clock(),
+                now,
                 effective_interval(interval),
+                wall_offset=offset,
             )
         except Exception:
             log.exception("building N/A stats failed; sending an empty response")

@@ -48,7 +48,7 @@ class MetricsFeed:
         self,
         backend: Backend,
         interval: float = 1.0,
-        clock: Clock = time.time,
+        clock: Clock = time.monotonic,
         *,
         cache: MetricsCache | None = None,
         nvml_source: NvmlSource | None = None,

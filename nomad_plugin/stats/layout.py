@@ -285,8 +285,13 @@ def build_stats(
     grant_of: GrantLookup,
     now: float,
     interval: float,
+    wall_offset: float = 0.0,
 ) -> device_pb2.StatsResponse:
-    """One ``StatsResponse``: a group per catalog group, an entry per fingerprinted instance."""
+    """One ``StatsResponse``: a group per catalog group, an entry per fingerprinted instance.
+
+    ``now`` is on the cache's clock (ages, staleness); ``wall_offset`` turns that
+    clock into wall time for the timestamps (0 when the cache runs on wall time).
+    """
     stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
     card_cache: dict[str, tuple[stats_pb2.StatObject, float | None]] = {}
     response = device_pb2.StatsResponse()
@@ -320,5 +325,6 @@ def build_stats(
                         desc="seconds since the newest reading arrived",
                     )
                 )
-            stats.timestamp.CopyFrom(_timestamp(values.newest if values.newest is not None else now))
+            newest = values.newest if values.newest is not None else now
+            stats.timestamp.CopyFrom(_timestamp(newest + wall_offset))
     return response

@@ -47,8 +47,8 @@ def served() -> Iterator[tuple[MetricsEndpoint, PluginMetrics, MetricsCache, lis
     metrics = PluginMetrics.for_config(config)
     endpoint = start_endpoint(config, metrics, cache, lambda: inventory, source=lambda: "stream")
     assert endpoint is not None
-    # the collector judges freshness with the real clock; keep readings "now"
-    now[0] = time.time()
+    # the collector judges freshness on the monotonic clock (the cache's); keep readings "now"
+    now[0] = time.monotonic()
     yield endpoint, metrics, cache, now
     endpoint.stop()
 
@@ -96,7 +96,7 @@ def test_values_are_read_at_scrape_time_and_stale_ones_dropped(served) -> None: 
     assert value(scrape(endpoint.port), "lingjun_device_temperature_celsius", uuid="GPU-0") == 50
     cache.update([sample("GPU-0", "temperature_c", 51)])
     assert value(scrape(endpoint.port), "lingjun_device_temperature_celsius", uuid="GPU-0") == 51
-    now[0] = time.time() - 3600  # an hour-old reading
+    now[0] = time.monotonic() - 3600  # an hour-old reading
     cache.update([sample("GPU-1", "temperature_c", 70)])
     fams = scrape(endpoint.port)
     assert not any(lab.get("uuid") == "GPU-1" for _n, lab, _v in fams["lingjun_device_temperature_celsius"])

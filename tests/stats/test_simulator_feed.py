@@ -90,7 +90,7 @@ def test_feed_from_simulator_exporter_survives_restart(sim) -> None:  # type: ig
         catalog = whole_catalog(cards)
         assert wait_until(lambda: feed.source == "stream" and feed.cache.update_count >= 3)
 
-        response = build_stats(catalog, inventory, feed.cache, no_grants, time.time(), 0.05)
+        response = build_stats(catalog, inventory, feed.cache, no_grants, time.monotonic(), 0.05)
         assert sorted(response.groups[0].instance_stats) == sorted(catalog.all_ids())
         for card in cards:
             attrs = response.groups[0].instance_stats[card.uuid].stats.attributes
@@ -123,7 +123,7 @@ def test_feed_through_xdm_backend(sim) -> None:  # type: ignore[no-untyped-def]
         assert wait_until(lambda: len(backend.inventory().cards) == len(sim.cards))
         inventory = backend.inventory()
         catalog = whole_catalog(inventory.cards)
-        response = build_stats(catalog, inventory, feed.cache, no_grants, time.time(), 0.05)
+        response = build_stats(catalog, inventory, feed.cache, no_grants, time.monotonic(), 0.05)
         for card in inventory.cards:
             mem = response.groups[0].instance_stats[card.uuid].stats.attributes["Memory state"]
             assert mem.HasField("int_numerator_val"), mem

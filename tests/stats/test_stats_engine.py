@@ -84,3 +84,22 @@ def test_catalog_error_sends_empty_response_and_keeps_going() -> None:
     assert len(next(stream).groups) == 0
     cancel.set()
     assert len(calls) >= 2
+
+
+def test_wall_clock_jump_neither_stales_readings_nor_breaks_timestamps(three_cards) -> None:  # type: ignore[no-untyped-def]
+    """Ages run on the cache's monotonic clock; only timestamps follow the wall clock."""
+    catalog, inventory = three_cards
+    mono = [500.0]
+    wall = [1_800_000_000.0]
+    cache = MetricsCache(clock=lambda: mono[0])
+    cache.update([sample("GPU-0", "temperature_c", 44)])
+    engine = StatsEngine(cache, lambda: catalog, lambda: inventory, clock=lambda: mono[0], wall_clock=lambda: wall[0])
+    mono[0] += 0.5
+    wall[0] += 3600.0  # NTP steps the wall clock an hour forward
+    stats = engine.build(1.0).groups[0].instance_stats["GPU-0"]
+    temp = stats.stats.attributes["Temperature"]
+    assert temp.int_numerator_val.value == 44 and not temp.desc.startswith("stale")
+    assert stats.stats.attributes["Stats age"].float_numerator_val.value == 0.5
+    assert stats.timestamp.seconds == int(wall[0] - 0.5)  # when the reading arrived, in wall time
+    mono[0] += 10.0  # and a reading that really is old is still called stale
+    assert engine.build(1.0).groups[0].instance_stats["GPU-0"].stats.attributes["Temperature"].desc.startswith("stale")
