@@ -196,8 +196,15 @@ class PluginApp:
         client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
         fingerprint = self.fingerprint
         assert fingerprint is not None
+        from nomad_plugin.reconcile.state import state_path
+
         reconciler = Reconciler(
-            reserver, client, fingerprint.catalog, grace=config.release_grace_period, node_id=config.nomad_node_id
+            reserver,
+            client,
+            fingerprint.catalog,
+            grace=config.release_grace_period,
+            node_id=config.nomad_node_id,
+            state_path=state_path(config.data_dir),
         )
         with self._lock:
             if self._closed.is_set():
@@ -216,6 +223,7 @@ class PluginApp:
                 continue
             snap = reserver.counters.snapshot()
             metrics.journal_size(snap["journal_size"])
+            metrics.nomad_view(bool(snap["view_incomplete"]), snap["unverifiable_grants"])
             for _ in range(snap["grants_released_by_reconcile"] - seen.get("released", 0)):
                 metrics.grant_released_by_reconcile()
             for _ in range(snap["leaked_grants_found"] - seen.get("leaked", 0)):

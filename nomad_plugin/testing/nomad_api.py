@@ -230,6 +230,12 @@ class NomadApiDouble:
             self._allocs.pop(alloc_id, None)
             self._cond.notify_all()
 
+    def reset_index(self, index: int) -> None:
+        """Make ``X-Nomad-Index`` go backwards (a server restored from a snapshot)."""
+        with self._cond:
+            self._index = index
+            self._cond.notify_all()
+
     def require_token(self, token: str | None) -> None:
         with self._cond:
             self._token = token
