@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import stat
 import threading
@@ -28,10 +27,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal.entry import JournalEntry
 from nomad_plugin.model.errors import PluginError
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 VERSION = 1
 FILE_NAME = "journal.json"

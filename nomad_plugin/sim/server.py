@@ -8,7 +8,6 @@ first passes the fault gate (slow start, per-RPC latency or hang).
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import queue
@@ -24,11 +23,12 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim import drift as drift_mod
 from nomad_plugin.sim.allocate import Refusal
 from nomad_plugin.sim.core import CLOSE, SimCore
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 DP2MGR_SERVICE = "XpuDeviceManagerService"
 EXPORTER_SERVICE = "XpuExporterService"

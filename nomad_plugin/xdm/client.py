@@ -12,7 +12,6 @@ not exposed (R14).
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -21,6 +20,7 @@ import grpc
 from google.protobuf.message import Message
 
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.errors import (
     BackendRefused,
@@ -39,7 +39,7 @@ from nomad_plugin.xdm.errors import classify_rpc_error, inband_refusal, is_not_f
 from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
 from nomad_plugin.xdm.verify import grant_problem
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 
