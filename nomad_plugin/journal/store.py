@@ -115,6 +115,20 @@ class Journal:
         self._open()
 
     # -- reading -------------------------------------------------------------
+    @classmethod
+    def snapshot(cls, data_dir: str | os.PathLike[str]) -> list[JournalEntry]:
+        """The entries on disk, read without opening the journal for writing.
+
+        For operator commands that run next to the plugin (``grants``): no
+        temp-file cleanup, no set-aside, no write. An absent journal is empty;
+        an unreadable one raises ``JournalCorrupt``.
+        """
+        try:
+            data = (Path(data_dir) / FILE_NAME).read_bytes()
+        except FileNotFoundError:
+            return []
+        return decode(data)
+
     def entries(self) -> list[JournalEntry]:
         with self._lock:
             return list(self._entries.values())

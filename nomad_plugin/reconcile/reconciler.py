@@ -226,6 +226,7 @@ class Reconciler:
             release_at={g: wall + (since + self.grace - now) for g, since in self.timers.orphaned_since.items()},
             unverifiable=list(self.unverifiable),
             allocs=list(page.allocs) if page else [],
+            leaked=sorted(self.timers.reported_leaks),
         )
         try:
             save_state(self.state_path, state)

@@ -34,6 +34,7 @@ class ReconcilerState:
     release_at: dict[str, float] = field(default_factory=dict)  # grant id -> unix seconds
     unverifiable: list[str] = field(default_factory=list)
     allocs: list[AllocView] = field(default_factory=list)
+    leaked: list[str] = field(default_factory=list)  # live allocation ids using our devices without a grant
     pid: int = field(default_factory=os.getpid)
 
     def to_json(self) -> dict[str, Any]:
@@ -49,6 +50,7 @@ class ReconcilerState:
             },
             "release_at": self.release_at,
             "unverifiable": self.unverifiable,
+            "leaked": self.leaked,
             "allocs": [
                 {
                     "id": a.id,
@@ -78,6 +80,7 @@ class ReconcilerState:
             },
             release_at={str(g): float(t) for g, t in dict(raw["release_at"]).items()},
             unverifiable=[str(g) for g in raw["unverifiable"]],
+            leaked=[str(a) for a in raw.get("leaked", [])],
             allocs=[
                 AllocView(
                     id=str(a["id"]),
