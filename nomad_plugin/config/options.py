@@ -143,7 +143,7 @@ OPTIONS: tuple[Option, ...] = (
         "nomad_token",
         "string",
         "",
-        "ACL token with node:read, agent:read and read-job on namespace \"*\" (docs/reserve.md); empty = $NOMAD_TOKEN.",
+        'ACL token with node:read, agent:read and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.',
         secret=True,
     ),
     Option("nomad_ca_cert", "string", "", "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),

@@ -185,3 +185,30 @@ def test_text_output(setup: dict[str, Path], capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert code == 1
     assert "[FAIL] nomad api:" in out and "next step: the token needs node:read" in out
+
+
+@pytest.mark.parametrize(
+    ("rules", "status"),
+    [
+        ('namespace "default" { policy = "read" }\nnode { policy = "read" }\nagent { policy = "read" }\n', "warn"),
+        ('namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\nagent { policy = "read" }\n', "ok"),
+    ],
+)
+def test_nomad_visibility_names_the_policy_to_add(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], rules: str, status: str
+) -> None:
+    with NomadApiDouble() as acl_nomad:
+        acl_nomad.enable_acls()
+        acl_nomad.add_policy("lingjun", rules)
+        acl_nomad.add_token("acl-token", ["lingjun"])
+        acl_nomad.add_alloc("hidden", ["x"], namespace="team-a")
+        code, found = run(
+            setup, capsys, "--set", f'nomad_address="{acl_nomad.address}"', "--set", 'nomad_token="acl-token"'
+        )
+    assert code == 0, found  # a warning, not a failure: the plugin stays safe, it only keeps more grants
+    assert found["nomad api"]["status"] == "ok"
+    finding = found["nomad visibility"]
+    assert finding["status"] == status, finding
+    if status == "warn":
+        assert 'namespace "*" { capabilities = ["read-job"] }' in finding["next_step"]
+        assert "namespace" in finding["summary"] and "acl-token" not in json.dumps(finding)
