@@ -279,6 +279,33 @@ class Doctor:
             f"add a policy to the token with: {policy}",
         )
 
+    def check_grants(self) -> None:
+        """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
+        from nomad_plugin.journal import plugin_running
+        from nomad_plugin.reconcile.state import load_state, state_path
+
+        assert self.config is not None
+        try:
+            running = plugin_running(self.config.data_dir)
+        except OSError as exc:
+            self.add("grants", SKIP, f"data_dir {self.config.data_dir} cannot be read: {exc}")
+            return
+        state = load_state(state_path(self.config.data_dir)) if running else None
+        if state is None:
+            self.add("grants", SKIP, "no running plugin on this data_dir (see `nomad-device-lingjun grants`)")
+            return
+        if not state.unverifiable:
+            self.add("grants", OK, f"the running plugin can verify every grant ({len(state.claims)} claimed)")
+            return
+        shown = ", ".join(state.unverifiable[:5]) + (" ..." if len(state.unverifiable) > 5 else "")
+        self.add(
+            "grants",
+            WARN,
+            f"{len(state.unverifiable)} grant(s) kept because no allocation visible to the token claims them: {shown}",
+            "run `nomad-device-lingjun grants` to see them; fix the token's policy (see `nomad visibility`), or "
+            "check the jobs and release one with `nomad-device-lingjun grants release <id> --force`",
+        )
+
     def check_plugin_dir(self) -> None:
         if not self.plugin_dir:
             self.add("plugin dir", SKIP, "no --plugin-dir given")
@@ -346,6 +373,7 @@ class Doctor:
             if self.check_sockets():
                 self.check_xdm()
             self.check_nomad()
+            self.check_grants()
         self.check_plugin_dir()
         self.check_runtime()
         return self.findings

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
-from nomad_plugin.cli import grants
+from nomad_plugin.cli import doctor, grants
 from nomad_plugin.journal import Journal, plugin_running
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.goplugin.goplugin_harness import Plugin, launch
@@ -119,6 +119,12 @@ def test_incomplete_view_keeps_hidden_grant_and_release_by_hand_while_running(
         assert status[hidden]["status"] == "unverifiable"
         assert status[seen]["status"] == "live" and status[seen]["alloc_id"] == "alloc-seen"
         assert status[seen]["namespace"] == "default" and status[seen]["client_status"] == "running"
+
+        assert doctor.main(["--json", *sets]) == 0
+        findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+        assert findings["nomad visibility"]["status"] == "warn"
+        assert 'namespace "*" { capabilities = ["read-job"] }' in findings["nomad visibility"]["next_step"]
+        assert findings["grants"]["status"] == "warn" and hidden in findings["grants"]["summary"]
 
         code, _, err = run_cli(capsys, "release", seen, *sets)
         assert code == 1 and "alloc-seen" in err and "--force" in err
