@@ -212,7 +212,7 @@ def print_report(doc: dict[str, Any]) -> None:
     if not rows:
         out.write("no grants\n")
         return
-    header = ("GRANT", "STATUS", "ALLOC", "NAMESPACE/JOB", "CLIENT", "MODE", "DEVICES", "NOTE")
+    header = ("GRANT", "STATUS", "ALLOC", "NAMESPACE/JOB", "CLIENT", "SINCE", "MODE", "DEVICES", "NOTE")
     table = [header]
     for r in rows:
         note = r["why"]
@@ -226,6 +226,7 @@ def print_report(doc: dict[str, Any]) -> None:
                 r.get("alloc_id", "")[:8],
                 job,
                 r.get("client_status", ""),
+                _since(r.get("since")),
                 r.get("mode", ""),
                 str(len(r["device_ids"])),
                 note,
@@ -234,6 +235,12 @@ def print_report(doc: dict[str, Any]) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     for row in table:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1] + "\n")
+
+
+def _since(unix: float | None) -> str:
+    if not unix:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def release(

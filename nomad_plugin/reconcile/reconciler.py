@@ -147,7 +147,15 @@ class Reconciler:
         except NomadApiError as exc:
             # Keep what we knew (nothing = incomplete); try again soon.
             self._next_visibility = now + min(30.0, self.visibility_period)
-            log.warning("reconciler: could not check what the Nomad token can see: %s", exc)
+            if self.visibility is None:
+                self.counters.set("view_incomplete", 1)
+            log.warning(
+                "reconciler: could not check what the Nomad token can see (%s); %s",
+                exc,
+                "until it can, grants are released only on evidence"
+                if not self.view_complete
+                else "keeping the last answer",
+            )
             return
         self._next_visibility = now + self.visibility_period
         changed = self.visibility is None or self.visibility.complete != visibility.complete
