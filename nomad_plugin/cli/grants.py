@@ -306,7 +306,13 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     releasing = bool(args) and args[0] == "release"
     p = argparse.ArgumentParser(
         prog="nomad-device-lingjun grants" + (" release" if releasing else ""),
-        description=(__doc__ or "").split("\n\n")[0],
+        description=(
+            "Release one grant by hand (journalled like any release); refused while a live allocation may hold it."
+            if releasing
+            else "List every grant the plugin holds, joined with Nomad's view: live, orphaned, pending release, "
+            "unverifiable, leaked."
+        ),
+        epilog=None if releasing else "Release one by hand: nomad-device-lingjun grants release <grant-id> [--force]",
     )
     if releasing:
         args = args[1:]
