@@ -42,7 +42,7 @@ def _host_args(sim_dir: Path, address: str, extra: dict[str, str]) -> list[str]:
         **extra,
     }
     args = ["--plugin", str(real_plugin()), "--config", "plugin.hcl", "--phase", "all", "--duration", "3"]
-    args += ["--reserve-count", "1", "--reserve-after-fp", "2", "--expect-reserve", "any"]
+    args += ["--reserve-count", "1", "--expect-reserve", "any"]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
     return args

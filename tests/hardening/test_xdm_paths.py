@@ -109,7 +109,11 @@ def test_good_grant_passes(rig):
 
 @pytest.mark.timeout(90)
 def test_real_plugin_refuses_and_releases_a_bad_grant(tmp_path):
-    """End to end: the executable under the conformance host, XDM answering with /dev/../etc/shadow."""
+    """End to end: the executable under the conformance host, XDM answering with /dev/../etc/shadow.
+
+    The host reserves at the first fingerprint that holds GPU-0 (never "after
+    the second fingerprint": whether an empty one comes first is a race).
+    """
     import json
 
     from tests.conformance.hostlib import build_host, real_plugin, run_host
@@ -130,7 +134,7 @@ def test_real_plugin_refuses_and_releases_a_bad_grant(tmp_path):
         "nvml_enrich": "false",
     }
     args = ["--plugin", str(real_plugin()), "--config", "plugin.hcl", "--phase", "run", "--duration", "3"]
-    args += ["--reserve-count", "1", "--reserve-after-fp", "2", "--expect-reserve", "error"]
+    args += ["--reserve-count", "1", "--expect-reserve", "error"]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
     try:
@@ -140,7 +144,8 @@ def test_real_plugin_refuses_and_releases_a_bad_grant(tmp_path):
         shutil.rmtree(sockets, ignore_errors=True)
     assert run.returncode == 0, run.describe()
     reserve = run.of("reserve")
-    assert reserve and not reserve[0]["ok"], reserve
+    assert reserve, f"the host never reserved:\n{run.describe()}"
+    assert reserve[0]["called"] and not reserve[0]["ok"], reserve
     assert "'..'" in reserve[0]["message"] and "/dev/../etc/shadow" in reserve[0]["message"], reserve[0]
     assert len(fake.released) == 1 and fake.grants == {}, (fake.released, fake.grants)
     from nomad_plugin.journal import Journal
