@@ -27,6 +27,7 @@ from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGr
 from nomad_plugin.nomad.reserve import JournalWriteFailed, Reserver
 from nomad_plugin.sim import Simulator
 from nomad_plugin.xdm.client import XdmClient
+from tests.waiting import wait_until
 
 GROUP = GroupKey("nvidia", "gpu", "H800")
 
@@ -151,7 +152,8 @@ def test_allocate_completed_after_deadline_is_released_eventually(tmp_path):
         # The timed-out grant stays journalled as releasing for the late-grant window.
         (entry,) = reserver.entries()
         assert entry.state.value == "releasing" and entry.settle_until > time.time()
-        time.sleep(2.0)  # XDM commits the grant now
+        # XDM commits the grant late (after its 1.5 s latency): wait for that, not a fixed time.
+        wait_until(lambda: entry.grant_id in _grants(fake), f"the fake XDM to commit grant {entry.grant_id} late")
         for _ in range(3):
             reserver.retry_pending()
         assert fake.grants == {}, f"grant {list(fake.grants)} leaked at XDM"
@@ -160,6 +162,11 @@ def test_allocate_completed_after_deadline_is_released_eventually(tmp_path):
         client.close()
         fake.stop()
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _grants(fake) -> dict:
+    with fake.lock:
+        return dict(fake.grants)
 
 
 # --- disk full -------------------------------------------------------------------------------------
