@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import inspect
 import os
 import shutil
 import tempfile
@@ -218,14 +217,42 @@ def test_disk_full_after_allocate_releases_the_grant(world, monkeypatch):
 
 
 # --- clock jumps -------------------------------------------------------------------------------------
-def test_grace_and_health_timers_use_the_monotonic_clock():
+def _on_the_monotonic_clock(stamp: float, offset: float = 0.0) -> bool:
+    """``stamp`` (minus ``offset``) was read from time.monotonic just now, not from the wall clock.
+
+    The two clocks differ by the boot time (decades of seconds apart), so a
+    timer recorded on the wrong one is off by far more than this slack.
+    """
+    return abs(stamp - offset - time.monotonic()) < 60 and abs(stamp - offset - time.time()) > 3600
+
+
+def test_grace_and_health_timers_use_the_monotonic_clock(tmp_path):
+    """Built as app.py builds them (no clock given), the timers they keep are monotonic times."""
     from nomad_plugin.model.health import HealthTracker
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
+    from tests.fingerprint.helpers import FakeBackend as FingerprintBackend
+    from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
 
-    assert inspect.signature(Reconciler).parameters["clock"].default is time.monotonic
-    assert inspect.signature(HealthTracker).parameters["clock"].default is time.monotonic
-    assert inspect.signature(FingerprintEngine).parameters["clock"].default is time.monotonic
+    assert time.time() - time.monotonic() > 7200, "this check needs a box booted after 1970 + 2 h"
+    fault, ok = {"c": (False, "XID 79")}, {"c": (True, "")}
+    tracker = HealthTracker(recovery_checks=100, recovery_delay=30.0)
+    tracker.observe(fault)
+    tracker.observe(ok)  # recovering: eligible 30 s after this, on the tracker's clock
+    assert _on_the_monotonic_clock(tracker.next_deadline(), 30.0), tracker.next_deadline()
+
+    engine = FingerprintEngine(FingerprintBackend(), PluginConfig(health_recovery_delay=30.0))
+    engine._tracker.observe(fault)  # the engine hands its clock to its tracker
+    engine._tracker.observe(ok)
+    assert _on_the_monotonic_clock(engine._tracker.next_deadline(), 30.0)
+
+    cat = catalog(whole_group(2))
+    reserver = Reserver(FakeBackend(), lambda: cat, Journal(tmp_path / "d"), PluginConfig(), path_exists=lambda p: True)
+    gid = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    rec = Reconciler(reserver, None, lambda: cat, grace=30.0)
+    rec.observe(AllocPage(allocs=(AllocView(id="a1", client_status="complete", device_ids=frozenset()),), index=1))
+    assert _on_the_monotonic_clock(rec.timers.orphaned_since[gid]), rec.timers
 
 
 @pytest.mark.timeout(60)
