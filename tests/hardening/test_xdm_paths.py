@@ -74,6 +74,8 @@ BAD = {
     "mount-dotdot": dict(mounts=[("/usr/lib", "/opt/../etc")]),
     "mount-relative": dict(mounts=[("usr/lib", "/opt/lib")]),
     "env-interpolation": dict(envs={"LD_PRELOAD": "${NOMAD_SECRETS_DIR}/x.so"}),
+    "env-interpolation-inside": dict(envs={"LD_LIBRARY_PATH": "/usr/lib:${NOMAD_SECRETS_DIR}/lib"}),
+    "env-interpolation-at-end": dict(envs={"PATH_SUFFIX": "/opt/bin${NOMAD_TASK_DIR}"}),
     "env-newline": dict(envs={"A": "x\nB=y"}),
     "env-bad-name": dict(envs={"A B": "x"}),
     "env-own-prefix": dict(envs={"LINGJUN_GRANT_ID": "someone-else"}),
