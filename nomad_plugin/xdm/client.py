@@ -169,6 +169,7 @@ class XdmClient:
         self._aliases = dict(config.xdm_field_aliases)
         self._bind_lock = threading.RLock()
         self._binding: Binding | None = None  # a usable binding (no mismatch), None = bind on next use
+        self._config_bound: Binding | None = None  # config-daemon's, when the main schema lacks it
         self.last_binding: Binding | None = None  # the latest attempt, usable or not (doctor, xdm-probe)
         self.last_bind_error = ""
         self._logged_bind = ""
@@ -208,6 +209,7 @@ class XdmClient:
         with self._bind_lock:
             had = self._binding is not None
             self._binding = None
+            self._config_bound = None
             self._findings.clear()
             self._deserializers.clear()
         self._dp2mgr.drop_callables()
@@ -267,12 +269,36 @@ class XdmClient:
         self._path_cache = (key, fds)
         return fds
 
-    def _reflect_schema(self) -> FileDescriptorSet | None:
-        channel = self._dp2mgr.get()
+    def _reflect_schema(self, endpoint: _Endpoint | None = None) -> FileDescriptorSet | None:
+        endpoint = endpoint or self._dp2mgr
+        channel = endpoint.get()
         try:
             return schema_source.reflect(channel, timeout=max(self._timeout, 1.0))
         except grpc.RpcError as exc:
-            raise self._classify(self._dp2mgr, exc, "ServerReflectionInfo") from None
+            raise self._classify(endpoint, exc, "ServerReflectionInfo") from None
+
+    def _config_binding(self) -> Binding:
+        """The schema for config-daemon.sock: the bound schema when it holds QueryStatus;
+        with reflection, what config-daemon itself reflects; else the reconstruction."""
+        main = self.binding()
+        if "QueryStatus" in main.rpcs:
+            return main
+        with self._bind_lock:
+            if self._config_bound is not None:
+                return self._config_bound
+        found = builtin_binding(self._aliases)
+        if main.source == "reflection":
+            try:
+                fds = self._reflect_schema(self._config)
+                if fds is not None:
+                    reflected = bind(fds, "reflection (config-daemon)", self._aliases)
+                    if "QueryStatus" in reflected.rpcs:
+                        found = reflected
+            except SchemaError as exc:
+                log.warning("XDM config-daemon reflection unusable (%s); QueryStatus uses the reconstruction", exc)
+        with self._bind_lock:
+            self._config_bound = found
+        return found
 
     def _judge(self, rpc: str, problems: list[str]) -> str:
         """Record (or clear) the guard finding of one decoded answer; return its text."""
@@ -407,9 +433,7 @@ class XdmClient:
     def query_status(self) -> RuntimeKitStatus:
         """config-daemon QueryStatus, from the bound schema when it has the config service,
         else the reconstruction (probing the config service name on first use)."""
-        b = self.binding()
-        if "QueryStatus" not in b.rpcs:
-            b = builtin_binding(self._aliases)
+        b = self._config_binding()
         spec = self._spec(b, "QueryStatus")
         if spec.path is not None:
             return adapter.runtime_kit_status(
