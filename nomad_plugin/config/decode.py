@@ -206,7 +206,8 @@ def decode_list(opt: Option, value: Any, name: str) -> tuple[Any, ...]:
 
 
 def decode_map(opt: Option, value: Any, name: str) -> tuple[tuple[str, str], ...]:
-    """A ``map(string)`` -> sorted (key, value) pairs (hashable, like every config value)."""
+    """A ``list(map(string))`` (Nomad's HCL1 shape of a map, as in the docker driver's
+    ``labels``) or a plain map -> sorted (key, value) pairs (hashable, like every config value)."""
     allowed = f"a map of at most {MAX_LIST} non-empty strings to non-empty strings"
     if isinstance(value, list) and all(isinstance(v, dict) for v in value):  # HCL1 spells a map as [{...}]
         merged: dict[Any, Any] = {}
@@ -229,7 +230,7 @@ def decode_map(opt: Option, value: Any, name: str) -> tuple[tuple[str, str], ...
 def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
     """One option's value (never None: the caller substitutes the default for null)."""
     label = name or opt.name
-    if opt.hcl_type.startswith("map("):
+    if "map(" in opt.hcl_type:
         return decode_map(opt, value, label)
     if opt.hcl_type == "number":
         return decode_number(opt, value, label)

@@ -16,7 +16,7 @@ DEFAULT_SOCKET_DIR = "/run/amp/eKitC/xdm/sockets"
 @dataclass(frozen=True)
 class Option:
     name: str
-    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)" | "map(string)"
+    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)" | "list(map(string))"
     default: Any
     doc: str
     choices: tuple[str, ...] = ()
@@ -65,9 +65,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "xdm_field_aliases",
-        "map(string)",
-        {},
-        'Extra field matches for the schema binder: "Message.field" (or "field") of the reconstruction = XDM field name.',
+        "list(map(string))",
+        [],
+        'Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.',
     ),
     # --- logging and state ---------------------------------------------------
     Option(

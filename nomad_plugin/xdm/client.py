@@ -23,7 +23,6 @@ waits for the channel to be ready within it. Enable/Disable are not exposed
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from google.protobuf.descriptor_pb2 import FileDescriptorSet
 from google.protobuf.message import Message
 
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.errors import (
     BackendRefused,
@@ -55,7 +55,7 @@ from nomad_plugin.xdm.errors import classify_rpc_error, inband_refusal, is_not_f
 from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
 from nomad_plugin.xdm.verify import grant_problem
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # routed at the plugin's log_level (the binding report is info)
 
 T = TypeVar("T")
 
