@@ -96,6 +96,16 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
     timeout = float(config.xdm_call_timeout)
     try:
         try:
+            client.binding()
+        except PluginError:
+            pass  # reported below; the raw calls still run
+        bound = client.last_binding
+        report["binding"] = {
+            "error": client.last_bind_error,
+            "report": bound.report() if bound is not None else None,
+            "lines": bound.report_lines() if bound is not None else [],
+        }
+        try:
             report["device_service"] = client.device_service()
         except PluginError as exc:
             report["device_service"] = None
@@ -146,7 +156,11 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
             report["calls"].append(entry)
     finally:
         client.close()
-    report["ok"] = all(s["ok"] for s in report["sockets"].values()) and all(c["ok"] for c in report["calls"])
+    report["ok"] = (
+        all(s["ok"] for s in report["sockets"].values())
+        and all(c["ok"] for c in report["calls"])
+        and not report["binding"]["error"]
+    )
     return report
 
 
@@ -156,6 +170,10 @@ def _text(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"socket {label}: {s['path']}: " + ("reachable" if s["ok"] else f"PROBLEM ({s['kind']}): {s['problem']}")
         )
+    binding = report.get("binding") or {}
+    lines += binding.get("lines") or []
+    if binding.get("error"):
+        lines.append(f"SCHEMA: {binding['error']}")
     service = report.get("device_service")
     lines.append(
         f"device service: {service}" if service else f"device service: NOT FOUND: {report.get('device_service_error')}"
