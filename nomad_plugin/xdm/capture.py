@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import platform
 import sys
 import time
@@ -38,8 +39,11 @@ from google.protobuf.message import Message
 
 from nomad_plugin import __version__
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.model.card import Card
 from nomad_plugin.util.protowire import WireError, iter_fields
 from nomad_plugin.xdm import adapter
+from nomad_plugin.xdm.binder import Binding
+from nomad_plugin.xdm.types import GpuFacts
 
 FORMAT = "xdm-capture/1"
 MANIFEST = "manifest.json"
@@ -310,16 +314,80 @@ def _decode_raw_brief(data: bytes) -> list[str]:
         return [f"<not a protobuf message: {exc}>"]
 
 
-def binding_report_hook(bundle: CaptureBundle, config: PluginConfig | None) -> dict[str, Any]:
-    """The binding report stored in a bundle.
+def bundle_binding(bundle: CaptureBundle, config: PluginConfig | None = None) -> Binding:
+    """Bind what a bundle holds: its reflected descriptors (both sockets), else the
+    configured ``xdm_schema`` path, else the reconstruction; the plugin's own binder.
+    Raises ``SchemaError`` when the schema cannot be read."""
+    from nomad_plugin.xdm.binder import bind, builtin_binding
+    from nomad_plugin.xdm.schema_source import is_path, load_path
 
-    PLACEHOLDER for the schema binder (issue 12 items 2-3, branch wt-schema):
-    bind the bundle's schema source (its reflection descriptors, else the
-    configured ``xdm_schema``, else the builtin reconstruction) and return the
-    report as JSON-able data. Until then it says so, and the replay test
-    decodes with the bundle's own descriptors.
-    """
-    return {"available": False, "why": "the schema binder is not in this build"}
+    aliases = dict(config.xdm_field_aliases) if config is not None else {}
+    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+    for socket in SOCKETS:
+        fds = bundle.descriptor_set(socket)
+        for proto in fds.file if fds is not None else ():
+            files.setdefault(proto.name, proto)
+    if files:
+        return bind(descriptor_pb2.FileDescriptorSet(file=list(files.values())), "reflection (capture)", aliases)
+    if config is not None and is_path(config.xdm_schema):
+        return bind(load_path(config.xdm_schema), config.xdm_schema, aliases)
+    return builtin_binding(aliases)
+
+
+def binding_report_hook(bundle: CaptureBundle, config: PluginConfig | None) -> dict[str, Any]:
+    """The binding report stored in a bundle (JSON-able): what the plugin's binder
+    makes of the bundle's schema source, and the guards' verdict on its answers."""
+    from nomad_plugin.xdm.binder import SchemaError
+
+    try:
+        binding = bundle_binding(bundle, config)
+    except SchemaError as exc:
+        return {"available": True, "error": str(exc)}
+    replayed = replay(bundle, binding)
+    return {
+        "available": True,
+        **binding.report(),
+        "lines": binding.report_lines(),
+        "guards": replayed.problems,
+    }
+
+
+@dataclass
+class Replay:
+    """A bundle's answers decoded through a binding, as the plugin would see them."""
+
+    cards: list[Card]
+    facts: list[GpuFacts]
+    xpu_types: list[str]
+    runtime_kit_enabled: bool | None
+    problems: list[str]
+
+
+def replay(bundle: CaptureBundle, binding: Binding) -> Replay:
+    """Decode the captured raw bytes with ``binding`` (adapter + plausibility guards)."""
+    from nomad_plugin.xdm import guards
+    from nomad_plugin.xdm.drift import DriftLog
+
+    def parsed(rpc: str) -> Message | None:
+        data = bundle.raw(rpc)
+        if data is None or rpc not in binding.rpcs:
+            return None
+        return binding.rpc(rpc).response.cls.FromString(data)
+
+    drift = DriftLog(logging.getLogger("nomad_plugin.xdm.capture"))
+    law, infos, types, status = (
+        parsed(r) for r in ("ListAndWatch", "ListGpuInfo", "ListSupportedXPUType", "QueryStatus")
+    )
+    cards = adapter.cards_from_list_and_watch(law, drift, binding) if law is not None else []
+    facts = adapter.gpu_facts(infos, binding) if infos is not None else []
+    problems = [*binding.mismatch, *guards.card_problems(cards), *guards.facts_problems(facts)]
+    return Replay(
+        cards=cards,
+        facts=facts,
+        xpu_types=adapter.xpu_types(types, binding) if types is not None else [],
+        runtime_kit_enabled=adapter.runtime_kit_status(status, binding).enabled if status is not None else None,
+        problems=problems,
+    )
 
 
 # ---------------------------------------------------------------- reading bundles
