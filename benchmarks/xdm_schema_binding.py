@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -82,7 +83,7 @@ def allocate_release(calls: int, block: int) -> float:
     sim = Simulator(root / "s", profile="h800-8", schema="renumbered", reflection=True)
     sim.start()
     schema = sim.schema
-    client = XdmClientFactory(sim)
+    client = make_client(sim)
     channel = grpc.insecure_channel(f"unix://{sim.dp2mgr_path}")
     service = schema.device_service
     req_cls = schema.message_class("AllocateRequest")
@@ -128,7 +129,7 @@ def allocate_release(calls: int, block: int) -> float:
     return ratio
 
 
-def XdmClientFactory(sim: Simulator):  # noqa: N802 - reads like the class it returns
+def make_client(sim: Simulator) -> Any:
     from nomad_plugin.xdm.client import XdmClient
 
     return XdmClient(PluginConfig(xdm_socket=str(sim.dp2mgr_path), config_socket=str(sim.config_path)))
