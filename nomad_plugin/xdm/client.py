@@ -225,7 +225,11 @@ class XdmClient:
             return next(iter(self._findings.values()), "")
 
     def _log_bind(self, key: str, found: Binding | None) -> None:
+        """The full report when the schema (or the verdict) changed; one line for a
+        re-bind to the same schema; a failing bind that repeats is not logged again."""
         if key == self._logged_bind:
+            if found is not None and found.ok:
+                log.info("XDM schema re-bound: source %s, sha256 %s, unchanged", found.source, found.digest[:12])
             return
         self._logged_bind = key
         if found is not None:
