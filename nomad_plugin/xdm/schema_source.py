@@ -43,13 +43,13 @@ def load_path(path: str) -> descriptor_pb2.FileDescriptorSet:
     """A ``.proto`` file, a directory of them, or a descriptor set file -> FileDescriptorSet."""
     target = Path(path).expanduser()
     if not target.exists():
-        raise SchemaError(f"xdm_schema {path}: no such file or directory")
+        raise SchemaError(f"{path}: no such file or directory")
     if target.is_dir():
         files = sorted(p for p in target.rglob("*.proto") if p.is_file())
         if not files:
-            raise SchemaError(f"xdm_schema {path}: the directory holds no .proto file")
+            raise SchemaError(f"{path}: the directory holds no .proto file")
         if len(files) > MAX_PROTO_FILES:
-            raise SchemaError(f"xdm_schema {path}: {len(files)} .proto files (at most {MAX_PROTO_FILES})")
+            raise SchemaError(f"{path}: {len(files)} .proto files (at most {MAX_PROTO_FILES})")
         fds = compile_protos(target, [p.relative_to(target) for p in files])
     elif target.suffix == ".proto":
         fds = compile_protos(target.parent, [Path(target.name)])
@@ -58,7 +58,7 @@ def load_path(path: str) -> descriptor_pb2.FileDescriptorSet:
     try:
         pool_from_set(fds)
     except SchemaError as exc:
-        raise SchemaError(f"xdm_schema {path}: {exc}") from None
+        raise SchemaError(f"{path}: {exc}") from None
     return fds
 
 
@@ -66,19 +66,19 @@ def read_descriptor_set(path: Path) -> descriptor_pb2.FileDescriptorSet:
     try:
         size = path.stat().st_size
         if size > MAX_SCHEMA_BYTES:
-            raise SchemaError(f"xdm_schema {path}: {size} bytes (at most {MAX_SCHEMA_BYTES})")
+            raise SchemaError(f"{path}: {size} bytes (at most {MAX_SCHEMA_BYTES})")
         data = path.read_bytes()
     except OSError as exc:
-        raise SchemaError(f"xdm_schema {path}: cannot read: {exc.strerror or exc}") from None
+        raise SchemaError(f"{path}: cannot read: {exc.strerror or exc}") from None
     fds = descriptor_pb2.FileDescriptorSet()
     try:
         fds.ParseFromString(data)
     except DecodeError as exc:
         raise SchemaError(
-            f"xdm_schema {path}: not a FileDescriptorSet (nor a .proto file or directory): {exc}"
+            f"{path}: not a FileDescriptorSet (nor a .proto file or directory): {exc}"
         ) from None
     if not fds.file or any(not f.name for f in fds.file):
-        raise SchemaError(f"xdm_schema {path}: not a FileDescriptorSet (no named file descriptors in it)")
+        raise SchemaError(f"{path}: not a FileDescriptorSet (no named file descriptors in it)")
     return fds
 
 
@@ -107,7 +107,7 @@ def compile_protos(root: Path, files: list[Path]) -> descriptor_pb2.FileDescript
         if code != 0 or not out.exists():
             message = errors.read_text(errors="replace").strip() or f"protoc exited with {code}"
             shown = message if len(message) <= 2000 else message[:2000] + " ..."
-            raise SchemaError(f"xdm_schema {root / files[0] if len(files) == 1 else root}: {shown}")
+            raise SchemaError(f"{root / files[0] if len(files) == 1 else root}: {shown}")
         return read_descriptor_set(out)
 
 
