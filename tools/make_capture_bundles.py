@@ -43,9 +43,17 @@ BUNDLES = (
 
 
 def expected_inventory(sim: Any, spec: BundleSpec) -> dict[str, Any]:
-    """The simulator's truth, in the domain model's field names (nomad_plugin.model.card.Card)."""
+    """The simulator's truth, in the domain model's field names (nomad_plugin.model.card.Card).
+
+    ``expect`` is what the plugin's default config (``xdm_schema = "auto"``)
+    must make of the bundle: this ``inventory`` exactly, or a loud ``mismatch``
+    (no reflection and a schema other than the reconstruction: only the
+    operator's proto, ``xdm_schema = <path>``, gives the inventory then).
+    """
+    mismatch = spec.schema != "builtin" and not spec.reflection
     return {
         "source": {"kind": "simulator", "profile": sim.profile, "schema": spec.schema, "reflection": spec.reflection},
+        "expect": "mismatch" if mismatch else "inventory",
         "xpu_types": sorted({c.xpu_type for c in sim.cards}),
         "runtime_kit_enabled": bool(sim.core.state.enabled),
         "exporter": {"collect_interval_ms": sim.options.collect_interval_ms, "version": sim.options.version},

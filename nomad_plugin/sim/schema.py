@@ -188,6 +188,7 @@ class ServedSchema:
 
         self.pool.AddSerializedFile(reflection_pb2.DESCRIPTOR.serialized_pb)
         self._classes: dict[str, type[Message]] = {}
+        self._by_builtin: dict[type[Message], type[Message]] = {}
 
     @property
     def builtin(self) -> bool:
@@ -214,8 +215,12 @@ class ServedSchema:
         return cls
 
     def served_class(self, builtin_cls: type[Message]) -> type[Message]:
-        desc = builtin_cls.DESCRIPTOR
-        return self.message_class(desc.name, config=desc.file.package == BUILTIN_PACKAGES[1])
+        cls = self._by_builtin.get(builtin_cls)
+        if cls is None:
+            desc = builtin_cls.DESCRIPTOR
+            cls = self.message_class(desc.name, config=desc.file.package == BUILTIN_PACKAGES[1])
+            self._by_builtin[builtin_cls] = cls
+        return cls
 
     def to_served(self, msg: Message) -> Message:
         """A builtin message as the served schema's message (copied by field name)."""
@@ -271,29 +276,45 @@ def served_schema(name: str) -> ServedSchema:
     return ServedSchema(name)
 
 
+_SCALAR, _SCALAR_LIST, _SCALAR_MAP, _MESSAGE_MAP, _MESSAGE_LIST, _MESSAGE = range(6)
+_kinds: dict[str, int] = {}  # field full name -> how to copy it (descriptor options are slow to ask)
+
+
+def _kind(fd: FieldDescriptor) -> int:
+    kind = _kinds.get(fd.full_name)
+    if kind is None:
+        msg = fd.message_type
+        if msg is None:
+            kind = _SCALAR_LIST if fd.is_repeated else _SCALAR
+        elif msg.GetOptions().map_entry:
+            kind = _SCALAR_MAP if msg.fields_by_name["value"].message_type is None else _MESSAGE_MAP
+        else:
+            kind = _MESSAGE_LIST if fd.is_repeated else _MESSAGE
+        _kinds[fd.full_name] = kind
+    return kind
+
+
 def copy_by_name(src: Message, dst: Message) -> None:
     """Copy every set field of ``src`` into ``dst`` by field name (types must agree)."""
     for fd, value in src.ListFields():
-        name = fd.name
-        if fd.message_type is None and not fd.is_repeated:
-            setattr(dst, name, value)
+        kind = _kind(fd)
+        if kind == _SCALAR:
+            setattr(dst, fd.name, value)
             continue
-        target: Any = getattr(dst, name)
-        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
-            value_fd = fd.message_type.fields_by_name["value"]
-            if value_fd.message_type is None:
-                target.update(value)
-            else:
-                for key, item in value.items():
-                    copy_by_name(item, target[key])
-        elif fd.message_type is not None and fd.is_repeated:
+        target: Any = getattr(dst, fd.name)
+        if kind == _SCALAR_LIST:
+            target.extend(value)
+        elif kind == _SCALAR_MAP:
+            target.update(value)
+        elif kind == _MESSAGE_LIST:
             for item in value:
                 copy_by_name(item, target.add())
-        elif fd.message_type is not None:
+        elif kind == _MESSAGE:
             target.SetInParent()
             copy_by_name(value, target)
         else:
-            target.extend(value)
+            for key, item in value.items():
+                copy_by_name(item, target[key])
 
 
 # ---------------------------------------------------------------- .proto rendering

@@ -12,7 +12,7 @@ Layout of DIR::
     reflection/<socket>.pb     FileDescriptorSet from server reflection (when served)
     raw/<Rpc>.bin              response bytes (streams: the first message)
     raw/<Rpc>.txt              the same, decoded like ``protoc --decode_raw``
-    binding-report.json        from :func:`binding_report_hook`
+    binding-report.json        from :func:`binding_report_hook` (the schema binder's report)
 
 Only the RPCs in :data:`CAPTURED_RPCS` are called, each with an empty request
 (the default "all" filters). Allocate, Release, Enable and Disable are never
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import platform
 import sys
 import time
@@ -31,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -39,11 +38,11 @@ from google.protobuf.message import Message
 
 from nomad_plugin import __version__
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.card import Card
 from nomad_plugin.util.protowire import WireError, iter_fields
 from nomad_plugin.xdm import adapter
-from nomad_plugin.xdm.binder import Binding
-from nomad_plugin.xdm.types import GpuFacts
+
+if TYPE_CHECKING:
+    from nomad_plugin.xdm.binder import Binding
 
 FORMAT = "xdm-capture/1"
 MANIFEST = "manifest.json"
@@ -314,80 +313,86 @@ def _decode_raw_brief(data: bytes) -> list[str]:
         return [f"<not a protobuf message: {exc}>"]
 
 
-def bundle_binding(bundle: CaptureBundle, config: PluginConfig | None = None) -> Binding:
-    """Bind what a bundle holds: its reflected descriptors (both sockets), else the
-    configured ``xdm_schema`` path, else the reconstruction; the plugin's own binder.
-    Raises ``SchemaError`` when the schema cannot be read."""
-    from nomad_plugin.xdm.binder import bind, builtin_binding
-    from nomad_plugin.xdm.schema_source import is_path, load_path
+def bind_bundle(bundle: CaptureBundle, config: PluginConfig | None = None) -> Binding:
+    """The binding a plugin with ``config`` would use for the bundle's XDM.
 
-    aliases = dict(config.xdm_field_aliases) if config is not None else {}
-    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-    for socket in SOCKETS:
-        fds = bundle.descriptor_set(socket)
-        for proto in fds.file if fds is not None else ():
-            files.setdefault(proto.name, proto)
-    if files:
-        return bind(descriptor_pb2.FileDescriptorSet(file=list(files.values())), "reflection (capture)", aliases)
-    if config is not None and is_path(config.xdm_schema):
-        return bind(load_path(config.xdm_schema), config.xdm_schema, aliases)
-    return builtin_binding(aliases)
+    As the client chooses: the bundle's reflection descriptors unless
+    ``xdm_schema`` says otherwise (``builtin`` or a path), else a path's
+    schema, else the builtin reconstruction. Raises ``SchemaError`` for a path
+    that cannot be read.
+    """
+    from nomad_plugin.xdm import binder, schema_source
 
-
-def binding_report_hook(bundle: CaptureBundle, config: PluginConfig | None) -> dict[str, Any]:
-    """The binding report stored in a bundle (JSON-able): what the plugin's binder
-    makes of the bundle's schema source, and the guards' verdict on its answers."""
-    from nomad_plugin.xdm.binder import SchemaError
-
-    try:
-        binding = bundle_binding(bundle, config)
-    except SchemaError as exc:
-        return {"available": True, "error": str(exc)}
-    replayed = replay(bundle, binding)
-    return {
-        "available": True,
-        **binding.report(),
-        "lines": binding.report_lines(),
-        "guards": replayed.problems,
-    }
+    aliases = config.xdm_field_aliases if config is not None else ()
+    choice = config.xdm_schema if config is not None else "auto"
+    reflected = bundle.reflected_schema()
+    if reflected is not None and choice in ("auto", "reflection"):
+        return binder.bind(reflected, "reflection", aliases)
+    if schema_source.is_path(choice):
+        return binder.bind(schema_source.load_path(choice), choice, aliases)
+    return binder.builtin_binding(aliases)
 
 
-@dataclass
-class Replay:
-    """A bundle's answers decoded through a binding, as the plugin would see them."""
-
-    cards: list[Card]
-    facts: list[GpuFacts]
-    xpu_types: list[str]
-    runtime_kit_enabled: bool | None
-    problems: list[str]
-
-
-def replay(bundle: CaptureBundle, binding: Binding) -> Replay:
-    """Decode the captured raw bytes with ``binding`` (adapter + plausibility guards)."""
+def replay(bundle: CaptureBundle, binding: Binding) -> dict[str, Any]:
+    """Decode the bundle's answers through ``binding``: the inventory (``expected-inventory.json``'s
+    shape) and ``problems`` = the binding's mismatch list plus every failed plausibility guard."""
     from nomad_plugin.xdm import guards
     from nomad_plugin.xdm.drift import DriftLog
 
-    def parsed(rpc: str) -> Message | None:
+    problems = list(binding.mismatch)
+
+    def decode(rpc: str) -> Message | None:
         data = bundle.raw(rpc)
         if data is None or rpc not in binding.rpcs:
             return None
         return binding.rpc(rpc).response.cls.FromString(data)
 
-    drift = DriftLog(logging.getLogger("nomad_plugin.xdm.capture"))
-    law, infos, types, status = (
-        parsed(r) for r in ("ListAndWatch", "ListGpuInfo", "ListSupportedXPUType", "QueryStatus")
-    )
-    cards = adapter.cards_from_list_and_watch(law, drift, binding) if law is not None else []
-    facts = adapter.gpu_facts(infos, binding) if infos is not None else []
-    problems = [*binding.mismatch, *guards.card_problems(cards), *guards.facts_problems(facts)]
-    return Replay(
-        cards=cards,
-        facts=facts,
-        xpu_types=adapter.xpu_types(types, binding) if types is not None else [],
-        runtime_kit_enabled=adapter.runtime_kit_status(status, binding).enabled if status is not None else None,
-        problems=problems,
-    )
+    law, infos = decode("ListAndWatch"), decode("ListGpuInfo")
+    cards = adapter.cards_from_list_and_watch(law, DriftLog(), binding) if law is not None else []
+    facts = {f.minor: f for f in (adapter.gpu_facts(infos, binding) if infos is not None else [])}
+    problems += guards.card_problems(cards) + guards.facts_problems(list(facts.values()))
+    xpu = decode("ListSupportedXPUType")
+    status = decode("QueryStatus")
+    return {
+        "cards": [
+            {
+                "minor": c.minor,
+                "uuid": c.uuid,
+                "model": c.model,
+                "xpu_type": c.xpu_type,
+                "memory_mib": c.memory_mib,
+                "total_core": c.total_core,
+                "pci_bus_id": c.pci_bus_id,
+                "healthy": c.healthy,
+                "vendor": facts[c.minor].vendor if c.minor in facts else c.vendor,
+                "driver_version": facts[c.minor].driver_version if c.minor in facts else "",
+            }
+            for c in cards
+        ],
+        "xpu_types": sorted(adapter.xpu_types(xpu, binding)) if xpu is not None else [],
+        "runtime_kit_enabled": adapter.runtime_kit_status(status, binding).enabled if status is not None else None,
+        "problems": problems,
+    }
+
+
+def binding_report_hook(bundle: CaptureBundle, config: PluginConfig | None) -> dict[str, Any]:
+    """The binding report stored in a bundle: the binding the plugin would use
+    (:func:`bind_bundle`), its report lines, and the plausibility findings of
+    the captured answers decoded through it. Never raises."""
+    from nomad_plugin.xdm.binder import SchemaError
+
+    try:
+        binding = bind_bundle(bundle, config)
+    except SchemaError as exc:
+        return {"available": False, "why": str(exc)}
+    report = binding.report()
+    report["available"] = True
+    report["lines"] = binding.report_lines()
+    try:
+        report["findings"] = replay(bundle, binding)["problems"]
+    except Exception as exc:  # a bug report must still be written
+        report["findings"] = [f"replay failed: {type(exc).__name__}: {exc}"]
+    return report
 
 
 # ---------------------------------------------------------------- reading bundles
@@ -416,6 +421,15 @@ class CaptureBundle:
         if not entry.get("file"):
             return None
         return descriptor_pb2.FileDescriptorSet.FromString((self.root / entry["file"]).read_bytes())
+
+    def reflected_schema(self) -> descriptor_pb2.FileDescriptorSet | None:
+        """Both sockets' reflected descriptors as one set (files deduplicated by name)."""
+        files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+        for socket in SOCKETS:
+            fds = self.descriptor_set(socket)
+            for fdp in fds.file if fds is not None else ():
+                files.setdefault(fdp.name, fdp)
+        return descriptor_pb2.FileDescriptorSet(file=_ordered(files)) if files else None
 
     def decode(self, rpc: str) -> Message | None:
         """``rpc``'s response decoded with the bundle's own reflected schema (None without reflection)."""

@@ -1,11 +1,14 @@
-"""Replay every capture bundle under tests/captures/ (issue 12 item 6).
+"""Replay every capture bundle under tests/captures/ through the schema binder (issue 12 item 6).
 
 Each bundle directory holds what ``xdm-probe --capture`` wrote plus
-``expected-inventory.json``. Until the schema binder lands, a bundle with
-reflection descriptors is decoded with them and must give exactly the expected
-inventory; a bundle without is decoded with the builtin reconstruction and must
-give it exactly when its truth is the builtin schema, and must NOT when it is
-not (the silent trap the binder has to turn into a loud mismatch).
+``expected-inventory.json``, whose ``expect`` says what the default config
+(``xdm_schema = "auto"``) must make of it: exactly the inventory, or a loud
+mismatch (plausibility findings, never wrong cards passed as fine). Simulator
+bundles without reflection are also replayed with the served schema given as
+``xdm_schema`` (the emitted .proto directory and the descriptor set), which
+must give the inventory exactly. Independently of the binder, a bundle with
+reflection decodes right with its own descriptors, and the builtin numbers
+decode a renumbered bundle wrong without any error (the trap is real).
 """
 
 from __future__ import annotations
@@ -20,7 +23,19 @@ import pytest
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.xdm.capture import BINDING_REPORT, CAPTURED_RPCS, FORMAT, WRITING_RPCS, CaptureBundle, load_bundle
+from nomad_plugin.config.decode import decode_config
+from nomad_plugin.launcher.config import load_config, msgpack_config
+from nomad_plugin.sim.schema import DESCRIPTOR_SET_FILE, served_schema
+from nomad_plugin.xdm.capture import (
+    BINDING_REPORT,
+    CAPTURED_RPCS,
+    FORMAT,
+    WRITING_RPCS,
+    CaptureBundle,
+    bind_bundle,
+    load_bundle,
+    replay,
+)
 from tools.make_capture_bundles import BUNDLES, EXPECTED, make_bundle
 
 HERE = Path(__file__).resolve().parent
@@ -75,8 +90,47 @@ def test_bundle_is_complete_and_read_only(root: Path):
     assert set(bundle.manifest["versions"]) >= {"plugin", "python", "grpcio", "protobuf"}
 
 
+def _config(*sets: str):
+    return decode_config(msgpack_config(load_config(None, list(sets))))
+
+
 @pytest.mark.parametrize("root", BUNDLE_DIRS, ids=lambda p: p.name)
-def test_replay_gives_the_expected_inventory(root: Path):
+def test_binder_replay_gives_the_expected_inventory_or_a_loud_mismatch(root: Path):
+    bundle = load_bundle(root)
+    expected = _expected(root)
+    expect = json.loads((root / EXPECTED).read_text())["expect"]
+    got = replay(bundle, bind_bundle(bundle, _config()))
+    problems = got.pop("problems")
+    if expect == "inventory":
+        assert problems == []
+        assert got == expected
+    else:
+        assert expect == "mismatch"
+        assert problems, "wrong data passed every check"
+        assert got != expected
+    report = json.loads((root / BINDING_REPORT).read_text())
+    assert report["available"] and bool(report["findings"]) == (expect == "mismatch")
+
+
+@pytest.mark.parametrize("root", [p for p in BUNDLE_DIRS if (p / EXPECTED).exists() and json.loads(
+    (p / EXPECTED).read_text())["source"].get("kind") == "simulator"], ids=lambda p: p.name)  # fmt: skip
+@pytest.mark.parametrize("form", ["proto-dir", "descriptor-set"])
+def test_binder_replay_with_the_served_schema_as_xdm_schema(root: Path, form: str, tmp_path: Path):
+    truth = json.loads((root / EXPECTED).read_text())["source"]["schema"]
+    served_schema(truth).emit(tmp_path)
+    path = tmp_path if form == "proto-dir" else tmp_path / DESCRIPTOR_SET_FILE
+    if form == "proto-dir":
+        (tmp_path / DESCRIPTOR_SET_FILE).unlink()  # a directory of .proto files only
+    bundle = load_bundle(root)
+    binding = bind_bundle(bundle, _config(f'xdm_schema="{path}"'))
+    assert binding.source == str(path)
+    got = replay(bundle, binding)
+    assert got.pop("problems") == []
+    assert got == _expected(root)
+
+
+@pytest.mark.parametrize("root", BUNDLE_DIRS, ids=lambda p: p.name)
+def test_replay_without_the_binder(root: Path):
     bundle = load_bundle(root)
     expected = _expected(root)
     truth = json.loads((root / EXPECTED).read_text())["source"]
@@ -103,42 +157,3 @@ def test_capture_from_a_live_simulator_matches_the_shipped_bundle(spec, tmp_path
     for rpc in ("ListSupportedXPUType", "ListGpuInfo", "ListAndWatch", "QueryStatus"):
         assert fresh.raw(rpc) == shipped.raw(rpc), rpc
     assert _expected(tmp_path / spec.name) == _expected(HERE / spec.name)
-
-
-@pytest.mark.parametrize("root", BUNDLE_DIRS, ids=lambda p: p.name)
-def test_replay_through_the_binder(root: Path):
-    """The plugin's own path: bind the bundle's schema source, decode with the adapter,
-    judge with the guards. The real schema gives exactly the expected inventory; the
-    builtin guess on a renumbered capture is a loud mismatch, never wrong cards."""
-    from nomad_plugin.xdm.capture import bundle_binding, replay
-
-    bundle = load_bundle(root)
-    binding = bundle_binding(bundle)
-    got = replay(bundle, binding)
-    expected = _expected(root)
-    truth = json.loads((root / EXPECTED).read_text())["source"]
-    if bundle.descriptor_set("dp2mgr") is None and truth.get("schema") != "builtin":
-        assert binding.source == "builtin"
-        assert any("do not look like UUIDs" in p for p in got.problems), got.problems
-        return
-    assert got.problems == []
-    facts = {f.minor: f for f in got.facts}
-    cards = [
-        {
-            "minor": c.minor, "uuid": c.uuid, "model": c.model, "xpu_type": c.xpu_type, "memory_mib": c.memory_mib,
-            "total_core": c.total_core, "pci_bus_id": c.pci_bus_id, "healthy": c.healthy,
-            "vendor": facts[c.minor].vendor, "driver_version": facts[c.minor].driver_version,
-        }
-        for c in got.cards
-    ]  # fmt: skip
-    assert cards == expected["cards"]
-    assert sorted(got.xpu_types) == expected["xpu_types"]
-    assert got.runtime_kit_enabled == expected["runtime_kit_enabled"]
-
-
-@pytest.mark.parametrize("root", BUNDLE_DIRS, ids=lambda p: p.name)
-def test_shipped_binding_report_is_the_binders(root: Path):
-    from nomad_plugin.xdm.capture import binding_report_hook
-
-    shipped = json.loads((root / BINDING_REPORT).read_text())
-    assert shipped == json.loads(json.dumps(binding_report_hook(load_bundle(root), None), sort_keys=True))

@@ -271,3 +271,18 @@ def test_cli_help_and_bad_schema(tmp_path):
     bad = subprocess.run([*CMD, "--schema", "weird", "--emit-schema", str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and "invalid choice: 'weird'" in bad.stderr
+
+
+def test_drift_modes_apply_on_top_of_the_served_schema(make_sim):
+    """extra-fields / status-shift act on the served message, so the defences can be tested per schema."""
+    sim, c = make_sim(schema="renumbered", reflection=True, drift="extra-fields,status-shift", control=False)
+    pool = pool_from_reflection(c.channel)
+    device = PoolClient(c.channel, pool.FindServiceByName("xdm.XpuDeviceManagerService"))
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    listed = device.call("ListAndWatch")
+    assert listed.devices[1].uuid == sim.cards[1].uuid
+    assert {f.field_number for f in UnknownFieldSet(listed.devices[1])} == {1000, 1001}
+    refused = device.call("Allocate", device.request("Allocate", id=""))
+    assert refused.status == 0 and refused.message == ""  # moved to 15/16: looks like success (R3)
+    assert {f.field_number for f in UnknownFieldSet(refused)} >= {15, 16}
