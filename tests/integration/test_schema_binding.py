@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.hostlib import Event, HostProcess, start_host
+from tests.conformance.hostlib import Event, HostProcess, run_host, start_host
 from tests.integration.harness import Node, assert_conformant, group_attrs, group_map, reserve, set_of, sim_node
 
 PROFILE = "h800-8"
@@ -137,9 +137,11 @@ def test_a_renumbered_with_reflection_default_config(node_with: Opened, baseline
 
 
 def test_b_renumbered_with_the_official_proto_directory(node_with: Opened, baseline: dict[str, Any]) -> None:
-    node, proc = node_with("renumbered", False, set_of("xdm_schema", "@OFFICIAL@"), emit=True)
+    aliases = set_of("xdm_field_aliases", [{"Device.totalMemory": "totalMemory"}])  # Nomad's HCL1 map shape
+    node, proc = node_with("renumbered", False, set_of("xdm_schema", "@OFFICIAL@"), aliases, emit=True)
     same(view(node, proc, "b"), baseline)
     _report_logged(proc, r"XDM schema binding \(source /\S+/official,")
+    _report_logged(proc, r"Device\.totalMemory -> xdm\.Device\.totalMemory #\d+ int64 \(xdm_field_aliases\)")
     _finish_clean(proc)
 
 
@@ -148,6 +150,19 @@ def test_c_renumbered_with_the_descriptor_set(node_with: Opened, baseline: dict[
     same(view(node, proc, "c"), baseline)
     _report_logged(proc, r"XDM schema binding \(source /\S+/descriptor_set\.pb")
     _finish_clean(proc)
+
+
+def test_bad_schema_path_fails_setconfig_naming_the_file_and_the_parser(conformance_host: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "api_outer.proto"
+    broken.write_text('syntax = "proto3";\nmessage Device { int32 minor = 1 }\n')
+    with sim_node(PROFILE) as node:
+        args = [*node.plugin_args(set_of("xdm_schema", str(broken)), phase="all"), "--duration", "1"]
+        run = run_host(args, binary=conformance_host)
+    failed = [e for e in run.of("set_config") if not e["ok"]]
+    assert failed, run.describe()
+    assert {e["code"] for e in failed} == {"InvalidArgument"}
+    message = failed[0]["message"]
+    assert message.startswith('config option "xdm_schema": ') and str(broken) in message and 'Expected ";"' in message
 
 
 def test_d_renumbered_read_with_the_builtin_guess_is_a_loud_mismatch(node_with: Opened) -> None:
