@@ -28,6 +28,12 @@ plugin "nomad-device-lingjun" {
     # Deadline of every unary XDM call.
     xdm_call_timeout = "5s"
 
+    # XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).
+    xdm_schema = "auto"
+
+    # Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.
+    xdm_field_aliases = []
+
     # Lowest level written to Nomad's agent log.
     log_level = "info"
 

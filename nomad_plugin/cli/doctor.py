@@ -165,7 +165,22 @@ class Doctor:
         finally:
             client.close()
 
+    def _schema(self, client: Any) -> None:
+        """The binding report of XDM's schema (``xdm_schema``), printed in full."""
+        try:
+            client.binding()
+        except PluginError as exc:
+            if getattr(exc, "kind", "") != "schema-mismatch":
+                return  # XDM unreachable: the "xdm" check says why
+        bound = client.last_binding
+        report = "\n".join(["", *bound.report_lines()]) if bound is not None else ""
+        if client.last_bind_error:
+            self.add("xdm schema", FAIL, client.last_bind_error + report, _SCHEMA_NEXT_STEP)
+        elif bound is not None:
+            self.add("xdm schema", OK, f"bound from {bound.source}{report}")
+
     def _xdm_calls(self, client: Any) -> None:
+        self._schema(client)
         try:
             service = client.device_service()
             types = client.list_supported_xpu_types()
@@ -220,6 +235,10 @@ class Doctor:
             )
             return
         models = sorted({c.model for c in cards})
+        finding = client.schema_finding()
+        if finding:
+            self.add("inventory", FAIL, f"{len(cards)} cards, none trusted: {finding}", _SCHEMA_NEXT_STEP)
+            return
         self.add("inventory", OK, f"{len(cards)} cards: {', '.join(models)}")
         broken = [c for c in cards if c.topology.error]
         if broken:
@@ -337,12 +356,19 @@ class Doctor:
         return self.findings
 
 
+_SCHEMA_NEXT_STEP = (
+    "set xdm_schema to XDM's official api_outer.proto (a file, a directory or a descriptor set; no rebuild), "
+    "or map a renamed field with xdm_field_aliases; `nomad-device-lingjun xdm-probe --capture DIR` for a bug report"
+)
+
+
 def _xdm_next_step(kind: str) -> str:
     return {
         "socket-missing": "start XDM (Runtime Kit Controller job) or fix xdm_socket",
         "connection-refused": "the socket file is stale: XDM has crashed or is restarting; check XDM's service and logs",
         "permission-denied": "run the Nomad client (and doctor) as root: XDM sockets are root-only",
         "unimplemented": "XDM answers but not with a known service name: set xdm_service (see `xdm-probe`)",
+        "schema-mismatch": _SCHEMA_NEXT_STEP,
         "timeout": "XDM accepted the connection but did not answer in xdm_call_timeout; check its load and logs",
     }.get(kind, "run `nomad-device-lingjun xdm-probe --raw` for details")
 

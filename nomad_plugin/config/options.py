@@ -16,7 +16,7 @@ DEFAULT_SOCKET_DIR = "/run/amp/eKitC/xdm/sockets"
 @dataclass(frozen=True)
 class Option:
     name: str
-    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)"
+    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)" | "list(map(string))"
     default: Any
     doc: str
     choices: tuple[str, ...] = ()
@@ -56,6 +56,19 @@ OPTIONS: tuple[Option, ...] = (
         choices=("explicit", "omit-zero"),
     ),
     Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call.", duration=True),
+    Option(
+        "xdm_schema",
+        "string",
+        "auto",
+        "XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, "
+        "or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).",
+    ),
+    Option(
+        "xdm_field_aliases",
+        "list(map(string))",
+        [],
+        'Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.',
+    ),
     # --- logging and state ---------------------------------------------------
     Option(
         "log_level",
