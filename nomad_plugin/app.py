@@ -244,15 +244,15 @@ class PluginApp:
         reserver = self.reserver
         if reserver is None:
             return None
-        for entry in reserver.entries():
-            if instance_id in entry.device_ids:
-                return GrantInfo(
-                    grant_id=entry.grant_id,
-                    core_limit_percent=sum(a.core for a in entry.asks),
-                    memory_limit_gib=sum(a.memory_gib for a in entry.asks),
-                    slices=sum(a.slices for a in entry.asks),
-                )
-        return None
+        entry = reserver.holder(instance_id)
+        if entry is None:
+            return None
+        return GrantInfo(
+            grant_id=entry.grant_id,
+            core_limit_percent=sum(a.core for a in entry.asks),
+            memory_limit_gib=sum(a.memory_gib for a in entry.asks),
+            slices=sum(a.slices for a in entry.asks),
+        )
 
     # -- the three Nomad calls ------------------------------------------------------------
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:

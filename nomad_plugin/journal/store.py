@@ -52,6 +52,7 @@ import os
 import stat
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -267,6 +268,10 @@ class Journal:
         self._size = 0  # bytes of it applied (end of the last complete record)
         self._records = 0  # log records after the snapshot
         self._needs_compaction = False
+        self._generation = 0  # bumped whenever this process's view of the entries changes
+        # Derived views, kept in step with _entries so lookups never scan every grant.
+        self._by_device: dict[str, dict[str, JournalEntry]] = {}  # device ID -> grant id -> entry
+        self._card_kinds: dict[str, Counter[str]] = {}  # card UUID -> kind -> live entries
         self._prepare_dir()
         self._dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         with self._lock, self._flock(fcntl.LOCK_EX):
@@ -282,6 +287,30 @@ class Journal:
         with self._lock, self._flock(fcntl.LOCK_SH):
             self._catch_up()
             return self._entries.get(grant_id)
+
+    def holders(self, device_id: str) -> list[JournalEntry]:
+        """The entries naming ``device_id``, oldest first, from this process's view (no disk access).
+
+        Constant time whatever the number of grants: the stats layout asks once
+        per instance per tick. Call ``len()`` first to catch up with other processes.
+        """
+        with self._lock:
+            return list(self._by_device.get(device_id, {}).values())
+
+    def kinds_by_card(self) -> dict[str, frozenset[str]]:
+        """Card UUID -> the kinds of the entries on it, from this process's view (no disk access)."""
+        with self._lock:
+            return {card: frozenset(kinds) for card, kinds in self._card_kinds.items()}
+
+    @property
+    def generation(self) -> int:
+        """A counter that changes whenever the entries this process knows change.
+
+        Reading it never touches the disk (changes by other processes show up
+        at the next read or write), so callers can cheaply cache views derived
+        from ``entries()``.
+        """
+        return self._generation
 
     def __len__(self) -> int:
         with self._lock, self._flock(fcntl.LOCK_SH):
@@ -299,8 +328,8 @@ class Journal:
                 )
             canon = _canonical(entry.to_json())
             self._append(_record_bytes(_PUT, canon))
-            self._entries[entry.grant_id] = entry
-            self._canon[entry.grant_id] = canon
+            self._set(entry, canon)
+            self._generation += 1
             self._maybe_compact()
 
     def remove(self, grant_id: str) -> bool:
@@ -309,8 +338,8 @@ class Journal:
             if grant_id not in self._entries:
                 return False
             self._append(_record_bytes(_DEL, json.dumps(grant_id)))
-            del self._entries[grant_id]
-            self._canon.pop(grant_id, None)
+            self._drop(grant_id)
+            self._generation += 1
             self._maybe_compact()
             return True
 
@@ -373,7 +402,10 @@ class Journal:
         if self._fd >= 0 and self._fd != fd:
             os.close(self._fd)
         self._fd = fd
-        self._entries, self._canon = parsed.entries, parsed.canon
+        if parsed.entries is not self._entries:
+            self._generation += 1
+            self._entries, self._canon = parsed.entries, parsed.canon
+            self._reindex()
         self._size = parsed.good_size
         self._records = parsed.records
         self._needs_compaction = parsed.needs_compaction
@@ -400,10 +432,15 @@ class Journal:
                 return
             if on_disk.st_size > self._size and not self._needs_compaction:
                 ops, good, _torn = _read_records(_read_from(self._fd, self._size, on_disk.st_size - self._size), 0)
-                current = _Parsed(self._entries, self._canon, records=self._records)
-                _apply(current, ops)
+                for grant_id, put in ops:
+                    if put is None:
+                        self._drop(grant_id)
+                    else:
+                        self._set(*put)
+                if ops:
+                    self._generation += 1
                 self._size += good
-                self._records = current.records
+                self._records += len(ops)
                 return
         # Replaced (compacted by another process) or cut short: read it again whole.
         self._load()
@@ -439,8 +476,52 @@ class Journal:
         self._replace_with(_snapshot_bytes(self._canon[gid] for gid in self._entries))
 
     def _reset_empty(self) -> None:
+        if self._entries:
+            self._generation += 1
         self._entries, self._canon = {}, {}
+        self._reindex()
         self._replace_with(_snapshot_bytes(()))
+
+    # -- the derived views -------------------------------------------------------
+    def _set(self, entry: JournalEntry, canon: str) -> None:
+        if entry.grant_id in self._entries:
+            self._unindex(self._entries[entry.grant_id])
+        self._entries[entry.grant_id] = entry
+        self._canon[entry.grant_id] = canon
+        self._index(entry)
+
+    def _drop(self, grant_id: str) -> None:
+        entry = self._entries.pop(grant_id, None)
+        self._canon.pop(grant_id, None)
+        if entry is not None:
+            self._unindex(entry)
+
+    def _reindex(self) -> None:
+        self._by_device, self._card_kinds = {}, {}
+        for entry in self._entries.values():
+            self._index(entry)
+
+    def _index(self, entry: JournalEntry) -> None:
+        for device_id in entry.device_ids:
+            self._by_device.setdefault(device_id, {})[entry.grant_id] = entry
+        for card in entry.cards:
+            self._card_kinds.setdefault(card, Counter())[entry.kind] += 1
+
+    def _unindex(self, entry: JournalEntry) -> None:
+        for device_id in entry.device_ids:
+            holders = self._by_device.get(device_id)
+            if holders is not None:
+                holders.pop(entry.grant_id, None)
+                if not holders:
+                    del self._by_device[device_id]
+        for card in entry.cards:
+            kinds = self._card_kinds.get(card)
+            if kinds is not None:
+                kinds[entry.kind] -= 1
+                if kinds[entry.kind] <= 0:
+                    del kinds[entry.kind]
+                if not kinds:
+                    del self._card_kinds[card]
 
     def _replace_with(self, data: bytes) -> None:
         """Write ``data`` as the whole journal: temp file, fsync, rename, directory fsync."""

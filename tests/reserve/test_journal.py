@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -253,3 +254,22 @@ def test_two_processes_writing_at_once_lose_no_update(tmp_path):
     j = Journal(tmp_path)
     assert j.corrupt_set_aside is None
     assert {e.grant_id for e in j.entries()} == expected
+
+
+def test_holders_and_kinds_follow_every_change_including_other_writers(tmp_path):
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    one.put(entry("a"))
+    one.put(dataclasses.replace(entry("b"), kind="share", device_ids=("a-dev-a", "b-only"), cards=("C2",)))
+    assert [e.grant_id for e in one.holders("a-dev-a")] == ["a", "b"]
+    assert one.kinds_by_card() == {"C1": frozenset({"whole"}), "C2": frozenset({"whole", "share"})}
+    one.remove("a")
+    assert [e.grant_id for e in one.holders("a-dev-a")] == ["b"] and one.holders("a-dev-b") == []
+    assert one.kinds_by_card() == {"C2": frozenset({"share"})}
+    generation = two.generation
+    assert len(two) == 1  # catches up with what the other instance wrote
+    assert two.generation != generation
+    assert [e.grant_id for e in two.holders("b-only")] == ["b"]
+    assert two.kinds_by_card() == {"C2": frozenset({"share"})}
+    two.compact()
+    one.put(entry("c"))
+    assert len(two) == 2 and [e.grant_id for e in two.holders("c-dev-a")] == ["c"]
