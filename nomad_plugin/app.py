@@ -303,6 +303,17 @@ class PluginApp:
             return
         yield from engine.responses(interval, cancel)
 
+    def stats_bytes(self, interval: float, cancel: threading.Event) -> Iterator[bytes]:
+        """``stats`` already serialised: what the gRPC servicer sends (encoded once per tick)."""
+        self._ensure_started()
+        engine = self.stats_engine
+        if engine is None:
+            while not cancel.is_set():
+                yield b""
+                cancel.wait(max(interval, 1.0))
+            return
+        yield from engine.serialized_responses(interval, cancel)
+
     def close(self) -> None:
         """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""
         with self._lock:
