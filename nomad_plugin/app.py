@@ -15,6 +15,7 @@ plugin three times at every agent start, and two of them never need them.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -68,6 +69,7 @@ class PluginApp:
         self._stale_entries: list[str] = []
         self._sent_catalog: Catalog = Catalog()
         self._threads: list[threading.Thread] = []
+        self._heap_settled = False
 
     # -- configuration -------------------------------------------------------------
     def set_config(self, config: PluginConfig) -> None:
@@ -268,10 +270,24 @@ class PluginApp:
             if self.metrics is not None:
                 self.metrics.fingerprint_sent()
             yield response
+            if not self._heap_settled and response.device_group:
+                self._settle_heap()
             # gRPC resumes the generator once the message went out: from now
             # on Stats may speak of the groups it introduced.
             if catalog is not None:
                 self._sent_catalog = catalog
+
+    def _settle_heap(self) -> None:
+        """Once the first devices are out: move everything built so far out of the cyclic GC's sight.
+
+        Modules, the gRPC server and the first catalog are tens of thousands of
+        long-lived objects; each full collection walked them all, and on a big
+        node such a pause landed in the middle of a Reserve (tens of ms; issue 14).
+        ``gc.freeze`` leaves them to reference counting, which frees them anyway.
+        """
+        self._heap_settled = True
+        gc.collect()
+        gc.freeze()
 
     def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
         if not device_ids:
