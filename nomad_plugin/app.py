@@ -15,6 +15,7 @@ plugin three times at every agent start, and two of them never need them.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -68,6 +69,7 @@ class PluginApp:
         self._stale_entries: list[str] = []
         self._sent_catalog: Catalog = Catalog()
         self._threads: list[threading.Thread] = []
+        self._heap_settled = False
 
     # -- configuration -------------------------------------------------------------
     def set_config(self, config: PluginConfig) -> None:
@@ -244,15 +246,15 @@ class PluginApp:
         reserver = self.reserver
         if reserver is None:
             return None
-        for entry in reserver.entries():
-            if instance_id in entry.device_ids:
-                return GrantInfo(
-                    grant_id=entry.grant_id,
-                    core_limit_percent=sum(a.core for a in entry.asks),
-                    memory_limit_gib=sum(a.memory_gib for a in entry.asks),
-                    slices=sum(a.slices for a in entry.asks),
-                )
-        return None
+        entry = reserver.holder(instance_id)
+        if entry is None:
+            return None
+        return GrantInfo(
+            grant_id=entry.grant_id,
+            core_limit_percent=sum(a.core for a in entry.asks),
+            memory_limit_gib=sum(a.memory_gib for a in entry.asks),
+            slices=sum(a.slices for a in entry.asks),
+        )
 
     # -- the three Nomad calls ------------------------------------------------------------
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
@@ -268,10 +270,24 @@ class PluginApp:
             if self.metrics is not None:
                 self.metrics.fingerprint_sent()
             yield response
+            if not self._heap_settled and response.device_group:
+                self._settle_heap()
             # gRPC resumes the generator once the message went out: from now
             # on Stats may speak of the groups it introduced.
             if catalog is not None:
                 self._sent_catalog = catalog
+
+    def _settle_heap(self) -> None:
+        """Once the first devices are out: move everything built so far out of the cyclic GC's sight.
+
+        Modules, the gRPC server and the first catalog are tens of thousands of
+        long-lived objects; each full collection walked them all, and on a big
+        node such a pause landed in the middle of a Reserve (tens of ms; issue 14).
+        ``gc.freeze`` leaves them to reference counting, which frees them anyway.
+        """
+        self._heap_settled = True
+        gc.collect()
+        gc.freeze()
 
     def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
         if not device_ids:
@@ -302,6 +318,17 @@ class PluginApp:
                 cancel.wait(max(interval, 1.0))
             return
         yield from engine.responses(interval, cancel)
+
+    def stats_bytes(self, interval: float, cancel: threading.Event) -> Iterator[bytes]:
+        """``stats`` already serialised: what the gRPC servicer sends (encoded once per tick)."""
+        self._ensure_started()
+        engine = self.stats_engine
+        if engine is None:
+            while not cancel.is_set():
+                yield b""
+                cancel.wait(max(interval, 1.0))
+            return
+        yield from engine.serialized_responses(interval, cancel)
 
     def close(self) -> None:
         """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""

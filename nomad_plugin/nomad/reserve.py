@@ -246,11 +246,14 @@ class Reserver:
 
     def _release_previous_holders(self, plan: RequestPlan) -> None:
         """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
-        wanted = {i.id for i in plan.instances}
-        for old in self.journal.entries():
-            if wanted.intersection(old.device_ids):
-                self._release_locked(old, "its device IDs were handed to a new allocation")
-                self.counters.inc("grants_released_by_reserve")
+        len(self.journal)  # catch up with changes other processes made
+        olds: dict[str, JournalEntry] = {}
+        for instance in plan.instances:
+            for old in self.journal.holders(instance.id):
+                olds.setdefault(old.grant_id, old)
+        for old in olds.values():
+            self._release_locked(old, "its device IDs were handed to a new allocation")
+            self.counters.inc("grants_released_by_reserve")
 
     def _abandon(self, entry: JournalEntry, why: str) -> None:
         log.warning("grant %s abandoned (%s); releasing it", entry.grant_id, why)
@@ -308,11 +311,12 @@ class Reserver:
 
     def active_kinds(self) -> Mapping[str, frozenset[Kind]]:
         """Card UUID -> kinds of grants held on it (for the fingerprint's conflict marking)."""
-        kinds: dict[str, set[Kind]] = defaultdict(set)
-        for entry in self.journal.entries():
-            for card in entry.cards:
-                kinds[card].add(Kind(entry.kind))
-        return {card: frozenset(k) for card, k in kinds.items()}
+        return {card: frozenset(Kind(k) for k in kinds) for card, kinds in self.journal.kinds_by_card().items()}
+
+    def holder(self, device_id: str) -> JournalEntry | None:
+        """The journalled grant that holds ``device_id`` (for the stats layout), or None."""
+        holders = self.journal.holders(device_id)
+        return holders[0] if holders else None
 
     # -- internals --------------------------------------------------------------------
     def _put(self, entry: JournalEntry) -> None:
