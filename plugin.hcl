@@ -88,7 +88,7 @@ plugin "nomad-device-lingjun" {
     # Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646.
     nomad_address = ""
 
-    # ACL token with node:read; empty = $NOMAD_TOKEN.
+    # ACL token with node:read, agent:read and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.
     nomad_token = ""
 
     # CA bundle for the agent's TLS; empty = $NOMAD_CACERT.

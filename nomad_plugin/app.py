@@ -30,13 +30,17 @@ from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
     from nomad_plugin.backend import Backend
+    from nomad_plugin.journal import JournalEntry
+    from nomad_plugin.journal.owner import OwnerLock
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics.plugin import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
+    from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
     from nomad_plugin.stats.layout import GrantInfo
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 HOUSEKEEPING_PERIOD = 5.0
+#: How long the plugin waits for an operator command that holds the journal's owner lock.
+OWNER_LOCK_WAIT = 10.0
 
 
 class JournalUnavailable(PluginError):
@@ -61,6 +67,8 @@ class PluginApp:
         self.fingerprint: FingerprintEngine | None = None
         self.reserver: Reserver | None = None
         self.reconciler: Reconciler | None = None
+        self.requests: RequestWatcher | None = None
+        self.owner_lock: OwnerLock | None = None
         self.feed: MetricsFeed | None = None
         self.stats_engine: StatsEngine | None = None
         self.metrics: PluginMetrics | None = None
@@ -142,9 +150,16 @@ class PluginApp:
         self._spawn("housekeeping", self._housekeeping)
 
     def _open_journal(self, config: PluginConfig) -> Journal | None:
+        from nomad_plugin.journal.owner import OwnerLock
         from nomad_plugin.journal.store import Journal
 
         try:
+            lock = OwnerLock(config.data_dir)
+            # An operator's `grants release` holds it for a moment while no plugin runs.
+            if not lock.acquire(timeout=OWNER_LOCK_WAIT):
+                log.warning("%s is held by another process; opening the journal anyway", lock.path)
+            else:
+                self.owner_lock = lock
             return Journal(config.data_dir)
         except (OSError, PluginError, ValueError) as exc:
             self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
@@ -198,8 +213,15 @@ class PluginApp:
         client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
         fingerprint = self.fingerprint
         assert fingerprint is not None
+        from nomad_plugin.reconcile.state import state_path
+
         reconciler = Reconciler(
-            reserver, client, fingerprint.catalog, grace=config.release_grace_period, node_id=config.nomad_node_id
+            reserver,
+            client,
+            fingerprint.catalog,
+            grace=config.release_grace_period,
+            node_id=config.nomad_node_id,
+            state_path=state_path(config.data_dir),
         )
         with self._lock:
             if self._closed.is_set():
@@ -208,6 +230,28 @@ class PluginApp:
                 return
             self.reconciler = reconciler
         reconciler.start()
+        self._start_requests(reserver, config, reconciler)
+
+    def _start_requests(self, reserver: Reserver, config: PluginConfig, reconciler: Reconciler) -> None:
+        """Operator `grants release` requests while the plugin runs (reconcile/requests.py)."""
+        from nomad_plugin.reconcile.requests import RequestWatcher
+
+        def live_holder(entry: JournalEntry) -> AllocView | None:
+            page = reconciler.last_page
+            if page is None:
+                return None
+            ids = set(entry.device_ids)
+            return next((a for a in page.allocs if a.live and a.device_ids & ids), None)
+
+        watcher = RequestWatcher(reserver, config.data_dir, live_holder)
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self.requests = watcher
+        try:
+            watcher.start()
+        except OSError as exc:
+            log.error("operator requests directory cannot be used: %s", exc)
 
     def _housekeeping(self) -> None:
         """Mirror lifecycle counters into the Prometheus metrics every few seconds."""
@@ -218,6 +262,7 @@ class PluginApp:
                 continue
             snap = reserver.counters.snapshot()
             metrics.journal_size(snap["journal_size"])
+            metrics.nomad_view(bool(snap["view_incomplete"]), snap["unverifiable_grants"])
             for _ in range(snap["grants_released_by_reconcile"] - seen.get("released", 0)):
                 metrics.grant_released_by_reconcile()
             for _ in range(snap["leaked_grants_found"] - seen.get("leaked", 0)):
@@ -335,7 +380,9 @@ class PluginApp:
         with self._lock:
             self._closed.set()
         steps: list[tuple[str, Callable[[], None]]] = []
-        reconciler, feed = self.reconciler, self.feed
+        reconciler, feed, requests = self.reconciler, self.feed, self.requests
+        if requests is not None:
+            steps.append(("operator requests", lambda: requests.stop(timeout=0.2)))
         if reconciler is not None:
             steps.append(("reconciler", lambda: reconciler.stop(timeout=0.2)))
         if feed is not None:

@@ -47,7 +47,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import stat
 import threading
@@ -59,10 +58,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal.entry import JournalEntry
 from nomad_plugin.model.errors import PluginError
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 VERSION = 1
 FILE_NAME = "journal.json"
@@ -278,6 +278,20 @@ class Journal:
             self._open()
 
     # -- reading -------------------------------------------------------------
+    @classmethod
+    def snapshot(cls, data_dir: str | os.PathLike[str]) -> list[JournalEntry]:
+        """The entries on disk, read without opening the journal for writing.
+
+        For operator commands that run next to the plugin (``grants``): no
+        temp-file cleanup, no set-aside, no write. An absent journal is empty;
+        an unreadable one raises ``JournalCorrupt``.
+        """
+        try:
+            data = (Path(data_dir) / FILE_NAME).read_bytes()
+        except FileNotFoundError:
+            return []
+        return decode(data)
+
     def entries(self) -> list[JournalEntry]:
         with self._lock, self._flock(fcntl.LOCK_SH):
             self._catch_up()

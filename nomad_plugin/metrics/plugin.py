@@ -67,6 +67,16 @@ class PluginMetrics:
         self._leaked = Counter(
             "lingjun_plugin_leaked_grants_found", "Grants held in XDM that no journal entry explains.", registry=reg
         )
+        self._view_incomplete = Gauge(
+            "lingjun_plugin_nomad_view_incomplete",
+            "1 while the Nomad token cannot read every namespace (grants are then released only on evidence).",
+            registry=reg,
+        )
+        self._unverifiable = Gauge(
+            "lingjun_plugin_unverifiable_grants",
+            "Grants kept because no allocation visible to the token claimed them while the view is incomplete.",
+            registry=reg,
+        )
 
     @classmethod
     def for_config(cls, config: PluginConfig) -> PluginMetrics:
@@ -100,6 +110,11 @@ class PluginMetrics:
     def grant_released_by_reconcile(self) -> None:
         if self.enabled:
             self._released.inc()
+
+    def nomad_view(self, incomplete: bool, unverifiable: int) -> None:
+        if self.enabled:
+            self._view_incomplete.set(1 if incomplete else 0)
+            self._unverifiable.set(max(0, unverifiable))
 
     def leaked_grant_found(self) -> None:
         if self.enabled:

@@ -27,6 +27,7 @@ from dataclasses import replace
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.backend import Backend
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.catalog import build_catalog, check_modes
 from nomad_plugin.model.health import (
@@ -41,7 +42,7 @@ from nomad_plugin.model.instances import Catalog, Kind
 from nomad_plugin.nomad.fingerprint import build_response, serialize
 from nomad_plugin.nomad.validate import sanitize
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 GrantsView = Callable[[], Mapping[str, frozenset[Kind]]]
 

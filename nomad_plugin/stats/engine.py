@@ -10,20 +10,20 @@ replaces its copy instead of keeping stale numbers.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from nomad_plugin._proto.nomad import device_pb2
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.stats.assemble import StatsAssembler
 from nomad_plugin.stats.cache import Clock, MetricsCache
 from nomad_plugin.stats.layout import GrantLookup, build_stats, no_grants
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

@@ -266,7 +266,7 @@ def check_journal_bytes(data: bytes, directory: Path | None = None) -> str:
         (d / FILE_NAME).write_bytes(data)
         records: list[logging.LogRecord] = []
         handler = _ListHandler(records)
-        logger = logging.getLogger(journal_store.__name__)
+        logger = journal_store.log  # the module logger, under the plugin tree
         logger.addHandler(handler)
         try:
             journal = Journal(d)

@@ -241,7 +241,7 @@ def test_leak_reported_for_live_alloc_without_entry(tmp_path, api):
 def test_wrong_shape_is_an_error_not_a_release(tmp_path, api, monkeypatch):
     reserver, backend, rec = setup(tmp_path, api, grace=0)
     gid = grant_of(reserver, [card_uuid(0)])
-    monkeypatch.setattr(api, "_node_allocs", lambda node, q: (200, {"not": "a list"}, 5))
+    monkeypatch.setattr(api, "_node_allocs", lambda node, q, acl: (200, {"not": "a list"}, 5))
     with pytest.raises(NomadApiError) as err:
         rec.round()
     assert err.value.kind == "bad-response" and gid in backend.grants
