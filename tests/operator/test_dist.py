@@ -15,6 +15,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.launcher import PluginProcess
+from nomad_plugin.util.bundle import restore_child_environment
 from tests.conformance.hostlib import REPO, build_host, run_host
 
 DIST = REPO / "dist" / PLUGIN_NAME
@@ -212,3 +214,18 @@ def test_damaged_file_and_bad_cache_dir_fail_clearly(dist: Path, no_python: dict
     relative = run([str(dist), "--version"], {**no_python, CACHE_ENV: "relative/dir"}, tmp_path)
     assert relative.returncode == 1 and relative.stdout == ""
     assert f"must be an absolute path, got 'relative/dir' (set {CACHE_ENV})" in relative.stderr
+
+
+def test_children_get_the_nodes_library_path_not_the_bundles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit test of what the dist file's entry does before anything else (no dist file needed)."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    env = {"LD_LIBRARY_PATH": "/cache/b/_internal:/opt/x", "LD_LIBRARY_PATH_ORIG": "/opt/x", "HOME": "/root"}
+    restore_child_environment(env)
+    assert env == {"LD_LIBRARY_PATH": "/opt/x", "PYINSTALLER_RESET_ENVIRONMENT": "1", "HOME": "/root"}
+    env = {"LD_LIBRARY_PATH": "/cache/b/_internal"}
+    restore_child_environment(env)
+    assert env == {"PYINSTALLER_RESET_ENVIRONMENT": "1"}
+    monkeypatch.delattr(sys, "frozen")
+    env = {"LD_LIBRARY_PATH": "/opt/x"}
+    restore_child_environment(env)
+    assert env == {"LD_LIBRARY_PATH": "/opt/x"}  # the console script leaves it alone
