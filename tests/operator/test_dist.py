@@ -216,6 +216,30 @@ def test_damaged_file_and_bad_cache_dir_fail_clearly(dist: Path, no_python: dict
     assert f"must be an absolute path, got 'relative/dir' (set {CACHE_ENV})" in relative.stderr
 
 
+def test_old_glibc_is_named_before_anything_is_unpacked(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    getconf = Path(no_python["PATH"]) / "getconf"
+    getconf.unlink()
+    getconf.write_text("#!/bin/sh\necho 'glibc 2.17'\n")
+    getconf.chmod(0o755)
+    cache = tmp_path / "cache"
+    old = run([str(dist), "--version"], {**no_python, CACHE_ENV: str(cache)}, tmp_path)
+    assert old.returncode == 1 and old.stdout == ""
+    assert "needs glibc >= 2." in old.stderr and "this node has 2.17" in old.stderr, old.stderr
+    assert not cache.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_refuses_a_build_directory_owned_by_someone_else(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = {**no_python, CACHE_ENV: str(cache)}
+    assert run([str(dist), "--version"], env, tmp_path).returncode == 0
+    (build,) = builds(cache)
+    os.chown(cache / build, 65534, 65534)
+    refused = run([str(dist), "--version"], env, tmp_path)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "is not owned by this user; refusing to run it" in refused.stderr, refused.stderr
+
+
 def test_children_get_the_nodes_library_path_not_the_bundles(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unit test of what the dist file's entry does before anything else (no dist file needed)."""
     monkeypatch.setattr(sys, "frozen", True, raising=False)
