@@ -253,3 +253,12 @@ def test_children_get_the_nodes_library_path_not_the_bundles(monkeypatch: pytest
     env = {"LD_LIBRARY_PATH": "/opt/x"}
     restore_child_environment(env)
     assert env == {"LD_LIBRARY_PATH": "/opt/x"}  # the console script leaves it alone
+
+
+def test_cache_location_honours_xdg_cache_home(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    done = run([str(dist), "--version"], {**no_python, "XDG_CACHE_HOME": str(xdg)}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(builds(xdg / PLUGIN_NAME)) == 1
+    assert not (Path(no_python["HOME"]) / ".cache").exists()
+    assert oct((xdg / PLUGIN_NAME).stat().st_mode & 0o777) == "0o700"
