@@ -143,8 +143,12 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
     """The onedir bundle (build/pyinstaller/dist/nomad-device-lingjun), or with ``--onefile`` PyInstaller's one file."""
     work = BUILD / "pyinstaller"
     shutil.rmtree(work / "dist", ignore_errors=True)
+    # Stripping symbols roughly halves the bundle; it needs binutils' strip, which minimal hosts lack.
+    strip = ["--strip"] if shutil.which("strip") else []
+    if not strip:
+        log("no `strip` on PATH (binutils): building unstripped (about 69 instead of 42 MiB unpacked)")
     cmd = [
-        str(python), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN", mode, "--strip",
+        str(python), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN", mode, *strip,
         "--name", NAME, "--distpath", str(work / "dist"), "--workpath", str(work / "work"), "--specpath", str(work),
         # Subcommands are imported by name (cli/main.py) and pynvml by importlib (nvml/lib.py).
         "--collect-submodules", "nomad_plugin", "--hidden-import", "pynvml", "--collect-data", "hcl2",
