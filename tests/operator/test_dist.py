@@ -150,7 +150,7 @@ def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, st
 
 def test_nvml_bindings_are_bundled(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
     """backend = "nvml" reaches NVML itself: no 'install nvidia-ml-py' hint (this box has no NVIDIA driver)."""
-    fp = run([str(dist), "fingerprint", "--set", 'backend="nvml"', "--timeout", "3"], no_python, tmp_path)
+    fp = run([str(dist), "fingerprint", "--set", 'backend="nvml"', "--timeout", "5"], no_python, tmp_path)
     out = fp.stdout + fp.stderr
     assert "nvidia-ml-py" not in out, out
     assert fp.returncode == 0 or "NVML Shared Library Not Found" in out, out
