@@ -39,6 +39,15 @@ METRIC_NAMES: dict[int, str] = {
     14: "nvlink_errors_total",
     15: "throttle_reasons",
     16: "remapped_rows_total",
+    # NVML-only readings (NVML backend, or NVML as the stats fallback): not part
+    # of the XDM catalogue guess above; they fill nomad-device-nvidia's stats.
+    101: "encoder_util_percent",
+    102: "decoder_util_percent",
+    103: "bar1_used_mib",
+    104: "bar1_total_mib",
+    105: "ecc_l1_corrected",
+    106: "ecc_l2_corrected",
+    107: "ecc_memory_corrected",
 }
 METRIC_IDS: dict[str, int] = {name: mid for mid, name in METRIC_NAMES.items()}
 # Label on per-grant samples (shares and MIG units) naming XDM's allocation id.
