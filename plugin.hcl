@@ -91,7 +91,7 @@ plugin "nomad-device-lingjun" {
     # Local Nomad agent API URL (http://, https:// or unix://); empty = $NOMAD_ADDR or http://127.0.0.1:4646.
     nomad_address = ""
 
-    # ACL token with node:read; empty = $NOMAD_TOKEN.
+    # ACL token with node:read (and agent:read unless nomad_node_id is set); empty = $NOMAD_TOKEN.
     nomad_token = ""
 
     # CA bundle for the agent's TLS; empty = $NOMAD_CACERT.

@@ -115,6 +115,13 @@ def parse_alloc(raw: Any) -> AllocView:
     return AllocView(id=raw["ID"], client_status=status, device_ids=frozenset(ids))
 
 
+def required_capability(path: str) -> str:
+    """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
+    if path.startswith("/v1/agent/"):
+        return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
+    return "node:read"
+
+
 class NomadClient:
     def __init__(self, settings: NomadApiSettings) -> None:
         self.settings = settings
@@ -184,7 +191,8 @@ class NomadClient:
             raise NomadApiError(f"Nomad API {path}: {type(exc).__name__}: {exc}", "unreachable") from None
         if resp.status_code == 403:
             raise NomadApiError(
-                f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs node:read)", "forbidden"
+                f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs {required_capability(path)})",
+                "forbidden",
             )
         if resp.status_code != 200:
             raise NomadApiError(f"Nomad API {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http")
