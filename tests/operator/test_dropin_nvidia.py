@@ -97,6 +97,8 @@ def test_enabled_false_fingerprints_no_devices_from_the_real_plugin() -> None:
         assert hit[1] == []
         later = node.session.fingerprints.wait_for(lambda groups: bool(groups), 1.0, after=1)
         assert later is None, "a disabled plugin must never fingerprint a device"
+        with pytest.raises(Exception, match="disabled"):
+            node.session.plugin.reserve(["GPU-any"])
 
 
 def test_ignored_gpu_ids_hides_a_card_of_the_real_plugin() -> None:
