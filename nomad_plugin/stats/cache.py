@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from nomad_plugin.model.metrics import GRANT_LABEL, METRIC_NAMES, MetricSample
+from nomad_plugin.model.metrics import ALL_METRIC_NAMES, GRANT_LABEL, MetricSample
 
 Clock = Callable[[], float]
 DEFAULT_MAX_ENTRIES = 16384
@@ -60,7 +60,7 @@ class MetricsCache:
         kept = 0
         with self._lock:
             for sample in samples:
-                name = sample.name or METRIC_NAMES.get(sample.metric_id, "")
+                name = sample.name or ALL_METRIC_NAMES.get(sample.metric_id, "")
                 if not name:
                     continue
                 grant = sample.labels.get(GRANT_LABEL, "") if sample.labels else ""
@@ -97,7 +97,7 @@ class MetricsCache:
         keys = [d for d in devices if d]
         out: dict[str, Reading] = {}
         with self._lock:
-            for name in METRIC_NAMES.values():
+            for name in ALL_METRIC_NAMES.values():
                 for device in keys:
                     found = self._data.get(("card", device, name))
                     if found is not None:
@@ -112,7 +112,7 @@ class MetricsCache:
         if not grant_id:
             return out
         with self._lock:
-            for name in METRIC_NAMES.values():
+            for name in ALL_METRIC_NAMES.values():
                 found = self._data.get(("grant", grant_id, name))
                 if found is not None:
                     out[name] = found
