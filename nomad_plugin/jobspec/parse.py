@@ -133,6 +133,8 @@ def _rules(blocks: Any, affinity: bool, problems: list[str]) -> list[Rule]:
 def _device(job: str, group: str, task: str, name: str, body: dict[str, Any]) -> DeviceRequest:
     problems = unknown_keys(body, DEVICE_KEYS, f'device "{name}"')
     raw_count = body.get("count", 1)
+    if isinstance(raw_count, str) and not is_expression(raw_count) and plain(raw_count).strip().lstrip("-").isdigit():
+        raw_count = int(plain(raw_count))  # HCL converts "2" to the number Count needs, as Nomad's decoder does
     count = 1
     if is_expression(raw_count) or isinstance(raw_count, bool) or not isinstance(raw_count, int):
         problems.append(f"count = {plain(raw_count)!r} is not a literal whole number (variables are not evaluated)")

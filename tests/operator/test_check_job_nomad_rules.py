@@ -103,9 +103,13 @@ def test_count_zero_is_placed_with_no_instance(tmp_path: Path, capsys: pytest.Ca
     assert "count 0: Reserve gets no IDs" in out and "cannot be placed" not in out
 
 
-def test_negative_count_is_rejected() -> None:
+def test_negative_count_is_rejected_and_a_quoted_count_converts() -> None:
     (request,) = parse_job_text(device_job("count = -1"))
     assert any("whole number from 0" in p for p in request.problems)
+    (request,) = parse_job_text(device_job('count = "2"'))
+    assert request.count == 2 and not request.problems
+    (request,) = parse_job_text(device_job('count = "two"'))
+    assert any("not a literal whole number" in p for p in request.problems)
 
 
 def test_job_without_device_blocks_is_not_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
