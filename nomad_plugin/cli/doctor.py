@@ -138,6 +138,25 @@ class Doctor:
         models = sorted({c.model for c in inventory.cards})
         self.add("nvml", OK, f"NVML reads {len(inventory.cards)} cards: {', '.join(models) or 'none'}")
         self._card_health(inventory.cards, "nvml cards")
+        self._config_vs_cards(inventory.cards)
+
+    def _config_vs_cards(self, cards: Any) -> None:
+        """What the agent log would warn about: card blocks, filters or modes this node's cards defeat."""
+        from nomad_plugin.model.card import Inventory
+        from nomad_plugin.model.catalog import check_modes
+
+        assert self.config is not None
+        problems = check_modes(Inventory(cards=tuple(cards)), self.config)
+        if not problems:
+            self.add("config vs cards", OK, "every card block and filter applies to this node's cards as written")
+            return
+        self.add(
+            "config vs cards",
+            WARN,
+            "; ".join(problems),
+            "fix the card block or filter named above (a typo leaves it without effect); the plugin logs the same "
+            "warnings at start",
+        )
 
     def _card_health(self, cards: Any, check: str = "card health") -> None:
         """Unhealthy cards, each with its reason: Nomad places nothing on them until they recover."""
@@ -290,6 +309,7 @@ class Doctor:
         models = sorted({c.model for c in cards})
         self.add("inventory", OK, f"{len(cards)} cards: {', '.join(models)}")
         self._card_health(cards)
+        self._config_vs_cards(cards)
         broken = [c for c in cards if c.topology.error]
         if broken:
             first = broken[0]

@@ -206,3 +206,18 @@ def test_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     code = proc.wait(timeout=60)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert code == 141
+
+
+def test_card_block_matching_no_card_is_a_doctor_warning(sim: Simulator, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    agent = tmp_path / "agent.hcl"
+    agent.write_text(
+        f'plugin "{PLUGIN_NAME}" {{\n  config {{\n    include_types = ["gpus"]\n'
+        f'    card {{\n      match = "NVIDIA H80"\n      mode = "tdm"\n    }}\n  }}\n}}\n'
+    )
+    _, found = findings(capsys, ["--plugin-config", str(agent), *xdm_args(sim)], host(tmp_path))
+    warning = found["config vs cards"]
+    assert warning["status"] == "warn"
+    assert "card[0] match = 'NVIDIA H80' matches no card" in warning["summary"]
+    assert "include_types value 'gpus'" in warning["summary"]
+    _, found = findings(capsys, xdm_args(sim), host(tmp_path))
+    assert found["config vs cards"]["status"] == "ok"

@@ -19,6 +19,7 @@ from nomad_plugin.cli import check_job
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
+from nomad_plugin.launcher.config import load_config, msgpack_config
 from nomad_plugin.launcher.convert import device_groups
 from nomad_plugin.launcher.live import LiveNode
 from nomad_plugin.model.card import Inventory
@@ -60,6 +61,17 @@ def test_official_config_block_is_accepted_with_its_meaning() -> None:
     assert decode(fingerprint_period="", inventory_resync_period="30s").inventory_resync_period == 30.0
     assert decode(fingerprint_period="30s", inventory_resync_period="30s").inventory_resync_period == 30.0
     assert decode(fingerprint_period="30s", inventory_resync_period="1m").inventory_resync_period == 30.0
+
+
+def test_the_official_docs_plugin_block_loads_as_ours(tmp_path: Path) -> None:
+    """Nomad's nvidia.mdx example block, renamed to this plugin, goes through the agent's SetConfig path."""
+    agent = tmp_path / "plugin.hcl"
+    agent.write_text(
+        'plugin "nomad-device-lingjun" {\n  config {\n    enabled            = true\n'
+        '    ignored_gpu_ids    = ["GPU-fef8089b", "GPU-ac81e44d"]\n    fingerprint_period = "1m"\n  }\n}\n'
+    )
+    config = decode_config(msgpack_config(load_config(agent)))
+    assert config.ignored_gpu_ids == ("GPU-fef8089b", "GPU-ac81e44d") and config.inventory_resync_period == 60.0
 
 
 @pytest.mark.parametrize(
