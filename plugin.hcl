@@ -70,7 +70,10 @@ plugin "nomad-device-lingjun" {
     # How often ListGpuInfo re-reads static card data.
     inventory_resync_period = "1m"
 
-    # Pass XDM's host mounts to tasks (off: a device mount list replaces the task's volume mounts in Nomad).
+    # Pass XDM's host mounts to tasks: auto (unless the task has volume_mounts, which Nomad would drop; asks the Nomad API), always or never. See docs/reserve.md.
+    container_mounts = "auto"
+
+    # Deprecated: true = container_mounts "always".
     xdm_mounts = false
 
     # Release grants whose Nomad allocation ended (needs the Nomad API).

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.stats.engine import StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
@@ -64,6 +66,7 @@ class PluginApp:
         self.stats_engine: StatsEngine | None = None
         self.metrics: PluginMetrics | None = None
         self.endpoint: MetricsEndpoint | None = None
+        self._volume_lookup: AllocVolumeLookup | None = None
         self.journal_error = ""
         self._stale_entries: list[str] = []
         self._sent_catalog: Catalog = Catalog()
@@ -123,7 +126,7 @@ class PluginApp:
                 journal,
                 config,
                 fingerprint.notify_grants_changed,
-                include_mounts=config.xdm_mounts,
+                mount_policy=self._mount_policy(config),
             )
             holder["r"] = reserver
             self.reserver = reserver
@@ -138,6 +141,21 @@ class PluginApp:
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
+
+    def _mount_policy(self, config: PluginConfig) -> MountPolicy:
+        """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
+        from nomad_plugin.nomad.mounts import MountPolicy
+        from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
+        from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
+
+        mode = "always" if config.xdm_mounts else config.container_mounts
+        metrics = self.metrics
+        observe = (lambda d: metrics.mount_decision(d.outcome)) if metrics is not None else None
+        if mode != "auto":
+            return MountPolicy(mode, observe=observe)
+        lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
+        self._volume_lookup = lookup
+        return MountPolicy(mode, lookup.lookup, observe)
 
     def _open_journal(self, config: PluginConfig) -> Journal | None:
         from nomad_plugin.journal.store import Journal
@@ -319,6 +337,8 @@ class PluginApp:
             steps.append(("fingerprint engine", self.fingerprint.stop))
         if self.backend is not None:
             steps.append(("backend", self.backend.stop))
+        if self._volume_lookup is not None:
+            steps.append(("Nomad API client (mounts)", self._volume_lookup.close))
         for name, stop in steps:
             try:
                 stop()

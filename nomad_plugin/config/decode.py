@@ -320,6 +320,14 @@ def decode_config(data: bytes) -> PluginConfig:
         )
     values = _decode_object(raw, OPTIONS, "config", extra=frozenset({CARD_BLOCK}))
     values["cards"] = decode_cards(raw.get(CARD_BLOCK))
+    if values["xdm_mounts"]:
+        # Deprecated spelling: xdm_mounts = true means container_mounts = "always".
+        if raw.get("container_mounts") not in (None, "always"):
+            raise ConfigError(
+                f"config: xdm_mounts = true (deprecated) and container_mounts = {show(raw['container_mounts'])} "
+                'disagree; allowed: container_mounts alone (xdm_mounts = true means "always")'
+            )
+        values["container_mounts"] = "always"
     return PluginConfig(**values)
 
 

@@ -68,6 +68,14 @@ class PluginMetrics:
             "lingjun_plugin_leaked_grants_found", "Grants held in XDM that no journal entry explains.", registry=reg
         )
 
+        self._mounts = Counter(
+            "lingjun_plugin_container_mounts_decisions",
+            "Reserves whose grant carried XDM mounts, by outcome: passed, volumes (withheld: the task mounts "
+            "volumes), unknown (withheld: the task could not be found), never.",
+            ["outcome"],
+            registry=reg,
+        )
+
     @classmethod
     def for_config(cls, config: PluginConfig) -> PluginMetrics:
         """Enabled only when the endpoint is on (``metrics_port`` != 0)."""
@@ -104,3 +112,7 @@ class PluginMetrics:
     def leaked_grant_found(self) -> None:
         if self.enabled:
             self._leaked.inc()
+
+    def mount_decision(self, outcome: str) -> None:
+        if self.enabled:
+            self._mounts.labels(outcome=_kind_label(outcome)).inc()
