@@ -67,6 +67,8 @@ class PluginApp:
         self.metrics: PluginMetrics | None = None
         self.endpoint: MetricsEndpoint | None = None
         self._volume_lookup: AllocVolumeLookup | None = None
+        self._xdm_was_down = False
+        self._xdm_ever_up = False
         self.journal_error = ""
         self._stale_entries: list[str] = []
         self._sent_catalog: Catalog = Catalog()
@@ -238,13 +240,24 @@ class PluginApp:
                 metrics.grant_released_by_reconcile()
             for _ in range(snap["leaked_grants_found"] - seen.get("leaked", 0)):
                 metrics.leaked_grant_found()
+            metrics.reconcile_errors(snap["nomad_api_errors"] - seen.get("api_errors", 0))
             seen["released"] = snap["grants_released_by_reconcile"]
             seen["leaked"] = snap["leaked_grants_found"]
+            seen["api_errors"] = snap["nomad_api_errors"]
 
     def _on_inventory(self, inventory: object) -> None:
         metrics = self.metrics
-        if metrics is not None:
-            metrics.xdm_state(bool(getattr(inventory, "reachable", False)))
+        if metrics is None:
+            return
+        reachable = bool(getattr(inventory, "reachable", False))
+        reason = str(getattr(inventory, "unreachable_reason", ""))
+        if reachable and self._xdm_was_down and self._xdm_ever_up:
+            metrics.xdm_reconnect()
+        self._xdm_was_down = not reachable
+        self._xdm_ever_up = self._xdm_ever_up or reachable
+        metrics.xdm_state(reachable)
+        # The XDM backend classifies UNIMPLEMENTED and undecodable answers as "unimplemented".
+        metrics.xdm_schema_mismatch(not reachable and reason.startswith("unimplemented"))
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -68,6 +68,22 @@ class PluginMetrics:
             "lingjun_plugin_leaked_grants_found", "Grants held in XDM that no journal entry explains.", registry=reg
         )
 
+        self._schema_mismatch = Gauge(
+            "lingjun_plugin_xdm_schema_mismatch",
+            "1 while XDM answers UNIMPLEMENTED or undecodable data: the reconstructed proto does not match XDM.",
+            registry=reg,
+        )
+        self._unverifiable = Gauge(
+            "lingjun_plugin_unverifiable_grants",
+            "Journalled grants the reconciler cannot check against Nomad (its view of the node's allocations "
+            "is incomplete, e.g. a namespace the token cannot read); 0 when all can be checked.",
+            registry=reg,
+        )
+        self._reconcile_errors = Counter(
+            "lingjun_plugin_reconcile_errors",
+            "Reconciler rounds that failed to read the Nomad API (no grant is released meanwhile).",
+            registry=reg,
+        )
         self._mounts = Counter(
             "lingjun_plugin_container_mounts_decisions",
             "Reserves whose grant carried XDM mounts, by outcome: passed, volumes (withheld: the task mounts "
@@ -116,3 +132,16 @@ class PluginMetrics:
     def mount_decision(self, outcome: str) -> None:
         if self.enabled:
             self._mounts.labels(outcome=_kind_label(outcome)).inc()
+
+    def xdm_schema_mismatch(self, mismatch: bool) -> None:
+        if self.enabled:
+            self._schema_mismatch.set(1 if mismatch else 0)
+
+    def unverifiable_grants(self, n: int) -> None:
+        """Set by the reconciler when its view of the node is incomplete (docs/stats.md)."""
+        if self.enabled:
+            self._unverifiable.set(max(0, n))
+
+    def reconcile_errors(self, n: int = 1) -> None:
+        if self.enabled and n > 0:
+            self._reconcile_errors.inc(n)
