@@ -28,7 +28,7 @@ plugin "nomad-device-lingjun" {
     # Deadline of every unary XDM call.
     xdm_call_timeout = "5s"
 
-    # Lowest level written to Nomad's agent log.
+    # Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines appear only when the agent logs at that level too.
     log_level = "info"
 
     # Directory for the grant journal (created 0700; the journal is 0600).

@@ -61,7 +61,8 @@ OPTIONS: tuple[Option, ...] = (
         "log_level",
         "string",
         "info",
-        "Lowest level written to Nomad's agent log.",
+        "Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines "
+        "appear only when the agent logs at that level too.",
         choices=("trace", "debug", "info", "warn", "error"),
     ),
     Option(
