@@ -108,3 +108,17 @@ def add_alloc_with_job(
         double._index += 1
         alloc["ModifyIndex"] = double._index
         double._cond.notify_all()
+
+
+class NodeListWithoutJobs(NomadApiDouble):
+    """A double whose node allocation list leaves the embedded job out.
+
+    Only ``/v1/allocation/<id>`` carries it then, which is the fallback the
+    ``container_mounts = "auto"`` lookup takes when a list answer has no job.
+    """
+
+    def _node_allocs(self, node_id: str, query: dict[str, list[str]]) -> tuple[int, Any, int]:
+        status, body, index = super()._node_allocs(node_id, query)
+        if status == 200 and isinstance(body, list):
+            body = [{key: value for key, value in alloc.items() if key != "Job"} for alloc in body]
+        return status, body, index

@@ -14,7 +14,7 @@ from nomad_plugin.nomad.mounts import MountPolicy
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.testing.nomad_api import NomadApiDouble
-from nomad_plugin.testing.nomad_jobs import HostVolume, add_alloc_with_job
+from nomad_plugin.testing.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
 
 IDS = ["GPU-aaaa", "GPU-bbbb"]
 
@@ -66,6 +66,14 @@ def test_lookup_finds_a_task_without_volumes(api: NomadApiDouble) -> None:
     add_alloc_with_job(api, "a1", IDS)
     assert _lookup(api).lookup(list(reversed(IDS))).has_volume_mounts is False
     assert _lookup(api).lookup(IDS).known
+
+
+def test_lookup_reads_the_allocation_when_the_list_has_no_job() -> None:
+    with NodeListWithoutJobs() as api:
+        add_alloc_with_job(api, "a1", IDS, "pending", volumes=[HostVolume()])
+        verdict = _lookup(api).lookup(IDS)
+        assert verdict.known and verdict.has_volume_mounts
+        assert any(path.startswith("/v1/allocation/a1") for path, _ in api.requests)
 
 
 def test_lookup_needs_the_exact_device_block(api: NomadApiDouble) -> None:
