@@ -62,31 +62,6 @@ class Host:
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
-def _config_next_step(message: str) -> str:
-    """What to do about a config finding: the file, its syntax, the missing block, or an option."""
-    if message.startswith("cannot read "):
-        return (
-            "point --plugin-config at the client's agent config file that holds (or will hold) the plugin block, "
-            "e.g. /etc/nomad.d/plugin.hcl"
-        )
-    if " is not valid HCL: " in message:
-        return (
-            "fix the syntax at the line and column shown; Nomad refuses to start the agent with a config file "
-            "it cannot parse"
-        )
-    if ": no plugin " in message:
-        return (
-            f'add plugin "{PLUGIN_NAME}" {{ config {{ ... }} }} to the client\'s agent config (or point '
-            "--plugin-config at the file that has it). Without it Nomad >= 1.10 does not run the plugin at all, "
-            "with no error at agent start (older versions run it with the defaults and a deprecation warning)"
-        )
-    return (
-        "fix the option named above in the plugin's config block: Nomad refuses to start the agent with it "
-        "(the block is decoded against the plugin's schema and checked by its SetConfig at agent start). "
-        "plugin.hcl in the source repository and the README's configuration reference list every option"
-    )
-
-
 @dataclass
 class Doctor:
     plugin_config: str | None = None
@@ -109,7 +84,13 @@ class Doctor:
             extra = dict(parse_override(o) for o in self.overrides)
             self.config = decode_config(msgpack_config(full_config(user, extra)))
         except (LauncherConfigError, PluginError) as exc:
-            self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
+            self.add(
+                "config",
+                FAIL,
+                f"{where}: {exc}",
+                "fix the option named above in the plugin's config block; Nomad would refuse to start the agent "
+                "with this config (SetConfig fails). plugin.hcl in the release lists every option with its default.",
+            )
             self.config = None
             return
         self.add(
@@ -297,12 +278,7 @@ class Doctor:
                 "create it and set plugin_dir in the agent config",
             )
             return
-        try:
-            blocks = (
-                set(plugin_block_names(read_agent_file(self.plugin_config))) if self.plugin_config else {PLUGIN_NAME}
-            )
-        except LauncherConfigError:
-            blocks = {PLUGIN_NAME}  # unreadable: the config finding already says why; judge the file name alone
+        blocks = set(plugin_block_names(read_agent_file(self.plugin_config))) if self.plugin_config else {PLUGIN_NAME}
         ours = [p for p in sorted(directory.iterdir()) if PLUGIN_NAME in p.name or "lingjun" in p.name]
         if not ours:
             self.add(
