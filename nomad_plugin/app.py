@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.reserve import Reserver
-    from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.stats.engine import StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
@@ -66,7 +65,7 @@ class PluginApp:
         self.stats_engine: StatsEngine | None = None
         self.metrics: PluginMetrics | None = None
         self.endpoint: MetricsEndpoint | None = None
-        self._volume_lookup: AllocVolumeLookup | None = None
+        self._close_volume_lookup: Callable[[], None] | None = None
         self._xdm_was_down = False
         self._xdm_ever_up = False
         self.journal_error = ""
@@ -156,7 +155,7 @@ class PluginApp:
         if mode != "auto":
             return MountPolicy(mode, observe=observe)
         lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
-        self._volume_lookup = lookup
+        self._close_volume_lookup = lookup.close
         return MountPolicy(mode, lookup.lookup, observe)
 
     def _open_journal(self, config: PluginConfig) -> Journal | None:
@@ -350,8 +349,8 @@ class PluginApp:
             steps.append(("fingerprint engine", self.fingerprint.stop))
         if self.backend is not None:
             steps.append(("backend", self.backend.stop))
-        if self._volume_lookup is not None:
-            steps.append(("Nomad API client (mounts)", self._volume_lookup.close))
+        if self._close_volume_lookup is not None:
+            steps.append(("Nomad API client (mounts)", self._close_volume_lookup))
         for name, stop in steps:
             try:
                 stop()

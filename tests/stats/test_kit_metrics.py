@@ -17,22 +17,24 @@ def _value(metrics: PluginMetrics, name: str, **labels: str) -> float:
 
 def test_setters() -> None:
     metrics = PluginMetrics()
-    metrics.unverifiable_grants(3)
+    metrics.nomad_view(True, 3)
     metrics.reconcile_errors(2)
     metrics.reconcile_errors(0)
     metrics.xdm_schema_mismatch(True)
     metrics.mount_decision("volumes")
     assert _value(metrics, "lingjun_plugin_unverifiable_grants") == 3
+    assert _value(metrics, "lingjun_plugin_nomad_view_incomplete") == 1
     assert _value(metrics, "lingjun_plugin_reconcile_errors_total") == 2
     assert _value(metrics, "lingjun_plugin_xdm_schema_mismatch") == 1
     assert _value(metrics, "lingjun_plugin_container_mounts_decisions_total", outcome="volumes") == 1
-    metrics.unverifiable_grants(-1)
+    metrics.nomad_view(False, -1)
     assert _value(metrics, "lingjun_plugin_unverifiable_grants") == 0
+    assert _value(metrics, "lingjun_plugin_nomad_view_incomplete") == 0
 
 
 def test_disabled_metrics_ignore_the_setters() -> None:
     metrics = PluginMetrics(enabled=False)
-    metrics.unverifiable_grants(3)
+    metrics.nomad_view(True, 3)
     metrics.xdm_schema_mismatch(True)
     assert metrics.registry.get_sample_value("lingjun_plugin_unverifiable_grants") is None
 
