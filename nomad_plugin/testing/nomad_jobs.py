@@ -117,8 +117,8 @@ class NodeListWithoutJobs(NomadApiDouble):
     ``container_mounts = "auto"`` lookup takes when a list answer has no job.
     """
 
-    def _node_allocs(self, node_id: str, query: dict[str, list[str]]) -> tuple[int, Any, int]:
-        status, body, index = super()._node_allocs(node_id, query)
+    def _node_allocs(self, *args: Any, **kwargs: Any) -> tuple[int, Any, int]:
+        status, body, index = super()._node_allocs(*args, **kwargs)
         if status == 200 and isinstance(body, list):
             body = [{key: value for key, value in alloc.items() if key != "Job"} for alloc in body]
         return status, body, index
