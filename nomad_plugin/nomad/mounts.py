@@ -16,13 +16,13 @@ call only when there is something to decide.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MODES = ("auto", "always", "never")
 

@@ -215,14 +215,11 @@ class Reserver:
         if decision.passed:
             log.info("grant %s: passing XDM's %d mount(s) to the task: %s", grant_id, len(spec.mounts), decision.reason)
             return spec
-        level = logging.INFO if decision.outcome in ("volumes", "never") else logging.WARNING
-        log.log(
-            level,
-            "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed",
-            grant_id,
-            len(spec.mounts),
-            decision.reason,
-        )
+        withheld = "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed"
+        if decision.outcome in ("volumes", "never"):
+            log.info(withheld, grant_id, len(spec.mounts), decision.reason)
+        else:
+            log.warning(withheld, grant_id, len(spec.mounts), decision.reason)
         return replace(spec, mounts=())
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> ContainerSpec:
