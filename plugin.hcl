@@ -43,7 +43,7 @@ plugin "nomad-device-lingjun" {
     # Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.
     xdm_field_aliases = []
 
-    # Lowest level written to Nomad's agent log.
+    # Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines appear only when the agent logs at that level too.
     log_level = "info"
 
     # Directory for the grant journal (created 0700; the journal is 0600).
@@ -85,7 +85,10 @@ plugin "nomad-device-lingjun" {
     # How often ListGpuInfo re-reads static card data.
     inventory_resync_period = "1m"
 
-    # Pass XDM's host mounts to tasks (off: a device mount list replaces the task's volume mounts in Nomad).
+    # Pass XDM's host mounts to tasks: auto (unless the task has volume_mounts, which Nomad would drop; asks the Nomad API), always or never. See docs/reserve.md.
+    container_mounts = "auto"
+
+    # Deprecated: true = container_mounts "always".
     xdm_mounts = false
 
     # Release grants whose Nomad allocation ended (needs the Nomad API).

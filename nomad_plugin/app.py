@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.reserve import Reserver
     from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
@@ -73,6 +74,9 @@ class PluginApp:
         self.stats_engine: StatsEngine | None = None
         self.metrics: PluginMetrics | None = None
         self.endpoint: MetricsEndpoint | None = None
+        self._close_volume_lookup: Callable[[], None] | None = None
+        self._xdm_was_down = False
+        self._xdm_ever_up = False
         self.journal_error = ""
         self._stale_entries: list[str] = []
         self._sent_catalog: Catalog = Catalog()
@@ -133,7 +137,7 @@ class PluginApp:
                 journal,
                 config,
                 fingerprint.notify_grants_changed,
-                include_mounts=config.xdm_mounts,
+                mount_policy=self._mount_policy(config),
             )
             holder["r"] = reserver
             self.reserver = reserver
@@ -148,6 +152,21 @@ class PluginApp:
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
+
+    def _mount_policy(self, config: PluginConfig) -> MountPolicy:
+        """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
+        from nomad_plugin.nomad.mounts import MountPolicy
+        from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
+        from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
+
+        mode = "always" if config.xdm_mounts else config.container_mounts
+        metrics = self.metrics
+        observe = (lambda d: metrics.mount_decision(d.outcome)) if metrics is not None else None
+        if mode != "auto":
+            return MountPolicy(mode, observe=observe)
+        lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
+        self._close_volume_lookup = lookup.close
+        return MountPolicy(mode, lookup.lookup, observe)
 
     def _open_journal(self, config: PluginConfig) -> Journal | None:
         from nomad_plugin.journal.owner import OwnerLock
@@ -267,13 +286,24 @@ class PluginApp:
                 metrics.grant_released_by_reconcile()
             for _ in range(snap["leaked_grants_found"] - seen.get("leaked", 0)):
                 metrics.leaked_grant_found()
+            metrics.reconcile_errors(snap["nomad_api_errors"] - seen.get("api_errors", 0))
             seen["released"] = snap["grants_released_by_reconcile"]
             seen["leaked"] = snap["leaked_grants_found"]
+            seen["api_errors"] = snap["nomad_api_errors"]
 
     def _on_inventory(self, inventory: object) -> None:
         metrics = self.metrics
-        if metrics is not None:
-            metrics.xdm_state(bool(getattr(inventory, "reachable", False)))
+        if metrics is None:
+            return
+        reachable = bool(getattr(inventory, "reachable", False))
+        reason = str(getattr(inventory, "unreachable_reason", ""))
+        if reachable and self._xdm_was_down and self._xdm_ever_up:
+            metrics.xdm_reconnect()
+        self._xdm_was_down = not reachable
+        self._xdm_ever_up = self._xdm_ever_up or reachable
+        metrics.xdm_state(reachable)
+        # The XDM backend classifies UNIMPLEMENTED and undecodable answers as "unimplemented".
+        metrics.xdm_schema_mismatch(not reachable and reason.startswith("unimplemented"))
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -397,6 +427,8 @@ class PluginApp:
             steps.append(("fingerprint engine", self.fingerprint.stop))
         if self.backend is not None:
             steps.append(("backend", self.backend.stop))
+        if self._close_volume_lookup is not None:
+            steps.append(("Nomad API client (mounts)", self._close_volume_lookup))
         for name, stop in steps:
             try:
                 stop()

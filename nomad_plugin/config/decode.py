@@ -326,6 +326,18 @@ def check_card_rule(rule: CardRule, where: str) -> None:
         )
 
 
+def apply_xdm_mounts_alias(values: dict[str, Any], raw: dict[Any, Any]) -> None:
+    """Deprecated spelling: ``xdm_mounts = true`` means ``container_mounts = "always"``."""
+    if not values["xdm_mounts"]:
+        return
+    if raw.get("container_mounts") not in (None, "always"):
+        raise ConfigError(
+            f"config: xdm_mounts = true (deprecated) and container_mounts = {show(raw['container_mounts'])} "
+            'disagree; allowed: container_mounts alone (xdm_mounts = true means "always")'
+        )
+    values["container_mounts"] = "always"
+
+
 # --- entry points -------------------------------------------------------------------
 
 
@@ -354,6 +366,7 @@ def decode_config(data: bytes) -> PluginConfig:
             f"config: the decoded value {show(raw)} is not a map; allowed: a map of option names to values"
         )
     values = _decode_object(raw, OPTIONS, "config", extra=frozenset({CARD_BLOCK}))
+    apply_xdm_mounts_alias(values, raw)
     values["cards"] = decode_cards(raw.get(CARD_BLOCK))
     check_paths_and_urls(values)
     merge_fingerprint_period(values, raw)

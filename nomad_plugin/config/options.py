@@ -83,7 +83,8 @@ OPTIONS: tuple[Option, ...] = (
         "log_level",
         "string",
         "info",
-        "Lowest level written to Nomad's agent log.",
+        "Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines "
+        "appear only when the agent logs at that level too.",
         choices=("trace", "debug", "info", "warn", "error"),
     ),
     Option(
@@ -146,11 +147,14 @@ OPTIONS: tuple[Option, ...] = (
         "inventory_resync_period", "string", "1m", "How often ListGpuInfo re-reads static card data.", duration=True
     ),
     Option(
-        "xdm_mounts",
-        "bool",
-        False,
-        "Pass XDM's host mounts to tasks (off: a device mount list replaces the task's volume mounts in Nomad).",
+        "container_mounts",
+        "string",
+        "auto",
+        "Pass XDM's host mounts to tasks: auto (unless the task has volume_mounts, which Nomad would drop; "
+        "asks the Nomad API), always or never. See docs/reserve.md.",
+        choices=("auto", "always", "never"),
     ),
+    Option("xdm_mounts", "bool", False, 'Deprecated: true = container_mounts "always".'),
     # --- release lifecycle -------------------------------------------------------
     Option("reconcile", "bool", True, "Release grants whose Nomad allocation ended (needs the Nomad API)."),
     Option(
