@@ -29,6 +29,7 @@ from nomad_plugin.model.errors import BackendUnavailable, PluginError, Reservati
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, build_container
+from nomad_plugin.nomad.mounts import MountPolicy
 from nomad_plugin.reconcile.counters import LifecycleCounters
 
 log = get_logger(__name__)
@@ -210,6 +211,7 @@ class Reserver:
         *,
         counters: LifecycleCounters | None = None,
         include_mounts: bool = False,
+        mount_policy: MountPolicy | None = None,
         step_hook: Callable[[str], None] | None = None,
         path_exists: Callable[[str], bool] = os.path.exists,
     ) -> None:
@@ -219,7 +221,8 @@ class Reserver:
         self.config = config
         self.counters = counters or LifecycleCounters()
         self._on_changed = on_grants_changed
-        self._include_mounts = include_mounts
+        # Without a policy: include_mounts=True passes XDM's mounts always, else never.
+        self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
         self._locks_guard = threading.Lock()
@@ -238,7 +241,23 @@ class Reserver:
                 spec = self._grant(grant_id, plan)
         finally:
             self._changed()
-        return device_pb2.ReserveResponse(container_res=spec.to_proto())
+        return device_pb2.ReserveResponse(container_res=self._apply_mount_policy(grant_id, plan, spec).to_proto())
+
+    def _apply_mount_policy(self, grant_id: str, plan: RequestPlan, spec: ContainerSpec) -> ContainerSpec:
+        """Keep or drop XDM's (validated) mounts per ``container_mounts``; outside the card locks."""
+        if not spec.mounts:
+            return spec
+        ids = [i.id for i in plan.instances]
+        decision = self._mounts.decide(ids)
+        if decision.passed:
+            log.info("grant %s: passing XDM's %d mount(s) to the task: %s", grant_id, len(spec.mounts), decision.reason)
+            return spec
+        withheld = "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed"
+        if decision.outcome in ("volumes", "never"):
+            log.info(withheld, grant_id, len(spec.mounts), decision.reason)
+        else:
+            log.warning(withheld, grant_id, len(spec.mounts), decision.reason)
+        return replace(spec, mounts=())
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> ContainerSpec:
         entry = JournalEntry(
@@ -270,7 +289,7 @@ class Reserver:
                 grant,
                 plan.instances,
                 plan.group,
-                include_mounts=self._include_mounts,
+                include_mounts=True,  # filtered by the mount policy after the grant is journalled
                 path_exists=self._path_exists,
             )
             self._put(entry.with_state(EntryState.GRANTED, grant.devices))
@@ -283,11 +302,14 @@ class Reserver:
 
     def _release_previous_holders(self, plan: RequestPlan) -> None:
         """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
-        wanted = {i.id for i in plan.instances}
-        for old in self.journal.entries():
-            if wanted.intersection(old.device_ids):
-                self._release_locked(old, "re-reserved: its device IDs were handed to a new allocation")
-                self.counters.inc("grants_released_by_reserve")
+        len(self.journal)  # catch up with changes other processes made
+        olds: dict[str, JournalEntry] = {}
+        for instance in plan.instances:
+            for old in self.journal.holders(instance.id):
+                olds.setdefault(old.grant_id, old)
+        for old in olds.values():
+            self._release_locked(old, "re-reserved: its device IDs were handed to a new allocation")
+            self.counters.inc("grants_released_by_reserve")
 
     def _abandon(self, entry: JournalEntry, why: str) -> None:
         log.warning("grant %s abandoned (%s); releasing it", entry.grant_id, why)
@@ -354,11 +376,12 @@ class Reserver:
 
     def active_kinds(self) -> Mapping[str, frozenset[Kind]]:
         """Card UUID -> kinds of grants held on it (for the fingerprint's conflict marking)."""
-        kinds: dict[str, set[Kind]] = defaultdict(set)
-        for entry in self.journal.entries():
-            for card in entry.cards:
-                kinds[card].add(Kind(entry.kind))
-        return {card: frozenset(k) for card, k in kinds.items()}
+        return {card: frozenset(Kind(k) for k in kinds) for card, kinds in self.journal.kinds_by_card().items()}
+
+    def holder(self, device_id: str) -> JournalEntry | None:
+        """The journalled grant that holds ``device_id`` (for the stats layout), or None."""
+        holders = self.journal.holders(device_id)
+        return holders[0] if holders else None
 
     # -- internals --------------------------------------------------------------------
     def _put(self, entry: JournalEntry) -> None:

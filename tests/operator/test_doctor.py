@@ -187,6 +187,40 @@ def test_text_output(setup: dict[str, Path], capsys: pytest.CaptureFixture[str])
     assert "[FAIL] nomad api:" in out and "next step: the token needs node:read" in out
 
 
+@pytest.fixture(scope="module")
+def renumbered_sim() -> Iterator[Simulator]:
+    directory = Path(tempfile.mkdtemp(prefix="doc-", dir="/tmp"))
+    try:
+        with Simulator(directory / "s", "h800-8", schema="renumbered") as s:
+            yield s
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_schema_binding_report_is_printed(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = run(setup, capsys)
+    assert code == 0 and found["xdm schema"]["status"] == "ok"
+    summary = found["xdm schema"]["summary"]
+    assert summary.startswith("bound from builtin")
+    assert "Device.totalMemory -> xdm.Device.totalMemory #6 int64" in summary
+
+
+def test_schema_mismatch_is_a_failure_with_the_next_step(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], renumbered_sim: Simulator
+) -> None:
+    sockets = [
+        "--set", f'xdm_socket="{renumbered_sim.dp2mgr_path}"',
+        "--set", f'config_socket="{renumbered_sim.config_path}"',
+    ]  # fmt: skip
+    code, found = run(setup, capsys, *sockets, "--set", 'xdm_schema="builtin"')
+    assert code == 1
+    assert found["inventory"]["status"] == "fail" and "XDM schema mismatch" in found["inventory"]["summary"]
+    assert "xdm_schema" in found["inventory"]["next_step"]
+    renumbered_sim.schema.emit(setup["root"] / "official")
+    code, found = run(setup, capsys, *sockets, "--set", f'xdm_schema="{setup["root"] / "official"}"')
+    assert found["xdm schema"]["status"] == "ok" and found["inventory"]["status"] == "ok", found
+
+
 @pytest.mark.parametrize(
     ("rules", "status"),
     [
