@@ -19,7 +19,7 @@ from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_VALUE as MAGIC_COOKIE_V
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("nomad_plugin.goplugin.serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
+    "serve": ("nomad_plugin.cli.serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
     "xdm-sim": ("nomad_plugin.cli.xdm_sim", "run the XDM simulator on a socket directory"),
     "demo": ("nomad_plugin.cli.demo", "simulator + plugin + a job, shown as Nomad would show them"),
     "doctor": ("nomad_plugin.cli.doctor", "check a node's install and say what to fix"),
