@@ -28,8 +28,8 @@ from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.launcher.agent_files import PluginBlocks, find_plugin_blocks, plugin_user_config
 from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config, parse_override
-from nomad_plugin.launcher.render import Style
 from nomad_plugin.model.errors import PluginError
+from nomad_plugin.nomad_view.render import Style
 from nomad_plugin.nvml import lib as nvml_lib
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"

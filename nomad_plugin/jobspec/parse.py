@@ -16,7 +16,7 @@ from typing import Any
 
 import hcl2
 
-from nomad_plugin.launcher.hclvalue import is_expression, is_meta, labelled, plain, unlabelled
+from nomad_plugin.util.hclvalue import is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
 # Nomad's jobspec2 decoders (hcl_conversions.go): sugar key -> operator, in the
