@@ -29,12 +29,12 @@ from nomad_plugin.model.instances import Catalog
 from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
-    from nomad_plugin.backend import Backend
     from nomad_plugin.journal import JournalEntry
     from nomad_plugin.journal.owner import OwnerLock
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics.plugin import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
+    from nomad_plugin.model.backend_port import Backend
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.mounts import MountPolicy
@@ -107,7 +107,7 @@ class PluginApp:
             self._start(config)
 
     def _start(self, config: PluginConfig) -> None:
-        from nomad_plugin.backends import select_backend
+        from nomad_plugin.backend_select import select_backend
         from nomad_plugin.metrics.plugin import PluginMetrics
         from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
         from nomad_plugin.nomad.reserve import Reserver
@@ -190,7 +190,7 @@ class PluginApp:
         """NVML readings as the stats fallback when XDM has no exporter (XDM backend only)."""
         if backend_name != "xdm":
             return None
-        from nomad_plugin.backends import _nvml_usable
+        from nomad_plugin.backend_select import _nvml_usable
 
         if not _nvml_usable():
             return None

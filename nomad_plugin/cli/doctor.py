@@ -528,7 +528,7 @@ _SCHEMA_NEXT_STEP = (
 
 
 def _nvml_usable() -> bool:
-    from nomad_plugin.backends import _nvml_usable as usable
+    from nomad_plugin.backend_select import _nvml_usable as usable
 
     return usable()
 

@@ -15,7 +15,7 @@ import grpc
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc
-from nomad_plugin.backends import validate_config
+from nomad_plugin.backend_select import validate_config
 from nomad_plugin.config.decode import decode_config, secret_values
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.config.schema import config_spec
