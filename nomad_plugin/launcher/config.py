@@ -20,6 +20,7 @@ import msgpack
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
+from nomad_plugin.launcher.hclerrors import describe_hcl_error
 from nomad_plugin.launcher.hclvalue import HclValueError, is_expression, is_meta, labelled, plain, unlabelled
 
 
@@ -36,8 +37,7 @@ def read_agent_file(path: str | Path) -> dict[str, Any]:
     try:
         parsed: dict[str, Any] = hcl2.loads(text)
     except Exception as exc:  # lark raises many types; all mean "not valid HCL"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LauncherConfigError(f"{path} is not valid HCL: {first}") from None
+        raise LauncherConfigError(describe_hcl_error(exc, text, str(path))) from None
     return parsed
 
 
