@@ -144,7 +144,9 @@ def msgpack_config(config: dict[str, Any]) -> bytes:
 def load_config(
     plugin_config: str | Path | None = None, overrides: list[str] | None = None, name: str = PLUGIN_NAME
 ) -> dict[str, Any]:
-    """File (optional) + ``key=value`` overrides -> the full config map Nomad would build."""
-    user = plugin_config_from_file(plugin_config, name) if plugin_config else {}
+    """File or agent config directory, HCL or JSON (optional) + ``key=value`` overrides -> the full config map."""
+    from nomad_plugin.launcher.agent_files import find_plugin_blocks, plugin_user_config
+
+    user = plugin_user_config(find_plugin_blocks(plugin_config), plugin_config, name) if plugin_config else {}
     extra = dict(parse_override(o) for o in overrides or [])
     return full_config(user, extra)
