@@ -48,8 +48,8 @@ def load() -> Nvml:
         return importlib.import_module("pynvml")
     except ImportError as exc:
         raise NvmlMissing(
-            "the NVML backend needs the Python package nvidia-ml-py "
-            "(pip install 'nomad-device-lingjun[nvml]'): " + str(exc)
+            "the NVML backend needs the Python package nvidia-ml-py, which the shipped executable "
+            "(make dist) includes; for a pip install: pip install 'nomad-device-lingjun[nvml]': " + str(exc)
         ) from exc
 
 
