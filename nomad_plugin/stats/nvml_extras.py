@@ -10,11 +10,11 @@ show "N/A" for these, as without NVML.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.nvml import lib
 from nomad_plugin.nvml.devices import DeviceRef, list_devices
 from nomad_plugin.nvml.lib import Nvml
@@ -22,7 +22,7 @@ from nomad_plugin.nvml.readings import official_values, sample
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.util.backoff import Backoff
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 SOURCE = "nvml-extras"
 RESCAN_EVERY = 60  # intervals between re-enumerating cards (hot-plug is rare)
