@@ -28,6 +28,12 @@ plugin "nomad-device-lingjun" {
     # Deadline of every unary XDM call.
     xdm_call_timeout = "5s"
 
+    # XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).
+    xdm_schema = "auto"
+
+    # Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.
+    xdm_field_aliases = []
+
     # Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines appear only when the agent logs at that level too.
     log_level = "info"
 
@@ -85,7 +91,7 @@ plugin "nomad-device-lingjun" {
     # Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646.
     nomad_address = ""
 
-    # ACL token with node:read; empty = $NOMAD_TOKEN.
+    # ACL token with node:read, agent:read and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.
     nomad_token = ""
 
     # CA bundle for the agent's TLS; empty = $NOMAD_CACERT.

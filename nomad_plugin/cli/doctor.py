@@ -165,7 +165,22 @@ class Doctor:
         finally:
             client.close()
 
+    def _schema(self, client: Any) -> None:
+        """The binding report of XDM's schema (``xdm_schema``), printed in full."""
+        try:
+            client.binding()
+        except PluginError as exc:
+            if getattr(exc, "kind", "") != "schema-mismatch":
+                return  # XDM unreachable: the "xdm" check says why
+        bound = client.last_binding
+        report = "\n".join(["", *bound.report_lines()]) if bound is not None else ""
+        if client.last_bind_error:
+            self.add("xdm schema", FAIL, client.last_bind_error + report, _SCHEMA_NEXT_STEP)
+        elif bound is not None:
+            self.add("xdm schema", OK, f"bound from {bound.source}{report}")
+
     def _xdm_calls(self, client: Any) -> None:
+        self._schema(client)
         try:
             service = client.device_service()
             types = client.list_supported_xpu_types()
@@ -220,6 +235,10 @@ class Doctor:
             )
             return
         models = sorted({c.model for c in cards})
+        finding = client.schema_finding()
+        if finding:
+            self.add("inventory", FAIL, f"{len(cards)} cards, none trusted: {finding}", _SCHEMA_NEXT_STEP)
+            return
         self.add("inventory", OK, f"{len(cards)} cards: {', '.join(models)}")
         broken = [c for c in cards if c.topology.error]
         if broken:
@@ -236,6 +255,7 @@ class Doctor:
 
     def check_nomad(self) -> None:
         from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
+        from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, check_visibility
 
         assert self.config is not None
         settings = NomadApiSettings.from_config(self.config, self.host.environ)
@@ -243,13 +263,15 @@ class Doctor:
             self.add("nomad api", SKIP, "reconcile = false: the plugin does not use the Nomad API")
             return
         client = NomadClient(settings)
+        policy = " ".join(RECOMMENDED_POLICY.split())
         try:
             node_id = self.config.nomad_node_id or client.node_id()
             page = client.node_allocations(node_id)
+            visibility = check_visibility(client)
         except NomadApiError as exc:
             steps = {
-                "forbidden": "the token needs node:read (and agent:read unless nomad_node_id is set): "
-                'a policy with node { policy = "read" } agent { policy = "read" }; set nomad_token or NOMAD_TOKEN',
+                "forbidden": "the token needs node:read, agent:read (unless nomad_node_id is set) and read-job on "
+                f"every namespace: give it a policy with {policy}; set nomad_token or NOMAD_TOKEN",
                 "unreachable": f"is the Nomad agent running and listening on {settings.address}? set nomad_address "
                 "or NOMAD_ADDR (and the TLS options for an https agent)",
                 "timeout": f"the agent at {settings.address} is too slow to answer; check its load",
@@ -262,7 +284,45 @@ class Doctor:
         self.add(
             "nomad api",
             OK,
-            f"{settings.address}: node {node_id} readable with the token ({len(page.allocs)} allocations)",
+            f"{settings.address}: node {node_id} readable with the token ({len(page.allocs)} allocations visible)",
+        )
+        if visibility.complete:
+            self.add("nomad visibility", OK, f"the token sees every allocation: {visibility.reason}")
+            return
+        self.add(
+            "nomad visibility",
+            WARN,
+            f"the token does not see every namespace: {visibility.reason}. Nomad silently leaves those allocations "
+            "out, so the plugin releases a grant only after it sees its allocation end (grants of jobs it cannot "
+            "see are kept, and shown as unverifiable by `nomad-device-lingjun grants`)",
+            f"add a policy to the token with: {policy}",
+        )
+
+    def check_grants(self) -> None:
+        """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
+        from nomad_plugin.journal import plugin_running
+        from nomad_plugin.reconcile.state import load_state, state_path
+
+        assert self.config is not None
+        try:
+            running = plugin_running(self.config.data_dir)
+        except OSError as exc:
+            self.add("grants", SKIP, f"data_dir {self.config.data_dir} cannot be read: {exc}")
+            return
+        state = load_state(state_path(self.config.data_dir)) if running else None
+        if state is None:
+            self.add("grants", SKIP, "no running plugin on this data_dir (see `nomad-device-lingjun grants`)")
+            return
+        if not state.unverifiable:
+            self.add("grants", OK, f"the running plugin can verify every grant ({len(state.claims)} claimed)")
+            return
+        shown = ", ".join(state.unverifiable[:5]) + (" ..." if len(state.unverifiable) > 5 else "")
+        self.add(
+            "grants",
+            WARN,
+            f"{len(state.unverifiable)} grant(s) kept because no allocation visible to the token claims them: {shown}",
+            "run `nomad-device-lingjun grants` to see them; fix the token's policy (see `nomad visibility`), or "
+            "check the jobs and release one with `nomad-device-lingjun grants release <id> --force`",
         )
 
     def check_plugin_dir(self) -> None:
@@ -332,9 +392,16 @@ class Doctor:
             if self.check_sockets():
                 self.check_xdm()
             self.check_nomad()
+            self.check_grants()
         self.check_plugin_dir()
         self.check_runtime()
         return self.findings
+
+
+_SCHEMA_NEXT_STEP = (
+    "set xdm_schema to XDM's official api_outer.proto (a file, a directory or a descriptor set; no rebuild), "
+    "or map a renamed field with xdm_field_aliases; `nomad-device-lingjun xdm-probe --capture DIR` for a bug report"
+)
 
 
 def _xdm_next_step(kind: str) -> str:
@@ -343,6 +410,7 @@ def _xdm_next_step(kind: str) -> str:
         "connection-refused": "the socket file is stale: XDM has crashed or is restarting; check XDM's service and logs",
         "permission-denied": "run the Nomad client (and doctor) as root: XDM sockets are root-only",
         "unimplemented": "XDM answers but not with a known service name: set xdm_service (see `xdm-probe`)",
+        "schema-mismatch": _SCHEMA_NEXT_STEP,
         "timeout": "XDM accepted the connection but did not answer in xdm_call_timeout; check its load and logs",
     }.get(kind, "run `nomad-device-lingjun xdm-probe --raw` for details")
 

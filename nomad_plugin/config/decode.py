@@ -160,6 +160,8 @@ def _string_allowed(opt: Option) -> str:
         return 'a Go duration such as "500ms", "30s", "1m30s" or "1h"'
     if opt.name == "group_by":
         return '"none" or a topology level name such as "numaNodes" or "pcieSwitches"'
+    if opt.name == "xdm_schema":
+        return '"auto", "reflection", "builtin", or a path to a .proto file, a directory of them or a descriptor set'
     return f"a string of at most {MAX_STRING} characters"
 
 
@@ -203,9 +205,33 @@ def decode_list(opt: Option, value: Any, name: str) -> tuple[Any, ...]:
     return tuple(items)
 
 
+def decode_map(opt: Option, value: Any, name: str) -> tuple[tuple[str, str], ...]:
+    """A ``list(map(string))`` (Nomad's HCL1 shape of a map, as in the docker driver's
+    ``labels``) or a plain map -> sorted (key, value) pairs (hashable, like every config value)."""
+    allowed = f"a map of at most {MAX_LIST} non-empty strings to non-empty strings"
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):  # HCL1 spells a map as [{...}]
+        merged: dict[Any, Any] = {}
+        for part in value:
+            merged.update(part)
+        value = merged
+    if not isinstance(value, dict):
+        raise invalid(name, value, allowed, opt.secret, "is not a map")
+    if len(value) > MAX_LIST:
+        raise invalid(name, value, allowed, opt.secret, f"has {len(value)} entries")
+    pairs = []
+    for key, item in value.items():
+        for part in (key, item):
+            if not isinstance(part, str) or not part.strip() or len(part) > MAX_STRING or "\x00" in part:
+                raise invalid(f"{name}[{show(key)}]", item, allowed, opt.secret, "is not a non-empty string")
+        pairs.append((key.strip(), item.strip()))
+    return tuple(sorted(pairs))
+
+
 def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
     """One option's value (never None: the caller substitutes the default for null)."""
     label = name or opt.name
+    if "map(" in opt.hcl_type:
+        return decode_map(opt, value, label)
     if opt.hcl_type == "number":
         return decode_number(opt, value, label)
     if opt.hcl_type == "bool":
@@ -215,6 +241,8 @@ def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
     if opt.duration:
         return decode_duration(opt, value, label)
     text = decode_string(opt, value, label)
+    if opt.name == "xdm_schema" and not text.strip():
+        raise invalid(label, value, _string_allowed(opt), problem="is empty")
     if opt.name == "group_by" and text != "none" and not LEVEL_NAME.fullmatch(text):
         raise invalid(label, value, _string_allowed(opt), problem="is not a level name")
     return text
@@ -225,6 +253,8 @@ def default_value(opt: Option) -> Any:
         return parse_go_duration(str(opt.default))
     if isinstance(opt.default, list):
         return tuple(opt.default)
+    if isinstance(opt.default, dict):
+        return tuple(sorted(opt.default.items()))
     return opt.default
 
 

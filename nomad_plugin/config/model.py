@@ -23,6 +23,8 @@ class PluginConfig:
     xdm_service: str = ""
     xdm_minor_encoding: str = "explicit"
     xdm_call_timeout: float = 5.0
+    xdm_schema: str = "auto"
+    xdm_field_aliases: tuple[tuple[str, str], ...] = ()  # sorted ("Message.field" or "field", XDM field name)
     log_level: str = "info"
     data_dir: str = "/var/lib/nomad-device-lingjun"
     default_mode: str = "whole"

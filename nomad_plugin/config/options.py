@@ -16,7 +16,7 @@ DEFAULT_SOCKET_DIR = "/run/amp/eKitC/xdm/sockets"
 @dataclass(frozen=True)
 class Option:
     name: str
-    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)"
+    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)" | "list(map(string))"
     default: Any
     doc: str
     choices: tuple[str, ...] = ()
@@ -56,6 +56,19 @@ OPTIONS: tuple[Option, ...] = (
         choices=("explicit", "omit-zero"),
     ),
     Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call.", duration=True),
+    Option(
+        "xdm_schema",
+        "string",
+        "auto",
+        "XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, "
+        "or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).",
+    ),
+    Option(
+        "xdm_field_aliases",
+        "list(map(string))",
+        [],
+        'Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.',
+    ),
     # --- logging and state ---------------------------------------------------
     Option(
         "log_level",
@@ -143,7 +156,13 @@ OPTIONS: tuple[Option, ...] = (
         duration=True,
     ),
     Option("nomad_address", "string", "", "Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646."),
-    Option("nomad_token", "string", "", "ACL token with node:read; empty = $NOMAD_TOKEN.", secret=True),
+    Option(
+        "nomad_token",
+        "string",
+        "",
+        'ACL token with node:read, agent:read and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.',
+        secret=True,
+    ),
     Option("nomad_ca_cert", "string", "", "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),
     Option("nomad_client_cert", "string", "", "Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT."),
     Option("nomad_client_key", "string", "", "Client key for mTLS; empty = $NOMAD_CLIENT_KEY."),

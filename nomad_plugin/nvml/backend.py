@@ -9,7 +9,6 @@ probes cards whose fault hold ended, and re-reads the inventory every
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +16,7 @@ from dataclasses import replace
 
 from nomad_plugin.backend import InventoryListener
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.grant import Grant, GrantRequest
@@ -31,7 +31,7 @@ from nomad_plugin.nvml.readings import poll, sample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 #: Default time a critical XID / DBE keeps a card unhealthy (seconds).
 DEFAULT_XID_HOLD_S = 300.0

@@ -11,16 +11,16 @@ backend's resync loop and turns every NVML failure into "no enrichment".
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.nvml import lib
 from nomad_plugin.nvml.devices import bus_id, card_extras, list_devices, numa_node
 from nomad_plugin.nvml.lib import Nvml
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
