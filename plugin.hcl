@@ -10,10 +10,19 @@
 
 plugin "nomad-device-lingjun" {
   config {
+    # false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia).
+    enabled = true
+
+    # Card or MIG UUIDs never fingerprinted (as nomad-device-nvidia).
+    ignored_gpu_ids = []
+
+    # nomad-device-nvidia's key for how often cards are re-read; empty = inventory_resync_period.
+    fingerprint_period = ""
+
     # Where cards come from: auto (XDM if its socket exists, else NVML), xdm or nvml.
     backend = "auto"
 
-    # XDM device-manager socket (ListAndWatch, Allocate, Release, exporter).
+    # XDM device-manager socket, an absolute path (ListAndWatch, Allocate, Release, exporter).
     xdm_socket = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
 
     # XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).
@@ -88,10 +97,10 @@ plugin "nomad-device-lingjun" {
     # How long a grant may lack a live allocation before it is released.
     release_grace_period = "30s"
 
-    # Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646.
+    # Local Nomad agent API URL (http://, https:// or unix://); empty = $NOMAD_ADDR or http://127.0.0.1:4646.
     nomad_address = ""
 
-    # ACL token with node:read, agent:read and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.
+    # ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.
     nomad_token = ""
 
     # CA bundle for the agent's TLS; empty = $NOMAD_CACERT.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.model.errors import PluginError
+from nomad_plugin.model.errors import PluginError, ReservationRejected
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.model.metrics import MetricSample
 
@@ -368,6 +368,10 @@ class PluginApp:
         if not device_ids:
             return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
         self._ensure_started()
+        if self.config is not None and not self.config.enabled:
+            raise ReservationRejected(
+                "the plugin is disabled (enabled = false in its config block): it reserves nothing"
+            )
         reserver = self.reserver
         if reserver is None:
             raise JournalUnavailable(self.journal_error or "the plugin is shutting down")

@@ -70,8 +70,24 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"unknown command {args[0]!r}\n\n{USAGE}")
         return 2
     module = importlib.import_module(entry[0])
-    result: int = module.main(args[1:])
+    try:
+        result: int = module.main(args[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return closed_pipe_exit()
     return result
+
+
+def closed_pipe_exit() -> int:
+    """The reader of stdout went away (``doctor | head -1``): stop quietly, as a shell tool does.
+
+    stdout is pointed at /dev/null so the interpreter's final flush does not
+    print "Exception ignored ... BrokenPipeError"; 141 is 128 + SIGPIPE.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ class CardRule:
 class PluginConfig:
     """Field names equal the option names in ``options.py``; durations in seconds."""
 
+    enabled: bool = True
+    ignored_gpu_ids: tuple[str, ...] = ()
+    fingerprint_period: float = 60.0
     backend: str = "auto"
     xdm_socket: str = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
     config_socket: str = "/run/amp/eKitC/xdm/sockets/config-daemon.sock"

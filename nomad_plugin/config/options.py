@@ -27,6 +27,15 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
+    # --- hashicorp/nomad-device-nvidia's keys, same meaning (drop-in) --------
+    Option("enabled", "bool", True, "false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia)."),
+    Option("ignored_gpu_ids", "list(string)", [], "Card or MIG UUIDs never fingerprinted (as nomad-device-nvidia)."),
+    Option(
+        "fingerprint_period",
+        "string",
+        "",
+        "nomad-device-nvidia's key for how often cards are re-read; empty = inventory_resync_period.",
+    ),
     # --- backend and XDM connection -----------------------------------------
     Option(
         "backend",
@@ -39,7 +48,7 @@ OPTIONS: tuple[Option, ...] = (
         "xdm_socket",
         "string",
         f"{DEFAULT_SOCKET_DIR}/dp2mgr.sock",
-        "XDM device-manager socket (ListAndWatch, Allocate, Release, exporter).",
+        "XDM device-manager socket, an absolute path (ListAndWatch, Allocate, Release, exporter).",
     ),
     Option(
         "config_socket",
@@ -155,12 +164,17 @@ OPTIONS: tuple[Option, ...] = (
         "How long a grant may lack a live allocation before it is released.",
         duration=True,
     ),
-    Option("nomad_address", "string", "", "Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646."),
+    Option(
+        "nomad_address",
+        "string",
+        "",
+        "Local Nomad agent API URL (http://, https:// or unix://); empty = $NOMAD_ADDR or http://127.0.0.1:4646.",
+    ),
     Option(
         "nomad_token",
         "string",
         "",
-        'ACL token with node:read, agent:read and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.',
+        'ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.',
         secret=True,
     ),
     Option("nomad_ca_cert", "string", "", "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),

@@ -142,6 +142,13 @@ def parse_alloc(raw: Any) -> AllocView:
     )
 
 
+def required_capability(path: str) -> str:
+    """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
+    if path.startswith("/v1/agent/"):
+        return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
+    return "node:read"
+
+
 class NomadClient:
     def __init__(self, settings: NomadApiSettings) -> None:
         self.settings = settings
@@ -242,7 +249,7 @@ class NomadClient:
         except httpx.HTTPError as exc:
             raise NomadApiError(f"Nomad API {path}: {type(exc).__name__}: {exc}", "unreachable") from None
         if resp.status_code == 403:
-            need = "to be a valid ACL token" if acl else "node:read"
+            need = "to be a valid ACL token" if acl else required_capability(path)
             raise NomadApiError(
                 f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs {need})", "forbidden"
             )

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from nomad_plugin.model.metrics import GRANT_LABEL, METRIC_NAMES, MetricSample
+from nomad_plugin.model.metrics import ALL_METRIC_NAMES, GRANT_LABEL, MetricSample
 
 Clock = Callable[[], float]
 DEFAULT_MAX_ENTRIES = 16384
@@ -60,7 +60,7 @@ class MetricsCache:
         """Store a batch (one snapshot or one pushed message); returns how many were kept."""
         now = self._clock()
         kept = 0
-        names = METRIC_NAMES
+        names = ALL_METRIC_NAMES
         with self._lock:
             data = self._data
             move_to_end = data.move_to_end
@@ -104,7 +104,7 @@ class MetricsCache:
         keys = [d for d in devices if d]
         out: dict[str, Reading] = {}
         with self._lock:
-            for name in METRIC_NAMES.values():
+            for name in ALL_METRIC_NAMES.values():
                 for device in keys:
                     found = self._data.get(("card", device, name))
                     if found is not None:
@@ -119,7 +119,7 @@ class MetricsCache:
         if not grant_id:
             return out
         with self._lock:
-            for name in METRIC_NAMES.values():
+            for name in ALL_METRIC_NAMES.values():
                 found = self._data.get(("grant", grant_id, name))
                 if found is not None:
                     out[name] = found
