@@ -145,7 +145,7 @@ class NomadApiDouble:
         self._roles: dict[str, tuple[str, list[str]]] = {}  # id -> (name, policies)
         self._tokens: dict[str, dict[str, Any]] = {}  # secret -> token object
         self.requests: list[tuple[str, str]] = []  # (path with query, token seen or "")
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -417,6 +417,17 @@ class NomadApiDouble:
             "member": {"Name": "node-1.global", "Addr": "127.0.0.1", "Status": "alive", "Tags": {}},
             "stats": {"client": {"node_id": self.node_id, "known_servers": "127.0.0.1:4647"}},
         }
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a reconciler stopping) is normal here, not a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
