@@ -16,7 +16,7 @@ from typing import Any
 
 import hcl2
 
-from nomad_plugin.launcher.hclerrors import describe_hcl_error
+from nomad_plugin.util.hclerrors import describe_hcl_error
 from nomad_plugin.util.hclvalue import is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50

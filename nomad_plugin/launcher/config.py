@@ -20,7 +20,7 @@ import msgpack
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.launcher.hclerrors import describe_hcl_error
+from nomad_plugin.util.hclerrors import describe_hcl_error
 from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, labelled, plain, unlabelled
 
 
