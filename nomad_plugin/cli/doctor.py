@@ -574,7 +574,7 @@ def _config_next_step(message: str) -> str:
             "point --plugin-config at the agent config file or directory the Nomad client is started with "
             "(its -config), e.g. /etc/nomad.d"
         )
-    if " is not valid HCL" in message or " is not valid JSON" in message:
+    if "not valid HCL" in message or "not valid JSON" in message:  # "F is not valid ..." or "F:L:C: not valid ..."
         return "fix the syntax at the place shown: Nomad refuses to start with a config file it cannot parse"
     if "no *.hcl or *.json file" in message:
         return "point --plugin-config at the directory holding the agent's .hcl or .json files"
