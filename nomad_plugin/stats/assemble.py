@@ -30,7 +30,6 @@ from nomad_plugin.stats.layout import (
     GrantLookup,
     _Allotment,
     _allotment,
-    _card_for,
     _granted_part,
     _summary,
     _timestamp,
@@ -44,12 +43,17 @@ _MAX_STATIC = 65536  # bound on cached static parts (far above any node's instan
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_SMALL = [bytes((i,)) for i in range(0x80)]
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -99,6 +103,7 @@ class StatsAssembler:
         self._catalog: Catalog | None = None
         self._static: dict[tuple[str, int], bytes] = {}
         self._headers: dict[tuple[str, str, str], bytes] = {}
+        self._keys: dict[str, bytes] = {}  # instance id -> its encoded map key
 
     def build(
         self,
@@ -113,8 +118,15 @@ class StatsAssembler:
         if catalog is not self._catalog:
             self._catalog = catalog
             self._static.clear()
+            self._keys.clear()
         stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
         cards: dict[str, _CardParts] = {}
+        by_uuid: dict[str, Card] = {}
+        by_minor: dict[int, Card] = {}
+        for known in inventory.cards:  # first match wins, as Inventory.by_uuid/by_minor (linear scans)
+            by_uuid.setdefault(known.uuid, known)
+            by_minor.setdefault(known.minor, known)
+        keys = self._keys
         out: list[bytes] = []
         for group in catalog.groups:
             key = (group.key.vendor, group.key.device_type, group.key.name)
@@ -124,13 +136,16 @@ class StatsAssembler:
                 self._headers[key] = header
             parts = [header]
             for inst in group.instances:
-                card = _card_for(inst, inventory)
+                card = by_uuid.get(inst.card_uuid) or by_minor.get(inst.minor)
                 card_parts = cards.get(inst.card_uuid)
                 if card_parts is None:
                     card_parts = self._card_parts(inst, card, cache, now, stale_after, wall_offset)
                     cards[inst.card_uuid] = card_parts
                 body = self._instance(inst, card, card_parts, cache, grant_of, now, stale_after, wall_offset)
-                entry = _field(_MAP_KEY, inst.id.encode()) + _field(_MAP_VALUE, body)
+                key_bytes = keys.get(inst.id)
+                if key_bytes is None:
+                    key_bytes = keys[inst.id] = _field(_MAP_KEY, inst.id.encode())
+                entry = key_bytes + _field(_MAP_VALUE, body)
                 parts.append(_field(_INSTANCES, entry))
             out.append(_field(_GROUPS, b"".join(parts)))
         return b"".join(out)
