@@ -45,6 +45,10 @@ _MAX_STATIC = 65536  # bound on cached static parts (far above any node's instan
 def _varint(value: int) -> bytes:
     if value < 0x80:
         return _SMALL[value]
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
