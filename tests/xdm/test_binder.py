@@ -306,6 +306,9 @@ def test_guard_failure_refuses_allocate_before_sending(make_fake, make_client) -
     assert all(c.health_reason.startswith("XDM schema mismatch: ListAndWatch: ") for c in cards)
     with pytest.raises(SchemaMismatch, match="do not look like UUIDs"):
         client.allocate(GrantRequest(grant_id="g", asks=(DeviceAsk(minor=0),)))
+    client.invalidate_binding("connection lost")  # re-bound to the same schema: the finding stands
+    with pytest.raises(SchemaMismatch, match="do not look like UUIDs"):
+        client.allocate(GrantRequest(grant_id="g", asks=(DeviceAsk(minor=0),)))
     assert "Allocate" not in fake.calls
 
 
