@@ -74,9 +74,7 @@ def read_descriptor_set(path: Path) -> descriptor_pb2.FileDescriptorSet:
     try:
         fds.ParseFromString(data)
     except DecodeError as exc:
-        raise SchemaError(
-            f"{path}: not a FileDescriptorSet (nor a .proto file or directory): {exc}"
-        ) from None
+        raise SchemaError(f"{path}: not a FileDescriptorSet (nor a .proto file or directory): {exc}") from None
     if not fds.file or any(not f.name for f in fds.file):
         raise SchemaError(f"{path}: not a FileDescriptorSet (no named file descriptors in it)")
     return fds
