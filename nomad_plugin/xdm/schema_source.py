@@ -209,6 +209,9 @@ class _Reflector:
             return fds
         finally:
             self._queue.put(None)
+            cancel = getattr(self._responses, "cancel", None)
+            if callable(cancel):
+                cancel()  # done (or given up): end the stream now, whatever the server does
 
     def _add(
         self, answer: Any, files: dict[str, descriptor_pb2.FileDescriptorProto]
