@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.container import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
@@ -162,13 +163,13 @@ def main(argv: list[str]) -> int:
     done = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("nomad_plugin.sim").info("signal %s: stopping", signal.Signals(signum).name)
+        get_logger("sim").info("signal %s: stopping", signal.Signals(signum).name)
         done.set()
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     sim.start()
-    log = logging.getLogger("nomad_plugin.sim")
+    log = get_logger("sim")
     for card in sim.cards:
         log.info(
             "card %d %s %s %d MiB pci %s%s",

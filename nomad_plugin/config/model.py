@@ -17,6 +17,9 @@ class CardRule:
 class PluginConfig:
     """Field names equal the option names in ``options.py``; durations in seconds."""
 
+    enabled: bool = True
+    ignored_gpu_ids: tuple[str, ...] = ()
+    fingerprint_period: float = 60.0
     backend: str = "auto"
     xdm_socket: str = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
     config_socket: str = "/run/amp/eKitC/xdm/sockets/config-daemon.sock"
@@ -39,7 +42,8 @@ class PluginConfig:
     health_recovery_checks: int = 3
     health_recovery_delay: float = 30.0
     inventory_resync_period: float = 60.0
-    xdm_mounts: bool = False
+    container_mounts: str = "auto"  # auto | always | never
+    xdm_mounts: bool = False  # deprecated alias of container_mounts = "always"
     reconcile: bool = True
     release_grace_period: float = 30.0
     nomad_address: str = ""

@@ -1,7 +1,7 @@
 """Which executable the launcher starts as "the plugin".
 
 Operator commands run inside the plugin's own file (the console script, the
-zipapp in plugin_dir), so by default they launch that same file: what runs
+shipped executable in plugin_dir), so by default they launch that same file: what runs
 is exactly what Nomad would run. Run from elsewhere (pytest, ``python -m``),
 they fall back to ``<this interpreter> -m nomad_plugin`` with this package on
 ``PYTHONPATH``. ``--plugin PATH`` or ``$NOMAD_DEVICE_LINGJUN_PLUGIN`` picks

@@ -9,7 +9,6 @@ The commands are those of ``nomad-device-lingjun xdm-sim ctl`` (see :data:`COMMA
 from __future__ import annotations
 
 import json
-import logging
 import math
 import socket
 import socketserver
@@ -18,10 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nomad_plugin.goplugin.logging import get_logger
+
 if TYPE_CHECKING:
     from nomad_plugin.sim.simulator import Simulator
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 COMMANDS: dict[str, str] = {
     "status": "summary: cards, health, grants, drift, error mode",

@@ -11,7 +11,6 @@ builtin ones, responses the other way, so :class:`SimCore` never changes.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import queue
@@ -27,12 +26,13 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim import drift as drift_mod
 from nomad_plugin.sim.allocate import Refusal
 from nomad_plugin.sim.core import CLOSE, SimCore
 from nomad_plugin.sim.schema import ServedSchema, served_schema
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 DP2MGR_SERVICE = "XpuDeviceManagerService"
 EXPORTER_SERVICE = "XpuExporterService"

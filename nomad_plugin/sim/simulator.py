@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import threading
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.core import SimCore
 from nomad_plugin.sim.drift import parse_drift
 from nomad_plugin.sim.grants import GrantRecord
@@ -26,7 +26,7 @@ from nomad_plugin.sim.schema import SCHEMAS, ServedSchema
 from nomad_plugin.sim.server import XdmServers, make_stale_socket
 from nomad_plugin.sim.topology import check_invariants
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 DP2MGR_SOCKET = "dp2mgr.sock"
 CONFIG_SOCKET = "config-daemon.sock"

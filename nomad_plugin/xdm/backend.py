@@ -23,7 +23,6 @@ ends the client's binding is dropped, so a restarted XDM is bound afresh.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +30,7 @@ from dataclasses import replace
 
 from nomad_plugin.backend import InventoryListener
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
 from nomad_plugin.model.grant import Grant, GrantRequest
@@ -41,7 +41,7 @@ from nomad_plugin.xdm.client import Subscription, XdmClient
 from nomad_plugin.xdm.inventory import compose_cards, driver_versions
 from nomad_plugin.xdm.types import GpuFacts
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 # Kinds that prove XDM is down (as opposed to slow or missing an RPC).
 _DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
@@ -162,7 +162,7 @@ class XdmBackend:
             self._client.invalidate_binding("ListAndWatch ended")  # XDM may come back with another schema
             self._mark_unreachable(error)
             delay = self._backoff.next_delay()
-            log.info("XDM ListAndWatch: %s; resubscribing in %.1fs", error, delay)
+            log.info("xdm unreachable: %s; resubscribing in %.1fs", error, delay)
             if self._sleep(delay):
                 break
 

@@ -25,9 +25,9 @@ def free_port() -> int:
 
 
 def plugin_command() -> str:
-    zipapp = REPO / "dist" / "nomad-device-lingjun"
-    if zipapp.is_file():
-        return f'exec {sys.executable} {zipapp} "$@"'
+    shipped = REPO / "dist" / "nomad-device-lingjun"  # make dist: the self-contained executable
+    if shipped.is_file():
+        return f'exec {shipped} "$@"'
     console = Path(sys.executable).parent / "nomad-device-lingjun"
     return f'exec {console} "$@"'
 

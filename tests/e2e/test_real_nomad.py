@@ -10,8 +10,8 @@ Everything goes through Nomad's documented CLI:
     nomad alloc logs <alloc> print
 
 The plugin_dir holds a wrapper script named nomad-device-lingjun that execs
-the venv's console script (or dist/nomad-device-lingjun, the zipapp, when it
-has been built). The agent config carries plugin.hcl's block pointed at the
+the venv's console script (or dist/nomad-device-lingjun, the shipped
+executable, when `make dist` has built it). The agent config carries plugin.hcl's block pointed at the
 simulator's sockets, reconcile on against the dev agent itself, and a short
 release grace period, so the test also sees the grant released after the
 batch task completes. See docs/integration.md.

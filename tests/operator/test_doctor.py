@@ -219,3 +219,30 @@ def test_schema_mismatch_is_a_failure_with_the_next_step(
     renumbered_sim.schema.emit(setup["root"] / "official")
     code, found = run(setup, capsys, *sockets, "--set", f'xdm_schema="{setup["root"] / "official"}"')
     assert found["xdm schema"]["status"] == "ok" and found["inventory"]["status"] == "ok", found
+
+
+@pytest.mark.parametrize(
+    ("rules", "status"),
+    [
+        ('namespace "default" { policy = "read" }\nnode { policy = "read" }\nagent { policy = "read" }\n', "warn"),
+        ('namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\nagent { policy = "read" }\n', "ok"),
+    ],
+)
+def test_nomad_visibility_names_the_policy_to_add(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], rules: str, status: str
+) -> None:
+    with NomadApiDouble() as acl_nomad:
+        acl_nomad.enable_acls()
+        acl_nomad.add_policy("lingjun", rules)
+        acl_nomad.add_token("acl-token", ["lingjun"])
+        acl_nomad.add_alloc("hidden", ["x"], namespace="team-a")
+        code, found = run(
+            setup, capsys, "--set", f'nomad_address="{acl_nomad.address}"', "--set", 'nomad_token="acl-token"'
+        )
+    assert code == 0, found  # a warning, not a failure: the plugin stays safe, it only keeps more grants
+    assert found["nomad api"]["status"] == "ok"
+    finding = found["nomad visibility"]
+    assert finding["status"] == status, finding
+    if status == "warn":
+        assert 'namespace "*" { capabilities = ["read-job"] }' in finding["next_step"]
+        assert "namespace" in finding["summary"] and "acl-token" not in json.dumps(finding)

@@ -13,11 +13,9 @@ import pytest
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
+from nomad_plugin.sim import Simulator
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.xdm.backend import XdmBackend
-
-sim_module = pytest.importorskip("nomad_plugin.sim")
-Simulator = sim_module.Simulator
 
 
 def _config(sockdir: Path, **kw: object) -> PluginConfig:

@@ -1,0 +1,264 @@
+"""The shipped executable, ``dist/nomad-device-lingjun`` (``make dist``), run with no Python reachable.
+
+Nothing here builds the file: ``make test`` (what CI runs) builds it first
+through ``make dist``. In CI (``CI`` set) a missing file fails these tests;
+elsewhere they skip and say how to build it. Every launch gets a PATH that
+holds no ``python3`` (only the few tools the file's sh header uses on its
+first launch) and ``PYTHONHOME``/``PYTHONPATH`` pointing at an empty
+directory, as the issue asks; the plugin must still load libpython and its
+libraries from its own unpacked bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nomad_plugin import PLUGIN_NAME, __version__
+from nomad_plugin.launcher import PluginProcess
+from nomad_plugin.util.bundle import restore_child_environment
+from tests.conformance.hostlib import REPO, build_host, run_host
+
+DIST = REPO / "dist" / PLUGIN_NAME
+CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
+# What the header needs on its first launch (and nothing that could run Python).
+HEADER_TOOLS = ("tail", "tar", "gzip", "mkdir", "mktemp", "mv", "rm", "ls", "find", "getconf")
+SOURCES = [*REPO.glob("nomad_plugin/**/*.py"), REPO / "pyproject.toml", REPO / "tools/build_dist.py"]
+
+
+@pytest.fixture(scope="module")
+def dist() -> Path:
+    if not DIST.is_file():
+        message = f"{DIST} is missing: `make dist` builds it (`make test` does so first)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    if not os.environ.get("CI"):
+        stale = [p for p in SOURCES if p.stat().st_mtime > DIST.stat().st_mtime]
+        if stale:
+            pytest.skip(f"{DIST} is older than {stale[0].relative_to(REPO)}: run `make dist` to test the current code")
+    return DIST
+
+
+@pytest.fixture
+def no_python(tmp_path: Path) -> dict[str, str]:
+    """An environment in which no Python can be found; the cache goes to $HOME/.cache (the default)."""
+    bin_dir, empty, home = tmp_path / "bin", tmp_path / "empty", tmp_path / "home"
+    for d in (bin_dir, empty, home):
+        d.mkdir()
+    for tool in HEADER_TOOLS:
+        found = shutil.which(tool)
+        assert found is not None, f"{tool} is not installed"
+        (bin_dir / tool).symlink_to(found)
+    env = {
+        "PATH": str(bin_dir),
+        "PYTHONHOME": str(empty),
+        "PYTHONPATH": str(empty),
+        "HOME": str(home),
+        "XDG_CACHE_HOME": "",
+        CACHE_ENV: "",
+        "LANG": "C.UTF-8",
+    }
+    assert shutil.which("python3", path=env["PATH"]) is None and shutil.which("python", path=env["PATH"]) is None
+    return env
+
+
+def builds(cache: Path) -> list[str]:
+    return sorted(p.name for p in cache.iterdir()) if cache.is_dir() else []
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL
+    )
+
+
+def test_one_executable_with_its_checksum(dist: Path) -> None:
+    assert dist.stat().st_mode & 0o111
+    assert dist.read_bytes()[:10] == b"#!/bin/sh\n"
+    assert 8 * 2**20 < dist.stat().st_size < 64 * 2**20, dist.stat().st_size
+    digest, name = (REPO / "dist" / f"{PLUGIN_NAME}.sha256").read_text().split()
+    assert name == PLUGIN_NAME
+    assert digest == hashlib.sha256(dist.read_bytes()).hexdigest(), "dist/*.sha256 does not match the file"
+
+
+def test_conformance_host_passes_the_dist_file_without_python(
+    dist: Path, no_python: dict[str, str], tmp_path: Path
+) -> None:
+    """The issue's 'Done when': Nomad's three launches, Go go-plugin client, no Python reachable."""
+    if shutil.which("go") is None and not os.environ.get("CI"):
+        pytest.skip("`go` is not installed (the conformance host needs it; `make test` installs it)")
+    host = build_host()
+    run_ = run_host(
+        ["--plugin", str(dist), "--config", str(REPO / "plugin.hcl"),
+         "--phase", "all", "--duration", "1.6", "--stats-interval", "0.5"],
+        env=no_python, binary=host, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert run_.returncode == 0, run_.describe()
+    assert run_.summary["violations"] == 0
+    info = run_.of("plugin_info")[0]
+    assert (info["type"], info["name"], info["api_version_selected"]) == ("DEVICE", PLUGIN_NAME, "v0.1.0")
+    assert [s["ok"] for s in run_.of("set_config")] == [True, True, True]
+    assert run_.of("fingerprint")[0]["valid"] is True
+    assert len(run_.of("stats")) >= 2, run_.describe()
+    assert [s["graceful"] for s in run_.of("shutdown")] == [True, True, True], run_.describe()
+    cache = Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME
+    (build,) = builds(cache)
+    assert build.startswith(f"{PLUGIN_NAME}-{__version__}-")
+
+
+def test_runs_its_own_interpreter_and_libraries(dist: Path, no_python: dict[str, str]) -> None:
+    """Right after the handshake, every Python library mapped into the plugin comes from its unpacked bundle."""
+    proc = PluginProcess([str(dist)], env=no_python, handshake_timeout=60)
+    with proc:
+        assert proc.handshake is not None
+        info = proc.plugin_info()
+        assert (info.type, info.name, info.version) == ("DEVICE", PLUGIN_NAME, __version__)
+        assert proc.proc is not None
+        maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
+    assert proc.extra_stdout == []  # the handshake line only: the sh header prints nothing
+    (build,) = builds(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME)
+    bundle = str(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME / build)
+    mapped = {
+        line.split()[-1] for line in maps.splitlines() if len(line.split()) >= 6 and line.split()[-1].startswith("/")
+    }
+    python_libs = {p for p in mapped if "libpython" in p or "cygrpc" in p or "_upb" in p or "_cmsgpack" in p}
+    assert len(python_libs) >= 4, sorted(mapped)
+    assert all(p.startswith(bundle + "/") for p in python_libs), sorted(python_libs)
+
+
+def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    usage = run([str(dist)], no_python, tmp_path)
+    assert usage.returncode == 1 and "This binary is a plugin" in usage.stderr and usage.stdout == ""
+    version = run([str(dist), "--version"], no_python, tmp_path)
+    assert version.stdout.strip() == f"{PLUGIN_NAME} {__version__}", version.stderr
+    check = run(
+        [str(dist), "check-job", str(REPO / "examples/jobs/raw-exec-env.nomad.hcl"), "--profile", "h800-8"],
+        no_python, tmp_path,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "served by nvidia/gpu/NVIDIA H800" in check.stdout
+
+
+def test_nvml_bindings_are_bundled(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    """backend = "nvml" reaches NVML itself: no 'install nvidia-ml-py' hint (this box has no NVIDIA driver)."""
+    fp = run([str(dist), "fingerprint", "--set", 'backend="nvml"', "--timeout", "5"], no_python, tmp_path)
+    out = fp.stdout + fp.stderr
+    assert "nvidia-ml-py" not in out, out
+    assert fp.returncode == 0 or "NVML Shared Library Not Found" in out, out
+
+
+def test_unpacks_once_keeps_one_previous_build_and_never_touches_other_files(
+    dist: Path, no_python: dict[str, str], tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old = time.time() - 7200
+    for i, name in enumerate((f"{PLUGIN_NAME}-0.0.1-{'a' * 16}", f"{PLUGIN_NAME}-0.0.2-{'b' * 16}")):
+        (cache / name).mkdir()
+        os.utime(cache / name, (old + i, old + i))  # 0.0.2 is the more recent
+    (cache / "operator-notes").mkdir()
+    stale = cache / f".{PLUGIN_NAME}-0.0.3-{'c' * 16}.Ab12Cd"  # a first launch killed mid-unpack
+    stale.mkdir()
+    os.utime(stale, (old, old))
+    env = {**no_python, CACHE_ENV: str(cache)}
+
+    first = run([str(dist), "--version"], env, tmp_path)
+    assert first.returncode == 0, first.stderr
+    ours = [b for b in builds(cache) if b.startswith(f"{PLUGIN_NAME}-{__version__}-")]
+    assert len(ours) == 1
+    assert builds(cache) == sorted([ours[0], f"{PLUGIN_NAME}-0.0.2-{'b' * 16}", "operator-notes"])
+
+    # Later launches exec the unpacked bundle: they work with no tar, tail or mktemp on PATH at all.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    again = run([str(dist), "--version"], {**env, "PATH": str(bare)}, tmp_path)
+    assert again.returncode == 0 and again.stdout.strip() == f"{PLUGIN_NAME} {__version__}", again.stderr
+
+
+def test_concurrent_first_launches_install_one_copy(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = {**no_python, CACHE_ENV: str(cache)}
+    results: list[subprocess.CompletedProcess[str]] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(run([str(dist), "--version"], env, tmp_path))) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.stderr for r in results]
+    assert all(r.stdout.strip() == f"{PLUGIN_NAME} {__version__}" for r in results)
+    assert len(builds(cache)) == 1, builds(cache)  # no second copy, no partial unpack left behind
+
+
+def test_damaged_file_and_bad_cache_dir_fail_clearly(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    truncated = tmp_path / PLUGIN_NAME
+    data = dist.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    truncated.chmod(0o755)
+    cache = tmp_path / "cache"
+    broken = run([str(truncated), "--version"], {**no_python, CACHE_ENV: str(cache)}, tmp_path)
+    assert broken.returncode == 1 and broken.stdout == ""
+    assert "truncated or damaged" in broken.stderr, broken.stderr
+    assert builds(cache) == []  # the partial unpack was removed
+
+    relative = run([str(dist), "--version"], {**no_python, CACHE_ENV: "relative/dir"}, tmp_path)
+    assert relative.returncode == 1 and relative.stdout == ""
+    assert f"must be an absolute path, got 'relative/dir' (set {CACHE_ENV})" in relative.stderr
+
+
+def test_old_glibc_is_named_before_anything_is_unpacked(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    getconf = Path(no_python["PATH"]) / "getconf"
+    getconf.unlink()
+    getconf.write_text("#!/bin/sh\necho 'glibc 2.17'\n")
+    getconf.chmod(0o755)
+    cache = tmp_path / "cache"
+    old = run([str(dist), "--version"], {**no_python, CACHE_ENV: str(cache)}, tmp_path)
+    assert old.returncode == 1 and old.stdout == ""
+    assert "needs glibc >= 2." in old.stderr and "this node has 2.17" in old.stderr, old.stderr
+    assert not cache.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_refuses_a_build_directory_owned_by_someone_else(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = {**no_python, CACHE_ENV: str(cache)}
+    assert run([str(dist), "--version"], env, tmp_path).returncode == 0
+    (build,) = builds(cache)
+    os.chown(cache / build, 65534, 65534)
+    refused = run([str(dist), "--version"], env, tmp_path)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "is not owned by this user; refusing to run it" in refused.stderr, refused.stderr
+
+
+def test_children_get_the_nodes_library_path_not_the_bundles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit test of what the dist file's entry does before anything else (no dist file needed)."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    env = {"LD_LIBRARY_PATH": "/cache/b/_internal:/opt/x", "LD_LIBRARY_PATH_ORIG": "/opt/x", "HOME": "/root"}
+    restore_child_environment(env)
+    assert env == {"LD_LIBRARY_PATH": "/opt/x", "PYINSTALLER_RESET_ENVIRONMENT": "1", "HOME": "/root"}
+    env = {"LD_LIBRARY_PATH": "/cache/b/_internal"}
+    restore_child_environment(env)
+    assert env == {"PYINSTALLER_RESET_ENVIRONMENT": "1"}
+    monkeypatch.delattr(sys, "frozen")
+    env = {"LD_LIBRARY_PATH": "/opt/x"}
+    restore_child_environment(env)
+    assert env == {"LD_LIBRARY_PATH": "/opt/x"}  # the console script leaves it alone
+
+
+def test_cache_location_honours_xdg_cache_home(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    done = run([str(dist), "--version"], {**no_python, "XDG_CACHE_HOME": str(xdg)}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(builds(xdg / PLUGIN_NAME)) == 1
+    assert not (Path(no_python["HOME"]) / ".cache").exists()
+    assert oct((xdg / PLUGIN_NAME).stat().st_mode & 0o777) == "0o700"

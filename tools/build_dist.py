@@ -1,0 +1,276 @@
+"""Build ``dist/nomad-device-lingjun``: one self-contained executable for Nomad's plugin_dir.
+
+Why this shape (numbers in BENCHMARKS.md, "The shipped executable"):
+
+* **PyInstaller onedir** carries the interpreter (libpython), the standard
+  library, grpcio, protobuf (upb), msgpack, httpx, prometheus-client,
+  python-hcl2 and nvidia-ml-py, so a node needs no Python at all.
+* PyInstaller's own **onefile** mode unpacks everything into a new temporary
+  directory on *every* launch: 2.3-2.6 times the console script's exec → handshake,
+  and Nomad launches the plugin three times at each agent start. So the
+  onedir bundle is instead appended, as a gzip'd tar, to a short POSIX ``sh``
+  header. The first launch of a build unpacks it once into a versioned cache
+  directory (atomic rename, so concurrent first launches are safe), prunes
+  older builds (it keeps the previous one), and every launch then ``exec``s
+  the bundle: the header costs one ``sh`` start.
+
+The cache is ``$NOMAD_DEVICE_LINGJUN_CACHE_DIR``, else
+``$XDG_CACHE_HOME/nomad-device-lingjun``, else
+``$HOME/.cache/nomad-device-lingjun``, else ``/var/cache/nomad-device-lingjun``;
+each build lives in ``nomad-device-lingjun-<version>-<payload sha256[:16]>``.
+At most two builds are kept (about 45 MB each).
+
+The build needs only this interpreter (a CPython ≥ 3.11 built with a shared
+libpython, as Debian's and pyenv's are) and PyPI: it creates a dedicated build
+venv (``build/dist-venv``: PyInstaller plus the project's runtime dependencies
+and the ``nvml`` extra, nothing from the dev toolchain) and reuses it while
+pyproject.toml's dependencies and the pins below are unchanged. The
+executable needs the glibc of the build machine or newer (printed at the end;
+build on the oldest distribution you deploy to).
+
+    python3 tools/build_dist.py [--output dist/nomad-device-lingjun]
+    python3 tools/build_dist.py --onefile --output build/onefile/nomad-device-lingjun   # for comparison only
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "nomad-device-lingjun"
+PYINSTALLER = "pyinstaller==6.22.3"
+BUILD = REPO / "build"
+VENV = BUILD / "dist-venv"
+CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
+
+# The sh header. It uses only POSIX sh and, on the first launch of a build,
+# tail, tar, gzip, mkdir, mktemp, mv -T (GNU coreutils), rm, ls and find.
+HEADER = r"""#!/bin/sh
+# @NAME@ @VERSION@: a self-contained HashiCorp Nomad device plugin (Python @PYVER@ and its
+# libraries bundled by PyInstaller; no Python needed on the node; needs glibc >= @GLIBC@).
+# This file is this sh header followed by a gzip'd tar of the bundle. The first launch of this
+# build unpacks it once into the cache directory below (then keeps this build and the previous
+# one, no more), and every launch execs the unpacked bundle. Cache directory:
+# $@CACHE_ENV@, else $XDG_CACHE_HOME/@NAME@, else $HOME/.cache/@NAME@,
+# else /var/cache/@NAME@. See docs/operator.md, "The executable".
+n=@NAME@
+b=$n-@VERSION@-@KEY@
+die() { echo "$n: $*" >&2; exit 1; }
+if [ -n "${@CACHE_ENV@:-}" ]; then c=$@CACHE_ENV@
+elif [ -n "${XDG_CACHE_HOME:-}" ]; then c=$XDG_CACHE_HOME/$n
+elif [ -n "${HOME:-}" ] && [ "$HOME" != / ]; then c=$HOME/.cache/$n
+else c=/var/cache/$n; fi
+case $c in /*) ;; *) die "the cache directory must be an absolute path, got '$c' (set @CACHE_ENV@)";; esac
+d=$c/$b
+if [ ! -x "$d/$n" ]; then
+  v=$(getconf GNU_LIBC_VERSION 2>/dev/null); v=${v#glibc }; m=${v#*.}; m=${m%%.*}
+  case $v in 2.*) [ "$m" -ge @GLIBC_MINOR@ ] 2>/dev/null || die "needs glibc >= @GLIBC@, this node has $v: build it with 'make dist' on the oldest distribution you deploy to";; esac
+  umask 077
+  mkdir -p "$c" || die "cannot create the cache directory $c (set @CACHE_ENV@ to a writable local directory)"
+  t=$(mktemp -d "$c/.$b.XXXXXX") || die "cannot create a directory in $c"
+  if ! tail -c +@OFFSET@ "$0" | tar -xzf - -C "$t"; then
+    rm -rf "$t"; die "cannot unpack $0 into $c: the file is truncated or damaged (compare it with $n.sha256) or the disk is full"
+  fi
+  # Atomic: a concurrent first launch that won the race already installed the same bytes.
+  mv -T "$t" "$d" 2>/dev/null || { rm -rf "$t"; [ -x "$d/$n" ] || die "cannot install the bundle into $d"; }
+  # Keep this build and the most recent other one; drop older builds and stale partial unpacks.
+  k=0
+  for o in $(cd "$c" && ls -1dt -- $n-*-* 2>/dev/null); do
+    [ "$o" = "$b" ] && continue
+    k=$((k + 1)); [ $k -le 1 ] || rm -rf "${c:?}/$o"
+  done
+  find "$c" -maxdepth 1 -type d -name ".$n-*.??????" -mmin +60 -exec rm -rf {} + 2>/dev/null
+fi
+[ -O "$d" ] || die "$d is not owned by this user; refusing to run it (set @CACHE_ENV@)"
+exec "$d/$n" "$@"
+"""
+
+
+def log(message: str) -> None:
+    print(f"build_dist: {message}", flush=True)
+
+
+def requirements() -> list[str]:
+    """Runtime dependencies from pyproject.toml plus the nvml extra and the pinned PyInstaller."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["nvml"], PYINSTALLER]
+
+
+def check_interpreter() -> None:
+    if sys.version_info < (3, 11):
+        raise SystemExit(f"build_dist needs Python >= 3.11 (tomllib), this is {sys.version.split()[0]}")
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        raise SystemExit(
+            f"{sys.executable} has no shared libpython (built without --enable-shared); PyInstaller needs one: "
+            "use Debian's /usr/bin/python3 or a pyenv build (PY=... make dist)"
+        )
+
+
+def build_venv() -> Path:
+    """A venv with only PyInstaller and the runtime dependencies, reused while its inputs are unchanged."""
+    wanted = json.dumps({"python": sys.version, "requirements": requirements()}, sort_keys=True)
+    stamp = VENV / ".dist-stamp"
+    python = VENV / "bin" / "python"
+    if stamp.exists() and stamp.read_text() == wanted and python.exists():
+        return python
+    log(f"creating the build venv {VENV.relative_to(REPO)} (PyInstaller + runtime dependencies, from PyPI)")
+    shutil.rmtree(VENV, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, *requirements()], check=True)
+    # Ship python-hcl2's grammar pre-compiled (Lark writes this cache next to its module on first use).
+    subprocess.run([str(python), "-c", "import hcl2.parser as p; p.parser()"], check=True)
+    stamp.write_text(wanted)
+    return python
+
+
+def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
+    """The onedir bundle (build/pyinstaller/dist/nomad-device-lingjun), or with ``--onefile`` PyInstaller's one file."""
+    work = BUILD / "pyinstaller"
+    shutil.rmtree(work / "dist", ignore_errors=True)
+    # Stripping symbols roughly halves the bundle; it needs binutils' strip, which minimal hosts lack.
+    strip = ["--strip"] if shutil.which("strip") else []
+    if not strip:
+        log("no `strip` on PATH (binutils): building unstripped (about 69 instead of 42 MiB unpacked)")
+    cmd = [
+        str(python), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN", mode, *strip,
+        "--name", NAME, "--distpath", str(work / "dist"), "--workpath", str(work / "work"), "--specpath", str(work),
+        # Subcommands are imported by name (cli/main.py) and pynvml by importlib (nvml/lib.py).
+        "--collect-submodules", "nomad_plugin", "--hidden-import", "pynvml", "--collect-data", "hcl2",
+        # xdm_schema = "<.proto path>": protoc (imported lazily) and its bundled well-known .proto files.
+        "--hidden-import", "grpc_tools.protoc", "--collect-data", "grpc_tools", "--hidden-import", "grpc_reflection",
+        "--exclude-module", "tkinter",
+        str(REPO / "nomad_plugin" / "__main__.py"),
+    ]  # fmt: skip
+    # collect_submodules imports nomad_plugin in a child interpreter: it must find this checkout.
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+    subprocess.run(cmd, check=True, env=env, cwd=REPO)
+    bundle = work / "dist" / NAME
+    if mode == "--onefile":
+        return bundle
+    if not (bundle / NAME).is_file():
+        raise SystemExit(f"PyInstaller did not produce {bundle / NAME}")
+    return bundle
+
+
+def min_glibc(bundle: Path) -> tuple[int, int]:
+    """The newest GLIBC_2.x symbol version any bundled ELF file asks for."""
+    best = (2, 17)
+    for path in bundle.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            with path.open("rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    continue
+                data = f.read()
+            for major, minor in re.findall(rb"GLIBC_(\d+)\.(\d+)", data):
+                best = max(best, (int(major), int(minor)))
+    return best
+
+
+def payload(bundle: Path) -> bytes:
+    """A reproducible gzip'd tar of the bundle's contents (sorted, no owners, fixed mtimes)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(bundle.rglob("*")):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(bundle)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            info.mode = 0o755 if (path.is_dir() or info.mode & 0o111) else 0o644
+            if info.isreg():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
+
+
+def header(version: str, key: str, glibc: tuple[int, int], offset: int) -> bytes:
+    values = {
+        "NAME": NAME,
+        "VERSION": version,
+        "KEY": key,
+        "PYVER": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "GLIBC": f"{glibc[0]}.{glibc[1]}",
+        "GLIBC_MINOR": str(glibc[1]),
+        "CACHE_ENV": CACHE_ENV,
+        "OFFSET": str(offset),
+    }
+    return re.sub(r"@([A-Z_]+)@", lambda m: values[m.group(1)], HEADER).encode()
+
+
+def build(output: Path) -> dict[str, object]:
+    check_interpreter()
+    start = time.monotonic()
+    python = build_venv()
+    venv_s = time.monotonic() - start
+    bundle = run_pyinstaller(python)
+    glibc = min_glibc(bundle)
+    data = payload(bundle)
+    key = hashlib.sha256(data).hexdigest()[:16]
+    sys.path.insert(0, str(REPO))
+    from nomad_plugin import __version__
+
+    offset = 1
+    while True:  # tail -c +N counts from 1; the header's length depends on N's digits
+        head = header(__version__, key, glibc, offset)
+        if len(head) + 1 == offset:
+            break
+        offset = len(head) + 1
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp")
+    tmp.write_bytes(head + data)
+    tmp.chmod(0o755)
+    tmp.replace(output)
+    digest = hashlib.sha256(output.read_bytes()).hexdigest()
+    output.with_name(output.name + ".sha256").write_text(f"{digest}  {output.name}\n")
+    return {
+        "output": output,
+        "bytes": output.stat().st_size,
+        "unpacked": sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file()),
+        "glibc": f"{glibc[0]}.{glibc[1]}",
+        "seconds": time.monotonic() - start,
+        "venv_seconds": venv_s,
+        "sha256": digest,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=REPO / "dist" / NAME)
+    parser.add_argument("--onefile", action="store_true", help="write PyInstaller's onefile instead (benchmarks only)")
+    args = parser.parse_args(argv)
+    if args.onefile:
+        check_interpreter()
+        onefile = run_pyinstaller(build_venv(), "--onefile")
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(onefile, args.output)
+        print(f"built {args.output} (PyInstaller onefile, for comparison; not the shipped layout)")
+        return 0
+    r = build(args.output.absolute())
+    mib = 2**20
+    print(
+        f"built {r['output']}: {int(r['bytes']) / mib:.1f} MiB ({int(r['unpacked']) / mib:.1f} MiB unpacked), "  # type: ignore[call-overload]
+        f"needs glibc >= {r['glibc']}, in {r['seconds']:.0f} s (build venv {r['venv_seconds']:.0f} s)\n"
+        f"sha256 {r['sha256']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
