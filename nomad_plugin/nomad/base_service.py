@@ -15,7 +15,6 @@ import grpc
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc
-from nomad_plugin.backend_select import validate_config
 from nomad_plugin.config.decode import decode_config, secret_values
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.config.schema import config_spec
@@ -65,6 +64,8 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"plugin_api_version {version[:40]!r} is not supported; allowed: {DEVICE_API_VERSION}",
             )
+        from nomad_plugin.backend_select import validate_config  # after the handshake, off the launch path
+
         try:
             config = decode_config(request.msgpack_config)
             validate_config(config)

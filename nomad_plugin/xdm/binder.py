@@ -430,7 +430,7 @@ class _Binder:
         model = _model_methods()
         rpcs: dict[str, Rpc] = {}
         missing: list[str] = []
-        device_service = self._service_for("ListAndWatch") or self._service_for("Allocate")
+        device_service = self._device_service()
         for method, role, streaming in RPCS:
             found = self._find_method(method, role, device_service)
             if found is None:
@@ -467,9 +467,16 @@ class _Binder:
         want = normalise(method)
         return [(s, m) for s in self.services for m in s.methods if normalise(m.name) == want]
 
-    def _service_for(self, method: str) -> ServiceDescriptor | None:
-        found = self._methods_named(method)
-        return found[0][0] if found else None
+    def _device_service(self) -> ServiceDescriptor | None:
+        """The service holding most of the device RPCs (a kubelet-style ``DevicePlugin``
+        with only ListAndWatch/Allocate loses to XDM's own service)."""
+        wanted = {normalise(m) for m, role, _ in RPCS if role == "device"}
+        best: tuple[int, ServiceDescriptor] | None = None
+        for service in self.services:
+            score = sum(1 for m in service.methods if normalise(m.name) in wanted)
+            if score and (best is None or score > best[0]):
+                best = (score, service)
+        return best[1] if best else None
 
     def _find_method(
         self, method: str, role: str, device_service: ServiceDescriptor | None

@@ -173,7 +173,10 @@ class XdmClient:
         self.last_binding: Binding | None = None  # the latest attempt, usable or not (doctor, xdm-probe)
         self.last_bind_error = ""
         self._logged_bind = ""
-        self._findings: dict[str, str] = {}  # guard findings per RPC, cleared on re-bind
+        # guard findings per RPC, with the digest of the schema that produced them: a
+        # re-bind to another schema drops them, a re-bind to the same one keeps them
+        # until the RPC answers plausibly (a Reserve in between is still refused)
+        self._findings: dict[str, tuple[str, str]] = {}
         self._path_cache: tuple[tuple[str, float, int], FileDescriptorSet] | None = None
         self.binds = 0  # successful (re)binds; for tests and health
 
@@ -200,17 +203,17 @@ class XdmClient:
                 raise SchemaMismatch(found.mismatch_text())
             self.last_bind_error = ""
             self._log_bind(found.digest + found.source, found)
+            self._findings = {k: v for k, v in self._findings.items() if v[0] == found.digest}
             self._binding = found
             self.binds += 1
             return found
 
     def invalidate_binding(self, why: str) -> None:
-        """Forget the binding and the guard findings: the next call binds afresh (R1, item 5)."""
+        """Forget the binding: the next call binds afresh (R1, item 5)."""
         with self._bind_lock:
             had = self._binding is not None
             self._binding = None
             self._config_bound = None
-            self._findings.clear()
             self._deserializers.clear()
         self._dp2mgr.drop_callables()
         self._config.drop_callables()
@@ -222,7 +225,7 @@ class XdmClient:
         with self._bind_lock:
             if self._binding is None and self.last_bind_error:
                 return self.last_bind_error
-            return next(iter(self._findings.values()), "")
+            return next((text for _, text in self._findings.values()), "")
 
     def _log_bind(self, key: str, found: Binding | None) -> None:
         """The full report when the schema (or the verdict) changed; one line for a
@@ -308,9 +311,10 @@ class XdmClient:
         """Record (or clear) the guard finding of one decoded answer; return its text."""
         text = f"{MISMATCH_PREFIX}: " + "; ".join(problems) if problems else ""
         with self._bind_lock:
-            previous = self._findings.get(rpc, "")
+            previous = self._findings.get(rpc, ("", ""))[1]
+            current = self._binding or self.last_binding
             if text:
-                self._findings[rpc] = text
+                self._findings[rpc] = (current.digest if current is not None else "", text)
             else:
                 self._findings.pop(rpc, None)
         if text and text != previous:

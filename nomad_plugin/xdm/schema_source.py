@@ -163,7 +163,7 @@ class _Reflector:
         import queue
 
         self._rpb = rpb
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=4)  # one request in flight at a time
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)  # one request in flight + the end marker
         self._responses: Iterator[bytes] = call(iter(self._queue.get, None), timeout=timeout, wait_for_ready=True)
 
     def _ask(self, **kwargs: Any) -> Any:
@@ -209,6 +209,9 @@ class _Reflector:
             return fds
         finally:
             self._queue.put(None)
+            cancel = getattr(self._responses, "cancel", None)
+            if callable(cancel):
+                cancel()  # done (or given up): end the stream now, whatever the server does
 
     def _add(
         self, answer: Any, files: dict[str, descriptor_pb2.FileDescriptorProto]
@@ -225,6 +228,8 @@ class _Reflector:
             if not proto.name:
                 raise SchemaError("server reflection sent a file descriptor without a name")
             if proto.name not in files:
+                if len(files) >= MAX_PROTO_FILES:
+                    raise SchemaError(f"server reflection sent more than {MAX_PROTO_FILES} files")
                 files[proto.name] = proto
                 added.append(proto)
         return added

@@ -306,6 +306,9 @@ def test_guard_failure_refuses_allocate_before_sending(make_fake, make_client) -
     assert all(c.health_reason.startswith("XDM schema mismatch: ListAndWatch: ") for c in cards)
     with pytest.raises(SchemaMismatch, match="do not look like UUIDs"):
         client.allocate(GrantRequest(grant_id="g", asks=(DeviceAsk(minor=0),)))
+    client.invalidate_binding("connection lost")  # re-bound to the same schema: the finding stands
+    with pytest.raises(SchemaMismatch, match="do not look like UUIDs"):
+        client.allocate(GrantRequest(grant_id="g", asks=(DeviceAsk(minor=0),)))
     assert "Allocate" not in fake.calls
 
 
@@ -327,3 +330,24 @@ def test_config_dataclass_keeps_aliases_hashable() -> None:
     assert hash(replace(config)) == hash(config)
     with pytest.raises(ConfigError, match="xdm_field_aliases"):
         decode_config(msgpack_config({"xdm_field_aliases": {"Device.totalMemory": 3}}))
+
+
+def test_the_device_service_is_the_one_with_most_device_rpcs() -> None:
+    """A kubelet-style DevicePlugin (ListAndWatch + Allocate only) next to XDM's service is not chosen."""
+    fds = schemas.base()
+    kubelet = fds.file.add()
+    kubelet.name = "k8s/deviceplugin.proto"
+    kubelet.package = "v1beta1"
+    kubelet.syntax = "proto3"
+    empty = kubelet.message_type.add()
+    empty.name = "Empty"
+    svc = kubelet.service.add()
+    svc.name = "DevicePlugin"
+    for name in ("ListAndWatch", "Allocate"):
+        m = svc.method.add()
+        m.name, m.input_type, m.output_type = name, ".v1beta1.Empty", ".v1beta1.Empty"
+        m.server_streaming = name == "ListAndWatch"
+    fds.file.insert(0, fds.file.pop())  # listed first
+    b = bind(fds, "test")
+    assert b.ok, b.mismatch
+    assert b.rpc("ListAndWatch").path == "/xdm.XpuDeviceManagerService/ListAndWatch"
