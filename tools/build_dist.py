@@ -156,7 +156,8 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
         str(REPO / "nomad_plugin" / "__main__.py"),
     ]  # fmt: skip
     # collect_submodules imports nomad_plugin in a child interpreter: it must find this checkout.
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+    # PYTHONHASHSEED: set and frozenset constants marshal in one order, so equal sources give equal bytes.
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
     subprocess.run(cmd, check=True, env=env, cwd=REPO)
     bundle = work / "dist" / NAME
     if mode == "--onefile":
