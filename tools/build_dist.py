@@ -134,7 +134,8 @@ def build_venv() -> Path:
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, *requirements()], check=True)
     # Ship python-hcl2's grammar pre-compiled (Lark writes this cache next to its module on first use).
-    subprocess.run([str(python), "-c", "import hcl2.parser as p; p.parser()"], check=True)
+    seeded = dict(os.environ, PYTHONHASHSEED="0")  # the pickled grammar's set order, for reproducible bytes
+    subprocess.run([str(python), "-c", "import hcl2.parser as p; p.parser()"], check=True, env=seeded)
     stamp.write_text(wanted)
     return python
 
