@@ -133,9 +133,6 @@ def build_venv() -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, *requirements()], check=True)
-    # Ship python-hcl2's grammar pre-compiled (Lark writes this cache next to its module on first use).
-    seeded = dict(os.environ, PYTHONHASHSEED="0")  # the pickled grammar's set order, for reproducible bytes
-    subprocess.run([str(python), "-c", "import hcl2.parser as p; p.parser()"], check=True, env=seeded)
     stamp.write_text(wanted)
     return python
 
@@ -144,6 +141,10 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
     """The onedir bundle (build/pyinstaller/dist/nomad-device-lingjun), or with ``--onefile`` PyInstaller's one file."""
     work = BUILD / "pyinstaller"
     shutil.rmtree(work / "dist", ignore_errors=True)
+    # python-hcl2 caches its compiled grammar next to its module, keyed by that module's absolute
+    # path: a copy from the build venv is never valid in the bundle and would make builds differ.
+    for stale in (python.parent.parent / "lib").glob("python3*/site-packages/hcl2/.lark_cache.bin"):
+        stale.unlink()
     # Stripping symbols roughly halves the bundle; it needs binutils' strip, which minimal hosts lack.
     strip = ["--strip"] if shutil.which("strip") else []
     if not strip:
