@@ -75,7 +75,7 @@ elif [ -n "${HOME:-}" ] && [ "$HOME" != / ]; then c=$HOME/.cache/$n
 else c=/var/cache/$n; fi
 case $c in /*) ;; *) die "the cache directory must be an absolute path, got '$c' (set @CACHE_ENV@)";; esac
 d=$c/$b
-if [ ! -x "$d/$n" ]; then
+if [ ! -x "$d/$n" ]; then (  # a subshell: its umask and variables do not reach the plugin
   v=$(getconf GNU_LIBC_VERSION 2>/dev/null); v=${v#glibc }; m=${v#*.}; m=${m%%.*}
   case $v in 2.*) [ "$m" -ge @GLIBC_MINOR@ ] 2>/dev/null || die "needs glibc >= @GLIBC@, this node has $v: build it with 'make dist' on the oldest distribution you deploy to";; esac
   umask 077
@@ -88,12 +88,13 @@ if [ ! -x "$d/$n" ]; then
   mv -T "$t" "$d" 2>/dev/null || { rm -rf "$t"; [ -x "$d/$n" ] || die "cannot install the bundle into $d"; }
   # Keep this build and the most recent other one; drop older builds and stale partial unpacks.
   k=0
-  for o in $(cd "$c" && ls -1dt -- $n-*-* 2>/dev/null); do
+  for o in $(CDPATH='' cd -- "$c" && ls -1dt -- $n-*-* 2>/dev/null); do
     [ "$o" = "$b" ] && continue
     k=$((k + 1)); [ $k -le 1 ] || rm -rf "${c:?}/$o"
   done
   find "$c" -maxdepth 1 -type d -name ".$n-*.??????" -mmin +60 -exec rm -rf {} + 2>/dev/null
-fi
+  true
+) || exit 1; fi
 [ -O "$d" ] || die "$d is not owned by this user; refusing to run it (set @CACHE_ENV@)"
 exec "$d/$n" "$@"
 """

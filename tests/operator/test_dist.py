@@ -124,7 +124,12 @@ def test_runs_its_own_interpreter_and_libraries(dist: Path, no_python: dict[str,
         assert (info.type, info.name, info.version) == ("DEVICE", PLUGIN_NAME, __version__)
         assert proc.proc is not None
         maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
+        status = Path(f"/proc/{proc.proc.pid}/status").read_text()
     assert proc.extra_stdout == []  # the handshake line only: the sh header prints nothing
+    ours = os.umask(0o022)
+    os.umask(ours)
+    # This was the build's first launch: the header's private umask for unpacking stayed in its subshell.
+    assert f"Umask:\t{ours:04o}" in status, status
     (build,) = builds(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME)
     bundle = str(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME / build)
     mapped = {
