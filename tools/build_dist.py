@@ -6,7 +6,7 @@ Why this shape (numbers in BENCHMARKS.md, "The shipped executable"):
   library, grpcio, protobuf (upb), msgpack, httpx, prometheus-client,
   python-hcl2 and nvidia-ml-py, so a node needs no Python at all.
 * PyInstaller's own **onefile** mode unpacks everything into a new temporary
-  directory on *every* launch: 2.3-2.6 times the console script's exec → handshake,
+  directory on *every* launch: 2.3-2.4 times the console script's exec → handshake,
   and Nomad launches the plugin three times at each agent start. So the
   onedir bundle is instead appended, as a gzip'd tar, to a short POSIX ``sh``
   header. The first launch of a build unpacks it once into a versioned cache
