@@ -20,7 +20,7 @@ The cache is ``$NOMAD_DEVICE_LINGJUN_CACHE_DIR``, else
 each build lives in ``nomad-device-lingjun-<version>-<payload sha256[:16]>``.
 At most two builds are kept (about 45 MB each).
 
-The build needs only this interpreter (a CPython ≥ 3.11 built with a shared
+The build needs only this interpreter (a CPython ≥ 3.10 built with a shared
 libpython, as Debian's and pyenv's are) and PyPI: it creates a dedicated build
 venv (``build/dist-venv``: PyInstaller plus the project's runtime dependencies
 and the ``nvml`` extra, nothing from the dev toolchain) and reuses it while
@@ -106,15 +106,16 @@ def log(message: str) -> None:
 
 def requirements() -> list[str]:
     """Runtime dependencies from pyproject.toml plus the nvml extra and the pinned PyInstaller."""
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the same parser, as vendored by pip
+        from pip._vendor import tomli as tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     return [*project["dependencies"], *project["optional-dependencies"]["nvml"], PYINSTALLER]
 
 
 def check_interpreter() -> None:
-    if sys.version_info < (3, 11):
-        raise SystemExit(f"build_dist needs Python >= 3.11 (tomllib), this is {sys.version.split()[0]}")
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         raise SystemExit(
             f"{sys.executable} has no shared libpython (built without --enable-shared); PyInstaller needs one: "
