@@ -10,10 +10,19 @@
 
 plugin "nomad-device-lingjun" {
   config {
+    # false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia).
+    enabled = true
+
+    # Card or MIG UUIDs never fingerprinted (as nomad-device-nvidia).
+    ignored_gpu_ids = []
+
+    # nomad-device-nvidia's key for how often cards are re-read; empty = inventory_resync_period.
+    fingerprint_period = ""
+
     # Where cards come from: auto (XDM if its socket exists, else NVML), xdm or nvml.
     backend = "auto"
 
-    # XDM device-manager socket (ListAndWatch, Allocate, Release, exporter).
+    # XDM device-manager socket, an absolute path (ListAndWatch, Allocate, Release, exporter).
     xdm_socket = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
 
     # XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).
@@ -28,7 +37,13 @@ plugin "nomad-device-lingjun" {
     # Deadline of every unary XDM call.
     xdm_call_timeout = "5s"
 
-    # Lowest level written to Nomad's agent log.
+    # XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).
+    xdm_schema = "auto"
+
+    # Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.
+    xdm_field_aliases = []
+
+    # Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines appear only when the agent logs at that level too.
     log_level = "info"
 
     # Directory for the grant journal (created 0700; the journal is 0600).
@@ -70,7 +85,10 @@ plugin "nomad-device-lingjun" {
     # How often ListGpuInfo re-reads static card data.
     inventory_resync_period = "1m"
 
-    # Pass XDM's host mounts to tasks (off: a device mount list replaces the task's volume mounts in Nomad).
+    # Pass XDM's host mounts to tasks: auto (unless the task has volume_mounts, which Nomad would drop; asks the Nomad API), always or never. See docs/reserve.md.
+    container_mounts = "auto"
+
+    # Deprecated: true = container_mounts "always".
     xdm_mounts = false
 
     # Release grants whose Nomad allocation ended (needs the Nomad API).
@@ -79,10 +97,10 @@ plugin "nomad-device-lingjun" {
     # How long a grant may lack a live allocation before it is released.
     release_grace_period = "30s"
 
-    # Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646.
+    # Local Nomad agent API URL (http://, https:// or unix://); empty = $NOMAD_ADDR or http://127.0.0.1:4646.
     nomad_address = ""
 
-    # ACL token with node:read; empty = $NOMAD_TOKEN.
+    # ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.
     nomad_token = ""
 
     # CA bundle for the agent's TLS; empty = $NOMAD_CACERT.

@@ -17,7 +17,7 @@ W
 chmod +x /tmp/gc/nomad-device-lingjun
 printf 'plugin "nomad-device-lingjun" {\n  config {\n    backend = "nvml"\n    data_dir = "/tmp/gc/data"\n    reconcile = false\n  }\n}\n' > /tmp/gc/agent.hcl
 t0=$(date +%s.%N)
-timeout 120 .devcarry/conformance-host --plugin /tmp/gc/nomad-device-lingjun --config /tmp/gc/agent.hcl --phase all --duration 30 --stats-detail --reserve-count 1 --reserve-after-fp 2 --first-fp-timeout 60 > $OUT/host.jsonl 2> $OUT/host.err
+timeout 120 .devcarry/conformance-host --plugin /tmp/gc/nomad-device-lingjun --config /tmp/gc/agent.hcl --phase all --duration 30 --stats-detail --reserve-count 1 --first-fp-timeout 60 > $OUT/host.jsonl 2> $OUT/host.err
 echo "host rc=$?"
 python3 - <<'P'
 import json, os

@@ -83,8 +83,6 @@ def main() -> int:
         str(args.seconds),
         "--stats-interval",
         "1",
-        "--reserve-after-fp",
-        "2",
         "--reserve-count",
         "3",
         "--set",

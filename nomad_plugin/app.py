@@ -15,6 +15,7 @@ plugin three times at every agent start, and two of them never need them.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,19 +24,24 @@ from typing import TYPE_CHECKING
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.model.errors import PluginError
+from nomad_plugin.model.errors import PluginError, ReservationRejected
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
     from nomad_plugin.backend import Backend
+    from nomad_plugin.journal import JournalEntry
+    from nomad_plugin.journal.owner import OwnerLock
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics.plugin import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
+    from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
     from nomad_plugin.stats.layout import GrantInfo
@@ -43,6 +49,8 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 HOUSEKEEPING_PERIOD = 5.0
+#: How long the plugin waits for an operator command that holds the journal's owner lock.
+OWNER_LOCK_WAIT = 10.0
 
 
 class JournalUnavailable(PluginError):
@@ -60,14 +68,20 @@ class PluginApp:
         self.fingerprint: FingerprintEngine | None = None
         self.reserver: Reserver | None = None
         self.reconciler: Reconciler | None = None
+        self.requests: RequestWatcher | None = None
+        self.owner_lock: OwnerLock | None = None
         self.feed: MetricsFeed | None = None
         self.stats_engine: StatsEngine | None = None
         self.metrics: PluginMetrics | None = None
         self.endpoint: MetricsEndpoint | None = None
+        self._close_volume_lookup: Callable[[], None] | None = None
+        self._xdm_was_down = False
+        self._xdm_ever_up = False
         self.journal_error = ""
         self._stale_entries: list[str] = []
         self._sent_catalog: Catalog = Catalog()
         self._threads: list[threading.Thread] = []
+        self._heap_settled = False
 
     # -- configuration -------------------------------------------------------------
     def set_config(self, config: PluginConfig) -> None:
@@ -123,7 +137,7 @@ class PluginApp:
                 journal,
                 config,
                 fingerprint.notify_grants_changed,
-                include_mounts=config.xdm_mounts,
+                mount_policy=self._mount_policy(config),
             )
             holder["r"] = reserver
             self.reserver = reserver
@@ -139,10 +153,32 @@ class PluginApp:
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
 
+    def _mount_policy(self, config: PluginConfig) -> MountPolicy:
+        """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
+        from nomad_plugin.nomad.mounts import MountPolicy
+        from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
+        from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
+
+        mode = "always" if config.xdm_mounts else config.container_mounts
+        metrics = self.metrics
+        observe = (lambda d: metrics.mount_decision(d.outcome)) if metrics is not None else None
+        if mode != "auto":
+            return MountPolicy(mode, observe=observe)
+        lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
+        self._close_volume_lookup = lookup.close
+        return MountPolicy(mode, lookup.lookup, observe)
+
     def _open_journal(self, config: PluginConfig) -> Journal | None:
+        from nomad_plugin.journal.owner import OwnerLock
         from nomad_plugin.journal.store import Journal
 
         try:
+            lock = OwnerLock(config.data_dir)
+            # An operator's `grants release` holds it for a moment while no plugin runs.
+            if not lock.acquire(timeout=OWNER_LOCK_WAIT):
+                log.warning("%s is held by another process; opening the journal anyway", lock.path)
+            else:
+                self.owner_lock = lock
             return Journal(config.data_dir)
         except (OSError, PluginError, ValueError) as exc:
             self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
@@ -196,8 +232,15 @@ class PluginApp:
         client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
         fingerprint = self.fingerprint
         assert fingerprint is not None
+        from nomad_plugin.reconcile.state import state_path
+
         reconciler = Reconciler(
-            reserver, client, fingerprint.catalog, grace=config.release_grace_period, node_id=config.nomad_node_id
+            reserver,
+            client,
+            fingerprint.catalog,
+            grace=config.release_grace_period,
+            node_id=config.nomad_node_id,
+            state_path=state_path(config.data_dir),
         )
         with self._lock:
             if self._closed.is_set():
@@ -206,6 +249,28 @@ class PluginApp:
                 return
             self.reconciler = reconciler
         reconciler.start()
+        self._start_requests(reserver, config, reconciler)
+
+    def _start_requests(self, reserver: Reserver, config: PluginConfig, reconciler: Reconciler) -> None:
+        """Operator `grants release` requests while the plugin runs (reconcile/requests.py)."""
+        from nomad_plugin.reconcile.requests import RequestWatcher
+
+        def live_holder(entry: JournalEntry) -> AllocView | None:
+            page = reconciler.last_page
+            if page is None:
+                return None
+            ids = set(entry.device_ids)
+            return next((a for a in page.allocs if a.live and a.device_ids & ids), None)
+
+        watcher = RequestWatcher(reserver, config.data_dir, live_holder)
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self.requests = watcher
+        try:
+            watcher.start()
+        except OSError as exc:
+            log.error("operator requests directory cannot be used: %s", exc)
 
     def _housekeeping(self) -> None:
         """Mirror lifecycle counters into the Prometheus metrics every few seconds."""
@@ -216,17 +281,29 @@ class PluginApp:
                 continue
             snap = reserver.counters.snapshot()
             metrics.journal_size(snap["journal_size"])
+            metrics.nomad_view(bool(snap["view_incomplete"]), snap["unverifiable_grants"])
             for _ in range(snap["grants_released_by_reconcile"] - seen.get("released", 0)):
                 metrics.grant_released_by_reconcile()
             for _ in range(snap["leaked_grants_found"] - seen.get("leaked", 0)):
                 metrics.leaked_grant_found()
+            metrics.reconcile_errors(snap["nomad_api_errors"] - seen.get("api_errors", 0))
             seen["released"] = snap["grants_released_by_reconcile"]
             seen["leaked"] = snap["leaked_grants_found"]
+            seen["api_errors"] = snap["nomad_api_errors"]
 
     def _on_inventory(self, inventory: object) -> None:
         metrics = self.metrics
-        if metrics is not None:
-            metrics.xdm_state(bool(getattr(inventory, "reachable", False)))
+        if metrics is None:
+            return
+        reachable = bool(getattr(inventory, "reachable", False))
+        reason = str(getattr(inventory, "unreachable_reason", ""))
+        if reachable and self._xdm_was_down and self._xdm_ever_up:
+            metrics.xdm_reconnect()
+        self._xdm_was_down = not reachable
+        self._xdm_ever_up = self._xdm_ever_up or reachable
+        metrics.xdm_state(reachable)
+        # The XDM backend classifies UNIMPLEMENTED and undecodable answers as "unimplemented".
+        metrics.xdm_schema_mismatch(not reachable and reason.startswith("unimplemented"))
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -244,15 +321,15 @@ class PluginApp:
         reserver = self.reserver
         if reserver is None:
             return None
-        for entry in reserver.entries():
-            if instance_id in entry.device_ids:
-                return GrantInfo(
-                    grant_id=entry.grant_id,
-                    core_limit_percent=sum(a.core for a in entry.asks),
-                    memory_limit_gib=sum(a.memory_gib for a in entry.asks),
-                    slices=sum(a.slices for a in entry.asks),
-                )
-        return None
+        entry = reserver.holder(instance_id)
+        if entry is None:
+            return None
+        return GrantInfo(
+            grant_id=entry.grant_id,
+            core_limit_percent=sum(a.core for a in entry.asks),
+            memory_limit_gib=sum(a.memory_gib for a in entry.asks),
+            slices=sum(a.slices for a in entry.asks),
+        )
 
     # -- the three Nomad calls ------------------------------------------------------------
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
@@ -268,15 +345,33 @@ class PluginApp:
             if self.metrics is not None:
                 self.metrics.fingerprint_sent()
             yield response
+            if not self._heap_settled and response.device_group:
+                self._settle_heap()
             # gRPC resumes the generator once the message went out: from now
             # on Stats may speak of the groups it introduced.
             if catalog is not None:
                 self._sent_catalog = catalog
 
+    def _settle_heap(self) -> None:
+        """Once the first devices are out: move everything built so far out of the cyclic GC's sight.
+
+        Modules, the gRPC server and the first catalog are tens of thousands of
+        long-lived objects; each full collection walked them all, and on a big
+        node such a pause landed in the middle of a Reserve (tens of ms; issue 14).
+        ``gc.freeze`` leaves them to reference counting, which frees them anyway.
+        """
+        self._heap_settled = True
+        gc.collect()
+        gc.freeze()
+
     def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
         if not device_ids:
             return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
         self._ensure_started()
+        if self.config is not None and not self.config.enabled:
+            raise ReservationRejected(
+                "the plugin is disabled (enabled = false in its config block): it reserves nothing"
+            )
         reserver = self.reserver
         if reserver is None:
             raise JournalUnavailable(self.journal_error or "the plugin is shutting down")
@@ -303,12 +398,25 @@ class PluginApp:
             return
         yield from engine.responses(interval, cancel)
 
+    def stats_bytes(self, interval: float, cancel: threading.Event) -> Iterator[bytes]:
+        """``stats`` already serialised: what the gRPC servicer sends (encoded once per tick)."""
+        self._ensure_started()
+        engine = self.stats_engine
+        if engine is None:
+            while not cancel.is_set():
+                yield b""
+                cancel.wait(max(interval, 1.0))
+            return
+        yield from engine.serialized_responses(interval, cancel)
+
     def close(self) -> None:
         """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""
         with self._lock:
             self._closed.set()
         steps: list[tuple[str, Callable[[], None]]] = []
-        reconciler, feed = self.reconciler, self.feed
+        reconciler, feed, requests = self.reconciler, self.feed, self.requests
+        if requests is not None:
+            steps.append(("operator requests", lambda: requests.stop(timeout=0.2)))
         if reconciler is not None:
             steps.append(("reconciler", lambda: reconciler.stop(timeout=0.2)))
         if feed is not None:
@@ -319,6 +427,8 @@ class PluginApp:
             steps.append(("fingerprint engine", self.fingerprint.stop))
         if self.backend is not None:
             steps.append(("backend", self.backend.stop))
+        if self._close_volume_lookup is not None:
+            steps.append(("Nomad API client (mounts)", self._close_volume_lookup))
         for name, stop in steps:
             try:
                 stop()

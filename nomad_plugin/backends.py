@@ -39,6 +39,24 @@ def _nvml_usable() -> bool:
     return nvml_available()
 
 
+def validate_config(config: PluginConfig) -> None:
+    """Checks that need more than the decoder: an ``xdm_schema`` path must compile
+    (``ConfigError`` naming the file and the parser's message). Reads only local
+    files, never XDM; grpcio-tools is imported here, after the handshake."""
+    from nomad_plugin.xdm.schema_source import is_path
+
+    if not is_path(config.xdm_schema):
+        return
+    from nomad_plugin.model.errors import ConfigError
+    from nomad_plugin.xdm.binder import SchemaError
+    from nomad_plugin.xdm.schema_source import load_path
+
+    try:
+        load_path(config.xdm_schema)
+    except SchemaError as exc:
+        raise ConfigError(f'config option "xdm_schema": {exc}') from None
+
+
 def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml_usable) -> Backend:
     name = choose_backend_name(config, nvml_usable)
     if name == "nvml":

@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("job", help="the job file (HCL2)")
+    p.add_argument("job", help="the job file: HCL2, or JSON as `nomad job run -output` prints it")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", help="start an embedded XDM simulator with this profile (e.g. h800-8)")
     src.add_argument("--socket-dir", help="XDM socket directory (dp2mgr.sock, config-daemon.sock)")
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     style = Style(sys.stdout)
     try:
         requests = parse_job_text(Path(args.job).read_text(), args.job)
-    except (OSError, JobParseError) as exc:
+    except (OSError, UnicodeDecodeError, JobParseError) as exc:
         sys.stderr.write(f"check-job: {exc}\n")
         return 2
     try:
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"check-job: cannot get the fingerprint: {exc}\n")
         return 2
     verdicts = evaluate_job(requests, groups)
-    ok = bool(verdicts) and all(v.ok for v in verdicts)
+    ok = all(v.ok for v in verdicts)  # a job without device blocks needs nothing from this node
     if args.json:
         doc = {
             "job_file": args.job,
@@ -98,12 +98,13 @@ def main(argv: list[str]) -> int:
         f"{args.job}: {len(requests)} device block(s); fingerprint: {len(groups)} group(s), {devices} devices ({source})",
         "",
     ]
-    if not requests:
-        lines.append("the job has no device blocks: nothing to check")
     lines += verdicts_text(verdicts, style)
-    verdict = (
-        "every device block can be placed on this node" if ok else "some device block cannot be placed on this node"
-    )
+    if not requests:
+        verdict = "the job has no device blocks: it asks nothing of this plugin"
+    elif ok:
+        verdict = "every device block can be placed on this node"
+    else:
+        verdict = "some device block cannot be placed on this node"
     lines.append(style(verdict, "green" if ok else "red", "bold"))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0 if ok else 1

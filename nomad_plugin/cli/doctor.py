@@ -12,10 +12,12 @@ Exit status 0 when nothing failed (warnings allowed), 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,19 +26,15 @@ from typing import Any
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.launcher.config import (
-    LauncherConfigError,
-    full_config,
-    msgpack_config,
-    parse_override,
-    plugin_block_names,
-    plugin_config_from_file,
-    read_agent_file,
-)
+from nomad_plugin.launcher.agent_files import PluginBlocks, find_plugin_blocks, plugin_user_config
+from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config, parse_override
 from nomad_plugin.launcher.render import Style
 from nomad_plugin.model.errors import PluginError
+from nomad_plugin.nvml import lib as nvml_lib
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+NVIDIA_PLUGIN = "nomad-device-nvidia"
+NVML_WAIT_S = 15.0
 CONTAINERD_CONFIG = "etc/containerd/config.toml"
 XPU_RUNTIME = "usr/local/harp/kitC/xpu-container-runtime"
 RUNTIME_HANDLER = "lj-runtime"
@@ -60,6 +58,8 @@ class Host:
     root: Path = Path("/")
     access: Callable[[str, int], bool] = os.access
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    nvml_loader: Callable[[], Any] = nvml_lib.load
+    nvml_usable: Callable[[], bool] = field(default_factory=lambda: _nvml_usable)
 
 
 @dataclass
@@ -70,6 +70,7 @@ class Doctor:
     host: Host = field(default_factory=Host)
     findings: list[Finding] = field(default_factory=list)
     config: PluginConfig | None = None
+    blocks: PluginBlocks | None = None
 
     def add(self, check: str, status: str, summary: str, next_step: str = "") -> Finding:
         finding = Finding(check, status, summary, next_step)
@@ -80,22 +81,108 @@ class Doctor:
     def check_config(self) -> None:
         where = self.plugin_config or "(no --plugin-config: defaults)"
         try:
-            user = plugin_config_from_file(self.plugin_config) if self.plugin_config else {}
+            user = self._user_config() if self.plugin_config else {}
             extra = dict(parse_override(o) for o in self.overrides)
             self.config = decode_config(msgpack_config(full_config(user, extra)))
         except (LauncherConfigError, PluginError) as exc:
-            self.add(
-                "config",
-                FAIL,
-                f"{where}: {exc}",
-                "fix the option named above in the plugin's config block; Nomad would refuse to start the agent "
-                "with this config (SetConfig fails). plugin.hcl in the release lists every option with its default.",
-            )
+            self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
             self.config = None
             return
         self.add(
             "config", OK, f"{where}: decoded by the plugin's own SetConfig decoder (backend {self.config.backend})"
         )
+
+    def _user_config(self) -> dict[str, Any]:
+        """The plugin block's config from a file or an agent config directory (HCL or JSON)."""
+        assert self.plugin_config is not None
+        self.blocks = find_plugin_blocks(self.plugin_config)
+        return plugin_user_config(self.blocks, self.plugin_config)
+
+    def check_data_dir(self) -> None:
+        """The grant journal's directory must be creatable and writable, or every Reserve fails."""
+        assert self.config is not None
+        problem = data_dir_problem(Path(self.config.data_dir))
+        if problem:
+            self.add(
+                "data dir",
+                FAIL,
+                f"data_dir {self.config.data_dir!r}: {problem}",
+                "the grant journal lives there and Reserve refuses every request until it is usable: set data_dir "
+                "to a local directory the Nomad client (root) can create and write, e.g. /var/lib/nomad-device-lingjun",
+            )
+            return
+        self.add("data dir", OK, f"data_dir {self.config.data_dir!r} can hold the grant journal")
+
+    def check_nvml(self) -> None:
+        """The NVML backend's view: NVML loads, cards are read, and which are unhealthy and why."""
+        assert self.config is not None
+        from nomad_plugin.nvml.backend import NvmlBackend
+
+        backend = NvmlBackend(self.config, loader=self.host.nvml_loader, event_timeout_ms=100)
+        backend.start()
+        try:
+            ready = backend.wait_ready(NVML_WAIT_S)
+            inventory = backend.inventory()
+        finally:
+            backend.stop()
+        if not ready or not inventory.reachable:
+            reason = inventory.unreachable_reason or f"no inventory within {NVML_WAIT_S:.0f} s"
+            self.add(
+                "nvml",
+                FAIL,
+                f"the NVML backend cannot read the cards: {reason}",
+                "install the NVIDIA driver (libnvidia-ml.so.1) and run the Nomad client as root; with XDM on this "
+                'node set backend = "xdm" (or fix xdm_socket) instead',
+            )
+            return
+        models = sorted({c.model for c in inventory.cards})
+        self.add("nvml", OK, f"NVML reads {len(inventory.cards)} cards: {', '.join(models) or 'none'}")
+        self._card_health(inventory.cards, "nvml cards")
+        self._config_vs_cards(inventory.cards)
+
+    def _config_vs_cards(self, cards: Any) -> None:
+        """What the agent log would warn about: card blocks, filters or modes this node's cards defeat."""
+        from nomad_plugin.model.card import Inventory
+        from nomad_plugin.model.catalog import check_modes
+
+        assert self.config is not None
+        problems = check_modes(Inventory(cards=tuple(cards)), self.config)
+        if not problems:
+            self.add("config vs cards", OK, "every card block and filter applies to this node's cards as written")
+            return
+        self.add(
+            "config vs cards",
+            WARN,
+            "; ".join(problems),
+            "fix the card block or filter named above (a typo leaves it without effect); the plugin logs the same "
+            "warnings at start",
+        )
+
+    def _card_health(self, cards: Any, check: str = "card health") -> None:
+        """Unhealthy cards, each with its reason: Nomad places nothing on them until they recover."""
+        sick = [c for c in cards if not c.healthy]
+        if not sick:
+            self.add(check, OK, f"all {len(list(cards))} cards healthy")
+            return
+        listed = "; ".join(
+            f"minor {c.minor} ({c.uuid or 'no uuid'}): {c.health_reason or 'no reason given'}" for c in sick
+        )
+        self.add(
+            check,
+            FAIL if len(sick) == len(list(cards)) else WARN,
+            f"{len(sick)} of {len(list(cards))} cards unhealthy: {listed}",
+            "Nomad gives no task an unhealthy card; check `nvidia-smi -q` / the PPU tools and the kernel log "
+            "(dmesg | grep -i xid); XID 79 (fallen off the bus) or a reset-required card needs a reset or reboot",
+        )
+
+    def backend_name(self) -> str:
+        """The backend the plugin would pick here (auto: XDM if its socket exists, else NVML if usable)."""
+        assert self.config is not None
+        if self.config.backend != "auto":
+            return self.config.backend
+        if os.path.exists(self.config.xdm_socket):
+            return "xdm"
+        return "nvml" if self.host.nvml_usable() else "xdm"
 
     def check_sockets(self) -> bool:
         assert self.config is not None
@@ -165,7 +252,22 @@ class Doctor:
         finally:
             client.close()
 
+    def _schema(self, client: Any) -> None:
+        """The binding report of XDM's schema (``xdm_schema``), printed in full."""
+        try:
+            client.binding()
+        except PluginError as exc:
+            if getattr(exc, "kind", "") != "schema-mismatch":
+                return  # XDM unreachable: the "xdm" check says why
+        bound = client.last_binding
+        report = "\n".join(["", *bound.report_lines()]) if bound is not None else ""
+        if client.last_bind_error:
+            self.add("xdm schema", FAIL, client.last_bind_error + report, _SCHEMA_NEXT_STEP)
+        elif bound is not None:
+            self.add("xdm schema", OK, f"bound from {bound.source}{report}")
+
     def _xdm_calls(self, client: Any) -> None:
+        self._schema(client)
         try:
             service = client.device_service()
             types = client.list_supported_xpu_types()
@@ -220,7 +322,13 @@ class Doctor:
             )
             return
         models = sorted({c.model for c in cards})
+        finding = client.schema_finding()
+        if finding:
+            self.add("inventory", FAIL, f"{len(cards)} cards, none trusted: {finding}", _SCHEMA_NEXT_STEP)
+            return
         self.add("inventory", OK, f"{len(cards)} cards: {', '.join(models)}")
+        self._card_health(cards)
+        self._config_vs_cards(cards)
         broken = [c for c in cards if c.topology.error]
         if broken:
             first = broken[0]
@@ -236,6 +344,7 @@ class Doctor:
 
     def check_nomad(self) -> None:
         from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
+        from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, check_visibility
 
         assert self.config is not None
         settings = NomadApiSettings.from_config(self.config, self.host.environ)
@@ -243,13 +352,15 @@ class Doctor:
             self.add("nomad api", SKIP, "reconcile = false: the plugin does not use the Nomad API")
             return
         client = NomadClient(settings)
+        policy = " ".join(RECOMMENDED_POLICY.split())
         try:
             node_id = self.config.nomad_node_id or client.node_id()
             page = client.node_allocations(node_id)
+            visibility = check_visibility(client)
         except NomadApiError as exc:
             steps = {
-                "forbidden": "the token needs node:read (and agent:read unless nomad_node_id is set): "
-                'a policy with node { policy = "read" } agent { policy = "read" }; set nomad_token or NOMAD_TOKEN',
+                "forbidden": "the token needs node:read, agent:read (unless nomad_node_id is set) and read-job on "
+                f"every namespace: give it a policy with {policy}; set nomad_token or NOMAD_TOKEN",
                 "unreachable": f"is the Nomad agent running and listening on {settings.address}? set nomad_address "
                 "or NOMAD_ADDR (and the TLS options for an https agent)",
                 "timeout": f"the agent at {settings.address} is too slow to answer; check its load",
@@ -262,7 +373,45 @@ class Doctor:
         self.add(
             "nomad api",
             OK,
-            f"{settings.address}: node {node_id} readable with the token ({len(page.allocs)} allocations)",
+            f"{settings.address}: node {node_id} readable with the token ({len(page.allocs)} allocations visible)",
+        )
+        if visibility.complete:
+            self.add("nomad visibility", OK, f"the token sees every allocation: {visibility.reason}")
+            return
+        self.add(
+            "nomad visibility",
+            WARN,
+            f"the token does not see every namespace: {visibility.reason}. Nomad silently leaves those allocations "
+            "out, so the plugin releases a grant only after it sees its allocation end (grants of jobs it cannot "
+            "see are kept, and shown as unverifiable by `nomad-device-lingjun grants`)",
+            f"add a policy to the token with: {policy}",
+        )
+
+    def check_grants(self) -> None:
+        """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
+        from nomad_plugin.journal import plugin_running
+        from nomad_plugin.reconcile.state import load_state, state_path
+
+        assert self.config is not None
+        try:
+            running = plugin_running(self.config.data_dir)
+        except OSError as exc:
+            self.add("grants", SKIP, f"data_dir {self.config.data_dir} cannot be read: {exc}")
+            return
+        state = load_state(state_path(self.config.data_dir)) if running else None
+        if state is None:
+            self.add("grants", SKIP, "no running plugin on this data_dir (see `nomad-device-lingjun grants`)")
+            return
+        if not state.unverifiable:
+            self.add("grants", OK, f"the running plugin can verify every grant ({len(state.claims)} claimed)")
+            return
+        shown = ", ".join(state.unverifiable[:5]) + (" ..." if len(state.unverifiable) > 5 else "")
+        self.add(
+            "grants",
+            WARN,
+            f"{len(state.unverifiable)} grant(s) kept because no allocation visible to the token claims them: {shown}",
+            "run `nomad-device-lingjun grants` to see them; fix the token's policy (see `nomad visibility`), or "
+            "check the jobs and release one with `nomad-device-lingjun grants release <id> --force`",
         )
 
     def check_plugin_dir(self) -> None:
@@ -278,7 +427,8 @@ class Doctor:
                 "create it and set plugin_dir in the agent config",
             )
             return
-        blocks = set(plugin_block_names(read_agent_file(self.plugin_config))) if self.plugin_config else {PLUGIN_NAME}
+        blocks = self._block_names()
+        self._check_nvidia_neighbour(directory, blocks)
         ours = [p for p in sorted(directory.iterdir()) if PLUGIN_NAME in p.name or "lingjun" in p.name]
         if not ours:
             self.add(
@@ -310,6 +460,35 @@ class Doctor:
             else:
                 self.add("plugin file", OK, f"{path} is executable and matches its plugin block")
 
+    def _block_names(self) -> set[str]:
+        if not self.plugin_config:
+            return {PLUGIN_NAME}
+        if self.blocks is None:
+            try:
+                self.blocks = find_plugin_blocks(self.plugin_config)
+            except LauncherConfigError:
+                return set()
+        return set(self.blocks.names())
+
+    def _check_nvidia_neighbour(self, directory: Path, blocks: set[str]) -> None:
+        """HashiCorp's NVIDIA plugin in the same plugin_dir offers the same GPUs a second time."""
+        neighbours = [p.name for p in sorted(directory.iterdir()) if p.name.startswith(NVIDIA_PLUGIN)]
+        if not neighbours:
+            return
+        enabled = (
+            f"its plugin block {', '.join(sorted(b for b in blocks if 'nvidia' in b))}"
+            if any("nvidia" in b for b in blocks)
+            else "no plugin block for it in this config"
+        )
+        self.add(
+            "nvidia plugin",
+            WARN,
+            f"{', '.join(neighbours)} sits in {directory} beside this plugin ({enabled})",
+            "both would offer the same NVIDIA GPUs (nvidia/gpu): Nomad could give one card to two tasks. Keep one: "
+            f"remove {neighbours[0]}, set enabled = false in its block, or list the cards this plugin serves in "
+            "its ignored_gpu_ids (and ours in this plugin's ignored_gpu_ids); see docs/nvidia-dropin.md",
+        )
+
     def check_runtime(self) -> None:
         containerd = self.host.root / CONTAINERD_CONFIG
         runtime = self.host.root / XPU_RUNTIME
@@ -329,12 +508,68 @@ class Doctor:
     def run(self) -> list[Finding]:
         self.check_config()
         if self.config is not None:
-            if self.check_sockets():
+            self.check_data_dir()
+            if self.backend_name() == "nvml":
+                self.add("sockets", SKIP, "the plugin would use the NVML backend: XDM sockets not used")
+                self.check_nvml()
+            elif self.check_sockets():
                 self.check_xdm()
             self.check_nomad()
+            self.check_grants()
         self.check_plugin_dir()
         self.check_runtime()
         return self.findings
+
+
+_SCHEMA_NEXT_STEP = (
+    "set xdm_schema to XDM's official api_outer.proto (a file, a directory or a descriptor set; no rebuild), "
+    "or map a renamed field with xdm_field_aliases; `nomad-device-lingjun xdm-probe --capture DIR` for a bug report"
+)
+
+
+def _nvml_usable() -> bool:
+    from nomad_plugin.backends import _nvml_usable as usable
+
+    return usable()
+
+
+def data_dir_problem(path: Path) -> str:
+    """Why the journal cannot live in ``path`` ("" if it can), tried for real and left as found."""
+    if path.exists() and not path.is_dir():
+        return "exists but is not a directory"
+    created: list[Path] = []
+    try:
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        for directory in reversed(missing):
+            directory.mkdir(mode=0o700)
+            created.append(directory)
+        fd, probe = tempfile.mkstemp(prefix=".doctor-", dir=path)
+        try:
+            os.write(fd, b"probe")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        return f"cannot create or write it ({exc.strerror or exc})"
+    finally:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+    return ""
+
+
+def _config_next_step(message: str) -> str:
+    if "no plugin" in message and "block" in message:
+        return (
+            f'add a plugin "{PLUGIN_NAME}" {{ config {{ }} }} block to the agent config (see plugin.hcl): Nomad >= 1.10 '
+            "does not run a plugin file that no plugin block names, and older agents run it with defaults only; "
+            "then restart the Nomad agent"
+        )
+    return (
+        "fix the option named above in the plugin's config block; Nomad would refuse to start the agent "
+        "with this config (SetConfig fails). plugin.hcl in the release lists every option with its default."
+    )
 
 
 def _xdm_next_step(kind: str) -> str:
@@ -343,6 +578,7 @@ def _xdm_next_step(kind: str) -> str:
         "connection-refused": "the socket file is stale: XDM has crashed or is restarting; check XDM's service and logs",
         "permission-denied": "run the Nomad client (and doctor) as root: XDM sockets are root-only",
         "unimplemented": "XDM answers but not with a known service name: set xdm_service (see `xdm-probe`)",
+        "schema-mismatch": _SCHEMA_NEXT_STEP,
         "timeout": "XDM accepted the connection but did not answer in xdm_call_timeout; check its load and logs",
     }.get(kind, "run `nomad-device-lingjun xdm-probe --raw` for details")
 

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "xdm-sim": ("nomad_plugin.cli.xdm_sim", "run the XDM simulator on a socket directory"),
     "demo": ("nomad_plugin.cli.demo", "simulator + plugin + a job, shown as Nomad would show them"),
     "doctor": ("nomad_plugin.cli.doctor", "check a node's install and say what to fix"),
+    "grants": ("nomad_plugin.cli.grants", "list the grants the plugin holds and why; release one by hand"),
     "check-job": ("nomad_plugin.cli.check_job", "dry-run a job's device blocks against the live fingerprint"),
     "fingerprint": ("nomad_plugin.cli.fingerprint", "print the fingerprint this node would send to Nomad"),
     "xdm-probe": ("nomad_plugin.cli.xdm_probe", "probe XDM's sockets and print raw responses"),
@@ -69,8 +70,24 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"unknown command {args[0]!r}\n\n{USAGE}")
         return 2
     module = importlib.import_module(entry[0])
-    result: int = module.main(args[1:])
+    try:
+        result: int = module.main(args[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return closed_pipe_exit()
     return result
+
+
+def closed_pipe_exit() -> int:
+    """The reader of stdout went away (``doctor | head -1``): stop quietly, as a shell tool does.
+
+    stdout is pointed at /dev/null so the interpreter's final flush does not
+    print "Exception ignored ... BrokenPipeError"; 141 is 128 + SIGPIPE.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

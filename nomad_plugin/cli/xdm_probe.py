@@ -6,7 +6,10 @@ decoded answer of ListSupportedXPUType, ListGpuInfo, one ListAndWatch push,
 ExporterGetConfig, ExporterGetStatus and QueryStatus. With ``--raw`` each
 answer is also fetched as bytes and decoded like ``protoc --decode_raw``
 (field numbers and wire types) so the schema can be re-derived on a real
-node (R2c). Never calls Allocate, Release, Enable or Disable.
+node (R2c). With ``--capture DIR`` it writes a bundle for a bug report
+instead (reflection descriptors, raw bytes of each read-only RPC, versions,
+binding report; see :mod:`nomad_plugin.xdm.capture`). Never calls Allocate,
+Release, Enable or Disable.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
     p.add_argument("--raw", action="store_true", help="also print every response decoded like protoc --decode_raw")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--capture",
+        metavar="DIR",
+        help="write a bug-report bundle to DIR (reflection descriptors, raw bytes of every read-only RPC, "
+        "versions, binding report) instead of printing",
+    )
     return p
 
 
@@ -86,6 +95,16 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
     client = XdmClient(config)
     timeout = float(config.xdm_call_timeout)
     try:
+        try:
+            client.binding()
+        except PluginError:
+            pass  # reported below; the raw calls still run
+        bound = client.last_binding
+        report["binding"] = {
+            "error": client.last_bind_error,
+            "report": bound.report() if bound is not None else None,
+            "lines": bound.report_lines() if bound is not None else [],
+        }
         try:
             report["device_service"] = client.device_service()
         except PluginError as exc:
@@ -137,7 +156,11 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
             report["calls"].append(entry)
     finally:
         client.close()
-    report["ok"] = all(s["ok"] for s in report["sockets"].values()) and all(c["ok"] for c in report["calls"])
+    report["ok"] = (
+        all(s["ok"] for s in report["sockets"].values())
+        and all(c["ok"] for c in report["calls"])
+        and not report["binding"]["error"]
+    )
     return report
 
 
@@ -147,6 +170,10 @@ def _text(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"socket {label}: {s['path']}: " + ("reachable" if s["ok"] else f"PROBLEM ({s['kind']}): {s['problem']}")
         )
+    binding = report.get("binding") or {}
+    lines += binding.get("lines") or []
+    if binding.get("error"):
+        lines.append(f"SCHEMA: {binding['error']}")
     service = report.get("device_service")
     lines.append(
         f"device service: {service}" if service else f"device service: NOT FOUND: {report.get('device_service_error')}"
@@ -169,6 +196,8 @@ def _text(report: dict[str, Any]) -> list[str]:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     overrides = [*(socket_overrides(args.socket_dir) if args.socket_dir else []), *args.set]
+    if args.capture:
+        return _capture(args.capture, args.plugin_config, overrides)
     try:
         config_map = load_config(args.plugin_config, overrides)
         report = probe(config_map, args.raw)
@@ -180,3 +209,27 @@ def main(argv: list[str]) -> int:
     else:
         sys.stdout.write("\n".join(_text(report)) + "\n")
     return 0 if report["ok"] else 1
+
+
+def _capture(directory: str, plugin_config: str | None, overrides: list[str]) -> int:
+    from pathlib import Path
+
+    from nomad_plugin.xdm.capture import capture
+
+    try:
+        config = decode_config(msgpack_config(load_config(plugin_config, overrides)))
+        manifest = capture(config, Path(directory), render_raw=decode_raw)
+    except (LauncherConfigError, PluginError) as exc:
+        sys.stderr.write(f"xdm-probe: {exc}\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"xdm-probe: --capture {directory}: {exc.strerror or exc}\n")
+        return 2
+    lines = [f"capture bundle: {directory}"]
+    for sock, entry in manifest["reflection"].items():
+        lines.append(f"reflection on {sock}: " + ("served" if entry["served"] else f"none ({entry['why']})"))
+    for call in manifest["calls"]:
+        state = f"{call['size']} bytes from {call['path']}" if call["ok"] else f"FAILED: {call['error']}"
+        lines.append(f"  {call['rpc']:<22} {state}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0 if manifest["ok"] else 1

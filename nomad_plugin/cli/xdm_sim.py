@@ -12,9 +12,11 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.container import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
+from nomad_plugin.sim.schema import SCHEMAS, served_schema
 
 DEFAULT_DIR = str(Path(tempfile.gettempdir()) / "xdm-sim" / "sockets")
 
@@ -45,6 +47,19 @@ drift modes (--drift, comma separated; test the client's schema defences):
   status-shift     failure status/message at fields 15/16
   minor-omit-zero  Allocate treats minor 0 as "auto-assign"
 
+served schema (--schema; both sockets; nomad_plugin/sim/schema.py):
+  builtin      the reconstruction in proto/lingjun (what the plugin guesses)
+  renumbered   same packages and names, field numbers permuted: a client using
+               the builtin numbers reads UUIDs as PCI bus ids, totalCore as
+               minor, loses health and memory, sees Runtime Kit "disabled"
+  foreign      the renumbering under other packages (ljrk.dp2mgr.v1,
+               ljrk.controller.v1)
+  --reflection on serves gRPC server reflection (v1alpha, also answered on the
+  v1 path) with the served schema's descriptors; off (default) answers
+  UNIMPLEMENTED, as the simulator always did.
+  --emit-schema DIR writes the served schema as api_outer.proto,
+  config_service.proto and descriptor_set.pb (a FileDescriptorSet), then exits.
+
 control commands (nomad-device-lingjun xdm-sim ctl --socket-dir DIR COMMAND ...):
 {_CTL}
 
@@ -52,6 +67,9 @@ examples:
   nomad-device-lingjun xdm-sim --profile m890p-8 --socket-dir /tmp/xdm
   nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm health 3 unhealthy "XID 79"
   nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm restart 2
+  nomad-device-lingjun xdm-sim --schema renumbered --reflection on --socket-dir /tmp/xdm
+  nomad-device-lingjun xdm-sim --schema foreign --emit-schema /tmp/xdm-schema
+  nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm restart 1 foreign
 """
 
 
@@ -74,6 +92,11 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--topology", choices=("normal", "extra-level", "malformed"), default="normal")
     parser.add_argument("--seed", type=int, default=0, help="metrics random seed")
     parser.add_argument("--nvml-mirror", action="store_true", help="present this machine's real NVIDIA GPUs")
+    parser.add_argument("--schema", choices=SCHEMAS, default="builtin", help="served schema (default builtin)")
+    parser.add_argument(
+        "--reflection", choices=("on", "off"), default="off", help="serve gRPC server reflection (default off)"
+    )
+    parser.add_argument("--emit-schema", metavar="DIR", help="write the served schema (.proto + descriptor set), exit")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return parser
 
@@ -104,6 +127,14 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "ctl":
         return _ctl(argv[1:])
     args = _run_parser().parse_args(argv)
+    if args.emit_schema:
+        try:
+            written = served_schema(args.schema).emit(Path(args.emit_schema))
+        except OSError as exc:
+            sys.stderr.write(f"xdm-sim: --emit-schema {args.emit_schema}: {exc.strerror or exc}\n")
+            return 2
+        sys.stderr.write("".join(f"xdm-sim: wrote {path}\n" for path in written))
+        return 0
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s xdm-sim %(levelname)s %(message)s",
@@ -123,6 +154,8 @@ def main(argv: list[str]) -> int:
             push_on_allocation=args.push_on_allocation,
             topology_variant=args.topology,
             seed=args.seed,
+            schema=args.schema,
+            reflection=args.reflection == "on",
         )
     except (ValueError, RuntimeError) as exc:
         sys.stderr.write(f"xdm-sim: {exc}\n")
@@ -130,13 +163,13 @@ def main(argv: list[str]) -> int:
     done = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("nomad_plugin.sim").info("signal %s: stopping", signal.Signals(signum).name)
+        get_logger("sim").info("signal %s: stopping", signal.Signals(signum).name)
         done.set()
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     sim.start()
-    log = logging.getLogger("nomad_plugin.sim")
+    log = get_logger("sim")
     for card in sim.cards:
         log.info(
             "card %d %s %s %d MiB pci %s%s",

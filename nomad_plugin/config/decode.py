@@ -16,11 +16,12 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgpack
 
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
+from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option, option
 from nomad_plugin.model.errors import ConfigError
 
 MAX_INPUT_BYTES = 1 << 20
@@ -30,6 +31,10 @@ MAX_CARDS = 1024
 MAX_DURATION = 30 * 86400.0  # seconds; anything longer is a typo
 # Durations that must be > 0 (a zero timeout or resync period makes no sense).
 POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "inventory_resync_period"})
+# Socket options: a relative path would resolve against the plugin's working
+# directory (wherever Nomad started it), so it is refused rather than guessed.
+ABSOLUTE_PATHS = ("xdm_socket", "config_socket")
+URL_SCHEMES = ("http", "https", "unix")
 LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 SHOWN_CHARS = 60
 REDACTED = "<redacted>"
@@ -160,6 +165,8 @@ def _string_allowed(opt: Option) -> str:
         return 'a Go duration such as "500ms", "30s", "1m30s" or "1h"'
     if opt.name == "group_by":
         return '"none" or a topology level name such as "numaNodes" or "pcieSwitches"'
+    if opt.name == "xdm_schema":
+        return '"auto", "reflection", "builtin", or a path to a .proto file, a directory of them or a descriptor set'
     return f"a string of at most {MAX_STRING} characters"
 
 
@@ -203,9 +210,33 @@ def decode_list(opt: Option, value: Any, name: str) -> tuple[Any, ...]:
     return tuple(items)
 
 
+def decode_map(opt: Option, value: Any, name: str) -> tuple[tuple[str, str], ...]:
+    """A ``list(map(string))`` (Nomad's HCL1 shape of a map, as in the docker driver's
+    ``labels``) or a plain map -> sorted (key, value) pairs (hashable, like every config value)."""
+    allowed = f"a map of at most {MAX_LIST} non-empty strings to non-empty strings"
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):  # HCL1 spells a map as [{...}]
+        merged: dict[Any, Any] = {}
+        for part in value:
+            merged.update(part)
+        value = merged
+    if not isinstance(value, dict):
+        raise invalid(name, value, allowed, opt.secret, "is not a map")
+    if len(value) > MAX_LIST:
+        raise invalid(name, value, allowed, opt.secret, f"has {len(value)} entries")
+    pairs = []
+    for key, item in value.items():
+        for part in (key, item):
+            if not isinstance(part, str) or not part.strip() or len(part) > MAX_STRING or "\x00" in part:
+                raise invalid(f"{name}[{show(key)}]", item, allowed, opt.secret, "is not a non-empty string")
+        pairs.append((key.strip(), item.strip()))
+    return tuple(sorted(pairs))
+
+
 def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
     """One option's value (never None: the caller substitutes the default for null)."""
     label = name or opt.name
+    if "map(" in opt.hcl_type:
+        return decode_map(opt, value, label)
     if opt.hcl_type == "number":
         return decode_number(opt, value, label)
     if opt.hcl_type == "bool":
@@ -215,6 +246,8 @@ def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
     if opt.duration:
         return decode_duration(opt, value, label)
     text = decode_string(opt, value, label)
+    if opt.name == "xdm_schema" and not text.strip():
+        raise invalid(label, value, _string_allowed(opt), problem="is empty")
     if opt.name == "group_by" and text != "none" and not LEVEL_NAME.fullmatch(text):
         raise invalid(label, value, _string_allowed(opt), problem="is not a level name")
     return text
@@ -225,6 +258,8 @@ def default_value(opt: Option) -> Any:
         return parse_go_duration(str(opt.default))
     if isinstance(opt.default, list):
         return tuple(opt.default)
+    if isinstance(opt.default, dict):
+        return tuple(sorted(opt.default.items()))
     return opt.default
 
 
@@ -291,6 +326,18 @@ def check_card_rule(rule: CardRule, where: str) -> None:
         )
 
 
+def apply_xdm_mounts_alias(values: dict[str, Any], raw: dict[Any, Any]) -> None:
+    """Deprecated spelling: ``xdm_mounts = true`` means ``container_mounts = "always"``."""
+    if not values["xdm_mounts"]:
+        return
+    if raw.get("container_mounts") not in (None, "always"):
+        raise ConfigError(
+            f"config: xdm_mounts = true (deprecated) and container_mounts = {show(raw['container_mounts'])} "
+            'disagree; allowed: container_mounts alone (xdm_mounts = true means "always")'
+        )
+    values["container_mounts"] = "always"
+
+
 # --- entry points -------------------------------------------------------------------
 
 
@@ -319,8 +366,56 @@ def decode_config(data: bytes) -> PluginConfig:
             f"config: the decoded value {show(raw)} is not a map; allowed: a map of option names to values"
         )
     values = _decode_object(raw, OPTIONS, "config", extra=frozenset({CARD_BLOCK}))
+    apply_xdm_mounts_alias(values, raw)
     values["cards"] = decode_cards(raw.get(CARD_BLOCK))
+    check_paths_and_urls(values)
+    merge_fingerprint_period(values, raw)
     return PluginConfig(**values)
+
+
+def check_paths_and_urls(values: dict[str, Any]) -> None:
+    """Socket paths must be absolute; ``nomad_address`` must be a URL the API client can dial."""
+    for name in ABSOLUTE_PATHS:
+        if not str(values[name]).startswith("/"):
+            raise invalid(name, values[name], "an absolute path such as /run/xdm/dp2mgr.sock", problem="is relative")
+    address = str(values["nomad_address"]).strip()
+    if not address:
+        return
+    allowed = 'a URL such as "http://127.0.0.1:4646", "https://nomad.local:4646" or "unix:///run/nomad.sock"'
+    try:
+        parts = urlsplit(address)
+        parts.port  # noqa: B018 - raises ValueError for a non-numeric or out-of-range port
+    except ValueError:
+        raise invalid("nomad_address", address, allowed, problem="is not a URL") from None
+    if parts.scheme not in URL_SCHEMES:
+        raise invalid("nomad_address", address, allowed, problem="has no http, https or unix scheme")
+    if parts.scheme == "unix" and not (parts.path.startswith("/") and not parts.netloc):
+        raise invalid("nomad_address", address, allowed, problem="is not unix:// followed by an absolute path")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise invalid("nomad_address", address, allowed, problem="names no host")
+
+
+def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> None:
+    """``fingerprint_period`` (nomad-device-nvidia's key) sets ``inventory_resync_period``.
+
+    Nomad sends every option with its schema default filled in, so a
+    non-default ``inventory_resync_period`` is one the operator wrote; the
+    two may then only agree. The result is seconds in both fields.
+    """
+    text = str(values["fingerprint_period"]).strip()
+    if not text:
+        values["fingerprint_period"] = values["inventory_resync_period"]
+        return
+    resync = option("inventory_resync_period")
+    period = decode_duration(resync, text, "fingerprint_period")
+    written = values["inventory_resync_period"]
+    if written not in (period, default_value(resync)):
+        raise ConfigError(
+            f"config: fingerprint_period = {show(text)} and inventory_resync_period = "
+            f"{show(raw.get('inventory_resync_period'))} disagree; allowed: one of them (they are one setting), "
+            "or both the same duration"
+        )
+    values["fingerprint_period"] = values["inventory_resync_period"] = period
 
 
 def secret_values(config: PluginConfig) -> list[str]:

@@ -17,12 +17,17 @@ class CardRule:
 class PluginConfig:
     """Field names equal the option names in ``options.py``; durations in seconds."""
 
+    enabled: bool = True
+    ignored_gpu_ids: tuple[str, ...] = ()
+    fingerprint_period: float = 60.0
     backend: str = "auto"
     xdm_socket: str = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
     config_socket: str = "/run/amp/eKitC/xdm/sockets/config-daemon.sock"
     xdm_service: str = ""
     xdm_minor_encoding: str = "explicit"
     xdm_call_timeout: float = 5.0
+    xdm_schema: str = "auto"
+    xdm_field_aliases: tuple[tuple[str, str], ...] = ()  # sorted ("Message.field" or "field", XDM field name)
     log_level: str = "info"
     data_dir: str = "/var/lib/nomad-device-lingjun"
     default_mode: str = "whole"
@@ -37,7 +42,8 @@ class PluginConfig:
     health_recovery_checks: int = 3
     health_recovery_delay: float = 30.0
     inventory_resync_period: float = 60.0
-    xdm_mounts: bool = False
+    container_mounts: str = "auto"  # auto | always | never
+    xdm_mounts: bool = False  # deprecated alias of container_mounts = "always"
     reconcile: bool = True
     release_grace_period: float = 30.0
     nomad_address: str = ""

@@ -16,7 +16,7 @@ DEFAULT_SOCKET_DIR = "/run/amp/eKitC/xdm/sockets"
 @dataclass(frozen=True)
 class Option:
     name: str
-    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)"
+    hcl_type: str  # "string" | "number" | "bool" | "list(string)" | "list(number)" | "list(map(string))"
     default: Any
     doc: str
     choices: tuple[str, ...] = ()
@@ -27,6 +27,15 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
+    # --- hashicorp/nomad-device-nvidia's keys, same meaning (drop-in) --------
+    Option("enabled", "bool", True, "false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia)."),
+    Option("ignored_gpu_ids", "list(string)", [], "Card or MIG UUIDs never fingerprinted (as nomad-device-nvidia)."),
+    Option(
+        "fingerprint_period",
+        "string",
+        "",
+        "nomad-device-nvidia's key for how often cards are re-read; empty = inventory_resync_period.",
+    ),
     # --- backend and XDM connection -----------------------------------------
     Option(
         "backend",
@@ -39,7 +48,7 @@ OPTIONS: tuple[Option, ...] = (
         "xdm_socket",
         "string",
         f"{DEFAULT_SOCKET_DIR}/dp2mgr.sock",
-        "XDM device-manager socket (ListAndWatch, Allocate, Release, exporter).",
+        "XDM device-manager socket, an absolute path (ListAndWatch, Allocate, Release, exporter).",
     ),
     Option(
         "config_socket",
@@ -56,12 +65,26 @@ OPTIONS: tuple[Option, ...] = (
         choices=("explicit", "omit-zero"),
     ),
     Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call.", duration=True),
+    Option(
+        "xdm_schema",
+        "string",
+        "auto",
+        "XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, "
+        "or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).",
+    ),
+    Option(
+        "xdm_field_aliases",
+        "list(map(string))",
+        [],
+        'Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.',
+    ),
     # --- logging and state ---------------------------------------------------
     Option(
         "log_level",
         "string",
         "info",
-        "Lowest level written to Nomad's agent log.",
+        "Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines "
+        "appear only when the agent logs at that level too.",
         choices=("trace", "debug", "info", "warn", "error"),
     ),
     Option(
@@ -124,11 +147,14 @@ OPTIONS: tuple[Option, ...] = (
         "inventory_resync_period", "string", "1m", "How often ListGpuInfo re-reads static card data.", duration=True
     ),
     Option(
-        "xdm_mounts",
-        "bool",
-        False,
-        "Pass XDM's host mounts to tasks (off: a device mount list replaces the task's volume mounts in Nomad).",
+        "container_mounts",
+        "string",
+        "auto",
+        "Pass XDM's host mounts to tasks: auto (unless the task has volume_mounts, which Nomad would drop; "
+        "asks the Nomad API), always or never. See docs/reserve.md.",
+        choices=("auto", "always", "never"),
     ),
+    Option("xdm_mounts", "bool", False, 'Deprecated: true = container_mounts "always".'),
     # --- release lifecycle -------------------------------------------------------
     Option("reconcile", "bool", True, "Release grants whose Nomad allocation ended (needs the Nomad API)."),
     Option(
@@ -138,8 +164,19 @@ OPTIONS: tuple[Option, ...] = (
         "How long a grant may lack a live allocation before it is released.",
         duration=True,
     ),
-    Option("nomad_address", "string", "", "Local Nomad agent API; empty = $NOMAD_ADDR or http://127.0.0.1:4646."),
-    Option("nomad_token", "string", "", "ACL token with node:read; empty = $NOMAD_TOKEN.", secret=True),
+    Option(
+        "nomad_address",
+        "string",
+        "",
+        "Local Nomad agent API URL (http://, https:// or unix://); empty = $NOMAD_ADDR or http://127.0.0.1:4646.",
+    ),
+    Option(
+        "nomad_token",
+        "string",
+        "",
+        'ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.',
+        secret=True,
+    ),
     Option("nomad_ca_cert", "string", "", "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),
     Option("nomad_client_cert", "string", "", "Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT."),
     Option("nomad_client_key", "string", "", "Client key for mTLS; empty = $NOMAD_CLIENT_KEY."),

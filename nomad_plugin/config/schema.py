@@ -36,7 +36,7 @@ def hcl_string(text: str) -> str:
 
 
 def hcl_literal(value: Any) -> str:
-    """An HCL expression for a default value: string, number, bool or list of them."""
+    """An HCL expression for a default value: string, number, bool, or a list or map of them."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -49,6 +49,8 @@ def hcl_literal(value: Any) -> str:
         return hcl_string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(hcl_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{hcl_string(str(k))} = {hcl_literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no HCL literal for {type(value).__name__} {value!r}")
 
 

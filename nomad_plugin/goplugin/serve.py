@@ -28,14 +28,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from nomad_plugin._proto.goplugin import grpc_broker_pb2_grpc, grpc_controller_pb2_grpc, grpc_stdio_pb2_grpc
-from nomad_plugin._proto.nomad import base_pb2_grpc, device_pb2_grpc
+from nomad_plugin._proto.nomad import base_pb2_grpc
 from nomad_plugin.app import PluginApp
 from nomad_plugin.goplugin import handshake
 from nomad_plugin.goplugin import logging as hclog
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.goplugin.services import Broker, Controller, Stdio
 from nomad_plugin.nomad.base_service import BaseService
-from nomad_plugin.nomad.device_service import DeviceService
+from nomad_plugin.nomad.device_service import DeviceService, add_device_service
 
 HEALTH_SERVICE = "plugin"  # go-plugin's GRPCServiceName
 WORKERS = 16  # Fingerprint, Stats, StreamStdio, StartStream stay open; unary calls need room too
@@ -123,7 +123,7 @@ class PluginServer:
         grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(Stdio(self.lifecycle), server)
         grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(Broker(self.lifecycle), server)
         base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
-        device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(self.app, self.lifecycle), server)
+        add_device_service(DeviceService(self.app, self.lifecycle), server)
         return server
 
     def _install_signals(self) -> None:

@@ -25,6 +25,8 @@ from nomad_plugin.jobspec.parse import DeviceRequest, Rule
 from nomad_plugin.jobspec.units import compare, humanize, kind, parse_attribute, render
 from nomad_plugin.launcher.types import Attribute, DeviceGroup
 
+MIG_SLICE_SIZES = (1, 2, 3, 4, 7)  # XDM's ``slice`` values; the group's slice_sizes attribute wins
+
 IDS_TARGET = "${device.ids}"
 ORDER_OPS = {"<": lambda v: v < 0, "<=": lambda v: v <= 0, ">": lambda v: v > 0, ">=": lambda v: v >= 0}
 EQ_OPS = ("=", "==", "is")
@@ -215,6 +217,19 @@ def _uses_ids(rule: Rule) -> bool:
     return IDS_TARGET in (rule.attribute, rule.value)
 
 
+def mig_count_problem(count: int, group: DeviceGroup) -> str:
+    """Why Reserve would refuse ``count`` units of a MIG-unit group (XDM's slice sizes), or ""."""
+    if not group.type.endswith("-mig") or count == 0:
+        return ""
+    sizes_attr = group.attributes.get("slice_sizes")
+    text = str(sizes_attr.value) if sizes_attr is not None else ",".join(str(s) for s in MIG_SLICE_SIZES)
+    sizes = [int(p) for p in text.split(",") if p.strip().isdigit()] or list(MIG_SLICE_SIZES)
+    if count in sizes:
+        return ""
+    listed = ", ".join(str(s) for s in sizes)
+    return f"count {count} is no MIG slice size ({listed}): Reserve refuses it, the task would fail to start"
+
+
 def evaluate_group(request: DeviceRequest, group: DeviceGroup, taken: frozenset[str]) -> GroupVerdict:
     mismatch = name_matches(request.name, group)
     if mismatch:
@@ -225,14 +240,22 @@ def evaluate_group(request: DeviceRequest, group: DeviceGroup, taken: frozenset[
     id_rules = [r for r in request.constraints if _uses_ids(r)]
     if id_rules and not reasons:
         free = [i for i in free if all(check_rule(r, group, [i]).passed for r in id_rules)]
-    if not reasons and len(free) < request.count:
+    mig_problem = mig_count_problem(request.count, group)
+    if mig_problem and not reasons:
+        reasons.append(mig_problem)
+    if not reasons and len(free) < max(request.count, 1):
         healthy = sum(1 for d in group.devices if d.healthy)
         detail = f"{healthy} healthy of {len(group.devices)}"
         if taken & {d.id for d in group.devices}:
             detail += ", some taken by an earlier device block of this task group"
         if id_rules:
             detail += f", {len(free)} pass the ${{device.ids}} constraint"
-        reasons.append(f"count {request.count} larger than the free healthy instances ({len(free)}; {detail})")
+        if request.count == 0:
+            reasons.append(
+                f"count 0 still needs one free healthy instance in the group, as Nomad's feasibility check ({detail})"
+            )
+        else:
+            reasons.append(f"count {request.count} larger than the free healthy instances ({len(free)}; {detail})")
     score = None
     affinity_results: tuple[RuleResult, ...] = ()
     if request.affinities:

@@ -1,4 +1,4 @@
-"""Find every ``device`` block of a Nomad job file (python-hcl2), as plain requests.
+"""Find every ``device`` block of a Nomad job file (HCL2 or JSON), as plain requests.
 
 Placement is ``job -> group -> task -> resources -> device "<name>"``
 (nomad-protocol.md §6). Constraint blocks accept Nomad's sugar
@@ -9,24 +9,40 @@ the way Nomad's jobspec decoder converts them.
 
 from __future__ import annotations
 
+import difflib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import hcl2
 
-from nomad_plugin.launcher.hclvalue import is_expression, labelled, plain, unlabelled
+from nomad_plugin.launcher.hclvalue import is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
-# constraint sugar: attribute name -> operator
-_SUGAR = {
+# Nomad's jobspec2 decoders (hcl_conversions.go): sugar key -> operator, in the
+# order Nomad applies them (a later one wins). Constraint schema also admits
+# set_contains_all/_any and is_set/is_not_set keys, but its decoder ignores them.
+_CONSTRAINT_SUGAR = {
     "version": "version",
     "semver": "semver",
     "regexp": "regexp",
     "set_contains": "set_contains",
-    "set_contains_all": "set_contains_all",
-    "set_contains_any": "set_contains_any",
     "distinct_property": "distinct_property",
 }
+_AFFINITY_SUGAR = {
+    "version": "version",
+    "semver": "semver",
+    "regexp": "regexp",
+    "set_contains_any": "set_contains_any",
+    "set_contains_all": "set_contains_all",
+    "set_contains": "set_contains",
+}
+_BASE_KEYS = ("attribute", "operator", "value")
+CONSTRAINT_KEYS = frozenset(
+    {*_BASE_KEYS, *_CONSTRAINT_SUGAR, "distinct_hosts", "set_contains_all", "set_contains_any", "is_set", "is_not_set"}
+)
+AFFINITY_KEYS = frozenset({*_BASE_KEYS, *_AFFINITY_SUGAR, "weight"})
+DEVICE_KEYS = frozenset({"count", "constraint", "affinity"})
 
 
 class JobParseError(ValueError):
@@ -75,19 +91,33 @@ def _string(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def unknown_keys(body: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:
+    """Nomad's HCL decoder error for each key the block's schema lacks, with its suggestion."""
+    problems = []
+    for key in body:
+        if is_meta(key) or key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+        hint = f' Did you mean "{close[0]}"?' if close else f" Allowed: {', '.join(sorted(allowed))}."
+        problems.append(f'{where}: Unsupported argument; an argument named "{key}" is not expected here.{hint}')
+    return problems
+
+
 def _rules(blocks: Any, affinity: bool, problems: list[str]) -> list[Rule]:
     rules: list[Rule] = []
+    kind = "affinity" if affinity else "constraint"
     for body in unlabelled(blocks):
+        problems.extend(unknown_keys(body, AFFINITY_KEYS if affinity else CONSTRAINT_KEYS, f"{kind} block"))
         attribute = _string(body.get("attribute", ""))
         operator = _string(body.get("operator", "")) or "="
         value = _string(body.get("value", ""))
-        for key, op in _SUGAR.items():
-            if key in body:
+        for key, op in (_AFFINITY_SUGAR if affinity else _CONSTRAINT_SUGAR).items():
+            if key in body and _string(body[key]):
                 operator = op
                 value = _string(body[key]) if key != "distinct_property" else ""
                 if key == "distinct_property":
                     attribute = _string(body[key])
-        if "distinct_hosts" in body:
+        if not affinity and plain(body.get("distinct_hosts")) is True:
             operator = "distinct_hosts"
         weight = 0
         if affinity:
@@ -101,15 +131,17 @@ def _rules(blocks: Any, affinity: bool, problems: list[str]) -> list[Rule]:
 
 
 def _device(job: str, group: str, task: str, name: str, body: dict[str, Any]) -> DeviceRequest:
-    problems: list[str] = []
+    problems = unknown_keys(body, DEVICE_KEYS, f'device "{name}"')
     raw_count = body.get("count", 1)
+    if isinstance(raw_count, str) and not is_expression(raw_count) and plain(raw_count).strip().lstrip("-").isdigit():
+        raw_count = int(plain(raw_count))  # HCL converts "2" to the number Count needs, as Nomad's decoder does
     count = 1
     if is_expression(raw_count) or isinstance(raw_count, bool) or not isinstance(raw_count, int):
         problems.append(f"count = {plain(raw_count)!r} is not a literal whole number (variables are not evaluated)")
-    elif raw_count < 1:
-        problems.append(f"count = {raw_count}: a device count must be at least 1")
+    elif raw_count < 0:
+        problems.append(f"count = {raw_count}: Nomad needs a whole number from 0 (it decodes count as unsigned)")
     else:
-        count = raw_count
+        count = raw_count  # 0 is valid: Nomad places the task and Reserve gets no instance
     if not name:
         problems.append('a device block needs a name: "<type>", "<vendor>/<type>" or "<vendor>/<type>/<model>"')
     constraints = _rules(body.get("constraint", []), False, problems)
@@ -136,9 +168,133 @@ def device_requests(parsed: dict[str, Any]) -> list[DeviceRequest]:
 
 
 def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
+    """Device requests of an HCL2 job file, or of a JSON job (``nomad job run -output`` form)."""
+    if text.lstrip().startswith("{"):
+        return parse_job_json(text, source)
     try:
         parsed = hcl2.loads(text)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise JobParseError(f"{source} is not valid HCL: {first}") from None
+        raise JobParseError(describe_hcl_error(exc, text, source)) from None
     return device_requests(parsed)
+
+
+# --- JSON jobs -------------------------------------------------------------------------------
+
+
+def parse_job_json(text: str, source: str = "job") -> list[DeviceRequest]:
+    """``{"Job": {...}}`` (what ``nomad job run -output`` prints) or the bare job object."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JobParseError(f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    job = data.get("Job", data) if isinstance(data, dict) else None
+    if not isinstance(job, dict) or not isinstance(job.get("TaskGroups"), list):
+        raise JobParseError(
+            f'{source}: a JSON job needs "TaskGroups" (the form `nomad job run -output job.hcl` prints: {{"Job": ...}})'
+        )
+    job_name = str(job.get("Name") or job.get("ID") or "")
+    requests: list[DeviceRequest] = []
+    for group in _dicts(job.get("TaskGroups")):
+        for task in _dicts(group.get("Tasks")):
+            resources = task.get("Resources") if isinstance(task.get("Resources"), dict) else {}
+            for device in _dicts((resources or {}).get("Devices")):
+                requests.append(_json_device(job_name, str(group.get("Name", "")), str(task.get("Name", "")), device))
+    return requests
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _json_device(job: str, group: str, task: str, device: dict[str, Any]) -> DeviceRequest:
+    problems: list[str] = []
+    name = str(device.get("Name") or "")
+    raw = device.get("Count", 1)
+    count = 1 if raw is None else raw
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        problems.append(f"Count = {raw!r}: Nomad needs a whole number from 0")
+        count = 1
+    if not name:
+        problems.append('a device needs a Name: "<type>", "<vendor>/<type>" or "<vendor>/<type>/<model>"')
+
+    def rule(raw_rule: dict[str, Any], affinity: bool) -> Rule:
+        weight = 0
+        if affinity:
+            weight = raw_rule.get("Weight", DEFAULT_AFFINITY_WEIGHT)
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight == 0 or not -100 <= weight <= 100:
+                problems.append(f"affinity Weight {weight!r} must be a non-zero integer in -100..100")
+                weight = DEFAULT_AFFINITY_WEIGHT
+        return Rule(
+            _string(raw_rule.get("LTarget", "")),
+            _string(raw_rule.get("Operand", "")) or "=",
+            _string(raw_rule.get("RTarget", "")),
+            weight,
+            affinity,
+        )
+
+    constraints = tuple(rule(c, False) for c in _dicts(device.get("Constraints")))
+    affinities = tuple(rule(a, True) for a in _dicts(device.get("Affinities")))
+    for r in (*constraints, *affinities):
+        if r.operator in ("distinct_hosts", "distinct_property"):
+            problems.append(f"{r.operator} is not allowed inside a device block (Nomad rejects the job)")
+    return DeviceRequest(job, group, task, name, count, constraints, affinities, tuple(problems))
+
+
+# --- readable HCL syntax errors -------------------------------------------------------------
+
+END_OF_INPUT = "$END"  # lark's name for the end of the text
+_TOKEN_WORDS = {
+    END_OF_INPUT: "the end of the file",
+    "RBRACE": '"}"',
+    "LBRACE": '"{"',
+    "RSQB": '"]"',
+    "LSQB": '"["',
+    "LPAR": '"("',
+    "RPAR": '")"',
+    "EQ": '"="',
+    "COMMA": '","',
+    "COLON": '":"',
+    "DBLQUOTE": "a quoted string",
+    "NAME": "a name",
+    "NL_OR_COMMENT": "a new line",
+    "INT_LITERAL": "a number",
+    "FLOAT_LITERAL": "a number",
+    "TRUE": "true",
+    "FALSE": "false",
+    "NULL": "null",
+}
+
+
+_STRUCTURAL = frozenset({"NL_OR_COMMENT", "RBRACE"})
+
+
+def describe_hcl_error(exc: Exception, text: str, source: str) -> str:
+    """``job.hcl:3:15: unexpected "2"; expected "}" or a new line``, the line and a caret.
+
+    python-hcl2's errors are the parser's token dumps (``Token('STRING_CHARS', ...)``,
+    ``* RBRACE``); an operator needs the place and a plain word for what was expected.
+    """
+    line = getattr(exc, "line", None)
+    column = getattr(exc, "column", None)
+    if not isinstance(line, int) or not isinstance(column, int) or line < 1:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"{source} is not valid HCL: {first}"
+    token = getattr(exc, "token", None)
+    if getattr(token, "type", "") == END_OF_INPUT:
+        found = 'the file ends early (an unclosed "{", "[", "(" or quote)'
+    elif token is not None:
+        found = f"unexpected {json.dumps(str(token).strip()[:30])}"
+    else:
+        char = getattr(exc, "char", "")
+        found = f"unexpected character {json.dumps(char)}" if char else "unexpected input"
+    names = set(getattr(exc, "expected", None) or ())
+    if names & _STRUCTURAL:  # after a complete attribute: only the ways to end it matter
+        names &= _STRUCTURAL
+    expected = sorted({_TOKEN_WORDS[t] for t in names if t in _TOKEN_WORDS})
+    wanted = f"; expected {', '.join(expected[:-1])} or {expected[-1]}" if len(expected) > 1 else ""
+    if len(expected) == 1:
+        wanted = f"; expected {expected[0]}"
+    lines = text.splitlines()
+    shown = lines[line - 1] if line <= len(lines) else ""
+    caret = " " * (max(column, 1) - 1) + "^"
+    return f"{source}:{line}:{column}: not valid HCL: {found}{wanted}\n    {shown}\n    {caret}"

@@ -62,8 +62,14 @@ def verdicts_text(verdicts: list[RequestVerdict], style: Style, max_rejected: in
         lines.append(style(f'job "{req.job}" {req.where} (count {req.count})', "bold"))
         for problem in v.problems:
             lines.append("  " + style("INVALID ", "red", "bold") + problem)
-        if v.chosen:
-            ids = ", ".join(v.picked_ids)
+        if v.chosen and v.problems:
+            lines.append(
+                "  "
+                + style("NOT PLACED ", "red", "bold")
+                + f"{v.chosen.group.full_name} would match, but Nomad rejects the job first (INVALID above)"
+            )
+        elif v.chosen:
+            ids = ", ".join(v.picked_ids) if v.picked_ids else "no instance (count 0: Reserve gets no IDs)"
             lines.append(
                 "  " + style("OK ", "green", "bold") + f"served by {v.chosen.group.full_name}{_score(v.chosen)}"
             )

@@ -59,6 +59,23 @@ class PluginMetrics:
         self._journal_entries = Gauge(
             "lingjun_plugin_journal_entries", "Grants recorded in the plugin's journal.", registry=reg
         )
+        self._schema_mismatch = Gauge(
+            "lingjun_plugin_xdm_schema_mismatch",
+            "1 while XDM answers UNIMPLEMENTED or undecodable data: the reconstructed proto does not match XDM.",
+            registry=reg,
+        )
+        self._reconcile_errors = Counter(
+            "lingjun_plugin_reconcile_errors",
+            "Reconciler rounds that failed to read the Nomad API (no grant is released meanwhile).",
+            registry=reg,
+        )
+        self._mounts = Counter(
+            "lingjun_plugin_container_mounts_decisions",
+            "Reserves whose grant carried XDM mounts, by outcome: passed, volumes (withheld: the task mounts "
+            "volumes), unknown (withheld: the task could not be found), never.",
+            ["outcome"],
+            registry=reg,
+        )
         self._released = Counter(
             "lingjun_plugin_reconcile_released_grants",
             "Grants released because reconciliation found their allocation gone.",
@@ -66,6 +83,16 @@ class PluginMetrics:
         )
         self._leaked = Counter(
             "lingjun_plugin_leaked_grants_found", "Grants held in XDM that no journal entry explains.", registry=reg
+        )
+        self._view_incomplete = Gauge(
+            "lingjun_plugin_nomad_view_incomplete",
+            "1 while the Nomad token cannot read every namespace (grants are then released only on evidence).",
+            registry=reg,
+        )
+        self._unverifiable = Gauge(
+            "lingjun_plugin_unverifiable_grants",
+            "Grants kept because no allocation visible to the token claimed them while the view is incomplete.",
+            registry=reg,
         )
 
     @classmethod
@@ -93,6 +120,14 @@ class PluginMetrics:
         if self.enabled:
             self._xdm_reconnects.inc()
 
+    def xdm_schema_mismatch(self, mismatch: bool) -> None:
+        if self.enabled:
+            self._schema_mismatch.set(1 if mismatch else 0)
+
+    def reconcile_errors(self, n: int = 1) -> None:
+        if self.enabled and n > 0:
+            self._reconcile_errors.inc(n)
+
     def journal_size(self, n: int) -> None:
         if self.enabled:
             self._journal_entries.set(max(0, n))
@@ -101,6 +136,15 @@ class PluginMetrics:
         if self.enabled:
             self._released.inc()
 
+    def nomad_view(self, incomplete: bool, unverifiable: int) -> None:
+        if self.enabled:
+            self._view_incomplete.set(1 if incomplete else 0)
+            self._unverifiable.set(max(0, unverifiable))
+
     def leaked_grant_found(self) -> None:
         if self.enabled:
             self._leaked.inc()
+
+    def mount_decision(self, outcome: str) -> None:
+        if self.enabled:
+            self._mounts.labels(outcome=_kind_label(outcome)).inc()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.model.card import Card, Inventory
@@ -70,11 +70,13 @@ NETWORK_LEVEL_ATTRS: Mapping[str, str] = {
     "pointOfDelivery": "point_of_delivery",
 }
 # ``Card.extra`` keys surfaced as attributes: extra key -> (attribute, Nomad unit;
-# "" = string). Official NVIDIA-plugin names, plus the unit-suffixed keys the
-# NVML backend writes; other extra keys (e.g. XDM's raw "topology") stay out.
+# "" = string). nomad-device-nvidia's names (what the NVML code writes, and what
+# an XDM ``extenderResources`` entry of that name passes through), plus older
+# unit-suffixed spellings; other extra keys (e.g. XDM's raw "topology") stay out.
 EXTRA_ATTRS: Mapping[str, tuple[str, str]] = {
     "power": ("power", "W"),
-    "power_limit_w": ("power", "W"),
+    "power_limit": ("power_limit", "W"),
+    "power_limit_w": ("power_limit", "W"),
     "bar1": ("bar1", "MiB"),
     "bar1_mib": ("bar1", "MiB"),
     "cores_clock": ("cores_clock", "MHz"),
@@ -87,6 +89,9 @@ EXTRA_ATTRS: Mapping[str, tuple[str, str]] = {
     "persistence_mode": ("persistence_mode", ""),
     "compute_capability": ("compute_capability", ""),
 }
+# Attributes a multi-card group takes from its first card even when cards differ,
+# as nomad-device-nvidia does for every attribute: readings taken once per card.
+FIRST_CARD_ATTRS = frozenset({"power", "cores_clock", "memory_clock"})
 # Facts of one card that never go on a whole-card group (it may hold more cards later).
 PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
 # Keys read from ``Inventory.node``.
@@ -188,8 +193,13 @@ def _card_label(card: Card) -> str:
 # --- planning ------------------------------------------------------------------
 
 
+def _ignored(config: PluginConfig) -> set[str]:
+    """``ignored_ids`` and nomad-device-nvidia's ``ignored_gpu_ids``, one set (UUIDs or minors)."""
+    return {i.strip().casefold() for i in (*config.ignored_ids, *config.ignored_gpu_ids)}
+
+
 def _is_filtered(card: Card, config: PluginConfig) -> bool:
-    ignored = {i.strip().casefold() for i in config.ignored_ids}
+    ignored = _ignored(config)
     if card.uuid.casefold() in ignored or str(card.minor) in ignored:
         return True
     vendor, dtype = nomad_vendor(card), base_type(card)
@@ -249,10 +259,24 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
     return CardPlan(card, MODE_WHOLE)
 
 
+def _without_ignored_migs(card: Card, config: PluginConfig) -> Card:
+    """nomad-device-nvidia ignores MIG instances by their own UUID too."""
+    ignored = _ignored(config)
+    if not ignored or not card.mig_instances:
+        return card
+    kept = tuple(m for m in card.mig_instances if m.uuid.casefold() not in ignored)
+    return card if len(kept) == len(card.mig_instances) else replace(card, mig_instances=kept)
+
+
 def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPlan, ...], list[str]]:
-    """Choose each kept card's mode; return the plans and every problem found."""
+    """Choose each kept card's mode; return the plans and every problem found.
+
+    ``enabled = false`` (nomad-device-nvidia's switch) plans no card at all.
+    """
     problems: list[str] = []
     plans: list[CardPlan] = []
+    if not config.enabled:
+        return (), problems
     seen_uuids: set[str] = set()
     seen_minors: set[int] = set()
     for card in sorted(inventory.cards, key=lambda c: (c.minor, c.uuid)):
@@ -268,8 +292,43 @@ def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPl
             problems.append(f"{_card_label(card)}: duplicate minor {card.minor}")
         seen_uuids.add(card.uuid)
         seen_minors.add(card.minor)
-        plans.append(_plan_card(card, config, problems))
+        plans.append(_plan_card(_without_ignored_migs(card, config), config, problems))
     return tuple(plans), problems
+
+
+def unmatched_settings(inventory: Inventory, config: PluginConfig) -> list[str]:
+    """Config values that name nothing on this node: card blocks, type and vendor filters.
+
+    Each would otherwise be silently without effect (a typo in a model name
+    leaves the card in its default mode). Empty when the inventory is empty.
+    """
+    cards = inventory.cards
+    if not cards or not config.enabled:
+        return []
+    problems: list[str] = []
+    for index, rule in enumerate(config.cards):
+        if not any(any(matching_rules(card, [rule])) for card in cards):
+            models = sorted({model_name(c) for c in cards})
+            problems.append(
+                f"card[{index}] match = {rule.match!r} matches no card on this node "
+                f"(a card minor {min(c.minor for c in cards)}..{max(c.minor for c in cards)}, a card UUID, "
+                f"or an exact model: {', '.join(repr(m) for m in models)}); the block has no effect"
+            )
+    families = sorted({f for c in cards for f in (base_type(c), c.xpu_type.strip().lower()) if f})
+    vendors = sorted({nomad_vendor(c) for c in cards})
+    for option, values, known in (
+        ("include_types", config.include_types, families),
+        ("exclude_types", config.exclude_types, families),
+        ("include_vendors", config.include_vendors, vendors),
+        ("exclude_vendors", config.exclude_vendors, vendors),
+    ):
+        for value in values:
+            if value.strip().lower() not in known:
+                problems.append(
+                    f"{option} value {value!r} names no card on this node (known here: {', '.join(known)})"
+                    + ("; every card is filtered out" if option.startswith("include") and len(values) == 1 else "")
+                )
+    return problems
 
 
 def group_level(inventory: Inventory, config: PluginConfig) -> tuple[str, str | None]:
@@ -289,6 +348,7 @@ def group_level(inventory: Inventory, config: PluginConfig) -> tuple[str, str | 
 def check_modes(inventory: Inventory, config: PluginConfig) -> list[str]:
     """Every configuration problem this inventory reveals (empty = all as asked)."""
     _, problems = plan_cards(inventory, config)
+    problems += unmatched_settings(inventory, config)
     _, level_problem = group_level(inventory, config)
     if level_problem:
         problems.append(level_problem)
@@ -370,7 +430,7 @@ def common_attributes(per_card: Iterable[Mapping[str, Attr]]) -> dict[str, Attr]
     return {
         key: value
         for key, value in first.items()
-        if key not in PER_CARD_ONLY and all(d.get(key) == value for d in dicts[1:])
+        if key not in PER_CARD_ONLY and (key in FIRST_CARD_ATTRS or all(d.get(key) == value for d in dicts[1:]))
     }
 
 

@@ -19,6 +19,17 @@ class BackendUnavailable(PluginError):
         self.kind = kind
 
 
+class SchemaMismatch(BackendUnavailable):
+    """XDM answers, but not in a schema the plugin could bind or trust ("XDM schema mismatch: ...").
+
+    Cards are published unhealthy with this message and Reserve is refused
+    with it; nothing is sent to XDM that could grant a wrong card.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="schema-mismatch")
+
+
 class BackendRefused(PluginError):
     """The backend answered and refused (XDM's own status/message)."""
 

@@ -40,6 +40,19 @@ METRIC_NAMES: dict[int, str] = {
     15: "throttle_reasons",
     16: "remapped_rows_total",
 }
-METRIC_IDS: dict[str, int] = {name: mid for mid, name in METRIC_NAMES.items()}
+# NVML-only readings (the NVML backend, or NVML as the stats fallback): not in
+# the XDM catalogue guess above (the simulator serves only that); they fill
+# nomad-device-nvidia's encoder/decoder, BAR1 and per-location ECC stats.
+NVML_METRIC_NAMES: dict[int, str] = {
+    101: "encoder_util_percent",
+    102: "decoder_util_percent",
+    103: "bar1_used_mib",
+    104: "bar1_total_mib",
+    105: "ecc_l1_corrected",
+    106: "ecc_l2_corrected",
+    107: "ecc_memory_corrected",
+}
+ALL_METRIC_NAMES: dict[int, str] = {**METRIC_NAMES, **NVML_METRIC_NAMES}
+METRIC_IDS: dict[str, int] = {name: mid for mid, name in ALL_METRIC_NAMES.items()}
 # Label on per-grant samples (shares and MIG units) naming XDM's allocation id.
 GRANT_LABEL = "allocation_id"

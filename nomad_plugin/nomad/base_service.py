@@ -16,6 +16,7 @@ import grpc
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc
 from nomad_plugin.app import PluginApp
+from nomad_plugin.backends import validate_config
 from nomad_plugin.config.decode import decode_config, secret_values
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.config.schema import config_spec
@@ -66,6 +67,7 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
             )
         try:
             config = decode_config(request.msgpack_config)
+            validate_config(config)
         except ConfigError as exc:
             log.error("rejected configuration: %s", exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -10,7 +10,6 @@ reaches a task). The env names and the annotation mapping are documented in
 
 from __future__ import annotations
 
-import logging
 import os
 import posixpath
 import re
@@ -18,11 +17,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nomad_plugin._proto.nomad import device_pb2
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.grant import DeviceNode, Grant, MountSpec
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 ENV_GRANT_ID = "LINGJUN_GRANT_ID"
 ENV_DEVICE_IDS = "LINGJUN_DEVICE_IDS"
@@ -34,6 +34,8 @@ ENV_MEMORY = "LINGJUN_MEMORY_LIMIT_GIB"
 ENV_SLICES = "LINGJUN_MIG_SLICES"
 ENV_NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 ENV_PPU_VISIBLE = "PPU_VISIBLE_DEVICES"
+#: A MIG card's compute is split in sevenths (catalog.MIG_UNITS; kept local: nomad/ imports no catalog).
+MIG_COMPUTE_SLICES = 7
 #: Prefix the plugin reserves for itself: XDM may not override these.
 OWN_PREFIX = "LINGJUN_"
 
@@ -189,6 +191,9 @@ def _own_envs(grant: Grant, instances: Sequence[Instance]) -> dict[str, str]:
     on_first = [i for i in instances if first and i.minor == first.minor]
     core = (first.core if first else 0) or min(100, sum(i.core for i in on_first)) or 100
     memory = (first.memory_gib if first else 0) or sum(i.memory_gib for i in on_first)
+    slices = (first.slices if first else 0) or sum(max(1, i.slices) for i in on_first)
+    if kind in (Kind.MIG, Kind.MIG_INSTANCE) and first and not first.core:
+        core = mig_core_percent(slices)
     envs = {
         ENV_GRANT_ID: grant.grant_id,
         ENV_DEVICE_IDS: ",".join(i.id for i in instances),
@@ -199,10 +204,15 @@ def _own_envs(grant: Grant, instances: Sequence[Instance]) -> dict[str, str]:
         ENV_MEMORY: str(memory),
     }
     if kind in (Kind.MIG, Kind.MIG_INSTANCE) and first:
-        envs[ENV_SLICES] = str(first.slices or sum(max(1, i.slices) for i in on_first))
+        envs[ENV_SLICES] = str(slices)
     for key, value in envs.items():
         check_env(key, value, "plugin")
     return envs
+
+
+def mig_core_percent(slices: int) -> int:
+    """A MIG slice's share of the card's compute: ``slices`` of the card's 7, rounded (3 -> 43)."""
+    return max(1, min(100, round(slices * 100 / MIG_COMPUTE_SLICES)))
 
 
 def _derived_nodes(grant: Grant, group: GroupKey, path_exists: Callable[[str], bool]) -> tuple[DeviceNode, ...]:

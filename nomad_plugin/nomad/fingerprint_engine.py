@@ -27,6 +27,7 @@ from dataclasses import replace
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.backend import Backend
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.catalog import build_catalog, check_modes
 from nomad_plugin.model.health import (
@@ -41,7 +42,7 @@ from nomad_plugin.model.instances import Catalog, Kind
 from nomad_plugin.nomad.fingerprint import build_response, serialize
 from nomad_plugin.nomad.validate import sanitize
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 GrantsView = Callable[[], Mapping[str, frozenset[Kind]]]
 
@@ -78,6 +79,9 @@ class FingerprintEngine:
         self._outage_since: float | None = None
         self._last_problems: tuple[str, ...] = ()
         self._last_config_problems: tuple[str, ...] = ()
+        # What the last rebuild was made from: (inventory, config, its catalog) and (conflicts, verdicts, outage).
+        self._built_from: tuple[Inventory | None, PluginConfig | None, Catalog | None] = (None, None, None)
+        self._inputs: object = None
 
         self._published = threading.Condition(threading.Lock())
         self._version = 0
@@ -181,12 +185,30 @@ class FingerprintEngine:
     # --- the rebuild --------------------------------------------------------------
 
     def _rebuild(self) -> None:
-        """Catalog -> verdicts -> sanitised response; publish if the bytes changed."""
+        """Catalog -> verdicts -> sanitised response; publish if the bytes changed.
+
+        The response is a pure function of the inventory, the config, the card
+        verdicts, the outage and the conflicts that grants in other modes cause.
+        When none of them changed since the last rebuild (the 1 s tick, a Reserve
+        that blocks no other mode), nothing is rebuilt: at 256 cards a rebuild
+        costs ~190 ms of CPU, and it used to run every second and after every
+        Reserve (issue 14). The catalog is rebuilt only when the inventory or the
+        config changed.
+        """
         try:
             inventory = self._cards or Inventory()
-            catalog = build_catalog(inventory, self._config)
+            last_inventory, last_config, catalog = self._built_from
+            same_source = (inventory is last_inventory or inventory == last_inventory) and (
+                self._config is last_config or self._config == last_config
+            )
+            if not same_source or catalog is None:
+                catalog = build_catalog(inventory, self._config)
             conflicts = conflict_reasons(catalog, self._grants_view())
-            verdicts = instance_verdicts(catalog, self._tracker.verdicts(), conflicts, self._outage)
+            card_verdicts = self._tracker.verdicts()
+            inputs = (conflicts, card_verdicts, self._outage)
+            if same_source and inputs == self._inputs:
+                return
+            verdicts = instance_verdicts(catalog, card_verdicts, conflicts, self._outage)
             response, problems = sanitize(build_response(catalog, verdicts))
             data = serialize(response)
         except Exception:
@@ -197,6 +219,7 @@ class FingerprintEngine:
             for problem in problems:
                 log.error("fingerprint: %s (not sent to Nomad)", problem)
         self._log_config_problems(inventory)
+        self._built_from, self._inputs = (inventory, self._config, catalog), inputs
         with self._published:
             self._catalog = catalog
             if data != self._bytes:

@@ -11,7 +11,6 @@ of the routes in ``docs/reserve.md``: (a) a new Reserve of the same IDs,
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -24,14 +23,16 @@ from dataclasses import dataclass, replace
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.backend import Backend
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, build_container
+from nomad_plugin.nomad.mounts import MountPolicy
 from nomad_plugin.reconcile.counters import LifecycleCounters
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 #: XDM's valid MIG slice counts per card (xdm-api.md §1.3).
 VALID_SLICES = frozenset({1, 2, 3, 4, 7})
@@ -143,6 +144,43 @@ def _describe(kind: Kind, ask: DeviceAsk) -> str:
 LATE_GRANT_MIN_WINDOW = 10.0  # seconds
 
 
+def describe_limits(kind: str, asks: Sequence[DeviceAsk]) -> str:
+    """The limits a grant enforces, per card, in words (audit lines, ``grants``)."""
+    if not asks:
+        return "none"
+    first = asks[0]
+    if kind == Kind.WHOLE.value:
+        return "whole cards (no limit)"
+    if kind == Kind.SHARE.value:
+        return f"{first.core}% compute and {first.memory_gib} GiB memory per card"
+    if kind == Kind.MIG.value:
+        return f"{first.slices} MIG slices and {first.memory_gib} GiB memory per card"
+    return ", ".join(f"instance {a.mig_uuid or a.minor}: {a.slices} slices" for a in asks)
+
+
+def _audit_grant(entry: JournalEntry, plan: RequestPlan) -> None:
+    """The one info line per grant made (docs/reserve.md "Audit trail")."""
+    limits = describe_limits(entry.kind, entry.asks)
+    log.info(
+        "grant %s made: devices %s; cards %s; mode %s; limits %s",
+        entry.grant_id,
+        ", ".join(entry.device_ids),
+        ", ".join(entry.cards),
+        entry.kind,
+        limits,
+        extra={
+            "fields": {
+                "grant_id": entry.grant_id,
+                "device_ids": list(entry.device_ids),
+                "cards": list(entry.cards),
+                "mode": entry.kind,
+                "group": str(plan.group),
+                "limits": limits,
+            }
+        },
+    )
+
+
 class JournalWriteFailed(PluginError):
     """The durable journal could not be written (e.g. the disk is full)."""
 
@@ -173,6 +211,7 @@ class Reserver:
         *,
         counters: LifecycleCounters | None = None,
         include_mounts: bool = False,
+        mount_policy: MountPolicy | None = None,
         step_hook: Callable[[str], None] | None = None,
         path_exists: Callable[[str], bool] = os.path.exists,
     ) -> None:
@@ -182,7 +221,8 @@ class Reserver:
         self.config = config
         self.counters = counters or LifecycleCounters()
         self._on_changed = on_grants_changed
-        self._include_mounts = include_mounts
+        # Without a policy: include_mounts=True passes XDM's mounts always, else never.
+        self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
         self._locks_guard = threading.Lock()
@@ -201,7 +241,23 @@ class Reserver:
                 spec = self._grant(grant_id, plan)
         finally:
             self._changed()
-        return device_pb2.ReserveResponse(container_res=spec.to_proto())
+        return device_pb2.ReserveResponse(container_res=self._apply_mount_policy(grant_id, plan, spec).to_proto())
+
+    def _apply_mount_policy(self, grant_id: str, plan: RequestPlan, spec: ContainerSpec) -> ContainerSpec:
+        """Keep or drop XDM's (validated) mounts per ``container_mounts``; outside the card locks."""
+        if not spec.mounts:
+            return spec
+        ids = [i.id for i in plan.instances]
+        decision = self._mounts.decide(ids)
+        if decision.passed:
+            log.info("grant %s: passing XDM's %d mount(s) to the task: %s", grant_id, len(spec.mounts), decision.reason)
+            return spec
+        withheld = "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed"
+        if decision.outcome in ("volumes", "never"):
+            log.info(withheld, grant_id, len(spec.mounts), decision.reason)
+        else:
+            log.warning(withheld, grant_id, len(spec.mounts), decision.reason)
+        return replace(spec, mounts=())
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> ContainerSpec:
         entry = JournalEntry(
@@ -225,7 +281,7 @@ class Reserver:
                 # released by retry_pending instead of leaking.
                 entry = replace(entry, state=EntryState.RELEASING, settle_until=time.time() + self._late_grant_window())
                 self._put(entry)
-            self._abandon(entry, "Allocate failed")
+            self._abandon(entry, f"Allocate failed: {exc}")
             raise
         self._step("after-allocate")
         try:
@@ -233,24 +289,27 @@ class Reserver:
                 grant,
                 plan.instances,
                 plan.group,
-                include_mounts=self._include_mounts,
+                include_mounts=True,  # filtered by the mount policy after the grant is journalled
                 path_exists=self._path_exists,
             )
             self._put(entry.with_state(EntryState.GRANTED, grant.devices))
-        except BaseException:
-            self._abandon(entry, "the grant could not be handed to the task")
+        except BaseException as exc:
+            self._abandon(entry, f"verification failed: {exc}")
             raise
         self._step("after-journal")
-        log.info("granted %s for %s (%s)", grant_id, ", ".join(entry.device_ids), plan.group)
+        _audit_grant(entry, plan)
         return spec
 
     def _release_previous_holders(self, plan: RequestPlan) -> None:
         """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
-        wanted = {i.id for i in plan.instances}
-        for old in self.journal.entries():
-            if wanted.intersection(old.device_ids):
-                self._release_locked(old, "its device IDs were handed to a new allocation")
-                self.counters.inc("grants_released_by_reserve")
+        len(self.journal)  # catch up with changes other processes made
+        olds: dict[str, JournalEntry] = {}
+        for instance in plan.instances:
+            for old in self.journal.holders(instance.id):
+                olds.setdefault(old.grant_id, old)
+        for old in olds.values():
+            self._release_locked(old, "re-reserved: its device IDs were handed to a new allocation")
+            self.counters.inc("grants_released_by_reserve")
 
     def _abandon(self, entry: JournalEntry, why: str) -> None:
         log.warning("grant %s abandoned (%s); releasing it", entry.grant_id, why)
@@ -282,7 +341,12 @@ class Reserver:
             return False
         self.journal.remove(entry.grant_id)
         self.counters.journal_size = len(self.journal)
-        log.info("released grant %s (%s)", entry.grant_id, reason)
+        log.info(
+            "grant %s released: %s",
+            entry.grant_id,
+            reason,
+            extra={"fields": {"grant_id": entry.grant_id, "reason": reason, "device_ids": list(entry.device_ids)}},
+        )
         return True
 
     def recover(self) -> int:
@@ -291,7 +355,11 @@ class Reserver:
         for entry in self.journal.entries():
             if entry.state is EntryState.GRANTED:
                 continue
-            reason = "left by a plugin that stopped mid-Reserve" if entry.state is EntryState.INTENT else "retry"
+            reason = (
+                "left by a plugin that stopped mid-Reserve"
+                if entry.state is EntryState.INTENT
+                else "retry of an earlier failed release"
+            )
             if self.release_grant(entry.grant_id, reason):
                 released += 1
         self.counters.inc("grants_released_at_startup", released)
@@ -300,7 +368,7 @@ class Reserver:
     def retry_pending(self) -> int:
         """Retry releases that failed earlier (XDM was down)."""
         pending = [e for e in self.journal.entries() if e.state is EntryState.RELEASING]
-        return sum(1 for e in pending if self.release_grant(e.grant_id, "retry"))
+        return sum(1 for e in pending if self.release_grant(e.grant_id, "retry of an earlier failed release"))
 
     # -- views ------------------------------------------------------------------------
     def entries(self) -> list[JournalEntry]:
@@ -308,11 +376,12 @@ class Reserver:
 
     def active_kinds(self) -> Mapping[str, frozenset[Kind]]:
         """Card UUID -> kinds of grants held on it (for the fingerprint's conflict marking)."""
-        kinds: dict[str, set[Kind]] = defaultdict(set)
-        for entry in self.journal.entries():
-            for card in entry.cards:
-                kinds[card].add(Kind(entry.kind))
-        return {card: frozenset(k) for card, k in kinds.items()}
+        return {card: frozenset(Kind(k) for k in kinds) for card, kinds in self.journal.kinds_by_card().items()}
+
+    def holder(self, device_id: str) -> JournalEntry | None:
+        """The journalled grant that holds ``device_id`` (for the stats layout), or None."""
+        holders = self.journal.holders(device_id)
+        return holders[0] if holders else None
 
     # -- internals --------------------------------------------------------------------
     def _put(self, entry: JournalEntry) -> None:

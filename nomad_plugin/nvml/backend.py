@@ -9,7 +9,6 @@ probes cards whose fault hold ended, and re-reads the inventory every
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,12 +16,13 @@ from dataclasses import replace
 
 from nomad_plugin.backend import InventoryListener
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import lib
-from nomad_plugin.nvml.devices import DeviceRef, list_devices, node_facts, read_card
+from nomad_plugin.nvml.devices import DeviceRef, FirstReadings, list_devices, node_facts, read_card
 from nomad_plugin.nvml.events import Event, EventSet
 from nomad_plugin.nvml.grants import build_grant
 from nomad_plugin.nvml.health import HealthBook
@@ -31,7 +31,7 @@ from nomad_plugin.nvml.readings import poll, sample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 #: Default time a critical XID / DBE keeps a card unhealthy (seconds).
 DEFAULT_XID_HOLD_S = 300.0
@@ -74,6 +74,7 @@ class NvmlBackend:
         self._listeners: Listeners[Inventory] = Listeners()
         self._refs: dict[str, DeviceRef] = {}
         self._static: dict[str, Card] = {}
+        self._first = FirstReadings()
         self._node: dict[str, str] = {}
         self._watch_note: dict[str, str] = {}
         self._snapshot = Inventory(reachable=False, unreachable_reason="NVML backend not started")
@@ -311,7 +312,7 @@ class NvmlBackend:
                 static[ref.uuid] = old_static[ref.uuid]
                 continue
             try:
-                static[ref.uuid] = read_card(nvml, ref, node, self.sysfs_root)
+                static[ref.uuid] = read_card(nvml, ref, node, self.sysfs_root, self._first)
             except nvml.NVMLError as exc:
                 if ref.uuid in old_static:
                     static[ref.uuid] = old_static[ref.uuid]

@@ -16,8 +16,12 @@ from nomad_plugin.nvml import lib
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.nvml.pci import normalise_bus_id, sysfs_numa_node
 
-# MB/s per lane for PCIe generations 1..6 (after line encoding).
-_PCIE_LANE_MBPS = {1: 250, 2: 500, 3: 985, 4: 1969, 5: 3938, 6: 7563}
+# MB/s per lane by PCIe generation, nomad-device-nvidia's table (nvml/driver_linux.go):
+# 1024 << (gen - 3) for gen 3..6; other generations count as 0 there, and here.
+_PCIE_LANE_MBPS = {3: 1024, 4: 2048, 5: 3072, 6: 4096}
+_MIB = 1024 * 1024
+#: Readings nomad-device-nvidia takes once, when it fingerprints a card (see ``FirstReadings``).
+VOLATILE_EXTRAS = ("power", "cores_clock", "memory_clock")
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
 _GPU_SLICES = re.compile(r"(?:^|\.)(\d+)g\.")
 
@@ -84,26 +88,69 @@ def numa_node(nvml: Nvml, handle: Any, pci_bus_id: str, sysfs_root: str) -> int 
     return int(value) if value is not None and int(value) >= 0 else None
 
 
+def _state(value: Any) -> str:
+    """NVML's enable state (0/1) as nomad-device-nvidia's docs and tests show it."""
+    return "Enabled" if int(value) == 1 else "Disabled"
+
+
 def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
-    """Facts the official plugin exposes as attributes: clocks, power limit, PCIe bandwidth."""
+    """The attributes nomad-device-nvidia fingerprints, with its names, units and meanings.
+
+    ``power`` is the power *draw* in whole W and ``cores_clock``/``memory_clock``
+    the *current* clocks in MHz (its driver_linux.go reads nvmlDeviceGetPowerUsage
+    and nvmlDeviceGetClockInfo); ``bar1`` the BAR1 total in MiB; ``pci_bandwidth``
+    max link width x its per-lane table in MB/s. ``power_limit`` (W) is ours.
+    A reading the card does not support is left out.
+    """
     extras: dict[str, str] = {}
     graphics = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_GRAPHICS)
     if graphics is not None:
-        extras["cores_clock_mhz"] = str(int(graphics))
+        extras["cores_clock"] = str(int(graphics))
     memory = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
     if memory is not None:
-        extras["memory_clock_mhz"] = str(int(memory))
+        extras["memory_clock"] = str(int(memory))
+    draw = lib.optional(nvml, "nvmlDeviceGetPowerUsage", handle)
+    if draw is not None:
+        extras["power"] = str(int(draw) // 1000)
     limit = lib.optional(nvml, "nvmlDeviceGetPowerManagementLimit", handle)
     if limit is not None:
-        extras["power_limit_w"] = str(int(limit) // 1000)
+        extras["power_limit"] = str(int(limit) // 1000)
+    bar1 = lib.optional(nvml, "nvmlDeviceGetBAR1MemoryInfo", handle)
+    if bar1 is not None:
+        extras["bar1"] = str(int(bar1.bar1Total) // _MIB)
     gen = lib.optional(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
     width = lib.optional(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
-    if gen is not None and width is not None and int(gen) in _PCIE_LANE_MBPS:
-        extras["pci_bandwidth_mbps"] = str(_PCIE_LANE_MBPS[int(gen)] * int(width))
+    if gen is not None and width is not None:
+        extras["pci_bandwidth"] = str(_PCIE_LANE_MBPS.get(int(gen), 0) * int(width))
+    display = lib.optional(nvml, "nvmlDeviceGetDisplayMode", handle)
+    if display is not None:
+        extras["display_state"] = _state(display)
+    persistence = lib.optional(nvml, "nvmlDeviceGetPersistenceMode", handle)
+    if persistence is not None:
+        extras["persistence_mode"] = _state(persistence)
     capability = lib.optional(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
     if capability is not None:
         extras["compute_capability"] = f"{capability[0]}.{capability[1]}"
     return extras
+
+
+class FirstReadings:
+    """Keeps the first power draw and clocks read per card, as nomad-device-nvidia does.
+
+    It reads them when it fingerprints and re-sends only when cards come or
+    go, so Nomad keeps the first values. Re-reading them every resync would
+    change the fingerprint (and re-send it) on every load swing.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, str]] = {}
+
+    def apply(self, uuid: str, extras: Mapping[str, str]) -> dict[str, str]:
+        first = self._seen.setdefault(uuid, {})
+        for key in VOLATILE_EXTRAS:
+            if key in extras:
+                first.setdefault(key, extras[key])
+        return {**extras, **first}
 
 
 def mig_mode(nvml: Nvml, handle: Any) -> tuple[bool, bool]:
@@ -153,12 +200,20 @@ def mig_instances(nvml: Nvml, handle: Any) -> tuple[MigInstance, ...]:
     return tuple(found)
 
 
-def read_card(nvml: Nvml, ref: DeviceRef, node: Mapping[str, str], sysfs_root: str = "/sys") -> Card:
+def read_card(
+    nvml: Nvml,
+    ref: DeviceRef,
+    node: Mapping[str, str],
+    sysfs_root: str = "/sys",
+    first: FirstReadings | None = None,
+) -> Card:
     """One whole card with its static facts; health is overlaid by the backend."""
     handle = ref.handle
     pci = bus_id(nvml, handle)
     capable, enabled = mig_mode(nvml, handle)
     extras = card_extras(nvml, handle)
+    if first is not None:
+        extras = first.apply(ref.uuid, extras)
     if capable:
         extras["mig_mode"] = "enabled" if enabled else "disabled"
     return Card(

@@ -11,16 +11,16 @@ backend's resync loop and turns every NVML failure into "no enrichment".
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.nvml import lib
-from nomad_plugin.nvml.devices import bus_id, card_extras, list_devices, numa_node
+from nomad_plugin.nvml.devices import FirstReadings, bus_id, card_extras, list_devices, numa_node
 from nomad_plugin.nvml.lib import Nvml
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class CardFacts:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
-def read_facts(nvml: Nvml, sysfs_root: str = "/sys") -> list[CardFacts]:
+def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: FirstReadings | None = None) -> list[CardFacts]:
     """One pass over an initialised NVML; a card that fails to read is skipped."""
     refs, failed = list_devices(nvml)
     for index, message in failed.items():
@@ -43,13 +43,14 @@ def read_facts(nvml: Nvml, sysfs_root: str = "/sys") -> list[CardFacts]:
     for ref in refs:
         try:
             pci = bus_id(nvml, ref.handle)
+            extras = card_extras(nvml, ref.handle)
             facts.append(
                 CardFacts(
                     uuid=ref.uuid,
                     minor=ref.minor,
                     pci_bus_id=pci,
                     numa_node=numa_node(nvml, ref.handle, pci, sysfs_root),
-                    extra=card_extras(nvml, ref.handle),
+                    extra=first.apply(ref.uuid, extras) if first is not None else extras,
                 )
             )
         except (nvml.NVMLError, ValueError) as exc:
@@ -88,9 +89,9 @@ def apply_facts(inventory: Inventory, facts: Sequence[CardFacts]) -> Inventory:
     return replace(inventory, cards=tuple(cards)) if changed else inventory
 
 
-def enrich(inventory: Inventory, nvml: Nvml, sysfs_root: str = "/sys") -> Inventory:
+def enrich(inventory: Inventory, nvml: Nvml, sysfs_root: str = "/sys", first: FirstReadings | None = None) -> Inventory:
     """``inventory`` with NVML's facts applied (``nvml`` already initialised)."""
-    return apply_facts(inventory, read_facts(nvml, sysfs_root))
+    return apply_facts(inventory, read_facts(nvml, sysfs_root, first))
 
 
 class Enricher:
@@ -101,6 +102,7 @@ class Enricher:
         self._loader = loader
         self._sysfs_root = sysfs_root
         self._open = False
+        self._first = FirstReadings()
         self.last_error = ""
 
     def __call__(self, inventory: Inventory) -> Inventory:
@@ -110,7 +112,7 @@ class Enricher:
                     self._nvml = self._loader()
                 self._nvml.nvmlInit()
                 self._open = True
-            result = enrich(inventory, self._nvml, self._sysfs_root)
+            result = enrich(inventory, self._nvml, self._sysfs_root, self._first)
         except lib.NvmlMissing as exc:
             self.last_error = str(exc)
             return inventory

@@ -81,6 +81,43 @@ def _card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     rows = lib.optional(nvml, "nvmlDeviceGetRemappedRows", handle)
     if rows is not None:
         values["remapped_rows_total"] = int(rows[0]) + int(rows[1])
+    values.update(_official_values(nvml, handle))
+    return values
+
+
+def _official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
+    """The readings only nomad-device-nvidia's stats show: encoder/decoder, BAR1, ECC by location.
+
+    ECC counts are corrected errors since the last driver load (volatile), per
+    location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) call.
+    """
+    values: dict[str, float] = {}
+    for name, function in (
+        ("encoder_util_percent", "nvmlDeviceGetEncoderUtilization"),
+        ("decoder_util_percent", "nvmlDeviceGetDecoderUtilization"),
+    ):
+        util = lib.optional(nvml, function, handle)
+        if util is not None:
+            values[name] = util[0]
+    bar1 = lib.optional(nvml, "nvmlDeviceGetBAR1MemoryInfo", handle)
+    if bar1 is not None:
+        values["bar1_used_mib"] = int(bar1.bar1Used) // _MIB
+        values["bar1_total_mib"] = int(bar1.bar1Total) // _MIB
+    for name, location in (
+        ("ecc_l1_corrected", lib.LOCATION_L1_CACHE),
+        ("ecc_l2_corrected", lib.LOCATION_L2_CACHE),
+        ("ecc_memory_corrected", lib.LOCATION_DEVICE_MEMORY),
+    ):
+        count = lib.optional(
+            nvml,
+            "nvmlDeviceGetMemoryErrorCounter",
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+            location,
+        )
+        if count is not None:
+            values[name] = count
     return values
 
 

@@ -1,10 +1,21 @@
 """Which grants to release, which allocations look leaked: pure, given one observation.
 
-A grant is *orphaned* when no live (non client-terminal) allocation on this
-node holds any of its device IDs. It is released once it has been orphaned
-in every observation for ``grace`` seconds. A live allocation that uses
-this plugin's devices without a journal entry is *leaked* once that has
-held for ``grace`` seconds (a Reserve may be in flight for a new allocation).
+A grant is *claimed* by a live allocation on this node that holds any of its
+device IDs ("live" = any client status but complete, failed and lost, so
+``pending`` and ``unknown`` are live). The claim is remembered. A grant with
+no live holder is *orphaned* and released once that has held in every
+observation for ``grace`` seconds, but only on evidence:
+
+- its claiming allocation was seen live and is now terminal, or gone from
+  the answer (garbage-collected): released, with that allocation as the
+  reason; or
+- nothing ever claimed it, and the view is *complete* (the token reads every
+  namespace, see ``visibility.py``): absence is then evidence.
+
+With an incomplete view an unclaimed grant is never released: it is
+*unverifiable* (kept and reported). A live allocation that uses this
+plugin's devices without a journal entry is *leaked* once that has held for
+``grace`` seconds (a Reserve may be in flight for a new allocation).
 """
 
 from __future__ import annotations
@@ -16,6 +27,18 @@ from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.reconcile.nomad_api import AllocView
 
 
+@dataclass(frozen=True)
+class Claim:
+    """The allocation last seen live holding a grant's devices."""
+
+    alloc_id: str
+    namespace: str
+    job: str
+
+    def describe(self) -> str:
+        return f"allocation {self.alloc_id} of job {self.namespace}/{self.job}"
+
+
 @dataclass
 class Timers:
     """First time (monotonic seconds) each condition was seen; kept between observations."""
@@ -23,13 +46,15 @@ class Timers:
     orphaned_since: dict[str, float] = field(default_factory=dict)  # grant id
     unjournalled_since: dict[str, float] = field(default_factory=dict)  # alloc id
     reported_leaks: set[str] = field(default_factory=set)  # alloc ids
+    claims: dict[str, Claim] = field(default_factory=dict)  # grant id -> last live holder
 
 
 @dataclass(frozen=True)
 class Decision:
-    release: tuple[str, ...]
+    release: tuple[tuple[str, str], ...]  # (grant id, why)
     new_leaks: tuple[AllocView, ...]
     next_deadline: float | None  # earliest time a pending timer expires
+    unverifiable: tuple[str, ...] = ()  # unclaimed grants kept because the view is incomplete
 
 
 def decide(
@@ -39,26 +64,38 @@ def decide(
     now: float,
     grace: float,
     timers: Timers,
+    complete: bool = True,
+    unconfirmed: frozenset[str] = frozenset(),
 ) -> Decision:
+    """``unconfirmed``: claimed allocation ids missing from ``allocs`` that Nomad did not confirm gone."""
     entries = list(entries)
+    allocs = list(allocs)
+    by_id = {a.id: a for a in allocs}
     live = [a for a in allocs if a.live]
-    live_ids = frozenset().union(*(a.device_ids for a in live)) if live else frozenset()
-    release: list[str] = []
+    release: list[tuple[str, str]] = []
+    unverifiable: list[str] = []
     deadlines: list[float] = []
-    granted = [e for e in entries if e.state is EntryState.GRANTED]
-    for entry in granted:
-        if live_ids.intersection(entry.device_ids):
+    for entry in (e for e in entries if e.state is EntryState.GRANTED):
+        holders = [a for a in live if a.device_ids.intersection(entry.device_ids)]
+        if holders:
+            holder = holders[0]
+            timers.claims[entry.grant_id] = Claim(holder.id, holder.namespace, holder.job)
             timers.orphaned_since.pop(entry.grant_id, None)
+            continue
+        why = _evidence(timers.claims.get(entry.grant_id), by_id, complete, unconfirmed)
+        if why is None:
+            timers.orphaned_since.pop(entry.grant_id, None)
+            unverifiable.append(entry.grant_id)
             continue
         since = timers.orphaned_since.setdefault(entry.grant_id, now)
         if now - since >= grace:
-            release.append(entry.grant_id)
+            release.append((entry.grant_id, why))
         else:
             deadlines.append(since + grace)
     known = {e.grant_id for e in entries}
-    for grant_id in list(timers.orphaned_since):
-        if grant_id not in known:
-            del timers.orphaned_since[grant_id]
+    for table in (timers.orphaned_since, timers.claims):
+        for grant_id in [g for g in table if g not in known]:
+            del table[grant_id]
 
     journalled = frozenset().union(*(e.device_ids for e in entries)) if entries else frozenset()
     new_leaks: list[AllocView] = []
@@ -80,4 +117,20 @@ def decide(
         if alloc_id not in live_alloc_ids:
             del timers.unjournalled_since[alloc_id]
             timers.reported_leaks.discard(alloc_id)
-    return Decision(tuple(release), tuple(new_leaks), min(deadlines) if deadlines else None)
+    return Decision(tuple(release), tuple(new_leaks), min(deadlines) if deadlines else None, tuple(unverifiable))
+
+
+def _evidence(
+    claim: Claim | None, by_id: dict[str, AllocView], complete: bool, unconfirmed: frozenset[str]
+) -> str | None:
+    """Why an orphaned grant may be released, or None when there is no evidence."""
+    if claim is not None:
+        seen = by_id.get(claim.alloc_id)
+        if seen is not None:
+            return f"{claim.describe()} ended ({seen.client_status})"
+        if claim.alloc_id in unconfirmed and not complete:
+            return None  # gone from the list, but Nomad did not say it was garbage-collected
+        return f"{claim.describe()} ended (garbage-collected)"
+    if complete:
+        return "no live allocation on this node holds its devices (the token sees every namespace)"
+    return None

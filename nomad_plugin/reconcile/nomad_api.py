@@ -1,8 +1,10 @@
 """A small typed client for the local Nomad agent's HTTP API (read-only).
 
 Only what the reconciler needs: this node's ID and its allocations with
-their device IDs, via blocking queries (``?index=N&wait=Ws``; the answer's
-``X-Nomad-Index`` is the next ``index``). Settings come from the plugin
+their device IDs, via blocking queries (``?index=N&wait=<Go duration>``; the
+answer's ``X-Nomad-Index`` is the next ``index``), and the token's own ACL
+token and policies (``visibility.py`` decides from them whether the
+allocation list is complete). Settings come from the plugin
 config, else the usual ``NOMAD_*`` environment variables. The ACL token goes
 only into the ``X-Nomad-Token`` header: never into logs or error messages.
 """
@@ -21,16 +23,26 @@ import httpx
 from nomad_plugin.config.model import PluginConfig
 
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
-#: Allocation client statuses after which Nomad frees the devices.
+#: Allocation client statuses after which Nomad frees the devices. Every
+#: other status (pending, running, unknown, and any new one) counts as live.
 TERMINAL = frozenset({"complete", "failed", "lost"})
+#: The answer of an ACL endpoint on a cluster without ACLs (nomad/acl.go aclDisabled).
+ACL_DISABLED = "ACL support disabled"
+
+
+def go_duration(seconds: float) -> str:
+    """A ``wait`` value Nomad parses with Go's ``time.ParseDuration`` (e.g. "300ms", "10s")."""
+    ms = max(1, round(seconds * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 class NomadApiError(Exception):
     """The agent could not answer; ``kind`` is unreachable/timeout/forbidden/http/bad-response."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: str, status: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
+        self.status = status  # the HTTP status, when there was one
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,9 @@ class AllocView:
     id: str
     client_status: str
     device_ids: frozenset[str]
+    namespace: str = "default"
+    job: str = ""
+    modify_time: float = 0.0  # unix seconds of the last change Nomad recorded
 
     @property
     def live(self) -> bool:
@@ -112,7 +127,27 @@ def parse_alloc(raw: Any) -> AllocView:
             if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
                 raise ValueError(f"{where}: DeviceIDs is not a list of strings")
             ids.update(device_ids)
-    return AllocView(id=raw["ID"], client_status=status, device_ids=frozenset(ids))
+    namespace = raw.get("Namespace") or "default"
+    job = raw.get("JobID") or ""
+    modify = raw.get("ModifyTime") or 0
+    if not isinstance(namespace, str) or not isinstance(job, str):
+        raise ValueError(f"{where}: Namespace/JobID is not a string")
+    modify_time = modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0
+    return AllocView(
+        id=raw["ID"],
+        client_status=status,
+        device_ids=frozenset(ids),
+        namespace=namespace,
+        job=job,
+        modify_time=modify_time,
+    )
+
+
+def required_capability(path: str) -> str:
+    """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
+    if path.startswith("/v1/agent/"):
+        return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
+    return "node:read"
 
 
 class NomadClient:
@@ -162,7 +197,7 @@ class NomadClient:
     def node_allocations(self, node_id: str, index: int = 0, wait: float = 0.0) -> AllocPage:
         params: dict[str, str] = {}
         if index > 0:
-            params = {"index": str(index), "wait": f"{max(1, int(wait * 1000))}ms"}
+            params = {"index": str(index), "wait": go_duration(wait)}
         # Nomad adds up to wait/16 of jitter to a blocking query.
         body, new_index = self._get(
             f"/v1/node/{quote(node_id, safe='')}/allocations", params, self.settings.timeout + wait * 1.1
@@ -175,7 +210,55 @@ class NomadClient:
             raise NomadApiError(f"node allocations answer: {exc}", "bad-response") from None
         return AllocPage(allocs=allocs, index=new_index)
 
-    def _get(self, path: str, params: dict[str, str], timeout: float) -> tuple[Any, int]:
+    def allocation(self, alloc_id: str) -> AllocView | None:
+        """One allocation by id; None when Nomad no longer has it (404: garbage-collected).
+
+        Raises ``NomadApiError`` (``forbidden`` when the token cannot read its namespace).
+        """
+        try:
+            body, _ = self._get(f"/v1/allocation/{quote(alloc_id, safe='')}", {}, self.settings.timeout)
+        except NomadApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        try:
+            return parse_alloc(body)
+        except ValueError as exc:
+            raise NomadApiError(f"allocation answer: {exc}", "bad-response") from None
+
+    def token_self(self) -> dict[str, Any] | None:
+        """The token's own ACL token object; None when the cluster runs without ACLs.
+
+        Any valid token may read itself (``GET /v1/acl/token/self``).
+        """
+        try:
+            body, _ = self._get("/v1/acl/token/self", {}, self.settings.timeout, acl=True)
+        except NomadApiError as exc:
+            if ACL_DISABLED in str(exc):
+                return None
+            raise
+        if not isinstance(body, dict):
+            raise NomadApiError("ACL token answer is not an object", "bad-response")
+        return body
+
+    def acl_policy_rules(self, name: str) -> str:
+        """The rules of one policy attached to the token (a token may read its own policies)."""
+        body, _ = self._get(f"/v1/acl/policy/{quote(name, safe='')}", {}, self.settings.timeout, acl=True)
+        rules = body.get("Rules") if isinstance(body, dict) else None
+        if not isinstance(rules, str):
+            raise NomadApiError(f"ACL policy {name!r}: no Rules in the answer", "bad-response")
+        return rules
+
+    def acl_role_policies(self, role_id: str) -> list[str]:
+        """The policy names of one role attached to the token."""
+        body, _ = self._get(f"/v1/acl/role/{quote(role_id, safe='')}", {}, self.settings.timeout, acl=True)
+        policies = body.get("Policies") if isinstance(body, dict) else None
+        if not isinstance(policies, list):
+            raise NomadApiError(f"ACL role {role_id!r}: no Policies in the answer", "bad-response")
+        names = [p.get("Name") for p in policies if isinstance(p, dict)]
+        return [n for n in names if isinstance(n, str)]
+
+    def _get(self, path: str, params: dict[str, str], timeout: float, acl: bool = False) -> tuple[Any, int]:
         try:
             resp = self._http.get(path, params=params, timeout=timeout, extensions=self._extensions)
         except httpx.TimeoutException:
@@ -183,11 +266,14 @@ class NomadClient:
         except httpx.HTTPError as exc:
             raise NomadApiError(f"Nomad API {path}: {type(exc).__name__}: {exc}", "unreachable") from None
         if resp.status_code == 403:
+            need = "to be a valid ACL token" if acl else required_capability(path)
             raise NomadApiError(
-                f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs node:read)", "forbidden"
+                f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs {need})", "forbidden"
             )
         if resp.status_code != 200:
-            raise NomadApiError(f"Nomad API {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http")
+            raise NomadApiError(
+                f"Nomad API {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http", resp.status_code
+            )
         try:
             body = resp.json()
         except ValueError:

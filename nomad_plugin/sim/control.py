@@ -9,7 +9,6 @@ The commands are those of ``nomad-device-lingjun xdm-sim ctl`` (see :data:`COMMA
 from __future__ import annotations
 
 import json
-import logging
 import math
 import socket
 import socketserver
@@ -18,17 +17,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nomad_plugin.goplugin.logging import get_logger
+
 if TYPE_CHECKING:
     from nomad_plugin.sim.simulator import Simulator
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 COMMANDS: dict[str, str] = {
     "status": "summary: cards, health, grants, drift, error mode",
     "grants": "the simulator's allocations (id -> minors, core, memory, slice, time)",
     "health MINOR healthy|unhealthy [REASON]": "flip a card's health (pushed on ListAndWatch)",
     "remove MINOR / add MINOR": "a card disappears / comes back",
-    "restart [DOWNTIME]": "stop, unlink the sockets, wait DOWNTIME s (default 0.5), re-bind",
+    "restart [DOWNTIME] [SCHEMA]": "stop, unlink the sockets, wait DOWNTIME s (default 0.5), re-bind"
+    " (serving SCHEMA: builtin, renumbered or foreign)",
+    "reflection on|off": "serve gRPC server reflection of the served schema, or not",
     "crash / revive": "stop serving leaving stale socket files / come back",
     "slow-start SECONDS": "every RPC hangs for SECONDS from now",
     "latency RPC SECONDS": "delay RPC ('*' = all) by SECONDS; 'inf' hangs, 0 clears",
@@ -63,6 +66,12 @@ def _health(sim: Simulator, args: list[str]) -> Any:
     return "ok"
 
 
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError(f"reflection: {text!r} is not on or off")
+    return text == "on"
+
+
 def _arg(args: list[str], usage: str) -> str:
     if len(args) != 1:
         raise ValueError(f"usage: {usage}")
@@ -79,7 +88,8 @@ _HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
     "health": _health,
     "remove": lambda sim, a: sim.remove_device(_minor(_arg(a, "remove MINOR"))),
     "add": lambda sim, a: sim.add_device(_minor(_arg(a, "add MINOR"))),
-    "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5),
+    "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5, schema=a[1] if len(a) > 1 else None),
+    "reflection": lambda sim, a: sim.set_reflection(_on_off(_arg(a, "reflection on|off"))),
     "crash": lambda sim, a: sim.crash(),
     "revive": lambda sim, a: sim.revive(),
     "slow-start": lambda sim, a: sim.slow_start(_seconds(_arg(a, "slow-start SECONDS"))),

@@ -10,7 +10,6 @@ ListAndWatch subscribers' queues.
 from __future__ import annotations
 
 import json
-import logging
 import queue
 import threading
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
 from nomad_plugin.sim import allocate
 from nomad_plugin.sim.allocate import Ask, CardView, Refusal
@@ -29,7 +29,7 @@ from nomad_plugin.sim.metrics import MetricsModel, RealReader, filter_samples
 from nomad_plugin.sim.options import EXPORTER_STATES, SimOptions, check_choice
 from nomad_plugin.sim.profiles import CardSpec
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 # Put into a subscriber queue to end its stream with UNAVAILABLE.
 CLOSE = object()

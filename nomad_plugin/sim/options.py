@@ -7,6 +7,7 @@ from typing import Any
 
 from nomad_plugin.sim.container import STYLES
 from nomad_plugin.sim.profiles import TOPOLOGY_VARIANTS
+from nomad_plugin.sim.schema import SCHEMAS
 
 ERROR_MODES = ("inband", "grpc")
 DUPLICATE_ID_MODES = ("reject", "idempotent")
@@ -39,6 +40,8 @@ class SimOptions:
     control: bool = True  # serve the JSON-lines control socket
     version: str = "v1.13.0-sim"
     nvml_mirror: bool = False
+    schema: str = "builtin"  # served schema: builtin, renumbered or foreign (nomad_plugin/sim/schema.py)
+    reflection: bool = False  # serve gRPC server reflection (off: like the sim always was, and R1's likely case)
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -49,6 +52,7 @@ class SimOptions:
             ("disabled_effect", DISABLED_EFFECTS),
             ("unknown_filter", UNKNOWN_FILTER_MODES),
             ("topology_variant", TOPOLOGY_VARIANTS),
+            ("schema", SCHEMAS),
         ):
             check_choice(name, getattr(self, name), allowed)
         if self.collect_interval_ms < 10:

@@ -1,14 +1,16 @@
 """gRPC plumbing: the two Unix-socket servers in front of :class:`SimCore`.
 
 Methods are looked up per call by a generic handler, so schema-drift modes
-(another package name, the exporter RPCs in a second service) and custom
-serialisation take effect immediately, even on a running server. Every call
-first passes the fault gate (slow start, per-RPC latency or hang).
+(another package name, the exporter RPCs in a second service), reflection
+on/off and custom serialisation take effect immediately, even on a running
+server. Every call first passes the fault gate (slow start, per-RPC latency or
+hang). The served schema (:mod:`nomad_plugin.sim.schema`) is applied at this
+edge only: requests are decoded with the served classes and copied into the
+builtin ones, responses the other way, so :class:`SimCore` never changes.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import queue
@@ -24,15 +26,21 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim import drift as drift_mod
 from nomad_plugin.sim.allocate import Refusal
 from nomad_plugin.sim.core import CLOSE, SimCore
+from nomad_plugin.sim.schema import ServedSchema, served_schema
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 DP2MGR_SERVICE = "XpuDeviceManagerService"
 EXPORTER_SERVICE = "XpuExporterService"
-CONFIG_SERVICE = "config.AmpConfigService"
+REFLECTION_SERVICE = "grpc.reflection.v1alpha.ServerReflection"
+REFLECTION_PATHS = (
+    f"/{REFLECTION_SERVICE}/ServerReflectionInfo",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",  # same wire format as v1alpha
+)
 EXPORTER_RPCS = ("ListGpuInfo", "ExporterGetDataList", "ExporterDataStream", "ExporterGetConfig", "ExporterGetStatus")
 _CANCELLED = object()
 MAX_WORKERS = 256  # every open stream holds one worker thread (created lazily)
@@ -53,10 +61,15 @@ class _Dispatch(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 class XdmServers:
     """Both sockets' servers; ``start``/``stop`` may be called repeatedly (restarts)."""
 
-    def __init__(self, core: SimCore, dp2mgr_path: Path, config_path: Path) -> None:
+    def __init__(
+        self, core: SimCore, dp2mgr_path: Path, config_path: Path, schema: str = "builtin", reflection: bool = False
+    ) -> None:
         self.core = core
         self.dp2mgr_path = dp2mgr_path
         self.config_path = config_path
+        self.schema: ServedSchema = served_schema(schema)
+        self.reflection = reflection
+        self._reflectors: dict[tuple[str, str], grpc.RpcMethodHandler[Any, Any]] = {}
         self._servers: list[grpc.Server] = []
         self._stopping = threading.Event()
         self.stream_epoch = 0
@@ -98,12 +111,47 @@ class XdmServers:
             self.stream_epoch += 1
         self.core.close_streams()
 
+    def set_schema(self, name: str) -> None:
+        """Serve ``name`` from the next call on (use between stop and start for a realistic restart)."""
+        self.schema = served_schema(name)
+
     # ------------------------------------------------------------ method tables
+    def _service(self, short: str) -> str:
+        """Fully-qualified dp2mgr service name: the schema's package unless drift overrides it."""
+        drift = self.core.drift
+        if drift.package != drift_mod.DEFAULT_PACKAGE:
+            return drift.service(short)
+        return f"{self.schema.device_package}.{short}"
+
+    def _reflector(self, services: tuple[str, ...]) -> grpc.RpcMethodHandler[Any, Any]:
+        """A ServerReflectionInfo handler answering from the served schema's own descriptor pool."""
+        key = (self.schema.name, ",".join(services))
+        handler = self._reflectors.get(key)
+        if handler is None:
+            from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+            servicer = reflection.ReflectionServicer([*services, REFLECTION_SERVICE], pool=self.schema.pool)
+            handler = grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+            )
+            self._reflectors[key] = handler
+        return handler
+
+    def _add_reflection(self, table: dict[str, grpc.RpcMethodHandler[Any, Any]]) -> None:
+        if self.reflection:
+            services = tuple(sorted({path.split("/")[1] for path in table}))
+            handler = self._reflector(services)
+            for path in REFLECTION_PATHS:
+                table[path] = handler
+
     def _dp2mgr_table(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         drift = self.core.drift
-        main = drift.service(DP2MGR_SERVICE)
-        exporter = drift.service(EXPORTER_SERVICE) if drift.split_services else main
+        main = self._service(DP2MGR_SERVICE)
+        exporter = self._service(EXPORTER_SERVICE) if drift.split_services else main
         core = self.core
+        schema = self.schema
         unary: dict[str, tuple[type[Message], Callable[[Any], Message]]] = {
             "ListSupportedXPUType": (pb.XPUTypeRequest, core.list_xpu_types),
             "Allocate": (pb.AllocateRequest, core.allocate),
@@ -127,17 +175,18 @@ class XdmServers:
             service = exporter if name in EXPORTER_RPCS else main
             table[f"/{service}/{name}"] = grpc.unary_unary_rpc_method_handler(
                 self._unary(name, fn, responses[name]),
-                request_deserializer=req_cls.FromString,
+                request_deserializer=schema.decoder(req_cls),
                 response_serializer=self._serialize,
             )
         table[f"/{main}/ListAndWatch"] = grpc.unary_stream_rpc_method_handler(
-            self._list_and_watch, request_deserializer=pb.ListAndWatchRequest.FromString,
+            self._list_and_watch, request_deserializer=schema.decoder(pb.ListAndWatchRequest),
             response_serializer=self._serialize,
         )  # fmt: skip
         table[f"/{exporter}/ExporterDataStream"] = grpc.unary_stream_rpc_method_handler(
-            self._data_stream, request_deserializer=pb.ExporterDataRequest.FromString,
+            self._data_stream, request_deserializer=schema.decoder(pb.ExporterDataRequest),
             response_serializer=self._serialize,
         )  # fmt: skip
+        self._add_reflection(table)
         return table
 
     def _config_table(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
@@ -147,17 +196,20 @@ class XdmServers:
             "Disable": (cfg.DisableRequest, cfg.DisableResponse, core.disable),
             "QueryStatus": (cfg.QueryStatusRequest, cfg.QueryStatusResponse, core.query_status),
         }
-        return {
-            f"/{CONFIG_SERVICE}/{name}": grpc.unary_unary_rpc_method_handler(
+        schema = self.schema
+        table = {
+            f"/{schema.config_service}/{name}": grpc.unary_unary_rpc_method_handler(
                 self._unary(name, fn, resp_cls),
-                request_deserializer=req_cls.FromString,
+                request_deserializer=schema.decoder(req_cls),
                 response_serializer=self._serialize,
             )
             for name, (req_cls, resp_cls, fn) in rpcs.items()
         }
+        self._add_reflection(table)
+        return table
 
     def _serialize(self, msg: Message) -> bytes:
-        return drift_mod.apply(msg, self.core.drift)
+        return drift_mod.apply(self.schema.to_served(msg), self.core.drift)
 
     # ------------------------------------------------------------ fault gate
     def _gate(self, rpc: str, context: grpc.ServicerContext) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import threading
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.core import SimCore
 from nomad_plugin.sim.drift import parse_drift
 from nomad_plugin.sim.grants import GrantRecord
@@ -22,10 +22,11 @@ from nomad_plugin.sim.options import (
     check_choice,
 )
 from nomad_plugin.sim.profiles import NVML_PROFILE, CardSpec, build_cards, resolve_profile
+from nomad_plugin.sim.schema import SCHEMAS, ServedSchema
 from nomad_plugin.sim.server import XdmServers, make_stale_socket
 from nomad_plugin.sim.topology import check_invariants
 
-log = logging.getLogger("nomad_plugin.sim")
+log = get_logger("sim")
 
 DP2MGR_SOCKET = "dp2mgr.sock"
 CONFIG_SOCKET = "config-daemon.sock"
@@ -60,7 +61,9 @@ class Simulator:
         self.dp2mgr_path = self.socket_dir / DP2MGR_SOCKET
         self.config_path = self.socket_dir / CONFIG_SOCKET
         self.control_path = self.socket_dir / CONTROL_SOCKET
-        self._servers = XdmServers(self.core, self.dp2mgr_path, self.config_path)
+        self._servers = XdmServers(
+            self.core, self.dp2mgr_path, self.config_path, self.options.schema, self.options.reflection
+        )
         self._lifecycle = threading.RLock()
         self._collector_stop = threading.Event()
         self._collector: threading.Thread | None = None
@@ -130,16 +133,31 @@ class Simulator:
                 log.exception("metrics collection failed")
 
     # ------------------------------------------------------------ faults
-    def restart(self, downtime: float = 0.5, remove_dir: bool = False) -> None:
+    def restart(
+        self,
+        downtime: float = 0.5,
+        remove_dir: bool = False,
+        schema: str | None = None,
+        reflection: bool | None = None,
+    ) -> None:
         """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, re-bind.
 
         Grants survive: read back from the state file, or kept in memory.
         ``remove_dir`` also removes the socket directory during the downtime
         (only when nothing but the simulator's own sockets is in it).
+        ``schema`` / ``reflection``: come back serving another schema (an
+        upgraded XDM), with or without server reflection.
         """
+        if schema is not None:
+            check_choice("schema", schema, SCHEMAS)
         with self._lifecycle:
             log.info("restart: down for %.2fs", downtime)
             self._servers.stop()
+            if schema is not None:
+                self.options.schema = schema
+                self._servers.set_schema(schema)
+            if reflection is not None:
+                self.set_reflection(reflection)
             control_was_up = self._control is not None
             if remove_dir:
                 self._remove_socket_dir()
@@ -149,7 +167,7 @@ class Simulator:
             self.crashed = False
             if remove_dir and control_was_up and self._control is None:
                 self._start_control()
-            log.info("restart: serving again")
+            log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self._reflection_word())
 
     def _remove_socket_dir(self) -> None:
         if self._control is not None:
@@ -208,6 +226,20 @@ class Simulator:
             else:
                 self.core.latency[rpc] = seconds
 
+    @property
+    def schema(self) -> ServedSchema:
+        """The schema served now (descriptors, pool, ``emit``)."""
+        return self._servers.schema
+
+    def set_reflection(self, on: bool) -> None:
+        """Serve gRPC server reflection (the served schema's descriptors) from the next call on."""
+        self.options.reflection = on
+        self._servers.reflection = on
+        log.info("reflection: %s", self._reflection_word())
+
+    def _reflection_word(self) -> str:
+        return "on" if self.options.reflection else "off"
+
     def set_drift(self, mode: str | None) -> None:
         drift = parse_drift(mode)
         with self.core.lock:
@@ -254,6 +286,9 @@ class Simulator:
                 "crashed": self.crashed,
                 "enabled": self.core.state.enabled,
                 "drift": self.core.drift.describe(),
+                "schema": self.options.schema,
+                "reflection": self.options.reflection,
+                "services": self._servers.schema.service_names(),
                 "error_mode": self.options.error_mode,
                 "exporter": self.core.exporter_state,
                 "latency": dict(self.core.latency),

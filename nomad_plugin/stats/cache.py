@@ -18,20 +18,22 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from nomad_plugin.model.metrics import GRANT_LABEL, METRIC_NAMES, MetricSample
+from nomad_plugin.model.metrics import ALL_METRIC_NAMES, GRANT_LABEL, MetricSample
 
 Clock = Callable[[], float]
 DEFAULT_MAX_ENTRIES = 16384
 
 
-@dataclass(frozen=True)
-class Reading:
+class Reading(NamedTuple):
     """One cached value: ``received`` is the cache's clock (seconds) when it arrived.
 
     The clock is monotonic in the plugin, so ages and staleness survive wall
     clock jumps; layouts turn ``received`` into wall time only for timestamps.
+    A named tuple, not a dataclass: thousands are replaced every second, and a
+    tuple of numbers is cheap to make and invisible to the cyclic garbage
+    collector (whose full passes showed up as Reserve latency spikes; issue 14).
     """
 
     value: float
@@ -58,15 +60,20 @@ class MetricsCache:
         """Store a batch (one snapshot or one pushed message); returns how many were kept."""
         now = self._clock()
         kept = 0
+        names = ALL_METRIC_NAMES
         with self._lock:
+            data = self._data
+            move_to_end = data.move_to_end
             for sample in samples:
-                name = sample.name or METRIC_NAMES.get(sample.metric_id, "")
+                name = sample.name or names.get(sample.metric_id, "")
                 if not name:
                     continue
-                grant = sample.labels.get(GRANT_LABEL, "") if sample.labels else ""
+                labels = sample.labels
+                grant = labels.get(GRANT_LABEL, "") if labels else ""
                 key = ("grant", grant, name) if grant else ("card", sample.device, name)
-                self._data[key] = Reading(float(sample.value), now, sample.timestamp_ms)
-                self._data.move_to_end(key)
+                if key in data:
+                    move_to_end(key)
+                data[key] = Reading(float(sample.value), now, sample.timestamp_ms)
                 kept += 1
             while len(self._data) > self._max:
                 self._data.popitem(last=False)
@@ -97,7 +104,7 @@ class MetricsCache:
         keys = [d for d in devices if d]
         out: dict[str, Reading] = {}
         with self._lock:
-            for name in METRIC_NAMES.values():
+            for name in ALL_METRIC_NAMES.values():
                 for device in keys:
                     found = self._data.get(("card", device, name))
                     if found is not None:
@@ -112,7 +119,7 @@ class MetricsCache:
         if not grant_id:
             return out
         with self._lock:
-            for name in METRIC_NAMES.values():
+            for name in ALL_METRIC_NAMES.values():
                 found = self._data.get(("grant", grant_id, name))
                 if found is not None:
                     out[name] = found

@@ -15,10 +15,13 @@ and the plain views print ``summary``. So:
 - ``summary`` is memory used/total (MiB) for whole cards, used/allotted
   (MiB) for shares and MIG units.
 
-ECC mapping: the official plugin shows uncorrected error counts per
-location (L1 cache, L2 cache, device memory). XDM reports only totals by
-kind, so "ECC memory errors" carries the uncorrected (double-bit) total,
-"ECC L1 errors"/"ECC L2 errors" are "N/A", and both totals are in ``xdm.``.
+ECC mapping: the official plugin shows *corrected* error counts since the
+driver loaded (volatile), per location (L1 cache, L2 cache, device memory).
+NVML gives those here too. XDM reports only totals by kind, so there "ECC
+memory errors" carries the corrected (single-bit) total over all locations
+(its desc says so), "ECC L1 errors"/"ECC L2 errors" are "N/A", and both
+totals are in ``xdm.``. "Encoder utilization", "Decoder utilization" and
+"BAR1 buffer state" come from NVML only ("N/A" when XDM is the only source).
 
 A reading older than ``STALE_INTERVALS`` collection intervals keeps its
 value but its desc starts with "stale: last update N s ago"; "Stats age"
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf import timestamp_pb2, wrappers_pb2
 
@@ -180,9 +184,7 @@ def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Val
     attrs["Memory utilization"].CopyFrom(values.count(r("memory_util_percent"), "%", "memory bandwidth in use"))
     attrs["Temperature"].CopyFrom(values.count(r("temperature_c"), "C", "card temperature"))
     attrs["Power usage"].CopyFrom(values.ratio(r("power_w"), r("power_limit_w"), 0, "W", "power draw / power limit"))
-    attrs["ECC L1 errors"].CopyFrom(na("#", "not reported per location (only totals by kind, see xdm.)"))
-    attrs["ECC L2 errors"].CopyFrom(na("#", "not reported per location (only totals by kind, see xdm.)"))
-    attrs["ECC memory errors"].CopyFrom(values.count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors"))
+    _official_extras(attrs, r, total_mib, values)
 
     xdm = obj.nested["xdm"].attributes
     xdm["Health"].CopyFrom(values.flag(r("health"), "the backend's health verdict for the card (XDM or NVML)"))
@@ -201,6 +203,23 @@ def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Val
     xdm["SM clock"].CopyFrom(values.count(r("sm_clock_mhz"), "MHz", "compute clock"))
     xdm["Memory clock"].CopyFrom(values.count(r("memory_clock_mhz"), "MHz", "memory clock"))
     return obj
+
+
+def _official_extras(attrs: Any, r: Callable[[str], Reading | None], total_mib: int, values: _Values) -> None:
+    """nomad-device-nvidia's encoder/decoder, BAR1 and ECC stats, with its meanings."""
+    attrs["Encoder utilization"].CopyFrom(values.count(r("encoder_util_percent"), "%", "video encoder busy time"))
+    attrs["Decoder utilization"].CopyFrom(values.count(r("decoder_util_percent"), "%", "video decoder busy time"))
+    attrs["BAR1 buffer state"].CopyFrom(
+        values.ratio(r("bar1_used_mib"), r("bar1_total_mib"), 0, "MiB", "used BAR1 / total BAR1")
+    )
+    by_location = "corrected ECC errors in the {} since the driver loaded"
+    attrs["ECC L1 errors"].CopyFrom(values.count(r("ecc_l1_corrected"), "#", by_location.format("L1 cache")))
+    attrs["ECC L2 errors"].CopyFrom(values.count(r("ecc_l2_corrected"), "#", by_location.format("L2 cache")))
+    if r("ecc_memory_corrected") is not None:
+        memory = values.count(r("ecc_memory_corrected"), "#", by_location.format("device memory"))
+    else:
+        memory = values.count(r("ecc_sbe_total"), "#", "corrected ECC errors, all locations (XDM gives no split)")
+    attrs["ECC memory errors"].CopyFrom(memory)
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,14 @@ class FakeGpu:
     remapped_rows: tuple[int, int] = (0, 0)
     pcie_gen: int = 5
     pcie_width: int = 16
+    bar1_total_mib: int = 131072
+    bar1_used_mib: int = 2
+    display_mode: int = 0  # NVML_FEATURE_DISABLED: no display attached (data-centre cards)
+    persistence_mode: int = 1  # NVML_FEATURE_ENABLED
+    encoder_util: int = 0
+    decoder_util: int = 0
+    ecc_l1_corrected: int = 0
+    ecc_l2_corrected: int = 0
     compute_capability: tuple[int, int] = (9, 0)
     mig_capable: bool = True
     mig_enabled: bool = False
@@ -173,6 +181,13 @@ class _Memory:
 
 
 @dataclass
+class _Bar1Memory:
+    bar1Total: int
+    bar1Free: int
+    bar1Used: int
+
+
+@dataclass
 class _Utilization:
     gpu: int
     memory: int
@@ -226,6 +241,11 @@ class FakeNvml:
     NVML_CLOCK_GRAPHICS = 0
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
+    NVML_MEMORY_LOCATION_L1_CACHE = 0
+    NVML_MEMORY_LOCATION_L2_CACHE = 1
+    NVML_MEMORY_LOCATION_DEVICE_MEMORY = 2
+    NVML_FEATURE_DISABLED = 0
+    NVML_FEATURE_ENABLED = 1
     NVML_DEVICE_MIG_DISABLE = 0
     NVML_DEVICE_MIG_ENABLE = 1
     nvmlEventTypeSingleBitEccError = 0x1
@@ -407,6 +427,17 @@ class FakeNvml:
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: _Handle) -> int:
         return self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width
 
+    def nvmlDeviceGetBAR1MemoryInfo(self, handle: _Handle) -> _Bar1Memory:
+        gpu = self._gpu("nvmlDeviceGetBAR1MemoryInfo", handle)
+        total, used = gpu.bar1_total_mib * MIB, gpu.bar1_used_mib * MIB
+        return _Bar1Memory(bar1Total=total, bar1Free=total - used, bar1Used=used)
+
+    def nvmlDeviceGetDisplayMode(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetDisplayMode", handle).display_mode
+
+    def nvmlDeviceGetPersistenceMode(self, handle: _Handle) -> int:
+        return self._gpu("nvmlDeviceGetPersistenceMode", handle).persistence_mode
+
     def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
         return self._gpu("nvmlDeviceGetCudaComputeCapability", handle).compute_capability
 
@@ -455,6 +486,32 @@ class FakeNvml:
         if gpu.mig_enabled:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return _Utilization(gpu.util_gpu, gpu.util_memory)
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: _Handle) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetEncoderUtilization", handle)
+        if gpu.mig_enabled:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return [gpu.encoder_util, 167000]  # [percent, sampling period in us]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: _Handle) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetDecoderUtilization", handle)
+        if gpu.mig_enabled:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return [gpu.decoder_util, 167000]
+
+    def nvmlDeviceGetMemoryErrorCounter(
+        self, handle: _Handle, error_type: int, counter_type: int, location: int
+    ) -> int:
+        gpu = self._gpu("nvmlDeviceGetMemoryErrorCounter", handle)
+        corrected = error_type == self.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        by_location = {
+            self.NVML_MEMORY_LOCATION_L1_CACHE: gpu.ecc_l1_corrected if corrected else 0,
+            self.NVML_MEMORY_LOCATION_L2_CACHE: gpu.ecc_l2_corrected if corrected else 0,
+            self.NVML_MEMORY_LOCATION_DEVICE_MEMORY: gpu.ecc_sbe if corrected else gpu.ecc_dbe,
+        }
+        if location not in by_location:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return by_location[location]
 
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
         return self._gpu("nvmlDeviceGetTemperature", handle).temperature_c

@@ -3,8 +3,19 @@
 Serves on 127.0.0.1 (ephemeral port) the JSON shapes of ``/v1/agent/self``,
 ``/v1/node/<id>/allocations`` (blocking queries: ``?index=N&wait=5s`` blocks
 until the allocations' index passes N or ``wait`` elapses; ``X-Nomad-Index``
-on every answer) and ``/v1/allocation/<id>``. The control methods change
-allocations and inject faults (token required, latency, down).
+on every answer), ``/v1/allocation/<id>``, ``/v1/acl/token/self``,
+``/v1/acl/policy/<name>`` and ``/v1/acl/role/<id>``. The control methods
+change allocations and inject faults (token required, latency, down).
+
+With ``enable_acls()`` it enforces Nomad's ACL rules as Nomad's source and
+API docs state them (see docs/reserve.md, "What Nomad's ACLs let the plugin
+see"): ``/v1/node/:id/allocations`` needs ``node:read`` (else 403) and then
+*silently drops* allocations in namespaces where the token lacks
+``read-job`` (``Node.GetAllocs`` in nomad/node_endpoint.go), still answering
+200 with ``X-Nomad-Index`` computed over every allocation. The policy
+evaluation here is written independently of the plugin's own
+(``nomad_plugin/reconcile/visibility.py``), so a test cannot pass because
+both share a mistake.
 """
 
 from __future__ import annotations
@@ -15,20 +26,106 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?\Z")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-MAX_WAIT = 300.0
+# Go's time.ParseDuration: [sign] then one or more <decimal><unit>; a bare
+# number is refused unless it is 0 (Nomad's parseWait answers 400 "Invalid wait time").
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_WAIT = 600.0  # Nomad caps a blocking query's wait at 10 minutes
+#: What Nomad's coarse ``policy = ...`` expands to, as far as ``read-job`` goes
+#: (acl/policy.go expandNamespacePolicy: read and write include read-job; scale does not).
+_POLICY_CAPS = {
+    "read": {"list-jobs", "parse-job", "read-job"},
+    "write": {"list-jobs", "parse-job", "read-job", "submit-job"},
+    "scale": {"list-scaling-policies", "read-scaling-policy", "read-job-scaling", "scale-job"},
+    "deny": {"deny"},
+}
 
 
 def parse_wait(text: str) -> float:
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise ValueError(f"bad wait {text!r}")
-    return min(MAX_WAIT, float(match.group(1)) * _UNITS[match.group(2)])
+    """Seconds for a Go duration string, as Nomad's ``parseWait`` reads ``?wait=``."""
+    rest = text
+    sign = 1.0
+    if rest[:1] in "+-" and rest:
+        sign, rest = (-1.0 if rest[0] == "-" else 1.0), rest[1:]
+    if rest == "0":
+        return 0.0
+    if not rest:
+        raise ValueError(f"Invalid wait time {text!r}")
+    total = 0.0
+    while rest:
+        match = _DURATION_PART.match(rest)
+        if not match:
+            raise ValueError(f"Invalid wait time {text!r}")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        rest = rest[match.end() :]
+    return max(0.0, min(MAX_WAIT, sign * total))
+
+
+def _unquote(value: Any) -> Any:
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    if isinstance(value, list):
+        return [_unquote(v) for v in value]
+    return value
+
+
+def _glob_matches(pattern: str, name: str) -> bool:
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    return re.fullmatch(regex, name) is not None
+
+
+@dataclass
+class _Acl:
+    """One token's effective rights, merged over its policies like Nomad's acl.NewACL."""
+
+    management: bool = False
+    node_read: bool = False
+    agent_read: bool = False
+    namespaces: dict[str, set[str]] = field(default_factory=dict)
+
+    def read_job(self, namespace: str) -> bool:
+        if self.management:
+            return True
+        caps = self.namespaces.get(namespace)
+        if caps is None:
+            # Nomad: the closest matching glob (smallest len(name) - len(pattern without '*')).
+            best: tuple[int, str] | None = None
+            for pattern in self.namespaces:
+                if "*" in pattern and _glob_matches(pattern, namespace):
+                    diff = len(namespace) - len(pattern.replace("*", ""))
+                    if best is None or diff < best[0]:
+                        best = (diff, pattern)
+            caps = self.namespaces[best[1]] if best else set()
+        return "deny" not in caps and "read-job" in caps
+
+
+def _acl_from_policies(rules: Iterable[str]) -> _Acl:
+    import hcl2
+
+    acl = _Acl()
+    node: set[str] = set()
+    agent: set[str] = set()
+    for text in rules:
+        doc = json.loads(text) if text.lstrip().startswith("{") else hcl2.loads(text)
+        for block in doc.get("namespace", []) or []:
+            for label, body in block.items():
+                label = _unquote(label)
+                caps = acl.namespaces.setdefault(label, set())
+                policy = _unquote(body.get("policy", ""))
+                caps |= _POLICY_CAPS.get(policy, set())
+                caps |= set(_unquote(body.get("capabilities", [])) or [])
+        for name, into in (("node", node), ("agent", agent)):
+            blocks = doc.get(name, [])
+            for body in blocks if isinstance(blocks, list) else [blocks]:
+                into.add(_unquote(body.get("policy", "")))
+    acl.node_read = "deny" not in node and bool(node & {"read", "write"})
+    acl.agent_read = "deny" not in agent and bool(agent & {"read", "write"})
+    return acl
 
 
 class NomadApiDouble:
@@ -43,8 +140,12 @@ class NomadApiDouble:
         self._token: str | None = None
         self._latency = 0.0
         self._down = False
+        self._acls = False
+        self._policies: dict[str, str] = {}  # name -> rules
+        self._roles: dict[str, tuple[str, list[str]]] = {}  # id -> (name, policies)
+        self._tokens: dict[str, dict[str, Any]] = {}  # secret -> token object
         self.requests: list[tuple[str, str]] = []  # (path with query, token seen or "")
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -75,21 +176,32 @@ class NomadApiDouble:
 
     # -- control -----------------------------------------------------------------
     def add_alloc(
-        self, alloc_id: str, device_ids: Iterable[str], status: str = "running", *, device: str = "alibaba/ppu/x"
+        self,
+        alloc_id: str,
+        device_ids: Iterable[str],
+        status: str = "running",
+        *,
+        device: str = "alibaba/ppu/x",
+        namespace: str = "default",
+        job: str = "job",
     ) -> None:
         vendor, dtype, name = [*device.split("/", 2), "", "", ""][:3]
+        now_ns = time.time_ns()
         with self._cond:
             self._index += 1
             self._allocs[alloc_id] = {
                 "ID": alloc_id,
-                "Name": f"job.group[{len(self._allocs)}]",
+                "Name": f"{job}.group[{len(self._allocs)}]",
+                "Namespace": namespace,
                 "NodeID": self.node_id,
-                "JobID": "job",
+                "JobID": job,
                 "TaskGroup": "group",
                 "DesiredStatus": "run",
                 "ClientStatus": status,
                 "CreateIndex": self._index,
                 "ModifyIndex": self._index,
+                "CreateTime": now_ns,
+                "ModifyTime": now_ns,
                 "AllocatedResources": {
                     "Tasks": {
                         self.task: {
@@ -109,6 +221,7 @@ class NomadApiDouble:
             alloc = self._allocs[alloc_id]
             alloc["ClientStatus"] = status
             alloc["ModifyIndex"] = self._index
+            alloc["ModifyTime"] = time.time_ns()
             self._cond.notify_all()
 
     def remove_alloc(self, alloc_id: str) -> None:
@@ -117,9 +230,47 @@ class NomadApiDouble:
             self._allocs.pop(alloc_id, None)
             self._cond.notify_all()
 
+    def reset_index(self, index: int) -> None:
+        """Make ``X-Nomad-Index`` go backwards (a server restored from a snapshot)."""
+        with self._cond:
+            self._index = index
+            self._cond.notify_all()
+
     def require_token(self, token: str | None) -> None:
         with self._cond:
             self._token = token
+
+    def enable_acls(self) -> None:
+        """From now on every request is judged by its token, as a Nomad cluster with ACLs on."""
+        with self._cond:
+            self._acls = True
+
+    def add_policy(self, name: str, rules: str) -> None:
+        with self._cond:
+            self._policies[name] = rules
+
+    def add_role(self, role_id: str, name: str, policies: Iterable[str]) -> None:
+        with self._cond:
+            self._roles[role_id] = (name, list(policies))
+
+    def add_token(
+        self, secret: str, policies: Iterable[str] = (), *, management: bool = False, roles: Iterable[str] = ()
+    ) -> str:
+        """Register a token; returns its accessor id."""
+        accessor = str(uuid.uuid4())
+        with self._cond:
+            self._tokens[secret] = {
+                "AccessorID": accessor,
+                "SecretID": secret,
+                "Name": f"token-{len(self._tokens)}",
+                "Type": "management" if management else "client",
+                "Policies": [] if management else list(policies),
+                "Roles": [{"ID": r, "Name": self._roles[r][0]} for r in roles],
+                "Global": False,
+                "CreateIndex": self._index,
+                "ModifyIndex": self._index,
+            }
+        return accessor
 
     def set_latency(self, seconds: float) -> None:
         with self._cond:
@@ -150,22 +301,75 @@ class NomadApiDouble:
         url = urlsplit(path)
         query = parse_qs(url.query)
         parts = [p for p in url.path.split("/") if p]
+        acl = self._resolve(token)
+        if isinstance(acl, tuple):
+            return acl
+        if parts[:2] == ["v1", "acl"]:
+            return self._acl_endpoint(parts[2:], token)
         if parts == ["v1", "agent", "self"]:
+            if acl is not None and not acl.agent_read:
+                return 403, "Permission denied", self.index
             return 200, self._agent_self(), self.index
         if len(parts) == 4 and parts[:2] == ["v1", "node"] and parts[3] == "allocations":
-            return self._node_allocs(parts[2], query)
+            if acl is not None and not acl.node_read:
+                return 403, "Permission denied", self.index
+            return self._node_allocs(parts[2], query, acl)
         if len(parts) == 3 and parts[:2] == ["v1", "allocation"]:
             with self._cond:
                 alloc = self._allocs.get(parts[2])
+                if alloc and acl is not None and not acl.read_job(alloc["Namespace"]):
+                    return 403, "Permission denied", self._index
                 return (200, dict(alloc), self._index) if alloc else (404, "alloc not found", self._index)
         return 404, "Invalid URL", self.index
 
-    def _node_allocs(self, node_id: str, query: dict[str, list[str]]) -> tuple[int, Any, int]:
+    def _resolve(self, token: str) -> _Acl | tuple[int, Any, int] | None:
+        """None with ACLs off; the token's ACL; or the error answer for an unknown token."""
+        with self._cond:
+            if not self._acls:
+                return None
+            if not token:
+                rules = [self._policies["anonymous"]] if "anonymous" in self._policies else []
+                return _acl_from_policies(rules)
+            obj = self._tokens.get(token)
+            if obj is None:
+                return 403, "ACL token not found", self._index
+            if obj["Type"] == "management":
+                return _Acl(management=True, node_read=True, agent_read=True)
+            names = list(obj["Policies"]) + [p for r in obj["Roles"] for p in self._roles[r["ID"]][1]]
+            return _acl_from_policies(self._policies[n] for n in names if n in self._policies)
+
+    def _acl_endpoint(self, rest: list[str], token: str) -> tuple[int, Any, int]:
+        with self._cond:
+            if not self._acls:
+                return 400, "ACL support disabled", self._index
+            obj = self._tokens.get(token)
+            management = obj is not None and obj["Type"] == "management"
+            if rest == ["token", "self"]:
+                return (200, dict(obj), self._index) if obj else (403, "Permission denied", self._index)
+            if len(rest) == 2 and rest[0] == "policy":
+                own = set(obj["Policies"]) if obj else set()
+                own |= {p for r in (obj or {}).get("Roles", []) for p in self._roles[r["ID"]][1]}
+                if not management and rest[1] not in own:
+                    return 403, "Permission denied", self._index
+                if rest[1] not in self._policies:
+                    return 404, "ACL policy not found", self._index
+                return 200, {"Name": rest[1], "Rules": self._policies[rest[1]], "Description": ""}, self._index
+            if len(rest) == 2 and rest[0] == "role":
+                mine = {r["ID"] for r in (obj or {}).get("Roles", [])}
+                if not management and rest[1] not in mine:
+                    return 403, "Permission denied", self._index
+                if rest[1] not in self._roles:
+                    return 404, "ACL role not found", self._index
+                name, policies = self._roles[rest[1]]
+                return 200, {"ID": rest[1], "Name": name, "Policies": [{"Name": p} for p in policies]}, self._index
+            return 404, "Invalid URL", self._index
+
+    def _node_allocs(self, node_id: str, query: dict[str, list[str]], acl: _Acl | None) -> tuple[int, Any, int]:
         try:
             min_index = int(query.get("index", ["0"])[0])
             wait = parse_wait(query.get("wait", ["5m"])[0])
-        except ValueError as exc:
-            return 400, str(exc), self.index
+        except ValueError:
+            return 400, "Invalid wait time", self.index
         deadline = time.monotonic() + wait
         with self._cond:
             while min_index and self._index <= min_index:
@@ -174,7 +378,10 @@ class NomadApiDouble:
                     break
                 self._cond.wait(left)
             allocs = [dict(a) for a in self._allocs.values()] if node_id == self.node_id else []
-            return 200, allocs, self._index
+            # Node.GetAllocs: drop what the token may not read, still 200; the
+            # index still covers every allocation.
+            visible = [a for a in allocs if acl is None or acl.read_job(a["Namespace"])]
+            return 200, visible, self._index
 
     def _agent_self(self) -> dict[str, Any]:
         return {
@@ -187,6 +394,17 @@ class NomadApiDouble:
             "member": {"Name": "node-1.global", "Addr": "127.0.0.1", "Status": "alive", "Tags": {}},
             "stats": {"client": {"node_id": self.node_id, "known_servers": "127.0.0.1:4647"}},
         }
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a reconciler stopping) is normal here, not a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:

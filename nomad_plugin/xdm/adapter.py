@@ -1,40 +1,44 @@
-"""Wire <-> model mapping for XDM: the ONLY module importing the generated XDM code.
+"""Wire <-> model mapping for XDM, through a ``binder.Binding``.
 
-When the official ``api_outer.proto``/``config_service.proto`` turn up, put
-them at ``proto/lingjun/``, run ``tools/gen_protos.py`` and adjust only this
-module: message and field names, ``PROTO_PACKAGE``/``DEVICE_SERVICE``, and the
-mapping functions below. ``client.py`` only sees ``RpcSpec`` objects, opaque
-request messages and the model types returned here.
+Nothing here knows a field number: every read and write goes through the
+binding of the schema in use (the reconstruction, XDM's reflection or the
+operator's official proto), by model field name. ``client.py`` only sees
+``RpcSpec`` objects, opaque request messages and the model types returned
+here. Every function takes an optional binding; None means the built-in
+reconstruction (the same code path, bound once per process).
 
-Every mapping degrades instead of failing: a field the reconstruction got
-wrong lands in unknown fields (see ``drift.py``) and is recovered where the
-meaning is clear (health as bool/enum, numbers sent as strings).
+Every mapping degrades instead of failing: a value that arrives with another
+wire type lands in unknown fields (see ``drift.py``) and is recovered where
+the meaning is clear (health as bool/enum, numbers sent as strings). What the
+plausibility guards (``guards.py``) must see is kept visible: an unreadable
+health word is reported as such, never defaulted to healthy.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
-from nomad_plugin._proto.lingjun import config_service_pb2 as cpb
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
 from nomad_plugin.model.topology_parse import parse_topology
+from nomad_plugin.xdm.binder import Binding, MessageBinding, builtin_binding
 from nomad_plugin.xdm.drift import DriftLog, own_unknown_fields, top_level_unknown_varints
+from nomad_plugin.xdm.guards import HEALTH_UNREADABLE
 from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
 
 # ---------------------------------------------------------------- names (R1, R13)
-PROTO_PACKAGE = pb.DESCRIPTOR.package  # "xdm" in the reconstruction
+PROTO_PACKAGE = "xdm"  # the reconstruction's package
 DEVICE_SERVICE = "XpuDeviceManagerService"
-CONFIG_PACKAGE = cpb.DESCRIPTOR.package  # "config"
+CONFIG_PACKAGE = "config"
 CONFIG_SERVICE = "AmpConfigService"
 
-# Proto packages tried, in order, when ``xdm_service`` is empty ("" = none).
+# Proto packages tried, in order, when the schema is the reconstruction and
+# ``xdm_service`` is empty ("" = none).
 DEVICE_PACKAGE_CANDIDATES: tuple[str, ...] = ("xdm", "api", "", "grpc", "outer", "xdmapi", "dp2mgr", "amp.xdm")
 CONFIG_PACKAGE_CANDIDATES: tuple[str, ...] = ("config", "configpb", "amp.config", "")
 # Service names tried for exporter RPCs when the device service lacks them (R13).
@@ -57,6 +61,8 @@ class RpcSpec:
 
     ``role`` says which service holds it: "device" (resource management),
     "exporter" (monitoring; may live in its own service, R13) or "config".
+    ``path`` is the wire path from the schema; None when the service name
+    must be probed (the reconstruction's package is a guess, R1).
     """
 
     method: str
@@ -64,24 +70,37 @@ class RpcSpec:
     response_type: type[Message]
     streaming: bool
     role: str
+    path: str | None = None
 
 
-LIST_SUPPORTED_XPU_TYPE = RpcSpec("ListSupportedXPUType", pb.XPUTypeRequest, pb.XPUTypeResponse, False, "device")
-LIST_AND_WATCH = RpcSpec("ListAndWatch", pb.ListAndWatchRequest, pb.ListAndWatchResponse, True, "device")
-ALLOCATE = RpcSpec("Allocate", pb.AllocateRequest, pb.AllocateResponse, False, "device")
-RELEASE = RpcSpec("Release", pb.ReleaseRequest, pb.ReleaseResponse, False, "device")
-LIST_GPU_INFO = RpcSpec("ListGpuInfo", pb.ListGpuInfoRequest, pb.ListGpuInfoResponse, False, "exporter")
-EXPORTER_GET_DATA_LIST = RpcSpec(
-    "ExporterGetDataList", pb.ExporterDataRequest, pb.ExporterDataResponse, False, "exporter"
-)
-EXPORTER_DATA_STREAM = RpcSpec("ExporterDataStream", pb.ExporterDataRequest, pb.ExporterDataResponse, True, "exporter")
-EXPORTER_GET_CONFIG = RpcSpec(
-    "ExporterGetConfig", pb.ExporterGetConfigRequest, pb.ExporterGetConfigResponse, False, "exporter"
-)
-EXPORTER_GET_STATUS = RpcSpec(
-    "ExporterGetStatus", pb.ExporterGetStatusRequest, pb.ExporterGetStatusResponse, False, "exporter"
-)
-QUERY_STATUS = RpcSpec("QueryStatus", cpb.QueryStatusRequest, cpb.QueryStatusResponse, False, "config")
+def _bb(binding: Binding | None) -> Binding:
+    return binding if binding is not None else builtin_binding()
+
+
+def spec(method: str, binding: Binding | None = None) -> RpcSpec:
+    """The ``RpcSpec`` of ``method`` in ``binding``; KeyError when the schema lacks it."""
+    rpc = _bb(binding).rpc(method)
+    return RpcSpec(method, rpc.request.cls, rpc.response.cls, rpc.streaming, rpc.role, rpc.path)
+
+
+def _req(method: str, binding: Binding | None) -> MessageBinding:
+    return _bb(binding).rpc(method).request
+
+
+def _resp(method: str, binding: Binding | None) -> MessageBinding:
+    return _bb(binding).rpc(method).response
+
+
+LIST_SUPPORTED_XPU_TYPE = spec("ListSupportedXPUType")
+LIST_AND_WATCH = spec("ListAndWatch")
+ALLOCATE = spec("Allocate")
+RELEASE = spec("Release")
+LIST_GPU_INFO = spec("ListGpuInfo")
+EXPORTER_GET_DATA_LIST = spec("ExporterGetDataList")
+EXPORTER_DATA_STREAM = spec("ExporterDataStream")
+EXPORTER_GET_CONFIG = spec("ExporterGetConfig")
+EXPORTER_GET_STATUS = spec("ExporterGetStatus")
+QUERY_STATUS = spec("QueryStatus")
 # Enable/Disable are deliberately absent (R14): the plugin never calls them.
 
 
@@ -101,8 +120,12 @@ def deserializer(spec: RpcSpec, drift: DriftLog) -> Callable[[bytes], Message]:
     return parse
 
 
-def inband_status(msg: Message) -> tuple[int, str]:
+def inband_status(msg: Message, binding: MessageBinding | None = None) -> tuple[int, str]:
     """XDM's in-band (status, message); (0, "") for messages without them."""
+    if binding is not None:
+        return int(binding.read["status"](msg)) if binding.has("status") else 0, (
+            str(binding.read["message"](msg)) if binding.has("message") else ""
+        )
     names = msg.DESCRIPTOR.fields_by_name
     status = int(getattr(msg, "status", 0)) if "status" in names else 0
     message = str(getattr(msg, "message", "")) if "message" in names else ""
@@ -110,42 +133,56 @@ def inband_status(msg: Message) -> tuple[int, str]:
 
 
 # ---------------------------------------------------------------- requests
-def xpu_type_request() -> Message:
-    return pb.XPUTypeRequest()
+def xpu_type_request(binding: Binding | None = None) -> Message:
+    return _req("ListSupportedXPUType", binding).new()
 
 
-def list_and_watch_request() -> Message:
-    return pb.ListAndWatchRequest()
+def list_and_watch_request(binding: Binding | None = None) -> Message:
+    return _req("ListAndWatch", binding).new()
 
 
-def list_gpu_info_request(minors: Sequence[int] = ()) -> Message:
-    return pb.ListGpuInfoRequest(minors=list(minors))
+def list_gpu_info_request(minors: Sequence[int] = (), binding: Binding | None = None) -> Message:
+    b = _req("ListGpuInfo", binding)
+    msg = b.new()
+    b.extend(msg, "minors", list(minors))
+    return msg
 
 
-def exporter_data_request(devices: Sequence[str] = (), metric_ids: Sequence[int] = ()) -> Message:
-    return pb.ExporterDataRequest(devices=list(devices), metricIds=list(metric_ids))
+def exporter_data_request(
+    devices: Sequence[str] = (), metric_ids: Sequence[int] = (), binding: Binding | None = None
+) -> Message:
+    b = _req("ExporterGetDataList", binding)
+    msg = b.new()
+    b.extend(msg, "devices", list(devices))
+    b.extend(msg, "metricIds", list(metric_ids))
+    return msg
 
 
-def exporter_get_config_request() -> Message:
-    return pb.ExporterGetConfigRequest()
+def exporter_get_config_request(binding: Binding | None = None) -> Message:
+    return _req("ExporterGetConfig", binding).new()
 
 
-def exporter_get_status_request() -> Message:
-    return pb.ExporterGetStatusRequest()
+def exporter_get_status_request(binding: Binding | None = None) -> Message:
+    return _req("ExporterGetStatus", binding).new()
 
 
-def query_status_request() -> Message:
-    return cpb.QueryStatusRequest()
+def query_status_request(binding: Binding | None = None) -> Message:
+    return _req("QueryStatus", binding).new()
 
 
-def release_request(grant_id: str) -> Message:
-    return pb.ReleaseRequest(id=grant_id)
+def release_request(grant_id: str, binding: Binding | None = None) -> Message:
+    b = _req("Release", binding)
+    msg = b.new()
+    b.set(msg, "id", grant_id)
+    return msg
 
 
 MINOR_ENCODINGS = ("explicit", "omit-zero")
 
 
-def allocate_request(request: GrantRequest, minor_encoding: str = "explicit") -> Message:
+def allocate_request(
+    request: GrantRequest, minor_encoding: str = "explicit", binding: Binding | None = None
+) -> Message:
     """``GrantRequest`` -> AllocateRequest; the minor is always sent (R4).
 
     ``explicit``: the minor field is present even for card 0 (proto3
@@ -154,46 +191,61 @@ def allocate_request(request: GrantRequest, minor_encoding: str = "explicit") ->
     """
     if minor_encoding not in MINOR_ENCODINGS:
         raise ValueError(f"xdm_minor_encoding must be one of {MINOR_ENCODINGS}, got {minor_encoding!r}")
-    devices = []
+    b = _req("Allocate", binding)
+    msg = b.new()
+    b.set(msg, "id", request.grant_id)
+    dev = b.child.get("devices")
     for ask in request.asks:
-        item = pb.DeviceRequest(core=ask.core, memory=ask.memory_gib, slice=ask.slices)
+        item = b.add(msg, "devices")
+        if item is None or dev is None:
+            break
+        dev.set(item, "core", ask.core)
+        dev.set(item, "memory", ask.memory_gib)
+        dev.set(item, "slice", ask.slices)
         if minor_encoding == "explicit" or ask.minor != 0:
-            item.minor = ask.minor
-        devices.append(item)
-    return pb.AllocateRequest(id=request.grant_id, devices=devices, annotations=dict(request.annotations))
+            dev.set(item, "minor", ask.minor)
+    b.update(msg, "annotations", dict(request.annotations))
+    return msg
 
 
 # ---------------------------------------------------------------- responses
-def xpu_types(msg: Message) -> list[str]:
-    assert isinstance(msg, pb.XPUTypeResponse)
-    return [t for t in msg.xpuTypes if t]
+def xpu_types(msg: Message, binding: Binding | None = None) -> list[str]:
+    return [t for t in _resp("ListSupportedXPUType", binding).read["xpuTypes"](msg) if t]
 
 
-def cards_from_list_and_watch(msg: Message, drift: DriftLog) -> list[Card]:
+def cards_from_list_and_watch(msg: Message, drift: DriftLog, binding: Binding | None = None) -> list[Card]:
     """One ListAndWatch push (the complete device list, R12) -> cards."""
-    assert isinstance(msg, pb.ListAndWatchResponse)
-    return [card_from_device(dev, drift) for dev in msg.devices]
+    b = _resp("ListAndWatch", binding)
+    dev = b.child.get("devices")
+    if dev is None:
+        return []
+    return [card_from_device(d, drift, dev) for d in b.read["devices"](msg)]
 
 
-def card_from_device(dev: Message, drift: DriftLog) -> Card:
-    assert isinstance(dev, pb.Device)
+def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | None = None) -> Card:
+    b = binding if binding is not None else _resp("ListAndWatch", None).child["devices"]
+    read = b.read
     unknown = _own_unknowns(dev)
-    extender = dict(dev.extenderResources)
-    healthy, reason = _health(dev, unknown, extender, drift)
-    vendor = vendor_of(dev.xpuType, dev.model)
-    memory = int(dev.totalMemory) or _recovered_int(unknown, _number(dev, "totalMemory"))
+    extender = read["extenderResources"](dev)
+    minor = int(read["minor"](dev))
+    uuid = str(read["uuid"](dev))
+    model = str(read["model"](dev))
+    xpu = str(read["xpuType"](dev))
+    healthy, reason = _health(str(read["health"](dev)), b.number.get("health", -1), unknown, extender, drift)
+    vendor = vendor_of(xpu, model)
+    memory = int(read["totalMemory"](dev)) or _recovered_int(unknown, b.number.get("totalMemory", -1))
     topology = parse_topology(extender.pop("topology", None))
     if topology.error:
-        drift.warn_once(f"topology:{dev.uuid or dev.minor}", f"card {dev.minor} topology: {topology.error}")
+        drift.warn_once(f"topology:{uuid or minor}", f"card {minor} topology: {topology.error}")
     return Card(
-        minor=int(dev.minor),
-        uuid=dev.uuid,
-        model=dev.model,
+        minor=minor,
+        uuid=uuid,
+        model=model,
         vendor=vendor,
-        xpu_type=xpu_type_of(dev.xpuType, vendor),
+        xpu_type=xpu_type_of(xpu, vendor),
         memory_mib=memory,
-        total_core=int(dev.totalCore) or 100,
-        pci_bus_id=dev.pciBusId,
+        total_core=int(read["totalCore"](dev)) or 100,
+        pci_bus_id=str(read["pciBusId"](dev)),
         healthy=healthy,
         health_reason=reason,
         topology=topology,
@@ -204,30 +256,32 @@ def card_from_device(dev: Message, drift: DriftLog) -> Card:
 _HEALTHY_WORDS = frozenset({"healthy", "ok", "normal", "good", "true"})
 _UNHEALTHY_WORDS = frozenset({"unhealthy", "false", "bad", "error", "failed", "fault"})
 _REASON_KEYS = ("healthReason", "health_reason", "reason", "healthDescription")
-HEALTH_UNKNOWN = "health unknown (schema)"
+HEALTH_UNKNOWN = HEALTH_UNREADABLE
 
 
 def _health(
-    dev: pb.Device, unknown: Sequence[_Unknown], extender: Mapping[str, str], drift: DriftLog
+    text_raw: str, number: int, unknown: Sequence[_Unknown], extender: dict[str, str], drift: DriftLog
 ) -> tuple[bool, str]:
-    """R8: a string compared case-insensitively; a varint at the health number
-    read as bool/enum (1 = healthy); nothing readable -> healthy, flagged."""
+    """R8: a word compared case-insensitively (enum names too: ``HEALTH_OK`` ->
+    ``ok``); a varint at the health number read as bool/enum (1 = healthy).
+    Anything else is *unreadable*: unhealthy with ``HEALTH_UNKNOWN``, which the
+    plausibility guards turn into a schema-mismatch finding."""
     reason = next((extender[k] for k in _REASON_KEYS if extender.get(k)), "")
-    text = dev.health.strip().lower()
-    if text in _HEALTHY_WORDS:
+    text = text_raw.strip().lower()
+    word = text.rsplit("_", 1)[-1] if "_" in text else text
+    if text in _HEALTHY_WORDS or word in _HEALTHY_WORDS:
         return True, ""
-    if text in _UNHEALTHY_WORDS:
-        return False, reason or f"XDM reports {dev.health}"
-    if text:
-        return False, reason or f"XDM reports health {dev.health!r}"
-    number = _number(dev, "health")
-    for item in unknown:
-        if item.number == number and item.wire_type == 0 and isinstance(item.data_int, int):
-            if item.data_int == 1:
-                return True, ""
-            return False, reason or f"XDM reports health code {item.data_int}"
-    drift.warn_once("health", f"card {dev.minor} ({dev.uuid}) carries no readable health; reporting it healthy")
-    return True, HEALTH_UNKNOWN
+    if text in _UNHEALTHY_WORDS or word in _UNHEALTHY_WORDS:
+        return False, reason or f"XDM reports {text_raw}"
+    if not text:
+        for item in unknown:
+            if item.number == number and item.wire_type == 0 and isinstance(item.data_int, int):
+                if item.data_int == 1:
+                    return True, ""
+                return False, reason or f"XDM reports health code {item.data_int}"
+    shown = repr(text_raw[:40]) if text else "nothing"
+    drift.warn_once("health", f"a card carries no readable health ({shown})")
+    return False, f"{HEALTH_UNKNOWN}: XDM sent {shown}"
 
 
 @dataclass(frozen=True)
@@ -251,10 +305,6 @@ def _own_unknowns(msg: Message) -> list[_Unknown]:
             )
         )
     return out
-
-
-def _number(msg: Message, field_name: str) -> int:
-    return int(msg.DESCRIPTOR.fields_by_name[field_name].number)
 
 
 def _recovered_int(unknown: Sequence[_Unknown], number: int) -> int:
@@ -299,26 +349,31 @@ def xpu_type_of(xpu_type: str, vendor: str) -> str:
     return kind
 
 
-def gpu_facts(msg: Message) -> list[GpuFacts]:
-    assert isinstance(msg, pb.ListGpuInfoResponse)
+def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
+    b = _resp("ListGpuInfo", binding)
+    info_b = b.child.get("gpuInfos")
+    if info_b is None:
+        return []
+    r = info_b.read
     facts = []
-    for info in msg.gpuInfos:
+    for info in b.read["gpuInfos"](msg):
         unknown = _own_unknowns(info)
-        memory = int(info.totalMemory) or _recovered_int(unknown, _number(info, "totalMemory"))
+        memory = int(r["totalMemory"](info)) or _recovered_int(unknown, info_b.number.get("totalMemory", -1))
+        numa = int(r["numaNode"](info)) if info_b.has("numaNode") else -1
         facts.append(
             GpuFacts(
-                minor=int(info.minor),
-                uuid=info.uuid,
-                model=info.model,
-                driver_version=info.driverVersion,
-                vendor=info.vendor.lower(),
-                xpu_type=info.xpuType,
+                minor=int(r["minor"](info)),
+                uuid=str(r["uuid"](info)),
+                model=str(r["model"](info)),
+                driver_version=str(r["driverVersion"](info)),
+                vendor=str(r["vendor"](info)).lower(),
+                xpu_type=str(r["xpuType"](info)),
                 memory_mib=memory,
-                pci_bus_id=info.pciBusId,
-                numa_node=int(info.numaNode) if info.numaNode >= 0 else None,
-                mig_enabled=bool(info.migEnabled),
-                firmware_version=info.firmwareVersion,
-                sdk_version=info.sdkVersion,
+                pci_bus_id=str(r["pciBusId"](info)),
+                numa_node=numa if numa >= 0 else None,
+                mig_enabled=bool(r["migEnabled"](info)),
+                firmware_version=str(r["firmwareVersion"](info)),
+                sdk_version=str(r["sdkVersion"](info)),
             )
         )
     return facts
@@ -334,60 +389,92 @@ class AllocateOutcome:
     unknown_varints: tuple[str, ...]  # descriptions of top-level unknown varints (possible error codes)
 
 
-def allocate_outcome(msg: Message, request_id: str) -> AllocateOutcome:
-    assert isinstance(msg, pb.AllocateResponse)
-    grant = Grant(
-        grant_id=msg.id or request_id,
-        devices=tuple(
+def allocate_outcome(msg: Message, request_id: str, binding: Binding | None = None) -> AllocateOutcome:
+    b = _resp("Allocate", binding)
+    r = b.read
+    dev, mount, node = b.child.get("devices"), b.child.get("mounts"), b.child.get("deviceSpecs")
+    devices: tuple[GrantedDevice, ...] = ()
+    if dev is not None:
+        d = dev.read
+        devices = tuple(
             GrantedDevice(
-                minor=int(d.minor),
-                uuid=d.uuid,
-                core=int(d.core),
-                memory_gib=int(d.memory),
-                slices=int(d.slice),
-                mig_uuid=d.migUuid,
+                minor=int(d["minor"](x)),
+                uuid=str(d["uuid"](x)),
+                core=int(d["core"](x)),
+                memory_gib=int(d["memory"](x)),
+                slices=int(d["slice"](x)),
+                mig_uuid=str(d["migUuid"](x)),
             )
-            for d in msg.devices
-        ),
-        envs=dict(msg.envs),
-        mounts=tuple(MountSpec(m.containerPath, m.hostPath, bool(m.readOnly)) for m in msg.mounts),
-        device_nodes=tuple(DeviceNode(d.containerPath, d.hostPath, d.permissions or "rwm") for d in msg.deviceSpecs),
-        annotations=dict(msg.annotations),
-        cdi_devices=tuple(msg.cdiDevices),
+            for x in r["devices"](msg)
+        )
+    mounts: tuple[MountSpec, ...] = ()
+    if mount is not None:
+        m = mount.read
+        mounts = tuple(
+            MountSpec(str(m["containerPath"](x)), str(m["hostPath"](x)), bool(m["readOnly"](x)))
+            for x in r["mounts"](msg)
+        )
+    nodes: tuple[DeviceNode, ...] = ()
+    if node is not None:
+        n = node.read
+        nodes = tuple(
+            DeviceNode(str(n["containerPath"](x)), str(n["hostPath"](x)), str(n["permissions"](x)) or "rwm")
+            for x in r["deviceSpecs"](msg)
+        )
+    grant = Grant(
+        grant_id=str(r["id"](msg)) or request_id,
+        devices=devices,
+        envs=r["envs"](msg),
+        mounts=mounts,
+        device_nodes=nodes,
+        annotations=r["annotations"](msg),
+        cdi_devices=tuple(r["cdiDevices"](msg)),
     )
     varints = tuple(u.describe() for u in top_level_unknown_varints(msg) if u.value != 0)
-    return AllocateOutcome(grant, int(msg.status), msg.message, varints)
+    return AllocateOutcome(grant, int(r["status"](msg)), str(r["message"](msg)), varints)
 
 
-def metric_samples(msg: Message) -> list[MetricSample]:
-    assert isinstance(msg, pb.ExporterDataResponse)
+def metric_samples(msg: Message, binding: Binding | None = None) -> list[MetricSample]:
+    b = _resp("ExporterGetDataList", binding)
+    data_b = b.child.get("dataList")
+    if data_b is None:
+        return []
+    r = data_b.read
     samples = []
-    for data in msg.dataList:
-        metric_id = int(data.metricId) or _recovered_int(_own_unknowns(data), _number(data, "metricId"))
-        name = data.metricName or METRIC_NAMES.get(metric_id, f"metric_{metric_id}")
+    for data in b.read["dataList"](msg):
+        metric_id = int(r["metricId"](data)) or _recovered_int(_own_unknowns(data), data_b.number.get("metricId", -1))
+        name = str(r["metricName"](data)) or METRIC_NAMES.get(metric_id, f"metric_{metric_id}")
         samples.append(
             MetricSample(
-                device=data.device,
+                device=str(r["device"](data)),
                 metric_id=metric_id,
                 name=name,
-                value=float(data.value),
-                timestamp_ms=int(data.timestamp),
-                labels=dict(data.labels),
+                value=float(r["value"](data)),
+                timestamp_ms=int(r["timestamp"](data)),
+                labels=r["labels"](data),
             )
         )
     return samples
 
 
-def exporter_config(msg: Message) -> ExporterConfig:
-    assert isinstance(msg, pb.ExporterGetConfigResponse)
-    return ExporterConfig(int(msg.collectIntervalMs), tuple(int(m) for m in msg.metricIds), dict(msg.config))
+def exporter_config(msg: Message, binding: Binding | None = None) -> ExporterConfig:
+    r = _resp("ExporterGetConfig", binding).read
+    return ExporterConfig(
+        int(r["collectIntervalMs"](msg)), tuple(int(m) for m in r["metricIds"](msg)), r["config"](msg)
+    )
 
 
-def exporter_status(msg: Message) -> ExporterStatus:
-    assert isinstance(msg, pb.ExporterGetStatusResponse)
-    return ExporterStatus(bool(msg.running), msg.state, int(msg.lastCollectTimestamp), msg.version, msg.message)
+def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterStatus:
+    r = _resp("ExporterGetStatus", binding).read
+    return ExporterStatus(
+        bool(r["running"](msg)),
+        str(r["state"](msg)),
+        int(r["lastCollectTimestamp"](msg)),
+        str(r["version"](msg)),
+        str(r["message"](msg)),
+    )
 
 
-def runtime_kit_status(msg: Message) -> RuntimeKitStatus:
-    assert isinstance(msg, cpb.QueryStatusResponse)
-    return RuntimeKitStatus(bool(msg.enabled), msg.message)
+def runtime_kit_status(msg: Message, binding: Binding | None = None) -> RuntimeKitStatus:
+    r = _resp("QueryStatus", binding).read
+    return RuntimeKitStatus(bool(r["enabled"](msg)), str(r["message"](msg)))

@@ -11,11 +11,18 @@ Two threads, both waiting on events (no busy loop):
 
 When XDM is unreachable the last cards are kept and the inventory says
 ``reachable=False`` with the classified reason and since when.
+
+An "XDM schema mismatch" (``SchemaMismatch``: the schema did not bind, or
+decoded data failed the plausibility guards) is not an outage: XDM answers,
+but the plugin cannot trust what it says. Every card is then published
+unhealthy with the mismatch text (none at all if no card was ever decoded
+plausibly: the inventory says unreachable with that reason), the streams keep
+being retried, and the client refuses Allocate. When the ListAndWatch stream
+ends the client's binding is dropped, so a restarted XDM is bound afresh.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,8 +30,9 @@ from dataclasses import replace
 
 from nomad_plugin.backend import InventoryListener
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.model.errors import BackendUnavailable, PluginError
+from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.backoff import Backoff
@@ -33,7 +41,7 @@ from nomad_plugin.xdm.client import Subscription, XdmClient
 from nomad_plugin.xdm.inventory import compose_cards, driver_versions
 from nomad_plugin.xdm.types import GpuFacts
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 # Kinds that prove XDM is down (as opposed to slow or missing an RPC).
 _DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
@@ -84,6 +92,7 @@ class XdmBackend:
         self._facts: list[GpuFacts] = []
         self._node: dict[str, str] = {"driver_version": "", "xpu_types": "", "runtime_kit": "unknown"}
         self._inventory = Inventory(reachable=False, unreachable_reason="not yet connected", node=dict(self._node))
+        self._schema_problem = ""  # "XDM schema mismatch: ..." while the schema is not trusted
         self.resubscribes = 0  # how many times ListAndWatch was (re)opened; for tests and health
 
     @property
@@ -150,9 +159,10 @@ class XdmBackend:
                     self._sub = None
             if self._stop.is_set():
                 break
+            self._client.invalidate_binding("ListAndWatch ended")  # XDM may come back with another schema
             self._mark_unreachable(error)
             delay = self._backoff.next_delay()
-            log.info("XDM ListAndWatch: %s; resubscribing in %.1fs", error, delay)
+            log.info("xdm unreachable: %s; resubscribing in %.1fs", error, delay)
             if self._sleep(delay):
                 break
 
@@ -173,6 +183,9 @@ class XdmBackend:
         try:
             facts = self._client.list_gpu_info()
             types = self._client.list_supported_xpu_types()
+        except SchemaMismatch as exc:
+            self._mark_unreachable(exc)
+            facts, types = None, None
         except BackendUnavailable as exc:
             if exc.kind in _DOWN_KINDS:
                 self._mark_unreachable(exc)
@@ -190,6 +203,7 @@ class XdmBackend:
             with self._lock:
                 if facts is not None:
                     self._facts = facts
+                    self._schema_problem = self._client.schema_finding()
                 self._node.update(node)
             self._publish(reachable=True if facts is not None else None)
 
@@ -212,11 +226,17 @@ class XdmBackend:
         with self._notify_lock:
             with self._lock:
                 self._stream_cards = cards
+                self._schema_problem = self._client.schema_finding()
             self._first_push.set()
             self._publish(reachable=True)
 
     def _mark_unreachable(self, error: PluginError) -> None:
         with self._notify_lock:
+            if isinstance(error, SchemaMismatch):
+                with self._lock:
+                    self._schema_problem = str(error)
+                self._publish(reachable=True, reason=str(error))
+                return
             self._publish(reachable=False, reason=_reason(error))
 
     def _publish(self, reachable: bool | None, reason: str = "") -> None:
@@ -235,6 +255,13 @@ class XdmBackend:
                 cards = compose_cards(self._stream_cards, self._facts)
                 self._node["driver_version"] = driver_versions(self._facts, cards)
                 is_reachable = old.reachable if reachable is None else reachable
+                problem = self._schema_problem
+                if problem:
+                    # Never a healthy card on an untrusted schema; with no card
+                    # at all, say it where Nomad shows an outage.
+                    cards = tuple(replace(c, healthy=False, health_reason=problem) for c in cards)
+                    if not cards:
+                        is_reachable, reason = False, problem
                 since = 0.0
                 if not is_reachable:
                     since = old.unreachable_since if not old.reachable and old.unreachable_since else self._clock()

@@ -1,26 +1,40 @@
 """XdmClient: gRPC to XDM over its Unix sockets, returning model types.
 
-Calls go through ``channel.unary_unary(path, ...)`` with the adapter's
-serializers, so the fully-qualified service name is data, not code (R1): it
-comes from ``xdm_service`` or from probing (server reflection if XDM has it,
-then the known package candidates, with the read-only ListSupportedXPUType).
-Exporter RPCs fall back per RPC to ``<pkg>.ExporterService``-style names when
-the device service does not implement them (R13). Every unary call has a
-deadline and waits for the channel to be ready within it. Enable/Disable are
-not exposed (R14).
+Before the first call the client *binds* XDM's schema (``xdm_schema``:
+server reflection, the operator's official proto, or the reconstruction;
+see ``schema_source`` and ``binder``) and logs the binding report once. A
+binding that misses what the plugin needs, a schema that cannot be read, or
+decoded data that fails the plausibility guards (``guards``) is an "XDM
+schema mismatch" finding: calls raise ``SchemaMismatch``, pushes come back
+with every card unhealthy for that reason, and ``allocate`` refuses before
+sending anything. The binding is dropped (and made again on the next call)
+whenever the connection to XDM breaks: an XDM restarted after an upgrade may
+serve another schema.
+
+Calls go through ``channel.unary_unary(path, ...)`` with the binding's
+message classes, so the service name is data, not code (R1): the schema's
+own service, or for the reconstruction ``xdm_service`` or probing (the
+reflected service list, then the known package candidates). Exporter RPCs
+fall back per RPC to ``<pkg>.ExporterService``-style names when the device
+service does not implement them (R13). Every unary call has a deadline and
+waits for the channel to be ready within it. Enable/Disable are not exposed
+(R14).
 """
 
 from __future__ import annotations
 
-import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 import grpc
+from google.protobuf.descriptor_pb2 import FileDescriptorSet
 from google.protobuf.message import Message
 
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.errors import (
     BackendRefused,
@@ -28,18 +42,20 @@ from nomad_plugin.model.errors import (
     GrantMismatch,
     PluginError,
     ReservationRejected,
+    SchemaMismatch,
 )
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.protowire import WireError, encode_len_field, iter_fields
-from nomad_plugin.xdm import adapter
+from nomad_plugin.xdm import adapter, guards, schema_source
 from nomad_plugin.xdm.adapter import RpcSpec
+from nomad_plugin.xdm.binder import MISMATCH_PREFIX, Binding, SchemaError, bind, builtin_binding
 from nomad_plugin.xdm.drift import DriftLog
 from nomad_plugin.xdm.errors import classify_rpc_error, inband_refusal, is_not_found, socket_problem
 from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
 from nomad_plugin.xdm.verify import grant_problem
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # routed at the plugin's log_level (the binding report is info)
 
 T = TypeVar("T")
 
@@ -86,6 +102,10 @@ class _Endpoint:
             if fn is None:
                 fn = self.callables[key] = make(channel)
             return fn
+
+    def drop_callables(self) -> None:
+        with self.lock:
+            self.callables = {}
 
     def reset(self) -> None:
         with self.lock:
@@ -144,32 +164,214 @@ class XdmClient:
         self._config_service: str | None = None
         self._exporter_services: dict[str, str] = {}  # RPC method -> service that implements it (R13)
         self._reflected: list[str] = []
-        self._deserializers: dict[str, Callable[[bytes], Message]] = {}
+        self._deserializers: dict[tuple[str, type[Message]], Callable[[bytes], Message]] = {}
+        self._schema = config.xdm_schema.strip() or "auto"
+        self._aliases = dict(config.xdm_field_aliases)
+        self._bind_lock = threading.RLock()
+        self._binding: Binding | None = None  # a usable binding (no mismatch), None = bind on next use
+        self._config_bound: Binding | None = None  # config-daemon's, when the main schema lacks it
+        self.last_binding: Binding | None = None  # the latest attempt, usable or not (doctor, xdm-probe)
+        self.last_bind_error = ""
+        self._logged_bind = ""
+        self._findings: dict[str, str] = {}  # guard findings per RPC, cleared on re-bind
+        self._path_cache: tuple[tuple[str, float, int], FileDescriptorSet] | None = None
+        self.binds = 0  # successful (re)binds; for tests and health
+
+    # ------------------------------------------------------------ schema binding
+    def binding(self) -> Binding:
+        """The bound schema; binds on first use (and after ``invalidate_binding``).
+
+        Raises ``SchemaMismatch`` when it cannot bind what the plugin needs, and
+        ``BackendUnavailable`` when XDM cannot be reached to ask (reflection).
+        """
+        with self._bind_lock:
+            if self._binding is not None:
+                return self._binding
+            try:
+                found = self._bind()
+            except SchemaMismatch as exc:
+                self.last_bind_error = str(exc)
+                self._log_bind(str(exc), None)
+                raise
+            self.last_binding = found
+            if not found.ok:
+                self.last_bind_error = found.mismatch_text()
+                self._log_bind(found.digest + found.mismatch_text(), found)
+                raise SchemaMismatch(found.mismatch_text())
+            self.last_bind_error = ""
+            self._log_bind(found.digest + found.source, found)
+            self._binding = found
+            self.binds += 1
+            return found
+
+    def invalidate_binding(self, why: str) -> None:
+        """Forget the binding and the guard findings: the next call binds afresh (R1, item 5)."""
+        with self._bind_lock:
+            had = self._binding is not None
+            self._binding = None
+            self._config_bound = None
+            self._findings.clear()
+            self._deserializers.clear()
+        self._dp2mgr.drop_callables()
+        self._config.drop_callables()
+        if had:
+            log.debug("XDM schema binding dropped (%s); binding again on the next call", why)
+
+    def schema_finding(self) -> str:
+        """The current "XDM schema mismatch: ..." finding, or "" when the schema is trusted."""
+        with self._bind_lock:
+            if self._binding is None and self.last_bind_error:
+                return self.last_bind_error
+            return next(iter(self._findings.values()), "")
+
+    def _log_bind(self, key: str, found: Binding | None) -> None:
+        """The full report when the schema (or the verdict) changed; one line for a
+        re-bind to the same schema; a failing bind that repeats is not logged again."""
+        if key == self._logged_bind:
+            if found is not None and found.ok:
+                log.info("XDM schema re-bound: source %s, sha256 %s, unchanged", found.source, found.digest[:12])
+            return
+        self._logged_bind = key
+        if found is not None:
+            log.info("%s", "\n".join(found.report_lines()))
+        if found is None or not found.ok:
+            log.error("%s", self.last_bind_error)
+
+    def _bind(self) -> Binding:
+        source = self._schema
+        try:
+            if source == "builtin":
+                return builtin_binding(self._aliases)
+            if schema_source.is_path(source):
+                return bind(self._load_path(source), source, self._aliases)
+            fds = self._reflect_schema()
+            if fds is None:
+                if source == "reflection":
+                    raise SchemaMismatch(
+                        f'{MISMATCH_PREFIX}: xdm_schema is "reflection" but XDM does not serve gRPC server '
+                        f"reflection on {self._dp2mgr.path}"
+                    )
+                return builtin_binding(self._aliases)
+            found = bind(fds, "reflection", self._aliases)
+        except SchemaError as exc:
+            raise SchemaMismatch(f"{MISMATCH_PREFIX}: {exc}") from None
+        if source == "auto" and "ListAndWatch" not in found.rpcs and "Allocate" not in found.rpcs:
+            log.info("XDM reflection describes no device service; using the built-in reconstruction")
+            return builtin_binding(self._aliases)
+        return found
+
+    def _load_path(self, path: str) -> FileDescriptorSet:
+        """The operator's schema file, compiled once per (path, mtime, size)."""
+        try:
+            st = os.stat(path)
+            key = (path, st.st_mtime, st.st_size)
+        except OSError:
+            key = (path, 0.0, -1)
+        if self._path_cache is not None and self._path_cache[0] == key:
+            return self._path_cache[1]
+        fds = schema_source.load_path(path)
+        self._path_cache = (key, fds)
+        return fds
+
+    def _reflect_schema(self, endpoint: _Endpoint | None = None) -> FileDescriptorSet | None:
+        endpoint = endpoint or self._dp2mgr
+        channel = endpoint.get()
+        try:
+            return schema_source.reflect(channel, timeout=max(self._timeout, 1.0))
+        except grpc.RpcError as exc:
+            raise self._classify(endpoint, exc, "ServerReflectionInfo") from None
+
+    def _config_binding(self) -> Binding:
+        """The schema for config-daemon.sock: the bound schema when it holds QueryStatus;
+        with reflection, what config-daemon itself reflects; else the reconstruction."""
+        main = self.binding()
+        if "QueryStatus" in main.rpcs:
+            return main
+        with self._bind_lock:
+            if self._config_bound is not None:
+                return self._config_bound
+        found = builtin_binding(self._aliases)
+        if main.source == "reflection":
+            try:
+                fds = self._reflect_schema(self._config)
+                if fds is not None:
+                    reflected = bind(fds, "reflection (config-daemon)", self._aliases)
+                    if "QueryStatus" in reflected.rpcs:
+                        found = reflected
+            except SchemaError as exc:
+                log.warning("XDM config-daemon reflection unusable (%s); QueryStatus uses the reconstruction", exc)
+        with self._bind_lock:
+            self._config_bound = found
+        return found
+
+    def _judge(self, rpc: str, problems: list[str]) -> str:
+        """Record (or clear) the guard finding of one decoded answer; return its text."""
+        text = f"{MISMATCH_PREFIX}: " + "; ".join(problems) if problems else ""
+        with self._bind_lock:
+            previous = self._findings.get(rpc, "")
+            if text:
+                self._findings[rpc] = text
+            else:
+                self._findings.pop(rpc, None)
+        if text and text != previous:
+            source = self.last_binding.source if self.last_binding else self._schema
+            log.error("%s (schema source: %s; set xdm_schema to XDM's official proto)", text, source)
+        elif previous and not text:
+            log.info("XDM %s answers plausibly again", rpc)
+        return text
+
+    def _refuse_if_mismatch(self) -> Binding:
+        found = self.binding()
+        finding = self.schema_finding()
+        if finding:
+            raise SchemaMismatch(finding)
+        return found
 
     # ------------------------------------------------------------ public API
     def list_supported_xpu_types(self) -> list[str]:
-        return adapter.xpu_types(self._call(adapter.LIST_SUPPORTED_XPU_TYPE, adapter.xpu_type_request()))
+        b = self.binding()
+        return adapter.xpu_types(self._call(b, "ListSupportedXPUType", adapter.xpu_type_request(b)), b)
 
     def list_gpu_info(self, minors: tuple[int, ...] = ()) -> list[GpuFacts]:
-        return adapter.gpu_facts(self._call(adapter.LIST_GPU_INFO, adapter.list_gpu_info_request(minors)))
+        b = self.binding()
+        facts = adapter.gpu_facts(self._call(b, "ListGpuInfo", adapter.list_gpu_info_request(minors, b)), b)
+        finding = self._judge("ListGpuInfo", guards.facts_problems(facts))
+        if finding:
+            raise SchemaMismatch(finding)
+        return facts
 
     def list_and_watch(self) -> Subscription[list[Card]]:
-        """Subscribe once; each item is the complete card list (R12)."""
-        path = f"/{self.device_service()}/{adapter.LIST_AND_WATCH.method}"
-        return self._stream(path, adapter.LIST_AND_WATCH, adapter.list_and_watch_request(), self._cards)
+        """Subscribe once; each item is the complete card list (R12), judged by the guards."""
+        b = self.binding()
+        spec = self._spec(b, "ListAndWatch")
+        path = spec.path or f"/{self.device_service()}/{spec.method}"
+
+        def cards(msg: Message) -> list[Card]:
+            found = adapter.cards_from_list_and_watch(msg, self.drift, b)
+            finding = self._judge("ListAndWatch", guards.card_problems(found))
+            if finding:
+                return [replace(c, healthy=False, health_reason=finding) for c in found]
+            return found
+
+        return self._stream(path, spec, adapter.list_and_watch_request(b), cards)
 
     def allocate(self, request: GrantRequest) -> Grant:
-        """Allocate and verify (R3/R4); on mismatch release at once and raise ``GrantMismatch``."""
+        """Allocate and verify (R3/R4); on mismatch release at once and raise ``GrantMismatch``.
+
+        Refused with ``SchemaMismatch`` before anything is sent while the
+        schema is not trusted.
+        """
         if not request.asks:
             raise ReservationRejected(f"allocation {request.grant_id} asks for no card")
-        message = adapter.allocate_request(request, self._encoding)
+        b = self._refuse_if_mismatch()
+        message = adapter.allocate_request(request, self._encoding, b)
         try:
-            response = self._call(adapter.ALLOCATE, message)
+            response = self._call(b, "Allocate", message)
         except BackendUnavailable as exc:
             if exc.kind == "timeout":  # XDM may have granted it after all: undo, best effort
                 self._release_quietly(request.grant_id, "Allocate timed out")
             raise
-        outcome = adapter.allocate_outcome(response, request.grant_id)
+        outcome = adapter.allocate_outcome(response, request.grant_id, b)
         refusal = inband_refusal(outcome.status, outcome.message, "Allocate")
         if refusal is not None:
             raise refusal
@@ -184,13 +386,14 @@ class XdmClient:
 
     def release(self, grant_id: str) -> None:
         """Release; "not found" counts as released (R6)."""
+        b = self.binding()
         try:
-            response = self._call(adapter.RELEASE, adapter.release_request(grant_id))
+            response = self._call(b, "Release", adapter.release_request(grant_id, b))
         except BackendRefused as exc:
             if is_not_found(exc):
                 return
             raise
-        status, text = adapter.inband_status(response)
+        status, text = adapter.inband_status(response, b.rpc("Release").response)
         refusal = inband_refusal(status, text, "Release")
         if refusal is not None and not is_not_found(refusal):
             raise refusal
@@ -198,42 +401,55 @@ class XdmClient:
     def exporter_get_data_list(
         self, devices: tuple[str, ...] = (), metric_ids: tuple[int, ...] = ()
     ) -> list[MetricSample]:
-        response = self._call(adapter.EXPORTER_GET_DATA_LIST, adapter.exporter_data_request(devices, metric_ids))
-        self._raise_inband(response, "ExporterGetDataList")
-        return adapter.metric_samples(response)
+        b = self.binding()
+        response = self._call(b, "ExporterGetDataList", adapter.exporter_data_request(devices, metric_ids, b))
+        self._raise_inband(response, b, "ExporterGetDataList")
+        return adapter.metric_samples(response, b)
 
     def exporter_data_stream(
         self, devices: tuple[str, ...] = (), metric_ids: tuple[int, ...] = ()
     ) -> Subscription[list[MetricSample]]:
-        spec = adapter.EXPORTER_DATA_STREAM
-        service = self._exporter_services.get(spec.method) or self._exporter_services.get(
-            adapter.EXPORTER_GET_DATA_LIST.method
-        )
-        if service is None:
-            self.exporter_get_data_list(devices, metric_ids)  # resolves the exporter service (R13)
-            service = self._exporter_services.get(adapter.EXPORTER_GET_DATA_LIST.method, self.device_service())
+        b = self.binding()
+        spec = self._spec(b, "ExporterDataStream")
+        path = spec.path
+        if path is None:
+            service = self._exporter_services.get(spec.method) or self._exporter_services.get(
+                adapter.EXPORTER_GET_DATA_LIST.method
+            )
+            if service is None:
+                self.exporter_get_data_list(devices, metric_ids)  # resolves the exporter service (R13)
+                service = self._exporter_services.get(adapter.EXPORTER_GET_DATA_LIST.method, self.device_service())
+            path = f"/{service}/{spec.method}"
         return self._stream(
-            f"/{service}/{spec.method}", spec, adapter.exporter_data_request(devices, metric_ids), self._samples
+            path, spec, adapter.exporter_data_request(devices, metric_ids, b), lambda m: adapter.metric_samples(m, b)
         )
 
     def exporter_get_config(self) -> ExporterConfig:
-        response = self._call(adapter.EXPORTER_GET_CONFIG, adapter.exporter_get_config_request())
-        self._raise_inband(response, "ExporterGetConfig")
-        return adapter.exporter_config(response)
+        b = self.binding()
+        response = self._call(b, "ExporterGetConfig", adapter.exporter_get_config_request(b))
+        self._raise_inband(response, b, "ExporterGetConfig")
+        return adapter.exporter_config(response, b)
 
     def exporter_get_status(self) -> ExporterStatus:
-        return adapter.exporter_status(self._call(adapter.EXPORTER_GET_STATUS, adapter.exporter_get_status_request()))
+        b = self.binding()
+        return adapter.exporter_status(self._call(b, "ExporterGetStatus", adapter.exporter_get_status_request(b)), b)
 
     def query_status(self) -> RuntimeKitStatus:
-        """config-daemon QueryStatus, probing the config service name on first use."""
-        spec = adapter.QUERY_STATUS
+        """config-daemon QueryStatus, from the bound schema when it has the config service,
+        else the reconstruction (probing the config service name on first use)."""
+        b = self._config_binding()
+        spec = self._spec(b, "QueryStatus")
+        if spec.path is not None:
+            return adapter.runtime_kit_status(
+                self._unary(self._config, spec.path, spec, adapter.query_status_request(b)), b
+            )
         if self._config_service is not None:
-            return adapter.runtime_kit_status(self._config_call(self._config_service, spec))
+            return adapter.runtime_kit_status(self._config_call(self._config_service, spec, b), b)
         last: BackendUnavailable | None = None
         for package in adapter.CONFIG_PACKAGE_CANDIDATES:
             service = adapter.qualified(package, adapter.CONFIG_SERVICE)
             try:
-                response = self._config_call(service, spec)
+                response = self._config_call(service, spec, b)
             except BackendUnavailable as exc:
                 if exc.kind != "unimplemented":
                     raise
@@ -241,14 +457,18 @@ class XdmClient:
                 continue
             self._config_service = service
             log.info("XDM config service is %s", service)
-            return adapter.runtime_kit_status(response)
+            return adapter.runtime_kit_status(response, b)
         raise BackendUnavailable(
             f"no config service answers QueryStatus (tried {', '.join(adapter.CONFIG_PACKAGE_CANDIDATES)}): {last}",
             kind="unimplemented",
         )
 
     def device_service(self) -> str:
-        """The fully-qualified device service name, probing once if not configured (R1)."""
+        """The fully-qualified device service name: the schema's, else probed once if not configured (R1)."""
+        b = self.binding()
+        rpc = b.rpcs.get("ListAndWatch")
+        if rpc is not None and rpc.path:
+            return rpc.path.split("/")[1]
         with self._probe_lock:
             if self._device_service is None:
                 self._device_service = self._probe_device_service()
@@ -260,7 +480,18 @@ class XdmClient:
         self._config.reset()
 
     # ------------------------------------------------------------ internals
-    def _call(self, spec: RpcSpec, request: Message) -> Message:
+    def _spec(self, b: Binding, method: str) -> RpcSpec:
+        try:
+            return adapter.spec(method, b)
+        except KeyError:
+            raise BackendUnavailable(
+                f"XDM {method}: the bound schema ({b.source}) has no such RPC", kind="unimplemented"
+            ) from None
+
+    def _call(self, b: Binding, method: str, request: Message) -> Message:
+        spec = self._spec(b, method)
+        if spec.path is not None:
+            return self._unary(self._dp2mgr, spec.path, spec, request)
         if spec.role == "exporter":
             return self._exporter_call(spec, request)
         service = self.device_service()
@@ -307,13 +538,13 @@ class XdmClient:
         names += [adapter.qualified(package, name) for name in adapter.EXPORTER_SERVICE_CANDIDATES]
         return list(dict.fromkeys(names))
 
-    def _config_call(self, service: str, spec: RpcSpec) -> Message:
-        return self._unary(self._config, f"/{service}/{spec.method}", spec, adapter.query_status_request())
+    def _config_call(self, service: str, spec: RpcSpec, b: Binding) -> Message:
+        return self._unary(self._config, f"/{service}/{spec.method}", spec, adapter.query_status_request(b))
 
     def _unary(self, endpoint: _Endpoint, path: str, spec: RpcSpec, request: Message) -> Message:
         deserialize = self._deserializer(spec)
         fn = endpoint.callable(
-            path,
+            f"{path}|{spec.response_type.DESCRIPTOR.full_name}|{id(spec.response_type)}",
             lambda ch: ch.unary_unary(path, request_serializer=adapter.serialize, response_deserializer=deserialize),
         )
         try:
@@ -325,16 +556,17 @@ class XdmClient:
     def _stream(self, path: str, spec: RpcSpec, request: Message, convert: Callable[[Message], T]) -> Subscription[T]:
         deserialize = self._deserializer(spec)
         fn = self._dp2mgr.callable(
-            path,
+            f"{path}|{spec.response_type.DESCRIPTOR.full_name}|{id(spec.response_type)}",
             lambda ch: ch.unary_stream(path, request_serializer=adapter.serialize, response_deserializer=deserialize),
         )
         call = fn(request, wait_for_ready=False)
         return Subscription(call, convert, lambda exc: self._classify(self._dp2mgr, exc, spec.method))
 
     def _deserializer(self, spec: RpcSpec) -> Callable[[bytes], Message]:
-        fn = self._deserializers.get(spec.method)
+        key = (spec.method, spec.response_type)
+        fn = self._deserializers.get(key)
         if fn is None:
-            fn = self._deserializers[spec.method] = adapter.deserializer(spec, self.drift)
+            fn = self._deserializers[key] = adapter.deserializer(spec, self.drift)
         return fn
 
     def _classify(self, endpoint: _Endpoint, exc: grpc.RpcError, method: str) -> PluginError:
@@ -344,10 +576,15 @@ class XdmClient:
             diagnosis = socket_problem(endpoint.path)
             if diagnosis is not None:
                 endpoint.reset()  # the daemon is gone: dial afresh once the socket is back
-        return classify_rpc_error(code, details, method, diagnosis)
+        if code == grpc.StatusCode.UNAVAILABLE or diagnosis is not None:
+            self.invalidate_binding(f"{method}: {code}")  # XDM may come back with another schema
+        error = classify_rpc_error(code, details, method, diagnosis)
+        if isinstance(error, SchemaMismatch):
+            self._judge(method, [str(error).removeprefix(f"{MISMATCH_PREFIX}: ")])
+        return error
 
-    def _raise_inband(self, response: Message, method: str) -> None:
-        status, text = adapter.inband_status(response)
+    def _raise_inband(self, response: Message, b: Binding, method: str) -> None:
+        status, text = adapter.inband_status(response, b.rpc(method).response)
         refusal = inband_refusal(status, text, method)
         if refusal is not None:
             raise refusal
@@ -360,12 +597,6 @@ class XdmClient:
             return False
         log.warning("released XDM allocation %s after %s", grant_id, why)
         return True
-
-    def _cards(self, msg: Message) -> list[Card]:
-        return adapter.cards_from_list_and_watch(msg, self.drift)
-
-    def _samples(self, msg: Message) -> list[MetricSample]:
-        return adapter.metric_samples(msg)
 
     def _forget_device_service(self, service: str) -> None:
         with self._probe_lock:

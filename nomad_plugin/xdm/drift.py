@@ -25,7 +25,9 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-log = logging.getLogger(__name__)
+from nomad_plugin.goplugin.logging import get_logger
+
+log = get_logger(__name__)
 
 WIRE_TYPE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "start-group", 4: "end-group", 5: "fixed32"}
 

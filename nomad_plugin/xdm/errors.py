@@ -18,7 +18,7 @@ import stat
 
 import grpc
 
-from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, PluginError
+from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, PluginError, SchemaMismatch
 
 # gRPC codes that mean "XDM understood the request and said no".
 REFUSAL_CODES = frozenset(
@@ -115,10 +115,7 @@ def classify_rpc_error(
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return BackendUnavailable(f"{where} timed out ({details})", kind="timeout")
     if code == grpc.StatusCode.INTERNAL and _DECODE_FAILURE in details:
-        return BackendUnavailable(
-            f"{where}: the response could not be decoded with the reconstructed proto (possible schema drift)",
-            kind="unimplemented",
-        )
+        return SchemaMismatch(f"XDM schema mismatch: {where}: the response does not decode with the bound schema")
     if code in TRANSPORT_CODES or code is None:
         return BackendUnavailable(f"{where} unavailable: {details or code}", kind="unavailable")
     if code in REFUSAL_CODES:

@@ -172,6 +172,10 @@ class HostProcess:
         for line in self.proc.stderr:
             self._stderr.append(line)
 
+    def stderr_text(self) -> str:
+        """What the host wrote to stderr so far (the plugin's forwarded log lines)."""
+        return "".join(list(self._stderr))
+
     def send(self, command: Mapping[str, Any]) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(command) + "\n")

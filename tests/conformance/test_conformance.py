@@ -16,6 +16,12 @@ import pytest
 from tests.conformance.hostlib import FAKE_PLUGIN_HCL, REPO, HostProcess, HostRun, fake_plugin_args
 
 Host = Callable[..., HostRun]
+Interactive = Callable[..., HostProcess]
+
+
+def _is_stats(seq: int) -> Callable[[dict], bool]:
+    """The stats stream's message number ``seq``: it keeps delivering, whatever the box's speed."""
+    return lambda e: e["event"] == "stats" and e["seq"] >= seq
 
 
 def _assert_clean_shutdowns(run: HostRun, launches: int) -> None:
@@ -30,13 +36,15 @@ def _assert_clean_shutdowns(run: HostRun, launches: int) -> None:
 # ---------------------------------------------------------------- real plugin
 
 
-def test_real_plugin_passes_all_three_launches(host: Host, plugin_executable: Path) -> None:
-    run = host(
+def test_real_plugin_passes_all_three_launches(interactive_host: Interactive, plugin_executable: Path) -> None:
+    proc = interactive_host(
         [
             "--plugin", str(plugin_executable), "--config", str(REPO / "plugin.hcl"),
-            "--phase", "all", "--duration", "1.6", "--stats-interval", "0.5",
+            "--phase", "all", "--duration", "0", "--stats-interval", "0.5",
         ]
     )  # fmt: skip
+    proc.wait_for(_is_stats(2), timeout=60)
+    run = proc.finish()
     assert run.returncode == 0, run.describe()
     assert run.summary["violations"] == 0
 
@@ -56,7 +64,6 @@ def test_real_plugin_passes_all_three_launches(host: Host, plugin_executable: Pa
     fingerprints = run.of("fingerprint")
     assert fingerprints and fingerprints[0]["seq"] == 1 and fingerprints[0]["valid"] is True
     stats = run.of("stats")
-    assert len(stats) >= 2, run.describe()
     assert stats[0]["t_mono_ns"] >= fingerprints[0]["t_mono_ns"]
     _assert_clean_shutdowns(run, 3)
 
@@ -84,17 +91,20 @@ def test_host_fails_when_a_rejection_was_expected_but_config_accepted(host: Host
 # ------------------------------------------------------ host self-tests (fake)
 
 
-def test_fake_plugin_config_pipeline_matches_nomad(host: Host, tmp_path: Path) -> None:
+def test_fake_plugin_config_pipeline_matches_nomad(interactive_host: Interactive, tmp_path: Path) -> None:
     record = tmp_path / "setconfig.jsonl"
     args, env = fake_plugin_args("good")
-    run = host(
+    proc = interactive_host(
         [
             *args, "--config", str(FAKE_PLUGIN_HCL), "--plugin-name", "fake-device",
-            "--set", 'socket_dir="/tmp/other-xdm"', "--duration", "1", "--stats-interval", "0.3",
+            "--set", 'socket_dir="/tmp/other-xdm"', "--duration", "0", "--stats-interval", "0.3",
             "--reserve-count", "2",
         ],
         env={**env, "FAKE_PLUGIN_RECORD": str(record)},
     )  # fmt: skip
+    proc.wait_for(lambda e: e["event"] == "reserve", timeout=60)
+    proc.wait_for(_is_stats(2), timeout=60)
+    run = proc.finish()
     assert run.returncode == 0, run.describe()
     # HCL v1 shape: a nested block becomes a list holding one map.
     assert run.of("config_decoded")[0]["hcl_json"]["tags"] == [{"rack": "r1"}]
@@ -111,7 +121,6 @@ def test_fake_plugin_config_pipeline_matches_nomad(host: Host, tmp_path: Path) -
     assert reserve["ok"] is True and reserve["nomad_would_call"] is True
     assert reserve["ids"] == ["card-0", "card-1"]
     assert reserve["envs"] == {"FAKE_VISIBLE_DEVICES": "card-0,card-1"}
-    assert len(run.of("stats")) >= 2
     # go-plugin forwarded the plugin's hclog lines to the host's logger.
     assert "fake plugin serving" in run.stderr
     assert run.summary["logs"]["launch3"]["not_json"] == 0
@@ -136,9 +145,21 @@ def test_fake_plugin_config_pipeline_matches_nomad(host: Host, tmp_path: Path) -
         ("unnamed_default_attr", [], {"config_schema.convert"}),
     ],
 )
-def test_host_catches_violation(host: Host, mode: str, extra: list[str], rules: set[str]) -> None:
+def test_host_catches_violation(interactive_host: Interactive, mode: str, extra: list[str], rules: set[str]) -> None:
     args, env = fake_plugin_args(mode)
-    run = host([*args, "--phase", "run", "--duration", "0.6", *extra], env=env)
+    proc = interactive_host([*args, "--phase", "run", "--duration", "0", *extra], env=env)
+    seen: set[str] = set()
+
+    def all_expected_rules_seen(e: dict) -> bool:
+        if e["event"] == "violation":
+            seen.add(e["rule"])
+        return rules <= seen
+
+    try:
+        proc.wait_for(all_expected_rules_seen, timeout=60)
+    except EOFError:
+        pass  # the host ended by itself (stream ended, config refused): judged below
+    run = proc.finish()
     assert run.returncode == 1, run.describe()
     assert run.rules == rules, run.describe()
     assert run.summary["violations"] == len(run.violations) >= 1
@@ -170,12 +191,11 @@ def test_interactive_reserve_while_streams_stay_open(interactive_host: Callable[
     refused = proc.wait_for(lambda e: e["event"] == "reserve")
     proc.send({"op": "echo", "data": {"n": 1}})
     proc.wait_for(lambda e: e["event"] == "echo" and e["data"] == {"n": 1})
-    stats_before_stop = len([e for e in proc.events if e["event"] == "stats"])
+    proc.wait_for(_is_stats(1))  # the stats stream runs beside the commands
     run = proc.finish()
 
     assert (ok["tag"], ok["ok"], ok["envs"]) == ("a", True, {"FAKE_VISIBLE_DEVICES": "card-1"})
     assert (refused["tag"], refused["ok"], refused["code"]) == ("b", False, "NotFound")
     assert refused["nomad_would_call"] is False
-    assert stats_before_stop >= 1
     assert run.of("run_end")[0]["reason"] == "stop command"
     assert run.returncode == 0, run.describe()

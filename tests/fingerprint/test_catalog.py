@@ -323,13 +323,13 @@ def test_official_extra_attributes_pass_through_with_units():
     assert attrs["power"] == Attr(700, "W")
     assert attrs["cores_clock"] == Attr(1980, "MHz")
     assert "pci_bandwidth" not in attrs  # unparseable numbers are left out
-    # the NVML backend's unit-suffixed keys map to the same official names
+    # older unit-suffixed keys map to the same names; a power *limit* is never `power` (a draw there)
     card = replace(
         h800_node(1).cards[0],
         extra={"power_limit_w": "700", "pci_bandwidth_mbps": "63015", "compute_capability": "9.0", "topology": "{}"},
     )
     attrs = build_catalog(Inventory(cards=(card,)), PluginConfig()).groups[0].attributes
-    assert attrs["power"] == Attr(700, "W")
+    assert "power" not in attrs and attrs["power_limit"] == Attr(700, "W")
     assert attrs["pci_bandwidth"] == Attr(63015, "MB/s")
     assert attrs["compute_capability"] == Attr("9.0")
     assert "topology" not in attrs

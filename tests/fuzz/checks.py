@@ -8,6 +8,7 @@ used, a release caused by an unreadable Nomad answer, a lost journal entry.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import posixpath
@@ -15,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgpack
 from google.protobuf.message import DecodeError
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
@@ -50,13 +52,38 @@ def check_config(data: bytes, option: str | None = None) -> None:
             assert f'"{option}' in text or "unknown option" in text or text.startswith("config:"), text
         return
     assert isinstance(config, PluginConfig)
+    # What the input did not set keeps its default: no key (or garbage) changes another option.
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception:  # the decoder accepted it; this reader is only for naming the keys
+        return
+    given = set(raw) if isinstance(raw, dict) else set()
+    defaults = PluginConfig()
+    for field in dataclasses.fields(PluginConfig):
+        if field.name in given or (field.name == "cards" and "card" in given):
+            continue
+        assert getattr(config, field.name) == getattr(defaults, field.name), (field.name, sorted(map(str, given)))
 
 
 # --- topology JSON ---------------------------------------------------------------------
 def check_topology(text: Any) -> None:
+    """Never raises; levels come sorted nearest first; a text that is not a JSON object yields none and says why."""
     topo = parse_topology(text)
     assert isinstance(topo, Topology)
     assert isinstance(topo.error, str)
+    keys = [(lvl.level, lvl.name) for lvl in topo.levels]
+    assert keys == sorted(keys), keys
+    if text is None or not str(text).strip():
+        assert topo == Topology()
+        return
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        assert topo.levels == () and topo.error, topo
+    for lvl in topo.levels:
+        assert isinstance(lvl.level, int) and lvl.name and isinstance(lvl.domain_text, str), lvl
 
 
 # --- XDM responses -----------------------------------------------------------------------
@@ -98,8 +125,35 @@ def check_xdm_response(method: str, data: bytes) -> None:
     msg = parse_response(method, data)
     if msg is None:
         return
-    adapter.inband_status(msg)
-    MAPPERS[method](msg, DriftLog())
+    status, text = adapter.inband_status(msg)
+    assert isinstance(status, int) and isinstance(text, str)
+    out = MAPPERS[method](msg, DriftLog())
+    RESULT_CHECKS.get(method, lambda m, o: None)(msg, out)
+
+
+def _one_card_per_device(msg: Any, cards: Any) -> None:
+    """Every device of a push becomes exactly one card, same minor and UUID, same order."""
+    assert [(c.minor, c.uuid) for c in cards] == [(int(d.minor), d.uuid) for d in msg.devices]
+    for card in cards:
+        assert isinstance(card.healthy, bool) and isinstance(card.health_reason, str)
+        assert card.healthy or card.health_reason, f"card {card.minor} unhealthy without a reason"
+
+
+def _one_sample_per_datum(msg: Any, samples: Any) -> None:
+    """Every exporter datum becomes one named sample of the same device."""
+    assert [s.device for s in samples] == [d.device for d in msg.dataList]
+    assert all(s.name for s in samples), [s.metric_id for s in samples if not s.name]
+
+
+RESULT_CHECKS = {
+    "ListSupportedXPUType": lambda m, out: _no_empty_types(m, out),
+    "ListAndWatch": _one_card_per_device,
+    "ExporterGetDataList": _one_sample_per_datum,
+}
+
+
+def _no_empty_types(msg: Any, types: Any) -> None:
+    assert all(types) and set(types) <= set(msg.xpuTypes), types
 
 
 GRANT_ID = "5b0c2d3e-0000-4000-8000-00000000abcd"
@@ -212,7 +266,7 @@ def check_journal_bytes(data: bytes, directory: Path | None = None) -> str:
         (d / FILE_NAME).write_bytes(data)
         records: list[logging.LogRecord] = []
         handler = _ListHandler(records)
-        logger = logging.getLogger(journal_store.__name__)
+        logger = journal_store.log  # the module logger, under the plugin tree
         logger.addHandler(handler)
         try:
             journal = Journal(d)

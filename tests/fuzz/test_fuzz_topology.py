@@ -38,3 +38,22 @@ def test_random_json(value):
 @given(mutated(SEED))
 def test_mutated_seed(data):
     check_topology(data.decode("utf-8", "replace"))
+
+
+# The shape parse_topology reads today: a "levels" list, given far level first.
+LEVELS_SEED = json.dumps(
+    {
+        "levels": [
+            {"level": 5, "name": "rack", "topo5": "rack-07"},
+            {"level": 2, "name": "pcie-switch", "topo2": [0, 1], "peers": [1]},
+            {"level": 1, "name": "nvlink", "topo1": 0},
+        ]
+    }
+).encode()
+
+
+@settings(max_examples=EXAMPLES, deadline=DEADLINE)
+@given(mutated(LEVELS_SEED))
+@example(LEVELS_SEED)
+def test_mutated_levels_seed(data):
+    check_topology(data.decode("utf-8", "replace"))

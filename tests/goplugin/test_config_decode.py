@@ -119,7 +119,14 @@ def test_bad_value_names_option_value_and_what_is_allowed(name: str, value: obje
 
 
 def test_every_option_rejects_a_wrong_type() -> None:
-    wrong = {"string": 12, "number": "twelve", "bool": "yes", "list(string)": "x", "list(number)": {"a": 1}}
+    wrong = {
+        "string": 12,
+        "number": "twelve",
+        "bool": "yes",
+        "list(string)": "x",
+        "list(number)": {"a": 1},
+        "list(map(string))": "x",
+    }
     for opt in OPTIONS:
         message = rejected(full_object(**{opt.name: wrong[opt.hcl_type]}))
         assert f'"{opt.name}"' in message, message

@@ -114,3 +114,33 @@ def test_huge_messages_stay_one_parseable_line_below_go_plugins_buffer(
     assert len(line.encode()) < 64 * 1024
     entry = json.loads(line)
     assert entry["@message"].startswith("xxx") and "more chars" in entry["@message"]
+
+
+def test_every_module_logs_under_the_tree_log_level_sets() -> None:
+    """Issue 13: loggers outside ``nomad-device-lingjun`` stayed at the root's WARNING whatever log_level said."""
+    import ast
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    import nomad_plugin
+
+    package_dir = Path(nomad_plugin.__file__).parent
+    calls = []
+    for path in package_dir.rglob("*.py"):
+        if "_proto" in path.parts or (path.name == "logging.py" and path.parent.name == "goplugin"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "getLogger":
+                calls.append(f"{path.relative_to(package_dir)}:{node.lineno}")
+    assert not calls, f"use goplugin.logging.get_logger, not logging.getLogger: {calls}"
+
+    outside = []
+    for info in pkgutil.walk_packages(nomad_plugin.__path__, "nomad_plugin."):
+        if "._proto" in info.name or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, logging.Logger) and not value.name.startswith(hclog.ROOT_MODULE):
+                outside.append(f"{info.name}.{name} = {value.name}")
+    assert not outside, outside

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import inspect
 import os
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGr
 from nomad_plugin.nomad.reserve import JournalWriteFailed, Reserver
 from nomad_plugin.sim import Simulator
 from nomad_plugin.xdm.client import XdmClient
+from tests.waiting import wait_until
 
 GROUP = GroupKey("nvidia", "gpu", "H800")
 
@@ -151,7 +151,8 @@ def test_allocate_completed_after_deadline_is_released_eventually(tmp_path):
         # The timed-out grant stays journalled as releasing for the late-grant window.
         (entry,) = reserver.entries()
         assert entry.state.value == "releasing" and entry.settle_until > time.time()
-        time.sleep(2.0)  # XDM commits the grant now
+        # XDM commits the grant late (after its 1.5 s latency): wait for that, not a fixed time.
+        wait_until(lambda: entry.grant_id in _grants(fake), f"the fake XDM to commit grant {entry.grant_id} late")
         for _ in range(3):
             reserver.retry_pending()
         assert fake.grants == {}, f"grant {list(fake.grants)} leaked at XDM"
@@ -160,6 +161,11 @@ def test_allocate_completed_after_deadline_is_released_eventually(tmp_path):
         client.close()
         fake.stop()
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _grants(fake) -> dict:
+    with fake.lock:
+        return dict(fake.grants)
 
 
 # --- disk full -------------------------------------------------------------------------------------
@@ -211,14 +217,42 @@ def test_disk_full_after_allocate_releases_the_grant(world, monkeypatch):
 
 
 # --- clock jumps -------------------------------------------------------------------------------------
-def test_grace_and_health_timers_use_the_monotonic_clock():
+def _on_the_monotonic_clock(stamp: float, offset: float = 0.0) -> bool:
+    """``stamp`` (minus ``offset``) was read from time.monotonic just now, not from the wall clock.
+
+    The two clocks differ by the boot time (decades of seconds apart), so a
+    timer recorded on the wrong one is off by far more than this slack.
+    """
+    return abs(stamp - offset - time.monotonic()) < 60 and abs(stamp - offset - time.time()) > 3600
+
+
+def test_grace_and_health_timers_use_the_monotonic_clock(tmp_path):
+    """Built as app.py builds them (no clock given), the timers they keep are monotonic times."""
     from nomad_plugin.model.health import HealthTracker
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
+    from tests.fingerprint.helpers import FakeBackend as FingerprintBackend
+    from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
 
-    assert inspect.signature(Reconciler).parameters["clock"].default is time.monotonic
-    assert inspect.signature(HealthTracker).parameters["clock"].default is time.monotonic
-    assert inspect.signature(FingerprintEngine).parameters["clock"].default is time.monotonic
+    assert time.time() - time.monotonic() > 7200, "this check needs a box booted after 1970 + 2 h"
+    fault, ok = {"c": (False, "XID 79")}, {"c": (True, "")}
+    tracker = HealthTracker(recovery_checks=100, recovery_delay=30.0)
+    tracker.observe(fault)
+    tracker.observe(ok)  # recovering: eligible 30 s after this, on the tracker's clock
+    assert _on_the_monotonic_clock(tracker.next_deadline(), 30.0), tracker.next_deadline()
+
+    engine = FingerprintEngine(FingerprintBackend(), PluginConfig(health_recovery_delay=30.0))
+    engine._tracker.observe(fault)  # the engine hands its clock to its tracker
+    engine._tracker.observe(ok)
+    assert _on_the_monotonic_clock(engine._tracker.next_deadline(), 30.0)
+
+    cat = catalog(whole_group(2))
+    reserver = Reserver(FakeBackend(), lambda: cat, Journal(tmp_path / "d"), PluginConfig(), path_exists=lambda p: True)
+    gid = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    rec = Reconciler(reserver, None, lambda: cat, grace=30.0)
+    rec.observe(AllocPage(allocs=(AllocView(id="a1", client_status="complete", device_ids=frozenset()),), index=1))
+    assert _on_the_monotonic_clock(rec.timers.orphaned_since[gid]), rec.timers
 
 
 @pytest.mark.timeout(60)

@@ -238,3 +238,29 @@ def test_plugin_runtime_spawns_no_process(tmp_path, monkeypatch):
         sim.stop()
         shutil.rmtree(sockets, ignore_errors=True)
     assert spawned == [], spawned
+
+
+def _own_module_skips(text: str, label: str) -> list[str]:
+    """``importorskip`` calls naming one of the project's own modules in ``text``."""
+    found = []
+    for node in ast.walk(ast.parse(text, filename=label)):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        arg = node.args[0]
+        if name == "importorskip" and isinstance(arg, ast.Constant):
+            if str(arg.value).split(".")[0] in ("nomad_plugin", "tests"):
+                found.append(f"{label}:{node.lineno}: importorskip({arg.value!r})")
+    return found
+
+
+def test_tests_never_skip_on_a_broken_import_of_the_project():
+    """A broken import of the project's own code must fail, not turn into a skip."""
+    tests_dir = Path(__file__).resolve().parents[1]
+    offenders = [
+        hit for path in sorted(tests_dir.rglob("*.py")) for hit in _own_module_skips(path.read_text(), str(path))
+    ]
+    assert offenders == []
+    planted = 'import pytest\nsim = pytest.importorskip("nomad_plugin.sim")\nnp = pytest.importorskip("numpy")\n'
+    assert _own_module_skips(planted, "x.py") == ["x.py:2: importorskip('nomad_plugin.sim')"]

@@ -194,7 +194,7 @@ def run_case(case: Case, host_binary: Path) -> Outcome:
             # instance (granted ones included) has a numeric summary.
             after = max((e["t_mono_ns"] for e in out.reserves.values()), default=0)
             try:
-                out.numeric_stats = proc.wait_for(lambda e: e["t_mono_ns"] > after and _all_numeric(e), timeout=8)
+                out.numeric_stats = proc.wait_for(lambda e: e["t_mono_ns"] > after and _all_numeric(e), timeout=60)
             except TimeoutError:
                 pass
             out.grants = node.sim.grants()

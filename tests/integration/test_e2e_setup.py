@@ -22,7 +22,7 @@ def test_wrapper_and_agent_config_load_the_plugin(conformance_host: Path) -> Non
         run = run_host(
             [
                 "--plugin", str(plugin_dir / PLUGIN_NAME), "--config", str(config), "--phase", "all",
-                "--duration", "1.5", "--reserve-count", "1", "--reserve-after-fp", "2",
+                "--duration", "1.5", "--reserve-count", "1",
                 # No Nomad agent answers here: keep the reconciler from polling a closed port.
                 "--set", set_of("reconcile", False),
             ],

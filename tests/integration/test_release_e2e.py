@@ -89,7 +89,7 @@ def test_grant_released_after_its_allocation_completes(node: Node, api: NomadApi
     assert set(node.sim.grants()) == {done, live}
 
     api.set_status("alloc-done", "complete")
-    took = _wait_grants(node, lambda g: done not in g, timeout=GRACE_S + 2.0)
+    took = _wait_grants(node, lambda g: done not in g, timeout=GRACE_S + 30)
     assert took >= GRACE_S * 0.9, f"released after {took:.2f} s, before the {GRACE_S} s grace period"
     assert live in node.sim.grants()
 
@@ -98,7 +98,7 @@ def test_grant_released_after_its_allocation_completes(node: Node, api: NomadApi
     assert set(node.sim.grants()) == {again, live}
 
     api.remove_alloc("alloc-live")  # garbage-collected: gone from the API altogether
-    _wait_grants(node, lambda g: live not in g, timeout=GRACE_S + 2.0)
+    _wait_grants(node, lambda g: live not in g, timeout=GRACE_S + 30)
     assert set(node.sim.grants()) == {again}
 
     assert_conformant(proc.finish())
@@ -124,7 +124,7 @@ def test_relaunched_plugin_releases_what_ended_while_it_was_down(
 
     # Same data_dir: the new process reads the journal and reconciles.
     relaunched = _launch(node, api, conformance_host)
-    _wait_grants(node, lambda g: ended not in g, timeout=GRACE_S + 4.0)
+    _wait_grants(node, lambda g: ended not in g, timeout=GRACE_S + 30)
     time.sleep(GRACE_S + 1.0)
     assert set(node.sim.grants()) == {keep}, "the grant of a live allocation was released"
 

@@ -17,8 +17,11 @@ def test_fills_pci_numa_and_clocks_matching_by_uuid(fake: FakeNvml, tmp_path) ->
     out = enrich(inv, fake, str(tmp_path))
     card = out.cards[0]
     assert (card.minor, card.pci_bus_id, card.numa_node) == (7, "0000:39:00.0", 1)
-    assert card.extra["cores_clock_mhz"] == "1980" and card.extra["memory_clock_mhz"] == "3201"
-    assert card.extra["power_limit_w"] == "700" and card.extra["pci_bandwidth_mbps"] == "63008"
+    assert card.extra["cores_clock"] == "1980" and card.extra["memory_clock"] == "3201"
+    assert card.extra["power_limit"] == "700" and card.extra["power"] == "72"  # limit and draw, W
+    assert card.extra["pci_bandwidth"] == str(3072 * 16)  # nomad-device-nvidia's gen5 lane rate x16
+    assert card.extra["bar1"] == "131072"
+    assert (card.extra["display_state"], card.extra["persistence_mode"]) == ("Disabled", "Enabled")
     assert out.generation == 4 and out.node == inv.node
 
 

@@ -16,10 +16,10 @@ def test_whole_cards_with_static_facts(fake: FakeNvml, make_backend) -> None:
     assert h100_card.pci_bus_id == "0000:18:00.0"
     assert {c.vendor for c in inv.cards} == {"nvidia"} and {c.xpu_type for c in inv.cards} == {"gpu"}
     assert all(c.driver_version == "550.54.15" and c.healthy for c in inv.cards)
-    assert h100_card.extra["power_limit_w"] == "700"
-    assert h100_card.extra["pci_bandwidth_mbps"] == str(3938 * 16)  # PCIe gen5 x16
-    assert a100_card.extra["pci_bandwidth_mbps"] == str(1969 * 16)  # PCIe gen4 x16
-    assert h100_card.extra["cores_clock_mhz"] == "1980" and h200_card.extra["memory_clock_mhz"] == "3201"
+    assert h100_card.extra["power_limit"] == "700" and h100_card.extra["power"] == "72"
+    assert h100_card.extra["pci_bandwidth"] == str(3072 * 16)  # nomad-device-nvidia's table: gen5 x16
+    assert a100_card.extra["pci_bandwidth"] == str(2048 * 16)  # gen4 x16
+    assert h100_card.extra["cores_clock"] == "1980" and h200_card.extra["memory_clock"] == "3201"
     assert a100_card.extra["compute_capability"] == "8.0"
 
 

@@ -38,6 +38,13 @@ def test_card_readings_match_nvml(fake: FakeNvml, make_backend) -> None:
         "memory_clock_mhz": 2619,
         "throttle_reasons": 0x44,
         "remapped_rows_total": 3,
+        "encoder_util_percent": 0,
+        "decoder_util_percent": 0,
+        "bar1_used_mib": 2,
+        "bar1_total_mib": 131072,
+        "ecc_l1_corrected": 0,
+        "ecc_l2_corrected": 0,
+        "ecc_memory_corrected": 4,
         "health": 1.0,
         "xid_errors": 0,
     }

@@ -185,3 +185,64 @@ def test_text_output(setup: dict[str, Path], capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert code == 1
     assert "[FAIL] nomad api:" in out and "next step: the token needs node:read" in out
+
+
+@pytest.fixture(scope="module")
+def renumbered_sim() -> Iterator[Simulator]:
+    directory = Path(tempfile.mkdtemp(prefix="doc-", dir="/tmp"))
+    try:
+        with Simulator(directory / "s", "h800-8", schema="renumbered") as s:
+            yield s
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_schema_binding_report_is_printed(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = run(setup, capsys)
+    assert code == 0 and found["xdm schema"]["status"] == "ok"
+    summary = found["xdm schema"]["summary"]
+    assert summary.startswith("bound from builtin")
+    assert "Device.totalMemory -> xdm.Device.totalMemory #6 int64" in summary
+
+
+def test_schema_mismatch_is_a_failure_with_the_next_step(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], renumbered_sim: Simulator
+) -> None:
+    sockets = [
+        "--set", f'xdm_socket="{renumbered_sim.dp2mgr_path}"',
+        "--set", f'config_socket="{renumbered_sim.config_path}"',
+    ]  # fmt: skip
+    code, found = run(setup, capsys, *sockets, "--set", 'xdm_schema="builtin"')
+    assert code == 1
+    assert found["inventory"]["status"] == "fail" and "XDM schema mismatch" in found["inventory"]["summary"]
+    assert "xdm_schema" in found["inventory"]["next_step"]
+    renumbered_sim.schema.emit(setup["root"] / "official")
+    code, found = run(setup, capsys, *sockets, "--set", f'xdm_schema="{setup["root"] / "official"}"')
+    assert found["xdm schema"]["status"] == "ok" and found["inventory"]["status"] == "ok", found
+
+
+@pytest.mark.parametrize(
+    ("rules", "status"),
+    [
+        ('namespace "default" { policy = "read" }\nnode { policy = "read" }\nagent { policy = "read" }\n', "warn"),
+        ('namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\nagent { policy = "read" }\n', "ok"),
+    ],
+)
+def test_nomad_visibility_names_the_policy_to_add(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], rules: str, status: str
+) -> None:
+    with NomadApiDouble() as acl_nomad:
+        acl_nomad.enable_acls()
+        acl_nomad.add_policy("lingjun", rules)
+        acl_nomad.add_token("acl-token", ["lingjun"])
+        acl_nomad.add_alloc("hidden", ["x"], namespace="team-a")
+        code, found = run(
+            setup, capsys, "--set", f'nomad_address="{acl_nomad.address}"', "--set", 'nomad_token="acl-token"'
+        )
+    assert code == 0, found  # a warning, not a failure: the plugin stays safe, it only keeps more grants
+    assert found["nomad api"]["status"] == "ok"
+    finding = found["nomad visibility"]
+    assert finding["status"] == status, finding
+    if status == "warn":
+        assert 'namespace "*" { capabilities = ["read-job"] }' in finding["next_step"]
+        assert "namespace" in finding["summary"] and "acl-token" not in json.dumps(finding)

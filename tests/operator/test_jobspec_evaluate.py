@@ -87,8 +87,10 @@ def test_parse_errors() -> None:
         parse_job_text("job {{{")
     with pytest.raises(JobParseError, match="no job"):
         parse_job_text('variable "x" {}')
-    bad = parse_job_text('job "j" { group "g" { task "t" { resources { device "gpu" { count = 0 } } } } }')
-    assert "at least 1" in bad[0].problems[0]
+    zero = parse_job_text('job "j" { group "g" { task "t" { resources { device "gpu" { count = 0 } } } } }')
+    assert zero[0].count == 0 and not zero[0].problems  # Nomad's Count is unsigned: 0 is a valid job
+    bad = parse_job_text('job "j" { group "g" { task "t" { resources { device "gpu" { count = -2 } } } } }')
+    assert "whole number from 0" in bad[0].problems[0]
 
 
 @pytest.mark.parametrize(

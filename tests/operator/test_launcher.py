@@ -138,3 +138,10 @@ def test_xdm_probe_missing_sockets(tmp_path: Path, capsys: pytest.CaptureFixture
     assert xdm_probe.main(["--socket-dir", str(tmp_path), "--set", 'xdm_call_timeout="1s"']) == 1
     out = capsys.readouterr().out
     assert "PROBLEM (socket-missing)" in out
+
+
+def test_xdm_probe_prints_the_binding_report(sim: Simulator, capsys: pytest.CaptureFixture[str]) -> None:
+    assert xdm_probe.main(["--socket-dir", str(sim.socket_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "XDM schema binding (source builtin" in out
+    assert "  Device.uuid -> xdm.Device.uuid #2 string" in out and "  verdict: ok" in out

@@ -23,20 +23,14 @@ from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGr
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.reconciler import Reconciler
+from nomad_plugin.xdm.backend import XdmBackend
 
 
-def make_backend(config: PluginConfig) -> Any:
-    """The XDM backend when it exists, else its wire client (same allocate/release contract)."""
-    try:
-        from nomad_plugin.xdm.backend import XdmBackend  # type: ignore[import-not-found]
-
-        backend = XdmBackend(config)
-        backend.start()
-        return backend
-    except ImportError:
-        from nomad_plugin.xdm.client import XdmClient
-
-        return XdmClient(config)
+def make_backend(config: PluginConfig) -> XdmBackend:
+    """The plugin's own XDM backend, started (what app.py hands the Reserver)."""
+    backend = XdmBackend(config)
+    backend.start()
+    return backend
 
 
 def catalog(cards: list[list[Any]]) -> Catalog:

@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import grpc
 import pytest
 
+from nomad_plugin import sim as sim_mod
+from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
+from nomad_plugin._proto.lingjun import api_outer_pb2_grpc as pb_grpc
 from nomad_plugin.nomad.reserve import STEPS
 from nomad_plugin.testing.nomad_api import NomadApiDouble
-
-sim_mod = pytest.importorskip("nomad_plugin.sim")
-pytest.importorskip("nomad_plugin.xdm.client")
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -110,17 +112,29 @@ def test_journalled_grant_of_running_alloc_survives_recovery(world):
 
 
 def test_unknown_grant_release_counts_as_released(tmp_path):
-    """Route (d) end to end: the simulator's default NOT_FOUND answer is "released"."""
-    pytest.importorskip("nomad_plugin.xdm.backend")
+    """Route (d) end to end: the simulator's default NOT_FOUND answer is "released"; other refusals are not."""
     from nomad_plugin.config.model import PluginConfig
+    from nomad_plugin.model.errors import BackendRefused
     from tests.reserve.crash_driver import make_backend
 
+    unknown = "7d55e706-fc03-4107-bed0-06e64c54300d"
     sockets = tempfile.mkdtemp(prefix="ljn-", dir="/tmp")
     sim = sim_mod.Simulator(sockets, profile="810e-16").start()
+    backend = make_backend(
+        PluginConfig(xdm_socket=f"{sockets}/dp2mgr.sock", config_socket=f"{sockets}/config-daemon.sock")
+    )
     try:
-        backend = make_backend(
-            PluginConfig(xdm_socket=f"{sockets}/dp2mgr.sock", config_socket=f"{sockets}/config-daemon.sock")
-        )
-        backend.release("7d55e706-fc03-4107-bed0-06e64c54300d")  # must not raise
+        # The simulator really answers NOT_FOUND here (else the test proves nothing).
+        with grpc.insecure_channel(f"unix:{sockets}/dp2mgr.sock") as channel:
+            stub = pb_grpc.XpuDeviceManagerServiceStub(channel)
+            answer = stub.Release(pb.ReleaseRequest(id=unknown), timeout=5)
+        assert answer.status == grpc.StatusCode.NOT_FOUND.value[0], answer  # in-band, the simulator's default
+        backend.release(unknown)  # not found = released: must not raise
+        # Any other refusal still fails the release: an empty id is INVALID_ARGUMENT.
+        with pytest.raises(BackendRefused):
+            backend.release("")
+        assert sim.grants() == {}
     finally:
+        backend.stop()
         sim.stop()
+        shutil.rmtree(sockets, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -71,6 +72,7 @@ def test_entry_round_trip_and_checksum():
 def test_corruption_detected_and_set_aside(tmp_path, mangle, reason, caplog):
     j = Journal(tmp_path)
     j.put(entry("g-1"))
+    j.compact()  # the entry is in the snapshot (a rename, never torn): any damage there is corruption
     path = tmp_path / "journal.json"
     bad = mangle(path.read_bytes())
     path.write_bytes(bad)
@@ -81,6 +83,86 @@ def test_corruption_detected_and_set_aside(tmp_path, mangle, reason, caplog):
     assert reopened.corrupt_set_aside.read_bytes() == bad
     assert decode(path.read_bytes()) == []  # a fresh, valid, empty journal
     assert reason in caplog.text
+
+
+def test_damaged_complete_log_record_is_corruption(tmp_path, caplog):
+    j = Journal(tmp_path)
+    j.put(entry("g-1"))
+    j.put(entry("g-2"))
+    path = tmp_path / "journal.json"
+    lines = path.read_bytes().split(b"\n")
+    assert len(lines) == 4 and lines[-1] == b""  # snapshot, two records, final newline
+    bad = b"\n".join([lines[0], lines[1].replace(b"g-1-dev-a", b"g-1-dev-X"), lines[2], b""])
+    path.write_bytes(bad)
+    reopened = Journal(tmp_path)
+    assert reopened.entries() == [] and reopened.corrupt_set_aside is not None
+    assert reopened.corrupt_set_aside.read_bytes() == bad
+    assert "checksum mismatch" in caplog.text
+
+
+def test_torn_last_record_is_dropped_and_cut_off(tmp_path, caplog):
+    """An append cut short by a crash (no newline) was never acknowledged: drop it, then write past it."""
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    j.put(entry("b"))
+    path = tmp_path / "journal.json"
+    whole = path.read_bytes()
+    for cut in (1, 40, len(whole.split(b"\n")[-2]) - 1):
+        path.write_bytes(whole[:-cut])
+        reopened = Journal(tmp_path)
+        assert reopened.corrupt_set_aside is None
+        assert [e.grant_id for e in reopened.entries()] == ["a"]
+        assert "partial record" in caplog.text
+    reopened.put(entry("c"))
+    assert path.read_bytes().count(b"\n") == 3, "the partial record was not cut off before appending"
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a", "c"]
+
+
+def test_a_write_appends_one_record_and_compaction_bounds_the_file(tmp_path, monkeypatch):
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    j = Journal(tmp_path)
+    path = tmp_path / "journal.json"
+    before = path.stat().st_size
+    j.put(entry("a"))
+    grew = path.stat().st_size - before
+    assert 0 < grew < 1024 and path.read_bytes().count(b"\n") == 2
+    for i in range(40):
+        j.put(entry(f"x{i}"))
+        if i >= 2:
+            j.remove(f"x{i - 2}")
+    # 79 changes with at most 4 live entries: compacted several times, so the log stays short.
+    assert path.read_bytes().count(b"\n") <= 1 + 8
+    assert sorted(e.grant_id for e in Journal(tmp_path).entries()) == ["a", "x38", "x39"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.json"]
+
+
+def test_file_from_an_earlier_version_loads_and_is_rewritten(tmp_path):
+    body = [entry("old").to_json()]
+    from nomad_plugin.journal.store import _checksum
+
+    old = json.dumps({"version": 1, "checksum": _checksum(body), "entries": body}, sort_keys=True, indent=1)
+    (tmp_path / "journal.json").write_text(old)  # the old layout: indented, no newline at the end
+    j = Journal(tmp_path)
+    assert j.entries() == [entry("old")] and j.corrupt_set_aside is None
+    j.put(entry("new"))
+    first, *rest = (tmp_path / "journal.json").read_bytes().splitlines()
+    assert json.loads(first)["version"] == 1 and len(rest) == 1
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["old", "new"]
+
+
+def test_two_instances_see_each_others_writes_and_compactions(tmp_path):
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    one.put(entry("a"))
+    two.put(entry("b"))
+    one.put(entry("c"))
+    assert [e.grant_id for e in two.entries()] == ["a", "b", "c"]
+    two.compact()
+    one.remove("b")
+    assert two.get("b") is None and len(two) == 2
+    two.put(entry("d"))
+    assert [e.grant_id for e in one.entries()] == ["a", "c", "d"]
 
 
 def test_bad_entry_field_is_corruption(tmp_path):
@@ -144,3 +226,50 @@ def test_sigkill_during_writes_never_leaves_a_torn_journal(tmp_path):
         j = Journal(tmp_path)
         assert j.corrupt_set_aside is None
         assert 1 <= len(j) <= 4
+
+
+CONCURRENT_WRITER = """
+import sys
+from nomad_plugin.journal import Journal, store
+from tests.reserve.test_journal import entry
+store.COMPACT_MIN_RECORDS = 16
+j = Journal(sys.argv[1])
+tag = sys.argv[2]
+for i in range(120):
+    j.put(entry(f"{tag}{i}"))
+    if i % 3 == 0:
+        j.remove(f"{tag}{i}")
+"""
+
+
+def test_two_processes_writing_at_once_lose_no_update(tmp_path):
+    """The plugin and the ``grants`` command may write the same journal: every change must survive."""
+    Journal(tmp_path)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CONCURRENT_WRITER, str(tmp_path), tag], cwd=ROOT) for tag in ("p", "q")
+    ]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0
+    expected = {f"{tag}{i}" for tag in ("p", "q") for i in range(120) if i % 3 != 0}
+    j = Journal(tmp_path)
+    assert j.corrupt_set_aside is None
+    assert {e.grant_id for e in j.entries()} == expected
+
+
+def test_holders_and_kinds_follow_every_change_including_other_writers(tmp_path):
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    one.put(entry("a"))
+    one.put(dataclasses.replace(entry("b"), kind="share", device_ids=("a-dev-a", "b-only"), cards=("C2",)))
+    assert [e.grant_id for e in one.holders("a-dev-a")] == ["a", "b"]
+    assert one.kinds_by_card() == {"C1": frozenset({"whole"}), "C2": frozenset({"whole", "share"})}
+    one.remove("a")
+    assert [e.grant_id for e in one.holders("a-dev-a")] == ["b"] and one.holders("a-dev-b") == []
+    assert one.kinds_by_card() == {"C2": frozenset({"share"})}
+    generation = two.generation
+    assert len(two) == 1  # catches up with what the other instance wrote
+    assert two.generation != generation
+    assert [e.grant_id for e in two.holders("b-only")] == ["b"]
+    assert two.kinds_by_card() == {"C2": frozenset({"share"})}
+    two.compact()
+    one.put(entry("c"))
+    assert len(two) == 2 and [e.grant_id for e in two.holders("c-dev-a")] == ["c"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
 from nomad_plugin.config.model import PluginConfig
@@ -15,6 +14,7 @@ from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.util.backoff import Backoff
 from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from tests.waiting import wait_until
 
 CAT = catalog(whole_group(8))
 TOKEN = "s3cr3t-token-0123"
@@ -209,21 +209,18 @@ def test_thread_backs_off_on_errors_logs_no_token_and_stops_cleanly(tmp_path, ap
     api.require_token(TOKEN)
     reserver, backend, rec = setup(tmp_path, api, grace=0.2, token="bad-" + TOKEN)
     gid = grant_of(reserver, [card_uuid(0)])
+    started = time.monotonic()
     rec.start()
-    time.sleep(0.6)
-    n = len(api.requests)
-    assert 2 <= n <= 15  # backed off, not a tight loop
+    wait_until(lambda: reserver.counters.nomad_api_errors >= 4, "four failed reconcile rounds")
+    # Backed off, not a tight loop: 3 delays of at least 0.04, 0.08, 0.16 s (0.05 doubling, 20 % jitter).
+    elapsed = time.monotonic() - started
+    assert elapsed >= 0.28, f"4 failed rounds within {elapsed:.3f} s: no backoff"
     assert gid in backend.grants
-    assert reserver.counters.nomad_api_errors >= 2
     assert TOKEN not in caplog.text
     api.require_token(None)
-    deadline = time.monotonic() + 5
-    while gid in backend.grants and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gid not in backend.grants
-    t0 = time.monotonic()
+    wait_until(lambda: gid not in backend.grants, "the grant's release once the token is accepted")
     rec.stop()
-    assert time.monotonic() - t0 < 2 and rec._thread is None
+    assert rec._thread is None
 
 
 def test_leak_reported_for_live_alloc_without_entry(tmp_path, api):
@@ -244,15 +241,40 @@ def test_leak_reported_for_live_alloc_without_entry(tmp_path, api):
 def test_wrong_shape_is_an_error_not_a_release(tmp_path, api, monkeypatch):
     reserver, backend, rec = setup(tmp_path, api, grace=0)
     gid = grant_of(reserver, [card_uuid(0)])
-    monkeypatch.setattr(api, "_node_allocs", lambda node, q: (200, {"not": "a list"}, 5))
+    monkeypatch.setattr(api, "_node_allocs", lambda node, q, acl: (200, {"not": "a list"}, 5))
     with pytest.raises(NomadApiError) as err:
         rec.round()
     assert err.value.kind == "bad-response" and gid in backend.grants
 
 
-def test_double_answers_404_and_allocation_endpoint(api):
+def test_plugin_client_reads_the_endpoints_the_reconciler_calls(api):
+    """Through the plugin's own NomadClient: node_id, the node's allocations, the blocking index, a 404."""
+    import threading
+
     api.add_alloc("a1", ["d"])
-    r = httpx.get(f"{api.address}/v1/allocation/a1")
-    assert r.json()["AllocatedResources"]["Tasks"]["task"]["Devices"][0]["DeviceIDs"] == ["d"]
-    assert int(r.headers["X-Nomad-Index"]) == api.index
-    assert httpx.get(f"{api.address}/v1/allocation/zz").status_code == 404
+    client = NomadClient(NomadApiSettings(address=api.address, timeout=5.0))
+    try:
+        assert client.node_id() == api.node_id
+        page = client.node_allocations(api.node_id)
+        assert [(a.id, a.client_status, a.device_ids) for a in page.allocs] == [("a1", "running", frozenset({"d"}))]
+        assert page.index == api.index
+        assert client.node_allocations("another-node").allocs == ()
+        # A blocking query at the current index returns the change that ends it, with a newer index.
+        answer = {}
+        blocked = threading.Thread(
+            target=lambda: answer.update(page=client.node_allocations(api.node_id, page.index, 30.0))
+        )
+        blocked.start()
+        wait_until(lambda: any(f"index={page.index}" in path for path, _ in api.requests), "the blocking query")
+        api.set_status("a1", "complete")
+        blocked.join(30)
+        assert "page" in answer, "the blocking query did not return after the change"
+        assert [a.client_status for a in answer["page"].allocs] == ["complete"]
+        assert answer["page"].index > page.index
+    finally:
+        client.close()
+    wrong = NomadClient(NomadApiSettings(address=api.address + "/not-nomad"))
+    with pytest.raises(NomadApiError) as err:
+        wrong.node_id()
+    assert err.value.kind == "http" and "404" in str(err.value)
+    wrong.close()

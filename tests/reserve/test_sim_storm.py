@@ -7,16 +7,12 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
+from nomad_plugin import sim as sim_mod
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import Journal
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind, share_id
 from nomad_plugin.nomad.reserve import Reserver
-
-sim_mod = pytest.importorskip("nomad_plugin.sim")
-pytest.importorskip("nomad_plugin.xdm.client")
-from tests.reserve.crash_driver import make_backend  # noqa: E402
+from tests.reserve.crash_driver import make_backend
 
 
 def test_storm_100_reserves_on_810e_16(tmp_path):

@@ -121,13 +121,20 @@ def test_nvml_not_used_when_exporter_is_only_down(backend: FakeBackend) -> None:
 def test_nothing_without_exporter_or_nvml_and_no_busy_loop(backend: FakeBackend) -> None:
     backend.stream_mode = backend.snapshot_mode = "unimplemented"
     feed = make_feed(backend)
+    started = time.monotonic()
     feed.start()
-    time.sleep(0.5)
-    feed.stop()
-    assert len(feed.cache) == 0
-    assert feed.source == "none"
-    # backoff 0.05, 0.1, 0.2, 0.2 ...: a handful of re-probes in 0.5 s, not thousands
-    assert 2 <= backend.stream_calls <= 8
+    try:
+        # Wait for the 4th probe (a condition), then check how soon it came: never
+        # sooner than the backoff allows (0.05 + 0.1 + 0.2 s, no jitter). A busy
+        # loop would reach it at once; a slow box only makes it later.
+        reached = wait_until(lambda: backend.stream_calls >= 4, timeout=30)
+        assert reached, f"the feed never re-probed the stream 3 times (calls: {backend.stream_calls})"
+        elapsed = time.monotonic() - started
+        assert elapsed >= 0.35, f"4 stream probes within {elapsed:.3f} s: the backoff is not applied"
+        assert len(feed.cache) == 0
+        assert feed.source == "none"
+    finally:
+        feed.stop()
     assert backend.snapshot_calls <= backend.stream_calls  # an unimplemented snapshot is not retried per tick
 
 

@@ -21,6 +21,9 @@ OFFICIAL = {
     "ECC L1 errors",
     "ECC L2 errors",
     "ECC memory errors",
+    "Encoder utilization",
+    "Decoder utilization",
+    "BAR1 buffer state",
 }
 
 
@@ -79,7 +82,10 @@ def test_whole_card_official_names_and_xdm_extras(three_cards) -> None:  # type:
     assert num(attrs["GPU utilization"]) == (38, None) and attrs["GPU utilization"].unit == "%"
     assert num(attrs["Temperature"]) == (61, None) and attrs["Temperature"].unit == "C"
     assert num(attrs["Power usage"]) == (312, 700) and attrs["Power usage"].unit == "W"
-    assert num(attrs["ECC memory errors"]) == (1, None)  # uncorrected total
+    assert num(attrs["ECC memory errors"]) == (5, None)  # XDM: the corrected total, as the official kind
+    assert "all locations" in attrs["ECC memory errors"].desc
+    for name in ("Encoder utilization", "Decoder utilization", "BAR1 buffer state"):
+        assert attrs[name].string_val.value == "N/A"  # XDM's exporter has no such reading
     assert attrs["ECC L1 errors"].string_val.value == "N/A" and attrs["ECC L1 errors"].unit == "#"
     xdm = st.stats.nested["xdm"].attributes
     assert xdm["Throttle reasons"].string_val.value == "sw_power_cap, hw_thermal"
@@ -256,3 +262,27 @@ def test_whole_group_of_many_cards_reads_each_card() -> None:
 )
 def test_decode_throttle(mask: int, names: list[str]) -> None:
     assert decode_throttle(mask) == names
+
+
+def test_nvml_readings_fill_every_official_stat(three_cards) -> None:  # type: ignore[no-untyped-def]
+    """With NVML's readings the official plugin's stats carry its meanings (corrected ECC per location)."""
+    catalog, inventory = three_cards
+    cache = MetricsCache(clock=Clock(NOW))
+    full_card(cache, "GPU-0")
+    cache.update(
+        [
+            sample("GPU-0", "encoder_util_percent", 7),
+            sample("GPU-0", "decoder_util_percent", 9),
+            sample("GPU-0", "bar1_used_mib", 2),
+            sample("GPU-0", "bar1_total_mib", 131072),
+            sample("GPU-0", "ecc_l1_corrected", 1),
+            sample("GPU-0", "ecc_l2_corrected", 2),
+            sample("GPU-0", "ecc_memory_corrected", 3),
+        ]
+    )
+    attrs = by_id(build_stats(catalog, inventory, cache, no_grants, NOW, 1.0), "GPU-0").stats.attributes
+    assert num(attrs["Encoder utilization"]) == (7, None) and attrs["Encoder utilization"].unit == "%"
+    assert num(attrs["Decoder utilization"]) == (9, None)
+    assert num(attrs["BAR1 buffer state"]) == (2, 131072) and attrs["BAR1 buffer state"].unit == "MiB"
+    assert [num(attrs[f"ECC {w} errors"])[0] for w in ("L1", "L2", "memory")] == [1, 2, 3]
+    assert "device memory" in attrs["ECC memory errors"].desc

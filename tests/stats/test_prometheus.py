@@ -115,6 +115,7 @@ def test_plugin_self_metrics(served) -> None:  # type: ignore[no-untyped-def]
     metrics.journal_size(5)
     metrics.grant_released_by_reconcile()
     metrics.leaked_grant_found()
+    metrics.nomad_view(True, 3)
     fams = scrape(endpoint.port)
     assert value(fams, "lingjun_plugin_xdm_up") == 1
     assert value(fams, "lingjun_plugin_xdm_reconnects") == 2
@@ -126,6 +127,8 @@ def test_plugin_self_metrics(served) -> None:  # type: ignore[no-untyped-def]
     assert value(fams, "lingjun_plugin_journal_entries") == 5
     assert value(fams, "lingjun_plugin_reconcile_released_grants") == 1
     assert value(fams, "lingjun_plugin_leaked_grants_found") == 1
+    assert value(fams, "lingjun_plugin_nomad_view_incomplete") == 1
+    assert value(fams, "lingjun_plugin_unverifiable_grants") == 3
     assert "process_resident_memory_bytes" in fams
     metrics.xdm_state(False)
     assert value(scrape(endpoint.port), "lingjun_plugin_xdm_up") == 0

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from nomad_plugin import sim as sim_module
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
@@ -23,9 +24,8 @@ from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.feed import MetricsFeed
 from nomad_plugin.stats.layout import build_stats, no_grants
 from nomad_plugin.util.backoff import Backoff
-
-sim_module = pytest.importorskip("nomad_plugin.sim")
-client_module = pytest.importorskip("nomad_plugin.xdm.client")
+from nomad_plugin.xdm import backend as backend_module
+from nomad_plugin.xdm import client as client_module
 
 
 class ClientMetrics:
@@ -113,7 +113,6 @@ def test_feed_from_simulator_exporter_survives_restart(sim) -> None:  # type: ig
 
 
 def test_feed_through_xdm_backend(sim) -> None:  # type: ignore[no-untyped-def]
-    backend_module = pytest.importorskip("nomad_plugin.xdm.backend")
     backend = backend_module.XdmBackend(config_for(sim))
     backend.start()
     feed = MetricsFeed(backend, 0.05, backoff=Backoff(initial=0.1, cap=0.5, jitter=0.0))

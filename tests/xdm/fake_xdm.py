@@ -88,6 +88,9 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
         self.config_package = "config"
         self.split_exporter = False  # R13: exporter RPCs under <pkg>.ExporterService
         self.reflection: list[str] | None = None  # service names served by reflection, None = off
+        # what reflection describes; None = the reconstruction moved to ``package``
+        self.reflection_schema: Any = None
+        self.reflection_garbage = False  # answer every reflection request with undecodable bytes
         self.devices = default_devices()
         self.error_mode = "inband"  # how refusals are expressed: "inband" status/message or "grpc" codes
         self.refuse_allocate = False
@@ -213,14 +216,52 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
         )
         return grpc.method_handlers_generic_handler(service, {"QueryStatus": handler})
 
-    @staticmethod
-    def _reflection_handler(names: list[str]) -> grpc.GenericRpcHandler:
-        def info(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-            for _ in requests:
-                services = b"".join(_len_field(1, _len_field(1, n.encode())) for n in names)
-                yield _len_field(6, services)
+    def _reflection_handler(self, names: list[str]) -> grpc.GenericRpcHandler:
+        """grpc.reflection (v1alpha): list_services, file_containing_symbol, file_by_filename."""
+        from grpc_reflection.v1alpha import reflection_pb2 as rpb
 
-        handler = grpc.stream_stream_rpc_method_handler(info)
+        from tests.xdm import schemas
+
+        fds = self.reflection_schema
+        if fds is None:
+            fds = schemas.base()
+            if self.package != "xdm":
+                fds = schemas.repackaged(fds, "xdm", self.package)
+        files = {f.name: f for f in fds.file}
+        garbage = self.reflection_garbage
+
+        def owner(symbol: str) -> Any:
+            for f in fds.file:
+                prefix = f"{f.package}." if f.package else ""
+                if any(prefix + s.name == symbol for s in f.service) or any(
+                    prefix + m.name == symbol for m in f.message_type
+                ):
+                    return f
+            return None
+
+        def info(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[bytes]:
+            for req in requests:
+                if garbage:
+                    yield b"\x0a\xff\xff\xff"
+                    continue
+                answer = rpb.ServerReflectionResponse(original_request=req)
+                kind = req.WhichOneof("message_request")
+                if kind == "list_services":
+                    answer.list_services_response.service.extend(rpb.ServiceResponse(name=n) for n in names)
+                else:
+                    found = owner(req.file_containing_symbol) if kind == "file_containing_symbol" else None
+                    if kind == "file_by_filename":
+                        found = files.get(req.file_by_filename)
+                    if found is None:
+                        answer.error_response.error_code = grpc.StatusCode.NOT_FOUND.value[0]
+                        answer.error_response.error_message = "not found"
+                    else:
+                        answer.file_descriptor_response.file_descriptor_proto.append(found.SerializeToString())
+                yield answer.SerializeToString()
+
+        handler = grpc.stream_stream_rpc_method_handler(
+            info, request_deserializer=rpb.ServerReflectionRequest.FromString
+        )
         return grpc.method_handlers_generic_handler(
             "grpc.reflection.v1alpha.ServerReflection", {"ServerReflectionInfo": handler}
         )

@@ -13,11 +13,9 @@ import pytest
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
+from nomad_plugin.sim import Simulator
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.xdm.backend import XdmBackend
-
-sim_module = pytest.importorskip("nomad_plugin.sim")
-Simulator = sim_module.Simulator
 
 
 def _config(sockdir: Path, **kw: object) -> PluginConfig:
@@ -157,3 +155,46 @@ def test_stop_is_clean_and_idempotent(sockdir: Path, sim: object) -> None:
     assert time.monotonic() - start < 5
     # only this backend's threads: other tests may still be tearing theirs down
     assert not [t for t in ours if t.is_alive()]
+
+
+def test_schema_mismatch_publishes_no_healthy_card_and_recovers_on_rebind(sockdir: Path) -> None:
+    """Builtin numbers on a renumbered XDM: every card unhealthy with the mismatch; then
+    XDM restarts serving reflection and (xdm_schema auto) the plugin re-binds and trusts it."""
+    sim = Simulator(socket_dir=sockdir, profile="h800-8", schema="renumbered")
+    sim.start()
+    backend = XdmBackend(_config(sockdir))
+    try:
+        backend.start()
+
+        def loud() -> bool:
+            inv = backend.inventory()
+            return bool(inv.cards) and all(
+                not c.healthy and c.health_reason.startswith("XDM schema mismatch: ") for c in inv.cards
+            )
+
+        _wait(loud)
+        with pytest.raises(Exception, match="XDM schema mismatch"):
+            backend.allocate(GrantRequest("g-1", (DeviceAsk(minor=1),)))
+        assert sim.grants() == {}
+        sim.restart(0.3, reflection=True)
+
+        def trusted() -> bool:
+            inv = backend.inventory()
+            return len(inv.cards) == 8 and all(c.healthy for c in inv.cards) and inv.reachable
+
+        _wait(trusted, timeout=30)
+        assert {c.uuid for c in backend.inventory().cards} == {c.uuid for c in sim.cards}
+        assert backend.client.last_binding is not None and backend.client.last_binding.source == "reflection"
+    finally:
+        backend.stop()
+        sim.stop()
+
+
+def test_reflection_mode_without_reflection_says_why(sockdir: Path, sim: object) -> None:
+    backend = XdmBackend(_config(sockdir, xdm_schema="reflection"))
+    try:
+        backend.start()
+        _wait(lambda: "does not serve gRPC server reflection" in backend.inventory().unreachable_reason)
+        assert not backend.inventory().reachable and not backend.inventory().cards
+    finally:
+        backend.stop()

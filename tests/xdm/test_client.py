@@ -227,7 +227,7 @@ def test_reflection_names_the_service(make_fake: MakeFake, make_client: MakeClie
     fake = make_fake(package="vendor.private", reflection=["vendor.private.XpuDeviceManagerService"])
     client = make_client()
     assert client.device_service() == "vendor.private.XpuDeviceManagerService"
-    assert fake.calls.get("ListSupportedXPUType") == 1  # no blind candidate walk
+    assert fake.calls.get("ListSupportedXPUType") is None  # the schema names it: no probing at all
 
 
 def test_exporter_rpcs_fall_back_to_exporter_service(make_fake: MakeFake, make_client: MakeClient) -> None:
@@ -308,7 +308,7 @@ def test_additive_and_clashing_fields_logged_once_never_fatal(
     fake = make_fake()
     fake.raw["ListSupportedXPUType"] = lambda _req: base + additive + clash
     client = make_client()
-    with caplog.at_level(logging.INFO, logger="nomad_plugin.xdm.drift"):
+    with caplog.at_level(logging.INFO, logger="nomad-device-lingjun.xdm.drift"):
         for _ in range(3):
             assert client.list_supported_xpu_types() == ["ppu"]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "schema drift" in r.getMessage()]
@@ -322,21 +322,31 @@ def test_health_as_bool_and_memory_as_string_recovered(make_fake: MakeFake, make
     from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 
     def device(minor: int, health_varint: int | None) -> bytes:
-        body = pb.Device(minor=minor, uuid=f"PPU-{minor}", model="PPU M890P", xpuType="ppu").SerializeToString()
+        uuid = f"PPU-{minor:08d}-0000-4000-8000-000000000000"
+        body = pb.Device(minor=minor, uuid=uuid, model="PPU M890P", xpuType="ppu").SerializeToString()
         if health_varint is not None:
             body += _tag(5, 0) + bytes([health_varint])
         body += _tag(6, 2) + b"\x06147456"  # totalMemory as a string
         return _tag(1, 2) + bytes([len(body)]) + body
 
     fake = make_fake()
-    fake.raw["ListAndWatch"] = lambda _req: device(0, 1) + device(1, 0) + device(2, None)
-    sub = make_client().list_and_watch()
+    fake.raw["ListAndWatch"] = lambda _req: device(0, 1) + device(1, 0)
+    client = make_client()
+    sub = client.list_and_watch()
     cards = next(iter(sub))
     sub.cancel()
-    assert [(c.healthy, c.health_reason) for c in cards] == [
-        (True, ""),
-        (False, "XDM reports health code 0"),
-        (True, "health unknown (schema)"),
-    ]
+    assert [(c.healthy, c.health_reason) for c in cards] == [(True, ""), (False, "XDM reports health code 0")]
     assert {c.memory_mib for c in cards} == {147456}
     assert {(c.vendor, c.xpu_type) for c in cards} == {("alibaba", "ppu")}
+    assert client.schema_finding() == ""
+
+    # No readable health at all is never defaulted to healthy: a schema-mismatch finding.
+    fake.raw["ListAndWatch"] = lambda _req: device(0, 1) + device(2, None)
+    sub = client.list_and_watch()
+    cards = next(iter(sub))
+    sub.cancel()
+    assert not any(c.healthy for c in cards)
+    assert all(
+        c.health_reason.startswith("XDM schema mismatch: ") and "no known health" in c.health_reason for c in cards
+    )
+    assert client.schema_finding() == cards[0].health_reason

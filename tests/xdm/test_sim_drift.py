@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from nomad_plugin import sim as sim_module
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.xdm.client import XdmClient
-
-sim_module = pytest.importorskip("nomad_plugin.sim")
 
 
 @pytest.fixture

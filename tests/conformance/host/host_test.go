@@ -329,3 +329,36 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// The automatic Reserve waits for a fingerprint that holds the devices: an
+// empty fingerprint (the plugin's first answer, before its backend answered)
+// or one with too few healthy devices never fires it.
+func TestAutoPickWaitsForAFingerprintThatHoldsTheDevices(t *testing.T) {
+	r := &runner{o: &Options{ReserveCount: 2}}
+	if _, ok := r.autoPick(nil); ok {
+		t.Fatal("an empty fingerprint fired the auto reserve")
+	}
+	one := []fpGroup{{key: "v/t/a", ids: map[string]bool{"x": true, "y": true}, healthy: []string{"y"}}}
+	if _, ok := r.autoPick(one); ok {
+		t.Fatal("a group with 1 healthy device fired a reserve of 2")
+	}
+	two := []fpGroup{{key: "v/t/a", ids: map[string]bool{"x": true, "y": true}, healthy: []string{"y", "x"}}}
+	if ids, ok := r.autoPick(two); !ok || strings.Join(ids, ",") != "y,x" {
+		t.Fatalf("want y,x (message order), got %v %v", ids, ok)
+	}
+	r.o.ReserveGroup = "v/t/b"
+	if _, ok := r.autoPick(two); ok {
+		t.Fatal("--reserve-group v/t/b fired on group v/t/a")
+	}
+	r.o = &Options{ReserveIDs: "x,z"}
+	if _, ok := r.autoPick(two); ok {
+		t.Fatal("--reserve-ids x,z fired although z is in no group")
+	}
+	r.o.ReserveIDs = "x"
+	if ids, ok := r.autoPick(two); !ok || len(ids) != 1 || ids[0] != "x" {
+		t.Fatalf("want [x], got %v %v", ids, ok)
+	}
+	if got := r.awaited(); !strings.Contains(got, "x") {
+		t.Fatalf("awaited() does not name the IDs: %q", got)
+	}
+}

@@ -48,6 +48,7 @@ type Options struct {
 	ReserveCount    int
 	ReserveIDs      string
 	ReserveAfterFP  int
+	ReserveTimeout  float64
 	ExpectReserve   string
 	RPCTimeout      float64
 	FirstFPTimeout  float64
@@ -69,9 +70,10 @@ func parseFlags(args []string) (*Options, error) {
 	fs.Float64Var(&o.StatsInterval, "stats-interval", 1, "StatsRequest.collection_interval in seconds")
 	fs.BoolVar(&o.StatsDetail, "stats-detail", false, "include every flattened stat in stats events")
 	fs.StringVar(&o.ReserveGroup, "reserve-group", "", "vendor/type/name of the group to reserve from (default: first group)")
-	fs.IntVar(&o.ReserveCount, "reserve-count", 0, "reserve this many healthy devices after fingerprint --reserve-after-fp")
-	fs.StringVar(&o.ReserveIDs, "reserve-ids", "", "comma-separated device IDs to reserve after fingerprint --reserve-after-fp")
-	fs.IntVar(&o.ReserveAfterFP, "reserve-after-fp", 1, "reserve after the K-th fingerprint message")
+	fs.IntVar(&o.ReserveCount, "reserve-count", 0, "reserve this many healthy devices of one group, at the first fingerprint that holds them")
+	fs.StringVar(&o.ReserveIDs, "reserve-ids", "", "comma-separated device IDs to reserve, at the first fingerprint in which one group holds them all")
+	fs.IntVar(&o.ReserveAfterFP, "reserve-after-fp", 1, "earliest fingerprint message considered for the automatic Reserve (a lower bound; the reserve still waits for a fingerprint that holds the devices)")
+	fs.Float64Var(&o.ReserveTimeout, "reserve-timeout", 30, "seconds after SetConfig to wait for a fingerprint that holds the devices to reserve; the run outlasts --duration until then")
 	fs.StringVar(&o.ExpectReserve, "expect-reserve", "ok", "ok|error|any: expected outcome of the automatic reservation")
 	fs.Float64Var(&o.RPCTimeout, "rpc-timeout", 30, "seconds before a unary RPC counts as hung")
 	fs.Float64Var(&o.FirstFPTimeout, "first-fp-timeout", 50, "seconds to wait for the first fingerprint (Nomad batches for 50 s)")
@@ -98,6 +100,9 @@ func parseFlags(args []string) (*Options, error) {
 	}
 	if o.ReserveAfterFP < 1 {
 		return nil, fmt.Errorf("--reserve-after-fp must be >= 1")
+	}
+	if o.ReserveTimeout <= 0 {
+		return nil, fmt.Errorf("--reserve-timeout must be > 0")
 	}
 	return o, nil
 }

@@ -53,6 +53,14 @@ type runner struct {
 	lastStat time.Time
 
 	reserves sync.WaitGroup
+
+	// The automatic Reserve (--reserve-count / --reserve-ids) waits for a
+	// condition, never for a message count: the first fingerprint that holds
+	// the devices fires it; --reserve-timeout, the end of the fingerprint
+	// stream or of the run abandons it with a message naming what was awaited.
+	autoSettled chan struct{} // closed once the auto reserve fired or was abandoned
+	autoDone    bool          // guarded by mu
+	autoLast    string        // the latest fingerprint, summarised; guarded by mu
 }
 
 func (r *runner) isStopping() bool { return atomic.LoadInt32(&r.stopping) == 1 }
@@ -79,7 +87,8 @@ func launchRun(o *Options, em *Emitter, logger hclog.Logger, msgpack []byte, api
 	if err != nil {
 		return
 	}
-	r := &runner{o: o, em: em, l: l, firstFP: make(chan struct{}), fpDone: make(chan struct{})}
+	r := &runner{o: o, em: em, l: l, firstFP: make(chan struct{}), fpDone: make(chan struct{}), autoSettled: make(chan struct{})}
+	r.autoLast = "no fingerprint yet"
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	defer func() { logStats["launch3"] = l.logs.Stats() }()
 
@@ -90,8 +99,23 @@ func launchRun(o *Options, em *Emitter, logger hclog.Logger, msgpack []byte, api
 		r.cancel()
 		return
 	}
+	timer := time.AfterFunc(seconds(o.ReserveTimeout), func() {
+		r.abandonAuto(fmt.Sprintf("none within --reserve-timeout %.1f s", o.ReserveTimeout))
+	})
+	defer timer.Stop()
 	go r.fingerprintLoop()
-	r.waitLoop()
+	if reason := r.waitLoop(); reason == "duration" {
+		// --duration is how long to watch, not a deadline for the plugin to
+		// come up: a pending auto reserve is still awaited (bounded by the timer).
+		if r.autoWanted() {
+			select {
+			case <-r.autoSettled:
+			case <-r.fpDone:
+			}
+		}
+	} else {
+		r.abandonAuto("the run ended first (" + reason + ")")
+	}
 
 	r.reserves.Wait()
 	atomic.StoreInt32(&r.stopping, 1)
@@ -101,7 +125,8 @@ func launchRun(o *Options, em *Emitter, logger hclog.Logger, msgpack []byte, api
 
 // waitLoop runs until --duration elapses, a stop command arrives, the
 // fingerprint stream dies, or the first fingerprint does not come in time.
-func (r *runner) waitLoop() {
+// It returns the reason it emitted in its run_end event.
+func (r *runner) waitLoop() string {
 	var deadline <-chan time.Time
 	if r.o.Duration > 0 {
 		deadline = time.After(seconds(r.o.Duration))
@@ -121,35 +146,34 @@ func (r *runner) waitLoop() {
 	for {
 		select {
 		case <-deadline:
-			r.em.Emit("run_end", map[string]interface{}{"reason": "duration"})
-			return
+			return r.endRun("duration")
 		case s := <-sigs:
-			r.em.Emit("run_end", map[string]interface{}{"reason": "signal " + s.String()})
-			return
+			return r.endRun("signal " + s.String())
 		case <-r.fpDone:
-			r.em.Emit("run_end", map[string]interface{}{"reason": "fingerprint stream ended"})
-			return
+			return r.endRun("fingerprint stream ended")
 		case <-gotFirst:
 			gotFirst, firstTimeout = nil, nil
 		case <-firstTimeout:
 			r.em.Violation("fingerprint.none_received", fmt.Sprintf("no fingerprint within %.1f s", r.o.FirstFPTimeout), nil)
-			r.em.Emit("run_end", map[string]interface{}{"reason": "no first fingerprint"})
-			return
+			return r.endRun("no first fingerprint")
 		case c, ok := <-cmds:
 			if !ok {
 				cmds = nil
 				if r.o.Duration <= 0 {
-					r.em.Emit("run_end", map[string]interface{}{"reason": "stdin closed"})
-					return
+					return r.endRun("stdin closed")
 				}
 				continue
 			}
 			if r.handleCommand(c) {
-				r.em.Emit("run_end", map[string]interface{}{"reason": "stop command"})
-				return
+				return r.endRun("stop command")
 			}
 		}
 	}
+}
+
+func (r *runner) endRun(reason string) string {
+	r.em.Emit("run_end", map[string]interface{}{"reason": reason})
+	return reason
 }
 
 func readCommands(em *Emitter) <-chan map[string]interface{} {
@@ -219,6 +243,7 @@ func (r *runner) fingerprintLoop() {
 		resp, err := stream.Recv()
 		if err != nil {
 			r.streamFailed("fingerprint", err)
+			r.abandonAuto("the fingerprint stream ended")
 			close(r.fpDone)
 			return
 		}
@@ -228,6 +253,8 @@ func (r *runner) fingerprintLoop() {
 		seq := r.fpSeq
 		r.previous = r.latest
 		r.latest = indexGroups(resp)
+		groups := r.latest
+		r.autoLast = fmt.Sprintf("fingerprint #%d: %s", seq, describeGroups(groups))
 		r.mu.Unlock()
 
 		violations, warnings := validateFingerprint(resp)
@@ -249,12 +276,18 @@ func (r *runner) fingerprintLoop() {
 			close(r.firstFP)
 			go r.statsLoop()
 		}
-		if seq == r.o.ReserveAfterFP && (r.o.ReserveCount > 0 || r.o.ReserveIDs != "") {
-			r.reserves.Add(1)
-			go func(groups []fpGroup) {
-				defer r.reserves.Done()
-				r.autoReserve(groups)
-			}(r.latest)
+		if r.autoWanted() && seq >= r.o.ReserveAfterFP {
+			if ids, ok := r.autoPick(groups); ok {
+				r.reserves.Add(1) // before settling: launchRun's Wait must see it
+				if r.settleAuto() {
+					go func() {
+						defer r.reserves.Done()
+						r.reserve(ids, r.o.ExpectReserve, nil, "auto")
+					}()
+				} else {
+					r.reserves.Done()
+				}
+			}
 		}
 	}
 }
@@ -360,37 +393,83 @@ func durationProto(d time.Duration) *durpb.Duration {
 	return &durpb.Duration{Seconds: int64(d / time.Second), Nanos: int32(d % time.Second)}
 }
 
-// autoReserve picks IDs like the scheduler would (healthy instances of one
-// group) and reserves them.
-func (r *runner) autoReserve(groups []fpGroup) {
-	var g *fpGroup
-	for i := range groups {
-		if r.o.ReserveGroup == "" || groups[i].key == r.o.ReserveGroup {
-			g = &groups[i]
-			break
+func (r *runner) autoWanted() bool { return r.o.ReserveCount > 0 || r.o.ReserveIDs != "" }
+
+// autoPick returns the IDs the automatic Reserve asks for once this
+// fingerprint holds them: every --reserve-ids in one group, or the first
+// --reserve-count healthy IDs of the chosen group (as the scheduler picks).
+func (r *runner) autoPick(groups []fpGroup) ([]string, bool) {
+	if r.o.ReserveIDs != "" {
+		ids := strings.Split(r.o.ReserveIDs, ",")
+		for _, g := range groups {
+			all := true
+			for _, id := range ids {
+				all = all && g.ids[id]
+			}
+			if all {
+				return ids, true
+			}
+		}
+		return nil, false
+	}
+	for _, g := range groups {
+		if r.o.ReserveGroup == "" || g.key == r.o.ReserveGroup {
+			if len(g.healthy) < r.o.ReserveCount {
+				return nil, false
+			}
+			return append([]string{}, g.healthy[:r.o.ReserveCount]...), true
 		}
 	}
-	var ids []string
-	switch {
-	case r.o.ReserveIDs != "":
-		ids = strings.Split(r.o.ReserveIDs, ",")
-	case g == nil:
-		r.reserveSetupFailed(fmt.Sprintf("no fingerprinted group matches %q", r.o.ReserveGroup))
-		return
-	case len(g.healthy) < r.o.ReserveCount:
-		r.reserveSetupFailed(fmt.Sprintf("group %s has %d healthy devices, %d requested", g.key, len(g.healthy), r.o.ReserveCount))
-		return
-	default:
-		ids = append([]string{}, g.healthy[:r.o.ReserveCount]...)
-	}
-	r.reserve(ids, r.o.ExpectReserve, nil, "auto")
+	return nil, false
 }
 
-func (r *runner) reserveSetupFailed(msg string) {
-	r.em.Emit("reserve", map[string]interface{}{"ok": false, "source": "auto", "error": msg, "called": false})
-	if r.o.ExpectReserve == "ok" {
-		r.em.Violation("reserve.no_devices", msg, nil)
+// awaited names the condition the automatic Reserve waits for.
+func (r *runner) awaited() string {
+	if r.o.ReserveIDs != "" {
+		return fmt.Sprintf("a fingerprint in which one group holds all of %s", r.o.ReserveIDs)
 	}
+	group := "the first group"
+	if r.o.ReserveGroup != "" {
+		group = "group " + r.o.ReserveGroup
+	}
+	return fmt.Sprintf("a fingerprint in which %s holds %d healthy devices", group, r.o.ReserveCount)
+}
+
+// settleAuto marks the automatic Reserve as decided; false if it already was.
+func (r *runner) settleAuto() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.autoDone {
+		return false
+	}
+	r.autoDone = true
+	close(r.autoSettled)
+	return true
+}
+
+// abandonAuto reports an automatic Reserve that never became possible.
+func (r *runner) abandonAuto(reason string) {
+	if !r.autoWanted() || !r.settleAuto() {
+		return
+	}
+	r.mu.Lock()
+	last := r.autoLast
+	r.mu.Unlock()
+	msg := fmt.Sprintf("awaited %s after fingerprint #%d: %s; last seen: %s", r.awaited(), r.o.ReserveAfterFP, reason, last)
+	r.em.Emit("reserve", map[string]interface{}{"ok": false, "source": "auto", "error": msg, "called": false})
+	r.em.Violation("reserve.no_devices", msg, nil)
+}
+
+// describeGroups summarises a fingerprint for abandonAuto's message.
+func describeGroups(groups []fpGroup) string {
+	if len(groups) == 0 {
+		return "no device groups"
+	}
+	parts := make([]string, 0, len(groups))
+	for _, g := range groups {
+		parts = append(parts, fmt.Sprintf("%s with %d devices, %d healthy", g.key, len(g.ids), len(g.healthy)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // nomadWouldCall: the device manager only calls Reserve when one group of

@@ -1,0 +1,264 @@
+"""Exec -> go-plugin handshake: our plugin against a minimal Go go-plugin plugin, in one run.
+
+    .venv/bin/python benchmarks/startup.py [--runs 20] [--plugin PATH ...] [--importtime] [--json FILE]
+
+The baseline is built here, the way ``tests/conformance/build.py`` builds the
+conformance host: Debian's go-plugin sources from /usr/share/gocode, GOPATH
+mode, no module proxy, CGO off. It is the smallest plugin Nomad could launch:
+``plugin.Serve`` with Nomad's handshake (protocol 2, Nomad's magic cookie)
+and one gRPC plugin that registers nothing. Subjects are executables launched
+exactly as Nomad launches a plugin (cookie and PLUGIN_PROTOCOL_VERSIONS in the
+environment, stdout/stderr pipes): by default the console script in .venv;
+``--plugin PATH`` (repeatable) adds others, e.g. the shipped self-contained
+executable. Launches are interleaved (baseline, subject 1, subject 2, ...,
+then again), so a busy box slows all of them alike; the ratios are what
+carries over between machines, the milliseconds are not.
+
+``--importtime`` also runs the console script's interpreter with
+``-X importtime`` up to the handshake (median per module over 5 launches)
+and splits the import time into the interpreter's own start-up (site),
+grpcio + protobuf's own import, and everything else (ours and what only we
+pull in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.conformance.build import SYSTEM_GOPATH  # noqa: E402
+
+COOKIE = ("NOMAD_PLUGIN_MAGIC_COOKIE", "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255")
+
+GO_PLUGIN = """\
+package main
+
+import (
+	"context"
+
+	plugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+)
+
+// nothing is a gRPC plugin that registers no service: the least a plugin can serve.
+type nothing struct{ plugin.NetRPCUnsupportedPlugin }
+
+func (nothing) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error { return nil }
+func (nothing) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (interface{}, error) {
+	return nil, nil
+}
+
+func main() {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: plugin.HandshakeConfig{
+			ProtocolVersion:  2,
+			MagicCookieKey:   "NOMAD_PLUGIN_MAGIC_COOKIE",
+			MagicCookieValue: "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
+		},
+		Plugins:    map[string]plugin.Plugin{"device": nothing{}},
+		GRPCServer: plugin.DefaultGRPCServer,
+	})
+}
+"""
+
+
+def build_go_baseline(workdir: Path) -> Path:
+    """Compile the minimal Go plugin (GOPATH mode over Debian's sources, like the conformance host)."""
+    gopath = workdir / "gopath"
+    src = gopath / "src" / "minimalplugin"
+    src.mkdir(parents=True)
+    (src / "main.go").write_text(GO_PLUGIN)
+    out = workdir / "minimal-go-plugin"
+    env = dict(os.environ)
+    env.update(
+        GOPATH=f"{gopath}:{SYSTEM_GOPATH}",
+        GO111MODULE="off",
+        GOCACHE=str(REPO / "tests" / "conformance" / "bin" / ".cache"),
+        GOFLAGS="",
+        GOPROXY="off",
+        CGO_ENABLED="0",
+    )
+    proc = subprocess.run(["go", "build", "-o", str(out), "minimalplugin"], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"building the Go baseline failed:\n{proc.stdout}{proc.stderr}")
+    return out
+
+
+def launch_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env[COOKIE[0]] = COOKIE[1]
+    env["PLUGIN_PROTOCOL_VERSIONS"] = "2"
+    return env
+
+
+def one_launch(cmd: list[str], env: dict[str, str]) -> float:
+    """Seconds from exec to the handshake line; the plugin is then stopped with SIGTERM (SIGKILL after 5 s)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    if not ready:
+        proc.kill()
+        raise SystemExit(f"{cmd[0]}: no handshake within 60 s")
+    line = proc.stdout.readline()
+    elapsed = time.perf_counter() - start
+    if not line.startswith(b"1|2|unix|"):
+        proc.kill()
+        raise SystemExit(f"{cmd[0]}: bad handshake line {line!r}")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
+    return elapsed
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def interpreter_of(script: Path) -> str | None:
+    """The interpreter a Python console script runs under (its shebang), or None."""
+    try:
+        first = script.read_bytes()[:256].split(b"\n", 1)[0]
+    except OSError:
+        return None
+    if not first.startswith(b"#!") or b"python" not in first:
+        return None
+    return first[2:].decode().strip().split()[0]
+
+
+def import_breakdown(script: Path, env: dict[str, str], launches: int = 5) -> dict[str, object]:
+    """-X importtime up to the handshake: self time (ms, median per module) by who owns the module."""
+    python = interpreter_of(script)
+    if python is None:
+        raise SystemExit(f"--importtime: {script} is not a Python script")
+    per_module: dict[str, list[int]] = {}
+    for _ in range(launches):
+        proc = subprocess.Popen(
+            [python, "-X", "importtime", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        proc.stdout.readline()  # the handshake: everything imported before it is in stderr now
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+        for raw in err.decode(errors="replace").splitlines():
+            if raw.startswith("import time:") and "self [us]" not in raw:
+                self_us, _cum, name = raw[len("import time:") :].split("|", 2)
+                per_module.setdefault(name.strip(), []).append(int(self_us))
+    owners = {"grpcio + protobuf": 0.0, "nomad_plugin": 0.0, "msgpack": 0.0, "standard library": 0.0}
+    ours: dict[str, float] = {}
+    for name, hits in per_module.items():
+        ms = statistics.median(hits) / 1000
+        root = name.split(".")[0]
+        if root in ("grpc", "google", "grpc_health"):
+            owners["grpcio + protobuf"] += ms
+        elif root == "nomad_plugin":
+            owners["nomad_plugin"] += ms
+            ours[name] = ms
+        elif root == "msgpack":
+            owners["msgpack"] += ms
+        else:
+            owners["standard library"] += ms  # site, encodings, and what grpc, protobuf or we import first
+    out: dict[str, object] = {k: round(v, 1) for k, v in owners.items()}
+    out["top nomad_plugin modules"] = {k: round(v, 1) for k, v in sorted(ours.items(), key=lambda kv: -kv[1])[:8]}
+    return out
+
+
+def one_exit(cmd: list[str]) -> float:
+    """Seconds from exec to exit (for the interpreter-only baselines)."""
+    start = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="launches per executable (after one warm-up each)")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        help="an executable to measure (repeatable; default: the console script .venv/bin/nomad-device-lingjun)",
+    )
+    parser.add_argument("--importtime", action="store_true", help="also split the console script's import time")
+    parser.add_argument("--json", help="write the results here as JSON too")
+    args = parser.parse_args()
+    console = REPO / ".venv" / "bin" / "nomad-device-lingjun"
+    subjects = [Path(p).absolute() for p in args.plugin] or [console]
+    for subject in subjects:
+        if not os.access(subject, os.X_OK):
+            raise SystemExit(f"--plugin: {subject} is not an executable file")
+    if shutil.which("go") is None:
+        raise SystemExit("go is missing: the Go baseline cannot be built (apt-get install golang-go ...)")
+    env = launch_env()
+    with tempfile.TemporaryDirectory(prefix="ljstart-") as tmp:
+        go = build_go_baseline(Path(tmp))
+        cmds = {"go-plugin (minimal Go)": [str(go)]} | {str(s): [str(s)] for s in subjects}
+        # Floors for a Python plugin, exec -> exit: the interpreter alone, and it importing grpcio + protobuf.
+        python = interpreter_of(console) or sys.executable
+        floors = {
+            "python -c pass": [python, "-c", "pass"],
+            "python: import grpc, grpc_health, concurrent.futures": [
+                python,
+                "-c",
+                "import concurrent.futures, grpc; from grpc_health.v1 import health",
+            ],
+        }
+        for cmd in cmds.values():  # warm the page cache and .pyc files; not counted
+            one_launch(cmd, env)
+        for cmd in floors.values():
+            one_exit(cmd)
+        times: dict[str, list[float]] = {name: [] for name in [*cmds, *floors]}
+        for _ in range(args.runs):
+            for name, cmd in cmds.items():
+                times[name].append(one_launch(cmd, env) * 1000)
+            for name, cmd in floors.items():
+                times[name].append(one_exit(cmd) * 1000)
+    base = statistics.median(times["go-plugin (minimal Go)"])
+    result: dict[str, object] = {"runs": args.runs, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    print(f"exec -> handshake, {args.runs} interleaved launches each, {os.cpu_count()} CPUs")
+    print("| executable | median | p95 | min | ratio to Go (median) |")
+    print("|---|---|---|---|---|")
+    for name, values in times.items():
+        med = statistics.median(values)
+        result[name] = {
+            "median_ms": round(med, 1),
+            "p95_ms": round(pct(values, 95), 1),
+            "min_ms": round(min(values), 1),
+        }
+        result[name]["ratio"] = round(med / base, 1)  # type: ignore[index]
+        print(f"| {name} | {med:.1f} ms | {pct(values, 95):.1f} ms | {min(values):.1f} ms | x{med / base:.1f} |")
+    if len(subjects) > 1:
+        first = statistics.median(times[str(subjects[0])])
+        for other in subjects[1:]:
+            print(f"{other} / {subjects[0]}: x{statistics.median(times[str(other)]) / first:.2f} (median)")
+    if args.importtime:
+        breakdown = import_breakdown(console, env)
+        result["importtime_ms"] = breakdown
+        print("-X importtime up to the handshake (console script, median per module over 5 launches):")
+        for key, value in breakdown.items():
+            print(f"  {key}: {value if isinstance(value, dict) else f'{value:.1f} ms'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

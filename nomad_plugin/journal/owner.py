@@ -1,0 +1,75 @@
+"""Who may write the journal: the running plugin, or (while it is stopped) one operator command.
+
+The plugin holds an exclusive ``flock`` on ``<data_dir>/plugin.lock`` for its
+whole life; the kernel drops it when the process dies, even by SIGKILL, so
+a stale lock cannot exist. ``nomad-device-lingjun grants release`` tries the
+same lock without waiting: if it gets it, no plugin runs and it releases
+the grant itself (holding the lock, so a plugin that starts meanwhile waits
+a moment before opening the journal); if not, it asks the running plugin
+through a request file (``reconcile/requests.py``) and the plugin does the
+release. Either way exactly one process writes the journal: no lost update.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+LOCK_NAME = "plugin.lock"
+
+
+class OwnerLock:
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(data_dir) / LOCK_NAME
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, timeout: float = 0.0, poll: float = 0.05) -> bool:
+        """Take the lock, waiting up to ``timeout`` seconds; False if another process keeps it."""
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(poll)
+                continue
+            break
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __enter__(self) -> OwnerLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def plugin_running(data_dir: str | os.PathLike[str]) -> bool:
+    """True when another process (the plugin) holds the owner lock of ``data_dir``."""
+    if not (Path(data_dir) / LOCK_NAME).exists():
+        return False
+    probe = OwnerLock(data_dir)
+    if probe.acquire(timeout=0.0):
+        probe.release()
+        return False
+    return True

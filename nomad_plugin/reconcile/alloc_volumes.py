@@ -1,0 +1,192 @@
+"""Which task is starting, and does it mount volumes? Asked of the Nomad API at Reserve.
+
+Reserve carries only device IDs. Under ``container_mounts = "auto"`` the
+plugin passes XDM's mounts only when the starting task has no
+``volume_mount``: in Nomad's task runner a non-empty mount list from the
+device hook *replaces* the mounts the volume hook stored before it
+(docs/reserve.md, "Mounts"). This module finds the task from the device IDs:
+the allocations on this node (pending ones included) whose
+``AllocatedResources.Tasks.<task>.Devices[].DeviceIDs`` equal the requested
+IDs, then that task's ``VolumeMounts`` in the allocation's job
+(``Job.TaskGroups[Name == TaskGroup].Tasks[Name == task]``).
+
+Timing: Nomad's client calls Reserve in the task's prestart hooks, so the
+allocation is already in the servers' state (the client only learns of
+allocations from there) and the answer normally names it. When it cannot
+tell (API unreachable or forbidden, no allocation holds the IDs yet, a
+drifted shape, two candidates that disagree), the verdict is "unknown" with
+the reason, and the caller withholds the mounts: losing a task's volumes is
+worse than a task without XDM's driver mounts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClient
+
+#: Tries when no allocation holds the IDs yet, and the pause between them.
+LOOKUP_ATTEMPTS = 3
+LOOKUP_RETRY_DELAY = 0.5
+
+
+@dataclass(frozen=True)
+class VolumeVerdict:
+    """``has_volume_mounts`` is meaningful only when ``known``; ``reason`` says why, for the log."""
+
+    known: bool
+    has_volume_mounts: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    alloc: dict[str, Any]
+    task: str
+
+    @property
+    def alloc_id(self) -> str:
+        return str(self.alloc.get("ID", ""))[:64]
+
+
+def _device_sets(alloc: dict[str, Any]) -> list[tuple[str, frozenset[str]]]:
+    """(task, device IDs of one device block) for every block of ``alloc``; ValueError on a wrong shape."""
+    resources = alloc.get("AllocatedResources") or {}
+    if not isinstance(resources, dict):
+        raise ValueError("AllocatedResources is not an object")
+    tasks = resources.get("Tasks") or {}
+    if not isinstance(tasks, dict):
+        raise ValueError("AllocatedResources.Tasks is not an object")
+    out = []
+    for task, res in tasks.items():
+        res = res or {}
+        devices = res.get("Devices") or [] if isinstance(res, dict) else None
+        if not isinstance(devices, list):
+            raise ValueError(f"task {task!r}: Devices is not a list")
+        for dev in devices:
+            dev = dev or {}
+            ids = dev.get("DeviceIDs") or [] if isinstance(dev, dict) else None
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise ValueError(f"task {task!r}: DeviceIDs is not a list of strings")
+            out.append((str(task), frozenset(ids)))
+    return out
+
+
+def find_candidates(allocs: Sequence[Any], device_ids: Sequence[str]) -> list[_Candidate]:
+    """Non-terminal allocations with a device block holding exactly ``device_ids`` (pending included).
+
+    When some of them are desired to run and others to stop (an old
+    allocation still stopping while its replacement starts with the same
+    IDs), only those desired to run are kept.
+    """
+    wanted = frozenset(device_ids)
+    found: list[_Candidate] = []
+    for alloc in allocs:
+        if not isinstance(alloc, dict) or alloc.get("ClientStatus") in TERMINAL:
+            continue
+        for task, ids in _device_sets(alloc):
+            if ids == wanted:
+                found.append(_Candidate(alloc, task))
+    running = [c for c in found if c.alloc.get("DesiredStatus", "run") == "run"]
+    return running or found
+
+
+def task_volume_mounts(alloc: dict[str, Any], task: str) -> list[Any] | None:
+    """The task's ``VolumeMounts`` from the allocation's job; None when the job is not in the answer."""
+    job = alloc.get("Job")
+    if not isinstance(job, dict):
+        return None
+    group_name = alloc.get("TaskGroup")
+    for group in job.get("TaskGroups") or []:
+        if not isinstance(group, dict) or group.get("Name") != group_name:
+            continue
+        for spec in group.get("Tasks") or []:
+            if isinstance(spec, dict) and spec.get("Name") == task:
+                mounts = spec.get("VolumeMounts") or []
+                if not isinstance(mounts, list):
+                    raise ValueError(f"task {task!r}: VolumeMounts is not a list")
+                return mounts
+    return None
+
+
+class AllocVolumeLookup:
+    """``lookup(device_ids)`` -> ``VolumeVerdict``; thread-safe, the node ID is asked once."""
+
+    def __init__(
+        self,
+        client: NomadClient,
+        node_id: str = "",
+        *,
+        attempts: int = LOOKUP_ATTEMPTS,
+        retry_delay: float = LOOKUP_RETRY_DELAY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = client
+        self._node_id = node_id
+        self._attempts = max(1, attempts)
+        self._retry_delay = retry_delay
+        self._sleep = sleep
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def lookup(self, device_ids: Sequence[str]) -> VolumeVerdict:
+        try:
+            node_id = self._node()
+            for attempt in range(self._attempts):
+                verdict = self._once(node_id, device_ids)
+                if verdict is not None:
+                    return verdict
+                if attempt + 1 < self._attempts:
+                    self._sleep(self._retry_delay)
+        except NomadApiError as exc:
+            return VolumeVerdict(False, False, f"the Nomad API could not be asked ({exc})")
+        except ValueError as exc:
+            return VolumeVerdict(False, False, f"the Nomad API answer has an unexpected shape ({exc})")
+        return VolumeVerdict(
+            False, False, f"no live allocation on node {node_id} holds device IDs {', '.join(device_ids)} yet"
+        )
+
+    def _node(self) -> str:
+        with self._lock:
+            if not self._node_id:
+                self._node_id = self._client.node_id()
+            return self._node_id
+
+    def _once(self, node_id: str, device_ids: Sequence[str]) -> VolumeVerdict | None:
+        body = self._get(f"/v1/node/{quote(node_id, safe='')}/allocations")
+        if not isinstance(body, list):
+            raise ValueError("node allocations answer is not a list")
+        candidates = find_candidates(body, device_ids)
+        if not candidates:
+            return None
+        answers: dict[bool, list[str]] = {}
+        for cand in candidates:
+            mounts = task_volume_mounts(cand.alloc, cand.task)
+            if mounts is None:  # the list form left the job out: read the allocation itself
+                full = self._get(f"/v1/allocation/{quote(cand.alloc_id, safe='')}")
+                mounts = task_volume_mounts(full, cand.task) if isinstance(full, dict) else None
+            if mounts is None:
+                return VolumeVerdict(
+                    False, False, f"allocation {cand.alloc_id}: task {cand.task!r} is not in the allocation's job"
+                )
+            answers.setdefault(bool(mounts), []).append(f"{cand.alloc_id}/{cand.task}")
+        if len(answers) > 1:
+            return VolumeVerdict(
+                False,
+                False,
+                f"allocations disagree: {', '.join(answers[True])} mount volumes, {', '.join(answers[False])} do not",
+            )
+        has = next(iter(answers))
+        where = ", ".join(answers[has])
+        return VolumeVerdict(True, has, f"task {where} {'has' if has else 'has no'} volume_mount")
+
+    def _get(self, path: str) -> Any:
+        body, _ = self._client._get(path, {}, self._client.settings.timeout)
+        return body

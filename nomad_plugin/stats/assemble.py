@@ -1,0 +1,188 @@
+"""The StatsResponse as bytes, assembled from parts built once (same content as ``layout.build_stats``).
+
+Why: Nomad asks every second, and most of a response repeats. Every
+instance carved from a card carries that card's whole StatObject, so
+``build_stats`` copied it into each instance (7 copies per tdm card) and
+gRPC then serialised the lot (2.8 MB at 256 cards x 7 shares, 185 ms;
+issue 14). Here each card's object is built and serialised once per tick,
+the share/MIG part of an instance that holds no grant (it has no readings,
+so it never changes) once per catalog, and an instance's bytes are the
+concatenation of its parts: in protobuf's wire format, concatenating two
+serialised messages merges them (map entries add up), so this is exactly
+the message ``build_stats`` returns, and it goes to gRPC as bytes, never
+re-encoded. ``tests/stats/test_assemble.py`` checks the equality.
+
+Everything an instance shows is still computed by ``layout``'s builders
+(``card_object``, the granted part, the summary), so new attributes there
+appear here unchanged.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import wrappers_pb2
+
+from nomad_plugin._proto.nomad import device_pb2, stats_pb2
+from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.instances import Catalog, Instance, Kind
+from nomad_plugin.stats.cache import MetricsCache
+from nomad_plugin.stats.layout import (
+    STALE_INTERVALS,
+    GrantLookup,
+    _Allotment,
+    _allotment,
+    _card_for,
+    _granted_part,
+    _summary,
+    _timestamp,
+    _Values,
+    card_object,
+    na,
+)
+
+_LEN = 2  # wire type of strings, bytes and messages
+_MAX_STATIC = 65536  # bound on cached static parts (far above any node's instances)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited field: tag, length, payload."""
+    return _varint((number << 3) | _LEN) + _varint(len(payload)) + payload
+
+
+_GROUPS = device_pb2.StatsResponse.DESCRIPTOR.fields_by_name["groups"].number
+_INSTANCES = device_pb2.DeviceGroupStats.DESCRIPTOR.fields_by_name["instance_stats"].number
+_MAP_KEY, _MAP_VALUE = 1, 2  # protobuf's map entry layout
+
+
+def _age_and_time(newest: float | None, now: float, wall_offset: float) -> device_pb2.DeviceStats:
+    """The part every instance ends with: "Stats age" and the timestamp of its newest reading."""
+    part = device_pb2.DeviceStats()
+    attrs = part.stats.attributes
+    if newest is None:
+        attrs["Stats age"].CopyFrom(na("s", "no reading received yet"))
+    else:
+        attrs["Stats age"].CopyFrom(
+            stats_pb2.StatValue(
+                float_numerator_val=wrappers_pb2.DoubleValue(value=round(max(now - newest, 0.0), 1)),
+                unit="s",
+                desc="seconds since the newest reading arrived",
+            )
+        )
+    part.timestamp.CopyFrom(_timestamp((newest if newest is not None else now) + wall_offset))
+    return part
+
+
+class _CardParts:
+    """One card's parts for one tick."""
+
+    __slots__ = ("body", "newest", "tail", "whole_summary")
+
+    def __init__(self, body: bytes, newest: float | None, tail: bytes, whole_summary: bytes) -> None:
+        self.body = body  # DeviceStats{stats: the card's StatObject}
+        self.newest = newest
+        self.tail = tail  # "Stats age" + timestamp for an instance whose newest reading is the card's
+        self.whole_summary = whole_summary  # DeviceStats{summary: "Memory state"}
+
+
+class StatsAssembler:
+    """Builds ``StatsResponse`` bytes; keeps the parts that do not change between ticks."""
+
+    def __init__(self) -> None:
+        self._catalog: Catalog | None = None
+        self._static: dict[tuple[str, int], bytes] = {}
+        self._headers: dict[tuple[str, str, str], bytes] = {}
+
+    def build(
+        self,
+        catalog: Catalog,
+        inventory: Inventory,
+        cache: MetricsCache,
+        grant_of: GrantLookup,
+        now: float,
+        interval: float,
+        wall_offset: float = 0.0,
+    ) -> bytes:
+        if catalog is not self._catalog:
+            self._catalog = catalog
+            self._static.clear()
+        stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
+        cards: dict[str, _CardParts] = {}
+        out: list[bytes] = []
+        for group in catalog.groups:
+            key = (group.key.vendor, group.key.device_type, group.key.name)
+            header = self._headers.get(key)
+            if header is None:
+                header = device_pb2.DeviceGroupStats(vendor=key[0], type=key[1], name=key[2]).SerializeToString()
+                self._headers[key] = header
+            parts = [header]
+            for inst in group.instances:
+                card = _card_for(inst, inventory)
+                card_parts = cards.get(inst.card_uuid)
+                if card_parts is None:
+                    card_parts = self._card_parts(inst, card, cache, now, stale_after, wall_offset)
+                    cards[inst.card_uuid] = card_parts
+                body = self._instance(inst, card, card_parts, cache, grant_of, now, stale_after, wall_offset)
+                entry = _field(_MAP_KEY, inst.id.encode()) + _field(_MAP_VALUE, body)
+                parts.append(_field(_INSTANCES, entry))
+            out.append(_field(_GROUPS, b"".join(parts)))
+        return b"".join(out)
+
+    @staticmethod
+    def _card_parts(
+        inst: Instance, card: Card | None, cache: MetricsCache, now: float, stale_after: float, wall_offset: float
+    ) -> _CardParts:
+        values = _Values(now, stale_after)
+        readings = cache.card_readings([inst.card_uuid, str(inst.minor)])
+        obj = card_object(readings, card, values)
+        body = device_pb2.DeviceStats(stats=obj)
+        summary = device_pb2.DeviceStats(summary=obj.attributes["Memory state"])
+        tail = _age_and_time(values.newest, now, wall_offset).SerializeToString()
+        return _CardParts(body.SerializeToString(), values.newest, tail, summary.SerializeToString())
+
+    def _instance(
+        self,
+        inst: Instance,
+        card: Card | None,
+        parts: _CardParts,
+        cache: MetricsCache,
+        grant_of: GrantLookup,
+        now: float,
+        stale_after: float,
+        wall_offset: float,
+    ) -> bytes:
+        if inst.kind is Kind.WHOLE:
+            return parts.body + parts.whole_summary + parts.tail
+        grant = grant_of(inst.id)
+        allot = _allotment(inst, card, grant, cache)
+        if grant is None and not allot.readings:
+            # Nothing in it is a reading: the same bytes every tick until the catalog changes.
+            key = (inst.id, allot.memory_mib)
+            static = self._static.get(key)
+            if static is None:
+                static = self._own_part(inst, allot, _Values(now, stale_after)).SerializeToString()
+                if len(self._static) < _MAX_STATIC:
+                    self._static[key] = static
+            return parts.body + static + parts.tail
+        values = _Values(now, stale_after)
+        values.newest = parts.newest
+        own = self._own_part(inst, allot, values)
+        if values.newest == parts.newest:
+            return parts.body + own.SerializeToString() + parts.tail
+        tail = _age_and_time(values.newest, now, wall_offset)
+        return parts.body + own.SerializeToString() + tail.SerializeToString()
+
+    @staticmethod
+    def _own_part(inst: Instance, allot: _Allotment, values: _Values) -> device_pb2.DeviceStats:
+        """The instance's ``share``/``mig`` object and its summary."""
+        own = device_pb2.DeviceStats()
+        _granted_part(own.stats, "share" if inst.kind is Kind.SHARE else "mig", inst, allot, values)
+        own.summary.CopyFrom(_summary(inst, allot, values))
+        return own

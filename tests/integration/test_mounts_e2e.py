@@ -1,0 +1,114 @@
+"""``container_mounts`` end to end: the real plugin under the conformance host,
+a simulated NVIDIA node whose Allocate answers carry a read-only driver mount,
+and the Nomad API double serving allocations with their job (host volumes
+included), the way a Nomad agent would when the client calls Reserve from the
+task's prestart hooks (the allocation is already known, often still pending).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nomad_plugin.sim.container import NVIDIA_DRIVER_DIR
+from nomad_plugin.testing.nomad_api import NomadApiDouble
+from nomad_plugin.testing.nomad_jobs import HostVolume, add_alloc_with_job
+from tests.conformance.hostlib import HostProcess, HostRun, start_host
+from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, reserve, set_of, sim_node
+
+DEVICE = "nvidia/gpu/NVIDIA H800"
+DRIVER_MOUNT = {"task_path": NVIDIA_DRIVER_DIR, "host_path": NVIDIA_DRIVER_DIR, "read_only": True}
+
+
+@pytest.fixture
+def api() -> Iterator[NomadApiDouble]:
+    with NomadApiDouble() as double:
+        yield double
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    with sim_node("h800-8") as n:
+        yield n
+
+
+def _launch(node: Node, api: NomadApiDouble, host_binary: Path, mode: str) -> HostProcess:
+    sets = (set_of("container_mounts", mode), set_of("nomad_address", api.address))
+    proc = start_host([*node.plugin_args(*sets, phase="run"), "--duration", "0"], binary=host_binary)
+    first_fingerprint_with_devices(proc)
+    return proc
+
+
+def _mounts(proc: HostProcess, ids: list[str], tag: str) -> list[dict[str, object]]:
+    event = reserve(proc, ids, tag)
+    assert event["ok"] is True, event
+    assert event["envs"]["LINGJUN_DEVICE_IDS"] == ",".join(ids)  # the grant itself is made either way
+    return list(event["mounts"])
+
+
+def _finish(proc: HostProcess) -> HostRun:
+    run = proc.finish()
+    assert_conformant(run)
+    return run
+
+
+def test_auto_passes_mounts_only_to_tasks_without_volume_mounts(
+    node: Node, api: NomadApiDouble, conformance_host: Path
+) -> None:
+    proc = _launch(node, api, conformance_host, "auto")
+    uuids = [c.uuid for c in node.sim.cards]
+
+    add_alloc_with_job(api, "a-plain", uuids[0:1], "pending", device=DEVICE)
+    assert _mounts(proc, uuids[0:1], "plain") == [DRIVER_MOUNT]
+
+    add_alloc_with_job(api, "a-volume", uuids[1:3], "pending", device=DEVICE, volumes=[HostVolume()])
+    assert _mounts(proc, uuids[1:3], "volume") == [], "a task with a host volume would lose it"
+
+    # An old allocation with the same IDs still stopping, its replacement (with a volume) starting.
+    add_alloc_with_job(api, "a-old", uuids[3:4], "running", device=DEVICE, desired_status="stop")
+    add_alloc_with_job(api, "a-new", uuids[3:4], "pending", device=DEVICE, volumes=[HostVolume()])
+    assert _mounts(proc, uuids[3:4], "replacement") == []
+
+    # Nobody holds these IDs (yet): the plugin cannot tell, so it withholds.
+    assert _mounts(proc, uuids[4:5], "unknown") == []
+
+    # The Nomad API is down: cannot tell, withhold.
+    add_alloc_with_job(api, "a-down", uuids[5:6], "pending", device=DEVICE)
+    api.set_down(True)
+    assert _mounts(proc, uuids[5:6], "api-down") == []
+    api.set_down(False)
+
+    # A terminal allocation does not count; the live one does.
+    add_alloc_with_job(api, "a-done", uuids[6:7], "complete", device=DEVICE, volumes=[HostVolume()])
+    add_alloc_with_job(api, "a-live", uuids[6:7], "running", device=DEVICE)
+    assert _mounts(proc, uuids[6:7], "terminal-ignored") == [DRIVER_MOUNT]
+
+    run = _finish(proc)
+    assert "no live allocation on node" in run.stderr, "the reason for withholding is not logged"
+    assert "the Nomad API could not be asked" in run.stderr
+
+
+def test_always_passes_mounts_even_to_a_task_with_a_host_volume(
+    node: Node, api: NomadApiDouble, conformance_host: Path
+) -> None:
+    proc = _launch(node, api, conformance_host, "always")
+    uuids = [c.uuid for c in node.sim.cards]
+    add_alloc_with_job(api, "a-volume", uuids[0:2], "pending", device=DEVICE, volumes=[HostVolume()])
+    assert _mounts(proc, uuids[0:2], "volume") == [DRIVER_MOUNT]
+    api.set_down(True)  # "always" never asks Nomad
+    assert _mounts(proc, uuids[2:3], "no-alloc") == [DRIVER_MOUNT]
+    _finish(proc)
+    assert not [path for path, _ in api.requests if "/allocations" in path]
+
+
+def test_never_withholds_mounts_from_a_task_without_volumes(
+    node: Node, api: NomadApiDouble, conformance_host: Path
+) -> None:
+    proc = _launch(node, api, conformance_host, "never")
+    uuids = [c.uuid for c in node.sim.cards]
+    add_alloc_with_job(api, "a-plain", uuids[0:1], "running", device=DEVICE)
+    assert _mounts(proc, uuids[0:1], "plain") == []
+    _finish(proc)
+    assert not [path for path, _ in api.requests if "/allocations" in path]

@@ -1,0 +1,78 @@
+"""The byte-assembled StatsResponse is exactly the message ``build_stats`` builds, tick after tick."""
+
+from __future__ import annotations
+
+from stats_fakes import card, mig_group, sample, share_group, whole_group
+
+from nomad_plugin._proto.nomad import device_pb2
+from nomad_plugin.model.card import Inventory, MigInstance
+from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
+from nomad_plugin.model.metrics import METRIC_NAMES
+from nomad_plugin.stats.assemble import StatsAssembler
+from nomad_plugin.stats.cache import MetricsCache
+from nomad_plugin.stats.layout import GrantInfo, build_stats
+
+
+def node() -> tuple[Catalog, Inventory]:
+    mig = MigInstance(uuid="MIG-abc", profile="1g.10gb", slices=1, memory_mib=9856)
+    cards = (card(0), card(1), card(2), card(3), card(4, mig=(mig,)))
+    existing = InstanceGroup(
+        GroupKey("nvidia", "gpu", "H100-mig-existing"),
+        (Instance("MIG-abc", Kind.MIG_INSTANCE, cards[4].uuid, 4, slices=1, mig_uuid="MIG-abc"),),
+    )
+    groups = (
+        whole_group(cards[:2]),
+        share_group(cards[2], 4, 20),
+        mig_group(cards[3]),
+        existing,
+    )
+    return Catalog(groups=groups), Inventory(cards=cards)
+
+
+def feed(cache: MetricsCache, devices: list[str], base: float, grants: list[str]) -> None:
+    samples = [sample(dev, name, base + i) for dev in devices for i, name in enumerate(METRIC_NAMES.values())]
+    samples += [sample("2", "memory_used_mib", base * 10 + n, grant=g) for n, g in enumerate(grants)]
+    samples += [sample("2", "core_util_percent", base + n, grant=g) for n, g in enumerate(grants)]
+    cache.update(samples)
+
+
+def same(assembler: StatsAssembler, catalog, inventory, cache, grant_of, now, interval=1.0, offset=0.0) -> None:
+    expected = build_stats(catalog, inventory, cache, grant_of, now, interval, wall_offset=offset)
+    got = device_pb2.StatsResponse.FromString(
+        assembler.build(catalog, inventory, cache, grant_of, now, interval, offset)
+    )
+    assert got == expected
+    assert len(got.groups) == len(catalog.groups)
+
+
+def test_assembled_bytes_equal_build_stats_across_ticks_grants_and_staleness():
+    catalog, inventory = node()
+    clock = {"now": 100.0}
+    cache = MetricsCache(clock=lambda: clock["now"])
+    share_ids = [i.id for i in catalog.groups[1].instances]
+    mig_ids = [i.id for i in catalog.groups[2].instances]
+    grants = {
+        share_ids[0]: GrantInfo("g-share", 25, 20),
+        mig_ids[1]: GrantInfo("g-mig", 0, 10, 1),
+    }
+    assembler = StatsAssembler()
+    empty = MetricsCache(clock=lambda: clock["now"])
+    same(assembler, catalog, inventory, empty, lambda _id: None, 100.0)  # no readings at all: every value N/A
+    feed(cache, ["GPU-0", "1", "GPU-2", "3", "MIG-abc"], 1.0, ["g-share"])
+    same(assembler, catalog, inventory, cache, grants.get, 100.5, offset=1.7e9)
+    clock["now"] = 101.0
+    feed(cache, ["GPU-0", "GPU-2"], 2.0, ["g-share", "g-mig"])  # cards 1 and 3 stop reporting
+    same(assembler, catalog, inventory, cache, grants.get, 101.2, offset=1.7e9)
+    same(assembler, catalog, inventory, cache, grants.get, 109.0, offset=1.7e9)  # now mostly stale
+    grants.pop(share_ids[0])
+    grants[share_ids[3]] = GrantInfo("g-other", 25, 0)
+    same(assembler, catalog, inventory, cache, grants.get, 109.5, interval=0.0)
+
+
+def test_a_new_catalog_drops_the_cached_parts():
+    catalog, inventory = node()
+    cache = MetricsCache(clock=lambda: 5.0)
+    assembler = StatsAssembler()
+    same(assembler, catalog, inventory, cache, lambda _id: None, 5.0)
+    smaller = Catalog(groups=(share_group(card(2), 2, 40),))
+    same(assembler, smaller, inventory, cache, lambda _id: None, 5.0)
