@@ -25,7 +25,7 @@ import pytest
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.launcher import PluginProcess
 from nomad_plugin.util.bundle import restore_child_environment
-from tests.conformance.hostlib import REPO, build_host, run_host
+from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host
 
 DIST = REPO / "dist" / PLUGIN_NAME
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
@@ -267,3 +267,49 @@ def test_cache_location_honours_xdg_cache_home(dist: Path, no_python: dict[str, 
     assert len(builds(xdg / PLUGIN_NAME)) == 1
     assert not (Path(no_python["HOME"]) / ".cache").exists()
     assert oct((xdg / PLUGIN_NAME).stat().st_mode & 0o777) == "0o700"
+
+
+def test_xdm_schema_from_proto_files_compiles_inside_the_bundle(
+    dist: Path, no_python: dict[str, str], tmp_path: Path
+) -> None:
+    """xdm_schema = "<.proto path>" runs grpcio-tools' protoc in-process, with its bundled well-known types."""
+    if shutil.which("go") is None and not os.environ.get("CI"):
+        pytest.skip("`go` is not installed (the conformance host needs it; `make test` installs it)")
+    host = build_host()
+    base = ["--plugin", str(dist), "--phase", "validate"]
+    good = run_host(
+        [*base, "--set", f'xdm_schema="{REPO / "proto" / "lingjun"}"'], env=no_python, binary=host, cwd=tmp_path
+    )
+    assert good.returncode == 0, good.describe()
+    assert [c["ok"] for c in good.of("set_config")] == [True, True], good.describe()
+
+    broken = tmp_path / "api_outer.proto"
+    broken.write_text('syntax = "proto3";\nmessage Device { int32 minor = 1 }\n')
+    bad = run_host(
+        [*base, "--set", f'xdm_schema="{broken}"', "--expect-set-config", "error"],
+        env=no_python, binary=host, cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 0, bad.describe()
+    (call,) = bad.of("set_config")
+    assert call["code"] == "InvalidArgument" and 'Expected ";"' in call["message"], call  # protoc's own message
+
+
+def extension_modules(cmd: list[str], env: dict[str, str]) -> set[str]:
+    """Names of the Python extension modules mapped into the plugin right after its handshake."""
+    proc = PluginProcess(cmd, env=env, handshake_timeout=60)
+    with proc:
+        assert proc.proc is not None
+        maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
+    files = {line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines() if line.rstrip().endswith(".so")}
+    return {f.split(".", 1)[0] for f in files if ".cpython-" in f or f.endswith(".abi3.so")}
+
+
+def test_launch_imports_nothing_the_console_script_does_not(dist: Path, no_python: dict[str, str]) -> None:
+    """Start-up guard without timing: PyInstaller start-up hooks for bundled-but-unused packages
+    (setuptools, multiprocessing) once made each launch import hashlib, csv, ctypes... (x1.36)."""
+    console_env = {k: v for k, v in os.environ.items() if k not in ("NOMAD_PLUGIN_MAGIC_COOKIE", "PYTHONPATH")}
+    console = extension_modules([str(real_plugin())], console_env)
+    shipped = extension_modules([str(dist)], no_python)
+    assert {"cygrpc", "_message"} <= console & shipped, (console, shipped)
+    # _ctypes: PyInstaller's bootstrap hooks ctypes so bundled libraries resolve (NVML needs ctypes anyway).
+    assert shipped - console <= {"_ctypes"}, sorted(shipped - console)
