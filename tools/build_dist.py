@@ -159,6 +159,8 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
         # .proto files (xdm/schema_source.py), and reflection is imported inside functions.
         "--collect-submodules", "nomad_plugin", "--hidden-import", "pynvml", "--collect-data", "hcl2",
         "--collect-all", "grpc_tools", "--collect-submodules", "grpc_reflection",
+        # xdm-probe --capture records these versions (importlib.metadata, xdm/capture.py).
+        "--copy-metadata", "grpcio", "--copy-metadata", "protobuf", "--copy-metadata", "grpcio-reflection",
         # Never used at run time, but once in the bundle PyInstaller runs a start-up hook for each:
         # setuptools/pkg_resources (reached through grpc_tools' Python < 3.9 branch) and
         # multiprocessing (reached through concurrent.futures) cost about 200 ms and 7 MiB per launch.

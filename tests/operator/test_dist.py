@@ -12,6 +12,7 @@ libraries from its own unpacked bundle.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -313,3 +314,28 @@ def test_launch_imports_nothing_the_console_script_does_not(dist: Path, no_pytho
     assert {"cygrpc", "_message"} <= console & shipped, (console, shipped)
     # _ctypes: PyInstaller's bootstrap hooks ctypes so bundled libraries resolve (NVML needs ctypes anyway).
     assert shipped - console <= {"_ctypes"}, sorted(shipped - console)
+
+
+def test_xdm_sim_and_capture_bundle_from_the_dist_file(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    """The simulator and `xdm-probe --capture` (reflection client, package versions) work from the bundle."""
+    sockets, out = tmp_path / "xdm", tmp_path / "capture"
+    sim = subprocess.Popen(
+        [str(dist), "xdm-sim", "--socket-dir", str(sockets)],
+        env=no_python, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (sockets / "dp2mgr.sock").exists():
+            assert sim.poll() is None, f"xdm-sim exited: {sim.communicate()[1][-2000:]}"
+            assert time.monotonic() < deadline, "xdm-sim made no dp2mgr.sock within 60 s"
+            time.sleep(0.1)
+        probe = run([str(dist), "xdm-probe", "--socket-dir", str(sockets), "--capture", str(out)], no_python, tmp_path)
+    finally:
+        sim.terminate()
+        sim.communicate(timeout=30)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ok"] is True
+    assert set(manifest["reflection"]) == {"dp2mgr", "config-daemon"}
+    for dist_name in ("grpcio", "protobuf", "grpcio-reflection"):
+        assert manifest["versions"][dist_name] != "not installed", manifest["versions"]
