@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from nomad_plugin import PLUGIN_NAME, __version__
+from nomad_plugin.cli.main import SUBCOMMANDS
 from nomad_plugin.launcher import PluginProcess
 from nomad_plugin.util.bundle import restore_child_environment
 from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host
@@ -146,6 +147,12 @@ def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, st
     assert usage.returncode == 1 and "This binary is a plugin" in usage.stderr and usage.stdout == ""
     version = run([str(dist), "--version"], no_python, tmp_path)
     assert version.stdout.strip() == f"{PLUGIN_NAME} {__version__}", version.stderr
+    for name in SUBCOMMANDS:  # each subcommand's module (imported by name) is in the bundle
+        helped = run([str(dist), name, "--help"], no_python, tmp_path)
+        assert helped.returncode == 0 and "usage: nomad-device-lingjun" in helped.stdout + helped.stderr, (
+            name,
+            helped.stderr[-2000:],
+        )
     check = run(
         [str(dist), "check-job", str(REPO / "examples/jobs/raw-exec-env.nomad.hcl"), "--profile", "h800-8"],
         no_python, tmp_path,
