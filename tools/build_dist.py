@@ -156,9 +156,11 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
         "--name", NAME, "--distpath", str(work / "dist"), "--workpath", str(work / "work"), "--specpath", str(work),
         # Subcommands are imported by name (cli/main.py) and pynvml by importlib (nvml/lib.py);
         # xdm_schema = "<.proto path>" runs grpcio-tools' protoc in-process, with its well-known
-        # .proto files (xdm/schema_source.py), and reflection is imported inside functions.
+        # .proto files (xdm/schema_source.py), and reflection is imported inside functions. (Not
+        # --collect-all: grpcio-tools' RECORD would carry the build venv's path into the bundle.)
         "--collect-submodules", "nomad_plugin", "--hidden-import", "pynvml", "--collect-data", "hcl2",
-        "--collect-all", "grpc_tools", "--collect-submodules", "grpc_reflection",
+        "--collect-submodules", "grpc_tools", "--collect-data", "grpc_tools", "--collect-binaries", "grpc_tools",
+        "--collect-submodules", "grpc_reflection",
         # xdm-probe --capture records these versions (importlib.metadata, xdm/capture.py).
         "--copy-metadata", "grpcio", "--copy-metadata", "protobuf", "--copy-metadata", "grpcio-reflection",
         # Never used at run time, but once in the bundle PyInstaller runs a start-up hook for each:
