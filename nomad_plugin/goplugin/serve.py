@@ -11,6 +11,10 @@ handle, and it then shuts us down.
 
 Nomad launches the plugin three times at every agent start, so this module
 imports only what serving needs.
+
+This is the transport only: it knows go-plugin, not Nomad's services. The
+composition root (``nomad_plugin.cli.serve``) hands it a :class:`ServedPlugin`
+that adds Nomad's BasePlugin and DevicePlugin servicers to the server.
 """
 
 from __future__ import annotations
@@ -21,21 +25,19 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
+from typing import Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from nomad_plugin._proto.goplugin import grpc_broker_pb2_grpc, grpc_controller_pb2_grpc, grpc_stdio_pb2_grpc
-from nomad_plugin._proto.nomad import base_pb2_grpc
-from nomad_plugin.app import PluginApp
 from nomad_plugin.goplugin import handshake
 from nomad_plugin.goplugin import logging as hclog
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.goplugin.services import Broker, Controller, Stdio
-from nomad_plugin.nomad.base_service import BaseService
-from nomad_plugin.nomad.device_service import DeviceService, add_device_service
 
 HEALTH_SERVICE = "plugin"  # go-plugin's GRPCServiceName
 WORKERS = 16  # Fingerprint, Stats, StreamStdio, StartStream stay open; unary calls need room too
@@ -52,7 +54,17 @@ NOMAD_PLUGIN_MAGIC_COOKIE set); there is no reason to run it by hand.
 log = hclog.get_logger("goplugin")
 
 
-def main(argv: list[str]) -> int:
+class ServedPlugin(Protocol):
+    """The plugin's own services, built by the composition root; the transport only hosts them."""
+
+    def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
+        """Add the plugin's servicers to ``server``; streams register with ``lifecycle``."""
+
+    def close(self) -> None:
+        """Stop the plugin's engines (bounded by ``CLOSE_BUDGET``: Nomad kills us soon after)."""
+
+
+def main(argv: list[str], make_plugin: Callable[[], ServedPlugin]) -> int:
     if argv:
         if argv[0] in ("-h", "--help"):
             sys.stderr.write(USAGE)
@@ -70,7 +82,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"[ERROR] {negotiation.error}\n")
         return 1
     hclog.configure("info")
-    code = PluginServer(negotiation.version).run()
+    code = PluginServer(negotiation.version, make_plugin()).run()
     # Exit without waiting for worker threads: a stream stuck in engine code
     # must not keep the process alive past go-plugin's 2 s kill deadline.
     logging_flush()
@@ -86,10 +98,10 @@ def logging_flush() -> None:
 
 
 class PluginServer:
-    def __init__(self, app_version: int) -> None:
+    def __init__(self, app_version: int, plugin: ServedPlugin) -> None:
         self.app_version = app_version
         self.lifecycle = Lifecycle()
-        self.app = PluginApp()
+        self.plugin = plugin
         self.health = health.HealthServicer()
         self.socket_dir = ""
         self.server: grpc.Server | None = None
@@ -122,8 +134,7 @@ class PluginServer:
         grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(Controller(self.lifecycle), server)
         grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(Stdio(self.lifecycle), server)
         grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(Broker(self.lifecycle), server)
-        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
-        add_device_service(DeviceService(self.app, self.lifecycle), server)
+        self.plugin.register(server, self.lifecycle)
         return server
 
     def _install_signals(self) -> None:
@@ -153,7 +164,7 @@ class PluginServer:
 
     def _close_app(self) -> None:
         try:
-            self.app.close()
+            self.plugin.close()
         except Exception as exc:
             log.error("PluginApp.close() failed: %s", exc, exc_info=True)
 

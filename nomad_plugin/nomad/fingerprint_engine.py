@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 from nomad_plugin._proto.nomad import device_pb2
-from nomad_plugin.backend import Backend
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.catalog import build_catalog, check_modes
 from nomad_plugin.model.health import (

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.counters import LifecycleCounters
 from nomad_plugin.reconcile.decide import Timers, decide
 from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
+from nomad_plugin.reconcile.release_port import GrantReleaser
 from nomad_plugin.reconcile.state import ReconcilerState, load_state, save_state
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
 from nomad_plugin.util.backoff import Backoff
@@ -40,7 +40,7 @@ VISIBILITY_PERIOD = 300.0
 class Reconciler:
     def __init__(
         self,
-        reserver: Reserver,
+        reserver: GrantReleaser,
         client: NomadClient | None,
         catalog_source: Callable[[], Catalog],
         *,

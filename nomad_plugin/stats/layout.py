@@ -21,7 +21,8 @@ NVML gives those here too. XDM reports only totals by kind, so there "ECC
 memory errors" carries the corrected (single-bit) total over all locations
 (its desc says so), "ECC L1 errors"/"ECC L2 errors" are "N/A", and both
 totals are in ``xdm.``. "Encoder utilization", "Decoder utilization" and
-"BAR1 buffer state" come from NVML only ("N/A" when XDM is the only source).
+"BAR1 buffer state" come from NVML (``stats.nvml_extras`` on XDM nodes),
+"N/A" without it.
 
 A reading older than ``STALE_INTERVALS`` collection intervals keeps its
 value but its desc starts with "stale: last update N s ago"; "Stats age"

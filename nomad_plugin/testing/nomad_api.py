@@ -186,6 +186,7 @@ class NomadApiDouble:
         job: str = "job",
     ) -> None:
         vendor, dtype, name = [*device.split("/", 2), "", "", ""][:3]
+        ids = list(device_ids)
         now_ns = time.time_ns()
         with self._cond:
             self._index += 1
@@ -207,10 +208,32 @@ class NomadApiDouble:
                         self.task: {
                             "Cpu": {"CpuShares": 100},
                             "Memory": {"MemoryMB": 256},
-                            "Devices": [{"Vendor": vendor, "Type": dtype, "Name": name, "DeviceIDs": list(device_ids)}],
+                            "Devices": [{"Vendor": vendor, "Type": dtype, "Name": name, "DeviceIDs": ids}],
                         }
                     },
                     "Shared": {"DiskMB": 0},
+                },
+                # Nomad embeds the job the allocation was placed from (nomad_jobs.py adds volumes).
+                "Job": {
+                    "ID": job,
+                    "Name": job,
+                    "Namespace": namespace,
+                    "Type": "service",
+                    "TaskGroups": [
+                        {
+                            "Name": "group",
+                            "Count": 1,
+                            "Volumes": None,
+                            "Tasks": [
+                                {
+                                    "Name": self.task,
+                                    "Driver": "docker",
+                                    "Resources": {"Devices": [{"Name": f"{vendor}/{dtype}", "Count": len(ids)}]},
+                                    "VolumeMounts": None,
+                                }
+                            ],
+                        }
+                    ],
                 },
             }
             self._cond.notify_all()

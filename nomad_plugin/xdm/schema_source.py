@@ -163,7 +163,7 @@ class _Reflector:
         import queue
 
         self._rpb = rpb
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=4)  # one request in flight at a time
         self._responses: Iterator[bytes] = call(iter(self._queue.get, None), timeout=timeout, wait_for_ready=True)
 
     def _ask(self, **kwargs: Any) -> Any:

@@ -24,6 +24,7 @@ import pytest
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.config.decode import decode_config
+from nomad_plugin.goplugin.logging import module_name
 from nomad_plugin.launcher.config import load_config, msgpack_config
 from nomad_plugin.sim.schema import DESCRIPTOR_SET_FILE, served_schema
 from nomad_plugin.xdm.capture import (
@@ -148,7 +149,7 @@ def test_replay_without_the_binder(root: Path):
 @pytest.mark.parametrize("spec", [b for b in BUNDLES if b.schema != "builtin"], ids=lambda b: b.name)
 def test_capture_from_a_live_simulator_matches_the_shipped_bundle(spec, tmp_path, caplog):
     """Capturing again gives the same inventory and the same bytes for the static RPCs; nothing is written."""
-    with caplog.at_level(logging.INFO, logger="nomad_plugin.sim"):
+    with caplog.at_level(logging.INFO, logger=module_name("sim")):
         manifest = make_bundle(spec, tmp_path)
     assert manifest["ok"]
     called = [r.getMessage().split(" ")[0] for r in caplog.records]
