@@ -6,7 +6,7 @@ Why this shape (numbers in BENCHMARKS.md, "The shipped executable"):
   library, grpcio, protobuf (upb), msgpack, httpx, prometheus-client,
   python-hcl2 and nvidia-ml-py, so a node needs no Python at all.
 * PyInstaller's own **onefile** mode unpacks everything into a new temporary
-  directory on *every* launch: 2.3-2.6 times the console script's exec → handshake,
+  directory on *every* launch: 2.3-2.4 times the console script's exec → handshake,
   and Nomad launches the plugin three times at each agent start. So the
   onedir bundle is instead appended, as a gzip'd tar, to a short POSIX ``sh``
   header. The first launch of a build unpacks it once into a versioned cache
@@ -18,9 +18,9 @@ The cache is ``$NOMAD_DEVICE_LINGJUN_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/nomad-device-lingjun``, else
 ``$HOME/.cache/nomad-device-lingjun``, else ``/var/cache/nomad-device-lingjun``;
 each build lives in ``nomad-device-lingjun-<version>-<payload sha256[:16]>``.
-At most two builds are kept (about 45 MB each).
+At most two builds are kept (about 50 MiB each).
 
-The build needs only this interpreter (a CPython ≥ 3.11 built with a shared
+The build needs only this interpreter (a CPython ≥ 3.10 built with a shared
 libpython, as Debian's and pyenv's are) and PyPI: it creates a dedicated build
 venv (``build/dist-venv``: PyInstaller plus the project's runtime dependencies
 and the ``nvml`` extra, nothing from the dev toolchain) and reuses it while
@@ -75,7 +75,7 @@ elif [ -n "${HOME:-}" ] && [ "$HOME" != / ]; then c=$HOME/.cache/$n
 else c=/var/cache/$n; fi
 case $c in /*) ;; *) die "the cache directory must be an absolute path, got '$c' (set @CACHE_ENV@)";; esac
 d=$c/$b
-if [ ! -x "$d/$n" ]; then
+if [ ! -x "$d/$n" ]; then (  # a subshell: its umask and variables do not reach the plugin
   v=$(getconf GNU_LIBC_VERSION 2>/dev/null); v=${v#glibc }; m=${v#*.}; m=${m%%.*}
   case $v in 2.*) [ "$m" -ge @GLIBC_MINOR@ ] 2>/dev/null || die "needs glibc >= @GLIBC@, this node has $v: build it with 'make dist' on the oldest distribution you deploy to";; esac
   umask 077
@@ -88,12 +88,13 @@ if [ ! -x "$d/$n" ]; then
   mv -T "$t" "$d" 2>/dev/null || { rm -rf "$t"; [ -x "$d/$n" ] || die "cannot install the bundle into $d"; }
   # Keep this build and the most recent other one; drop older builds and stale partial unpacks.
   k=0
-  for o in $(cd "$c" && ls -1dt -- $n-*-* 2>/dev/null); do
+  for o in $(CDPATH='' cd -- "$c" && ls -1dt -- $n-*-* 2>/dev/null); do
     [ "$o" = "$b" ] && continue
     k=$((k + 1)); [ $k -le 1 ] || rm -rf "${c:?}/$o"
   done
   find "$c" -maxdepth 1 -type d -name ".$n-*.??????" -mmin +60 -exec rm -rf {} + 2>/dev/null
-fi
+  true
+) || exit 1; fi
 [ -O "$d" ] || die "$d is not owned by this user; refusing to run it (set @CACHE_ENV@)"
 exec "$d/$n" "$@"
 """
@@ -105,15 +106,16 @@ def log(message: str) -> None:
 
 def requirements() -> list[str]:
     """Runtime dependencies from pyproject.toml plus the nvml extra and the pinned PyInstaller."""
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the same parser, as vendored by pip
+        from pip._vendor import tomli as tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     return [*project["dependencies"], *project["optional-dependencies"]["nvml"], PYINSTALLER]
 
 
 def check_interpreter() -> None:
-    if sys.version_info < (3, 11):
-        raise SystemExit(f"build_dist needs Python >= 3.11 (tomllib), this is {sys.version.split()[0]}")
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         raise SystemExit(
             f"{sys.executable} has no shared libpython (built without --enable-shared); PyInstaller needs one: "
@@ -133,8 +135,6 @@ def build_venv() -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, *requirements()], check=True)
-    # Ship python-hcl2's grammar pre-compiled (Lark writes this cache next to its module on first use).
-    subprocess.run([str(python), "-c", "import hcl2.parser as p; p.parser()"], check=True)
     stamp.write_text(wanted)
     return python
 
@@ -143,22 +143,36 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
     """The onedir bundle (build/pyinstaller/dist/nomad-device-lingjun), or with ``--onefile`` PyInstaller's one file."""
     work = BUILD / "pyinstaller"
     shutil.rmtree(work / "dist", ignore_errors=True)
+    # python-hcl2 caches its compiled grammar next to its module, keyed by that module's absolute
+    # path: a copy from the build venv is never valid in the bundle and would make builds differ.
+    for stale in (python.parent.parent / "lib").glob("python3*/site-packages/hcl2/.lark_cache.bin"):
+        stale.unlink()
     # Stripping symbols roughly halves the bundle; it needs binutils' strip, which minimal hosts lack.
     strip = ["--strip"] if shutil.which("strip") else []
     if not strip:
-        log("no `strip` on PATH (binutils): building unstripped (about 69 instead of 42 MiB unpacked)")
+        log("no `strip` on PATH (binutils): building unstripped (about 60 % larger)")
     cmd = [
         str(python), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN", mode, *strip,
         "--name", NAME, "--distpath", str(work / "dist"), "--workpath", str(work / "work"), "--specpath", str(work),
-        # Subcommands are imported by name (cli/main.py) and pynvml by importlib (nvml/lib.py).
+        # Subcommands are imported by name (cli/main.py) and pynvml by importlib (nvml/lib.py);
+        # xdm_schema = "<.proto path>" runs grpcio-tools' protoc in-process, with its well-known
+        # .proto files (xdm/schema_source.py), and reflection is imported inside functions. (Not
+        # --collect-all: grpcio-tools' RECORD would carry the build venv's path into the bundle.)
         "--collect-submodules", "nomad_plugin", "--hidden-import", "pynvml", "--collect-data", "hcl2",
-        # xdm_schema = "<.proto path>": protoc (imported lazily) and its bundled well-known .proto files.
-        "--hidden-import", "grpc_tools.protoc", "--collect-data", "grpc_tools", "--hidden-import", "grpc_reflection",
-        "--exclude-module", "tkinter",
+        "--collect-submodules", "grpc_tools", "--collect-data", "grpc_tools", "--collect-binaries", "grpc_tools",
+        "--collect-submodules", "grpc_reflection",
+        # xdm-probe --capture records these versions (importlib.metadata, xdm/capture.py).
+        "--copy-metadata", "grpcio", "--copy-metadata", "protobuf", "--copy-metadata", "grpcio-reflection",
+        # Never used at run time, but once in the bundle PyInstaller runs a start-up hook for each:
+        # setuptools/pkg_resources (reached through grpc_tools' Python < 3.9 branch) and
+        # multiprocessing (reached through concurrent.futures) cost about 200 ms and 7 MiB per launch.
+        "--exclude-module", "tkinter", "--exclude-module", "setuptools", "--exclude-module", "pkg_resources",
+        "--exclude-module", "_distutils_hack", "--exclude-module", "multiprocessing",
         str(REPO / "nomad_plugin" / "__main__.py"),
     ]  # fmt: skip
     # collect_submodules imports nomad_plugin in a child interpreter: it must find this checkout.
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+    # PYTHONHASHSEED: set and frozenset constants marshal in one order, so equal sources give equal bytes.
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
     subprocess.run(cmd, check=True, env=env, cwd=REPO)
     bundle = work / "dist" / NAME
     if mode == "--onefile":

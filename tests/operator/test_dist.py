@@ -12,6 +12,7 @@ libraries from its own unpacked bundle.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -23,9 +24,10 @@ from pathlib import Path
 import pytest
 
 from nomad_plugin import PLUGIN_NAME, __version__
+from nomad_plugin.cli.main import SUBCOMMANDS
 from nomad_plugin.launcher import PluginProcess
 from nomad_plugin.util.bundle import restore_child_environment
-from tests.conformance.hostlib import REPO, build_host, run_host
+from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host
 
 DIST = REPO / "dist" / PLUGIN_NAME
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
@@ -124,7 +126,12 @@ def test_runs_its_own_interpreter_and_libraries(dist: Path, no_python: dict[str,
         assert (info.type, info.name, info.version) == ("DEVICE", PLUGIN_NAME, __version__)
         assert proc.proc is not None
         maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
+        status = Path(f"/proc/{proc.proc.pid}/status").read_text()
     assert proc.extra_stdout == []  # the handshake line only: the sh header prints nothing
+    ours = os.umask(0o022)
+    os.umask(ours)
+    # This was the build's first launch: the header's private umask for unpacking stayed in its subshell.
+    assert f"Umask:\t{ours:04o}" in status, status
     (build,) = builds(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME)
     bundle = str(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME / build)
     mapped = {
@@ -140,6 +147,12 @@ def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, st
     assert usage.returncode == 1 and "This binary is a plugin" in usage.stderr and usage.stdout == ""
     version = run([str(dist), "--version"], no_python, tmp_path)
     assert version.stdout.strip() == f"{PLUGIN_NAME} {__version__}", version.stderr
+    for name in SUBCOMMANDS:  # each subcommand's module (imported by name) is in the bundle
+        helped = run([str(dist), name, "--help"], no_python, tmp_path)
+        assert helped.returncode == 0 and "usage: nomad-device-lingjun" in helped.stdout + helped.stderr, (
+            name,
+            helped.stderr[-2000:],
+        )
     check = run(
         [str(dist), "check-job", str(REPO / "examples/jobs/raw-exec-env.nomad.hcl"), "--profile", "h800-8"],
         no_python, tmp_path,
@@ -262,3 +275,74 @@ def test_cache_location_honours_xdg_cache_home(dist: Path, no_python: dict[str, 
     assert len(builds(xdg / PLUGIN_NAME)) == 1
     assert not (Path(no_python["HOME"]) / ".cache").exists()
     assert oct((xdg / PLUGIN_NAME).stat().st_mode & 0o777) == "0o700"
+
+
+def test_xdm_schema_from_proto_files_compiles_inside_the_bundle(
+    dist: Path, no_python: dict[str, str], tmp_path: Path
+) -> None:
+    """xdm_schema = "<.proto path>" runs grpcio-tools' protoc in-process, with its bundled well-known types."""
+    if shutil.which("go") is None and not os.environ.get("CI"):
+        pytest.skip("`go` is not installed (the conformance host needs it; `make test` installs it)")
+    host = build_host()
+    base = ["--plugin", str(dist), "--phase", "validate"]
+    good = run_host(
+        [*base, "--set", f'xdm_schema="{REPO / "proto" / "lingjun"}"'], env=no_python, binary=host, cwd=tmp_path
+    )
+    assert good.returncode == 0, good.describe()
+    assert [c["ok"] for c in good.of("set_config")] == [True, True], good.describe()
+
+    broken = tmp_path / "api_outer.proto"
+    broken.write_text('syntax = "proto3";\nmessage Device { int32 minor = 1 }\n')
+    bad = run_host(
+        [*base, "--set", f'xdm_schema="{broken}"', "--expect-set-config", "error"],
+        env=no_python, binary=host, cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 0, bad.describe()
+    (call,) = bad.of("set_config")
+    assert call["code"] == "InvalidArgument" and 'Expected ";"' in call["message"], call  # protoc's own message
+
+
+def extension_modules(cmd: list[str], env: dict[str, str]) -> set[str]:
+    """Names of the Python extension modules mapped into the plugin right after its handshake."""
+    proc = PluginProcess(cmd, env=env, handshake_timeout=60)
+    with proc:
+        assert proc.proc is not None
+        maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
+    files = {line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines() if line.rstrip().endswith(".so")}
+    return {f.split(".", 1)[0] for f in files if ".cpython-" in f or f.endswith(".abi3.so")}
+
+
+def test_launch_imports_nothing_the_console_script_does_not(dist: Path, no_python: dict[str, str]) -> None:
+    """Start-up guard without timing: PyInstaller start-up hooks for bundled-but-unused packages
+    (setuptools, multiprocessing) once made each launch import hashlib, csv, ctypes... (x1.36)."""
+    console_env = {k: v for k, v in os.environ.items() if k not in ("NOMAD_PLUGIN_MAGIC_COOKIE", "PYTHONPATH")}
+    console = extension_modules([str(real_plugin())], console_env)
+    shipped = extension_modules([str(dist)], no_python)
+    assert {"cygrpc", "_message"} <= console & shipped, (console, shipped)
+    # _ctypes: PyInstaller's bootstrap hooks ctypes so bundled libraries resolve (NVML needs ctypes anyway).
+    assert shipped - console <= {"_ctypes"}, sorted(shipped - console)
+
+
+def test_xdm_sim_and_capture_bundle_from_the_dist_file(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    """The simulator and `xdm-probe --capture` (reflection client, package versions) work from the bundle."""
+    sockets, out = tmp_path / "xdm", tmp_path / "capture"
+    sim = subprocess.Popen(
+        [str(dist), "xdm-sim", "--socket-dir", str(sockets)],
+        env=no_python, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (sockets / "dp2mgr.sock").exists():
+            assert sim.poll() is None, f"xdm-sim exited: {sim.communicate()[1][-2000:]}"
+            assert time.monotonic() < deadline, "xdm-sim made no dp2mgr.sock within 60 s"
+            time.sleep(0.1)
+        probe = run([str(dist), "xdm-probe", "--socket-dir", str(sockets), "--capture", str(out)], no_python, tmp_path)
+    finally:
+        sim.terminate()
+        sim.communicate(timeout=30)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ok"] is True
+    assert set(manifest["reflection"]) == {"dp2mgr", "config-daemon"}
+    for dist_name in ("grpcio", "protobuf", "grpcio-reflection"):
+        assert manifest["versions"][dist_name] != "not installed", manifest["versions"]
