@@ -153,7 +153,7 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
         # Subcommands are imported by name (cli/main.py) and pynvml by importlib (nvml/lib.py).
         "--collect-submodules", "nomad_plugin", "--hidden-import", "pynvml", "--collect-data", "hcl2",
         # xdm_schema = "<.proto path>": protoc (imported lazily) and its bundled well-known .proto files.
-        "--hidden-import", "grpc_tools.protoc", "--collect-data", "grpc_tools", "--hidden-import", "grpc_reflection",
+        "--collect-all", "grpc_tools", "--collect-submodules", "grpc_reflection",
         "--exclude-module", "tkinter",
         str(REPO / "nomad_plugin" / "__main__.py"),
     ]  # fmt: skip
