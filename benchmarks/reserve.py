@@ -74,10 +74,11 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def start_sim(sockets: str) -> subprocess.Popen[bytes]:
+def start_sim(sockets: str, collect_ms: int = 1000) -> subprocess.Popen[bytes]:
     helper = str(REPO / "benchmarks" / "synthetic_sim.py")
+    sim_args = ["--socket-dir", sockets, "-q", "--collect-interval-ms", str(collect_ms)]
     sim = subprocess.Popen(
-        [sys.executable, helper, "--cards", str(CARDS), "--", "--socket-dir", sockets, "-q"],
+        [sys.executable, helper, "--cards", str(CARDS), "--", *sim_args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -93,7 +94,7 @@ def fill_once(args: argparse.Namespace) -> tuple[list[float], list[float]]:
     """One fill from an empty node: (Reserve ms, raw Allocate ms), index i = i+1 live grants."""
     sockets = tempfile.mkdtemp(prefix="ljr-", dir="/tmp")
     data = tempfile.mkdtemp(prefix="ljr-data-", dir="/var/tmp")
-    sim = start_sim(sockets)
+    sim = start_sim(sockets, args.collect_interval_ms)
     config = PluginConfig(xdm_socket=f"{sockets}/dp2mgr.sock", config_socket=f"{sockets}/config-daemon.sock")
     backend, _ = make_backend(config)
     plugin_cfg = full_config(
@@ -161,6 +162,7 @@ def part1(args: argparse.Namespace) -> None:
         f"Reserve while filling a {CARDS}-card x {SHARES}-share node to {args.fill} live grants, {args.repeats} fills"
     )
     print(f"plugin: {plugin}; end to end over go-plugin gRPC; journal on /var/tmp (ext4), fdatasync per record")
+    print(f"simulator exporter interval: {args.collect_interval_ms} ms")
     print(
         "| live grants | n | Reserve p50 | Reserve p99 | raw Allocate p50 | raw Allocate p99 | p50 ratio | p99 ratio |"
     )
@@ -198,6 +200,12 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=64, help="Reserves per reported level")
     parser.add_argument("--plugin", help="the plugin executable (default: the console script, else -m)")
     parser.add_argument("--skip-release", action="store_true", help="only part 1")
+    parser.add_argument(
+        "--collect-interval-ms",
+        type=int,
+        default=1000,
+        help="the simulator's exporter interval (a large value takes the metrics load off both processes)",
+    )
     parser.add_argument("--grace", type=float, default=0.5)
     parser.add_argument("--trials", type=int, default=10)
     args = parser.parse_args()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import statistics
 import sys
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.metrics.prometheus import DeviceCollector
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import (
@@ -46,6 +48,7 @@ from nomad_plugin.model.instances import (
     share_id,
 )
 from nomad_plugin.model.metrics import GRANT_LABEL, METRIC_IDS, MetricSample
+from nomad_plugin.stats.assemble import StatsAssembler
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.engine import StatsEngine
 from nomad_plugin.stats.feed import MetricsFeed
@@ -55,21 +58,22 @@ CARDS = 16
 UNITS_PER_CARD = 7
 
 
-def node() -> tuple[Catalog, Inventory, dict[str, GrantInfo]]:
+def node(n_cards: int = CARDS) -> tuple[Catalog, Inventory, dict[str, GrantInfo]]:
     cards = tuple(
         Card(minor=i, uuid=f"GPU-{i:04d}", model="H100", vendor="nvidia", xpu_type="gpu", memory_mib=81920)
-        for i in range(CARDS)
+        for i in range(n_cards)
     )
+    half = n_cards // 2
     shares: list[Instance] = []
     migs: list[Instance] = []
     grants: dict[str, GrantInfo] = {}
-    for c in cards[:8]:
+    for c in cards[:half]:
         for i in range(UNITS_PER_CARD):
             inst = Instance(share_id(c.uuid, i), Kind.SHARE, c.uuid, c.minor, index=i, core=14, memory_gib=11)
             shares.append(inst)
             if i % 2 == 0:
                 grants[inst.id] = GrantInfo(f"grant-{inst.id}", 14, 11)
-    for c in cards[8:]:
+    for c in cards[half:]:
         for i in range(UNITS_PER_CARD):
             inst = Instance(mig_unit_id(c.uuid, i), Kind.MIG, c.uuid, c.minor, index=i, core=0, memory_gib=10, slices=1)
             migs.append(inst)
@@ -120,37 +124,70 @@ class StreamingExporter:
             cancel.wait(self._interval)
 
 
-def time_build(iterations: int) -> dict[str, float]:
-    catalog, inventory, grants = node()
-    cache = MetricsCache()
+def time_build(iterations: int, n_cards: int = CARDS) -> dict[str, float]:
+    """One response, both ways, alternating in the same run: ``build_stats`` + serialise (the
+    message path) and ``StatsAssembler`` (the bytes the plugin sends). The cache runs on the
+    monotonic clock as in the plugin, and ``now`` comes from that clock, so every value is fresh
+    (the first version passed wall-clock time here and timed an all-stale response)."""
+    catalog, inventory, grants = node(n_cards)
+    cache = MetricsCache()  # monotonic, as in the plugin
     cache.update(snapshot(inventory, grants, 1))
-    build_ms: list[float] = []
-    total_ms: list[float] = []
+    assembler = StatsAssembler()
+    message_ms: list[float] = []
+    bytes_ms: list[float] = []
+    bytes_cpu_ms: list[float] = []  # thread CPU time: what a busy box inflates least
     size = 0
-    for _ in range(iterations):
+    for tick in range(iterations):
+        cache.update(snapshot(inventory, grants, tick))  # as the feed does every second; untimed
+        now = time.monotonic()
         t0 = time.perf_counter()
-        response = build_stats(catalog, inventory, cache, grants.get, time.time(), 1.0)
+        data = build_stats(catalog, inventory, cache, grants.get, now, 1.0).SerializeToString()
         t1 = time.perf_counter()
-        size = len(response.SerializeToString())
+        c1 = time.thread_time()
+        assembled = assembler.build(catalog, inventory, cache, grants.get, now, 1.0)
+        c2 = time.thread_time()
         t2 = time.perf_counter()
-        build_ms.append((t1 - t0) * 1000)
-        total_ms.append((t2 - t0) * 1000)
+        bytes_cpu_ms.append((c2 - c1) * 1000)
+        message_ms.append((t1 - t0) * 1000)
+        bytes_ms.append((t2 - t1) * 1000)
+        size = len(assembled)
+    check = device_pb2.StatsResponse.FromString(assembled)
+    if check != device_pb2.StatsResponse.FromString(data):
+        raise SystemExit("the assembled response differs from build_stats")
+    if b"stale:" in assembled:
+        raise SystemExit("stale values in the timed response: the clocks disagree")
     instances = sum(len(g.instances) for g in catalog.groups)
-    build_ms.sort()
-    total_ms.sort()
     return {
         "cards": len(inventory.cards),
         "instances": instances,
+        "granted": len(grants),
         "iterations": iterations,
-        "build_ms_median": round(statistics.median(build_ms), 2),
-        "build_ms_p99": round(build_ms[int(len(build_ms) * 0.99) - 1], 2),
-        "build_plus_serialize_ms_median": round(statistics.median(total_ms), 2),
+        "assembled_bytes_ms_median": round(statistics.median(bytes_ms), 2),
+        "assembled_bytes_ms_p99": round(pct(bytes_ms, 99), 2),
+        "assembled_bytes_cpu_ms_median": round(statistics.median(bytes_cpu_ms), 2),
+        "build_stats_plus_serialize_ms_median": round(statistics.median(message_ms), 2),
+        "ratio_assembled_to_message_path": round(statistics.median(bytes_ms) / statistics.median(message_ms), 2),
         "response_bytes": size,
     }
 
 
-def run_load(duration: float, interval: float) -> dict[str, float]:
-    catalog, inventory, grants = node()
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def growth(iterations: int, sizes: Sequence[int]) -> dict[str, object]:
+    """Median assembled-response CPU time per node size and the log-log slope (1.0 = linear)."""
+    points = [(n, time_build(iterations, n)["assembled_bytes_cpu_ms_median"]) for n in sizes]
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(ms) for _, ms in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return {"ms_by_cards": dict(points), "exponent": round(slope, 2)}
+
+
+def run_load(duration: float, interval: float, n_cards: int = CARDS) -> dict[str, float]:
+    catalog, inventory, grants = node(n_cards)
     exporter = StreamingExporter(inventory, grants, interval)
     feed = MetricsFeed(exporter, interval)  # type: ignore[arg-type]
     engine = StatsEngine(feed.cache, lambda: catalog, lambda: inventory, grants.get)
@@ -162,8 +199,7 @@ def run_load(duration: float, interval: float) -> dict[str, float]:
 
     def nomad_side() -> None:
         nonlocal responses
-        for response in engine.responses(interval, cancel):
-            response.SerializeToString()
+        for _data in engine.serialized_responses(interval, cancel):  # what the plugin sends
             responses += 1
 
     def prometheus_side() -> None:
@@ -202,10 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="collection and push interval, seconds")
     parser.add_argument("--iterations", type=int, default=200, help="build_stats runs to time")
     parser.add_argument("--skip-load", action="store_true", help="only time one build")
+    parser.add_argument("--cards", type=int, default=CARDS, help="cards (half tdm x7, half MIG x7; half granted)")
+    parser.add_argument("--growth", action="store_true", help="also time 16, 64 and 256 cards: growth exponent")
     args = parser.parse_args(argv)
-    result: dict[str, object] = {"build": time_build(args.iterations)}
+    result: dict[str, object] = {"build": time_build(args.iterations, args.cards)}
+    if args.growth:
+        result["growth"] = growth(max(10, args.iterations // 10), (16, 64, 256))
     if not args.skip_load:
-        result["load"] = run_load(args.duration, args.interval)
+        result["load"] = run_load(args.duration, args.interval, args.cards)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -29,12 +29,12 @@ from nomad_plugin.model.instances import Catalog
 from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
-    from nomad_plugin.backend import Backend
     from nomad_plugin.journal import JournalEntry
     from nomad_plugin.journal.owner import OwnerLock
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics.plugin import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
+    from nomad_plugin.model.backend_port import Backend
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.mounts import MountPolicy
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from nomad_plugin.stats.engine import StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
     from nomad_plugin.stats.layout import GrantInfo
+    from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
 
 log = get_logger(__name__)
 
@@ -71,6 +72,7 @@ class PluginApp:
         self.requests: RequestWatcher | None = None
         self.owner_lock: OwnerLock | None = None
         self.feed: MetricsFeed | None = None
+        self.nvml_extras: NvmlExtrasFeed | None = None
         self.stats_engine: StatsEngine | None = None
         self.metrics: PluginMetrics | None = None
         self.endpoint: MetricsEndpoint | None = None
@@ -107,7 +109,7 @@ class PluginApp:
             self._start(config)
 
     def _start(self, config: PluginConfig) -> None:
-        from nomad_plugin.backends import select_backend
+        from nomad_plugin.backend_select import select_backend
         from nomad_plugin.metrics.plugin import PluginMetrics
         from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
         from nomad_plugin.nomad.reserve import Reserver
@@ -148,10 +150,22 @@ class PluginApp:
         feed = MetricsFeed(backend, interval=1.0, nvml_source=self._nvml_source(config, backend.name))
         self.feed = feed
         feed.start()
+        self._start_nvml_extras(config, backend.name, feed)
         self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
+
+    def _start_nvml_extras(self, config: PluginConfig, backend_name: str, feed: MetricsFeed) -> None:
+        """On XDM nodes with NVML: the official stats XDM lacks (encoder, decoder, BAR1, ECC by location)."""
+        from nomad_plugin.backend_select import _nvml_usable
+
+        if backend_name != "xdm" or not config.nvml_enrich or not config.enabled or not _nvml_usable():
+            return
+        from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
+
+        self.nvml_extras = NvmlExtrasFeed(feed.cache)
+        self.nvml_extras.start()
 
     def _mount_policy(self, config: PluginConfig) -> MountPolicy:
         """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
@@ -190,7 +204,7 @@ class PluginApp:
         """NVML readings as the stats fallback when XDM has no exporter (XDM backend only)."""
         if backend_name != "xdm":
             return None
-        from nomad_plugin.backends import _nvml_usable
+        from nomad_plugin.backend_select import _nvml_usable
 
         if not _nvml_usable():
             return None
@@ -421,6 +435,9 @@ class PluginApp:
             steps.append(("reconciler", lambda: reconciler.stop(timeout=0.2)))
         if feed is not None:
             steps.append(("metrics feed", lambda: feed.stop(timeout=0.2)))
+        extras = self.nvml_extras
+        if extras is not None:
+            steps.append(("NVML extras feed", lambda: extras.stop(timeout=0.2)))
         if self.endpoint is not None:
             steps.append(("metrics endpoint", self.endpoint.stop))
         if self.fingerprint is not None:

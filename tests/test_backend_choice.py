@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.backends import choose_backend_name
+from nomad_plugin.backend_select import choose_backend_name
 from nomad_plugin.config.model import PluginConfig
 
 

@@ -19,8 +19,8 @@ from nomad_plugin.jobspec import JobParseError, evaluate_job, parse_job_text
 from nomad_plugin.jobspec.report import verdicts_json, verdicts_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
 from nomad_plugin.launcher.live import LiveNode
-from nomad_plugin.launcher.render import Style
-from nomad_plugin.launcher.types import DeviceGroup, group_from_json
+from nomad_plugin.nomad_view.render import Style
+from nomad_plugin.nomad_view.types import DeviceGroup, group_from_json
 
 EPILOG = """\
 examples:

@@ -28,8 +28,8 @@ from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.launcher.agent_files import PluginBlocks, find_plugin_blocks, plugin_user_config
 from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config, parse_override
-from nomad_plugin.launcher.render import Style
 from nomad_plugin.model.errors import PluginError
+from nomad_plugin.nomad_view.render import Style
 from nomad_plugin.nvml import lib as nvml_lib
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -428,7 +428,7 @@ class Doctor:
             )
             return
         blocks = self._block_names()
-        self._check_nvidia_neighbour(directory, blocks)
+        self._check_nvidia_neighbour(directory, blocks or set())
         ours = [p for p in sorted(directory.iterdir()) if PLUGIN_NAME in p.name or "lingjun" in p.name]
         if not ours:
             self.add(
@@ -449,6 +449,13 @@ class Doctor:
                     f"{path} is not executable",
                     f"chmod 0755 {path} (Nomad skips files without an execute bit)",
                 )
+            elif blocks is None:
+                self.add(
+                    "plugin file",
+                    SKIP,
+                    f"{path} is executable; its name was not matched against a plugin block (the agent config "
+                    "could not be read, see the config finding)",
+                )
             elif name not in blocks:
                 self.add(
                     "plugin file",
@@ -460,14 +467,15 @@ class Doctor:
             else:
                 self.add("plugin file", OK, f"{path} is executable and matches its plugin block")
 
-    def _block_names(self) -> set[str]:
+    def _block_names(self) -> set[str] | None:
+        """Plugin block labels of the agent config; None when it cannot be read (the config finding says why)."""
         if not self.plugin_config:
             return {PLUGIN_NAME}
         if self.blocks is None:
             try:
                 self.blocks = find_plugin_blocks(self.plugin_config)
             except LauncherConfigError:
-                return set()
+                return None
         return set(self.blocks.names())
 
     def _check_nvidia_neighbour(self, directory: Path, blocks: set[str]) -> None:
@@ -528,7 +536,7 @@ _SCHEMA_NEXT_STEP = (
 
 
 def _nvml_usable() -> bool:
-    from nomad_plugin.backends import _nvml_usable as usable
+    from nomad_plugin.backend_select import _nvml_usable as usable
 
     return usable()
 
@@ -560,15 +568,28 @@ def data_dir_problem(path: Path) -> str:
 
 
 def _config_next_step(message: str) -> str:
+    """The next step for a config finding: the file, its syntax, the plugin block, or an option."""
+    if message.startswith("cannot read "):
+        return (
+            "point --plugin-config at the agent config file or directory the Nomad client is started with "
+            "(its -config), e.g. /etc/nomad.d"
+        )
+    if "not valid HCL" in message or "not valid JSON" in message:  # "F is not valid ..." or "F:L:C: not valid ..."
+        return "fix the syntax at the place shown: Nomad refuses to start with a config file it cannot parse"
+    if "no *.hcl or *.json file" in message:
+        return "point --plugin-config at the directory holding the agent's .hcl or .json files"
     if "no plugin" in message and "block" in message:
         return (
             f'add a plugin "{PLUGIN_NAME}" {{ config {{ }} }} block to the agent config (see plugin.hcl): Nomad >= 1.10 '
             "does not run a plugin file that no plugin block names, and older agents run it with defaults only; "
             "then restart the Nomad agent"
         )
+    if "is defined" in message or "config blocks" in message:
+        return f'keep one plugin "{PLUGIN_NAME}" block with one config block in it'
     return (
-        "fix the option named above in the plugin's config block; Nomad would refuse to start the agent "
-        "with this config (SetConfig fails). plugin.hcl in the release lists every option with its default."
+        "fix the option named above in the plugin's config block: Nomad refuses to start the agent with it (the "
+        "block is decoded against the plugin's schema and checked by its SetConfig). plugin.hcl in the source "
+        "tree and the README's configuration reference list every option with its default."
     )
 
 

@@ -16,7 +16,7 @@ import sys
 
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
 from nomad_plugin.launcher.live import LiveNode
-from nomad_plugin.launcher.render import Style, fingerprint_text
+from nomad_plugin.nomad_view.render import Style, fingerprint_text
 
 
 def parser() -> argparse.ArgumentParser:

@@ -212,7 +212,7 @@ def print_report(doc: dict[str, Any]) -> None:
     if not rows:
         out.write("no grants\n")
         return
-    header = ("GRANT", "STATUS", "ALLOC", "NAMESPACE/JOB", "CLIENT", "MODE", "DEVICES", "NOTE")
+    header = ("GRANT", "STATUS", "ALLOC", "NAMESPACE/JOB", "CLIENT", "SINCE", "MODE", "DEVICES", "NOTE")
     table = [header]
     for r in rows:
         note = r["why"]
@@ -226,6 +226,7 @@ def print_report(doc: dict[str, Any]) -> None:
                 r.get("alloc_id", "")[:8],
                 job,
                 r.get("client_status", ""),
+                _since(r.get("since")),
                 r.get("mode", ""),
                 str(len(r["device_ids"])),
                 note,
@@ -234,6 +235,12 @@ def print_report(doc: dict[str, Any]) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     for row in table:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1] + "\n")
+
+
+def _since(unix: float | None) -> str:
+    if not unix:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def release(
@@ -272,7 +279,7 @@ def release(
 
 def _release_here(config: PluginConfig, grant_id: str, force: bool) -> tuple[bool, str]:
     """No plugin runs: release while holding the owner lock, so no plugin writes the journal meanwhile."""
-    from nomad_plugin.backends import select_backend
+    from nomad_plugin.backend_select import select_backend
     from nomad_plugin.model.instances import Catalog
     from nomad_plugin.nomad.reserve import Reserver
 
@@ -299,7 +306,13 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     releasing = bool(args) and args[0] == "release"
     p = argparse.ArgumentParser(
         prog="nomad-device-lingjun grants" + (" release" if releasing else ""),
-        description=(__doc__ or "").split("\n\n")[0],
+        description=(
+            "Release one grant by hand (journalled like any release); refused while a live allocation may hold it."
+            if releasing
+            else "List every grant the plugin holds, joined with Nomad's view: live, orphaned, pending release, "
+            "unverifiable, leaked."
+        ),
+        epilog=None if releasing else "Release one by hand: nomad-device-lingjun grants release <grant-id> [--force]",
     )
     if releasing:
         args = args[1:]

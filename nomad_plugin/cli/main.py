@@ -14,12 +14,12 @@ import importlib
 import os
 import sys
 
-MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
-MAGIC_COOKIE_VALUE = "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255"
+from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY
+from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_VALUE as MAGIC_COOKIE_VALUE  # re-exported for old callers
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("nomad_plugin.goplugin.serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
+    "serve": ("nomad_plugin.cli.serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
     "xdm-sim": ("nomad_plugin.cli.xdm_sim", "run the XDM simulator on a socket directory"),
     "demo": ("nomad_plugin.cli.demo", "simulator + plugin + a job, shown as Nomad would show them"),
     "doctor": ("nomad_plugin.cli.doctor", "check a node's install and say what to fix"),

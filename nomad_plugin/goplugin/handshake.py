@@ -14,8 +14,9 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nomad_plugin.cli.main import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
-
+#: Nomad's base.Handshake cookie: the host sets it, so a plugin run by hand can say what it is.
+MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
+MAGIC_COOKIE_VALUE = "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255"
 CORE_PROTOCOL_VERSION = 1
 APP_PROTOCOL_VERSION = 2  # Nomad's base.Handshake.ProtocolVersion (gRPC plugins)
 PROTOCOL_VERSIONS_ENV = "PLUGIN_PROTOCOL_VERSIONS"

@@ -9,8 +9,18 @@ removes the socket directory and exits within go-plugin's 2 s budget.
 SIGINT is ignored: a Ctrl-C to the agent's process group is the agent's to
 handle, and it then shuts us down.
 
-Nomad launches the plugin three times at every agent start, so this module
-imports only what serving needs.
+Nomad launches the plugin three times at every agent start, so the
+handshake comes first: this module imports grpc and nothing else heavy,
+starts the server with one deferred handler, prints the handshake line, and
+only then imports the services (protobuf, the go-plugin services, the
+device and base services, the plugin app) and hands them to that handler.
+A call that arrives in between waits for them (the first two launches only
+ever ask PluginInfo, ConfigSchema and SetConfig; issue 14).
+
+This is the transport only: it knows go-plugin, not Nomad's services. The
+composition root (``nomad_plugin.cli.serve``) hands it a factory of a
+:class:`ServedPlugin`, called after the handshake, that adds Nomad's
+BasePlugin and DevicePlugin servicers.
 """
 
 from __future__ import annotations
@@ -21,23 +31,22 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from nomad_plugin._proto.goplugin import grpc_broker_pb2_grpc, grpc_controller_pb2_grpc, grpc_stdio_pb2_grpc
-from nomad_plugin._proto.nomad import base_pb2_grpc
-from nomad_plugin.app import PluginApp
 from nomad_plugin.goplugin import handshake
 from nomad_plugin.goplugin import logging as hclog
 from nomad_plugin.goplugin.lifecycle import Lifecycle
-from nomad_plugin.goplugin.services import Broker, Controller, Stdio
-from nomad_plugin.nomad.base_service import BaseService
-from nomad_plugin.nomad.device_service import DeviceService, add_device_service
+
+if TYPE_CHECKING:
+    from grpc_health.v1 import health
 
 HEALTH_SERVICE = "plugin"  # go-plugin's GRPCServiceName
+SERVICES_WAIT = 60.0  # seconds a call that arrived before the services were imported waits for them
 WORKERS = 16  # Fingerprint, Stats, StreamStdio, StartStream stay open; unary calls need room too
 STOP_GRACE = 0.5  # seconds the server gives in-flight calls (the Shutdown reply) on stop
 CLOSE_BUDGET = 0.8  # seconds PluginApp.close() may take before we exit anyway
@@ -52,7 +61,17 @@ NOMAD_PLUGIN_MAGIC_COOKIE set); there is no reason to run it by hand.
 log = hclog.get_logger("goplugin")
 
 
-def main(argv: list[str]) -> int:
+class ServedPlugin(Protocol):
+    """The plugin's own services, built by the composition root; the transport only hosts them."""
+
+    def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
+        """Add the plugin's servicers to ``server``; streams register with ``lifecycle``."""
+
+    def close(self) -> None:
+        """Stop the plugin's engines (bounded by ``CLOSE_BUDGET``: Nomad kills us soon after)."""
+
+
+def main(argv: list[str], make_plugin: Callable[[], ServedPlugin]) -> int:
     if argv:
         if argv[0] in ("-h", "--help"):
             sys.stderr.write(USAGE)
@@ -70,7 +89,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"[ERROR] {negotiation.error}\n")
         return 1
     hclog.configure("info")
-    code = PluginServer(negotiation.version).run()
+    code = PluginServer(negotiation.version, make_plugin).run()
     # Exit without waiting for worker threads: a stream stuck in engine code
     # must not keep the process alive past go-plugin's 2 s kill deadline.
     logging_flush()
@@ -85,14 +104,50 @@ def logging_flush() -> None:
             pass
 
 
+class _Deferred(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """The server's only handler: answers from the services once they are imported, holding earlier calls."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._handlers: list[grpc.GenericRpcHandler[Any, Any]] = []
+
+    def fill(self, handlers: list[grpc.GenericRpcHandler[Any, Any]]) -> None:
+        self._handlers = handlers
+        self._ready.set()
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        if not self._ready.wait(SERVICES_WAIT):
+            return None  # UNIMPLEMENTED: the services never came up (their import failed; see the log)
+        for handler in self._handlers:
+            found = handler.service(handler_call_details)
+            if found is not None:
+                return found
+        return None
+
+
+class _Collect:
+    """Stands in for a grpc.Server for the generated ``add_*_to_server`` functions: keeps their handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: list[grpc.GenericRpcHandler[Any, Any]] = []
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.handlers.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+        """The same methods reach us through the generic handlers above."""
+
+
 class PluginServer:
-    def __init__(self, app_version: int) -> None:
+    def __init__(self, app_version: int, make_plugin: Callable[[], ServedPlugin]) -> None:
         self.app_version = app_version
         self.lifecycle = Lifecycle()
-        self.app = PluginApp()
-        self.health = health.HealthServicer()
+        self._make_plugin = make_plugin
+        self.plugin: ServedPlugin | None = None
+        self.health: health.HealthServicer | None = None
         self.socket_dir = ""
         self.server: grpc.Server | None = None
+        self._deferred = _Deferred()
         self._sigints = 0
 
     def run(self) -> int:
@@ -108,6 +163,11 @@ class PluginServer:
             self._remove_socket_dir()
             return 1
         announce(handshake.handshake_line(socket_path, self.app_version))
+        try:
+            self._deferred.fill(self._services())
+        except Exception as exc:
+            log.error("cannot load the plugin's services: %s", exc, exc_info=True)
+            self.lifecycle.request_stop("services failed to load")
         log.debug("serving", extra={"fields": {"socket": socket_path, "pid": os.getpid()}})
         while not self.lifecycle.stopping.wait(1.0):
             pass
@@ -116,15 +176,28 @@ class PluginServer:
 
     def _build_server(self) -> grpc.Server:
         server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"))
+        server.add_generic_rpc_handlers((self._deferred,))
+        return server
+
+    def _services(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+        """Import and build every service (after the handshake: see the module docstring)."""
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+        from nomad_plugin._proto.goplugin import grpc_broker_pb2_grpc, grpc_controller_pb2_grpc, grpc_stdio_pb2_grpc
+        from nomad_plugin.goplugin.services import Broker, Controller, Stdio
+
+        self.plugin = self._make_plugin()
+        self.health = health.HealthServicer()
         self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        server: Any = _Collect()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(Controller(self.lifecycle), server)
         grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(Stdio(self.lifecycle), server)
         grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(Broker(self.lifecycle), server)
-        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
-        add_device_service(DeviceService(self.app, self.lifecycle), server)
-        return server
+        self.plugin.register(server, self.lifecycle)
+        handlers: list[grpc.GenericRpcHandler[Any, Any]] = server.handlers
+        return handlers
 
     def _install_signals(self) -> None:
         signal.signal(signal.SIGINT, self._on_sigint)
@@ -140,7 +213,8 @@ class PluginServer:
     def _stop(self) -> None:
         started = time.monotonic()
         log.debug("stopping", extra={"fields": {"reason": self.lifecycle.stop_reason}})
-        self.health.enter_graceful_shutdown()
+        if self.health is not None:
+            self.health.enter_graceful_shutdown()
         stopped = self.server.stop(STOP_GRACE) if self.server is not None else threading.Event()
         closer = threading.Thread(target=self._close_app, name="app-close", daemon=True)
         closer.start()
@@ -152,8 +226,10 @@ class PluginServer:
         log.debug("stopped", extra={"fields": {"seconds": round(time.monotonic() - started, 3)}})
 
     def _close_app(self) -> None:
+        if self.plugin is None:
+            return
         try:
-            self.app.close()
+            self.plugin.close()
         except Exception as exc:
             log.error("PluginApp.close() failed: %s", exc, exc_info=True)
 

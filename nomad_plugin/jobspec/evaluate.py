@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from nomad_plugin.jobspec import versions
 from nomad_plugin.jobspec.parse import DeviceRequest, Rule
 from nomad_plugin.jobspec.units import compare, humanize, kind, parse_attribute, render
-from nomad_plugin.launcher.types import Attribute, DeviceGroup
+from nomad_plugin.nomad_view.types import Attribute, DeviceGroup
 
 MIG_SLICE_SIZES = (1, 2, 3, 4, 7)  # XDM's ``slice`` values; the group's slice_sizes attribute wins
 

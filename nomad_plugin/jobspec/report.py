@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from nomad_plugin.jobspec.evaluate import GroupVerdict, RequestVerdict, RuleResult
-from nomad_plugin.launcher.render import Style
+from nomad_plugin.nomad_view.render import Style
 
 
 def _rule_json(r: RuleResult) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from nomad_plugin.launcher.types import Attribute
+from nomad_plugin.nomad_view.types import Attribute
 
 BYTE, BYTE_RATE, HERTZ, WATT = "bytes", "bytes/s", "hertz", "watts"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from nomad_plugin.launcher.config import LauncherConfigError, full_config, load_config, msgpack_config
 from nomad_plugin.launcher.process import LaunchError, PluginProcess, Stream
 from nomad_plugin.launcher.session import Session, launch, wait_for_devices
-from nomad_plugin.launcher.types import Attribute, Device, DeviceGroup, InstanceStats, Reservation, StatValue
+from nomad_plugin.nomad_view.types import Attribute, Device, DeviceGroup, InstanceStats, Reservation, StatValue
 
 __all__ = [
     "Attribute",

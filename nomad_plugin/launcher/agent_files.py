@@ -17,7 +17,7 @@ from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.launcher.config import LauncherConfigError, _plain_config, read_agent_file
-from nomad_plugin.launcher.hclvalue import labelled, unlabelled
+from nomad_plugin.util.hclvalue import labelled, unlabelled
 
 AGENT_SUFFIXES = (".hcl", ".json")
 

@@ -20,7 +20,8 @@ import msgpack
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.launcher.hclvalue import HclValueError, is_expression, is_meta, labelled, plain, unlabelled
+from nomad_plugin.util.hclerrors import describe_hcl_error
+from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, labelled, plain, unlabelled
 
 
 class LauncherConfigError(ValueError):
@@ -36,8 +37,7 @@ def read_agent_file(path: str | Path) -> dict[str, Any]:
     try:
         parsed: dict[str, Any] = hcl2.loads(text)
     except Exception as exc:  # lark raises many types; all mean "not valid HCL"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LauncherConfigError(f"{path} is not valid HCL: {first}") from None
+        raise LauncherConfigError(describe_hcl_error(exc, text, str(path))) from None
     return parsed
 
 
@@ -144,7 +144,9 @@ def msgpack_config(config: dict[str, Any]) -> bytes:
 def load_config(
     plugin_config: str | Path | None = None, overrides: list[str] | None = None, name: str = PLUGIN_NAME
 ) -> dict[str, Any]:
-    """File (optional) + ``key=value`` overrides -> the full config map Nomad would build."""
-    user = plugin_config_from_file(plugin_config, name) if plugin_config else {}
+    """File or agent config directory, HCL or JSON (optional) + ``key=value`` overrides -> the full config map."""
+    from nomad_plugin.launcher.agent_files import find_plugin_blocks, plugin_user_config
+
+    user = plugin_user_config(find_plugin_blocks(plugin_config), plugin_config, name) if plugin_config else {}
     extra = dict(parse_override(o) for o in overrides or [])
     return full_config(user, extra)

@@ -1,10 +1,10 @@
-"""Protobuf messages from the plugin -> :mod:`nomad_plugin.launcher.types` values."""
+"""Protobuf messages from the plugin -> :mod:`nomad_plugin.nomad_view.types` values."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from nomad_plugin.launcher.types import (
+from nomad_plugin.nomad_view.types import (
     Attribute,
     Device,
     DeviceGroup,

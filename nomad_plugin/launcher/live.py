@@ -19,7 +19,7 @@ from typing import Any
 from nomad_plugin.config.options import DEFAULT_SOCKET_DIR
 from nomad_plugin.launcher.config import load_config
 from nomad_plugin.launcher.session import Session, launch, wait_for_devices
-from nomad_plugin.launcher.types import DeviceGroup
+from nomad_plugin.nomad_view.types import DeviceGroup
 
 DP2MGR, CONFIG_DAEMON = "dp2mgr.sock", "config-daemon.sock"
 

@@ -27,9 +27,9 @@ import grpc
 
 from nomad_plugin._proto.goplugin import grpc_controller_pb2, grpc_controller_pb2_grpc
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
-from nomad_plugin.cli.main import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
+from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 from nomad_plugin.launcher import convert
-from nomad_plugin.launcher.types import DeviceGroup, InstanceStats, Reservation
+from nomad_plugin.nomad_view.types import DeviceGroup, InstanceStats, Reservation
 
 T = TypeVar("T")
 KILL_GRACE = 2.0  # go-plugin: Shutdown, then SIGKILL after 2 s

@@ -18,7 +18,7 @@ from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.launcher.command import plugin_command, plugin_env
 from nomad_plugin.launcher.config import msgpack_config
 from nomad_plugin.launcher.process import LaunchError, PluginInfo, PluginProcess, Stream
-from nomad_plugin.launcher.types import DeviceGroup
+from nomad_plugin.nomad_view.types import DeviceGroup
 
 
 @dataclass

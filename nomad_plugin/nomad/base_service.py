@@ -15,13 +15,13 @@ import grpc
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc
-from nomad_plugin.app import PluginApp
 from nomad_plugin.config.decode import decode_config, secret_values
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.config.schema import config_spec
 from nomad_plugin.goplugin import logging as hclog
 from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.nomad.device_service import grpc_status_for
+from nomad_plugin.nomad.ports import ConfigTarget
 
 DEVICE_API_VERSION = "v0.1.0"
 # go-version equality: Nomad may echo either spelling back in SetConfig.
@@ -40,7 +40,7 @@ def plugin_info() -> base_pb2.PluginInfoResponse:
 
 
 class BaseService(base_pb2_grpc.BasePluginServicer):
-    def __init__(self, app: PluginApp) -> None:
+    def __init__(self, app: ConfigTarget) -> None:
         self._app = app
         self._lock = threading.Lock()
         self._applied: PluginConfig | None = None
@@ -64,7 +64,7 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"plugin_api_version {version[:40]!r} is not supported; allowed: {DEVICE_API_VERSION}",
             )
-        from nomad_plugin.backends import validate_config  # after the handshake, off the launch path
+        from nomad_plugin.backend_select import validate_config  # after the handshake, off the launch path
 
         try:
             config = decode_config(request.msgpack_config)

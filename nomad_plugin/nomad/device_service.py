@@ -20,7 +20,6 @@ from typing import TypeVar
 import grpc
 
 from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
-from nomad_plugin.app import PluginApp
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import (
@@ -30,6 +29,7 @@ from nomad_plugin.model.errors import (
     PluginError,
     ReservationRejected,
 )
+from nomad_plugin.nomad.ports import DeviceEngines
 from nomad_plugin.util.backoff import Backoff
 
 DEFAULT_STATS_INTERVAL = 1.0  # seconds, when Nomad sends no or a zero interval
@@ -62,7 +62,7 @@ def stats_interval(request: device_pb2.StatsRequest) -> float:
 
 
 class DeviceService(device_pb2_grpc.DevicePluginServicer):
-    def __init__(self, app: PluginApp, lifecycle: Lifecycle, retry: Callable[[], Backoff] = Backoff) -> None:
+    def __init__(self, app: DeviceEngines, lifecycle: Lifecycle, retry: Callable[[], Backoff] = Backoff) -> None:
         self._app = app
         self._lifecycle = lifecycle
         self._retry = retry

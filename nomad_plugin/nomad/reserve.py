@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from nomad_plugin._proto.nomad import device_pb2
-from nomad_plugin.backend import Backend
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
+from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind

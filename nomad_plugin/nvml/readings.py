@@ -81,11 +81,11 @@ def _card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     rows = lib.optional(nvml, "nvmlDeviceGetRemappedRows", handle)
     if rows is not None:
         values["remapped_rows_total"] = int(rows[0]) + int(rows[1])
-    values.update(_official_values(nvml, handle))
+    values.update(official_values(nvml, handle))
     return values
 
 
-def _official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
+def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     """The readings only nomad-device-nvidia's stats show: encoder/decoder, BAR1, ECC by location.
 
     ECC counts are corrected errors since the last driver load (volatile), per

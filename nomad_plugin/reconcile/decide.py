@@ -65,7 +65,9 @@ def decide(
     grace: float,
     timers: Timers,
     complete: bool = True,
+    unconfirmed: frozenset[str] = frozenset(),
 ) -> Decision:
+    """``unconfirmed``: claimed allocation ids missing from ``allocs`` that Nomad did not confirm gone."""
     entries = list(entries)
     allocs = list(allocs)
     by_id = {a.id: a for a in allocs}
@@ -80,7 +82,7 @@ def decide(
             timers.claims[entry.grant_id] = Claim(holder.id, holder.namespace, holder.job)
             timers.orphaned_since.pop(entry.grant_id, None)
             continue
-        why = _evidence(timers.claims.get(entry.grant_id), by_id, complete)
+        why = _evidence(timers.claims.get(entry.grant_id), by_id, complete, unconfirmed)
         if why is None:
             timers.orphaned_since.pop(entry.grant_id, None)
             unverifiable.append(entry.grant_id)
@@ -118,12 +120,16 @@ def decide(
     return Decision(tuple(release), tuple(new_leaks), min(deadlines) if deadlines else None, tuple(unverifiable))
 
 
-def _evidence(claim: Claim | None, by_id: dict[str, AllocView], complete: bool) -> str | None:
+def _evidence(
+    claim: Claim | None, by_id: dict[str, AllocView], complete: bool, unconfirmed: frozenset[str]
+) -> str | None:
     """Why an orphaned grant may be released, or None when there is no evidence."""
     if claim is not None:
         seen = by_id.get(claim.alloc_id)
         if seen is not None:
             return f"{claim.describe()} ended ({seen.client_status})"
+        if claim.alloc_id in unconfirmed and not complete:
+            return None  # gone from the list, but Nomad did not say it was garbage-collected
         return f"{claim.describe()} ended (garbage-collected)"
     if complete:
         return "no live allocation on this node holds its devices (the token sees every namespace)"

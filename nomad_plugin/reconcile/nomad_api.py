@@ -39,9 +39,10 @@ def go_duration(seconds: float) -> str:
 class NomadApiError(Exception):
     """The agent could not answer; ``kind`` is unreachable/timeout/forbidden/http/bad-response."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: str, status: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
+        self.status = status  # the HTTP status, when there was one
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,22 @@ class NomadClient:
             raise NomadApiError(f"node allocations answer: {exc}", "bad-response") from None
         return AllocPage(allocs=allocs, index=new_index)
 
+    def allocation(self, alloc_id: str) -> AllocView | None:
+        """One allocation by id; None when Nomad no longer has it (404: garbage-collected).
+
+        Raises ``NomadApiError`` (``forbidden`` when the token cannot read its namespace).
+        """
+        try:
+            body, _ = self._get(f"/v1/allocation/{quote(alloc_id, safe='')}", {}, self.settings.timeout)
+        except NomadApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        try:
+            return parse_alloc(body)
+        except ValueError as exc:
+            raise NomadApiError(f"allocation answer: {exc}", "bad-response") from None
+
     def token_self(self) -> dict[str, Any] | None:
         """The token's own ACL token object; None when the cluster runs without ACLs.
 
@@ -254,7 +271,9 @@ class NomadClient:
                 f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs {need})", "forbidden"
             )
         if resp.status_code != 200:
-            raise NomadApiError(f"Nomad API {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http")
+            raise NomadApiError(
+                f"Nomad API {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http", resp.status_code
+            )
         try:
             body = resp.json()
         except ValueError:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.counters import LifecycleCounters
 from nomad_plugin.reconcile.decide import Timers, decide
-from nomad_plugin.reconcile.nomad_api import AllocPage, NomadApiError, NomadClient
+from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
+from nomad_plugin.reconcile.release_port import GrantReleaser
 from nomad_plugin.reconcile.state import ReconcilerState, load_state, save_state
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
 from nomad_plugin.util.backoff import Backoff
@@ -40,7 +40,7 @@ VISIBILITY_PERIOD = 300.0
 class Reconciler:
     def __init__(
         self,
-        reserver: Reserver,
+        reserver: GrantReleaser,
         client: NomadClient | None,
         catalog_source: Callable[[], Catalog],
         *,
@@ -147,7 +147,15 @@ class Reconciler:
         except NomadApiError as exc:
             # Keep what we knew (nothing = incomplete); try again soon.
             self._next_visibility = now + min(30.0, self.visibility_period)
-            log.warning("reconciler: could not check what the Nomad token can see: %s", exc)
+            if self.visibility is None:
+                self.counters.set("view_incomplete", 1)
+            log.warning(
+                "reconciler: could not check what the Nomad token can see (%s); %s",
+                exc,
+                "until it can, grants are released only on evidence"
+                if not self.view_complete
+                else "keeping the last answer",
+            )
             return
         self._next_visibility = now + self.visibility_period
         changed = self.visibility is None or self.visibility.complete != visibility.complete
@@ -176,14 +184,18 @@ class Reconciler:
         now = self.clock()
         self.last_page = page
         complete = self.client is None or self.view_complete
+        allocs, unconfirmed = list(page.allocs), frozenset[str]()
+        if not complete:
+            allocs, unconfirmed = self._confirm_missing_claims(allocs)
         decision = decide(
             self.reserver.entries(),
-            page.allocs,
+            allocs,
             self.catalog_source().all_ids(),
             now,
             self.grace,
             self.timers,
             complete=complete,
+            unconfirmed=unconfirmed,
         )
         self._next_deadline = decision.next_deadline
         for grant_id, why in decision.release:
@@ -211,6 +223,27 @@ class Reconciler:
                 ", ".join(sorted(alloc.device_ids)),
             )
         self._save_state(now)
+
+    def _confirm_missing_claims(self, allocs: list[AllocView]) -> tuple[list[AllocView], frozenset[str]]:
+        """With an incomplete view, ask Nomad about each claimed allocation missing from the list.
+
+        ``GET /v1/allocation/<id>``: 404 means garbage-collected (evidence);
+        an answer is used like a list entry; anything else (403 after a
+        policy change, an error) leaves it unconfirmed: no evidence.
+        """
+        assert self.client is not None
+        present = {a.id for a in allocs}
+        unconfirmed: set[str] = set()
+        for claim in {c.alloc_id for c in self.timers.claims.values()} - present:
+            try:
+                found = self.client.allocation(claim)
+            except NomadApiError as exc:
+                log.info("reconciler: allocation %s left the list but Nomad did not confirm it ended: %s", claim, exc)
+                unconfirmed.add(claim)
+                continue
+            if found is not None:
+                allocs.append(found)
+        return allocs, frozenset(unconfirmed)
 
     def _save_state(self, now: float) -> None:
         if self.state_path is None:

@@ -23,8 +23,8 @@ from typing import Any
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import JournalEntry
-from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import AllocView
+from nomad_plugin.reconcile.release_port import GrantReleaser
 
 log = get_logger(__name__)
 
@@ -101,7 +101,7 @@ class RequestWatcher:
 
     def __init__(
         self,
-        reserver: Reserver,
+        reserver: GrantReleaser,
         data_dir: str | os.PathLike[str],
         live_holder: Callable[[JournalEntry], AllocView | None],
         period: float = 0.5,

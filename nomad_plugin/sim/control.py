@@ -13,16 +13,42 @@ import math
 import socket
 import socketserver
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nomad_plugin.goplugin.logging import get_logger
-
-if TYPE_CHECKING:
-    from nomad_plugin.sim.simulator import Simulator
+from nomad_plugin.sim.grants import GrantRecord
 
 log = get_logger("sim")
+
+
+class ControlTarget(Protocol):
+    """What the control channel drives: ``sim.simulator.Simulator`` satisfies it.
+
+    A Protocol here, so that the simulator imports its control channel and
+    not the other way round (docs/architecture.md).
+    """
+
+    def status(self) -> dict[str, Any]: ...
+    def grants(self) -> Mapping[str, GrantRecord]: ...
+    def set_health(self, minor: int, healthy: bool, reason: str = "") -> None: ...
+    def remove_device(self, minor: int) -> None: ...
+    def add_device(self, minor: int) -> None: ...
+    def restart(self, downtime: float = 0.5, *, schema: str | None = None) -> None: ...
+    def set_reflection(self, on: bool) -> None: ...
+    def crash(self) -> None: ...
+    def revive(self) -> None: ...
+    def slow_start(self, seconds: float) -> None: ...
+    def set_latency(self, rpc: str, seconds: float) -> None: ...
+    def set_drift(self, mode: str | None) -> None: ...
+    def set_error_mode(self, mode: str) -> None: ...
+    def set_enabled(self, enabled: bool) -> None: ...
+    def set_duplicate_id_mode(self, mode: str) -> None: ...
+    def set_release_unknown(self, mode: str) -> None: ...
+    def set_exporter_state(self, state: str) -> None: ...
+    def close_streams(self) -> None: ...
+
 
 COMMANDS: dict[str, str] = {
     "status": "summary: cards, health, grants, drift, error mode",
@@ -59,7 +85,7 @@ def _seconds(text: str) -> float:
         raise ValueError(f"seconds: {text!r} is not a number") from None
 
 
-def _health(sim: Simulator, args: list[str]) -> Any:
+def _health(sim: ControlTarget, args: list[str]) -> Any:
     if len(args) < 2 or args[1].lower() not in ("healthy", "unhealthy"):
         raise ValueError("usage: health MINOR healthy|unhealthy [REASON]")
     sim.set_health(_minor(args[0]), args[1].lower() == "healthy", " ".join(args[2:]))
@@ -78,11 +104,11 @@ def _arg(args: list[str], usage: str) -> str:
     return args[0]
 
 
-def _grants(sim: Simulator) -> dict[str, Any]:
+def _grants(sim: ControlTarget) -> dict[str, Any]:
     return {gid: g.to_json() for gid, g in sim.grants().items()}
 
 
-_HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
+_HANDLERS: dict[str, Callable[[ControlTarget, list[str]], Any]] = {
     "status": lambda sim, a: sim.status(),
     "grants": lambda sim, a: _grants(sim),
     "health": _health,
@@ -109,7 +135,7 @@ _HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
 }
 
 
-def run_command(sim: Simulator, argv: list[str]) -> Any:
+def run_command(sim: ControlTarget, argv: list[str]) -> Any:
     """Apply one control command to ``sim``; ValueError for bad input."""
     if not argv:
         raise ValueError("empty command")
@@ -123,7 +149,7 @@ def run_command(sim: Simulator, argv: list[str]) -> Any:
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     block_on_close = False
-    sim: Simulator
+    sim: ControlTarget
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -145,7 +171,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 class ControlServer:
-    def __init__(self, sim: Simulator, path: Path) -> None:
+    def __init__(self, sim: ControlTarget, path: Path) -> None:
         self.path = path
         self.sim = sim
         self._server: _Server | None = None

@@ -30,7 +30,6 @@ from nomad_plugin.stats.layout import (
     GrantLookup,
     _Allotment,
     _allotment,
-    _card_for,
     _granted_part,
     _summary,
     _timestamp,
@@ -44,12 +43,21 @@ _MAX_STATIC = 65536  # bound on cached static parts (far above any node's instan
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL[value]
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_SMALL = [bytes((i,)) for i in range(0x80)]
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -60,6 +68,10 @@ def _field(number: int, payload: bytes) -> bytes:
 _GROUPS = device_pb2.StatsResponse.DESCRIPTOR.fields_by_name["groups"].number
 _INSTANCES = device_pb2.DeviceGroupStats.DESCRIPTOR.fields_by_name["instance_stats"].number
 _MAP_KEY, _MAP_VALUE = 1, 2  # protobuf's map entry layout
+_STATS = device_pb2.DeviceStats.DESCRIPTOR.fields_by_name["stats"].number
+_SUMMARY = device_pb2.DeviceStats.DESCRIPTOR.fields_by_name["summary"].number
+_INSTANCE_TAG = _varint((_INSTANCES << 3) | _LEN)
+_VALUE_TAG = _varint((_MAP_VALUE << 3) | _LEN)
 
 
 def _age_and_time(newest: float | None, now: float, wall_offset: float) -> device_pb2.DeviceStats:
@@ -99,6 +111,7 @@ class StatsAssembler:
         self._catalog: Catalog | None = None
         self._static: dict[tuple[str, int], bytes] = {}
         self._headers: dict[tuple[str, str, str], bytes] = {}
+        self._keys: dict[str, bytes] = {}  # instance id -> its encoded map key
 
     def build(
         self,
@@ -113,8 +126,15 @@ class StatsAssembler:
         if catalog is not self._catalog:
             self._catalog = catalog
             self._static.clear()
+            self._keys.clear()
         stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
         cards: dict[str, _CardParts] = {}
+        by_uuid: dict[str, Card] = {}
+        by_minor: dict[int, Card] = {}
+        for known in inventory.cards:  # first match wins, as Inventory.by_uuid/by_minor (linear scans)
+            by_uuid.setdefault(known.uuid, known)
+            by_minor.setdefault(known.minor, known)
+        keys = self._keys
         out: list[bytes] = []
         for group in catalog.groups:
             key = (group.key.vendor, group.key.device_type, group.key.name)
@@ -124,14 +144,20 @@ class StatsAssembler:
                 self._headers[key] = header
             parts = [header]
             for inst in group.instances:
-                card = _card_for(inst, inventory)
+                card = by_uuid.get(inst.card_uuid) or by_minor.get(inst.minor)
                 card_parts = cards.get(inst.card_uuid)
                 if card_parts is None:
                     card_parts = self._card_parts(inst, card, cache, now, stale_after, wall_offset)
                     cards[inst.card_uuid] = card_parts
-                body = self._instance(inst, card, card_parts, cache, grant_of, now, stale_after, wall_offset)
-                entry = _field(_MAP_KEY, inst.id.encode()) + _field(_MAP_VALUE, body)
-                parts.append(_field(_INSTANCES, entry))
+                a, b, c = self._instance(inst, card, card_parts, cache, grant_of, now, stale_after, wall_offset)
+                key_bytes = keys.get(inst.id)
+                if key_bytes is None:
+                    key_bytes = keys[inst.id] = _field(_MAP_KEY, inst.id.encode())
+                # Pieces, joined once per group: no per-instance copies of the (large) card body.
+                body_len = len(a) + len(b) + len(c)
+                value_head = _VALUE_TAG + _varint(body_len)
+                entry_len = len(key_bytes) + len(value_head) + body_len
+                parts += (_INSTANCE_TAG, _varint(entry_len), key_bytes, value_head, a, b, c)
             out.append(_field(_GROUPS, b"".join(parts)))
         return b"".join(out)
 
@@ -142,10 +168,10 @@ class StatsAssembler:
         values = _Values(now, stale_after)
         readings = cache.card_readings([inst.card_uuid, str(inst.minor)])
         obj = card_object(readings, card, values)
-        body = device_pb2.DeviceStats(stats=obj)
-        summary = device_pb2.DeviceStats(summary=obj.attributes["Memory state"])
+        body = _field(_STATS, obj.SerializeToString())  # DeviceStats{stats: obj}, without copying obj
+        summary = _field(_SUMMARY, obj.attributes["Memory state"].SerializeToString())
         tail = _age_and_time(values.newest, now, wall_offset).SerializeToString()
-        return _CardParts(body.SerializeToString(), values.newest, tail, summary.SerializeToString())
+        return _CardParts(body, values.newest, tail, summary)
 
     def _instance(
         self,
@@ -157,9 +183,10 @@ class StatsAssembler:
         now: float,
         stale_after: float,
         wall_offset: float,
-    ) -> bytes:
+    ) -> tuple[bytes, bytes, bytes]:
+        """The instance's DeviceStats as three pieces to concatenate: card body, own part, tail."""
         if inst.kind is Kind.WHOLE:
-            return parts.body + parts.whole_summary + parts.tail
+            return parts.body, parts.whole_summary, parts.tail
         grant = grant_of(inst.id)
         allot = _allotment(inst, card, grant, cache)
         if grant is None and not allot.readings:
@@ -170,14 +197,14 @@ class StatsAssembler:
                 static = self._own_part(inst, allot, _Values(now, stale_after)).SerializeToString()
                 if len(self._static) < _MAX_STATIC:
                     self._static[key] = static
-            return parts.body + static + parts.tail
+            return parts.body, static, parts.tail
         values = _Values(now, stale_after)
         values.newest = parts.newest
         own = self._own_part(inst, allot, values)
         if values.newest == parts.newest:
-            return parts.body + own.SerializeToString() + parts.tail
+            return parts.body, own.SerializeToString(), parts.tail
         tail = _age_and_time(values.newest, now, wall_offset)
-        return parts.body + own.SerializeToString() + tail.SerializeToString()
+        return parts.body, own.SerializeToString(), tail.SerializeToString()
 
     @staticmethod
     def _own_part(inst: Instance, allot: _Allotment, values: _Values) -> device_pb2.DeviceStats:

@@ -24,6 +24,7 @@ from nomad_plugin.model.metrics import ALL_METRIC_NAMES, GRANT_LABEL, MetricSamp
 
 Clock = Callable[[], float]
 DEFAULT_MAX_ENTRIES = 16384
+_KNOWN_NAMES = frozenset(ALL_METRIC_NAMES.values())
 
 
 class Reading(NamedTuple):
@@ -52,6 +53,9 @@ class MetricsCache:
         self._lock = threading.Lock()
         # ("card" | "grant", key, metric name) -> Reading; order = least recently updated first.
         self._data: OrderedDict[tuple[str, str, str], Reading] = OrderedDict()
+        # The same readings of the known metrics by (scope, key): one lookup per card or grant
+        # instead of one per metric name (the layout asks for every instance, every tick).
+        self._by_key: dict[tuple[str, str], dict[str, Reading]] = {}
         self._last_update: float | None = None
         self._source = ""
         self._updates = 0
@@ -61,8 +65,10 @@ class MetricsCache:
         now = self._clock()
         kept = 0
         names = ALL_METRIC_NAMES
+        known = _KNOWN_NAMES
         with self._lock:
             data = self._data
+            by_key = self._by_key
             move_to_end = data.move_to_end
             for sample in samples:
                 name = sample.name or names.get(sample.metric_id, "")
@@ -73,10 +79,21 @@ class MetricsCache:
                 key = ("grant", grant, name) if grant else ("card", sample.device, name)
                 if key in data:
                     move_to_end(key)
-                data[key] = Reading(float(sample.value), now, sample.timestamp_ms)
+                reading = Reading(float(sample.value), now, sample.timestamp_ms)
+                data[key] = reading
+                if name in known:
+                    group = by_key.get(key[:2])
+                    if group is None:
+                        group = by_key[key[:2]] = {}
+                    group[name] = reading
                 kept += 1
-            while len(self._data) > self._max:
-                self._data.popitem(last=False)
+            while len(data) > self._max:
+                (scope, owner, name), _ = data.popitem(last=False)
+                group = by_key.get((scope, owner))
+                if group is not None:
+                    group.pop(name, None)
+                    if not group:
+                        del by_key[(scope, owner)]
             self._last_update = now
             self._updates += 1
             if source:
@@ -101,29 +118,27 @@ class MetricsCache:
 
     def card_readings(self, devices: Iterable[str]) -> dict[str, Reading]:
         """Every metric for one card (named by minor and/or UUID), freshest per name."""
-        keys = [d for d in devices if d]
         out: dict[str, Reading] = {}
         with self._lock:
-            for name in ALL_METRIC_NAMES.values():
-                for device in keys:
-                    found = self._data.get(("card", device, name))
-                    if found is not None:
-                        seen = out.get(name)
-                        if seen is None or found.received > seen.received:
-                            out[name] = found
+            for device in devices:
+                group = self._by_key.get(("card", device)) if device else None
+                if not group:
+                    continue
+                if not out:
+                    out.update(group)
+                    continue
+                for name, found in group.items():
+                    seen = out.get(name)
+                    if seen is None or found.received > seen.received:
+                        out[name] = found
         return out
 
     def grant_readings(self, grant_id: str) -> dict[str, Reading]:
         """Every metric for one grant (samples labelled with its allocation id)."""
-        out: dict[str, Reading] = {}
         if not grant_id:
-            return out
+            return {}
         with self._lock:
-            for name in ALL_METRIC_NAMES.values():
-                found = self._data.get(("grant", grant_id, name))
-                if found is not None:
-                    out[name] = found
-        return out
+            return dict(self._by_key.get(("grant", grant_id), ()))
 
     def grant(self, grant_id: str, name: str) -> Reading | None:
         with self._lock:
@@ -141,6 +156,7 @@ class MetricsCache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._by_key.clear()
 
     def __len__(self) -> int:
         with self._lock:

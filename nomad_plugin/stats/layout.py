@@ -21,7 +21,8 @@ NVML gives those here too. XDM reports only totals by kind, so there "ECC
 memory errors" carries the corrected (single-bit) total over all locations
 (its desc says so), "ECC L1 errors"/"ECC L2 errors" are "N/A", and both
 totals are in ``xdm.``. "Encoder utilization", "Decoder utilization" and
-"BAR1 buffer state" come from NVML only ("N/A" when XDM is the only source).
+"BAR1 buffer state" come from NVML (``stats.nvml_extras`` on XDM nodes),
+"N/A" without it.
 
 A reading older than ``STALE_INTERVALS`` collection intervals keeps its
 value but its desc starts with "stale: last update N s ago"; "Stats age"
@@ -117,11 +118,9 @@ class _Values:
     def count(self, reading: Reading | None, unit: str, desc: str, scale: float = 1.0) -> stats_pb2.StatValue:
         if reading is None:
             return na(unit, desc)
-        return stats_pb2.StatValue(
-            int_numerator_val=wrappers_pb2.Int64Value(value=round(reading.value * scale)),
-            unit=unit,
-            desc=self._desc(reading, desc),
-        )
+        value = stats_pb2.StatValue(unit=unit, desc=self._desc(reading, desc))
+        value.int_numerator_val.value = round(reading.value * scale)  # in place: half the cost of a wrapper
+        return value
 
     def ratio(
         self, used: Reading | None, total: Reading | None, static_total: int, unit: str, desc: str
@@ -129,11 +128,8 @@ class _Values:
         """``used / total``; ``static_total`` (> 0) stands in for a missing total reading."""
         if used is None:
             return na(unit, desc)
-        value = stats_pb2.StatValue(
-            int_numerator_val=wrappers_pb2.Int64Value(value=round(used.value)),
-            unit=unit,
-            desc=self._desc(used, desc),
-        )
+        value = stats_pb2.StatValue(unit=unit, desc=self._desc(used, desc))
+        value.int_numerator_val.value = round(used.value)
         denominator = round(total.value) if total is not None else static_total
         if total is not None:
             self._desc(total, desc)
@@ -144,26 +140,34 @@ class _Values:
     def flag(self, reading: Reading | None, desc: str) -> stats_pb2.StatValue:
         if reading is None:
             return na("", desc)
-        return stats_pb2.StatValue(
-            bool_val=wrappers_pb2.BoolValue(value=reading.value != 0), desc=self._desc(reading, desc)
-        )
+        value = stats_pb2.StatValue(desc=self._desc(reading, desc))
+        value.bool_val.value = reading.value != 0
+        return value
 
     def text(self, reading: Reading | None, text: str, desc: str) -> stats_pb2.StatValue:
         if reading is None:
             return na("", desc)
-        return stats_pb2.StatValue(string_val=wrappers_pb2.StringValue(value=text), desc=self._desc(reading, desc))
+        value = stats_pb2.StatValue(desc=self._desc(reading, desc))
+        value.string_val.value = text
+        return value
 
 
 def na(unit: str, desc: str) -> stats_pb2.StatValue:
-    return stats_pb2.StatValue(string_val=wrappers_pb2.StringValue(value=NOT_AVAILABLE), unit=unit, desc=desc)
+    value = stats_pb2.StatValue(unit=unit, desc=desc)
+    value.string_val.value = NOT_AVAILABLE
+    return value
 
 
 def _int(value: int, unit: str, desc: str) -> stats_pb2.StatValue:
-    return stats_pb2.StatValue(int_numerator_val=wrappers_pb2.Int64Value(value=value), unit=unit, desc=desc)
+    out = stats_pb2.StatValue(unit=unit, desc=desc)
+    out.int_numerator_val.value = value
+    return out
 
 
 def _str(value: str, desc: str) -> stats_pb2.StatValue:
-    return stats_pb2.StatValue(string_val=wrappers_pb2.StringValue(value=value), desc=desc)
+    out = stats_pb2.StatValue(desc=desc)
+    out.string_val.value = value
+    return out
 
 
 # -- per-card and per-instance objects ---------------------------------------

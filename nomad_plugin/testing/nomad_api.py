@@ -145,7 +145,7 @@ class NomadApiDouble:
         self._roles: dict[str, tuple[str, list[str]]] = {}  # id -> (name, policies)
         self._tokens: dict[str, dict[str, Any]] = {}  # secret -> token object
         self.requests: list[tuple[str, str]] = []  # (path with query, token seen or "")
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -186,6 +186,7 @@ class NomadApiDouble:
         job: str = "job",
     ) -> None:
         vendor, dtype, name = [*device.split("/", 2), "", "", ""][:3]
+        ids = list(device_ids)
         now_ns = time.time_ns()
         with self._cond:
             self._index += 1
@@ -207,10 +208,32 @@ class NomadApiDouble:
                         self.task: {
                             "Cpu": {"CpuShares": 100},
                             "Memory": {"MemoryMB": 256},
-                            "Devices": [{"Vendor": vendor, "Type": dtype, "Name": name, "DeviceIDs": list(device_ids)}],
+                            "Devices": [{"Vendor": vendor, "Type": dtype, "Name": name, "DeviceIDs": ids}],
                         }
                     },
                     "Shared": {"DiskMB": 0},
+                },
+                # Nomad embeds the job the allocation was placed from (nomad_jobs.py adds volumes).
+                "Job": {
+                    "ID": job,
+                    "Name": job,
+                    "Namespace": namespace,
+                    "Type": "service",
+                    "TaskGroups": [
+                        {
+                            "Name": "group",
+                            "Count": 1,
+                            "Volumes": None,
+                            "Tasks": [
+                                {
+                                    "Name": self.task,
+                                    "Driver": "docker",
+                                    "Resources": {"Devices": [{"Name": f"{vendor}/{dtype}", "Count": len(ids)}]},
+                                    "VolumeMounts": None,
+                                }
+                            ],
+                        }
+                    ],
                 },
             }
             self._cond.notify_all()
@@ -394,6 +417,17 @@ class NomadApiDouble:
             "member": {"Name": "node-1.global", "Addr": "127.0.0.1", "Status": "alive", "Tags": {}},
             "stats": {"client": {"node_id": self.node_id, "known_servers": "127.0.0.1:4647"}},
         }
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a reconciler stopping) is normal here, not a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:

@@ -96,13 +96,11 @@ def add_alloc_with_job(
     desired_status: str = "run",
     job_id: str = "train",
 ) -> None:
-    """``double.add_alloc`` plus the embedded job (with host volumes when given) and DesiredStatus."""
+    """``double.add_alloc`` with a fuller embedded job (host volumes when given) and DesiredStatus."""
     ids = list(device_ids)
-    double.add_alloc(alloc_id, ids, status, device=device)
+    double.add_alloc(alloc_id, ids, status, device=device, job=job_id)
     with double._cond:
         alloc = double._allocs[alloc_id]
-        alloc["Namespace"] = "default"
-        alloc["JobID"] = job_id
         alloc["DesiredStatus"] = desired_status
         alloc["Job"] = job_json(job_id, str(alloc["TaskGroup"]), double.task, device, len(ids), volumes)
         double._index += 1

@@ -9,5 +9,5 @@
 - ``client``: ``XdmClient``, gRPC over the Unix sockets, error classification,
   service-name probing (R1, R13).
 - ``verify``: grant verification (R3, R4).
-- ``backend``: ``XdmBackend``, the ``nomad_plugin.backend.Backend`` for XDM.
+- ``backend``: ``XdmBackend``, the ``nomad_plugin.model.backend_port.Backend`` for XDM.
 """

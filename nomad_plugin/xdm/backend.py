@@ -1,4 +1,4 @@
-"""XdmBackend: the ``nomad_plugin.backend.Backend`` over XDM.
+"""XdmBackend: the ``nomad_plugin.model.backend_port.Backend`` over XDM.
 
 Two threads, both waiting on events (no busy loop):
 
@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
-from nomad_plugin.backend import InventoryListener
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.model.backend_port import InventoryListener
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
 from nomad_plugin.model.grant import Grant, GrantRequest

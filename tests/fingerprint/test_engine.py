@@ -318,3 +318,37 @@ def test_cancel_ends_stream_and_stop_is_idempotent(clock):
     s.close()
     engine.stop()
     engine.stop()
+
+
+def test_rebuilds_only_when_an_input_changed(clock, monkeypatch):
+    """Ticks and grants that block no other mode cost no rebuild (190 ms at 256 cards); real changes do."""
+    inv = h800_node(2)
+    u0, u1 = inv.cards[0].uuid, inv.cards[1].uuid
+    grants: dict[str, frozenset[Kind]] = {}
+    builds = {"n": 0}
+    real = fingerprint_engine.build_response
+
+    def counted(*args, **kwargs):
+        builds["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fingerprint_engine, "build_response", counted)
+    engine = make(FakeBackend(inv), clock, grants_view=lambda: dict(grants), cards=(CardRule("0", "tdm", shares=2),))
+    engine.start()
+    try:
+        s = Stream(engine)
+        s.next()
+        first = builds["n"]
+        for _ in range(5):
+            engine.reevaluate()  # what the timer does every tick
+        assert builds["n"] == first, "unchanged inputs were rebuilt"
+        grants[u1] = frozenset({Kind.WHOLE})  # card 1 only offers whole: blocks nothing
+        engine.reevaluate()
+        assert builds["n"] == first, "a grant that blocks no other mode was rebuilt"
+        grants[u0] = frozenset({Kind.WHOLE})  # card 0 also offers shares: they become unavailable
+        engine.reevaluate()
+        assert builds["n"] == first + 1
+        assert devices(s.next())[f"{u0}-share-0"][0] is False
+        s.close()
+    finally:
+        engine.stop()

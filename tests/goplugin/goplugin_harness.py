@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nomad_plugin.cli.main import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
+from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 
 REPO = Path(__file__).resolve().parents[2]
 HANDSHAKE = re.compile(r"^1\|2\|unix\|(/[^|]+)\|grpc$")

@@ -8,8 +8,8 @@ import tempfile
 
 import pytest
 
-from nomad_plugin.cli.main import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 from nomad_plugin.goplugin import handshake
+from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 
 
 def test_cookie() -> None:

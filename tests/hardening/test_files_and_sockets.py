@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.cli.main import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
+from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
 from nomad_plugin.journal.store import FILE_NAME, Journal
 from tests.conformance.hostlib import REPO, real_plugin
 

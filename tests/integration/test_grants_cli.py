@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
@@ -36,6 +38,12 @@ GRACE_S = 1.0
 def node() -> Iterator[Node]:
     with sim_node("h800-8") as n:
         yield n
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def acl_api(rules: str) -> NomadApiDouble:
@@ -102,6 +110,7 @@ def test_incomplete_view_keeps_hidden_grant_and_release_by_hand_while_running(
     plugin = launch()
     try:
         config = plugin_config(node, api)
+        config["metrics_port"] = free_port()
         configure(plugin, config)
         sets = cli_sets(config)
         ids, stream = first_device_ids(plugin, 4)
@@ -111,6 +120,15 @@ def test_incomplete_view_keeps_hidden_grant_and_release_by_hand_while_running(
         time.sleep(GRACE_S * 3)  # well past the grace period
         assert {hidden, seen} <= set(node.sim.grants()), "a running allocation's grant was released"
         assert any("allocation view is INCOMPLETE" in e["@message"] for e in entries(plugin))
+        assert any(e["@message"].startswith(f"grant {hidden} is kept") for e in entries(plugin))
+
+        def gauges_report_it() -> bool:
+            text = httpx.get(f"http://127.0.0.1:{config['metrics_port']}/metrics", timeout=5).text
+            return (
+                "lingjun_plugin_nomad_view_incomplete 1.0" in text and "lingjun_plugin_unverifiable_grants 1.0" in text
+            )
+
+        wait_for("the Prometheus gauges of the incomplete view", gauges_report_it, plugin)
 
         doc = listing(capsys, sets)
         assert doc["plugin_running"] is True and doc["nomad"]["view_complete"] is False

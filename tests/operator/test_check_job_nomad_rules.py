@@ -207,3 +207,15 @@ def test_hcl_errors_are_readable(text: str, needle: str) -> None:
     message = str(err.value)
     assert needle in message
     assert "Token(" not in message and "STRING_CHARS" not in message and "* " not in message
+
+
+def test_plugin_config_from_an_agent_directory_with_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--plugin-config` takes what `nomad agent -config` takes: a directory of *.hcl / *.json files."""
+    conf = tmp_path / "nomad.d"
+    conf.mkdir()
+    (conf / "client.hcl").write_text("client {\n  enabled = true\n}\n")
+    (conf / "lingjun.json").write_text(
+        json.dumps({"plugin": {"nomad-device-lingjun": {"config": {"default_mode": "mig"}}}})
+    )
+    code, doc = check(tmp_path, capsys, device_job("count = 3", "nvidia/gpu-mig"), "--plugin-config", str(conf))
+    assert code == 0 and doc["ok"] and doc["requests"][0]["chosen"].startswith("nvidia/gpu-mig/")

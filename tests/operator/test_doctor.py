@@ -172,6 +172,31 @@ def test_bad_config_names_the_option(setup: dict[str, Path], capsys: pytest.Capt
     assert found["config"]["status"] == "fail" and "default_mode" in found["config"]["summary"]
 
 
+@pytest.mark.parametrize(
+    ("content", "summary", "step"),
+    [
+        (f'plugin "{PLUGIN_NAME}" {{\n config {{\n  backend = \n }}\n', "not valid HCL", "fix the syntax"),
+        (f'plugin "{PLUGIN_NAME}" {{\n config {{\n  cout = 3\n }}\n}}\n', "cout", "refuses to start the agent"),
+        (None, "cannot read", "point --plugin-config at"),
+    ],
+    ids=["bad-hcl", "unknown-option", "missing-file"],
+)
+def test_config_findings_name_the_right_next_step(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], content: str | None, summary: str, step: str
+) -> None:
+    if content is None:
+        setup["config"].unlink()
+    else:
+        setup["config"].write_text(content)
+    code, found = run(setup, capsys)
+    assert code == 1 and found["config"]["status"] == "fail"
+    assert summary in found["config"]["summary"]
+    assert step in found["config"]["next_step"], found["config"]["next_step"]
+    assert "option named above" not in found["config"]["next_step"] or summary == "cout"
+    # An unreadable config says nothing about the plugin file's name (it is named right here).
+    assert found["plugin file"]["status"] != "fail", found["plugin file"]
+
+
 def test_runtime_missing_is_a_warning_only(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     (setup["root"] / "usr/local/harp/kitC/xpu-container-runtime").unlink()
     code, found = run(setup, capsys)

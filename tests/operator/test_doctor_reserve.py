@@ -221,3 +221,11 @@ def test_card_block_matching_no_card_is_a_doctor_warning(sim: Simulator, tmp_pat
     assert "include_types value 'gpus'" in warning["summary"]
     _, found = findings(capsys, xdm_args(sim), host(tmp_path))
     assert found["config vs cards"]["status"] == "ok"
+
+
+def test_broken_agent_hcl_is_named_by_line_and_column(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    agent = tmp_path / "agent.hcl"
+    agent.write_text(f'plugin "{PLUGIN_NAME}" {{\n  config {{\n    tdm_shares = 4 4\n  }}\n}}\n')
+    code, found = findings(capsys, ["--plugin-config", str(agent)], host(tmp_path))
+    summary = found["config"]["summary"]
+    assert code == 1 and f"{agent}:3:20: not valid HCL" in summary and "Token(" not in summary

@@ -8,7 +8,7 @@ from nomad_plugin.jobspec import evaluate_job, evaluate_request, parse_job_text
 from nomad_plugin.jobspec.evaluate import name_matches
 from nomad_plugin.jobspec.parse import DeviceRequest, JobParseError, Rule
 from nomad_plugin.jobspec.versions import check as version_check
-from nomad_plugin.launcher.types import Attribute, Device, DeviceGroup
+from nomad_plugin.nomad_view.types import Attribute, Device, DeviceGroup
 
 
 def group(

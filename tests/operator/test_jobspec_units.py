@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nomad_plugin.jobspec.units import UNITS, base_value, comparable, compare, parse_attribute
-from nomad_plugin.launcher.types import Attribute
+from nomad_plugin.nomad_view.types import Attribute
 
 
 @pytest.mark.parametrize(

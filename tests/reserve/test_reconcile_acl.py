@@ -235,3 +235,27 @@ def test_wait_is_sent_as_a_go_duration(tmp_path):
         assert bare.status_code == 400 and "Invalid wait time" in bare.text
     finally:
         api.stop()
+
+
+def test_claimed_allocation_hidden_by_a_policy_change_is_not_taken_for_gone(tmp_path):
+    """Absent from the list is not garbage-collected: GET /v1/allocation/<id> must say 404."""
+    api = acl_api(NARROW.replace('namespace "default"', 'namespace "team-b" { policy = "read" }\nnamespace "default"'))
+    try:
+        clock = Clock()
+        reserver, backend, rec = setup(tmp_path, api, clock)
+        gid = grant_of(reserver, [card_uuid(0)])
+        api.add_alloc("a-b", [card_uuid(0)], namespace="team-b", job="etl")
+        rec.round()
+        assert "a-b" in {a.id for a in rec.last_page.allocs}
+        api.add_policy("lingjun-plugin", NARROW)  # team-b is no longer readable: the allocation vanishes
+        for _ in range(3):
+            rec.round()
+            clock.now += 60
+        assert gid in backend.grants, "a claimed allocation hidden by a policy change was taken for gone"
+        api.remove_alloc("a-b")  # now Nomad really garbage-collects it: the lookup answers 404
+        rec.round()
+        clock.now += 6
+        rec.round()
+        assert gid not in backend.grants
+    finally:
+        api.stop()

@@ -76,3 +76,21 @@ def test_a_new_catalog_drops_the_cached_parts():
     same(assembler, catalog, inventory, cache, lambda _id: None, 5.0)
     smaller = Catalog(groups=(share_group(card(2), 2, 40),))
     same(assembler, smaller, inventory, cache, lambda _id: None, 5.0)
+
+
+def test_cache_lookups_by_card_and_grant_follow_updates_and_eviction():
+    clock = {"now": 1.0}
+    cache = MetricsCache(clock=lambda: clock["now"], max_entries=4)
+    cache.update([sample("GPU-0", "temperature_c", 40)])
+    clock["now"] = 2.0
+    cache.update([sample("0", "temperature_c", 41), sample("0", "memory_used_mib", 5, grant="g")])
+    readings = cache.card_readings(["GPU-0", "0"])
+    assert readings["temperature_c"].value == 41  # the freshest of the card's two names
+    assert cache.grant_readings("g")["memory_used_mib"].value == 5
+    clock["now"] = 3.0
+    cache.update([sample("GPU-0", "power_w", 90), sample("1", "power_w", 1), sample("1", "xid_errors", 0)])
+    # Four entries at most: the two oldest (GPU-0 and 0 temperatures) are gone.
+    assert cache.card_readings(["GPU-0", "0"]) == {"power_w": cache.card("GPU-0", "power_w")}
+    assert cache.grant_readings("g")["memory_used_mib"].value == 5
+    cache.clear()
+    assert cache.card_readings(["GPU-0"]) == {} and cache.grant_readings("g") == {}

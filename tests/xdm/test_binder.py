@@ -202,7 +202,7 @@ def test_proto_file_directory_and_descriptor_set_load(tmp_path: Path) -> None:
 
 
 def test_bad_paths_name_the_file_and_the_parser_message(tmp_path: Path) -> None:
-    from nomad_plugin.backends import validate_config
+    from nomad_plugin.backend_select import validate_config
     from nomad_plugin.config.model import PluginConfig
 
     broken = tmp_path / "api_outer.proto"

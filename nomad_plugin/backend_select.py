@@ -14,9 +14,9 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from nomad_plugin.backend import Backend, InventoryListener
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.model.backend_port import Backend, InventoryListener
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import TextIO
 
-from nomad_plugin.launcher.types import DeviceGroup, InstanceStats
+from nomad_plugin.nomad_view.types import DeviceGroup, InstanceStats
 
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 

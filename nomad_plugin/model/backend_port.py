@@ -2,7 +2,7 @@
 
 A backend owns its I/O and threads; the Nomad-facing services only see the
 plain types of ``nomad_plugin.model``. Implementations: ``nomad_plugin.xdm.backend``
-and ``nomad_plugin.nvml.backend``; ``nomad_plugin.backends.select`` picks one.
+and ``nomad_plugin.nvml.backend``; ``nomad_plugin.backend_select.select_backend`` picks one.
 """
 
 from __future__ import annotations

@@ -1,0 +1,36 @@
+"""What Nomad's services need from the engines behind them: two narrow ports.
+
+``BaseService`` and ``DeviceService`` are adapters from gRPC onto these
+Protocols; ``app.PluginApp`` satisfies both, and the composition root
+(``cli/serve.py``) hands it over. The services therefore never import the
+application that imports them (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from nomad_plugin._proto.nomad import device_pb2
+from nomad_plugin.config.model import PluginConfig
+
+
+class ConfigTarget(Protocol):
+    """Where a validated SetConfig goes (idempotent; raises a ``PluginError`` to refuse)."""
+
+    def set_config(self, config: PluginConfig) -> None: ...
+
+
+class DeviceEngines(Protocol):
+    """The three DevicePlugin calls, as plain iterators and values.
+
+    An implementation may also offer ``stats_bytes(interval, cancel)`` yielding
+    already serialised StatsResponses; ``DeviceService`` prefers it when present.
+    """
+
+    def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]: ...
+
+    def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse: ...
+
+    def stats(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]: ...
