@@ -161,6 +161,27 @@ def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, st
     assert "served by nvidia/gpu/NVIDIA H800" in check.stdout
 
 
+def test_binds_the_official_proto_without_python(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    """xdm_schema = "<.proto dir>" compiles with the bundled protoc and well-known types (issue 12)."""
+    import tempfile
+
+    from nomad_plugin.sim import Simulator
+
+    root = Path(tempfile.mkdtemp(prefix="dist-", dir="/tmp"))  # short: Unix socket paths
+    try:
+        with Simulator(root / "s", "h800-8", schema="foreign") as sim:
+            sim.schema.emit(root / "official")
+            probe = run(
+                [str(dist), "xdm-probe", "--socket-dir", str(root / "s"), "--set", f'xdm_schema="{root / "official"}"'],
+                no_python, tmp_path,
+            )  # fmt: skip
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out = probe.stdout + probe.stderr
+    assert probe.returncode == 0, out
+    assert "rpc ListAndWatch -> /ljrk.dp2mgr.v1.XpuDeviceManagerService/ListAndWatch" in out and "verdict: ok" in out
+
+
 def test_nvml_bindings_are_bundled(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
     """backend = "nvml" reaches NVML itself: no 'install nvidia-ml-py' hint (this box has no NVIDIA driver)."""
     fp = run([str(dist), "fingerprint", "--set", 'backend="nvml"', "--timeout", "5"], no_python, tmp_path)
