@@ -20,7 +20,7 @@ from .conftest import Client
 from .test_streams import Reader
 
 
-def _wait(predicate, timeout: float = 3.0) -> bool:
+def _wait(predicate, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -15,7 +15,7 @@ from nomad_plugin.stats.feed import MetricsFeed
 from nomad_plugin.util.backoff import Backoff
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
