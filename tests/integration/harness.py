@@ -83,11 +83,16 @@ def set_of(key: str, value: Any) -> str:
     return f"{key}={json.dumps(value)}"
 
 
-def first_fingerprint_with_devices(proc: HostProcess, timeout: float = 30) -> Event:
+# Deadlines bound waits for conditions only: several plugins and simulators may
+# start at once on a loaded 2-core box (test_conformance_profiles runs 6 in parallel).
+DEADLINE_S = 90
+
+
+def first_fingerprint_with_devices(proc: HostProcess, timeout: float = DEADLINE_S) -> Event:
     return proc.wait_for(lambda e: e["event"] == "fingerprint" and e["n_devices"] > 0, timeout=timeout)
 
 
-def reserve(proc: HostProcess, ids: list[str], tag: str, expect: str = "ok", timeout: float = 30) -> Event:
+def reserve(proc: HostProcess, ids: list[str], tag: str, expect: str = "ok", timeout: float = DEADLINE_S) -> Event:
     """Ask the plugin (through the host) to Reserve `ids`; return the reserve event."""
     proc.send({"op": "reserve", "ids": ids, "expect": expect, "tag": tag})
     return proc.wait_for(lambda e: e["event"] == "reserve" and e.get("tag") == tag, timeout=timeout)

@@ -286,6 +286,7 @@ def _check_grant(out: Outcome, tag: str, attrs: dict[GroupKey, dict[str, Any]]) 
         assert envs["PPU_VISIBLE_DEVICES"] in (",".join(str(c.minor) for c in cards), ",".join(c.uuid for c in cards))
 
 
+@pytest.mark.timeout(900)  # the first case's setup runs every profile (6 plugins at once)
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_profile_mode(outcomes: dict[str, Outcome | BaseException], case: Case) -> None:
     out = _outcome(outcomes, case)

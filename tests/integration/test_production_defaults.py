@@ -103,12 +103,15 @@ def test_xdm_enriched_from_nvml_in_the_real_process(node: Node, conformance_host
     assert "backend: xdm, enriched from NVML" in run.stderr
 
 
-def test_enrichment_is_off_without_nvml(node: Node, conformance_host: Path) -> None:
-    """The contrast: the same node without NVML carries none of those attributes."""
-    proc = _start(node, conformance_host, set_of("backend", "auto"), set_of("nvml_enrich", True))
+def test_enrichment_is_off_when_nvml_cannot_start(node: Node, conformance_host: Path) -> None:
+    """The contrast: NVML's driver is not loaded (nvmlInit fails): no NVML attributes, the node still serves."""
+    env = {**_nvml_env(_gpus_of(node, graphics_clock_mhz=1755)), "FAKE_NVML_INIT_ERROR": "9"}  # DRIVER_NOT_LOADED
+    proc = _start(node, conformance_host, set_of("backend", "auto"), set_of("nvml_enrich", True), env=env)
     fp = first_fingerprint_with_devices(proc, timeout=DEADLINE_S)
-    proc.finish()
+    run = proc.finish()
+    assert_conformant(run)
     assert all("cores_clock" not in g["attributes"] for g in fp["groups"]), fp["groups"][0]["attributes"]
+    assert "enriched from NVML" not in run.stderr
 
 
 def test_reserve_with_an_unusable_journal_fails_clearly_and_grants_nothing(node: Node, conformance_host: Path) -> None:

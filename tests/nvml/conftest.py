@@ -13,7 +13,7 @@ from nomad_plugin.testing.fake_pynvml import FakeNvml
 from nomad_plugin.util.backoff import Backoff
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

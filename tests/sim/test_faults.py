@@ -20,7 +20,7 @@ from .conftest import Client
 from .test_streams import Reader
 
 
-def _wait(predicate, timeout: float = 3.0) -> bool:
+def _wait(predicate, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -90,14 +90,15 @@ def test_crash_leaves_stale_socket_then_revive(sim_client):
 
 def test_slow_start(sim_client):
     sim, c = sim_client
-    sim.slow_start(0.6)
+    sim.slow_start(3.0)
     with pytest.raises(grpc.RpcError) as err:
         c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=0.2)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert len(c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=5).gpuInfos) == 8
+    assert len(c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=30).gpuInfos) == 8
+    # Once started, no more slow start: far below the 3 s it took (a bound a loaded box keeps).
     start = time.monotonic()
-    c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=5)
-    assert time.monotonic() - start < 0.3
+    c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=30)
+    assert time.monotonic() - start < 1.5
 
 
 def test_slow_start_after_crash_brings_sockets_back_hanging(sim_client):
@@ -112,13 +113,14 @@ def test_slow_start_after_crash_brings_sockets_back_hanging(sim_client):
 
 def test_latency_per_rpc_and_hang(sim_client):
     sim, c = sim_client
-    sim.set_latency("Allocate", 0.3)
+    sim.set_latency("Allocate", 3.0)
     start = time.monotonic()
     c.allocate("slow", {"minor": 0, "core": 5})
-    assert time.monotonic() - start >= 0.3
+    assert time.monotonic() - start >= 3.0
+    # Other RPCs keep no latency: far below Allocate's 3 s (a bound a loaded box keeps).
     start = time.monotonic()
-    c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=5)
-    assert time.monotonic() - start < 0.25
+    c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=30)
+    assert time.monotonic() - start < 1.5
     sim.set_latency("*", math.inf)
     with pytest.raises(grpc.RpcError) as err:
         c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=0.3)

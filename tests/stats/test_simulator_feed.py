@@ -49,7 +49,7 @@ class ClientMetrics:
             sub.cancel()
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

@@ -11,6 +11,7 @@ from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.engine import StatsEngine, effective_interval
+from tests.waiting import wait_until
 
 
 def test_zero_interval_means_one_second() -> None:
@@ -24,11 +25,15 @@ def test_first_response_at_once_then_per_interval(three_cards) -> None:  # type:
     cache = MetricsCache()
     cache.update([sample("GPU-0", "temperature_c", 44)])
     engine = StatsEngine(cache, lambda: catalog, lambda: inventory)
+    # The first response does not wait for an interval: with 600 s it still comes within a minute.
+    slow, got = threading.Event(), []
+    threading.Thread(target=lambda: got.append(next(engine.responses(600.0, slow))), daemon=True).start()
+    wait_until(lambda: got, "the first stats response of a 600 s-interval stream", timeout=60)
+    slow.set()
+    assert len(got[0].groups) == 3
     cancel = threading.Event()
     stream = engine.responses(0.05, cancel)
-    started = time.monotonic()
     first = next(stream)
-    assert time.monotonic() - started < 0.5
     assert len(first.groups) == 3
     assert first.groups[0].instance_stats["GPU-0"].stats.attributes["Temperature"].int_numerator_val.value == 44
     cache.update([sample("GPU-0", "temperature_c", 45)])
@@ -36,7 +41,7 @@ def test_first_response_at_once_then_per_interval(three_cards) -> None:  # type:
     second = next(stream)
     third = next(stream)
     elapsed = time.monotonic() - t0
-    assert 0.05 <= elapsed < 1.0  # paced by the interval, no burst
+    assert elapsed >= 0.05  # paced by the interval, no burst
     assert second.groups[0].instance_stats["GPU-0"].stats.attributes["Temperature"].int_numerator_val.value == 45
     assert len(third.groups) == 3
     cancel.set()
@@ -52,7 +57,7 @@ def test_cancel_while_waiting_ends_promptly(three_cards) -> None:  # type: ignor
     threading.Timer(0.05, cancel.set).start()
     started = time.monotonic()
     assert list(stream) == []
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # far below the 30 s interval it was waiting in
 
 
 def test_layout_error_sends_na_values_not_an_exception(three_cards) -> None:  # type: ignore[no-untyped-def]

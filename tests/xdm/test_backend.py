@@ -29,7 +29,7 @@ def _config(sockdir: Path, **kw: object) -> PluginConfig:
     return PluginConfig(**base)  # type: ignore[arg-type]
 
 
-def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+def _wait(pred: Callable[[], bool], timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if pred():
@@ -104,7 +104,7 @@ def test_resubscribe_after_restart_keeps_inventory(backend: XdmBackend, sim: obj
         _wait(lambda: backend.inventory().reachable and len(backend.inventory().cards) == 8)
         first = backend.resubscribes
         sim.restart(downtime=0.5)  # type: ignore[attr-defined]
-        _wait(lambda: backend.resubscribes > first and backend.inventory().reachable, timeout=15)
+        _wait(lambda: backend.resubscribes > first and backend.inventory().reachable, timeout=30)
         inv = backend.inventory()
         assert len(inv.cards) == 8
         assert backend.resubscribes - first <= 3, "resubscribed with backoff, not in a busy loop"
@@ -115,7 +115,7 @@ def test_resubscribe_after_restart_keeps_inventory(backend: XdmBackend, sim: obj
         assert inv.unreachable_reason.startswith(("connection-refused", "socket-missing", "unavailable"))
         assert inv.unreachable_since > 0
         sim.revive()  # type: ignore[attr-defined]
-        _wait(lambda: backend.inventory().reachable, timeout=15)
+        _wait(lambda: backend.inventory().reachable, timeout=30)
     finally:
         threading.excepthook = old_hook
     assert errors == []

@@ -277,16 +277,11 @@ func (r *runner) fingerprintLoop() {
 			go r.statsLoop()
 		}
 		if r.autoWanted() && seq >= r.o.ReserveAfterFP {
-			if ids, ok := r.autoPick(groups); ok {
-				r.reserves.Add(1) // before settling: launchRun's Wait must see it
-				if r.settleAuto() {
-					go func() {
-						defer r.reserves.Done()
-						r.reserve(ids, r.o.ExpectReserve, nil, "auto")
-					}()
-				} else {
-					r.reserves.Done()
-				}
+			if ids, ok := r.autoPick(groups); ok && r.settleAuto(true) {
+				go func() {
+					defer r.reserves.Done()
+					r.reserve(ids, r.o.ExpectReserve, nil, "auto")
+				}()
 			}
 		}
 	}
@@ -436,20 +431,25 @@ func (r *runner) awaited() string {
 }
 
 // settleAuto marks the automatic Reserve as decided; false if it already was.
-func (r *runner) settleAuto() bool {
+// When it fires the Reserve it counts it in r.reserves first, under the same
+// lock: launchRun only Waits once the decision is made, so no Add can race it.
+func (r *runner) settleAuto(fire bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.autoDone {
 		return false
 	}
 	r.autoDone = true
+	if fire {
+		r.reserves.Add(1)
+	}
 	close(r.autoSettled)
 	return true
 }
 
 // abandonAuto reports an automatic Reserve that never became possible.
 func (r *runner) abandonAuto(reason string) {
-	if !r.autoWanted() || !r.settleAuto() {
+	if !r.autoWanted() || !r.settleAuto(false) {
 		return
 	}
 	r.mu.Lock()
