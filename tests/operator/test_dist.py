@@ -324,13 +324,29 @@ def test_xdm_schema_from_proto_files_compiles_inside_the_bundle(
 
 
 def extension_modules(cmd: list[str], env: dict[str, str]) -> set[str]:
-    """Names of the Python extension modules mapped into the plugin right after its handshake."""
+    """Names of the Python extension modules mapped into the plugin once it has settled after its handshake.
+
+    The handshake goes out as soon as gRPC listens and the Nomad services (protobuf's ``_message``) are
+    imported right after it, so wait for that import with a deadline instead of reading the maps at once.
+    """
+
+    def mapped(pid: int) -> set[str]:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        files = {line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines() if line.rstrip().endswith(".so")}
+        return {f.split(".", 1)[0] for f in files if ".cpython-" in f or f.endswith(".abi3.so")}
+
     proc = PluginProcess(cmd, env=env, handshake_timeout=60)
     with proc:
         assert proc.proc is not None
-        maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
-    files = {line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines() if line.rstrip().endswith(".so")}
-    return {f.split(".", 1)[0] for f in files if ".cpython-" in f or f.endswith(".abi3.so")}
+        pid = proc.proc.pid
+        deadline = time.monotonic() + 60
+        while not {"cygrpc", "_message"} <= (found := mapped(pid)):
+            assert time.monotonic() < deadline, (
+                f"the plugin never imported grpc and protobuf after its handshake: {found}"
+            )
+            time.sleep(0.05)
+        time.sleep(0.5)  # what else start-up maps right after the services
+        return mapped(pid)
 
 
 def test_launch_imports_nothing_the_console_script_does_not(dist: Path, no_python: dict[str, str]) -> None:
