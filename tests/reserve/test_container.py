@@ -179,3 +179,22 @@ def test_to_proto_round_trip():
     assert [(d.task_path, d.host_path, d.permissions) for d in proto.devices] == [
         ("/dev/alixpu1", "/dev/alixpu1", "rwm")
     ]
+
+
+def test_derived_device_nodes_map_each_host_node_to_the_same_path_with_rwm():
+    spec = build_container(grant(device_nodes=()), WHOLE, NV, path_exists=lambda p: p == "/dev/nvidia2")
+    assert spec.devices == (DeviceNode("/dev/nvidia2", "/dev/nvidia2", "rwm"),)
+
+
+def test_card_uuid_comes_from_the_instance_on_the_same_minor_when_xdm_omits_it():
+    g = grant(devices=(GrantedDevice(2),))
+    spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["LINGJUN_CARD_UUIDS"] == "U2"
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "U2"
+
+
+def test_a_granted_minor_without_an_instance_gives_no_uuid_rather_than_a_made_up_one():
+    g = grant(devices=(GrantedDevice(7),))
+    spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["LINGJUN_CARD_UUIDS"] == ""
+    assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs
