@@ -425,3 +425,27 @@ def test_duration_signs_and_parse_errors() -> None:
         parse_go_duration("-")
     with pytest.raises(ValueError, match="bad duration 'X5s'"):
         parse_go_duration("X5s")
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, "null"),
+        ([True, None, False], "[true, null, false]"),
+        (msgpack.Timestamp(1, 0), "msgpack timestamp extension"),
+        ({"a": 1, "b": 2, "c": 3, "d": 4}, "{'a': 1, 'b': 2, 'c': 3, 'd': 4}"),
+        ({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}, "{'a': 1, 'b': 2, 'c': 3, 'd': 4, ...}"),
+        ([1, 2, 3, 4], "[1, 2, 3, 4]"),
+        ({"k": {"x": 1}}, "{'k': {'x': 1}}"),
+        ({"k": [{"x": 1}]}, "{'k': [{...}]}"),
+        ([{"a": {}}], "[{'a': {...}}]"),
+        (10**59, "1" + "0" * 59),  # 60 characters: shown whole
+        (3 + 4j, "a complex"),
+        (
+            {i: "v" * 30 for i in range(4)},
+            "{0: '" + "v" * 30 + "', 1: '" + "v" * 30 + "', 2: '" + "v" * 30 + "', 3: 'vvvv...",
+        ),
+    ],
+)
+def test_show_renders_each_kind_of_value(value: object, shown: str) -> None:
+    assert show(value) == shown
