@@ -198,3 +198,75 @@ def test_a_granted_minor_without_an_instance_gives_no_uuid_rather_than_a_made_up
     spec = build_container(g, WHOLE, NV, path_exists=never)
     assert spec.envs["LINGJUN_CARD_UUIDS"] == ""
     assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"mounts": (MountSpec("/usr/lib/x", "relative"),)}, "mount host path that is not a plain absolute path"),
+        ({"mounts": (MountSpec("relative", "/opt/x"),)}, "mount container path that is not a plain absolute path"),
+        ({"mounts": (MountSpec("/usr/lib/x", "/"),)}, "^XDM returned a mount of the host root '/'$"),
+        (
+            {"device_nodes": (DeviceNode("/dev/a", "/etc/a"),)},
+            "^XDM returned a device host path outside /dev/: '/etc/a'$",
+        ),
+        ({"device_nodes": (DeviceNode("/opt/a", "/dev/a"),)}, "^XDM returned a device container path outside /dev/"),
+    ],
+)
+def test_rejections_name_which_path_is_wrong(kw, match):
+    with pytest.raises(GrantRejected, match=match):
+        build_container(grant(**kw), WHOLE, PPU, path_exists=never)
+
+
+def test_no_visible_devices_env_for_a_grant_without_devices():
+    g = grant(devices=(), envs={"X": "1"})
+    for group in (NV, PPU):
+        spec = build_container(g, WHOLE, group, path_exists=never)
+        assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs and "PPU_VISIBLE_DEVICES" not in spec.envs
+        assert spec.envs["LINGJUN_CORE_LIMIT_PERCENT"] == "100"  # whole card: unlimited
+        assert spec.envs["LINGJUN_MEMORY_LIMIT_GIB"] == "0"
+        assert spec.envs["LINGJUN_DEVICE_MINORS"] == ""
+
+
+def test_uuid_xdm_names_wins_over_the_catalogs():
+    g = grant(devices=(GrantedDevice(1, "GPU-xdm-1"), GrantedDevice(2, "GPU-xdm-2")))
+    spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-xdm-1,GPU-xdm-2"
+    assert spec.envs["LINGJUN_CARD_UUIDS"] == "GPU-xdm-1,GPU-xdm-2"
+
+
+def test_mixed_kinds_report_whole_mode_and_no_slices():
+    insts = [Instance("U1", Kind.WHOLE, "U1", 1), Instance("U2-share-0", Kind.SHARE, "U2", 2, 0, 50, 40)]
+    spec = build_container(grant(), insts, PPU, path_exists=never)
+    assert spec.envs["LINGJUN_MODE"] == "whole"
+    assert "LINGJUN_MIG_SLICES" not in spec.envs
+
+
+def test_limits_not_named_by_xdm_come_from_the_instances_on_the_first_card_only():
+    insts = [
+        Instance("U1-share-0", Kind.SHARE, "U1", 1, 0, 25, 10),
+        Instance("U1-share-1", Kind.SHARE, "U1", 1, 1, 25, 10),
+        Instance("U2-share-0", Kind.SHARE, "U2", 2, 0, 25, 10),
+    ]
+    g = grant(devices=(GrantedDevice(1, "U1"), GrantedDevice(2, "U2")))
+    spec = build_container(g, insts, PPU, path_exists=never)
+    assert (spec.envs["LINGJUN_CORE_LIMIT_PERCENT"], spec.envs["LINGJUN_MEMORY_LIMIT_GIB"]) == ("50", "20")
+
+
+def test_limits_xdm_names_win_over_the_instances():
+    insts = [Instance(f"U1-share-{i}", Kind.SHARE, "U1", 1, i, 10, 10) for i in range(2)]
+    g = grant(devices=(GrantedDevice(1, "U1", 40, 30),))
+    spec = build_container(g, insts, PPU, path_exists=never)
+    assert (spec.envs["LINGJUN_CORE_LIMIT_PERCENT"], spec.envs["LINGJUN_MEMORY_LIMIT_GIB"]) == ("40", "30")
+
+
+def test_mig_without_limits_from_xdm_counts_at_least_one_slice_per_unit_and_full_core():
+    insts = [Instance("G-mig-0", Kind.MIG, "G", 3, 0, 0, 10, 2), Instance("G-mig-1", Kind.MIG, "G", 3, 1, 0, 10, 0)]
+    spec = build_container(grant(devices=(GrantedDevice(3, "G"),), device_nodes=()), insts, NV, path_exists=never)
+    assert spec.envs["LINGJUN_MIG_SLICES"] == "3"
+    assert spec.envs["LINGJUN_CORE_LIMIT_PERCENT"] == "100"
+
+
+def test_a_plugin_env_that_nomad_would_interpolate_rejects_the_grant():
+    with pytest.raises(GrantRejected, match=r"^plugin env LINGJUN_GRANT_ID="):
+        build_container(grant(grant_id="g-${x}"), WHOLE, PPU, path_exists=never)
