@@ -270,3 +270,54 @@ def test_mig_without_limits_from_xdm_counts_at_least_one_slice_per_unit_and_full
 def test_a_plugin_env_that_nomad_would_interpolate_rejects_the_grant():
     with pytest.raises(GrantRejected, match=r"^plugin env LINGJUN_GRANT_ID="):
         build_container(grant(grant_id="g-${x}"), WHOLE, PPU, path_exists=never)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("", "XDM returned an empty mount host path"),
+        ("/opt/a\tb", "XDM returned a mount host path with a control character: '/opt/a\\tb'"),
+        ("/opt/a\x00b", "XDM returned a mount host path with a control character: '/opt/a\\x00b'"),
+        ("//opt/x", "XDM returned a mount host path that is not a plain absolute path: '//opt/x'"),
+        ("/opt/../etc", "XDM returned a mount host path containing '..': '/opt/../etc'"),
+        ("/opt/./x", "XDM returned a mount host path that is not normalised: '/opt/./x'"),
+    ],
+)
+def test_check_path_says_what_is_wrong(path, message):
+    with pytest.raises(GrantRejected) as err:
+        check_path(path, "mount host path")
+    assert str(err.value) == message
+
+
+def test_xdm_env_errors_name_xdm_as_the_source():
+    with pytest.raises(GrantRejected, match=r"^XDM env name '1BAD' is not a valid variable name"):
+        build_container(grant(envs={"1BAD": "x"}), WHOLE, PPU, path_exists=never)
+
+
+def test_annotations_cannot_take_plugin_or_derived_env_names(caplog):
+    g = grant(annotations={"lingjun_mode": "evil", "lingjun_extra": "x", "nvidia_visible_devices": "all"})
+    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.container"):
+        spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "U1,U2" and spec.envs["LINGJUN_MODE"] == "whole"
+    assert "LINGJUN_EXTRA" not in spec.envs
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        f"grant g-1: annotation {key!r} not carried as env (name not allowed or taken)"
+        for key in ("lingjun_extra", "lingjun_mode", "nvidia_visible_devices")
+    ]
+
+
+def test_a_skipped_annotation_or_env_does_not_drop_the_ones_after_it(caplog):
+    g = grant(
+        annotations={"a.bad": "${x}", "b bad": "1", "c.ok": "yes"},
+        envs={"LINGJUN_X": "1", "ZZZ": "2"},
+    )
+    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.container"):
+        spec = build_container(g, WHOLE, PPU, path_exists=never)
+    assert spec.envs["C_OK"] == "yes" and spec.envs["ZZZ"] == "2"
+    assert "A_BAD" not in spec.envs and "LINGJUN_X" not in spec.envs
+    assert [r.getMessage() for r in caplog.records] == [
+        "grant g-1: annotation 'a.bad' not carried as env: XDM annotation env A_BAD='${x}' contains '${', "
+        "which Nomad would interpolate",
+        "grant g-1: annotation 'b bad' not carried as env (name not allowed or taken)",
+        "grant g-1: XDM env LINGJUN_X ignored (prefix LINGJUN_ is the plugin's)",
+    ]
