@@ -209,3 +209,12 @@ def test_a_dropped_attribute_does_not_take_the_later_ones_with_it():
     clean, found = sanitize(resp)
     assert sorted(clean.device_group[0].attributes) == ["memory", "z_good"]
     assert found == ["dropped attribute 'a_bad': unknown unit 'C' in nvidia/gpu/A"]
+
+
+def test_a_dropped_duplicate_device_does_not_take_the_later_ones_with_it():
+    resp = _two_groups()
+    resp.device_group[0].devices.add(ID="A-0", healthy=False)
+    resp.device_group[0].devices.add(ID="A-2", healthy=True)
+    clean, found = sanitize(resp)
+    assert [d.ID for d in clean.device_group[0].devices] == ["A-0", "A-1", "A-2"]
+    assert found == ["dropped duplicate device ID 'A-0' in nvidia/gpu/A"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -185,3 +186,52 @@ def test_storm_100_concurrent_reserves_no_double_grant(tmp_path):
             held[d] = e.grant_id
     assert len(r.entries()) == len(b.grants) == 99
     assert set(b.grants) == {e.grant_id for e in Journal(tmp_path / "data").entries()}
+
+
+def _with_timeout(tmp_path, xdm_call_timeout):
+    backend = FakeBackend()
+    cfg = PluginConfig(data_dir=str(tmp_path / "data"), xdm_call_timeout=xdm_call_timeout)
+    r = Reserver(backend, lambda: CAT, Journal(tmp_path / "data"), cfg, path_exists=lambda p: False)
+    return r, backend
+
+
+@pytest.mark.parametrize(("xdm_call_timeout", "window"), [(5.0, 30.0), (1.0, 10.0)])
+def test_timed_out_allocate_keeps_the_entry_until_xdm_can_no_longer_commit_late(tmp_path, xdm_call_timeout, window):
+    """The window is 6 call timeouts, at least 10 s; the entry stays (releasing) until it closes."""
+    from nomad_plugin.model.errors import BackendUnavailable
+
+    r, b = _with_timeout(tmp_path, xdm_call_timeout)
+    b.fail_allocate = BackendUnavailable("Allocate deadline exceeded", "timeout")
+    before = time.time()
+    with pytest.raises(BackendUnavailable):
+        r.reserve([card_uuid(0)])
+    after = time.time()
+    [e] = r.entries()
+    assert e.state is EntryState.RELEASING and len(b.released) == 1
+    assert before + window <= e.settle_until <= after + window
+    assert r.retry_pending() == 0 and len(r.entries()) == 1  # still inside the window
+
+
+def test_an_allocate_that_failed_otherwise_is_released_and_forgotten_at_once(tmp_path):
+    r, b = _with_timeout(tmp_path, 5.0)
+    b.fail_allocate = UNAVAILABLE  # socket missing: a dead XDM commits nothing later
+    with pytest.raises(PluginError):
+        r.reserve([card_uuid(0)])
+    assert r.entries() == [] and len(b.released) == 1
+
+
+def test_recover_says_why_each_grant_is_released(tmp_path, caplog):
+    from dataclasses import replace
+
+    r, _, _ = make(tmp_path)
+    r.reserve([card_uuid(0)])
+    e = r.entries()[0]
+    r.journal.put(replace(e, grant_id="lost-1", device_ids=(card_uuid(1),), state=EntryState.INTENT))
+    r.journal.put(replace(e, grant_id="lost-2", device_ids=(card_uuid(2),), state=EntryState.RELEASING))
+    with caplog.at_level("INFO", logger="nomad_plugin.nomad.reserve"):
+        assert r.recover() == 2
+    released = sorted(m for m in (rec.getMessage() for rec in caplog.records) if m.startswith("released grant"))
+    assert released == [
+        "released grant lost-1 (left by a plugin that stopped mid-Reserve)",
+        "released grant lost-2 (retry)",
+    ]
