@@ -127,7 +127,7 @@ def render(results: dict[str, ModuleResult], equivalents: dict[str, str]) -> str
     ]
     for module, r in results.items():
         c = r.counts
-        ratio = "n/a" if r.ratio is None else f"{r.ratio:.0%}"
+        ratio = "n/a" if r.ratio is None else f"{r.ratio:.1%}"
         lines.append(
             f"| {module} | {sum(c.values())} | {c['killed'] + c['timeout']} | {c['survived']} "
             f"| {c['equivalent']} | {c['no tests']} | {ratio} |"
