@@ -235,3 +235,50 @@ def test_recover_says_why_each_grant_is_released(tmp_path, caplog):
         "released grant lost-1 (left by a plugin that stopped mid-Reserve)",
         "released grant lost-2 (retry)",
     ]
+
+
+def test_failed_allocate_and_release_are_logged_and_retried_with_reasons(tmp_path, caplog):
+    r, b, _ = make(tmp_path)
+    b.fail_allocate = UNAVAILABLE
+    b.fail_release = UNAVAILABLE
+    with caplog.at_level("INFO", logger="nomad_plugin.nomad.reserve"), pytest.raises(PluginError):
+        r.reserve([card_uuid(0)])
+    [e] = r.entries()
+    gid = e.grant_id
+    assert r.counters.journal_size == 1
+    assert not r.release_grant(gid, "operator asked")  # still failing: kept, not reported gone
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"grant {gid} abandoned (Allocate failed); releasing it",
+        f"release of grant {gid} failed (Allocate failed); will retry: XDM socket missing",
+        f"release of grant {gid} failed (operator asked); will retry: XDM socket missing",
+    ]
+    caplog.clear()
+    b.fail_release = None
+    with caplog.at_level("INFO", logger="nomad_plugin.nomad.reserve"):
+        assert r.retry_pending() == 1
+    assert [rec.getMessage() for rec in caplog.records] == [f"released grant {gid} (retry)"]
+    assert r.entries() == [] and r.counters.journal_size == 0
+
+
+def test_release_grant_logs_the_callers_reason(tmp_path, caplog):
+    r, _, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    with caplog.at_level("INFO", logger="nomad_plugin.nomad.reserve"):
+        assert r.release_grant(gid, "its Nomad allocation ended")
+    assert [rec.getMessage() for rec in caplog.records] == [f"released grant {gid} (its Nomad allocation ended)"]
+
+
+def test_a_grant_inside_its_late_window_is_kept_and_says_why(tmp_path, caplog):
+    from nomad_plugin.model.errors import BackendUnavailable
+
+    r, b = _with_timeout(tmp_path, 1.0)
+    b.fail_allocate = BackendUnavailable("Allocate deadline exceeded", "timeout")
+    with pytest.raises(BackendUnavailable):
+        r.reserve([card_uuid(0)])
+    [e] = r.entries()
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="nomad_plugin.nomad.reserve"):
+        assert not r.release_grant(e.grant_id, "retry")
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"grant {e.grant_id} released for now; kept until XDM can no longer commit it late"
+    ]
