@@ -144,3 +144,51 @@ def test_sigkill_during_writes_never_leaves_a_torn_journal(tmp_path):
         j = Journal(tmp_path)
         assert j.corrupt_set_aside is None
         assert 1 <= len(j) <= 4
+
+
+def _corrupt(directory: Path) -> None:
+    j = Journal(directory)
+    j.put(entry("g-1"))
+    (directory / "journal.json").write_bytes(b"{not json")
+
+
+def test_a_second_corrupt_journal_in_the_same_second_is_kept_beside_the_first(tmp_path, caplog):
+    """Set-aside files are named journal.corrupt-<UTC second>[.N] and never overwrite one another."""
+    import re
+    import time as _time
+
+    _corrupt(tmp_path)
+    now = _time.time()
+    stamps = [_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime(now + d)) for d in range(-1, 30)]
+    for stamp in stamps:  # an earlier set-aside (and its .1) already holds every second of the run
+        (tmp_path / f"journal.corrupt-{stamp}").write_text("older")
+        (tmp_path / f"journal.corrupt-{stamp}.1").write_text("older .1")
+    with caplog.at_level("ERROR", logger="nomad_plugin.journal.store"):
+        j = Journal(tmp_path)
+    target = j.corrupt_set_aside
+    assert target is not None and j.entries() == []
+    match = re.fullmatch(r"journal\.corrupt-(\d{8}T\d{6}Z)\.2", target.name)
+    assert match is not None and match.group(1) in stamps, target.name
+    assert target.read_bytes() == b"{not json"
+    assert all((tmp_path / f"journal.corrupt-{s}").read_text() == "older" for s in stamps)
+    assert all((tmp_path / f"journal.corrupt-{s}.1").read_text() == "older .1" for s in stamps)
+    [record] = caplog.records
+    assert re.fullmatch(
+        rf"grant journal {re.escape(str(tmp_path / 'journal.json'))} is corrupt \(.+\); moved to "
+        rf"{re.escape(str(target))} and starting empty - grants it held are reported as leaked when a live "
+        r"allocation still uses them",
+        record.getMessage(),
+    ), record.getMessage()
+
+
+def test_set_aside_name_is_the_utc_second(tmp_path):
+    import re
+    import time as _time
+
+    _corrupt(tmp_path)
+    before = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+    target = Journal(tmp_path).corrupt_set_aside
+    after = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+    assert target is not None
+    match = re.fullmatch(r"journal\.corrupt-(\d{8}T\d{6}Z)", target.name)
+    assert match is not None and before <= match.group(1) <= after, target.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -256,3 +257,77 @@ def test_double_answers_404_and_allocation_endpoint(api):
     assert r.json()["AllocatedResources"]["Tasks"]["task"]["Devices"][0]["DeviceIDs"] == ["d"]
     assert int(r.headers["X-Nomad-Index"]) == api.index
     assert httpx.get(f"{api.address}/v1/allocation/zz").status_code == 404
+
+
+def _wait_for(condition, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_settings_defaults_without_any_environment():
+    assert NomadApiSettings.from_config(PluginConfig(), {}) == NomadApiSettings()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("TRUE", True), ("yes", True), ("0", False), ("", False)])
+def test_skip_verify_spellings(value, expected):
+    assert NomadApiSettings.from_config(PluginConfig(), {"NOMAD_SKIP_VERIFY": value}).skip_verify is expected
+
+
+def test_settings_read_the_process_environment_by_default(monkeypatch):
+    monkeypatch.setenv("NOMAD_ADDR", "http://from-env:4646")
+    assert NomadApiSettings.from_config(PluginConfig()).address == "http://from-env:4646"
+
+
+def test_counter_snapshot_names_every_counter():
+    from nomad_plugin.reconcile.counters import LifecycleCounters
+
+    c = LifecycleCounters()
+    names = [
+        "grants_released_by_reconcile",
+        "grants_released_by_reserve",
+        "grants_released_at_startup",
+        "leaked_grants_found",
+        "nomad_api_errors",
+        "journal_size",
+    ]
+    for n, name in enumerate(names, start=1):
+        c.inc(name, n)
+    assert c.snapshot() == {name: n for n, name in enumerate(names, start=1)}
+
+
+def test_thread_is_named_records_the_api_error_and_stops_and_closes_its_client(tmp_path, api, caplog):
+    api.require_token(TOKEN)
+    reserver, _backend, rec = setup(tmp_path, api, token="wrong")
+    with caplog.at_level("WARNING", logger="nomad_plugin.reconcile.reconciler"):
+        rec.start()
+        _wait_for(lambda: reserver.counters.nomad_api_errors >= 2, "two failed rounds")
+        [thread] = [t for t in __import__("threading").enumerate() if t.name == "grant-reconciler"]
+        assert "403" in rec.last_error and "node:read" in rec.last_error
+        rec.stop()
+    assert not thread.is_alive()
+    warning = next(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert re.fullmatch(
+        r"reconciler: Nomad API /v1/agent/self: 403 .*\(the token needs node:read\); retrying in \d+\.\ds "
+        r"\(no grant is released meanwhile\)",
+        warning,
+    ), warning
+    with pytest.raises(RuntimeError):  # the HTTP client was closed by stop()
+        rec.client.node_id()
+
+
+def test_an_unexpected_error_is_logged_and_the_round_retried(tmp_path, api, caplog):
+    _reserver, _backend, rec = setup(tmp_path, api)
+    calls = []
+
+    def broken_catalog():
+        calls.append(1)
+        raise KeyError("catalog not ready")
+
+    rec.catalog_source = broken_catalog
+    with caplog.at_level("ERROR", logger="nomad_plugin.reconcile.reconciler"):
+        rec.start()
+        _wait_for(lambda: len(calls) >= 2, "a second round after the failed one")
+        rec.stop()
+    assert any(r.getMessage() == "reconciler round failed" and r.exc_info for r in caplog.records)
