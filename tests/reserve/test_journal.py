@@ -181,14 +181,36 @@ def test_a_second_corrupt_journal_in_the_same_second_is_kept_beside_the_first(tm
     ), record.getMessage()
 
 
-def test_set_aside_name_is_the_utc_second(tmp_path):
+def test_set_aside_name_is_the_utc_second_whatever_the_local_zone(tmp_path):
     import re
     import time as _time
 
     _corrupt(tmp_path)
-    before = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
-    target = Journal(tmp_path).corrupt_set_aside
-    after = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+    old_tz = os.environ.get("TZ")
+    os.environ["TZ"] = "CST-8"  # UTC+8: a local-time stamp would be 8 hours off
+    _time.tzset()
+    try:
+        before = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+        target = Journal(tmp_path).corrupt_set_aside
+        after = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+    finally:
+        if old_tz is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old_tz
+        _time.tzset()
     assert target is not None
     match = re.fullmatch(r"journal\.corrupt-(\d{8}T\d{6}Z)", target.name)
     assert match is not None and before <= match.group(1) <= after, target.name
+
+
+def test_the_first_clash_gets_suffix_1(tmp_path):
+    import time as _time
+
+    _corrupt(tmp_path)
+    now = _time.time()
+    stamps = [_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime(now + d)) for d in range(-1, 30)]
+    for stamp in stamps:
+        (tmp_path / f"journal.corrupt-{stamp}").write_text("older")
+    target = Journal(tmp_path).corrupt_set_aside
+    assert target is not None and target.name.endswith(".1") and target.name[len("journal.corrupt-") : -2] in stamps
