@@ -282,3 +282,11 @@ def test_a_grant_inside_its_late_window_is_kept_and_says_why(tmp_path, caplog):
     assert [rec.getMessage() for rec in caplog.records] == [
         f"grant {e.grant_id} released for now; kept until XDM can no longer commit it late"
     ]
+
+
+def test_steps_are_announced_in_order_and_the_entry_names_its_group(tmp_path):
+    steps = []
+    r, _, _ = make(tmp_path, step_hook=steps.append)
+    r.reserve([card_uuid(0)])
+    assert steps == ["before-allocate", "after-allocate", "after-journal"]
+    assert [e.group for e in r.entries()] == ["alibaba/ppu/PPU 810E"]
