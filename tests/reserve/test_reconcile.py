@@ -331,3 +331,156 @@ def test_an_unexpected_error_is_logged_and_the_round_retried(tmp_path, api, capl
         _wait_for(lambda: len(calls) >= 2, "a second round after the failed one")
         rec.stop()
     assert any(r.getMessage() == "reconciler round failed" and r.exc_info for r in caplog.records)
+
+
+# --- decide(): timers restart, boundaries, deadlines ------------------------------------------------
+def _granted(gid, *device_ids):
+    from nomad_plugin.journal import EntryState, JournalEntry
+
+    return JournalEntry(gid, tuple(device_ids), "g/t/n", "whole", ("C",), (), 0.0, EntryState.GRANTED)
+
+
+def _alloc(alloc_id, *device_ids, status="running"):
+    from nomad_plugin.reconcile.nomad_api import AllocView
+
+    return AllocView(alloc_id, status, frozenset(device_ids))
+
+
+def test_decide_restarts_the_orphan_timer_when_the_grant_is_held_again():
+    from nomad_plugin.reconcile.decide import Timers, decide
+
+    t, ours = Timers(), frozenset({"d1", "d2"})
+    entries = [_granted("g1", "d1"), _granted("g2", "d2")]
+    d = decide(entries, [], ours, 100.0, 10.0, t)
+    assert d.release == () and d.next_deadline == 110.0
+    decide(entries, [_alloc("a", "d1")], ours, 105.0, 10.0, t)  # g1 held again; g2 still orphaned
+    d = decide(entries, [], ours, 106.0, 10.0, t)
+    assert d.release == () and d.next_deadline == 110.0  # g2 keeps its timer, g1 starts over at 106
+    d = decide(entries, [], ours, 110.0, 10.0, t)
+    assert d.release == ("g2",) and d.next_deadline == 116.0
+
+
+def test_decide_reports_a_leak_exactly_at_grace_restarts_and_reports_again_after_it_went_away():
+    from nomad_plugin.reconcile.decide import Timers, decide
+
+    t, ours = Timers(), frozenset({"d1"})
+    leaky = [_alloc("a", "d1")]
+    assert decide([], leaky, ours, 100.0, 10.0, t).next_deadline == 110.0
+    decide([_granted("g", "d1")], leaky, ours, 105.0, 10.0, t)  # journalled meanwhile: timer dropped
+    d = decide([], leaky, ours, 106.0, 10.0, t)
+    assert d.new_leaks == () and d.next_deadline == 116.0
+    assert decide([], leaky, ours, 116.0, 10.0, t).new_leaks == (leaky[0],)
+    assert decide([], leaky, ours, 117.0, 10.0, t).new_leaks == ()  # reported once
+    decide([], [], ours, 118.0, 10.0, t)  # the allocation is gone
+    decide([], leaky, ours, 119.0, 10.0, t)  # and back (same id)
+    assert decide([], leaky, ours, 129.0, 10.0, t).new_leaks == (leaky[0],)
+
+
+# --- parse_alloc messages ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"ClientStatus": "running"}, "allocation without an ID"),
+        ({"ID": "a1"}, "allocation 'a1' without ClientStatus"),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": "x"},
+            "allocation 'a1': AllocatedResources is not an object",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": "x"}},
+            "allocation 'a1': AllocatedResources.Tasks is not an object",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": {"t": "x"}}},
+            "allocation 'a1': a task's resources are not an object",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": {"t": {"Devices": "x"}}}},
+            "allocation 'a1': a task's Devices is not a list",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": {"t": {"Devices": ["x"]}}}},
+            "allocation 'a1': a Devices entry is not an object",
+        ),
+        (
+            {
+                "ID": "x" * 70,
+                "ClientStatus": "run",
+                "AllocatedResources": {"Tasks": {"t": {"Devices": [{"DeviceIDs": ["a", 1]}]}}},
+            },
+            f"allocation {'x' * 64!r}: DeviceIDs is not a list of strings",
+        ),
+    ],
+)
+def test_parse_alloc_says_what_is_wrong(raw, message):
+    with pytest.raises(ValueError) as err:
+        parse_alloc(raw)
+    assert str(err.value) == message
+
+
+# --- the Reconciler against the API double -----------------------------------------------------------
+def test_first_query_is_not_blocking_and_waits_shrink_to_the_next_deadline(tmp_path, api):
+    clock = Clock()
+    reserver, _backend, rec = setup(tmp_path, api, grace=5.0, clock=clock)
+    rec.max_wait = 10.0
+    grant_of(reserver, [card_uuid(0)])  # orphaned from the first observation: deadline 1005
+    rec.round()
+    first = [p for p, _ in api.requests if "/allocations" in p]
+    assert "index=" not in first[0] and rec.rounds == 1
+    clock.now = 1002.0
+    rec.round()
+    clock.now = 1004.99
+    rec.round()
+    waits = [p.split("wait=")[1] for p, _ in api.requests if "wait=" in p]
+    assert waits == ["3010ms", "20ms"] and rec.rounds == 3
+
+
+def test_a_known_node_id_is_used_as_is(tmp_path, api, caplog):
+    reserver = Reserver(FakeBackend(), lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    client = NomadClient(NomadApiSettings(address=api.address))
+    rec = Reconciler(reserver, client, lambda: CAT, grace=30.0, node_id=api.node_id)
+    with caplog.at_level("INFO", logger="nomad_plugin.reconcile.reconciler"):
+        rec.round()
+    assert not any("/v1/agent/self" in p for p, _ in api.requests)
+    assert not caplog.records
+    rec2 = Reconciler(reserver, client, lambda: CAT, grace=30.0)
+    with caplog.at_level("INFO", logger="nomad_plugin.reconcile.reconciler"):
+        rec2.round()
+    assert [r.getMessage() for r in caplog.records] == [f"reconciler: watching allocations of Nomad node {api.node_id}"]
+    assert (rec2.max_wait, rec2.idle_period, rec2.last_error) == (10.0, 5.0, "")
+    client.close()
+
+
+def test_index_follows_the_agent_and_resets_when_it_goes_backwards(tmp_path, api, monkeypatch):
+    _reserver, _backend, rec = setup(tmp_path, api)
+    answers = iter([7, 7, 3])
+    monkeypatch.setattr(api, "_node_allocs", lambda node, q: (200, [], next(answers)))
+    rec.last_error = "earlier failure"
+    rec.round()
+    assert (rec.index, rec.last_error) == (7, "")
+    rec.round()
+    assert rec.index == 7
+    rec.round()
+    assert rec.index == 0
+
+
+def test_release_and_leak_are_logged_with_reasons(tmp_path, api, caplog):
+    clock = Clock()
+    reserver, _backend, rec = setup(tmp_path, api, grace=0.0, clock=clock)
+    gid = grant_of(reserver, [card_uuid(0)])
+    api.add_alloc("leaky", [card_uuid(3), card_uuid(2)])
+    with caplog.at_level("INFO"):
+        rec.round()
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"released grant {gid} (its Nomad allocation ended)" in messages
+    assert (
+        f"allocation leaky is running with devices {card_uuid(2)}, {card_uuid(3)} but the journal has no grant "
+        "for them (journal lost or corrupt?); its XDM grant cannot be released by the plugin"
+    ) in messages
+
+
+def test_without_a_client_a_round_only_retries_and_idles(tmp_path):
+    reserver = Reserver(FakeBackend(), lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    rec = Reconciler(reserver, None, lambda: CAT, grace=1.0, idle_period=0.01)
+    rec.round()
+    assert rec.rounds == 0
