@@ -429,10 +429,10 @@ def test_first_query_is_not_blocking_and_waits_shrink_to_the_next_deadline(tmp_p
     assert "index=" not in first[0] and rec.rounds == 1
     clock.now = 1002.0
     rec.round()
-    clock.now = 1004.99
+    clock.now = 1004.75
     rec.round()
     waits = [p.split("wait=")[1] for p, _ in api.requests if "wait=" in p]
-    assert waits == ["3010ms", "20ms"] and rec.rounds == 3
+    assert waits == ["3010ms", "260ms"] and rec.rounds == 3
 
 
 def test_a_known_node_id_is_used_as_is(tmp_path, api, caplog):
