@@ -484,3 +484,11 @@ def test_without_a_client_a_round_only_retries_and_idles(tmp_path):
     rec = Reconciler(reserver, None, lambda: CAT, grace=1.0, idle_period=0.01)
     rec.round()
     assert rec.rounds == 0
+
+
+def test_decide_looks_at_every_grant_after_a_held_one():
+    from nomad_plugin.reconcile.decide import Timers, decide
+
+    t, ours = Timers(), frozenset({"d1", "d2"})
+    entries = [_granted("g1", "d1"), _granted("g2", "d2")]
+    assert decide(entries, [_alloc("a", "d1")], ours, 100.0, 0.0, t).release == ("g2",)
