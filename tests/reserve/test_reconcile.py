@@ -492,3 +492,88 @@ def test_decide_looks_at_every_grant_after_a_held_one():
     t, ours = Timers(), frozenset({"d1", "d2"})
     entries = [_granted("g1", "d1"), _granted("g2", "d2")]
     assert decide(entries, [_alloc("a", "d1")], ours, 100.0, 0.0, t).release == ("g2",)
+
+
+# --- TLS to the agent: CA, client certificate, skip_verify (real certificates from the openssl CLI) -------
+def _openssl(*args, cwd):
+    import subprocess
+
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def tls_agent(tmp_path):
+    """An HTTPS agent answering /v1/agent/self that requires a client certificate signed by the same CA."""
+    import http.server
+    import json
+    import shutil
+    import ssl
+    import threading
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make test certificates")
+    d = tmp_path / "pki"
+    d.mkdir()
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+             "-subj", "/CN=test-ca", cwd=d)  # fmt: skip
+    for name, san in (("server", "subjectAltName=IP:127.0.0.1,DNS:client.global.nomad"), ("client", "")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-subj", f"/CN={name}", cwd=d)  # fmt: skip
+        ext = ["-extfile", f"{name}.ext"] if san else []
+        if san:
+            (d / f"{name}.ext").write_text(san + "\n")
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", f"{name}.pem", "-days", "2", *ext, cwd=d)  # fmt: skip
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"stats": {"client": {"node_id": "tls-node"}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(d / "server.pem", d / "server.key")
+    ctx.load_verify_locations(d / "ca.pem")
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", d
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _node_id(address, **settings):
+    client = NomadClient(NomadApiSettings(address=address, timeout=10.0, **settings))
+    try:
+        return client.node_id()
+    finally:
+        client.close()
+
+
+def test_tls_with_the_ca_and_a_client_certificate(tls_agent):
+    address, d = tls_agent
+    kw = {"client_cert": str(d / "client.pem"), "client_key": str(d / "client.key")}
+    assert _node_id(address, ca_cert=str(d / "ca.pem"), **kw) == "tls-node"
+    assert _node_id(address, skip_verify=True, **kw) == "tls-node"  # no CA: verification off
+    with pytest.raises(NomadApiError) as err:  # the system CAs do not know this server
+        _node_id(address, **kw)
+    assert err.value.kind == "unreachable"
+    with pytest.raises(NomadApiError):  # the agent requires a client certificate
+        _node_id(address, ca_cert=str(d / "ca.pem"))
+
+
+def test_tls_client_key_may_live_in_the_certificate_file(tls_agent):
+    address, d = tls_agent
+    both = d / "client-both.pem"
+    both.write_text((d / "client.pem").read_text() + (d / "client.key").read_text())
+    assert _node_id(address, ca_cert=str(d / "ca.pem"), client_cert=str(both)) == "tls-node"
