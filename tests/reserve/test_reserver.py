@@ -290,3 +290,62 @@ def test_steps_are_announced_in_order_and_the_entry_names_its_group(tmp_path):
     r.reserve([card_uuid(0)])
     assert steps == ["before-allocate", "after-allocate", "after-journal"]
     assert [e.group for e in r.entries()] == ["alibaba/ppu/PPU 810E"]
+
+
+def test_grant_route_a_and_malformed_grants_are_logged_with_reasons(tmp_path, caplog):
+    from dataclasses import replace
+
+    r, b, _ = make(tmp_path)
+    with caplog.at_level("INFO", logger="nomad_plugin.nomad.reserve"):
+        first = r.reserve([card_uuid(0), card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+        second = r.reserve([card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"granted {first} for {card_uuid(0)}, {card_uuid(1)} (alibaba/ppu/PPU 810E)",
+        f"released grant {first} (its device IDs were handed to a new allocation)",
+        f"granted {second} for {card_uuid(1)} (alibaba/ppu/PPU 810E)",
+    ]
+    caplog.clear()
+    b.mutate = lambda g: replace(g, device_nodes=(DeviceNode("/dev/../etc/shadow", "/dev/x"),))
+    with caplog.at_level("INFO", logger="nomad_plugin.nomad.reserve"), pytest.raises(GrantRejected):
+        r.reserve([card_uuid(2)])
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert messages[0].endswith("abandoned (the grant could not be handed to the task); releasing it")
+    assert messages[1].endswith("(the grant could not be handed to the task)")
+
+
+def test_journal_size_is_known_from_the_start(tmp_path):
+    r, _, _ = make(tmp_path)
+    r.reserve([card_uuid(0)])
+    r.reserve([card_uuid(1)])
+    again, _, _ = make(tmp_path)
+    assert again.counters.journal_size == 2
+
+
+def test_a_failing_change_callback_is_logged_not_raised(tmp_path, caplog):
+    backend = FakeBackend()
+
+    def broken():
+        raise RuntimeError("listener gone")
+
+    r = Reserver(backend, lambda: CAT, Journal(tmp_path / "d"), PluginConfig(), broken, path_exists=lambda p: False)
+    with caplog.at_level("ERROR", logger="nomad_plugin.nomad.reserve"):
+        r.reserve([card_uuid(0)])
+    assert [rec.getMessage() for rec in caplog.records] == ["on_grants_changed callback failed"]
+
+
+def test_an_unwritable_journal_fails_the_reserve_and_says_what_happened(tmp_path):
+    from nomad_plugin.nomad.reserve import JournalWriteFailed
+
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    journal_file = tmp_path / "data" / "journal.json"
+    journal_file.unlink()
+    journal_file.mkdir()  # every later write fails: the journal's name is taken by a directory
+    with pytest.raises(JournalWriteFailed) as err:
+        r.reserve([card_uuid(1)])
+    assert str(err.value).startswith(f"grant journal write failed in {tmp_path / 'data'}: ")
+    assert str(err.value).endswith("; no grant was made") and b.allocate_calls == 1
+    b.fail_release = UNAVAILABLE
+    with pytest.raises(JournalWriteFailed) as err:
+        r.release_grant(gid, "test")
+    assert str(err.value).endswith("; the grant is being released")
