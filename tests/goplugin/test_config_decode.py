@@ -421,7 +421,7 @@ def test_log_level_is_case_and_space_insensitive() -> None:
 def test_duration_signs_and_parse_errors() -> None:
     assert parse_go_duration("+2s") == 2.0
     assert parse_go_duration("-1.5s") == -1.5
-    with pytest.raises(ValueError, match="^empty duration$"):
+    with pytest.raises(ValueError, match=r"^empty duration$"):
         parse_go_duration("-")
     with pytest.raises(ValueError, match="bad duration 'X5s'"):
         parse_go_duration("X5s")
