@@ -214,3 +214,22 @@ def test_the_first_clash_gets_suffix_1(tmp_path):
         (tmp_path / f"journal.corrupt-{stamp}").write_text("older")
     target = Journal(tmp_path).corrupt_set_aside
     assert target is not None and target.name.endswith(".1") and target.name[len("journal.corrupt-") : -2] in stamps
+
+
+def test_every_field_including_the_late_window_survives_a_reopen(tmp_path):
+    from dataclasses import replace
+
+    e = replace(entry("late"), state=EntryState.RELEASING, settle_until=1700000123.25)
+    Journal(tmp_path).put(e)
+    assert Journal(tmp_path).get("late") == e
+
+
+def test_full_journal_message_in_full(tmp_path):
+    j = Journal(tmp_path, max_entries=1)
+    j.put(entry("a"))
+    with pytest.raises(JournalFull) as err:
+        j.put(entry("b"))
+    assert str(err.value) == (
+        "the grant journal holds 1 grants (limit 1); "
+        "grants are not being released - check the reconciler and the Nomad API"
+    )
