@@ -577,3 +577,154 @@ def test_tls_client_key_may_live_in_the_certificate_file(tls_agent):
     both = d / "client-both.pem"
     both.write_text((d / "client.pem").read_text() + (d / "client.key").read_text())
     assert _node_id(address, ca_cert=str(d / "ca.pem"), client_cert=str(both)) == "tls-node"
+
+
+# --- NomadClient against a scripted HTTP agent (TCP or a Unix socket) -----------------------------------
+class _Scripted:
+    """A tiny agent: ``answer(path) -> (status, headers, body bytes)``; records (path, headers)."""
+
+    def __init__(self, answer, unix_path=None):
+        import http.server
+        import socketserver
+        import threading
+
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.seen.append((self.path, dict(self.headers)))
+                status, headers, body = answer(self.path)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+            def address_string(self):
+                return "local"
+
+        if unix_path is None:
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self.address = f"http://127.0.0.1:{self.server.server_address[1]}/"  # a trailing slash is fine
+        else:
+
+            class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+                daemon_threads = True
+
+            self.server = UnixServer(unix_path, Handler)
+            self.address = f"unix://{unix_path}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+SELF = b'{"stats": {"client": {"node_id": "n-1"}}}'
+
+
+def _agent(answer, **kw):
+    return _Scripted(answer, **kw)
+
+
+def test_client_over_a_unix_socket_sends_the_token_and_reads_the_index(tmp_path):
+    agent = _agent(
+        lambda p: (200, {"X-Nomad-Index": "42"}, SELF if "self" in p else b"[]"), unix_path=str(tmp_path / "n.sock")
+    )
+    client = NomadClient(NomadApiSettings(address=agent.address, token="tok"))
+    try:
+        assert client.node_id() == "n-1"
+        page = client.node_allocations("a/b", 7, 0.0001)
+        assert page.index == 42 and page.allocs == ()
+    finally:
+        client.close()
+        agent.close()
+    (p1, h1), (p2, _h2) = agent.seen
+    assert p1 == "/v1/agent/self" and h1.get("X-Nomad-Token") == "tok"
+    assert p2 == "/v1/node/a%2Fb/allocations?index=7&wait=1ms"
+
+
+def test_client_without_token_sends_no_token_header_and_ignores_proxy_settings(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a dead proxy: must not be used
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    agent = _agent(lambda p: (200, {"X-Nomad-Index": "not-a-number"}, SELF if "self" in p else b"[]"))
+    client = NomadClient(NomadApiSettings(address=agent.address))
+    try:
+        assert client.node_id() == "n-1"
+        assert client.node_allocations("n-1").index == 0  # an unreadable index starts over
+    finally:
+        client.close()
+        agent.close()
+    assert all("X-Nomad-Token" not in h for _, h in agent.seen)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message", "kind"),
+    [
+        (500, b"boom ", "Nomad API /v1/agent/self: HTTP 500 boom", "http"),
+        (200, b"<html>", "Nomad API /v1/agent/self: answer is not JSON", "bad-response"),
+        (
+            200,
+            b'{"stats": {"client": {"node_id": ""}}}',
+            "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
+            "bad-response",
+        ),
+    ],
+)
+def test_client_errors_say_what_failed(status, body, message, kind):
+    agent = _agent(lambda p: (status, {}, body))
+    client = NomadClient(NomadApiSettings(address=agent.address))
+    try:
+        with pytest.raises(NomadApiError) as err:
+            client.node_id()
+    finally:
+        client.close()
+        agent.close()
+    assert (str(err.value), err.value.kind) == (message, kind)
+
+
+def test_client_allocations_errors_say_what_failed():
+    agent = _agent(lambda p: (200, {"X-Nomad-Index": "x"}, b'{"a": 1}' if "n-1" in p else b'[{"ID": 5}]'))
+    client = NomadClient(NomadApiSettings(address=agent.address))
+    try:
+        with pytest.raises(NomadApiError) as err:
+            client.node_allocations("n-1")
+        assert (str(err.value), err.value.kind) == ("node allocations answer is not a list", "bad-response")
+        with pytest.raises(NomadApiError) as err:
+            client.node_allocations("n-2")
+        assert (str(err.value), err.value.kind) == ("node allocations answer: allocation without an ID", "bad-response")
+    finally:
+        client.close()
+        agent.close()
+
+
+def test_client_unreachable_and_timeout_kinds(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    client = NomadClient(NomadApiSettings(address=f"http://127.0.0.1:{port}", timeout=2.0))
+    with pytest.raises(NomadApiError) as err:
+        client.node_id()
+    client.close()
+    assert err.value.kind == "unreachable" and str(err.value).startswith("Nomad API /v1/agent/self: ConnectError: ")
+
+    def slow(path):
+        time.sleep(3)
+        return 200, {}, SELF
+
+    agent = _agent(slow)
+    client = NomadClient(NomadApiSettings(address=agent.address, timeout=0.5))
+    try:
+        with pytest.raises(NomadApiError) as err:
+            client.node_id()
+    finally:
+        client.close()
+        agent.close()
+    assert (str(err.value), err.value.kind) == ("Nomad API /v1/agent/self: timed out after 0.5s", "timeout")
