@@ -349,3 +349,22 @@ def test_an_unwritable_journal_fails_the_reserve_and_says_what_happened(tmp_path
     with pytest.raises(JournalWriteFailed) as err:
         r.release_grant(gid, "test")
     assert str(err.value).endswith("; the grant is being released")
+
+
+def test_mounts_are_passed_on_only_when_configured_and_node_paths_are_checked_on_this_host(tmp_path):
+    seen = []
+
+    def exists(path):
+        seen.append(path)
+        return path == "/dev/alixpu"
+
+    b = FakeBackend(style="env+mounts")  # no device nodes from XDM: the usual ones that exist are derived
+    default = Reserver(b, lambda: CAT, Journal(tmp_path / "a"), PluginConfig(), path_exists=exists)
+    res = default.reserve([card_uuid(0)]).container_res
+    assert list(res.mounts) == [] and [d.host_path for d in res.devices] == ["/dev/alixpu"]
+    assert "/dev/alixpu_ctl" in seen
+    with_mounts = Reserver(
+        b, lambda: CAT, Journal(tmp_path / "b"), PluginConfig(), include_mounts=True, path_exists=exists
+    )
+    res = with_mounts.reserve([card_uuid(1)]).container_res
+    assert [(m.task_path, m.host_path) for m in res.mounts] == [("/usr/local/lj", "/opt/lj/lib")]
