@@ -127,7 +127,7 @@ def render(results: dict[str, ModuleResult], equivalents: dict[str, str]) -> str
     ]
     for module, r in results.items():
         c = r.counts
-        ratio = "n/a" if r.ratio is None else f"{r.ratio:.0%}"
+        ratio = "n/a" if r.ratio is None else f"{r.ratio:.1%}"
         lines.append(
             f"| {module} | {sum(c.values())} | {c['killed'] + c['timeout']} | {c['survived']} "
             f"| {c['equivalent']} | {c['no tests']} | {ratio} |"
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("modules", nargs="*", help=f"subset of: {', '.join(MODULES)} (default: all)")
     parser.add_argument("--report-only", action="store_true", help="do not run mutmut, report the last results")
+    parser.add_argument("--rerun-survivors", action="store_true", help="run earlier survivors again too")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "2")))
     args = parser.parse_args(argv)
     modules = [m for arg in args.modules for m in arg.replace(",", " ").split()] or list(MODULES)
@@ -164,11 +165,21 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "CI": "1"}
         mutmut = Path(sys.executable).with_name("mutmut")
         cmd = [str(mutmut), "run", "--max-children", str(args.jobs), *globs]
+        # mutmut re-runs a mutant when its function changes or a *new* test
+        # covers it; after editing an existing test, --rerun-survivors names
+        # the earlier survivors explicitly, which makes mutmut run them again.
+        earlier = [n for r in collect(modules, {}).values() for n in r.survivors]
         print("+", " ".join(cmd), flush=True)
         rc = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
         if rc != 0:
             print(f"mutmut run exited {rc}", file=sys.stderr)
             return rc
+        if earlier and args.rerun_survivors:
+            print(f"+ mutmut run --max-children {args.jobs} <{len(earlier)} earlier survivors>", flush=True)
+            rc = subprocess.run([*cmd[:4], *earlier], cwd=ROOT, env=env, check=False).returncode
+            if rc != 0:
+                print(f"mutmut run exited {rc}", file=sys.stderr)
+                return rc
     equivalents = load_equivalents()
     print(render(collect(modules, equivalents), equivalents))
     return 0

@@ -102,3 +102,54 @@ def test_instance_verdicts_combine_reasons():
     down = outage_verdict("xdm", "timeout", 0)
     out = instance_verdicts(cat, {}, {}, down)
     assert all(v == Verdict(False, down.description) for v in out.values())
+
+
+def test_tracker_defaults_are_the_config_defaults():
+    """A tracker built without arguments behaves like the documented options (3 checks or 30s)."""
+    cfg = PluginConfig()
+    clock = FakeClock()
+    t = HealthTracker(clock=clock)
+    t.observe({"a": (False, "x")})
+    for _ in range(cfg.health_recovery_checks - 1):
+        t.observe({"a": (True, "")})
+    assert not t.verdicts()["a"].healthy
+    t.observe({"a": (True, "")})
+    assert t.verdicts()["a"].healthy
+    t.observe({"a": (False, "x")})
+    t.observe({"a": (True, "")})
+    assert t.next_deadline() == clock() + cfg.health_recovery_delay
+
+
+def test_recovery_delay_is_inclusive():
+    clock = FakeClock()
+    t = HealthTracker(recovery_checks=100, recovery_delay=30.0, clock=clock)
+    t.observe({"a": (False, "ecc")})
+    t.observe({"a": (True, "")})
+    clock.advance(30.0)
+    assert t.verdicts()["a"].healthy
+
+
+def test_zero_delay_recovers_on_the_first_healthy_report_and_checks_clamp_to_one():
+    t = HealthTracker(recovery_checks=100, recovery_delay=0.0, clock=FakeClock())
+    t.observe({"a": (False, "ecc")})
+    t.observe({"a": (True, "")})
+    assert t.verdicts()["a"].healthy
+    t = HealthTracker(recovery_checks=0, recovery_delay=1000.0, clock=FakeClock())
+    t.observe({"a": (False, "ecc")})
+    t.observe({"a": (True, "")})
+    assert t.verdicts()["a"].healthy
+
+
+def test_outage_without_a_reason_has_no_dangling_colon():
+    assert outage_verdict("xdm", "  ", 0) == Verdict(False, "xdm unreachable since 1970-01-01T00:00:00Z")
+
+
+def test_conflict_with_several_other_modes_names_them_in_a_stable_order():
+    inv = h800_node(1)
+    u0 = inv.cards[0].uuid
+    cat = build_catalog(inv, PluginConfig())
+    reasons = conflict_reasons(cat, {u0: frozenset({Kind.SHARE, Kind.MIG_INSTANCE, Kind.MIG})})
+    assert reasons[u0] == (
+        "card 0 has MIG slices granted and has MIG instances granted and has tdm shares granted "
+        "(another mode); unavailable as whole"
+    )

@@ -125,3 +125,96 @@ def test_attribute_cache_keeps_equal_values_of_different_types_apart():
     assert to_proto_attribute(Attr(True)).WhichOneof("value") == "bool_val"
     assert to_proto_attribute(Attr(1.0)).WhichOneof("value") == "float_val"
     assert to_proto_attribute(Attr(1, "GiB")).unit == "GiB"
+
+
+def _two_groups() -> device_pb2.FingerprintResponse:
+    resp = device_pb2.FingerprintResponse()
+    for name in ("A", "B"):
+        g = resp.device_group.add(vendor="nvidia", device_type="gpu", device_name=name)
+        g.devices.add(ID=f"{name}-0", healthy=True)
+        g.devices.add(ID=f"{name}-1", healthy=True)
+        g.attributes["memory"].CopyFrom(attribute_pb2.Attribute(int_val=80, unit="GiB"))
+    return resp
+
+
+def test_a_valid_response_is_returned_as_is_without_a_copy():
+    resp = _two_groups()
+    clean, found = sanitize(resp)
+    assert clean is resp and found == []
+
+
+def _fault(name: str) -> device_pb2.FingerprintResponse:
+    resp = _two_groups()
+    a = resp.device_group[0]
+    if name == "empty vendor":
+        a.vendor = ""
+    elif name == "empty device_type":
+        a.device_type = ""
+    elif name == "empty device_name":
+        a.device_name = ""
+    elif name == "duplicate group":
+        resp.device_group[1].device_name = "A"
+    elif name == "device without ID":
+        a.devices[1].ID = ""
+    elif name == "duplicate ID":
+        a.devices[1].ID = "A-0"
+    elif name == "empty attribute key":
+        a.attributes[""].CopyFrom(attribute_pb2.Attribute(int_val=1))
+    return resp
+
+
+FAULTS = (
+    "empty vendor",
+    "empty device_type",
+    "empty device_name",
+    "duplicate group",
+    "device without ID",
+    "duplicate ID",
+    "empty attribute key",
+)
+
+
+def test_each_rule_alone_is_caught():
+    """One fault at a time, so no other rule can hide a rule that stopped working."""
+    for name in FAULTS:
+        resp = _fault(name)
+        clean, found = sanitize(resp)
+        assert len(found) == 1, (name, found)
+        assert problems(clean) == [], name
+        assert clean is not resp, name
+
+
+def test_cleaning_keeps_every_valid_group_and_its_identity():
+    resp = _fault("device without ID")
+    resp.device_group.add(vendor="nvidia", device_type="gpu", device_name="A").devices.add(ID="dup")  # duplicate
+    resp.device_group.add(vendor="amd", device_type="gpu", device_name="C").devices.add(ID="C-0")
+    clean, found = sanitize(resp)
+    assert [(g.vendor, g.device_type, g.device_name) for g in clean.device_group] == [
+        ("nvidia", "gpu", "A"),
+        ("nvidia", "gpu", "B"),
+        ("amd", "gpu", "C"),
+    ]
+    assert [[d.ID for d in g.devices] for g in clean.device_group] == [["A-0"], ["B-0", "B-1"], ["C-0"]]
+    assert found == [
+        "dropped a device without ID in nvidia/gpu/A",
+        "dropped duplicate device group nvidia/gpu/A",
+    ]
+
+
+def test_a_dropped_attribute_does_not_take_the_later_ones_with_it():
+    resp = _two_groups()
+    g = resp.device_group[0]
+    g.attributes["a_bad"].CopyFrom(attribute_pb2.Attribute(int_val=1, unit="C"))
+    g.attributes["z_good"].CopyFrom(attribute_pb2.Attribute(bool_val=True))
+    clean, found = sanitize(resp)
+    assert sorted(clean.device_group[0].attributes) == ["memory", "z_good"]
+    assert found == ["dropped attribute 'a_bad': unknown unit 'C' in nvidia/gpu/A"]
+
+
+def test_a_dropped_duplicate_device_does_not_take_the_later_ones_with_it():
+    resp = _two_groups()
+    resp.device_group[0].devices.add(ID="A-0", healthy=False)
+    resp.device_group[0].devices.add(ID="A-2", healthy=True)
+    clean, found = sanitize(resp)
+    assert [d.ID for d in clean.device_group[0].devices] == ["A-0", "A-1", "A-2"]
+    assert found == ["dropped duplicate device ID 'A-0' in nvidia/gpu/A"]

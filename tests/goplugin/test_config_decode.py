@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nomad_plugin.config.decode import decode_config, parse_go_duration, secret_values
+from nomad_plugin.config.decode import MAX_INPUT_BYTES, decode_config, parse_go_duration, secret_values, show
 from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.config.options import CARD_BLOCK, OPTIONS
 from nomad_plugin.model.errors import ConfigError
@@ -245,3 +245,214 @@ def test_arbitrary_bytes_only_ever_raise_config_error(data: bytes) -> None:
         decode_config(data)
     except ConfigError:
         pass
+
+
+DURATION = 'a Go duration such as "500ms", "30s", "1m30s" or "1h"'
+STRINGS = "a list of at most 1024 non-empty strings"
+
+# Every rejection site, with the whole message: option, shown value, problem and what is allowed.
+EXACT_MESSAGES = [
+    ({"reconcile": "true"}, "config option \"reconcile\": value 'true' is not a bool; allowed: true or false"),
+    (
+        {"xdm_call_timeout": "5"},
+        f"config option \"xdm_call_timeout\": value '5' is not a Go duration; allowed: {DURATION}",
+    ),
+    (
+        {"xdm_call_timeout": "0s"},
+        f"config option \"xdm_call_timeout\": value '0s' is out of range; allowed: {DURATION}, > 0 and at most 30 days",
+    ),
+    (
+        {"health_recovery_delay": "-1s"},
+        f"config option \"health_recovery_delay\": value '-1s' is out of range; allowed: {DURATION}, >= 0 and at most 30 days",
+    ),
+    ({"mig_models": "A100"}, f"config option \"mig_models\": value 'A100' is not a list; allowed: {STRINGS}"),
+    (
+        {"mig_models": ["x"] * 1025},
+        f"config option \"mig_models\": value ['x', 'x', 'x', 'x', ...] has 1025 entries; allowed: {STRINGS}",
+    ),
+    (
+        {"mig_models": ["A100", ""]},
+        f"config option \"mig_models[1]\": value '' is not a non-empty string; allowed: {STRINGS}",
+    ),
+    (
+        {"xid_ignore": [5, 2**31]},
+        'config option "xid_ignore[1]": value 2147483648 is not valid; '
+        "allowed: a list of at most 1024 whole numbers from 0 to 2147483647",
+    ),
+    (
+        {"group_by": "numa nodes"},
+        "config option \"group_by\": value 'numa nodes' is not a level name; "
+        'allowed: "none" or a topology level name such as "numaNodes" or "pcieSwitches"',
+    ),
+    ({"backend": True}, 'config option "backend": value true is not a string; allowed: "auto" or "xdm" or "nvml"'),
+    ({"backend": False}, 'config option "backend": value false is not a string; allowed: "auto" or "xdm" or "nvml"'),
+    (
+        {CARD_BLOCK: [{"match": " "}]},
+        "config option \"card[0].match\": value ' ' is empty; allowed: a card minor, a card UUID or a model name",
+    ),
+    (
+        {CARD_BLOCK: [{"match": "1", "shares": 2, "share_percent": 50}]},
+        "card[0]: shares = 2 and share_percent = 50 are both set; allowed: at most one of them",
+    ),
+    (
+        {CARD_BLOCK: [{"match": "1", "share_percent": 30}]},
+        'config option "card[0].share_percent": value 30 does not divide 100; '
+        "allowed: a divisor of 100 (1, 2, 4, 5, 10, 20, 25, 50, 100)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "message"), EXACT_MESSAGES)
+def test_rejection_messages_in_full(obj: dict[str, object], message: str) -> None:
+    assert rejected(obj) == message
+
+
+def test_limits_are_inclusive() -> None:
+    """The documented maxima and minima are themselves accepted."""
+    cfg = decode(
+        {
+            "mig_models": ["m"] * 1024,
+            "ignored_ids": ["i" * 4096],
+            "xid_ignore": [0, 2**31 - 1],
+            "release_grace_period": "720h",
+            "health_recovery_delay": "0s",
+        }
+    )
+    assert len(cfg.mig_models) == 1024 and cfg.ignored_ids == ("i" * 4096,)
+    assert cfg.xid_ignore == (0, 2**31 - 1)
+    assert (cfg.release_grace_period, cfg.health_recovery_delay) == (720 * 3600.0, 0.0)
+    assert "ignored_ids[0]" in rejected({"ignored_ids": ["i" * 4097]})
+    assert "release_grace_period" in rejected({"release_grace_period": "720h1s"})
+
+
+def test_a_short_list_entry_with_a_nul_is_rejected() -> None:
+    assert "ignored_ids[0]" in rejected({"ignored_ids": ["a\x00b"]})
+
+
+def test_show_truncates_and_elides() -> None:
+    assert show("x" * 60) == repr("x" * 60)
+    assert show("x" * 61) == "'" + "x" * 61 + "...' (61 chars)"
+    assert show([[1, 2]]) == "[[1, 2]]"
+    assert show([[[1]]]) == "[[[...]]]"
+    assert show({"a": [[1]]}) == "{'a': [[...]]}"
+    assert show([1, 2, 3, 4, 5]) == "[1, 2, 3, 4, ...]"
+    assert show(10**70) == "1" + "0" * 59 + "..."
+    capped = show(["y" * 50] * 4)
+    assert len(capped) == 123 and capped.endswith("yyy...") and capped.startswith("['yyy")
+    exactly_at_cap = "[" + ", ".join([repr("y" * 26)] * 4) + "]"
+    assert len(exactly_at_cap) == 120 and show(["y" * 26] * 4) == exactly_at_cap
+    assert show("secret", secret=True) == "<redacted>"
+
+
+NUMBER_1_100 = "allowed: a whole number from 1 to 100"
+
+EXACT_MESSAGES_2 = [
+    ({"tdm_shares": 2.5}, f'config option "tdm_shares": value 2.5 is not a whole number; {NUMBER_1_100}'),
+    ({"tdm_shares": 101}, f'config option "tdm_shares": value 101 is out of range; {NUMBER_1_100}'),
+    ({"tdm_shares": "0.1"}, f"config option \"tdm_shares\": value '0.1' is not a whole number; {NUMBER_1_100}"),
+    ({"tdm_shares": "1e999"}, f"config option \"tdm_shares\": value '1e999' is not a whole number; {NUMBER_1_100}"),
+    ({"tdm_shares": "1e30"}, f"config option \"tdm_shares\": value '1e30' is out of range; {NUMBER_1_100}"),
+    ({"tdm_shares": "1e31"}, f"config option \"tdm_shares\": value '1e31' is not a whole number; {NUMBER_1_100}"),
+    ({"tdm_shares": [1]}, f'config option "tdm_shares": value [1] is not a whole number; {NUMBER_1_100}'),
+    (
+        {CARD_BLOCK: "x"},
+        'config option "card": value \'x\' is not a list of blocks; allowed: a list of at most 1024 "card" blocks',
+    ),
+    (
+        {CARD_BLOCK: ["x"]},
+        "config option \"card[0]\": value 'x' is not a block; allowed: a block with match, mode, shares, share_percent",
+    ),
+    (
+        {CARD_BLOCK: [{"match": "1", "mode": "tdm"}, {"match": "1", "mode": "whole"}]},
+        "card[1]: match '1' already has mode 'tdm' in an earlier card block, here mode 'whole'; "
+        "allowed: one mode per match value",
+    ),
+    ([1, 2], "config: the decoded value [1, 2] is not a map; allowed: a map of option names to values"),
+    (
+        {"data_dir": "x" * 4097},
+        'config option "data_dir": value \'' + "x" * 61 + "...' (4097 chars) is too long or holds a NUL "
+        "(max 4096 chars); allowed: a string of at most 4096 characters",
+    ),
+    (
+        {"nomad_token": "s" * 4097},
+        'config option "nomad_token": value <redacted> is too long or holds a NUL (max 4096 chars); '
+        "allowed: a string of at most 4096 characters",
+    ),
+    (
+        {"log_level": "loud"},
+        "config option \"log_level\": value 'loud' is not one of the choices; "
+        'allowed: "trace" or "debug" or "info" or "warn" or "error"',
+    ),
+    (
+        {"bakend": "xdm"},
+        "config: unknown option 'bakend'; allowed options: "
+        + ", ".join(sorted([*[o.name for o in OPTIONS], CARD_BLOCK])),
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "message"), EXACT_MESSAGES_2)
+def test_more_rejection_messages_in_full(obj: object, message: str) -> None:
+    assert rejected(obj) == message
+
+
+def test_number_and_string_limits_are_inclusive() -> None:
+    assert decode({"tdm_shares": 100, "metrics_port": 65535}).tdm_shares == 100
+    assert decode({"tdm_shares": "0" * 63 + "5"}).tdm_shares == 5  # 64 characters: still parsed
+    assert "not a whole number" in rejected({"tdm_shares": "0" * 64 + "5"})
+    assert decode({"data_dir": "d" * 4096}).data_dir == "d" * 4096
+    assert decode({CARD_BLOCK: [{"match": str(i)} for i in range(1024)]}).cards[-1].match == "1023"
+    assert "at most 1024" in rejected({CARD_BLOCK: [{"match": str(i)} for i in range(1025)]})
+
+
+def test_input_of_exactly_the_byte_limit_is_decoded() -> None:
+    header = len(msgpack.packb({"data_dir": "x" * 70_000})) - 70_000
+    data = msgpack.packb({"data_dir": "x" * (MAX_INPUT_BYTES - header)})
+    assert len(data) == MAX_INPUT_BYTES
+    with pytest.raises(ConfigError, match="too long"):  # the string is too long, not the input
+        decode_config(data)
+    with pytest.raises(ConfigError, match=f"allowed: at most {MAX_INPUT_BYTES}"):
+        decode_config(msgpack.packb({"data_dir": "x" * (MAX_INPUT_BYTES - header + 1)}))
+
+
+def test_the_msgpack_error_type_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"\(ExtraData\)"):
+        decode_config(msgpack.packb({}) + b"\x00")
+
+
+def test_log_level_is_case_and_space_insensitive() -> None:
+    assert decode({"log_level": " WARN "}).log_level == "warn"
+    assert decode({"nomad_address": " Http://X "}).nomad_address == " Http://X "  # other strings kept as given
+
+
+def test_duration_signs_and_parse_errors() -> None:
+    assert parse_go_duration("+2s") == 2.0
+    assert parse_go_duration("-1.5s") == -1.5
+    with pytest.raises(ValueError, match=r"^empty duration$"):
+        parse_go_duration("-")
+    with pytest.raises(ValueError, match="bad duration 'X5s'"):
+        parse_go_duration("X5s")
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, "null"),
+        ([True, None, False], "[true, null, false]"),
+        (msgpack.Timestamp(1, 0), "msgpack timestamp extension"),
+        ({"a": 1, "b": 2, "c": 3, "d": 4}, "{'a': 1, 'b': 2, 'c': 3, 'd': 4}"),
+        ({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}, "{'a': 1, 'b': 2, 'c': 3, 'd': 4, ...}"),
+        ([1, 2, 3, 4], "[1, 2, 3, 4]"),
+        ({"k": {"x": 1}}, "{'k': {'x': 1}}"),
+        ({"k": [{"x": 1}]}, "{'k': [{...}]}"),
+        ([{"a": {}}], "[{'a': {...}}]"),
+        (10**59, "1" + "0" * 59),  # 60 characters: shown whole
+        (3 + 4j, "a complex"),
+        (
+            {i: "v" * 30 for i in range(4)},
+            "{0: '" + "v" * 30 + "', 1: '" + "v" * 30 + "', 2: '" + "v" * 30 + "', 3: 'vvvv...",
+        ),
+    ],
+)
+def test_show_renders_each_kind_of_value(value: object, shown: str) -> None:
+    assert show(value) == shown

@@ -179,3 +179,138 @@ def test_to_proto_round_trip():
     assert [(d.task_path, d.host_path, d.permissions) for d in proto.devices] == [
         ("/dev/alixpu1", "/dev/alixpu1", "rwm")
     ]
+
+
+def test_derived_device_nodes_map_each_host_node_to_the_same_path_with_rwm():
+    spec = build_container(grant(device_nodes=()), WHOLE, NV, path_exists=lambda p: p == "/dev/nvidia2")
+    assert spec.devices == (DeviceNode("/dev/nvidia2", "/dev/nvidia2", "rwm"),)
+
+
+def test_card_uuid_comes_from_the_instance_on_the_same_minor_when_xdm_omits_it():
+    g = grant(devices=(GrantedDevice(2),))
+    spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["LINGJUN_CARD_UUIDS"] == "U2"
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "U2"
+
+
+def test_a_granted_minor_without_an_instance_gives_no_uuid_rather_than_a_made_up_one():
+    g = grant(devices=(GrantedDevice(7),))
+    spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["LINGJUN_CARD_UUIDS"] == ""
+    assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"mounts": (MountSpec("/usr/lib/x", "relative"),)}, "mount host path that is not a plain absolute path"),
+        ({"mounts": (MountSpec("relative", "/opt/x"),)}, "mount container path that is not a plain absolute path"),
+        ({"mounts": (MountSpec("/usr/lib/x", "/"),)}, "^XDM returned a mount of the host root '/'$"),
+        (
+            {"device_nodes": (DeviceNode("/dev/a", "/etc/a"),)},
+            "^XDM returned a device host path outside /dev/: '/etc/a'$",
+        ),
+        ({"device_nodes": (DeviceNode("/opt/a", "/dev/a"),)}, "^XDM returned a device container path outside /dev/"),
+    ],
+)
+def test_rejections_name_which_path_is_wrong(kw, match):
+    with pytest.raises(GrantRejected, match=match):
+        build_container(grant(**kw), WHOLE, PPU, path_exists=never)
+
+
+def test_no_visible_devices_env_for_a_grant_without_devices():
+    g = grant(devices=(), envs={"X": "1"})
+    for group in (NV, PPU):
+        spec = build_container(g, WHOLE, group, path_exists=never)
+        assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs and "PPU_VISIBLE_DEVICES" not in spec.envs
+        assert spec.envs["LINGJUN_CORE_LIMIT_PERCENT"] == "100"  # whole card: unlimited
+        assert spec.envs["LINGJUN_MEMORY_LIMIT_GIB"] == "0"
+        assert spec.envs["LINGJUN_DEVICE_MINORS"] == ""
+
+
+def test_uuid_xdm_names_wins_over_the_catalogs():
+    g = grant(devices=(GrantedDevice(1, "GPU-xdm-1"), GrantedDevice(2, "GPU-xdm-2")))
+    spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-xdm-1,GPU-xdm-2"
+    assert spec.envs["LINGJUN_CARD_UUIDS"] == "GPU-xdm-1,GPU-xdm-2"
+
+
+def test_mixed_kinds_report_whole_mode_and_no_slices():
+    insts = [Instance("U1", Kind.WHOLE, "U1", 1), Instance("U2-share-0", Kind.SHARE, "U2", 2, 0, 50, 40)]
+    spec = build_container(grant(), insts, PPU, path_exists=never)
+    assert spec.envs["LINGJUN_MODE"] == "whole"
+    assert "LINGJUN_MIG_SLICES" not in spec.envs
+
+
+def test_limits_not_named_by_xdm_come_from_the_instances_on_the_first_card_only():
+    insts = [
+        Instance("U1-share-0", Kind.SHARE, "U1", 1, 0, 25, 10),
+        Instance("U1-share-1", Kind.SHARE, "U1", 1, 1, 25, 10),
+        Instance("U2-share-0", Kind.SHARE, "U2", 2, 0, 25, 10),
+    ]
+    g = grant(devices=(GrantedDevice(1, "U1"), GrantedDevice(2, "U2")))
+    spec = build_container(g, insts, PPU, path_exists=never)
+    assert (spec.envs["LINGJUN_CORE_LIMIT_PERCENT"], spec.envs["LINGJUN_MEMORY_LIMIT_GIB"]) == ("50", "20")
+
+
+def test_limits_xdm_names_win_over_the_instances():
+    insts = [Instance(f"U1-share-{i}", Kind.SHARE, "U1", 1, i, 10, 10) for i in range(2)]
+    g = grant(devices=(GrantedDevice(1, "U1", 40, 30),))
+    spec = build_container(g, insts, PPU, path_exists=never)
+    assert (spec.envs["LINGJUN_CORE_LIMIT_PERCENT"], spec.envs["LINGJUN_MEMORY_LIMIT_GIB"]) == ("40", "30")
+
+
+def test_a_plugin_env_that_nomad_would_interpolate_rejects_the_grant():
+    with pytest.raises(GrantRejected, match=r"^plugin env LINGJUN_GRANT_ID="):
+        build_container(grant(grant_id="g-${x}"), WHOLE, PPU, path_exists=never)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("", "XDM returned an empty mount host path"),
+        ("/opt/a\tb", "XDM returned a mount host path with a control character: '/opt/a\\tb'"),
+        ("/opt/a\x00b", "XDM returned a mount host path with a control character: '/opt/a\\x00b'"),
+        ("//opt/x", "XDM returned a mount host path that is not a plain absolute path: '//opt/x'"),
+        ("/opt/../etc", "XDM returned a mount host path containing '..': '/opt/../etc'"),
+        ("/opt/./x", "XDM returned a mount host path that is not normalised: '/opt/./x'"),
+    ],
+)
+def test_check_path_says_what_is_wrong(path, message):
+    with pytest.raises(GrantRejected) as err:
+        check_path(path, "mount host path")
+    assert str(err.value) == message
+
+
+def test_xdm_env_errors_name_xdm_as_the_source():
+    with pytest.raises(GrantRejected, match=r"^XDM env name '1BAD' is not a valid variable name"):
+        build_container(grant(envs={"1BAD": "x"}), WHOLE, PPU, path_exists=never)
+
+
+def test_annotations_cannot_take_plugin_or_derived_env_names(caplog):
+    g = grant(annotations={"lingjun_mode": "evil", "lingjun_extra": "x", "nvidia_visible_devices": "all"})
+    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.container"):
+        spec = build_container(g, WHOLE, NV, path_exists=never)
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "U1,U2" and spec.envs["LINGJUN_MODE"] == "whole"
+    assert "LINGJUN_EXTRA" not in spec.envs
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        f"grant g-1: annotation {key!r} not carried as env (name not allowed or taken)"
+        for key in ("lingjun_extra", "lingjun_mode", "nvidia_visible_devices")
+    ]
+
+
+def test_a_skipped_annotation_or_env_does_not_drop_the_ones_after_it(caplog):
+    g = grant(
+        annotations={"a.bad": "${x}", "b bad": "1", "c.ok": "yes"},
+        envs={"LINGJUN_X": "1", "ZZZ": "2"},
+    )
+    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.container"):
+        spec = build_container(g, WHOLE, PPU, path_exists=never)
+    assert spec.envs["C_OK"] == "yes" and spec.envs["ZZZ"] == "2"
+    assert "A_BAD" not in spec.envs and "LINGJUN_X" not in spec.envs
+    assert [r.getMessage() for r in caplog.records] == [
+        "grant g-1: annotation 'a.bad' not carried as env: XDM annotation env A_BAD='${x}' contains '${', "
+        "which Nomad would interpolate",
+        "grant g-1: annotation 'b bad' not carried as env (name not allowed or taken)",
+        "grant g-1: XDM env LINGJUN_X ignored (prefix LINGJUN_ is the plugin's)",
+    ]

@@ -279,3 +279,92 @@ def test_holders_and_kinds_follow_every_change_including_other_writers(tmp_path)
     two.compact()
     one.put(entry("c"))
     assert len(two) == 2 and [e.grant_id for e in two.holders("c-dev-a")] == ["c"]
+
+
+def _corrupt(directory: Path) -> None:
+    j = Journal(directory)
+    j.put(entry("g-1"))
+    (directory / "journal.json").write_bytes(b"{not json")
+
+
+def test_a_second_corrupt_journal_in_the_same_second_is_kept_beside_the_first(tmp_path, caplog):
+    """Set-aside files are named journal.corrupt-<UTC second>[.N] and never overwrite one another."""
+    import re
+    import time as _time
+
+    _corrupt(tmp_path)
+    now = _time.time()
+    stamps = [_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime(now + d)) for d in range(-1, 30)]
+    for stamp in stamps:  # an earlier set-aside (and its .1) already holds every second of the run
+        (tmp_path / f"journal.corrupt-{stamp}").write_text("older")
+        (tmp_path / f"journal.corrupt-{stamp}.1").write_text("older .1")
+    with caplog.at_level("ERROR", logger="nomad_plugin.journal.store"):
+        j = Journal(tmp_path)
+    target = j.corrupt_set_aside
+    assert target is not None and j.entries() == []
+    match = re.fullmatch(r"journal\.corrupt-(\d{8}T\d{6}Z)\.2", target.name)
+    assert match is not None and match.group(1) in stamps, target.name
+    assert target.read_bytes() == b"{not json"
+    assert all((tmp_path / f"journal.corrupt-{s}").read_text() == "older" for s in stamps)
+    assert all((tmp_path / f"journal.corrupt-{s}.1").read_text() == "older .1" for s in stamps)
+    [record] = caplog.records
+    assert re.fullmatch(
+        rf"grant journal {re.escape(str(tmp_path / 'journal.json'))} is corrupt \(.+\); moved to "
+        rf"{re.escape(str(target))} and starting empty - grants it held are reported as leaked when a live "
+        r"allocation still uses them",
+        record.getMessage(),
+    ), record.getMessage()
+
+
+def test_set_aside_name_is_the_utc_second_whatever_the_local_zone(tmp_path):
+    import re
+    import time as _time
+
+    _corrupt(tmp_path)
+    old_tz = os.environ.get("TZ")
+    os.environ["TZ"] = "CST-8"  # UTC+8: a local-time stamp would be 8 hours off
+    _time.tzset()
+    try:
+        before = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+        target = Journal(tmp_path).corrupt_set_aside
+        after = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+    finally:
+        if old_tz is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old_tz
+        _time.tzset()
+    assert target is not None
+    match = re.fullmatch(r"journal\.corrupt-(\d{8}T\d{6}Z)", target.name)
+    assert match is not None and before <= match.group(1) <= after, target.name
+
+
+def test_the_first_clash_gets_suffix_1(tmp_path):
+    import time as _time
+
+    _corrupt(tmp_path)
+    now = _time.time()
+    stamps = [_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime(now + d)) for d in range(-1, 30)]
+    for stamp in stamps:
+        (tmp_path / f"journal.corrupt-{stamp}").write_text("older")
+    target = Journal(tmp_path).corrupt_set_aside
+    assert target is not None and target.name.endswith(".1") and target.name[len("journal.corrupt-") : -2] in stamps
+
+
+def test_every_field_including_the_late_window_survives_a_reopen(tmp_path):
+    from dataclasses import replace
+
+    e = replace(entry("late"), state=EntryState.RELEASING, settle_until=1700000123.25)
+    Journal(tmp_path).put(e)
+    assert Journal(tmp_path).get("late") == e
+
+
+def test_full_journal_message_in_full(tmp_path):
+    j = Journal(tmp_path, max_entries=1)
+    j.put(entry("a"))
+    with pytest.raises(JournalFull) as err:
+        j.put(entry("b"))
+    assert str(err.value) == (
+        "the grant journal holds 1 grants (limit 1); "
+        "grants are not being released - check the reconciler and the Nomad API"
+    )

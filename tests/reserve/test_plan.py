@@ -105,3 +105,67 @@ def test_existing_mig_instances_one_ask_each():
         DeviceAsk(0, 0, 20, 2, mig_uuid="MIG-a"),
         DeviceAsk(1, 0, 20, 2, mig_uuid="MIG-b"),
     )
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (
+            [card_uuid(0), "nope-1"],
+            "device ID(s) nope-1 are not in this node's last fingerprint "
+            "(the devices changed since the job was placed; Nomad will reschedule it)",
+        ),
+        (
+            [card_uuid(0), share_id(card_uuid(4), 0)],
+            "device IDs come from several device groups (alibaba/ppu/PPU 810E, alibaba/ppu/PPU 810E share); "
+            "one device block is always filled from one group",
+        ),
+        (
+            [mig_unit_id(card_uuid(6, "GPU"), i) for i in range(5)],
+            "5 MIG units on card GPU-0006-aaaa-bbbb (minor 6): XDM accepts 1, 2, 3, 4 or 7 slices per card; "
+            "use a device count of 1, 2, 3, 4 or 7",
+        ),
+        (
+            [share_id(card_uuid(4), 0), share_id(card_uuid(4), 1), share_id(card_uuid(5), 0)],
+            "heterogeneous request in alibaba/ppu/PPU 810E share: card 4: 20% compute, 18 GiB, "
+            "card 5: 10% compute, 9 GiB. XDM grants only equal amounts on every card; "
+            "ask for a count that fits on one card, or whole cards",
+        ),
+        (
+            [
+                mig_unit_id(card_uuid(6, "GPU"), 0),
+                mig_unit_id(card_uuid(6, "GPU"), 1),
+                mig_unit_id(card_uuid(7, "GPU"), 0),
+            ],
+            "heterogeneous request in nvidia/gpu/H800 mig: card 6: 2 slices, card 7: 1 slices. "
+            "XDM grants only equal amounts on every card; ask for a count that fits on one card, or whole cards",
+        ),
+    ],
+)
+def test_rejections_in_full(ids, message):
+    with pytest.raises(ReservationRejected) as err:
+        plan_request(ids, CAT)
+    assert str(err.value) == message
+
+
+def test_mixed_kinds_message_in_full():
+    whole = whole_group(1)
+    g = InstanceGroup(
+        whole.key,
+        (*whole.instances, Instance("S", Kind.SHARE, "X", 9, 0, 10, 1), Instance("M", Kind.MIG, "X", 8, 0, 0, 1, 1)),
+    )
+    with pytest.raises(ReservationRejected) as err:
+        plan_request([card_uuid(0), "S", "M"], catalog(g))
+    assert str(err.value) == (
+        "device group alibaba/ppu/PPU 810E mixes instance kinds (mig, share, whole); a request must be one kind"
+    )
+
+
+def test_existing_mig_instance_without_a_uuid_is_asked_by_its_id_and_bad_slices_are_named():
+    key = mig_group([0]).key
+    g = catalog(InstanceGroup(key, (Instance("MIG-x", Kind.MIG_INSTANCE, "G0", 0, 0, 0, 20, 2),)))
+    assert plan_request(["MIG-x"], g).asks == (DeviceAsk(0, 0, 20, 2, mig_uuid="MIG-x"),)
+    bad = catalog(InstanceGroup(key, (Instance("MIG-y", Kind.MIG_INSTANCE, "G0", 0, 0, 0, 20, 5),)))
+    with pytest.raises(ReservationRejected) as err:
+        plan_request(["MIG-y"], bad)
+    assert str(err.value) == "MIG instance MIG-y has 5 slices; valid: 1, 2, 3, 4, 7"

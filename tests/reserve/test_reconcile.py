@@ -278,3 +278,371 @@ def test_plugin_client_reads_the_endpoints_the_reconciler_calls(api):
         wrong.node_id()
     assert err.value.kind == "http" and "404" in str(err.value)
     wrong.close()
+
+
+def _wait_for(condition, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_settings_defaults_without_any_environment():
+    assert NomadApiSettings.from_config(PluginConfig(), {}) == NomadApiSettings()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("TRUE", True), ("yes", True), ("0", False), ("", False)])
+def test_skip_verify_spellings(value, expected):
+    assert NomadApiSettings.from_config(PluginConfig(), {"NOMAD_SKIP_VERIFY": value}).skip_verify is expected
+
+
+def test_settings_read_the_process_environment_by_default(monkeypatch):
+    monkeypatch.setenv("NOMAD_ADDR", "http://from-env:4646")
+    assert NomadApiSettings.from_config(PluginConfig()).address == "http://from-env:4646"
+
+
+def test_an_unexpected_error_is_logged_and_the_round_retried(tmp_path, api, caplog):
+    _reserver, _backend, rec = setup(tmp_path, api)
+    calls = []
+
+    def broken_catalog():
+        calls.append(1)
+        raise KeyError("catalog not ready")
+
+    rec.catalog_source = broken_catalog
+    with caplog.at_level("ERROR", logger="nomad_plugin.reconcile.reconciler"):
+        rec.start()
+        _wait_for(lambda: len(calls) >= 2, "a second round after the failed one")
+        rec.stop()
+    assert any(r.getMessage() == "reconciler round failed" and r.exc_info for r in caplog.records)
+
+
+# --- decide(): timers restart, boundaries, deadlines ------------------------------------------------
+def _granted(gid, *device_ids):
+    from nomad_plugin.journal import EntryState, JournalEntry
+
+    return JournalEntry(gid, tuple(device_ids), "g/t/n", "whole", ("C",), (), 0.0, EntryState.GRANTED)
+
+
+def _alloc(alloc_id, *device_ids, status="running"):
+    from nomad_plugin.reconcile.nomad_api import AllocView
+
+    return AllocView(alloc_id, status, frozenset(device_ids))
+
+
+def test_decide_reports_a_leak_exactly_at_grace_restarts_and_reports_again_after_it_went_away():
+    from nomad_plugin.reconcile.decide import Timers, decide
+
+    t, ours = Timers(), frozenset({"d1"})
+    leaky = [_alloc("a", "d1")]
+    assert decide([], leaky, ours, 100.0, 10.0, t).next_deadline == 110.0
+    decide([_granted("g", "d1")], leaky, ours, 105.0, 10.0, t)  # journalled meanwhile: timer dropped
+    d = decide([], leaky, ours, 106.0, 10.0, t)
+    assert d.new_leaks == () and d.next_deadline == 116.0
+    assert decide([], leaky, ours, 116.0, 10.0, t).new_leaks == (leaky[0],)
+    assert decide([], leaky, ours, 117.0, 10.0, t).new_leaks == ()  # reported once
+    decide([], [], ours, 118.0, 10.0, t)  # the allocation is gone
+    decide([], leaky, ours, 119.0, 10.0, t)  # and back (same id)
+    assert decide([], leaky, ours, 129.0, 10.0, t).new_leaks == (leaky[0],)
+
+
+# --- parse_alloc messages ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"ClientStatus": "running"}, "allocation without an ID"),
+        ({"ID": "a1"}, "allocation 'a1' without ClientStatus"),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": "x"},
+            "allocation 'a1': AllocatedResources is not an object",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": "x"}},
+            "allocation 'a1': AllocatedResources.Tasks is not an object",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": {"t": "x"}}},
+            "allocation 'a1': a task's resources are not an object",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": {"t": {"Devices": "x"}}}},
+            "allocation 'a1': a task's Devices is not a list",
+        ),
+        (
+            {"ID": "a1", "ClientStatus": "running", "AllocatedResources": {"Tasks": {"t": {"Devices": ["x"]}}}},
+            "allocation 'a1': a Devices entry is not an object",
+        ),
+        (
+            {
+                "ID": "x" * 70,
+                "ClientStatus": "run",
+                "AllocatedResources": {"Tasks": {"t": {"Devices": [{"DeviceIDs": ["a", 1]}]}}},
+            },
+            f"allocation {'x' * 64!r}: DeviceIDs is not a list of strings",
+        ),
+    ],
+)
+def test_parse_alloc_says_what_is_wrong(raw, message):
+    with pytest.raises(ValueError) as err:
+        parse_alloc(raw)
+    assert str(err.value) == message
+
+
+# --- the Reconciler against the API double -----------------------------------------------------------
+def test_first_query_is_not_blocking_and_waits_shrink_to_the_next_deadline(tmp_path, api):
+    clock = Clock()
+    reserver, _backend, rec = setup(tmp_path, api, grace=5.0, clock=clock)
+    rec.max_wait = 10.0
+    grant_of(reserver, [card_uuid(0)])  # orphaned from the first observation: deadline 1005
+    rec.round()
+    first = [p for p, _ in api.requests if "/allocations" in p]
+    assert "index=" not in first[0] and rec.rounds == 1
+    clock.now = 1002.0
+    rec.round()
+    clock.now = 1004.75
+    rec.round()
+    waits = [p.split("wait=")[1] for p, _ in api.requests if "wait=" in p]
+    assert waits == ["3010ms", "260ms"] and rec.rounds == 3
+
+
+def test_without_a_client_a_round_only_retries_and_idles(tmp_path):
+    reserver = Reserver(FakeBackend(), lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    rec = Reconciler(reserver, None, lambda: CAT, grace=1.0, idle_period=0.01)
+    rec.round()
+    assert rec.rounds == 0
+
+
+# --- TLS to the agent: CA, client certificate, skip_verify (real certificates from the openssl CLI) -------
+def _openssl(*args, cwd):
+    import subprocess
+
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def tls_agent(tmp_path):
+    """An HTTPS agent answering /v1/agent/self that requires a client certificate signed by the same CA."""
+    import http.server
+    import json
+    import shutil
+    import ssl
+    import threading
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make test certificates")
+    d = tmp_path / "pki"
+    d.mkdir()
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+             "-subj", "/CN=test-ca", cwd=d)  # fmt: skip
+    for name, san in (("server", "subjectAltName=IP:127.0.0.1,DNS:client.global.nomad"), ("client", "")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-subj", f"/CN={name}", cwd=d)  # fmt: skip
+        ext = ["-extfile", f"{name}.ext"] if san else []
+        if san:
+            (d / f"{name}.ext").write_text(san + "\n")
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", f"{name}.pem", "-days", "2", *ext, cwd=d)  # fmt: skip
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"stats": {"client": {"node_id": "tls-node"}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(d / "server.pem", d / "server.key")
+    ctx.load_verify_locations(d / "ca.pem")
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", d
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _node_id(address, **settings):
+    client = NomadClient(NomadApiSettings(address=address, timeout=10.0, **settings))
+    try:
+        return client.node_id()
+    finally:
+        client.close()
+
+
+def test_tls_with_the_ca_and_a_client_certificate(tls_agent):
+    address, d = tls_agent
+    kw = {"client_cert": str(d / "client.pem"), "client_key": str(d / "client.key")}
+    assert _node_id(address, ca_cert=str(d / "ca.pem"), **kw) == "tls-node"
+    assert _node_id(address, skip_verify=True, **kw) == "tls-node"  # no CA: verification off
+    with pytest.raises(NomadApiError) as err:  # the system CAs do not know this server
+        _node_id(address, **kw)
+    assert err.value.kind == "unreachable"
+    with pytest.raises(NomadApiError):  # the agent requires a client certificate
+        _node_id(address, ca_cert=str(d / "ca.pem"))
+
+
+def test_tls_client_key_may_live_in_the_certificate_file(tls_agent):
+    address, d = tls_agent
+    both = d / "client-both.pem"
+    both.write_text((d / "client.pem").read_text() + (d / "client.key").read_text())
+    assert _node_id(address, ca_cert=str(d / "ca.pem"), client_cert=str(both)) == "tls-node"
+
+
+# --- NomadClient against a scripted HTTP agent (TCP or a Unix socket) -----------------------------------
+class _Scripted:
+    """A tiny agent: ``answer(path) -> (status, headers, body bytes)``; records (path, headers)."""
+
+    def __init__(self, answer, unix_path=None):
+        import http.server
+        import socketserver
+        import threading
+
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.seen.append((self.path, dict(self.headers)))
+                status, headers, body = answer(self.path)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+            def address_string(self):
+                return "local"
+
+        if unix_path is None:
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self.address = f"http://127.0.0.1:{self.server.server_address[1]}/"  # a trailing slash is fine
+        else:
+
+            class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+                daemon_threads = True
+
+            self.server = UnixServer(unix_path, Handler)
+            self.address = f"unix://{unix_path}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+SELF = b'{"stats": {"client": {"node_id": "n-1"}}}'
+
+
+def _agent(answer, **kw):
+    return _Scripted(answer, **kw)
+
+
+def test_client_over_a_unix_socket_sends_the_token_and_reads_the_index(tmp_path):
+    agent = _agent(
+        lambda p: (200, {"X-Nomad-Index": "42"}, SELF if "self" in p else b"[]"), unix_path=str(tmp_path / "n.sock")
+    )
+    client = NomadClient(NomadApiSettings(address=agent.address, token="tok"))
+    try:
+        assert client.node_id() == "n-1"
+        page = client.node_allocations("a/b", 7, 0.0001)
+        assert page.index == 42 and page.allocs == ()
+    finally:
+        client.close()
+        agent.close()
+    (p1, h1), (p2, _h2) = agent.seen
+    assert p1 == "/v1/agent/self" and h1.get("X-Nomad-Token") == "tok"
+    assert p2 == "/v1/node/a%2Fb/allocations?index=7&wait=1ms"
+
+
+def test_client_without_token_sends_no_token_header_and_ignores_proxy_settings(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a dead proxy: must not be used
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    agent = _agent(lambda p: (200, {"X-Nomad-Index": "not-a-number"}, SELF if "self" in p else b"[]"))
+    client = NomadClient(NomadApiSettings(address=agent.address))
+    try:
+        assert client.node_id() == "n-1"
+        assert client.node_allocations("n-1").index == 0  # an unreadable index starts over
+    finally:
+        client.close()
+        agent.close()
+    assert all("X-Nomad-Token" not in h for _, h in agent.seen)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message", "kind"),
+    [
+        (500, b"boom ", "Nomad API /v1/agent/self: HTTP 500 boom", "http"),
+        (200, b"<html>", "Nomad API /v1/agent/self: answer is not JSON", "bad-response"),
+        (
+            200,
+            b'{"stats": {"client": {"node_id": ""}}}',
+            "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
+            "bad-response",
+        ),
+    ],
+)
+def test_client_errors_say_what_failed(status, body, message, kind):
+    agent = _agent(lambda p: (status, {}, body))
+    client = NomadClient(NomadApiSettings(address=agent.address))
+    try:
+        with pytest.raises(NomadApiError) as err:
+            client.node_id()
+    finally:
+        client.close()
+        agent.close()
+    assert (str(err.value), err.value.kind) == (message, kind)
+
+
+def test_client_allocations_errors_say_what_failed():
+    agent = _agent(lambda p: (200, {"X-Nomad-Index": "x"}, b'{"a": 1}' if "n-1" in p else b'[{"ID": 5}]'))
+    client = NomadClient(NomadApiSettings(address=agent.address))
+    try:
+        with pytest.raises(NomadApiError) as err:
+            client.node_allocations("n-1")
+        assert (str(err.value), err.value.kind) == ("node allocations answer is not a list", "bad-response")
+        with pytest.raises(NomadApiError) as err:
+            client.node_allocations("n-2")
+        assert (str(err.value), err.value.kind) == ("node allocations answer: allocation without an ID", "bad-response")
+    finally:
+        client.close()
+        agent.close()
+
+
+def test_client_unreachable_and_timeout_kinds(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    client = NomadClient(NomadApiSettings(address=f"http://127.0.0.1:{port}", timeout=2.0))
+    with pytest.raises(NomadApiError) as err:
+        client.node_id()
+    client.close()
+    assert err.value.kind == "unreachable" and str(err.value).startswith("Nomad API /v1/agent/self: ConnectError: ")
+
+    def slow(path):
+        time.sleep(3)
+        return 200, {}, SELF
+
+    agent = _agent(slow)
+    client = NomadClient(NomadApiSettings(address=agent.address, timeout=0.5))
+    try:
+        with pytest.raises(NomadApiError) as err:
+            client.node_id()
+    finally:
+        client.close()
+        agent.close()
+    assert (str(err.value), err.value.kind) == ("Nomad API /v1/agent/self: timed out after 0.5s", "timeout")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -185,3 +186,82 @@ def test_storm_100_concurrent_reserves_no_double_grant(tmp_path):
             held[d] = e.grant_id
     assert len(r.entries()) == len(b.grants) == 99
     assert set(b.grants) == {e.grant_id for e in Journal(tmp_path / "data").entries()}
+
+
+def _with_timeout(tmp_path, xdm_call_timeout):
+    backend = FakeBackend()
+    cfg = PluginConfig(data_dir=str(tmp_path / "data"), xdm_call_timeout=xdm_call_timeout)
+    r = Reserver(backend, lambda: CAT, Journal(tmp_path / "data"), cfg, path_exists=lambda p: False)
+    return r, backend
+
+
+@pytest.mark.parametrize(("xdm_call_timeout", "window"), [(5.0, 30.0), (1.0, 10.0)])
+def test_timed_out_allocate_keeps_the_entry_until_xdm_can_no_longer_commit_late(tmp_path, xdm_call_timeout, window):
+    """The window is 6 call timeouts, at least 10 s; the entry stays (releasing) until it closes."""
+    from nomad_plugin.model.errors import BackendUnavailable
+
+    r, b = _with_timeout(tmp_path, xdm_call_timeout)
+    b.fail_allocate = BackendUnavailable("Allocate deadline exceeded", "timeout")
+    before = time.time()
+    with pytest.raises(BackendUnavailable):
+        r.reserve([card_uuid(0)])
+    after = time.time()
+    [e] = r.entries()
+    assert e.state is EntryState.RELEASING and len(b.released) == 1
+    assert before + window <= e.settle_until <= after + window
+    assert r.retry_pending() == 0 and len(r.entries()) == 1  # still inside the window
+
+
+def test_an_allocate_that_failed_otherwise_is_released_and_forgotten_at_once(tmp_path):
+    r, b = _with_timeout(tmp_path, 5.0)
+    b.fail_allocate = UNAVAILABLE  # socket missing: a dead XDM commits nothing later
+    with pytest.raises(PluginError):
+        r.reserve([card_uuid(0)])
+    assert r.entries() == [] and len(b.released) == 1
+
+
+def test_steps_are_announced_in_order_and_the_entry_names_its_group(tmp_path):
+    steps = []
+    r, _, _ = make(tmp_path, step_hook=steps.append)
+    r.reserve([card_uuid(0)])
+    assert steps == ["before-allocate", "after-allocate", "after-journal"]
+    assert [e.group for e in r.entries()] == ["alibaba/ppu/PPU 810E"]
+
+
+def test_journal_size_is_known_from_the_start(tmp_path):
+    r, _, _ = make(tmp_path)
+    r.reserve([card_uuid(0)])
+    r.reserve([card_uuid(1)])
+    again, _, _ = make(tmp_path)
+    assert again.counters.journal_size == 2
+
+
+def test_a_failing_change_callback_is_logged_not_raised(tmp_path, caplog):
+    backend = FakeBackend()
+
+    def broken():
+        raise RuntimeError("listener gone")
+
+    r = Reserver(backend, lambda: CAT, Journal(tmp_path / "d"), PluginConfig(), broken, path_exists=lambda p: False)
+    with caplog.at_level("ERROR", logger="nomad_plugin.nomad.reserve"):
+        r.reserve([card_uuid(0)])
+    assert [rec.getMessage() for rec in caplog.records] == ["on_grants_changed callback failed"]
+
+
+def test_mounts_are_passed_on_only_when_configured_and_node_paths_are_checked_on_this_host(tmp_path):
+    seen = []
+
+    def exists(path):
+        seen.append(path)
+        return path == "/dev/alixpu"
+
+    b = FakeBackend(style="env+mounts")  # no device nodes from XDM: the usual ones that exist are derived
+    default = Reserver(b, lambda: CAT, Journal(tmp_path / "a"), PluginConfig(), path_exists=exists)
+    res = default.reserve([card_uuid(0)]).container_res
+    assert list(res.mounts) == [] and [d.host_path for d in res.devices] == ["/dev/alixpu"]
+    assert "/dev/alixpu_ctl" in seen
+    with_mounts = Reserver(
+        b, lambda: CAT, Journal(tmp_path / "b"), PluginConfig(), include_mounts=True, path_exists=exists
+    )
+    res = with_mounts.reserve([card_uuid(1)]).container_res
+    assert [(m.task_path, m.host_path) for m in res.mounts] == [("/usr/local/lj", "/opt/lj/lib")]

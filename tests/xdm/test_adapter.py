@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
-from nomad_plugin.model.grant import DeviceAsk, Grant, GrantedDevice, GrantRequest
+from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.xdm import adapter
 from nomad_plugin.xdm.client import XdmClient
 from nomad_plugin.xdm.drift import DriftLog
@@ -87,3 +87,32 @@ def test_enable_disable_not_exposed_r14() -> None:
     names = {n.lower() for n in dir(XdmClient)}
     assert not {"enable", "disable"} & names
     assert not [n for n in dir(adapter) if n.upper() in ("ENABLE", "DISABLE")]
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        {"envs": {"NVIDIA_VISIBLE_DEVICES": "1"}},
+        {"device_nodes": (DeviceNode("/dev/nvidia1", "/dev/nvidia1"),)},
+        {"mounts": (MountSpec("/usr/lib/x", "/usr/lib/x"),)},
+        {"cdi_devices": ("nvidia.com/gpu=1",)},
+        {"annotations": {"xdm.amp.com/devices": "1"}},
+    ],
+    ids=["envs", "device_nodes", "mounts", "cdi_devices", "annotations"],
+)
+def test_each_kind_of_evidence_alone_is_enough(evidence: dict[str, object]) -> None:
+    req = GrantRequest("g", (DeviceAsk(1, core=50, memory_gib=4),))
+    assert grant_problem(req, Grant("g", **evidence)) is None  # type: ignore[arg-type]
+
+
+def test_unknown_varints_are_named_in_every_problem_and_absent_otherwise() -> None:
+    req = GrantRequest("g", (DeviceAsk(1, core=50, memory_gib=4),))
+    hint = "; unknown varint field(s) that may carry an error code: 7=3, 9=1"
+    assert grant_problem(req, Grant("g"), ("7=3", "9=1")) == (
+        "XDM reported success for allocation g but granted nothing" + hint
+    )
+    assert grant_problem(req, Grant("g")) == "XDM reported success for allocation g but granted nothing"
+    wrong_card = Grant("g", devices=(GrantedDevice(2, core=50, memory_gib=4),))
+    assert grant_problem(req, wrong_card, ("7=3",)) == "XDM granted card(s) [2] but [1] were requested" + hint.replace(
+        "7=3, 9=1", "7=3"
+    )
