@@ -11,31 +11,18 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import msgpack
-import pytest
 
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.goplugin.goplugin_harness import Plugin, launch
-from tests.integration.harness import Node, sim_node
+from tests.integration.harness import Node
 
 DEVICE = "nvidia/gpu/NVIDIA H800"
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    with sim_node("h800-8") as n:
-        yield n
-
-
-@pytest.fixture
-def api() -> Iterator[NomadApiDouble]:
-    with NomadApiDouble() as double:
-        yield double
 
 
 def entries(plugin: Plugin) -> list[dict[str, Any]]:

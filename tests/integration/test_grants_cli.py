@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -26,18 +25,12 @@ from nomad_plugin.cli import doctor, grants
 from nomad_plugin.journal import Journal, plugin_running
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.goplugin.goplugin_harness import Plugin, launch
-from tests.integration.harness import Node, sim_node
+from tests.integration.harness import Node
 from tests.integration.test_audit_log import DEVICE, configure, entries, first_device_ids, wait_for
 
 NARROW = 'namespace "default" { policy = "read" }\nnode { policy = "read" }\nagent { policy = "read" }\n'
 DOCUMENTED = 'namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\nagent { policy = "read" }\n'
 GRACE_S = 1.0
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    with sim_node("h800-8") as n:
-        yield n
 
 
 def free_port() -> int:

@@ -7,31 +7,16 @@ task's prestart hooks (the allocation is already known, often still pending).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from nomad_plugin.sim.container import NVIDIA_DRIVER_DIR
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.testing.nomad_jobs import HostVolume, add_alloc_with_job
 from tests.conformance.hostlib import HostProcess, HostRun, start_host
-from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, reserve, set_of, sim_node
+from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, reserve, set_of
 
 DEVICE = "nvidia/gpu/NVIDIA H800"
 DRIVER_MOUNT = {"task_path": NVIDIA_DRIVER_DIR, "host_path": NVIDIA_DRIVER_DIR, "read_only": True}
-
-
-@pytest.fixture
-def api() -> Iterator[NomadApiDouble]:
-    with NomadApiDouble() as double:
-        yield double
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    with sim_node("h800-8") as n:
-        yield n
 
 
 def _launch(node: Node, api: NomadApiDouble, host_binary: Path, mode: str) -> HostProcess:

@@ -14,12 +14,10 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -123,12 +121,6 @@ def exposed_names(text: str) -> set[str]:
         if family.type == "histogram":
             names.update(family.name + suffix for suffix in ("_bucket", "_sum", "_count"))
     return names
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    with sim_node("h800-8") as n:
-        yield n
 
 
 def _scrape(port: int, want: str, timeout: float = 30.0) -> str:

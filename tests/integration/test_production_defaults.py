@@ -17,26 +17,18 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.conformance.hostlib import REPO, HostProcess, start_host
 from tests.e2e.agent_setup import free_port
-from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, set_of, sim_node
+from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, set_of
 from tests.waiting import wait_until
 
 SHIM = Path(__file__).resolve().parent / "nvml_shim"
 DEADLINE_S = 60
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    with sim_node("h800-8") as n:
-        yield n
 
 
 def _nvml_env(gpus: list[dict[str, Any]]) -> dict[str, str]:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from nomad_plugin.sim.grants import GrantRecord
 from nomad_plugin.testing.nomad_api import NomadApiDouble
@@ -28,23 +26,10 @@ from tests.integration.harness import (
     first_fingerprint_with_devices,
     reserve,
     set_of,
-    sim_node,
 )
 
 GRACE_S = 1.0
 DEVICE = "nvidia/gpu/NVIDIA H800"
-
-
-@pytest.fixture
-def api() -> Iterator[NomadApiDouble]:
-    with NomadApiDouble() as double:
-        yield double
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    with sim_node("h800-8") as n:
-        yield n
 
 
 def _launch(node: Node, api: NomadApiDouble, host_binary: Path) -> HostProcess:

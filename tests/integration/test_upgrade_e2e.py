@@ -16,31 +16,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from nomad_plugin.sim.grants import GrantRecord
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, real_plugin, start_host
-from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, reserve, set_of, sim_node
+from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, reserve, set_of
 
 GRACE_S = 1.0
 DEVICE = "nvidia/gpu/NVIDIA H800"
 PLUGIN_FILE = "nomad-device-lingjun"
-
-
-@pytest.fixture
-def api() -> Iterator[NomadApiDouble]:
-    with NomadApiDouble() as double:
-        yield double
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    with sim_node("h800-8") as n:
-        yield n
 
 
 def _install(plugin_dir: Path, version: str, launches: Path) -> Path:
