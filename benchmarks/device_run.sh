@@ -1,33 +1,71 @@
 #!/bin/bash
-# One device session: NVML gpu_check (Python path), the Go conformance host against the
-# real plugin with backend=nvml, and the GPU-marked NVML tests.
+# One device session on a machine with a real NVIDIA GPU (the device tool's `run`; see
+# BENCHMARKS.md "GPU check"). What CI cannot run, because CI has no GPU:
+#   1. the SHIPPED executable (dist/nomad-device-lingjun) with backend = "nvml" and "auto",
+#      under the Go conformance host, launched with no Python reachable (as test_dist does);
+#   2. XDM with NVML enrichment from real NVML: the simulator's --nvml-mirror presents the
+#      real cards as an XDM node and the shipped executable serves them (backend = "xdm");
+#   3. `doctor` and `check-job` of the shipped executable against the real cards, for every
+#      job in tests/operator/official_jobs/ (jobs written for hashicorp/nomad-device-nvidia);
+#   4. the GPU-marked pytest tests (tests/nvml, tests/sim/test_nvml_mirror.py).
+# Needs: .devcarry/conformance-host (tests/conformance/bin/conformance-host built here),
+# dist/ (make dist) and .whl/ (wheels the device's Python lacks). Writes its evidence to $OUT.
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 9
 export PYTHONPATH=/tmp/site:$PWD
-nvidia-smi -L | tee $OUT/nvidia-smi.txt
-python3 -c "import grpc, google.protobuf, pynvml; print('grpc', grpc.__version__, 'pb', google.protobuf.__version__)"
-echo "=== gpu_check"
-timeout 220 python3 benchmarks/gpu_check.py --out $OUT/gpucheck --duration 30 --budget 200 --plugin-path grpc 2>&1 | tail -15
-echo "=== conformance host, backend=nvml"
-mkdir -p /tmp/gc && cat > /tmp/gc/nomad-device-lingjun <<W
-#!/bin/sh
-PYTHONPATH="$PYTHONPATH" exec python3 -m nomad_plugin "\$@"
-W
-chmod +x /tmp/gc/nomad-device-lingjun
-printf 'plugin "nomad-device-lingjun" {\n  config {\n    backend = "nvml"\n    data_dir = "/tmp/gc/data"\n    reconcile = false\n  }\n}\n' > /tmp/gc/agent.hcl
-t0=$(date +%s.%N)
-timeout 120 .devcarry/conformance-host --plugin /tmp/gc/nomad-device-lingjun --config /tmp/gc/agent.hcl --phase all --duration 30 --stats-detail --reserve-count 1 --first-fp-timeout 60 > $OUT/host.jsonl 2> $OUT/host.err
-echo "host rc=$?"
-python3 - <<'P'
-import json, os
-ev=[json.loads(l) for l in open(os.environ['OUT']+'/host.jsonl') if l.startswith('{')]
-for e in ev:
-    k=e['event']
-    if k=='fingerprint': print('FP', e['seq'], [(g['vendor'],g['type'],g['name'],[(d['id'],d['healthy'],d.get('pci_bus_id')) for d in g['devices']], g['attributes']) for g in e['groups']])
-    elif k in ('reserve','violation','summary','shutdown'): print(k.upper(), json.dumps(e)[:1500])
-st=[e for e in ev if e['event']=='stats']
-print('STATS messages', len(st)); print('LAST STATS', json.dumps(st[-1])[:2500] if st else None)
-P
-echo "=== pytest -m gpu"
-timeout 90 python3 -m pytest -q -p no:cacheprovider tests/nvml/test_nvml_gpu.py 2>&1 | tail -5
+HOST=$PWD/.devcarry/conformance-host
+E=/tmp/evidence # everything lands here; $OUT gets the log and one tarball of it
+mkdir -p $E
+nvidia-smi -L | tee "$E/nvidia-smi.txt"
+getconf GNU_LIBC_VERSION
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+
+# A directory with only the tools the executable's sh header uses: no python anywhere on PATH.
+np=/tmp/np
+mkdir -p $np/bin $np/empty $np/home
+for t in sh tail tar gzip mkdir mktemp mv rm ls find getconf; do ln -sf "$(command -v $t)" $np/bin/$t; done
+cp dist/nomad-device-lingjun $np/nomad-device-lingjun
+TIMEOUT=$(command -v timeout)
+nopy() {
+  env -i PATH=$np/bin PYTHONHOME=$np/empty PYTHONPATH=$np/empty HOME=$np/home LANG=C.UTF-8 \
+    LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$@"
+}
+block() { # name backend extra-lines
+  printf 'plugin "nomad-device-lingjun" {\n  config {\n    backend = "%s"\n    data_dir = "%s/data-%s"\n    reconcile = false\n%b  }\n}\n' \
+    "$2" $np "$1" "$3" >$np/$1.hcl
+}
+host() { # name
+  local t0=$(date +%s%N)
+  nopy "$TIMEOUT" 150 "$HOST" --plugin $np/nomad-device-lingjun --config $np/$1.hcl --phase all --duration 15 \
+    --stats-detail --reserve-count 1 --first-fp-timeout 90 >"$E/host-$1.jsonl" 2>"$E/host-$1.err"
+  echo "=== host $1: rc=$? in $((($(date +%s%N) - t0) / 1000000)) ms"
+  python3 benchmarks/device_summary.py "$E/host-$1.jsonl"
+}
+
+block nvml nvml ""
+block auto auto ""
+host nvml
+host auto
+
+echo "=== XDM simulator mirroring the real GPU, served by the shipped executable with NVML enrichment"
+mkdir -p /tmp/xs
+python3 -m nomad_plugin.cli.main xdm-sim --nvml-mirror --socket-dir /tmp/xs >"$E/sim.log" 2>&1 &
+sim=$!
+for _ in $(seq 100); do [ -S /tmp/xs/dp2mgr.sock ] && break; sleep 0.1; done
+block xdm xdm "    xdm_socket = \"/tmp/xs/dp2mgr.sock\"\n    config_socket = \"/tmp/xs/config-daemon.sock\"\n    nvml_enrich = true\n"
+host xdm
+kill $sim; wait $sim 2>/dev/null
+
+echo "=== doctor (shipped executable, backend = nvml)"
+nopy "$TIMEOUT" 60 $np/nomad-device-lingjun doctor --set backend=nvml --set data_dir=$np/data-doctor 2>&1 | tail -25
+echo "=== check-job, official plugin's jobs, against the real cards"
+for job in tests/operator/official_jobs/*; do
+  nopy "$TIMEOUT" 90 $np/nomad-device-lingjun check-job --set backend=nvml --set data_dir=$np/data-cj "$PWD/$job" >"$E/cj-$(basename "$job").txt" 2>&1
+  rc=$?
+  echo "$(basename "$job"): exit $rc | $(grep -m1 -i -E 'placed|cannot|error' "$E/cj-$(basename "$job").txt")"
+done
+
+echo "=== pytest (GPU-marked and NVML tests)"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/nvml tests/sim/test_nvml_mirror.py 2>&1 | tail -12
+tar -C /tmp -czf "$OUT/evidence.tgz" evidence
