@@ -50,7 +50,14 @@ class LiveNode:
             return f"embedded simulator, profile {self.profile}"
         if self.socket_dir:
             return f"XDM sockets in {self.socket_dir}"
-        return f"XDM sockets from {self.plugin_config or 'the default config'} (default dir {DEFAULT_SOCKET_DIR})"
+        where = self.plugin_config or "the default config"
+        backend = str(self.config.get("backend", "auto"))
+        socket = str(self.config.get("xdm_socket") or Path(DEFAULT_SOCKET_DIR) / DP2MGR)
+        if backend == "nvml":
+            return f"NVML (backend = nvml from {where})"
+        if backend == "auto" and self.config and not Path(socket).exists():
+            return f"NVML (backend = auto from {where}: no XDM socket at {socket})"
+        return f"XDM socket {socket} (backend = {backend} from {where})"
 
     def __enter__(self) -> LiveNode:
         try:
