@@ -7,7 +7,7 @@ GO_PKGS := golang-go golang-github-hashicorp-go-plugin-dev golang-google-grpc-de
   golang-goprotobuf-dev protobuf-compiler golang-github-zclconf-go-cty-dev \
   golang-github-hashicorp-hcl-v2-dev golang-github-hashicorp-go-version-dev
 
-.PHONY: demo test venv go-deps lint typecheck pytest protos dist bench clean mutate
+.PHONY: demo test venv go-deps lint typecheck pytest protos dist bench clean mutate promtool
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,7 +34,7 @@ typecheck: venv
 	$(BIN)/mypy
 
 # tests/operator/test_dist.py runs the shipped executable (CI fails it when missing).
-pytest: venv go-deps dist
+pytest: venv go-deps dist promtool
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
@@ -57,6 +57,18 @@ dist: $(DIST)
 
 $(DIST): pyproject.toml tools/build_dist.py $(shell find nomad_plugin -name '*.py' 2>/dev/null)
 	$(PY) tools/build_dist.py
+
+# Prometheus's promtool (checks and unit-tests deploy/prometheus's alert rules): Debian's
+# prometheus package, downloaded and unpacked into build/ (not installed: no service, no deps).
+PROMTOOL := build/promtool/usr/bin/promtool
+promtool: $(PROMTOOL)
+
+$(PROMTOOL):
+	rm -rf build/promtool.tmp && mkdir -p build/promtool.tmp
+	cd build/promtool.tmp && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus; }; }
+	dpkg -x build/promtool.tmp/prometheus_*.deb build/promtool.tmp/x
+	mkdir -p $(dir $@) && cp build/promtool.tmp/x/usr/bin/promtool $@ && rm -rf build/promtool.tmp
+	$@ --version | head -1
 
 clean:
 	rm -rf $(VENV) build dist tests/conformance/bin mutants
