@@ -155,6 +155,8 @@ def test_alerts_stay_silent_then_fire_with_their_labels_and_text(tmp_path: Path)
 
 def test_the_unit_tests_can_fail(tmp_path: Path) -> None:
     """A case whose alert never fires must fail promtool: the harness above is not vacuous."""
-    healthy = Case("LingjunXdmUnreachable", {'lingjun_plugin_xdm_up{instance="n1"}': "1x6"}, "2m", "4m", {"instance": "n1"})
+    healthy = Case(
+        "LingjunXdmUnreachable", {'lingjun_plugin_xdm_up{instance="n1"}': "1x6"}, "2m", "4m", {"instance": "n1"}
+    )
     out = run("test", "rules", str(unit_test_file(tmp_path, [healthy])))
     assert out.returncode != 0 and "LingjunXdmUnreachable" in out.stdout + out.stderr
