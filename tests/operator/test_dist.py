@@ -27,7 +27,7 @@ from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.cli.main import SUBCOMMANDS
 from nomad_plugin.launcher import PluginProcess
 from nomad_plugin.util.bundle import restore_child_environment
-from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host
+from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host, start_host
 
 DIST = REPO / "dist" / PLUGIN_NAME
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
@@ -98,12 +98,17 @@ def test_conformance_host_passes_the_dist_file_without_python(
     """The issue's 'Done when': Nomad's three launches, Go go-plugin client, no Python reachable."""
     if shutil.which("go") is None and not os.environ.get("CI"):
         pytest.skip("`go` is not installed (the conformance host needs it; `make test` installs it)")
-    host = build_host()
-    run_ = run_host(
+    host = start_host(
         ["--plugin", str(dist), "--config", str(REPO / "plugin.hcl"),
-         "--phase", "all", "--duration", "1.6", "--stats-interval", "0.5"],
-        env=no_python, binary=host, timeout=120, cwd=tmp_path,
+         "--phase", "all", "--duration", "0", "--stats-interval", "0.5"],
+        env=no_python, binary=build_host(), cwd=tmp_path,
     )  # fmt: skip
+    try:
+        # The Stats stream keeps delivering: wait (with a deadline, not a fixed run time) for a second message.
+        host.wait_for(lambda e: e.get("event") == "stats", timeout=60)
+        host.wait_for(lambda e: e.get("event") == "stats", timeout=60)
+    finally:
+        run_ = host.finish(timeout=60)
     assert run_.returncode == 0, run_.describe()
     assert run_.summary["violations"] == 0
     info = run_.of("plugin_info")[0]
