@@ -474,3 +474,29 @@ def test_xdm_sim_and_capture_bundle_from_the_dist_file(dist: Path, no_python: di
     assert set(manifest["reflection"]) == {"dp2mgr", "config-daemon"}
     for dist_name in ("grpcio", "protobuf", "grpcio-reflection"):
         assert manifest["versions"][dist_name] != "not installed", manifest["versions"]
+
+
+def test_runs_on_an_older_glibc_in_a_chroot(dist: Path) -> None:
+    """The best proof of the floor: the file itself, run on an older distribution's glibc (opt-in).
+
+    ``tools/check_old_glibc.sh ROOT`` makes a Debian 11 chroot (glibc 2.31, older than Alibaba
+    Cloud Linux 3's 2.32) with debootstrap and runs --self-check, check-job and the conformance
+    host there. It needs root and deb.debian.org, so it runs only when
+    NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT names such a root (made once by that script).
+    """
+    root = os.environ.get("NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT", "")
+    if not root or not (Path(root) / "bin" / "sh").exists() or os.geteuid() != 0:
+        pytest.skip("set NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT to a root made by tools/check_old_glibc.sh (as root)")
+    build_host()
+    done = subprocess.run(
+        ["sh", str(REPO / "tools" / "check_old_glibc.sh"), root], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    report = json.loads(lines[lines.index("== --self-check") + 1])
+    assert report["ok"] is True and report["frozen"] is True, report
+    node = tuple(int(x) for x in report["glibc"].split("."))
+    host = tuple(int(x) for x in (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0.0").split()[1].split("."))
+    assert node < host, f"the chroot's glibc {report['glibc']} is not older than this machine's {host}"
+    summary = json.loads(lines[lines.index("== conformance host") + 1])
+    assert summary["violations"] == 0 and summary["event_counts"]["shutdown"] == 3, summary
