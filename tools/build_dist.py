@@ -138,8 +138,9 @@ def requirements() -> list[str]:
 def build_venv(interpreter: Path) -> Path:
     """A venv of ``interpreter`` with only PyInstaller and the runtime dependencies, reused while its inputs are unchanged.
 
-    The interpreter is built without ensurepip: this script's own pip installs into the venv
-    (``pip --python``), wheels only, so nothing is compiled against the build machine's glibc.
+    The venv gets the pip wheel that CPython's sources carry (ensurepip), so the build does not
+    depend on the driving interpreter's pip; wheels only, so nothing is compiled on the build
+    machine against its glibc.
     """
     wanted = json.dumps({"python": str(interpreter.resolve()), "requirements": requirements()}, sort_keys=True)
     stamp = VENV / ".dist-stamp"
@@ -148,8 +149,8 @@ def build_venv(interpreter: Path) -> Path:
         return python
     log(f"creating the build venv {VENV.relative_to(REPO)} (PyInstaller + runtime dependencies, from PyPI)")
     shutil.rmtree(VENV, ignore_errors=True)
-    subprocess.run([str(interpreter), "-m", "venv", "--without-pip", str(VENV)], check=True)
-    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([str(interpreter), "-m", "venv", str(VENV)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "--only-binary", ":all:", *requirements()], check=True)
     stamp.write_text(wanted)
     return python

@@ -29,7 +29,13 @@ The result is cached outside the clone, in
 ``$NOMAD_DEVICE_LINGJUN_BUILD_CACHE`` (default
 ``~/.cache/nomad-device-lingjun-build``), under a key made of the source
 hashes, the Zig version and this file's bytes: repeated builds on one machine
-reuse it, any change rebuilds it. A lock file serialises concurrent builds.
+reuse it, any change rebuilds it (the static libraries are keyed by their
+own sources, options and build recipe, so a CPython-only change reuses them).
+Only the current key's builds are kept, with the checked sources (about
+200 MiB); Zig (about 530 MiB with its compile cache) is removed after a
+build and installed again, from pip's cache, when a key changes. A lock file
+serialises concurrent builds. Needs ``make`` and ``perl`` (OpenSSL's
+Configure), as any Debian or Ubuntu machine has.
 
     python3 tools/build_python.py      # prints the interpreter's path
 """
@@ -103,11 +109,10 @@ def ensure_zig(root: Path) -> Path:
         return found[0]
     log(f"installing {ZIGLANG} from PyPI into {venv}")
     shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next(venv.glob("lib/python3*/site-packages"))
+    # A venv with its own pip (as `make venv` needs anyway): the driving python3 may have none.
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(site), ZIGLANG],
-        check=True,
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", ZIGLANG], check=True
     )
     return next(venv.glob("lib/python3*/site-packages/ziglang/zig"))
 
@@ -294,6 +299,8 @@ def build_python(prefix: Path, zig: Path, archive: Path, deps: Path) -> None:
     sh(["make", f"-j{jobs()}"], src, env, logfile)
     sh(["make", "install", "COMPILEALL_OPTS=-j0"], src, env, logfile)
     shutil.rmtree(prefix / "lib" / "python3.11" / "test", ignore_errors=True)
+    for static in prefix.glob("lib/python3.11/config-*/libpython3.11.a"):  # 34 MiB, never linked against
+        static.unlink()
     shutil.copy(logfile, prefix / "build.log")
     shutil.rmtree(work, ignore_errors=True)
     log(f"built CPython in {time.monotonic() - started:.0f} s")
@@ -312,7 +319,6 @@ def interpreter() -> Path:
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        zig = ensure_zig(root)
         srcs = sources(root)
         archives = {s[0]: archive for s, archive in srcs}
         hashes = {s[0]: s[2] for s, _ in srcs}
@@ -331,6 +337,7 @@ def interpreter() -> Path:
         python = prefix / "bin" / "python3.11"
         if (prefix / ".complete").exists():
             return python
+        zig = ensure_zig(root)
         if not (deps / ".complete").exists():
             build_deps(deps, zig, archives)
         build_python(prefix, zig, archives["python"], deps)
@@ -342,7 +349,12 @@ def interpreter() -> Path:
             raise SystemExit(f"build_python: the built interpreter lacks ssl, ctypes or zlib:\n{check.stderr}")
         log(f"{python}: {check.stdout.strip()}")
         (prefix / ".complete").write_text("")
+        # What is kept: this interpreter, its static libraries (a CPython-only change reuses them)
+        # and the checked sources, about 200 MiB. Zig (about 530 MiB with its compile cache) is
+        # installed again, from pip's cache, only when a key changes.
         prune(root, {deps, prefix})
+        for name in ("zig-cache", zig.parents[4].name):
+            shutil.rmtree(root / name, ignore_errors=True)
         return python
 
 
