@@ -50,12 +50,13 @@ protos: venv
 	$(BIN)/python tools/gen_protos.py
 
 # The shipped executable: dist/nomad-device-lingjun and its .sha256 (tools/build_dist.py says how
-# and why). Needs only $(PY) and PyPI (its own small build venv, build/dist-venv); rebuilt when a
-# source changes.
+# and why). Needs $(PY), PyPI and deb.debian.org: its Python is built for glibc 2.17 by
+# tools/build_python.py (cached in ~/.cache/nomad-device-lingjun-build), then its own small build
+# venv (build/dist-venv); rebuilt when a source changes.
 DIST := dist/nomad-device-lingjun
 dist: $(DIST)
 
-$(DIST): pyproject.toml tools/build_dist.py $(shell find nomad_plugin -name '*.py' 2>/dev/null)
+$(DIST): pyproject.toml tools/build_dist.py tools/build_python.py $(shell find nomad_plugin -name '*.py' 2>/dev/null)
 	$(PY) tools/build_dist.py
 
 # Prometheus's promtool (checks and unit-tests deploy/prometheus's alert rules): Debian's

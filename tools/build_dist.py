@@ -20,13 +20,28 @@ The cache is ``$NOMAD_DEVICE_LINGJUN_CACHE_DIR``, else
 each build lives in ``nomad-device-lingjun-<version>-<payload sha256[:16]>``.
 At most two builds are kept (about 50 MiB each).
 
-The build needs only this interpreter (a CPython ≥ 3.10 built with a shared
-libpython, as Debian's and pyenv's are) and PyPI: it creates a dedicated build
-venv (``build/dist-venv``: PyInstaller plus the project's runtime dependencies
-and the ``nvml`` extra, nothing from the dev toolchain) and reuses it while
-pyproject.toml's dependencies and the pins below are unchanged. The
-executable needs the glibc of the build machine or newer (printed at the end;
-build on the oldest distribution you deploy to).
+The interpreter is **not** the one running this script: an interpreter built
+on the build machine asks for that machine's glibc (Debian 12's 2.36, while
+Lingjun nodes run Alibaba Cloud Linux 3 with 2.32 and EL8 has 2.28).
+tools/build_python.py builds CPython 3.11 with ``zig cc`` (PyPI's ziglang)
+against glibc 2.17's symbol versions, from the upstream tarballs in Debian's
+source packages, with static OpenSSL, libffi and zlib, and caches it in
+``~/.cache/nomad-device-lingjun-build`` (a cold build is several minutes, a
+warm one nothing; see that file for why each choice). This script then makes
+a dedicated build venv from that interpreter (``build/dist-venv``: PyInstaller
+plus the project's runtime dependencies and the ``nvml`` extra, all
+manylinux2014 wheels from PyPI, nothing from the dev toolchain), reused while
+the interpreter, pyproject.toml's dependencies and the pins below are
+unchanged.
+
+The result needs **glibc >= 2.17** and the node's own ``libstdc++.so.6`` and
+``libgcc_s.so.1`` (GCC >= 4.8): exactly what the manylinux2014 grpcio and
+protobuf wheels ask of a system. PyInstaller would copy the build machine's
+libstdc++ (which itself needs glibc 2.36), so those two are taken out of the
+bundle, as libc, libm, libpthread and ld-linux already are; the build fails
+if any bundled ELF file still asks for a newer glibc symbol version.
+PyInstaller's prebuilt bootloader (glibc 2.14 symbols at most) also links
+the node's ``libz.so.1``, as it always did.
 
     python3 tools/build_dist.py [--output dist/nomad-device-lingjun]
     python3 tools/build_dist.py --onefile --output build/onefile/nomad-device-lingjun   # for comparison only
@@ -44,10 +59,12 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_python import GLIBC_FLOOR, interpreter  # tools/ is not a package
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "nomad-device-lingjun"
@@ -55,12 +72,15 @@ PYINSTALLER = "pyinstaller==6.22.3"
 BUILD = REPO / "build"
 VENV = BUILD / "dist-venv"
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
+# What every manylinux2014 system provides; never bundled (see the docstring).
+NODE_LIBRARIES = ("libstdc++.so*", "libgcc_s.so*")
 
 # The sh header. It uses only POSIX sh and, on the first launch of a build,
 # tail, tar, gzip, mkdir, mktemp, mv -T (GNU coreutils), rm, ls and find.
 HEADER = r"""#!/bin/sh
 # @NAME@ @VERSION@: a self-contained HashiCorp Nomad device plugin (Python @PYVER@ and its
-# libraries bundled by PyInstaller; no Python needed on the node; needs glibc >= @GLIBC@).
+# libraries bundled by PyInstaller; no Python needed on the node; needs glibc >= @GLIBC@ and
+# the node's libstdc++.so.6, as manylinux2014 wheels do).
 # This file is this sh header followed by a gzip'd tar of the bundle. The first launch of this
 # build unpacks it once into the cache directory below (then keeps this build and the previous
 # one, no more), and every launch execs the unpacked bundle. Cache directory:
@@ -77,7 +97,7 @@ case $c in /*) ;; *) die "the cache directory must be an absolute path, got '$c'
 d=$c/$b
 if [ ! -x "$d/$n" ]; then (  # a subshell: its umask and variables do not reach the plugin
   v=$(getconf GNU_LIBC_VERSION 2>/dev/null); v=${v#glibc }; m=${v#*.}; m=${m%%.*}
-  case $v in 2.*) [ "$m" -ge @GLIBC_MINOR@ ] 2>/dev/null || die "needs glibc >= @GLIBC@, this node has $v: build it with 'make dist' on the oldest distribution you deploy to";; esac
+  case $v in 2.*) [ "$m" -ge @GLIBC_MINOR@ ] 2>/dev/null || die "needs glibc >= @GLIBC@, this node has $v";; esac
   umask 077
   mkdir -p "$c" || die "cannot create the cache directory $c (set @CACHE_ENV@ to a writable local directory)"
   t=$(mktemp -d "$c/.$b.XXXXXX") || die "cannot create a directory in $c"
@@ -115,26 +135,23 @@ def requirements() -> list[str]:
     return [*project["dependencies"], *project["optional-dependencies"]["nvml"], PYINSTALLER]
 
 
-def check_interpreter() -> None:
-    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
-        raise SystemExit(
-            f"{sys.executable} has no shared libpython (built without --enable-shared); PyInstaller needs one: "
-            "use Debian's /usr/bin/python3 or a pyenv build (PY=... make dist)"
-        )
+def build_venv(interpreter: Path) -> Path:
+    """A venv of ``interpreter`` with only PyInstaller and the runtime dependencies, reused while its inputs are unchanged.
 
-
-def build_venv() -> Path:
-    """A venv with only PyInstaller and the runtime dependencies, reused while its inputs are unchanged."""
-    wanted = json.dumps({"python": sys.version, "requirements": requirements()}, sort_keys=True)
+    The venv gets the pip wheel that CPython's sources carry (ensurepip), so the build does not
+    depend on the driving interpreter's pip; wheels only, so nothing is compiled on the build
+    machine against its glibc.
+    """
+    wanted = json.dumps({"python": str(interpreter.resolve()), "requirements": requirements()}, sort_keys=True)
     stamp = VENV / ".dist-stamp"
     python = VENV / "bin" / "python"
     if stamp.exists() and stamp.read_text() == wanted and python.exists():
         return python
     log(f"creating the build venv {VENV.relative_to(REPO)} (PyInstaller + runtime dependencies, from PyPI)")
     shutil.rmtree(VENV, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    subprocess.run([str(interpreter), "-m", "venv", str(VENV)], check=True)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, *requirements()], check=True)
+    subprocess.run([*pip, "--only-binary", ":all:", *requirements()], check=True)
     stamp.write_text(wanted)
     return python
 
@@ -179,12 +196,17 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
         return bundle
     if not (bundle / NAME).is_file():
         raise SystemExit(f"PyInstaller did not produce {bundle / NAME}")
+    # The node's own C++ runtime, as for any manylinux2014 wheel: the build machine's copies
+    # would raise the glibc floor to the build machine's (libstdc++ 12 needs glibc 2.36).
+    for lib in NODE_LIBRARIES:
+        for found in (bundle / "_internal").glob(lib):
+            found.unlink()
     return bundle
 
 
 def min_glibc(bundle: Path) -> tuple[int, int]:
-    """The newest GLIBC_2.x symbol version any bundled ELF file asks for."""
-    best = (2, 17)
+    """The newest GLIBC_2.x symbol version any bundled ELF file asks for (a string scan: an upper bound)."""
+    best = GLIBC_FLOOR
     for path in bundle.rglob("*"):
         if path.is_file() and not path.is_symlink():
             with path.open("rb") as f:
@@ -219,7 +241,7 @@ def header(version: str, key: str, glibc: tuple[int, int], offset: int) -> bytes
         "NAME": NAME,
         "VERSION": version,
         "KEY": key,
-        "PYVER": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "PYVER": "3.11",
         "GLIBC": f"{glibc[0]}.{glibc[1]}",
         "GLIBC_MINOR": str(glibc[1]),
         "CACHE_ENV": CACHE_ENV,
@@ -229,12 +251,13 @@ def header(version: str, key: str, glibc: tuple[int, int], offset: int) -> bytes
 
 
 def build(output: Path) -> dict[str, object]:
-    check_interpreter()
     start = time.monotonic()
-    python = build_venv()
+    python = build_venv(interpreter())
     venv_s = time.monotonic() - start
     bundle = run_pyinstaller(python)
     glibc = min_glibc(bundle)
+    if glibc > GLIBC_FLOOR:
+        raise SystemExit(f"a bundled ELF file asks for glibc {glibc[0]}.{glibc[1]} > the {GLIBC_FLOOR} floor")
     data = payload(bundle)
     key = hashlib.sha256(data).hexdigest()[:16]
     sys.path.insert(0, str(REPO))
@@ -270,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--onefile", action="store_true", help="write PyInstaller's onefile instead (benchmarks only)")
     args = parser.parse_args(argv)
     if args.onefile:
-        check_interpreter()
-        onefile = run_pyinstaller(build_venv(), "--onefile")
+        onefile = run_pyinstaller(build_venv(interpreter()), "--onefile")
         args.output.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(onefile, args.output)
         print(f"built {args.output} (PyInstaller onefile, for comparison; not the shipped layout)")

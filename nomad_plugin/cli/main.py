@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(f"nomad-device-lingjun {__version__}\n")
         return 0
+    if args[0] == "--self-check":  # hidden: the shipped executable's interpreter (tests/operator/test_dist.py)
+        from nomad_plugin.util.selfcheck import self_check
+
+        return self_check()
     entry = SUBCOMMANDS.get(args[0])
     if entry is None:
         sys.stderr.write(f"unknown command {args[0]!r}\n\n{USAGE}")

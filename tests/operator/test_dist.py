@@ -33,7 +33,22 @@ DIST = REPO / "dist" / PLUGIN_NAME
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
 # What the header needs on its first launch (and nothing that could run Python).
 HEADER_TOOLS = ("tail", "tar", "gzip", "mkdir", "mktemp", "mv", "rm", "ls", "find", "getconf")
-SOURCES = [*REPO.glob("nomad_plugin/**/*.py"), REPO / "pyproject.toml", REPO / "tools/build_dist.py"]
+SOURCES = [
+    *REPO.glob("nomad_plugin/**/*.py"), REPO / "pyproject.toml", REPO / "tools/build_dist.py", REPO / "tools/build_python.py"
+]  # fmt: skip
+# The glibc the shipped file must run on (tools/build_python.py: manylinux2014's level), and the
+# node's own libraries it must never carry a copy of: the build machine's would need its glibc.
+GLIBC_FLOOR = (2, 17)
+NODE_LIBRARIES = (
+    "libc.so",
+    "libm.so",
+    "libpthread.so",
+    "libdl.so",
+    "librt.so",
+    "ld-linux",
+    "libstdc++.so",
+    "libgcc_s.so",
+)
 
 
 @pytest.fixture(scope="module")
@@ -255,16 +270,92 @@ def test_damaged_file_and_bad_cache_dir_fail_clearly(dist: Path, no_python: dict
     assert f"must be an absolute path, got 'relative/dir' (set {CACHE_ENV})" in relative.stderr
 
 
-def test_old_glibc_is_named_before_anything_is_unpacked(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
-    getconf = Path(no_python["PATH"]) / "getconf"
+def fake_glibc(env: dict[str, str], version: str) -> None:
+    getconf = Path(env["PATH"]) / "getconf"
     getconf.unlink()
-    getconf.write_text("#!/bin/sh\necho 'glibc 2.17'\n")
+    getconf.write_text(f"#!/bin/sh\necho 'glibc {version}'\n")
     getconf.chmod(0o755)
+
+
+def test_old_glibc_is_named_before_anything_is_unpacked(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    fake_glibc(no_python, "2.16")
     cache = tmp_path / "cache"
     old = run([str(dist), "--version"], {**no_python, CACHE_ENV: str(cache)}, tmp_path)
     assert old.returncode == 1 and old.stdout == ""
-    assert "needs glibc >= 2." in old.stderr and "this node has 2.17" in old.stderr, old.stderr
+    assert "needs glibc >= 2.17, this node has 2.16" in old.stderr, old.stderr
     assert not cache.exists()
+
+
+def test_the_header_lets_a_glibc_2_17_node_through(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    """The floor is manylinux2014's, not the build machine's (Debian 12: 2.36)."""
+    fake_glibc(no_python, "2.17")
+    ok = run([str(dist), "--version"], {**no_python, CACHE_ENV: str(tmp_path / "cache")}, tmp_path)
+    assert ok.returncode == 0 and ok.stdout.strip() == f"{PLUGIN_NAME} {__version__}", ok.stderr
+
+
+def glibc_needed(path: Path) -> tuple[int, int] | None:
+    """The newest GLIBC_x.y symbol version ``path`` asks for (None: not ELF, or none needed)."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    with path.open("rb") as f:
+        if f.read(4) != b"\x7fELF":
+            return None
+        f.seek(0)
+        elf = ELFFile(f)
+        needed: list[tuple[int, int]] = []
+        for section in elf.iter_sections():
+            if isinstance(section, GNUVerNeedSection):
+                for _, auxiliaries in section.iter_versions():
+                    for aux in auxiliaries:
+                        name = aux.name
+                        if name.startswith("GLIBC_2."):
+                            needed.append((2, int(name.split(".")[1])))
+        return max(needed, default=None)
+
+
+def test_every_bundled_elf_file_needs_glibc_2_17_at_most(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    """Read the version-needs section of every ELF file the build unpacks (pyelftools, not a string scan)."""
+    cache = tmp_path / "cache"
+    assert run([str(dist), "--version"], {**no_python, CACHE_ENV: str(cache)}, tmp_path).returncode == 0
+    (build,) = builds(cache)
+    root = cache / build
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    needs = {p.relative_to(root).as_posix(): glibc_needed(p) for p in files}
+    elf = {name: v for name, v in needs.items() if v is not None}
+    # Not vacuous: the bootloader, libpython, the ssl/ctypes modules and the gRPC/protobuf wheels' modules.
+    names = " ".join(elf)
+    for part in (PLUGIN_NAME, "libpython3.11.so", "_ssl.", "_ctypes.", "cygrpc.", "_message."):
+        assert part in names, (part, sorted(elf))
+    too_new = {name: v for name, v in elf.items() if v > GLIBC_FLOOR}
+    assert too_new == {}, f"need a glibc newer than {GLIBC_FLOOR}: {too_new}"
+    carried = [n for n in needs if any(n.rsplit("/", 1)[-1].startswith(lib) for lib in NODE_LIBRARIES)]
+    assert carried == [], f"the bundle carries the build machine's system libraries: {carried}"
+
+
+def test_the_glibc_reader_sees_a_newer_glibc() -> None:
+    """The check above can fail: this machine's own libstdc++ asks for its (newer) glibc."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.gnu_get_libc_version.restype = ctypes.c_char_p
+    host = tuple(int(x) for x in libc.gnu_get_libc_version().decode().split(".")[:2])
+    candidates = [Path(p) for p in ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib64/libstdc++.so.6")]
+    found = next((p for p in candidates if p.exists()), None)
+    if found is None or host <= GLIBC_FLOOR:
+        pytest.skip("no libstdc++ built for a glibc newer than 2.17 on this machine")
+    needed = glibc_needed(found.resolve())
+    assert needed is not None and needed > GLIBC_FLOOR, needed
+
+
+def test_self_check_ssl_ctypes_nvml_inside_the_bundle(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
+    """The bundled interpreter (built for glibc 2.17) has a working ssl, ctypes, zlib and the NVML bindings."""
+    done = run([str(dist), "--self-check"], no_python, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True and report["frozen"] is True, report
+    assert report["openssl"].startswith("OpenSSL 3.0."), report
+    assert report["tls_minimum"] == "TLSv1_2" and report["pynvml"] is True, report
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
@@ -388,3 +479,29 @@ def test_xdm_sim_and_capture_bundle_from_the_dist_file(dist: Path, no_python: di
     assert set(manifest["reflection"]) == {"dp2mgr", "config-daemon"}
     for dist_name in ("grpcio", "protobuf", "grpcio-reflection"):
         assert manifest["versions"][dist_name] != "not installed", manifest["versions"]
+
+
+def test_runs_on_an_older_glibc_in_a_chroot(dist: Path) -> None:
+    """The best proof of the floor: the file itself, run on an older distribution's glibc (opt-in).
+
+    ``tools/check_old_glibc.sh ROOT`` makes a Debian 11 chroot (glibc 2.31, older than Alibaba
+    Cloud Linux 3's 2.32) with debootstrap and runs --self-check, check-job and the conformance
+    host there. It needs root and deb.debian.org, so it runs only when
+    NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT names such a root (made once by that script).
+    """
+    root = os.environ.get("NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT", "")
+    if not root or not (Path(root) / "bin" / "sh").exists() or os.geteuid() != 0:
+        pytest.skip("set NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT to a root made by tools/check_old_glibc.sh (as root)")
+    build_host()
+    done = subprocess.run(
+        ["sh", str(REPO / "tools" / "check_old_glibc.sh"), root], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    report = json.loads(lines[lines.index("== --self-check") + 1])
+    assert report["ok"] is True and report["frozen"] is True, report
+    node = tuple(int(x) for x in report["glibc"].split("."))
+    host = tuple(int(x) for x in (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0.0").split()[1].split("."))
+    assert node < host, f"the chroot's glibc {report['glibc']} is not older than this machine's {host}"
+    summary = json.loads(lines[lines.index("== conformance host") + 1])
+    assert summary["violations"] == 0 and summary["event_counts"]["shutdown"] == 3, summary
