@@ -28,14 +28,16 @@ from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.layout import (
     STALE_INTERVALS,
     GrantLookup,
+    Spec,
     _Allotment,
     _allotment,
     _granted_part,
     _summary,
     _timestamp,
     _Values,
-    card_object,
+    card_specs,
     na,
+    stat_value,
 )
 
 _LEN = 2  # wire type of strings, bytes and messages
@@ -69,6 +71,9 @@ _GROUPS = device_pb2.StatsResponse.DESCRIPTOR.fields_by_name["groups"].number
 _INSTANCES = device_pb2.DeviceGroupStats.DESCRIPTOR.fields_by_name["instance_stats"].number
 _MAP_KEY, _MAP_VALUE = 1, 2  # protobuf's map entry layout
 _STATS = device_pb2.DeviceStats.DESCRIPTOR.fields_by_name["stats"].number
+_NESTED = stats_pb2.StatObject.DESCRIPTOR.fields_by_name["nested"].number
+_ATTRIBUTES = stats_pb2.StatObject.DESCRIPTOR.fields_by_name["attributes"].number
+_XDM_KEY = _field(_MAP_KEY, b"xdm")
 _SUMMARY = device_pb2.DeviceStats.DESCRIPTOR.fields_by_name["summary"].number
 _INSTANCE_TAG = _varint((_INSTANCES << 3) | _LEN)
 _VALUE_TAG = _varint((_MAP_VALUE << 3) | _LEN)
@@ -108,6 +113,10 @@ class StatsAssembler:
     """Builds ``StatsResponse`` bytes; keeps the parts that do not change between ticks."""
 
     def __init__(self) -> None:
+        # Encoded card attributes by (name, spec), as used in the last build / this build: most
+        # of a card's values repeat from one tick to the next, so most are encoded once.
+        self._memo: dict[tuple[str, Spec], bytes] = {}
+        self._last: dict[tuple[str, Spec], bytes] = {}
         self._catalog: Catalog | None = None
         self._static: dict[tuple[str, int], bytes] = {}
         self._headers: dict[tuple[str, str, str], bytes] = {}
@@ -128,6 +137,7 @@ class StatsAssembler:
             self._static.clear()
             self._keys.clear()
         stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
+        self._last, self._memo = self._memo, {}  # bounded: only what the last build used is kept
         cards: dict[str, _CardParts] = {}
         by_uuid: dict[str, Card] = {}
         by_minor: dict[int, Card] = {}
@@ -161,17 +171,32 @@ class StatsAssembler:
             out.append(_field(_GROUPS, b"".join(parts)))
         return b"".join(out)
 
-    @staticmethod
     def _card_parts(
-        inst: Instance, card: Card | None, cache: MetricsCache, now: float, stale_after: float, wall_offset: float
+        self, inst: Instance, card: Card | None, cache: MetricsCache, now: float, stale_after: float, wall_offset: float
     ) -> _CardParts:
         values = _Values(now, stale_after)
         readings = cache.card_readings([inst.card_uuid, str(inst.minor)])
-        obj = card_object(readings, card, values)
-        body = _field(_STATS, obj.SerializeToString())  # DeviceStats{stats: obj}, without copying obj
-        summary = _field(_SUMMARY, obj.attributes["Memory state"].SerializeToString())
+        top, xdm = card_specs(readings, card, values)
+        entry = self._entry
+        nested = _field(_MAP_VALUE, b"".join([entry(name, spec) for name, spec in xdm]))
+        obj = b"".join([entry(name, spec) for name, spec in top]) + _field(_NESTED, _XDM_KEY + nested)
+        body = _field(_STATS, obj)  # DeviceStats{stats: the card's StatObject}
+        memory_state = next(spec for name, spec in top if name == "Memory state")
+        summary = _field(_SUMMARY, stat_value(memory_state).SerializeToString())
         tail = _age_and_time(values.newest, now, wall_offset).SerializeToString()
         return _CardParts(body, values.newest, tail, summary)
+
+    def _entry(self, name: str, spec: Spec) -> bytes:
+        """One ``attributes`` map entry of a StatObject, encoded once per distinct (name, spec)."""
+        key = (name, spec)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._last.get(key)
+            if found is None:
+                value = stat_value(spec).SerializeToString()
+                found = _field(_ATTRIBUTES, _field(_MAP_KEY, name.encode()) + _field(_MAP_VALUE, value))
+            self._memo[key] = found
+        return found
 
     def _instance(
         self,

@@ -29,6 +29,7 @@ from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.cache import Clock, MetricsCache
 from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.cancel import CancelEvent
 
 log = get_logger(__name__)
 
@@ -61,7 +62,7 @@ class MetricsFeed:
         self.cache = cache if cache is not None else MetricsCache(clock=clock)
         self._nvml = nvml_source
         self._backoff = backoff if backoff is not None else Backoff()
-        self._stop = threading.Event()
+        self._stop = CancelEvent()  # a backend stream registers its cancel here instead of polling it
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._source = SOURCE_NONE
