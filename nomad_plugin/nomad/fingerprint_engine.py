@@ -41,6 +41,7 @@ from nomad_plugin.model.health import (
 from nomad_plugin.model.instances import Catalog, Kind
 from nomad_plugin.nomad.fingerprint import build_response, serialize
 from nomad_plugin.nomad.validate import sanitize
+from nomad_plugin.util.cancel import CancelEvent
 
 log = get_logger(__name__)
 
@@ -296,14 +297,27 @@ class FingerprintEngine:
         """
         seen_version = -1
         sent: bytes | None = None
-        while True:
-            with self._published:
-                while self._version == seen_version and not cancel.is_set():
-                    self._published.wait(_CANCEL_POLL_S)
-                if cancel.is_set():
-                    return
-                seen_version = self._version
-                response, data = self._response, self._bytes
-            if data != sent:
-                sent = data
-                yield response
+        poll: float | None = _CANCEL_POLL_S
+        forget: Callable[[], None] | None = None
+        if isinstance(cancel, CancelEvent):  # woken when cancelled: no need to poll the event
+            forget = cancel.on_set(self._wake_streams)
+            poll = None
+        try:
+            while True:
+                with self._published:
+                    while self._version == seen_version and not cancel.is_set():
+                        self._published.wait(poll)
+                    if cancel.is_set():
+                        return
+                    seen_version = self._version
+                    response, data = self._response, self._bytes
+                if data != sent:
+                    sent = data
+                    yield response
+        finally:
+            if forget is not None:
+                forget()
+
+    def _wake_streams(self) -> None:
+        with self._published:
+            self._published.notify_all()
