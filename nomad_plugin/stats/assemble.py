@@ -213,6 +213,13 @@ class StatsAssembler:
         if inst.kind is Kind.WHOLE:
             return parts.body, parts.whole_summary, parts.tail
         grant = grant_of(inst.id)
+        if grant is None and inst.kind is Kind.SHARE:
+            # The common case, before any allotment is built: a share nobody holds has no readings
+            # (what ``_allotment`` would find: its own memory, else the whole card's).
+            memory_mib = inst.memory_gib * 1024 or (card.memory_mib if card is not None else 0)
+            static = self._static.get((inst.id, memory_mib))
+            if static is not None:
+                return parts.body, static, parts.tail
         allot = _allotment(inst, card, grant, cache)
         if grant is None and not allot.readings:
             # Nothing in it is a reading: the same bytes every tick until the catalog changes.

@@ -612,8 +612,9 @@ def _reader(mfield: FieldDescriptor, tfield: FieldDescriptor) -> Reader:
     name = tfield.name
     mcat, tcat = _category(mfield), _category(tfield)
     if mcat == "map":
-        # An empty map (most messages) is answered without protobuf's Python-level Mapping mixins.
-        return lambda m: dict(found) if (found := getattr(m, name)) else {}
+        # Copied by iterating the keys: dict(container) goes through protobuf's Python-level
+        # Mapping mixins (keys views), twice the cost, for every exporter sample every second.
+        return lambda m: {key: found[key] for key in found} if (found := getattr(m, name)) else {}
     if mcat == "message":
         if mfield.is_repeated:
             return lambda m: list(getattr(m, name))
