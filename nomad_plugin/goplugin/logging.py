@@ -13,14 +13,12 @@ name becomes ``@module`` ("nomad-device-lingjun.xdm.client").
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
 from typing import IO, Any
 
 ROOT_MODULE = "nomad-device-lingjun"
@@ -64,6 +62,8 @@ def hclog_level(levelno: int) -> str:
 
 def hclog_timestamp(created: float) -> str:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ``: the layout go-plugin's parser accepts."""
+    from datetime import datetime, timezone  # on the first record, not before the handshake (issue 14)
+
     return datetime.fromtimestamp(created, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -157,6 +157,8 @@ class HclogJsonFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             entry["error"] = _clip(record.exc_text, MAX_ERROR)
+        import json  # on the first record, not before the handshake (issue 14)
+
         # ensure_ascii keeps the line free of raw newlines and odd bytes.
         return json.dumps(entry, ensure_ascii=True, separators=(",", ":"))
 
