@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import NamedTuple
 
 #: Nomad's base.Handshake cookie: the host sets it, so a plugin run by hand can say what it is.
 MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
@@ -31,12 +30,27 @@ COOKIE_MESSAGE = (
 )
 
 
-class Negotiation(NamedTuple):
-    """The outcome of ``negotiate`` (a named tuple: ``dataclasses`` is not imported before the handshake)."""
+class Negotiation:
+    """The outcome of ``negotiate``: a plain class, as neither ``dataclasses`` nor a NamedTuple's
+    class machinery is worth its import time before the handshake (issue 14)."""
 
-    version: int | None  # None: no common version
-    warnings: tuple[str, ...] = ()
-    error: str = ""
+    __slots__ = ("error", "version", "warnings")
+
+    def __init__(self, version: int | None, warnings: tuple[str, ...] = (), error: str = "") -> None:
+        self.version = version  # None: no common version
+        self.warnings = warnings
+        self.error = error
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Negotiation):
+            return NotImplemented
+        return (self.version, self.warnings, self.error) == (other.version, other.warnings, other.error)
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.warnings, self.error))
+
+    def __repr__(self) -> str:
+        return f"Negotiation(version={self.version!r}, warnings={self.warnings!r}, error={self.error!r})"
 
 
 def cookie_error(env: Mapping[str, str]) -> str:
