@@ -288,44 +288,58 @@ class _Allotment:
     readings: Mapping[str, Reading]
 
 
-def _granted_part(obj: stats_pb2.StatObject, name: str, inst: Instance, allot: _Allotment, values: _Values) -> None:
-    """The ``share``/``mig`` nested object: granted limits beside actual use."""
-    part = obj.nested[name].attributes
+def granted_specs(inst: Instance, allot: _Allotment, values: _Values) -> list[tuple[str, Spec]]:
+    """The ``share``/``mig`` nested object's attributes: granted limits beside actual use."""
     grant = allot.grant
-    part["Grant"].CopyFrom(_str(grant.grant_id if grant else "none", "XDM allocation holding this instance"))
+    specs: list[tuple[str, Spec]] = [
+        ("Grant", ("", "XDM allocation holding this instance", "str", grant.grant_id if grant else "none", 0))
+    ]
     if inst.kind is Kind.SHARE:
         core = grant.core_limit_percent if grant else inst.core
-        part["Compute limit"].CopyFrom(_int(core, "%", "granted compute, percent of the card (0 = unlimited)"))
+        specs.append(("Compute limit", ("%", "granted compute, percent of the card (0 = unlimited)", "int", core, 0)))
     else:
-        part["Slice"].CopyFrom(_int(inst.index, "", "MIG unit index on the card"))
+        specs.append(("Slice", ("", "MIG unit index on the card", "int", inst.index, 0)))
         slices = grant.slices if grant and grant.slices else inst.slices
-        part["Slices"].CopyFrom(_int(slices, "", "MIG compute slices"))
+        specs.append(("Slices", ("", "MIG compute slices", "int", slices, 0)))
     memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
     if memory_gib or allot.memory_mib:
-        part["Memory limit"].CopyFrom(
-            _int(memory_gib or allot.memory_mib // 1024, "GiB", "granted memory (0 = unlimited)")
-        )
+        limit = memory_gib or allot.memory_mib // 1024
+        specs.append(("Memory limit", ("GiB", "granted memory (0 = unlimited)", "int", limit, 0)))
     else:
-        part["Memory limit"].CopyFrom(na("GiB", "granted memory"))
+        specs.append(("Memory limit", na_spec("GiB", "granted memory")))
     r = allot.readings.get
     if grant is None and not allot.readings:
-        part["Memory used"].CopyFrom(_int(0, "MiB", "not reserved"))
-        part["Compute utilization"].CopyFrom(_int(0, "%", "not reserved"))
+        specs.append(("Memory used", ("MiB", "not reserved", "int", 0, 0)))
+        specs.append(("Compute utilization", ("%", "not reserved", "int", 0, 0)))
     else:
-        part["Memory used"].CopyFrom(values.count(r("memory_used_mib"), "MiB", "memory used by this grant"))
-        part["Compute utilization"].CopyFrom(values.count(r("core_util_percent"), "%", "compute used by this grant"))
+        specs.append(("Memory used", values.count_spec(r("memory_used_mib"), "MiB", "memory used by this grant")))
+        specs.append(
+            ("Compute utilization", values.count_spec(r("core_util_percent"), "%", "compute used by this grant"))
+        )
+    return specs
+
+
+def summary_spec(inst: Instance, allot: _Allotment, values: _Values) -> Spec:
+    """Memory used / allotted (MiB) of a share or MIG unit."""
+    used = allot.readings.get("memory_used_mib")
+    if used is None and allot.grant is None and inst.kind is not Kind.MIG_INSTANCE:
+        spec: Spec = ("MiB", "not reserved", "int", 0, 0)
+    else:
+        spec = values.count_spec(used, "MiB", "memory used / allotted")
+    if allot.memory_mib > 0 and spec[2] == "int":
+        spec = (spec[0], spec[1], "int", spec[3], allot.memory_mib)
+    return spec
+
+
+def _granted_part(obj: stats_pb2.StatObject, name: str, inst: Instance, allot: _Allotment, values: _Values) -> None:
+    """The ``share``/``mig`` nested object (see ``granted_specs``)."""
+    part = obj.nested[name].attributes
+    for attr, spec in granted_specs(inst, allot, values):
+        part[attr].CopyFrom(stat_value(spec))
 
 
 def _summary(inst: Instance, allot: _Allotment, values: _Values) -> stats_pb2.StatValue:
-    desc = "memory used / allotted"
-    used = allot.readings.get("memory_used_mib")
-    if used is None and allot.grant is None and inst.kind is not Kind.MIG_INSTANCE:
-        value = _int(0, "MiB", "not reserved")
-    else:
-        value = values.count(used, "MiB", desc)
-    if allot.memory_mib > 0 and value.HasField("int_numerator_val"):
-        value.int_denominator_val.value = allot.memory_mib
-    return value
+    return stat_value(summary_spec(inst, allot, values))
 
 
 def _allotment(inst: Instance, card: Card | None, grant: GrantInfo | None, cache: MetricsCache) -> _Allotment:
