@@ -194,8 +194,12 @@ def import_breakdown(script: Path, env: dict[str, str], launches: int = 9) -> di
         raise SystemExit(f"--importtime: {script} is not a Python script")
     runs: list[dict[str, float]] = []
     ours: dict[str, list[int]] = {}
-    code = "import sys, concurrent.futures, grpc; print(chr(10).join(sys.modules))"
-    floor = frozenset(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+
+    def loaded(imports: str) -> set[str]:
+        code = f"import sys{imports}; print(chr(10).join(sys.modules))"
+        return set(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+
+    floor = frozenset(loaded(", concurrent.futures, grpc") - loaded(""))  # grpcio's, not the interpreter's
     for _ in range(launches):
         lines = _imports_before_handshake([python, "-X", "importtime", str(script)], env)
         runs.append(attribute_imports(lines, floor))
