@@ -13,7 +13,7 @@ import threading
 
 import grpc
 
-from nomad_plugin.util.cancel import CancelEvent
+from nomad_plugin.goplugin.cancel import CancelEvent
 
 
 class Lifecycle:

@@ -61,8 +61,7 @@ ALLOWED_EXTRA = frozenset(
         "nomad_plugin.goplugin.lifecycle",
         "nomad_plugin.goplugin.logging",
         "nomad_plugin.goplugin.serve",
-        "nomad_plugin.util",
-        "nomad_plugin.util.cancel",  # the per-stream cancel event (threading only)
+        "nomad_plugin.goplugin.cancel",  # the per-stream cancel event (threading only)
         "grpc._server",  # grpc.server()
         "grpc._interceptor",
         "concurrent.futures.thread",  # its thread pool

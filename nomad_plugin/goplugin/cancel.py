@@ -1,4 +1,5 @@
-"""A ``threading.Event`` that also calls back when it is set.
+"""A ``threading.Event`` that also calls back when it is set (here, beside the per-stream events of
+``lifecycle``, so that no lower package has to be imported before the handshake).
 
 Why: cancelling a blocking gRPC stream needs someone to call ``cancel()`` on
 it when the consumer stops. Watching a plain Event for that takes a thread
