@@ -128,7 +128,8 @@ def time_build(iterations: int, n_cards: int = CARDS) -> dict[str, float]:
     """One response, both ways, alternating in the same run: ``build_stats`` + serialise (the
     message path) and ``StatsAssembler`` (the bytes the plugin sends). The cache runs on the
     monotonic clock as in the plugin, and ``now`` comes from that clock, so every value is fresh
-    (the first version passed wall-clock time here and timed an all-stale response)."""
+    (the first version passed wall-clock time here and timed an all-stale response); the timestamps
+    are turned into wall time with the same offset the plugin's ``StatsEngine`` uses."""
     catalog, inventory, grants = node(n_cards)
     cache = MetricsCache()  # monotonic, as in the plugin
     cache.update(snapshot(inventory, grants, 1))
@@ -140,11 +141,12 @@ def time_build(iterations: int, n_cards: int = CARDS) -> dict[str, float]:
     for tick in range(iterations):
         cache.update(snapshot(inventory, grants, tick))  # as the feed does every second; untimed
         now = time.monotonic()
+        offset = time.time() - now  # as StatsEngine: ages on the monotonic clock, timestamps in wall time
         t0 = time.perf_counter()
-        data = build_stats(catalog, inventory, cache, grants.get, now, 1.0).SerializeToString()
+        data = build_stats(catalog, inventory, cache, grants.get, now, 1.0, wall_offset=offset).SerializeToString()
         t1 = time.perf_counter()
         c1 = time.thread_time()
-        assembled = assembler.build(catalog, inventory, cache, grants.get, now, 1.0)
+        assembled = assembler.build(catalog, inventory, cache, grants.get, now, 1.0, wall_offset=offset)
         c2 = time.thread_time()
         t2 = time.perf_counter()
         bytes_cpu_ms.append((c2 - c1) * 1000)

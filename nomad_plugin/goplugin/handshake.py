@@ -10,9 +10,7 @@ certificate into a nil TLS config.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 #: Nomad's base.Handshake cookie: the host sets it, so a plugin run by hand can say what it is.
 MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
@@ -32,11 +30,27 @@ COOKIE_MESSAGE = (
 )
 
 
-@dataclass(frozen=True)
 class Negotiation:
-    version: int | None  # None: no common version
-    warnings: tuple[str, ...] = ()
-    error: str = ""
+    """The outcome of ``negotiate``: a plain class, as neither ``dataclasses`` nor a NamedTuple's
+    class machinery is worth its import time before the handshake (issue 14)."""
+
+    __slots__ = ("error", "version", "warnings")
+
+    def __init__(self, version: int | None, warnings: tuple[str, ...] = (), error: str = "") -> None:
+        self.version = version  # None: no common version
+        self.warnings = warnings
+        self.error = error
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Negotiation):
+            return NotImplemented
+        return (self.version, self.warnings, self.error) == (other.version, other.warnings, other.error)
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.warnings, self.error))
+
+    def __repr__(self) -> str:
+        return f"Negotiation(version={self.version!r}, warnings={self.warnings!r}, error={self.error!r})"
 
 
 def cookie_error(env: Mapping[str, str]) -> str:
@@ -81,13 +95,45 @@ def make_socket_dir(env: Mapping[str, str] | None = None) -> str:
     """A fresh private (0700) directory for the socket.
 
     Under PLUGIN_UNIX_SOCKET_DIR when the host sets it (go-plugin's RunnerFunc
-    path; Nomad does not), else under $TMPDIR, else /tmp if the path would be
-    too long for a Unix socket address.
+    path; Nomad does not), else under $TMPDIR (then $TEMP, $TMP, /tmp, /var/tmp,
+    /usr/tmp, the first that takes it, as ``tempfile``), else /tmp if the path
+    would be too long for a Unix socket address. Made here rather than with
+    ``tempfile.mkdtemp``: tempfile imports shutil, random and the compression
+    modules, a third of our own import time before the handshake (issue 14).
     """
-    parent = (env if env is not None else os.environ).get(SOCKET_DIR_ENV) or None
-    directory = tempfile.mkdtemp(prefix="plugin", dir=parent)
+    source = env if env is not None else os.environ
+    parent = source.get(SOCKET_DIR_ENV) or None
+    directory = _mkdtemp([parent] if parent else _temp_dirs())
     if len(os.path.join(directory, SOCKET_NAME)) > MAX_SOCKET_PATH:
         os.rmdir(directory)
-        directory = tempfile.mkdtemp(prefix="plugin", dir="/tmp")
+        directory = _mkdtemp(["/tmp"])  # noqa: S108 (exclusive mkdir, random name, 0700: as mkdtemp)
     os.chmod(directory, 0o700)
     return directory
+
+
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz012345"  # 32: an unbiased pick from a random byte's low bits
+
+
+def _temp_dirs() -> list[str]:
+    """Where ``tempfile.gettempdir`` would look, in its order."""
+    found = [os.environ[name] for name in ("TMPDIR", "TEMP", "TMP") if os.environ.get(name)]
+    return [*found, "/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]  # noqa: S108 (see _mkdtemp)
+
+
+def _mkdtemp(parents: list[str]) -> str:
+    """``<parent>/plugin`` + 8 random characters, made 0700 in the first parent that allows it."""
+    last: OSError | None = None
+    for parent in parents:
+        for _ in range(100):
+            path = os.path.join(parent, "plugin" + "".join(_NAME_CHARS[b & 31] for b in os.urandom(8)))
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            except OSError as exc:  # not a directory, not writable: the next candidate
+                last = exc
+                break
+            return os.path.abspath(path)
+        else:
+            last = FileExistsError(f"no unused name under {parent}")
+    raise last if last is not None else FileNotFoundError("no directory to make the plugin socket in")

@@ -13,6 +13,8 @@ import threading
 
 import grpc
 
+from nomad_plugin.goplugin.cancel import CancelEvent
+
 
 class Lifecycle:
     def __init__(self) -> None:
@@ -22,8 +24,13 @@ class Lifecycle:
         self._lock = threading.Lock()
 
     def open_stream(self, context: grpc.ServicerContext) -> threading.Event:
-        """An Event set when this call is cancelled/ends or the process stops."""
-        cancel = threading.Event()
+        """An Event set when this call is cancelled/ends or the process stops.
+
+        A ``CancelEvent``: an engine waiting for something else (the fingerprint
+        engine waits for a new fingerprint) is woken by its callback instead of
+        polling the event (issue 14).
+        """
+        cancel = CancelEvent()
         if not context.add_callback(cancel.set):
             cancel.set()  # the call already ended
         with self._lock:

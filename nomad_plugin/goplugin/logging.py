@@ -13,14 +13,12 @@ name becomes ``@module`` ("nomad-device-lingjun.xdm.client").
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
 from typing import IO, Any
 
 ROOT_MODULE = "nomad-device-lingjun"
@@ -39,9 +37,17 @@ LEVELS: dict[str, int] = {
 REDACTED = "<redacted>"
 # "token=abc", "X-Nomad-Token: abc", "nomad_token = abc": mask the value even
 # when it was never configured (e.g. read from $NOMAD_TOKEN by another layer).
-_TOKEN_ASSIGNMENT = re.compile(
-    r"(?i)((?:x-nomad-token|nomad_token|secret_?id|token)[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}]+)"
-)
+_ASSIGNMENT_PATTERN = r"(?i)((?:x-nomad-token|nomad_token|secret_?id|token)[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}]+)"
+_token_assignment: re.Pattern[str] | None = None  # compiled on the first record, not before the handshake
+
+
+def _token_pattern() -> re.Pattern[str]:
+    global _token_assignment
+    if _token_assignment is None:
+        _token_assignment = re.compile(_ASSIGNMENT_PATTERN)
+    return _token_assignment
+
+
 # go-plugin reads stderr with a 64 KiB line buffer and splits longer lines,
 # which then no longer parse as JSON: keep every line well below that.
 MAX_MESSAGE = 8192
@@ -64,6 +70,8 @@ def hclog_level(levelno: int) -> str:
 
 def hclog_timestamp(created: float) -> str:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ``: the layout go-plugin's parser accepts."""
+    from datetime import datetime, timezone  # on the first record, not before the handshake (issue 14)
+
     return datetime.fromtimestamp(created, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -106,7 +114,7 @@ class SecretRedactor(logging.Filter):
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        return _TOKEN_ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)
+        return _token_pattern().sub(lambda m: m.group(1) + REDACTED, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = self.redact(record.getMessage())
@@ -157,6 +165,8 @@ class HclogJsonFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             entry["error"] = _clip(record.exc_text, MAX_ERROR)
+        import json  # on the first record, not before the handshake (issue 14)
+
         # ensure_ascii keeps the line free of raw newlines and odd bytes.
         return json.dumps(entry, ensure_ascii=True, separators=(",", ":"))
 

@@ -26,7 +26,6 @@ BasePlugin and DevicePlugin servicers.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -235,6 +234,8 @@ class PluginServer:
 
     def _remove_socket_dir(self) -> None:
         if self.socket_dir:
+            import shutil  # at stop only: not among the imports before the handshake
+
             shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 

@@ -12,10 +12,12 @@ client library), and bounded label values.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.process_collector import ProcessCollector
+from typing import TYPE_CHECKING
 
 from nomad_plugin.config.model import PluginConfig
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 # Reserve spans a lock, XDM Allocate and verification: milliseconds to XDM's call timeout.
 RESERVE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -33,9 +35,12 @@ class PluginMetrics:
 
     def __init__(self, enabled: bool = True, registry: CollectorRegistry | None = None) -> None:
         self.enabled = enabled
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._registry = registry
         if not enabled:
-            return
+            return  # prometheus_client (4 MiB) is imported only when the endpoint is on or asked for
+        from prometheus_client import Counter, Gauge, Histogram
+        from prometheus_client.process_collector import ProcessCollector
+
         reg = self.registry
         ProcessCollector(registry=reg)
         self._xdm_up = Gauge(
@@ -94,6 +99,15 @@ class PluginMetrics:
             "Grants kept because no allocation visible to the token claimed them while the view is incomplete.",
             registry=reg,
         )
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The private registry (made on first use: a disabled object may never need one)."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+
+            self._registry = CollectorRegistry(auto_describe=True)
+        return self._registry
 
     @classmethod
     def for_config(cls, config: PluginConfig) -> PluginMetrics:

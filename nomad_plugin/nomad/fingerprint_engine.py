@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.card import Inventory
@@ -296,14 +297,27 @@ class FingerprintEngine:
         """
         seen_version = -1
         sent: bytes | None = None
-        while True:
-            with self._published:
-                while self._version == seen_version and not cancel.is_set():
-                    self._published.wait(_CANCEL_POLL_S)
-                if cancel.is_set():
-                    return
-                seen_version = self._version
-                response, data = self._response, self._bytes
-            if data != sent:
-                sent = data
-                yield response
+        poll: float | None = _CANCEL_POLL_S
+        forget: Callable[[], None] | None = None
+        if isinstance(cancel, CancelEvent):  # woken when cancelled: no need to poll the event
+            forget = cancel.on_set(self._wake_streams)
+            poll = None
+        try:
+            while True:
+                with self._published:
+                    while self._version == seen_version and not cancel.is_set():
+                        self._published.wait(poll)
+                    if cancel.is_set():
+                        return
+                    seen_version = self._version
+                    response, data = self._response, self._bytes
+                if data != sent:
+                    sent = data
+                    yield response
+        finally:
+            if forget is not None:
+                forget()
+
+    def _wake_streams(self) -> None:
+        with self._published:
+            self._published.notify_all()

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import os
 import ssl
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
-
 from nomad_plugin.config.model import PluginConfig
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
 #: Allocation client statuses after which Nomad frees the devices. Every
@@ -153,23 +155,46 @@ def required_capability(path: str) -> str:
 class NomadClient:
     def __init__(self, settings: NomadApiSettings) -> None:
         self.settings = settings
-        headers = {"X-Nomad-Token": settings.token} if settings.token else {}
-        transport: httpx.HTTPTransport | None = None
-        base = settings.address.rstrip("/")
-        if base.startswith("unix://"):
-            transport = httpx.HTTPTransport(uds=base[len("unix://") :])
-            base = "http://nomad"
         self._extensions: dict[str, Any] = {}
         if settings.tls_server_name:
             self._extensions["sni_hostname"] = settings.tls_server_name
-        self._http = httpx.Client(
-            base_url=base,
-            headers=headers,
-            verify=self._ssl_context() if base.startswith("https://") else True,
-            transport=transport,
-            timeout=httpx.Timeout(settings.timeout),
-            trust_env=False,
-        )
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+
+    @property
+    def _http(self) -> httpx.Client:
+        """The HTTP client, made on the first request.
+
+        Why: httpx (10 MiB of memory with its optional CLI packages installed) is
+        imported only then; a plugin with ``container_mounts = "auto"`` makes a
+        client at start-up but may never ask Nomad anything (issue 14).
+        """
+        with self._client_lock:
+            if self._client is None:
+                import httpx
+
+                settings = self.settings
+                headers = {"X-Nomad-Token": settings.token} if settings.token else {}
+                transport: httpx.HTTPTransport | None = None
+                base = settings.address.rstrip("/")
+                if base.startswith("unix://"):
+                    transport = httpx.HTTPTransport(uds=base[len("unix://") :])
+                    base = "http://nomad"
+                self._client = httpx.Client(
+                    base_url=base,
+                    headers=headers,
+                    verify=self._ssl_context() if base.startswith("https://") else True,
+                    transport=transport,
+                    timeout=httpx.Timeout(settings.timeout),
+                    trust_env=False,
+                )
+            return self._client
+
+    @_http.setter
+    def _http(self, client: httpx.Client) -> None:
+        """Use ``client`` instead (tests hand in their own transport)."""
+        with self._client_lock:
+            self._client = client
 
     def _ssl_context(self) -> ssl.SSLContext:
         s = self.settings
@@ -182,7 +207,10 @@ class NomadClient:
         return ctx
 
     def close(self) -> None:
-        self._http.close()
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def node_id(self) -> str:
         body, _ = self._get("/v1/agent/self", {}, self.settings.timeout)
@@ -259,8 +287,11 @@ class NomadClient:
         return [n for n in names if isinstance(n, str)]
 
     def _get(self, path: str, params: dict[str, str], timeout: float, acl: bool = False) -> tuple[Any, int]:
+        http = self._http
+        import httpx  # loaded by ``_http``; a dictionary lookup here
+
         try:
-            resp = self._http.get(path, params=params, timeout=timeout, extensions=self._extensions)
+            resp = http.get(path, params=params, timeout=timeout, extensions=self._extensions)
         except httpx.TimeoutException:
             raise NomadApiError(f"Nomad API {path}: timed out after {timeout:.1f}s", "timeout") from None
         except httpx.HTTPError as exc:

@@ -28,14 +28,16 @@ from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.layout import (
     STALE_INTERVALS,
     GrantLookup,
+    Spec,
     _Allotment,
     _allotment,
-    _granted_part,
-    _summary,
     _timestamp,
     _Values,
-    card_object,
+    card_specs,
+    granted_specs,
     na,
+    stat_value,
+    summary_spec,
 )
 
 _LEN = 2  # wire type of strings, bytes and messages
@@ -69,6 +71,11 @@ _GROUPS = device_pb2.StatsResponse.DESCRIPTOR.fields_by_name["groups"].number
 _INSTANCES = device_pb2.DeviceGroupStats.DESCRIPTOR.fields_by_name["instance_stats"].number
 _MAP_KEY, _MAP_VALUE = 1, 2  # protobuf's map entry layout
 _STATS = device_pb2.DeviceStats.DESCRIPTOR.fields_by_name["stats"].number
+_NESTED = stats_pb2.StatObject.DESCRIPTOR.fields_by_name["nested"].number
+_ATTRIBUTES = stats_pb2.StatObject.DESCRIPTOR.fields_by_name["attributes"].number
+_XDM_KEY = _field(_MAP_KEY, b"xdm")
+_SHARE_KEY = _field(_MAP_KEY, b"share")
+_MIG_KEY = _field(_MAP_KEY, b"mig")
 _SUMMARY = device_pb2.DeviceStats.DESCRIPTOR.fields_by_name["summary"].number
 _INSTANCE_TAG = _varint((_INSTANCES << 3) | _LEN)
 _VALUE_TAG = _varint((_MAP_VALUE << 3) | _LEN)
@@ -108,6 +115,12 @@ class StatsAssembler:
     """Builds ``StatsResponse`` bytes; keeps the parts that do not change between ticks."""
 
     def __init__(self) -> None:
+        # Encoded card attributes by (name, spec), as used in the last build / this build: most
+        # of a card's values repeat from one tick to the next, so most are encoded once.
+        self._memo: dict[tuple[str, Spec], bytes] = {}
+        self._last: dict[tuple[str, Spec], bytes] = {}
+        self._values: dict[tuple[str, Spec], bytes] = {}  # StatValues alone (summaries), kept alike
+        self._last_values: dict[tuple[str, Spec], bytes] = {}
         self._catalog: Catalog | None = None
         self._static: dict[tuple[str, int], bytes] = {}
         self._headers: dict[tuple[str, str, str], bytes] = {}
@@ -128,6 +141,8 @@ class StatsAssembler:
             self._static.clear()
             self._keys.clear()
         stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
+        self._last, self._memo = self._memo, {}  # bounded: only what the last build used is kept
+        self._last_values, self._values = self._values, {}
         cards: dict[str, _CardParts] = {}
         by_uuid: dict[str, Card] = {}
         by_minor: dict[int, Card] = {}
@@ -161,17 +176,32 @@ class StatsAssembler:
             out.append(_field(_GROUPS, b"".join(parts)))
         return b"".join(out)
 
-    @staticmethod
     def _card_parts(
-        inst: Instance, card: Card | None, cache: MetricsCache, now: float, stale_after: float, wall_offset: float
+        self, inst: Instance, card: Card | None, cache: MetricsCache, now: float, stale_after: float, wall_offset: float
     ) -> _CardParts:
         values = _Values(now, stale_after)
         readings = cache.card_readings([inst.card_uuid, str(inst.minor)])
-        obj = card_object(readings, card, values)
-        body = _field(_STATS, obj.SerializeToString())  # DeviceStats{stats: obj}, without copying obj
-        summary = _field(_SUMMARY, obj.attributes["Memory state"].SerializeToString())
+        top, xdm = card_specs(readings, card, values)
+        entry = self._entry
+        nested = _field(_MAP_VALUE, b"".join([entry(name, spec) for name, spec in xdm]))
+        obj = b"".join([entry(name, spec) for name, spec in top]) + _field(_NESTED, _XDM_KEY + nested)
+        body = _field(_STATS, obj)  # DeviceStats{stats: the card's StatObject}
+        memory_state = next(spec for name, spec in top if name == "Memory state")
+        summary = _field(_SUMMARY, self._value(memory_state))
         tail = _age_and_time(values.newest, now, wall_offset).SerializeToString()
         return _CardParts(body, values.newest, tail, summary)
+
+    def _entry(self, name: str, spec: Spec) -> bytes:
+        """One ``attributes`` map entry of a StatObject, encoded once per distinct (name, spec)."""
+        key = (name, spec)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._last.get(key)
+            if found is None:
+                value = stat_value(spec).SerializeToString()
+                found = _field(_ATTRIBUTES, _field(_MAP_KEY, name.encode()) + _field(_MAP_VALUE, value))
+            self._memo[key] = found
+        return found
 
     def _instance(
         self,
@@ -188,13 +218,20 @@ class StatsAssembler:
         if inst.kind is Kind.WHOLE:
             return parts.body, parts.whole_summary, parts.tail
         grant = grant_of(inst.id)
+        if grant is None and inst.kind is Kind.SHARE:
+            # The common case, before any allotment is built: a share nobody holds has no readings
+            # (what ``_allotment`` would find: its own memory, else the whole card's).
+            memory_mib = inst.memory_gib * 1024 or (card.memory_mib if card is not None else 0)
+            static = self._static.get((inst.id, memory_mib))
+            if static is not None:
+                return parts.body, static, parts.tail
         allot = _allotment(inst, card, grant, cache)
         if grant is None and not allot.readings:
             # Nothing in it is a reading: the same bytes every tick until the catalog changes.
             key = (inst.id, allot.memory_mib)
             static = self._static.get(key)
             if static is None:
-                static = self._own_part(inst, allot, _Values(now, stale_after)).SerializeToString()
+                static = self._own_part(inst, allot, _Values(now, stale_after))
                 if len(self._static) < _MAX_STATIC:
                     self._static[key] = static
             return parts.body, static, parts.tail
@@ -202,14 +239,25 @@ class StatsAssembler:
         values.newest = parts.newest
         own = self._own_part(inst, allot, values)
         if values.newest == parts.newest:
-            return parts.body, own.SerializeToString(), parts.tail
+            return parts.body, own, parts.tail
         tail = _age_and_time(values.newest, now, wall_offset)
-        return parts.body, own.SerializeToString(), tail.SerializeToString()
+        return parts.body, own, tail.SerializeToString()
 
-    @staticmethod
-    def _own_part(inst: Instance, allot: _Allotment, values: _Values) -> device_pb2.DeviceStats:
-        """The instance's ``share``/``mig`` object and its summary."""
-        own = device_pb2.DeviceStats()
-        _granted_part(own.stats, "share" if inst.kind is Kind.SHARE else "mig", inst, allot, values)
-        own.summary.CopyFrom(_summary(inst, allot, values))
-        return own
+    def _own_part(self, inst: Instance, allot: _Allotment, values: _Values) -> bytes:
+        """The instance's ``share``/``mig`` object and its summary, encoded: DeviceStats{stats, summary}."""
+        entry = self._entry
+        inner = b"".join([entry(name, spec) for name, spec in granted_specs(inst, allot, values)])
+        key = _SHARE_KEY if inst.kind is Kind.SHARE else _MIG_KEY
+        stats = _field(_STATS, _field(_NESTED, key + _field(_MAP_VALUE, inner)))
+        return stats + _field(_SUMMARY, self._value(summary_spec(inst, allot, values)))
+
+    def _value(self, spec: Spec) -> bytes:
+        """One StatValue, encoded once per distinct spec (same bounds as ``_entry``)."""
+        key = ("", spec)
+        found = self._values.get(key)
+        if found is None:
+            found = self._last_values.get(key)
+            if found is None:
+                found = stat_value(spec).SerializeToString()
+            self._values[key] = found
+        return found

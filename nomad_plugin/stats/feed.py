@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import BackendUnavailable
@@ -61,7 +62,7 @@ class MetricsFeed:
         self.cache = cache if cache is not None else MetricsCache(clock=clock)
         self._nvml = nvml_source
         self._backoff = backoff if backoff is not None else Backoff()
-        self._stop = threading.Event()
+        self._stop = CancelEvent()  # a backend stream registers its cancel here instead of polling it
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._source = SOURCE_NONE

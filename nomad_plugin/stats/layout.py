@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from google.protobuf import timestamp_pb2, wrappers_pb2
 
@@ -97,8 +96,34 @@ def decode_throttle(mask: int) -> list[str]:
 # -- StatValue builders ------------------------------------------------------
 
 
+# What a StatValue shows, as a hashable tuple: (unit, desc, kind, value, denominator).
+# kind "int": int_numerator_val = value, int_denominator_val = denominator when > 0;
+# "bool": bool_val; "str": string_val. Both ways of building a response (``build_stats``'s
+# messages and ``assemble``'s bytes, which encodes each distinct spec once) start here.
+Spec = tuple[str, str, str, int | bool | str, int]
+
+
+def na_spec(unit: str, desc: str) -> Spec:
+    return (unit, desc, "str", NOT_AVAILABLE, 0)
+
+
+def stat_value(spec: Spec) -> stats_pb2.StatValue:
+    """The StatValue a spec describes."""
+    unit, desc, kind, value, denominator = spec
+    out = stats_pb2.StatValue(unit=unit, desc=desc)
+    if kind == "int":
+        out.int_numerator_val.value = value  # type: ignore[assignment]  # in place: half the cost of a wrapper
+        if denominator > 0:
+            out.int_denominator_val.value = denominator
+    elif kind == "bool":
+        out.bool_val.value = value  # type: ignore[assignment]
+    else:
+        out.string_val.value = value  # type: ignore[assignment]
+    return out
+
+
 class _Values:
-    """Builds StatValues, marking stale readings; remembers the newest reading seen."""
+    """Builds StatValues (or their specs), marking stale readings; remembers the newest reading seen."""
 
     def __init__(self, now: float, stale_after: float) -> None:
         self.now = now
@@ -115,41 +140,44 @@ class _Values:
             return f"stale: last update {age:.1f} s ago; {desc}"
         return desc
 
-    def count(self, reading: Reading | None, unit: str, desc: str, scale: float = 1.0) -> stats_pb2.StatValue:
+    def count_spec(self, reading: Reading | None, unit: str, desc: str, scale: float = 1.0) -> Spec:
         if reading is None:
-            return na(unit, desc)
-        value = stats_pb2.StatValue(unit=unit, desc=self._desc(reading, desc))
-        value.int_numerator_val.value = round(reading.value * scale)  # in place: half the cost of a wrapper
-        return value
+            return (unit, desc, "str", NOT_AVAILABLE, 0)
+        return (unit, self._desc(reading, desc), "int", round(reading.value * scale), 0)
+
+    def ratio_spec(self, used: Reading | None, total: Reading | None, static_total: int, unit: str, desc: str) -> Spec:
+        """``used / total``; ``static_total`` (> 0) stands in for a missing total reading."""
+        if used is None:
+            return (unit, desc, "str", NOT_AVAILABLE, 0)
+        shown = self._desc(used, desc)
+        denominator = round(total.value) if total is not None else static_total
+        if total is not None:
+            self._desc(total, desc)
+        return (unit, shown, "int", round(used.value), denominator if denominator > 0 else 0)
+
+    def flag_spec(self, reading: Reading | None, desc: str) -> Spec:
+        if reading is None:
+            return ("", desc, "str", NOT_AVAILABLE, 0)
+        return ("", self._desc(reading, desc), "bool", reading.value != 0, 0)
+
+    def text_spec(self, reading: Reading | None, text: str, desc: str) -> Spec:
+        if reading is None:
+            return ("", desc, "str", NOT_AVAILABLE, 0)
+        return ("", self._desc(reading, desc), "str", text, 0)
+
+    def count(self, reading: Reading | None, unit: str, desc: str, scale: float = 1.0) -> stats_pb2.StatValue:
+        return stat_value(self.count_spec(reading, unit, desc, scale))
 
     def ratio(
         self, used: Reading | None, total: Reading | None, static_total: int, unit: str, desc: str
     ) -> stats_pb2.StatValue:
-        """``used / total``; ``static_total`` (> 0) stands in for a missing total reading."""
-        if used is None:
-            return na(unit, desc)
-        value = stats_pb2.StatValue(unit=unit, desc=self._desc(used, desc))
-        value.int_numerator_val.value = round(used.value)
-        denominator = round(total.value) if total is not None else static_total
-        if total is not None:
-            self._desc(total, desc)
-        if denominator > 0:
-            value.int_denominator_val.value = denominator
-        return value
+        return stat_value(self.ratio_spec(used, total, static_total, unit, desc))
 
     def flag(self, reading: Reading | None, desc: str) -> stats_pb2.StatValue:
-        if reading is None:
-            return na("", desc)
-        value = stats_pb2.StatValue(desc=self._desc(reading, desc))
-        value.bool_val.value = reading.value != 0
-        return value
+        return stat_value(self.flag_spec(reading, desc))
 
     def text(self, reading: Reading | None, text: str, desc: str) -> stats_pb2.StatValue:
-        if reading is None:
-            return na("", desc)
-        value = stats_pb2.StatValue(desc=self._desc(reading, desc))
-        value.string_val.value = text
-        return value
+        return stat_value(self.text_spec(reading, text, desc))
 
 
 def na(unit: str, desc: str) -> stats_pb2.StatValue:
@@ -173,57 +201,84 @@ def _str(value: str, desc: str) -> stats_pb2.StatValue:
 # -- per-card and per-instance objects ---------------------------------------
 
 
-def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Values) -> stats_pb2.StatObject:
-    """The physical card's StatObject: official names at the top, XDM extras in ``xdm``."""
+# The card's attributes: (name, spec) pairs at the top level and in ``xdm``.
+CardSpecs = tuple[list[tuple[str, Spec]], list[tuple[str, Spec]]]
+
+
+def card_specs(readings: Mapping[str, Reading], card: Card | None, values: _Values) -> CardSpecs:
+    """What the physical card's StatObject shows: official names at the top, XDM extras in ``xdm``."""
     r = readings.get
     total_mib = card.memory_mib if card is not None else 0
-    obj = stats_pb2.StatObject()
-    attrs = obj.attributes
-    attrs["Memory state"].CopyFrom(
-        values.ratio(r("memory_used_mib"), r("memory_total_mib"), total_mib, "MiB", "used memory / total memory")
-    )
-    attrs["GPU utilization"].CopyFrom(
-        values.count(r("core_util_percent"), "%", "share of time the compute units were busy")
-    )
-    attrs["Memory utilization"].CopyFrom(values.count(r("memory_util_percent"), "%", "memory bandwidth in use"))
-    attrs["Temperature"].CopyFrom(values.count(r("temperature_c"), "C", "card temperature"))
-    attrs["Power usage"].CopyFrom(values.ratio(r("power_w"), r("power_limit_w"), 0, "W", "power draw / power limit"))
-    _official_extras(attrs, r, total_mib, values)
+    count = values.count_spec
+    top = [
+        (
+            "Memory state",
+            values.ratio_spec(
+                r("memory_used_mib"), r("memory_total_mib"), total_mib, "MiB", "used memory / total memory"
+            ),
+        ),
+        ("GPU utilization", count(r("core_util_percent"), "%", "share of time the compute units were busy")),
+        ("Memory utilization", count(r("memory_util_percent"), "%", "memory bandwidth in use")),
+        ("Temperature", count(r("temperature_c"), "C", "card temperature")),
+        ("Power usage", values.ratio_spec(r("power_w"), r("power_limit_w"), 0, "W", "power draw / power limit")),
+    ]
+    _official_extras(top, r, values)
 
-    xdm = obj.nested["xdm"].attributes
-    xdm["Health"].CopyFrom(values.flag(r("health"), "the backend's health verdict for the card (XDM or NVML)"))
-    xdm["XID errors"].CopyFrom(values.count(r("xid_errors"), "#", "driver XID error events"))
     throttle = r("throttle_reasons")
     if throttle is None:
-        xdm["Throttle reasons"].CopyFrom(na("", "what holds the clocks down"))
+        throttle_spec = na_spec("", "what holds the clocks down")
     else:
         names = decode_throttle(int(throttle.value))
         text = ", ".join(names) if names else "none"
-        xdm["Throttle reasons"].CopyFrom(values.text(throttle, text, "what holds the clocks down"))
-    xdm["NVLink errors"].CopyFrom(values.count(r("nvlink_errors_total"), "#", "NVLink error count"))
-    xdm["Remapped rows"].CopyFrom(values.count(r("remapped_rows_total"), "#", "memory rows remapped"))
-    xdm["ECC corrected errors"].CopyFrom(values.count(r("ecc_sbe_total"), "#", "corrected (single-bit) ECC errors"))
-    xdm["ECC uncorrected errors"].CopyFrom(values.count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors"))
-    xdm["SM clock"].CopyFrom(values.count(r("sm_clock_mhz"), "MHz", "compute clock"))
-    xdm["Memory clock"].CopyFrom(values.count(r("memory_clock_mhz"), "MHz", "memory clock"))
+        throttle_spec = values.text_spec(throttle, text, "what holds the clocks down")
+    xdm = [
+        ("Health", values.flag_spec(r("health"), "the backend's health verdict for the card (XDM or NVML)")),
+        ("XID errors", count(r("xid_errors"), "#", "driver XID error events")),
+        ("Throttle reasons", throttle_spec),
+        ("NVLink errors", count(r("nvlink_errors_total"), "#", "NVLink error count")),
+        ("Remapped rows", count(r("remapped_rows_total"), "#", "memory rows remapped")),
+        ("ECC corrected errors", count(r("ecc_sbe_total"), "#", "corrected (single-bit) ECC errors")),
+        ("ECC uncorrected errors", count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors")),
+        ("SM clock", count(r("sm_clock_mhz"), "MHz", "compute clock")),
+        ("Memory clock", count(r("memory_clock_mhz"), "MHz", "memory clock")),
+    ]
+    return top, xdm
+
+
+def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Values) -> stats_pb2.StatObject:
+    """The physical card's StatObject (see ``card_specs``)."""
+    top, xdm = card_specs(readings, card, values)
+    obj = stats_pb2.StatObject()
+    attrs = obj.attributes
+    for name, spec in top:
+        attrs[name].CopyFrom(stat_value(spec))
+    nested = obj.nested["xdm"].attributes
+    for name, spec in xdm:
+        nested[name].CopyFrom(stat_value(spec))
     return obj
 
 
-def _official_extras(attrs: Any, r: Callable[[str], Reading | None], total_mib: int, values: _Values) -> None:
+_BY_LOCATION = "corrected ECC errors in the {} since the driver loaded"
+
+
+def _official_extras(top: list[tuple[str, Spec]], r: Callable[[str], Reading | None], values: _Values) -> None:
     """nomad-device-nvidia's encoder/decoder, BAR1 and ECC stats, with its meanings."""
-    attrs["Encoder utilization"].CopyFrom(values.count(r("encoder_util_percent"), "%", "video encoder busy time"))
-    attrs["Decoder utilization"].CopyFrom(values.count(r("decoder_util_percent"), "%", "video decoder busy time"))
-    attrs["BAR1 buffer state"].CopyFrom(
-        values.ratio(r("bar1_used_mib"), r("bar1_total_mib"), 0, "MiB", "used BAR1 / total BAR1")
+    count = values.count_spec
+    top.append(("Encoder utilization", count(r("encoder_util_percent"), "%", "video encoder busy time")))
+    top.append(("Decoder utilization", count(r("decoder_util_percent"), "%", "video decoder busy time")))
+    top.append(
+        (
+            "BAR1 buffer state",
+            values.ratio_spec(r("bar1_used_mib"), r("bar1_total_mib"), 0, "MiB", "used BAR1 / total BAR1"),
+        )
     )
-    by_location = "corrected ECC errors in the {} since the driver loaded"
-    attrs["ECC L1 errors"].CopyFrom(values.count(r("ecc_l1_corrected"), "#", by_location.format("L1 cache")))
-    attrs["ECC L2 errors"].CopyFrom(values.count(r("ecc_l2_corrected"), "#", by_location.format("L2 cache")))
+    top.append(("ECC L1 errors", count(r("ecc_l1_corrected"), "#", _BY_LOCATION.format("L1 cache"))))
+    top.append(("ECC L2 errors", count(r("ecc_l2_corrected"), "#", _BY_LOCATION.format("L2 cache"))))
     if r("ecc_memory_corrected") is not None:
-        memory = values.count(r("ecc_memory_corrected"), "#", by_location.format("device memory"))
+        memory = count(r("ecc_memory_corrected"), "#", _BY_LOCATION.format("device memory"))
     else:
-        memory = values.count(r("ecc_sbe_total"), "#", "corrected ECC errors, all locations (XDM gives no split)")
-    attrs["ECC memory errors"].CopyFrom(memory)
+        memory = count(r("ecc_sbe_total"), "#", "corrected ECC errors, all locations (XDM gives no split)")
+    top.append(("ECC memory errors", memory))
 
 
 @dataclass(frozen=True)
@@ -233,44 +288,58 @@ class _Allotment:
     readings: Mapping[str, Reading]
 
 
-def _granted_part(obj: stats_pb2.StatObject, name: str, inst: Instance, allot: _Allotment, values: _Values) -> None:
-    """The ``share``/``mig`` nested object: granted limits beside actual use."""
-    part = obj.nested[name].attributes
+def granted_specs(inst: Instance, allot: _Allotment, values: _Values) -> list[tuple[str, Spec]]:
+    """The ``share``/``mig`` nested object's attributes: granted limits beside actual use."""
     grant = allot.grant
-    part["Grant"].CopyFrom(_str(grant.grant_id if grant else "none", "XDM allocation holding this instance"))
+    specs: list[tuple[str, Spec]] = [
+        ("Grant", ("", "XDM allocation holding this instance", "str", grant.grant_id if grant else "none", 0))
+    ]
     if inst.kind is Kind.SHARE:
         core = grant.core_limit_percent if grant else inst.core
-        part["Compute limit"].CopyFrom(_int(core, "%", "granted compute, percent of the card (0 = unlimited)"))
+        specs.append(("Compute limit", ("%", "granted compute, percent of the card (0 = unlimited)", "int", core, 0)))
     else:
-        part["Slice"].CopyFrom(_int(inst.index, "", "MIG unit index on the card"))
+        specs.append(("Slice", ("", "MIG unit index on the card", "int", inst.index, 0)))
         slices = grant.slices if grant and grant.slices else inst.slices
-        part["Slices"].CopyFrom(_int(slices, "", "MIG compute slices"))
+        specs.append(("Slices", ("", "MIG compute slices", "int", slices, 0)))
     memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
     if memory_gib or allot.memory_mib:
-        part["Memory limit"].CopyFrom(
-            _int(memory_gib or allot.memory_mib // 1024, "GiB", "granted memory (0 = unlimited)")
-        )
+        limit = memory_gib or allot.memory_mib // 1024
+        specs.append(("Memory limit", ("GiB", "granted memory (0 = unlimited)", "int", limit, 0)))
     else:
-        part["Memory limit"].CopyFrom(na("GiB", "granted memory"))
+        specs.append(("Memory limit", na_spec("GiB", "granted memory")))
     r = allot.readings.get
     if grant is None and not allot.readings:
-        part["Memory used"].CopyFrom(_int(0, "MiB", "not reserved"))
-        part["Compute utilization"].CopyFrom(_int(0, "%", "not reserved"))
+        specs.append(("Memory used", ("MiB", "not reserved", "int", 0, 0)))
+        specs.append(("Compute utilization", ("%", "not reserved", "int", 0, 0)))
     else:
-        part["Memory used"].CopyFrom(values.count(r("memory_used_mib"), "MiB", "memory used by this grant"))
-        part["Compute utilization"].CopyFrom(values.count(r("core_util_percent"), "%", "compute used by this grant"))
+        specs.append(("Memory used", values.count_spec(r("memory_used_mib"), "MiB", "memory used by this grant")))
+        specs.append(
+            ("Compute utilization", values.count_spec(r("core_util_percent"), "%", "compute used by this grant"))
+        )
+    return specs
+
+
+def summary_spec(inst: Instance, allot: _Allotment, values: _Values) -> Spec:
+    """Memory used / allotted (MiB) of a share or MIG unit."""
+    used = allot.readings.get("memory_used_mib")
+    if used is None and allot.grant is None and inst.kind is not Kind.MIG_INSTANCE:
+        spec: Spec = ("MiB", "not reserved", "int", 0, 0)
+    else:
+        spec = values.count_spec(used, "MiB", "memory used / allotted")
+    if allot.memory_mib > 0 and spec[2] == "int":
+        spec = (spec[0], spec[1], "int", spec[3], allot.memory_mib)
+    return spec
+
+
+def _granted_part(obj: stats_pb2.StatObject, name: str, inst: Instance, allot: _Allotment, values: _Values) -> None:
+    """The ``share``/``mig`` nested object (see ``granted_specs``)."""
+    part = obj.nested[name].attributes
+    for attr, spec in granted_specs(inst, allot, values):
+        part[attr].CopyFrom(stat_value(spec))
 
 
 def _summary(inst: Instance, allot: _Allotment, values: _Values) -> stats_pb2.StatValue:
-    desc = "memory used / allotted"
-    used = allot.readings.get("memory_used_mib")
-    if used is None and allot.grant is None and inst.kind is not Kind.MIG_INSTANCE:
-        value = _int(0, "MiB", "not reserved")
-    else:
-        value = values.count(used, "MiB", desc)
-    if allot.memory_mib > 0 and value.HasField("int_numerator_val"):
-        value.int_denominator_val.value = allot.memory_mib
-    return value
+    return stat_value(summary_spec(inst, allot, values))
 
 
 def _allotment(inst: Instance, card: Card | None, grant: GrantInfo | None, cache: MetricsCache) -> _Allotment:

@@ -440,19 +440,22 @@ def metric_samples(msg: Message, binding: Binding | None = None) -> list[MetricS
     if data_b is None:
         return []
     r = data_b.read
+    # The readers, looked up once per message: this runs for every sample of every push.
+    device, metric, metric_name, value, timestamp, labels = (
+        r["device"],
+        r["metricId"],
+        r["metricName"],
+        r["value"],
+        r["timestamp"],
+        r["labels"],
+    )
+    names = METRIC_NAMES
     samples = []
     for data in b.read["dataList"](msg):
-        metric_id = int(r["metricId"](data)) or _recovered_int(_own_unknowns(data), data_b.number.get("metricId", -1))
-        name = str(r["metricName"](data)) or METRIC_NAMES.get(metric_id, f"metric_{metric_id}")
+        metric_id = int(metric(data)) or _recovered_int(_own_unknowns(data), data_b.number.get("metricId", -1))
+        name = str(metric_name(data)) or names.get(metric_id) or f"metric_{metric_id}"
         samples.append(
-            MetricSample(
-                device=str(r["device"](data)),
-                metric_id=metric_id,
-                name=name,
-                value=float(r["value"](data)),
-                timestamp_ms=int(r["timestamp"](data)),
-                labels=r["labels"](data),
-            )
+            MetricSample(str(device(data)), metric_id, name, float(value(data)), int(timestamp(data)), labels(data))
         )
     return samples
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
 from nomad_plugin.model.card import Card, Inventory
@@ -37,7 +38,7 @@ from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
-from nomad_plugin.xdm.client import Subscription, XdmClient
+from nomad_plugin.xdm.client import Subscription, XdmClient, relax_stream_waits
 from nomad_plugin.xdm.inventory import compose_cards, driver_versions
 from nomad_plugin.xdm.types import GpuFacts
 
@@ -110,6 +111,7 @@ class XdmBackend:
                 threading.Thread(target=self._watch_loop, name="xdm-watch", daemon=True),
             ]
             threads = list(self._threads)
+        relax_stream_waits()  # the streams below are read by these background threads only
         for thread in threads:
             thread.start()
 
@@ -294,15 +296,20 @@ class XdmBackend:
         done = threading.Event()
         with self._lock:
             self._metric_subs.add(sub)
+        if self._stop.is_set():  # stopped while subscribing: ``stop`` may have missed this one
+            sub.cancel()
+        forget: Callable[[], None] | None = None
+        if isinstance(cancel, CancelEvent):
+            forget = cancel.on_set(sub.cancel)  # no watcher thread; ``stop`` cancels the rest
+        else:
 
-        def watch_cancel() -> None:
-            while not done.is_set():
-                if cancel.wait(0.2) or self._stop.is_set():
-                    sub.cancel()
-                    return
+            def watch_cancel() -> None:
+                while not done.is_set():
+                    if cancel.wait(0.2) or self._stop.is_set():
+                        sub.cancel()
+                        return
 
-        watcher = threading.Thread(target=watch_cancel, name="xdm-metrics-cancel", daemon=True)
-        watcher.start()
+            threading.Thread(target=watch_cancel, name="xdm-metrics-cancel", daemon=True).start()
         try:
             for batch in sub:
                 if cancel.is_set():
@@ -310,6 +317,8 @@ class XdmBackend:
                 yield batch
         finally:
             done.set()
+            if forget is not None:
+                forget()
             sub.cancel()
             with self._lock:
                 self._metric_subs.discard(sub)

@@ -114,6 +114,25 @@ class _Endpoint:
             channel.close()
 
 
+# grpcio's blocking iterators wait in slices of ``grpc._common.MAXIMUM_WAIT_TIMEOUT`` (0.1 s) so
+# that a *main* thread blocked on a stream still runs its signal handlers (grpc/grpc#19464).
+# The plugin's streams are read by background threads only, which get no signals; their slices
+# only cost wake-ups: ten a second per open stream, idle or not, about a fifth of the whole
+# plugin's steady-state CPU (issue 14). A private constant: when grpcio drops it, this does nothing
+# (tests/xdm/test_stream_waits.py says so).
+STREAM_WAIT_SLICE_S = 1.0
+
+
+def relax_stream_waits(seconds: float = STREAM_WAIT_SLICE_S) -> bool:
+    """Let grpcio's blocking iterators wait ``seconds`` per slice; False when grpcio has no such knob."""
+    from grpc import _common
+
+    if not isinstance(getattr(_common, "MAXIMUM_WAIT_TIMEOUT", None), float):
+        return False
+    _common.MAXIMUM_WAIT_TIMEOUT = max(seconds, _common.MAXIMUM_WAIT_TIMEOUT)
+    return True
+
+
 class Subscription(Generic[T]):
     """One server-streaming subscription: iterate it, ``cancel()`` from any thread.
 

@@ -11,6 +11,7 @@ import pytest
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Kind
 from nomad_plugin.nomad import fingerprint_engine
@@ -25,8 +26,8 @@ QUIET = 0.3  # how long we wait to conclude "nothing was sent"
 class Stream:
     """Consume engine.responses() on its own thread, like the gRPC servicer does."""
 
-    def __init__(self, engine: FingerprintEngine) -> None:
-        self.cancel = threading.Event()
+    def __init__(self, engine: FingerprintEngine, cancel: threading.Event | None = None) -> None:
+        self.cancel = cancel if cancel is not None else threading.Event()
         self.items: queue.Queue[device_pb2.FingerprintResponse] = queue.Queue()
         self.ended = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(engine,), daemon=True)
@@ -318,6 +319,19 @@ def test_cancel_ends_stream_and_stop_is_idempotent(clock):
     s.close()
     engine.stop()
     engine.stop()
+
+
+def test_a_cancel_event_wakes_the_stream_without_polling(clock, monkeypatch):
+    """With the CancelEvent every gRPC stream gets, cancel is a callback, not a 4-per-second poll (issue 14)."""
+    monkeypatch.setattr(fingerprint_engine, "_CANCEL_POLL_S", 3600.0)  # a poll would now never notice
+    engine = make(FakeBackend(h800_node(1)), clock)
+    engine.start()
+    try:
+        s = Stream(engine, CancelEvent())
+        s.next()
+        s.close()
+    finally:
+        engine.stop()
 
 
 def test_rebuilds_only_when_an_input_changed(clock, monkeypatch):

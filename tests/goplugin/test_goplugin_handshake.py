@@ -81,7 +81,7 @@ def test_too_long_tmpdir_falls_back_to_slash_tmp(monkeypatch: pytest.MonkeyPatch
     """Without the host dir, $TMPDIR is used, unless the socket path would not fit: then /tmp."""
     long_tmp = tempfile.mkdtemp(prefix="y" * 120, dir="/tmp")
     monkeypatch.delenv("PLUGIN_UNIX_SOCKET_DIR", raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", long_tmp)
+    monkeypatch.setenv("TMPDIR", long_tmp)
     try:
         directory = handshake.make_socket_dir({})
         assert os.path.dirname(directory) == "/tmp"
