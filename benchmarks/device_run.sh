@@ -43,6 +43,10 @@ host() { # name
   python3 benchmarks/device_summary.py "$E/host-$1.jsonl"
 }
 
+echo "=== the shipped executable's header and --self-check (ssl, ctypes, NVML bindings, zlib), no Python reachable"
+sed -n 3p $np/nomad-device-lingjun
+nopy "$TIMEOUT" 60 $np/nomad-device-lingjun --self-check
+
 block nvml nvml ""
 block auto auto ""
 host nvml
