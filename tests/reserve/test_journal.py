@@ -368,3 +368,187 @@ def test_full_journal_message_in_full(tmp_path):
         "the grant journal holds 1 grants (limit 1); "
         "grants are not being released - check the reconciler and the Nomad API"
     )
+
+
+# --- one sync per Reserve: unsynced appends, sync(), and the sync before a compaction's rename ----------
+def _record_syncs(monkeypatch) -> list[tuple[str, str]]:
+    """Log every data sync (by file name) and every rename, in order, as the journal makes them."""
+    from nomad_plugin.journal import store
+
+    calls: list[tuple[str, str]] = []
+    real_sync, real_replace = os.fdatasync, os.replace
+
+    def sync(fd: int) -> None:
+        calls.append(("sync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_sync(fd)
+
+    def replace(src, dst) -> None:
+        calls.append(("rename", f"{os.path.basename(src)} -> {os.path.basename(dst)}"))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(store.os, "fdatasync", sync)
+    monkeypatch.setattr(store.os, "replace", replace)
+    return calls
+
+
+def test_an_unsynced_put_is_read_back_and_synced_by_the_next_sync(tmp_path, monkeypatch):
+    j = Journal(tmp_path)
+    calls = _record_syncs(monkeypatch)
+    j.put(entry("a", EntryState.INTENT), durable=False)
+    assert calls == [], "durable=False must not sync"
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"], "the record is in the file all the same"
+    j.sync()
+    assert calls == [("sync", "journal.json")]
+    j.put(entry("a"))
+    assert calls == [("sync", "journal.json")] * 2, "a durable put syncs before it returns"
+
+
+def test_a_compaction_syncs_the_temp_file_before_the_rename(tmp_path, monkeypatch):
+    """The snapshot must be on disk before it replaces the journal, else a crash can leave an empty journal."""
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    calls = _record_syncs(monkeypatch)
+    j.compact()
+    [rename] = [i for i, c in enumerate(calls) if c[0] == "rename"]
+    tmp_name = calls[rename][1].split(" -> ")[0]
+    assert calls[rename][1].endswith("-> journal.json") and tmp_name.startswith("journal.json.tmp-")
+    assert ("sync", tmp_name) in calls[:rename], f"no sync of {tmp_name} before the rename: {calls}"
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"]
+
+
+# --- grant-id leases (journal/ids.py) ----------------------------------------------------------------------
+def _ids(tmp_path, boot="boot-1", block=4):
+    from nomad_plugin.journal.ids import GrantIds
+
+    return GrantIds(tmp_path, block=block, boot_id=lambda: boot)
+
+
+def _leases(tmp_path) -> list[dict]:
+    return json.loads((tmp_path / "grant-ids.json").read_text())["leases"]
+
+
+def test_derived_ids_are_uuid4_shaped_and_differ_by_seed_and_counter():
+    import uuid
+
+    from nomad_plugin.journal.ids import derive
+
+    a0, a1, b0 = derive("aa", 0), derive("aa", 1), derive("bb", 0)
+    assert len({a0, a1, b0}) == 3 and derive("aa", 0) == a0
+    for gid in (a0, a1, b0):
+        assert uuid.UUID(gid).version == 4 and str(uuid.UUID(gid)) == gid
+
+
+def test_each_id_is_named_by_a_lease_on_disk_before_it_is_handed_out(tmp_path):
+    ids = _ids(tmp_path, block=4)
+    assert not (tmp_path / "grant-ids.json").exists(), "creating a GrantIds does no I/O"
+    taken = []
+    for _ in range(6):
+        gid = ids.take()
+        named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+        assert gid in named, f"{gid} was handed out before a durable lease named it"
+        taken.append(gid)
+        ids.settled(gid)
+    assert len(set(taken)) == 6
+    assert (tmp_path / "grant-ids.json").stat().st_mode & 0o777 == 0o600
+
+
+def _lease(raw):
+    from nomad_plugin.journal.ids import Lease
+
+    return Lease.from_json(raw)
+
+
+def test_the_next_lease_is_written_ahead_once_half_of_one_is_used(tmp_path):
+    import time
+
+    ids = _ids(tmp_path, block=4)
+    ids.prepare()
+    assert len(_leases(tmp_path)) == 1
+    first = ids.take()
+    assert len(_leases(tmp_path)) == 1, "3 of 4 ids left: no second lease yet"
+    ids.take()  # 2 of 4 left: half used, the next one is written in the background
+    deadline = time.monotonic() + 10
+    while len(_leases(tmp_path)) < 2:
+        assert time.monotonic() < deadline, "the second lease was not written ahead within 10 s"
+        time.sleep(0.01)
+    ids.settled(first)
+
+
+def test_a_used_up_lease_leaves_the_file_only_when_none_of_its_ids_is_in_flight(tmp_path):
+    ids = _ids(tmp_path, block=2)
+    held = ids.take()  # lease 1, still in flight
+    ids.settled(ids.take())
+    for _ in range(4):  # leases 2 and 3: each switch writes the file
+        ids.settled(ids.take())
+    seeds = [raw["seed"] for raw in _leases(tmp_path)]
+    first = _lease(_leases(tmp_path)[0])
+    assert held in first.ids(), "lease 1 is kept while one of its ids is in flight"
+    ids.settled(held)
+    ids.settled(held)  # twice, or an unknown id: no effect
+    for _ in range(2):
+        ids.settled(ids.take())
+    assert first.seed not in [raw["seed"] for raw in _leases(tmp_path)], "lease 1 is dropped once settled"
+    assert len(seeds) >= 2
+
+
+def test_stale_ids_are_those_of_earlier_boots_that_the_journal_does_not_name(tmp_path):
+    old = _ids(tmp_path, boot="boot-1", block=3)
+    used = old.take()
+    lease = _lease(_leases(tmp_path)[0])
+    unused = [g for g in lease.ids() if g != used]
+    assert _ids(tmp_path, boot="boot-1").stale_ids(lambda g: False) == [], "same boot: the journal is complete"
+    now = _ids(tmp_path, boot="boot-2")
+    assert now.stale_ids(lambda g: False) == lease.ids()
+    assert now.stale_ids(lambda g: g == used) == unused
+    assert _ids(tmp_path, boot="").stale_ids(lambda g: False) == lease.ids(), "no boot id: never this boot"
+
+
+def test_forget_stale_keeps_only_this_process_leases(tmp_path):
+    _ids(tmp_path, boot="boot-1").take()
+    (tmp_path / "grant-ids.json.tmp-1-2").write_text("left by a crash")
+    now = _ids(tmp_path, boot="boot-2")
+    now.prepare()
+    assert len(_leases(tmp_path)) == 2
+    now.forget_stale()
+    assert [raw["boot_id"] for raw in _leases(tmp_path)] == ["boot-2"]
+    assert not (tmp_path / "grant-ids.json.tmp-1-2").exists()
+    _ids(tmp_path, boot="boot-2").forget_stale()  # another process's start: this one's lease goes too
+    assert _leases(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (b"not json", "unreadable"),
+        (b'{"version": 2, "leases": []}', "version 2"),
+        (b"[]", "version []"),
+        (b'{"version": 1, "leases": {}}', "'leases' is not a list"),
+        (b'{"version": 1, "leases": [1]}', "lease 1 is not an object"),
+        (b'{"version": 1, "leases": [{"seed": "", "start": 0, "end": 1, "boot_id": "b"}]}', "seed ''"),
+        (b'{"version": 1, "leases": [{"seed": "s", "start": 2, "end": 1, "boot_id": "b"}]}', "range 2..1"),
+        (b'{"version": 1, "leases": [{"seed": "s", "start": -1, "end": 1, "boot_id": "b"}]}', "range -1..1"),
+        (b'{"version": 1, "leases": [{"seed": "s", "start": 0, "end": "1", "boot_id": "b"}]}', "range 0..'1'"),
+        (b'{"version": 1, "leases": [{"seed": "s", "start": 0, "end": 1, "boot_id": 3}]}', "boot_id 3"),
+    ],
+)
+def test_a_damaged_lease_file_is_refused_naming_it(tmp_path, body, why):
+    (tmp_path / "grant-ids.json").write_bytes(body)
+    ids = _ids(tmp_path)
+    with pytest.raises(OSError, match=r"grant-id lease file .*grant-ids\.json is unreadable") as err:
+        ids.take()
+    assert why in str(err.value)
+    with pytest.raises(OSError):
+        ids.stale_ids(lambda g: False)
+
+
+def test_a_lease_needs_at_least_two_ids(tmp_path):
+    with pytest.raises(ValueError, match="block: 1 ids per lease; at least 2"):
+        _ids(tmp_path, block=1)
+    _ids(tmp_path, block=2)
+
+
+def test_the_boot_id_comes_from_the_kernel(tmp_path):
+    from nomad_plugin.journal.ids import read_boot_id
+
+    assert read_boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip() != ""
+    assert read_boot_id(str(tmp_path / "absent")) == ""

@@ -224,7 +224,7 @@ def test_steps_are_announced_in_order_and_the_entry_names_its_group(tmp_path):
     steps = []
     r, _, _ = make(tmp_path, step_hook=steps.append)
     r.reserve([card_uuid(0)])
-    assert steps == ["before-allocate", "after-allocate", "after-journal"]
+    assert steps == ["before-allocate", "after-allocate", "before-sync", "after-journal"]
     assert [e.group for e in r.entries()] == ["alibaba/ppu/PPU 810E"]
 
 
