@@ -552,3 +552,300 @@ def test_the_boot_id_comes_from_the_kernel(tmp_path):
 
     assert read_boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip() != ""
     assert read_boot_id(str(tmp_path / "absent")) == ""
+
+
+# --- every rejection, in full (mutation testing: a reason nobody reads is a reason nobody checks) ------------
+def _full(**over):
+    raw = entry("g-1").to_json()
+    raw.update(over)
+    return raw
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ([1], "entry is list, not an object"),
+        ({k: v for k, v in _full().items() if k != "group"}, "field 'group' missing"),
+        (_full(group=5), "field 'group' = 5 is not a string"),
+        (_full(created_at="x"), "field 'created_at' = 'x' is not a number"),
+        (_full(created_at=True), "field 'created_at' = True is not a number"),
+        (
+            _full(asks=[{"minor": "1", "core": 0, "memory_gib": 0, "slices": 0}]),
+            "field 'minor' = '1' is not an integer",
+        ),
+        (
+            _full(asks=[{"minor": False, "core": 0, "memory_gib": 0, "slices": 0}]),
+            "field 'minor' = False is not an integer",
+        ),
+        (_full(cards="C1"), "field 'cards' = 'C1' is not a list of strings"),
+        (_full(cards=["C1", 2]), "field 'cards' = ['C1', 2] is not a list of strings"),
+        (_full(asks={"minor": 1}), "field 'asks' is not a list of objects"),
+        (_full(asks=[1]), "field 'asks' is not a list of objects"),
+        (_full(state="gone"), "field 'state' = 'gone' is not one of intent/granted/releasing"),
+    ],
+)
+def test_each_malformed_entry_is_refused_naming_the_field(raw, message):
+    with pytest.raises(ValueError) as err:
+        JournalEntry.from_json(raw)
+    assert str(err.value) == message
+
+
+def test_every_field_of_an_entry_survives_the_round_trip():
+    e = dataclasses.replace(
+        entry("g-9"),
+        asks=(DeviceAsk(3, core=20, memory_gib=18, slices=0), DeviceAsk(4, core=0, memory_gib=10, slices=2)),
+        granted=(GrantedDevice(3, "C3", 20, 18, 0, ""), GrantedDevice(4, "C4", 0, 10, 2, "MIG-x")),
+        settle_until=17.5,
+    )
+    assert JournalEntry.from_json(json.loads(json.dumps(e.to_json()))) == e
+    old = e.to_json()
+    del old["settle_until"]  # written by versions without the late-grant window
+    assert JournalEntry.from_json(old).settle_until == 0.0
+
+
+def _snapshot_doc(body) -> bytes:
+    return (json.dumps(body) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"[]\n", "top level is not an object"),
+        (_snapshot_doc({"version": 2, "entries": [], "checksum": ""}), "version 2, expected 1"),
+        (_snapshot_doc({"version": 1, "entries": {}, "checksum": ""}), "'entries' is not a list"),
+        (_snapshot_doc({"version": 1, "entries": [], "checksum": "sha256:00"}), "checksum mismatch"),
+        (encode([]).rstrip(b"\n") + b" x", "extra data after the snapshot"),
+    ],
+)
+def test_each_damaged_snapshot_is_refused_with_its_reason(data, message):
+    from nomad_plugin.journal.store import JournalCorrupt
+
+    with pytest.raises(JournalCorrupt) as err:
+        decode(data)
+    assert str(err.value) == message
+
+
+def test_a_bad_or_duplicate_snapshot_entry_is_named_by_its_index():
+    from nomad_plugin.journal.store import JournalCorrupt, _snapshot_bytes
+
+    good = json.dumps(entry("a").to_json(), sort_keys=True, separators=(",", ":"))
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_snapshot_bytes([good, good]))
+    assert str(err.value) == "entry 1: duplicate grant id a"
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_snapshot_bytes([good, '{"grant_id":"b"}']))
+    assert str(err.value) == "entry 1: field 'device_ids' missing"
+
+
+def _with_records(*records: bytes) -> bytes:
+    return encode([entry("a")]) + b"".join(records)
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (b"nope\n", "not JSON"),
+        (b'["put",{}]\n', "not a [op, payload, checksum] record"),
+        (b"5\n", "not a [op, payload, checksum] record"),
+        (b'{"a":1}\n', "not a [op, payload, checksum] record"),
+        (b'["zap",1,"x"]\n', "not a [op, payload, checksum] record"),
+    ],
+)
+def test_a_bad_record_is_named_by_its_byte_offset(record, message):
+    from nomad_plugin.journal.store import JournalCorrupt
+
+    data = _with_records(record)
+    with pytest.raises(JournalCorrupt) as err:
+        decode(data)
+    assert str(err.value).startswith(f"record at byte {len(encode([entry('a')]))}: {message}"), str(err.value)
+
+
+def test_a_del_of_a_non_id_and_a_put_of_a_bad_entry_are_named():
+    from nomad_plugin.journal.store import JournalCorrupt, _record_bytes
+
+    offset = len(encode([entry("a")]))
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_with_records(_record_bytes("del", "5")))
+    assert str(err.value) == f"record at byte {offset}: 'del' names 5, not a grant id"
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_with_records(_record_bytes("put", '{"grant_id":"b"}')))
+    assert str(err.value) == f"record at byte {offset}: field 'device_ids' missing"
+
+
+def test_leading_whitespace_and_blank_lines_are_tolerated(tmp_path):
+    from nomad_plugin.journal.store import _record_bytes
+
+    put_b = _record_bytes("put", json.dumps(entry("b").to_json(), sort_keys=True, separators=(",", ":")))
+    assert [e.grant_id for e in decode(b"\n " + _with_records(b"\n", put_b))] == ["a", "b"]
+    # A reader catching up with appended bytes that start with a blank line.
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    with open(tmp_path / "journal.json", "ab") as fh:
+        fh.write(b"\n" + put_b)
+    assert sorted(e.grant_id for e in j.entries()) == ["a", "b"]
+
+
+def test_a_clean_journal_reports_no_partial_record(tmp_path, caplog):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    Journal(tmp_path)
+    assert "partial record" not in caplog.text
+
+
+def test_short_reads_are_continued_and_end_of_file_stops(tmp_path, monkeypatch):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    j.put(entry("b"))
+    j.remove("a")
+    real_pread = os.pread
+    monkeypatch.setattr(store.os, "pread", lambda fd, n, off: real_pread(fd, min(n, 1), off))  # POSIX allows it
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["b"]
+    fd = os.open(tmp_path / "journal.json", os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        assert store._read_from(fd, 0, size + 10) == (tmp_path / "journal.json").read_bytes()  # EOF: what is there
+        assert store._read_from(fd, size - 1, 1) == b"\n"
+    finally:
+        os.close(fd)
+
+
+def test_compaction_happens_exactly_when_the_log_reaches_the_threshold(tmp_path):
+    from nomad_plugin.journal.store import COMPACT_MIN_RECORDS
+
+    def lines() -> int:
+        return len((tmp_path / "journal.json").read_bytes().splitlines())
+
+    j = Journal(tmp_path)
+    for i in range(COMPACT_MIN_RECORDS - 1):
+        j.put(entry(f"g{i}"))
+    assert lines() == COMPACT_MIN_RECORDS, "snapshot + 255 records: not compacted yet"
+    # Counted across a reopen: the records read back count towards the threshold.
+    again = Journal(tmp_path)
+    again.put(entry("last"))
+    assert lines() == 1, "the 256th record compacts the log into one snapshot"
+    assert len(Journal(tmp_path).entries()) == COMPACT_MIN_RECORDS
+
+
+def test_a_failed_compaction_is_logged_and_the_change_is_kept(tmp_path, monkeypatch, caplog):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    for i in range(store.COMPACT_MIN_RECORDS - 1):
+        j.put(entry(f"g{i}"))
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.os, "replace", refuse)
+    j.put(entry("last"))  # its record is durable; only the compaction failed
+    assert (
+        "grant journal compaction failed ([Errno 28] No space left on device); "
+        "the log keeps growing until it succeeds" in caplog.text
+    )
+    monkeypatch.undo()
+    assert len(Journal(tmp_path).entries()) == store.COMPACT_MIN_RECORDS
+
+
+def test_a_failed_append_is_cut_back_and_its_error_raised(tmp_path, monkeypatch, caplog):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    size = (tmp_path / "journal.json").stat().st_size
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        real_write(fd, bytes(data)[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.os, "write", half_then_full)
+    with pytest.raises(OSError) as err:
+        j.put(entry("b"))
+    assert err.value.errno == 28
+    assert (tmp_path / "journal.json").stat().st_size == size, "the half-written record was cut off"
+    # The cut fails too: the append's own error still surfaces, and the log says what happened.
+    monkeypatch.setattr(store.os, "ftruncate", lambda fd, n: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    with pytest.raises(OSError) as err:
+        j.put(entry("c"))
+    assert err.value.errno == 28
+    assert "could not cut a failed journal append back; the next load drops it" in caplog.text
+    monkeypatch.undo()
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"], "the partial record is dropped on load"
+
+
+def test_a_failed_snapshot_write_leaves_no_temp_file_and_raises(tmp_path, monkeypatch):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    real_write = os.write
+
+    def no_space_for_temp(fd, data):
+        if ".tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(store.os, "write", no_space_for_temp)
+    with pytest.raises(OSError) as err:
+        j.compact()
+    assert err.value.errno == 28
+    assert not list(tmp_path.glob("journal.json.tmp-*"))
+    monkeypatch.undo()
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"]
+
+
+@pytest.mark.parametrize("change", ["put", "remove", "compact"])
+def test_a_journal_file_deleted_under_a_writer_is_written_back_whole(tmp_path, change):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    j.put(entry("b"))
+    (tmp_path / "journal.json").unlink()
+    if change == "put":
+        j.put(entry("c"))
+        want = ["a", "b", "c"]
+    elif change == "remove":
+        j.remove("b")
+        want = ["a"]
+    else:
+        j.compact()
+        want = ["a", "b"]
+    assert sorted(e.grant_id for e in Journal(tmp_path).entries()) == want
+
+
+def test_the_generation_never_repeats_across_own_writes_and_catching_up(tmp_path):
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    seen = [one.generation]
+    one.put(entry("a"))
+    seen.append(one.generation)
+    one.put(entry("b"))
+    seen.append(one.generation)
+    two.put(entry("c"))
+    len(one)  # catch up
+    seen.append(one.generation)
+    one.remove("a")
+    seen.append(one.generation)
+    one.remove("b")
+    seen.append(one.generation)
+    assert len(set(seen)) == len(seen), seen
+
+
+def test_kinds_by_card_counts_every_entry_on_a_card(tmp_path):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    j.put(entry("b"))  # the same cards C1, C2, the same kind
+    j.remove("a")
+    assert j.kinds_by_card() == {"C1": frozenset({"whole"}), "C2": frozenset({"whole"})}
+    j.remove("b")
+    assert j.kinds_by_card() == {}
+
+
+def test_close_is_idempotent_and_closes_both_descriptors(tmp_path):
+    j = Journal(tmp_path)
+    fds = (j._fd, j._dir_fd)
+    j.close()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    j.close()
