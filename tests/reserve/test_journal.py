@@ -434,22 +434,33 @@ def test_derived_ids_are_uuid4_shaped_and_differ_by_seed_and_counter():
 
     a0, a1, b0 = derive("aa", 0), derive("aa", 1), derive("bb", 0)
     assert len({a0, a1, b0}) == 3 and derive("aa", 0) == a0
+    # Pinned: a lease written by one version must name the same ids for the next (start-up release).
+    assert a0 == "9b8764f1-4748-41d8-92d8-96e714a021eb"
     for gid in (a0, a1, b0):
         assert uuid.UUID(gid).version == 4 and str(uuid.UUID(gid)) == gid
 
 
 def test_each_id_is_named_by_a_lease_on_disk_before_it_is_handed_out(tmp_path):
+    from nomad_plugin.journal.ids import derive
+
     ids = _ids(tmp_path, block=4)
     assert not (tmp_path / "grant-ids.json").exists(), "creating a GrantIds does no I/O"
     taken = []
+    first = None
     for _ in range(6):
         gid = ids.take()
+        if first is None:
+            [raw] = _leases(tmp_path)  # 3 of 4 ids left: no second lease yet
+            first = _lease(raw)
         named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
         assert gid in named, f"{gid} was handed out before a durable lease named it"
         taken.append(gid)
         ids.settled(gid)
     assert len(set(taken)) == 6
+    assert first is not None  # ids are handed out in the lease's order
+    assert first.ids() == [derive(first.seed, n) for n in range(first.start, first.end)] == taken[:4]
     assert (tmp_path / "grant-ids.json").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "grant-ids.lock").stat().st_mode & 0o777 == 0o600
 
 
 def _lease(raw):
@@ -485,9 +496,14 @@ def test_a_used_up_lease_leaves_the_file_only_when_none_of_its_ids_is_in_flight(
     assert held in first.ids(), "lease 1 is kept while one of its ids is in flight"
     ids.settled(held)
     ids.settled(held)  # twice, or an unknown id: no effect
-    for _ in range(2):
+    # The next lease write (a switch or a prefetch, possibly on its thread) drops lease 1.
+    import time
+
+    deadline = time.monotonic() + 10
+    while first.seed in [raw["seed"] for raw in _leases(tmp_path)]:
+        assert time.monotonic() < deadline, "lease 1 was not dropped within 10 s of its last id settling"
         ids.settled(ids.take())
-    assert first.seed not in [raw["seed"] for raw in _leases(tmp_path)], "lease 1 is dropped once settled"
+        time.sleep(0.01)
     assert len(seeds) >= 2
 
 
@@ -516,35 +532,91 @@ def test_forget_stale_keeps_only_this_process_leases(tmp_path):
     assert _leases(tmp_path) == []
 
 
+def test_forget_stale_keeps_a_used_up_lease_whose_id_is_still_in_flight(tmp_path):
+    ids = _ids(tmp_path, block=2)
+    held = ids.take()
+    ids.settled(ids.take())
+    ids.settled(ids.take())  # lease 2 now; lease 1 is used up but ``held`` is in flight
+    ids.forget_stale()
+    named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+    assert held in named
+
+
+def test_a_failed_prefetch_is_logged_and_the_next_lease_is_written_when_needed(tmp_path, monkeypatch, caplog):
+    import time
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    ids = _ids(tmp_path, block=4)
+    ids.prepare()
+    real_replace = os.replace
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ids_mod.os, "replace", refuse)
+    ids.take()
+    ids.take()  # half used: the prefetch starts and fails
+    deadline = time.monotonic() + 10
+    while "writing the next grant-id lease failed" not in caplog.text:
+        assert time.monotonic() < deadline, "the failed prefetch was not logged within 10 s"
+        time.sleep(0.01)
+    assert "the Reserve that needs it writes it" in caplog.text
+    monkeypatch.setattr(ids_mod.os, "replace", real_replace)
+    taken = [ids.take() for _ in range(4)]  # the 3rd one needs a new lease
+    named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+    assert set(taken) <= named
+
+
+def _lease_body(**over) -> bytes:
+    lease = {"seed": "s", "start": 0, "end": 1, "boot_id": "b", **over}
+    return json.dumps({"version": 1, "leases": [lease]}).encode()
+
+
 @pytest.mark.parametrize(
     "body, why",
     [
-        (b"not json", "unreadable"),
+        (b"not json", "Expecting value: line 1 column 1 (char 0)"),
         (b'{"version": 2, "leases": []}', "version 2"),
         (b"[]", "version []"),
         (b'{"version": 1, "leases": {}}', "'leases' is not a list"),
         (b'{"version": 1, "leases": [1]}', "lease 1 is not an object"),
-        (b'{"version": 1, "leases": [{"seed": "", "start": 0, "end": 1, "boot_id": "b"}]}', "seed ''"),
-        (b'{"version": 1, "leases": [{"seed": "s", "start": 2, "end": 1, "boot_id": "b"}]}', "range 2..1"),
-        (b'{"version": 1, "leases": [{"seed": "s", "start": -1, "end": 1, "boot_id": "b"}]}', "range -1..1"),
-        (b'{"version": 1, "leases": [{"seed": "s", "start": 0, "end": "1", "boot_id": "b"}]}', "range 0..'1'"),
-        (b'{"version": 1, "leases": [{"seed": "s", "start": 0, "end": 1, "boot_id": 3}]}', "boot_id 3"),
+        (_lease_body(seed=""), "lease seed '' is not a non-empty string"),
+        (_lease_body(seed=5), "lease seed 5 is not a non-empty string"),
+        (_lease_body(start=2), "lease range 2..1 is not 0 <= start <= end"),
+        (_lease_body(start=-1), "lease range -1..1 is not 0 <= start <= end"),
+        (_lease_body(start="0"), "lease range '0'..1 is not 0 <= start <= end"),
+        (_lease_body(end="1"), "lease range 0..'1' is not 0 <= start <= end"),
+        (_lease_body(boot_id=3), "lease boot_id 3 is not a string"),
     ],
 )
 def test_a_damaged_lease_file_is_refused_naming_it(tmp_path, body, why):
     (tmp_path / "grant-ids.json").write_bytes(body)
     ids = _ids(tmp_path)
-    with pytest.raises(OSError, match=r"grant-id lease file .*grant-ids\.json is unreadable") as err:
+    with pytest.raises(OSError) as err:
         ids.take()
-    assert why in str(err.value)
+    assert str(err.value) == f"grant-id lease file {tmp_path / 'grant-ids.json'} is unreadable: {why}"
     with pytest.raises(OSError):
         ids.stale_ids(lambda g: False)
 
 
+def test_a_lease_reads_back_as_written_and_edge_ranges_are_valid(tmp_path):
+    from nomad_plugin.journal.ids import Lease
+
+    lease = Lease("s", 0, 0, "b")
+    assert Lease.from_json(lease.to_json()) == lease and lease.ids() == []
+    assert Lease.from_json({"seed": "s", "start": 3, "end": 3, "boot_id": ""}).boot_id == ""
+    (tmp_path / "grant-ids.json").write_bytes(_lease_body(start=1, end=3))
+    assert _ids(tmp_path, boot="other").stale_ids(lambda g: False) == Lease("s", 1, 3, "b").ids()
+
+
 def test_a_lease_needs_at_least_two_ids(tmp_path):
-    with pytest.raises(ValueError, match="block: 1 ids per lease; at least 2"):
+    with pytest.raises(ValueError) as err:
         _ids(tmp_path, block=1)
-    _ids(tmp_path, block=2)
+    assert str(err.value) == "block: 1 ids per lease; at least 2"
+    ids = _ids(tmp_path, block=2)
+    ids.prepare()
+    assert [(raw["start"], raw["end"]) for raw in _leases(tmp_path)] == [(0, 2)]
 
 
 def test_the_boot_id_comes_from_the_kernel(tmp_path):
