@@ -20,8 +20,8 @@ then appended without its own sync:
 
 One lease covers ``DEFAULT_BLOCK`` ids; the next one is written in the
 background when half of the current one is used, so no Reserve waits for it
-(only when ids run out faster than a lease is written does ``take`` write
-one itself). A lease leaves the file when it is used up and none of its ids
+(only when ids run out faster than a lease is written does ``take`` wait for
+that write, or write one itself after a failed one). A lease leaves the file when it is used up and none of its ids
 is still in flight (``settled``): by then every intent it gave out was
 synced with a later journal record.
 
@@ -118,6 +118,7 @@ class GrantIds:
         self.block = block
         self._boot_id = boot_id
         self._lock = threading.Lock()
+        self._prefetched = threading.Condition(self._lock)  # a prefetch finished (well or not)
         self._current: Lease | None = None
         self._next_counter = 0
         self._upcoming: Lease | None = None  # written ahead, used when the current one runs out
@@ -166,6 +167,8 @@ class GrantIds:
         """Move to the upcoming lease, writing one now if none is ready (caller holds ``_lock``)."""
         if self._current is not None:
             self._retired.add(self._current.seed)
+        while self._prefetching:  # one is being written: use it rather than write another
+            self._prefetched.wait()
         lease = self._upcoming
         if lease is None:
             lease = self._new_lease()
@@ -185,11 +188,13 @@ class GrantIds:
             log.exception("writing the next grant-id lease failed; the Reserve that needs it writes it")
             with self._lock:
                 self._prefetching = False
+                self._prefetched.notify_all()
             return
         with self._lock:
             self._retired -= drop
             self._upcoming = lease
             self._prefetching = False
+            self._prefetched.notify_all()
 
     def _new_lease(self) -> Lease:
         return Lease(os.urandom(16).hex(), 0, self.block, self._boot_id())
