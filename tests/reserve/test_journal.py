@@ -947,3 +947,38 @@ def test_close_is_idempotent_and_closes_both_descriptors(tmp_path):
         with pytest.raises(OSError):
             os.fstat(fd)
     j.close()
+
+
+def test_only_one_lease_is_written_ahead_at_a_time_on_a_daemon_thread(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    ids = _ids(tmp_path, block=8)
+    ids.prepare()
+    gate = threading.Event()
+    real_replace = os.replace
+
+    def slow_replace(src, dst):
+        assert gate.wait(30), "the test never opened the gate"
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ids_mod.os, "replace", slow_replace)
+    for _ in range(3):
+        ids.settled(ids.take())  # 5 of 8 left: nothing ahead yet
+    assert [t for t in threading.enumerate() if t.name == "grant-ids-lease"] == []
+    for _ in range(3):
+        ids.settled(ids.take())  # 4, 3, 2 left: one write ahead, held at the gate
+    writers = [t for t in threading.enumerate() if t.name == "grant-ids-lease"]
+    assert len(writers) == 1 and writers[0].daemon, writers
+    gate.set()
+    writers[0].join(30)
+    assert len(_leases(tmp_path)) == 2
+    taken = [ids.take() for _ in range(3)]  # the 9th id comes from the lease written ahead
+    named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+    assert set(taken) <= named and len(_leases(tmp_path)) == 2, _leases(tmp_path)
+    deadline = time.monotonic() + 10
+    while any(t.name == "grant-ids-lease" and t.is_alive() for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
