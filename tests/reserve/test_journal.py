@@ -401,6 +401,8 @@ def test_an_unsynced_put_is_read_back_and_synced_by_the_next_sync(tmp_path, monk
     assert calls == [("sync", "journal.json")]
     j.put(entry("a"))
     assert calls == [("sync", "journal.json")] * 2, "a durable put syncs before it returns"
+    j.remove("a")
+    assert calls == [("sync", "journal.json")] * 3, "a removal syncs before it returns"
 
 
 def test_a_compaction_syncs_the_temp_file_before_the_rename(tmp_path, monkeypatch):
@@ -840,7 +842,7 @@ def test_a_failed_compaction_is_logged_and_the_change_is_kept(tmp_path, monkeypa
     j.put(entry("last"))  # its record is durable; only the compaction failed
     assert (
         "grant journal compaction failed ([Errno 28] No space left on device); "
-        "the log keeps growing until it succeeds" in caplog.text
+        "the log keeps growing until it succeeds" in [r.getMessage() for r in caplog.records]
     )
     monkeypatch.undo()
     assert len(Journal(tmp_path).entries()) == store.COMPACT_MIN_RECORDS
@@ -868,7 +870,9 @@ def test_a_failed_append_is_cut_back_and_its_error_raised(tmp_path, monkeypatch,
     with pytest.raises(OSError) as err:
         j.put(entry("c"))
     assert err.value.errno == 28
-    assert "could not cut a failed journal append back; the next load drops it" in caplog.text
+    assert "could not cut a failed journal append back; the next load drops it" in [
+        r.getMessage() for r in caplog.records
+    ]
     monkeypatch.undo()
     assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"], "the partial record is dropped on load"
 
