@@ -986,3 +986,53 @@ def test_only_one_lease_is_written_ahead_at_a_time_on_a_daemon_thread(tmp_path, 
     while any(t.name == "grant-ids-lease" and t.is_alive() for t in threading.enumerate()):
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_compactions_do_not_leak_file_descriptors(tmp_path):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        j.compact()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_reader_does_not_write_back_a_deleted_journal(tmp_path):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    (tmp_path / "journal.json").unlink()
+    assert [e.grant_id for e in j.entries()] == ["a"] and len(j) == 1 and j.get("a") is not None
+    assert not (tmp_path / "journal.json").exists(), "only a writer puts the file back"
+
+
+def test_a_reader_catches_up_with_another_process_compaction(tmp_path):
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    two.put(entry("x"))
+    two.put(entry("y"))
+    two.compact()  # a new file (inode)
+    assert sorted(e.grant_id for e in one.entries()) == ["x", "y"]
+
+
+def test_records_read_from_another_process_count_towards_compaction(tmp_path):
+    from nomad_plugin.journal.store import COMPACT_MIN_RECORDS
+
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    for i in range(100):
+        one.put(entry(f"a{i}"))
+    len(two)  # catches up 100 records
+    for i in range(COMPACT_MIN_RECORDS - 101):
+        one.put(entry(f"b{i}"))
+    len(two)  # and 155 more: 255 in all
+    assert len((tmp_path / "journal.json").read_bytes().splitlines()) == COMPACT_MIN_RECORDS
+    two.put(entry("last"))  # the 256th record: compacted by the process that wrote it
+    assert len((tmp_path / "journal.json").read_bytes().splitlines()) == 1
+
+
+def test_the_size_bound_is_inclusive_and_named(tmp_path, caplog):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    size = (tmp_path / "journal.json").stat().st_size
+    assert [e.grant_id for e in Journal(tmp_path, max_bytes=size).entries()] == ["a"]
+    smaller = Journal(tmp_path, max_bytes=size - 1)
+    assert smaller.entries() == [] and smaller.corrupt_set_aside is not None
+    assert f"{size} bytes, over the {size - 1}-byte bound" in caplog.text
