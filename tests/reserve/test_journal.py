@@ -1036,3 +1036,18 @@ def test_the_size_bound_is_inclusive_and_named(tmp_path, caplog):
     smaller = Journal(tmp_path, max_bytes=size - 1)
     assert smaller.entries() == [] and smaller.corrupt_set_aside is not None
     assert f"{size} bytes, over the {size - 1}-byte bound" in caplog.text
+
+
+def test_snapshot_reads_without_writing(tmp_path):
+    from nomad_plugin.journal.store import JournalCorrupt
+
+    assert Journal.snapshot(tmp_path / "absent") == [] and not (tmp_path / "absent").exists()
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    before = (tmp_path / "journal.json").read_bytes()
+    assert [e.grant_id for e in Journal.snapshot(tmp_path)] == ["a"]
+    assert (tmp_path / "journal.json").read_bytes() == before
+    (tmp_path / "journal.json").write_bytes(b"nope")
+    with pytest.raises(JournalCorrupt):
+        Journal.snapshot(tmp_path)
+    assert (tmp_path / "journal.json").read_bytes() == b"nope", "a damaged journal is not set aside by a reader"
