@@ -1,7 +1,7 @@
 """Reserve latency as the node fills (end to end through go-plugin gRPC), and release delay after an allocation ends.
 
     .venv/bin/python benchmarks/reserve.py [--fill 1088] [--repeats 2] [--window 64] [--plugin PATH]
-                                           [--grace 0.5] [--trials 10] [--skip-release]
+                                           [--grace 0.5] [--trials 10] [--skip-release] [--interleaved]
 
 Part 1 (issue 14): a synthetic 256-card simulator (``benchmarks/synthetic_sim.py``,
 its own process) and the real plugin launched as Nomad launches it (magic
@@ -16,7 +16,15 @@ then released untimed: the baseline, interleaved with the subject in the
 same run. Reported per window of ``--window`` Reserves starting at 1, 112
 and 1,024 live grants: Reserve p50/p99, raw Allocate p50/p99, the ratios.
 Targets: the three Reserve p50s within +-20 % of each other; Reserve p99 <=
-x3 raw Allocate p99.
+x3 raw Allocate p99. The first Reserve after the plugin starts is reported
+apart (its gRPC server and XDM paths warm up) and left out of the windows.
+
+``--interleaved`` (for a loaded box, where the load changes during one fill
+and so moves one level's p50 against another's): one node per level, each
+filled untimed to ``level - 1`` live grants (never released), then the
+timed Reserves go round-robin over the nodes, each followed by a raw
+Allocate on that node's simulator, so every level sees the same moments.
+Each node keeps filling: level L covers L .. L + window - 1 live grants.
 
 Part 2: the Nomad API double and the reconciler thread (blocking queries,
 short grace), in-process. Each trial marks an allocation ``complete`` and
@@ -90,73 +98,160 @@ def start_sim(sockets: str, collect_ms: int = 1000) -> subprocess.Popen[bytes]:
     return sim
 
 
-def fill_once(args: argparse.Namespace) -> tuple[list[float], list[float]]:
-    """One fill from an empty node: (Reserve ms, raw Allocate ms), index i = i+1 live grants."""
-    sockets = tempfile.mkdtemp(prefix="ljr-", dir="/tmp")
-    data = tempfile.mkdtemp(prefix="ljr-data-", dir="/var/tmp")
-    sim = start_sim(sockets, args.collect_interval_ms)
-    config = PluginConfig(xdm_socket=f"{sockets}/dp2mgr.sock", config_socket=f"{sockets}/config-daemon.sock")
-    backend, _ = make_backend(config)
-    plugin_cfg = full_config(
-        {
-            "xdm_socket": config.xdm_socket,
-            "config_socket": config.config_socket,
-            "data_dir": data,
-            "reconcile": False,
-            "nvml_enrich": False,
-            "default_mode": "tdm",
-            "tdm_shares": SHARES,
-        }
-    )
-    session = launch(plugin_cfg, plugin=args.plugin)
-    try:
-        groups = wait_for_devices(session, 60)
-        ids = sorted(
+class Node:
+    """A synthetic simulator, the real plugin launched on it, and a raw XDM client; filled one share at a time."""
+
+    def __init__(self, args: argparse.Namespace, need: int) -> None:
+        self.sockets = tempfile.mkdtemp(prefix="ljr-", dir="/tmp")
+        self.data = tempfile.mkdtemp(prefix="ljr-data-", dir="/var/tmp")
+        self.sim = start_sim(self.sockets, args.collect_interval_ms)
+        config = PluginConfig(
+            xdm_socket=f"{self.sockets}/dp2mgr.sock", config_socket=f"{self.sockets}/config-daemon.sock"
+        )
+        self.backend, _ = make_backend(config)
+        plugin_cfg = full_config(
+            {
+                "xdm_socket": config.xdm_socket,
+                "config_socket": config.config_socket,
+                "data_dir": self.data,
+                "reconcile": False,
+                "nvml_enrich": False,
+                "default_mode": "tdm",
+                "tdm_shares": SHARES,
+            }
+        )
+        self.session = launch(plugin_cfg, plugin=args.plugin)
+        groups = wait_for_devices(self.session, 60)
+        self.ids = sorted(
             (d.id for g in groups for d in g.devices),
             key=lambda i: (i.rsplit("-", 1)[0], int(i.rsplit("-", 1)[1]) if i.rsplit("-", 1)[1].isdigit() else 0),
         )
-        if len(ids) < args.fill + SHARES:
-            raise SystemExit(f"only {len(ids)} instances fingerprinted; need {args.fill + SHARES}")
-        stub = device_pb2_grpc.DevicePluginStub(session.plugin.channel)
-        spare = DeviceAsk(minor=CARDS - 1)  # whole last card: the fill never gets there
+        if len(self.ids) < need + SHARES:
+            raise SystemExit(f"only {len(self.ids)} instances fingerprinted; need {need + SHARES}")
+        self.stub = device_pb2_grpc.DevicePluginStub(self.session.plugin.channel)
+        self.spare = DeviceAsk(minor=CARDS - 1)  # whole last card: the fill never gets there
+        self.live = 0
         for _ in range(5):  # warm-up of the raw path (channel, probe)
-            gid = str(uuid.uuid4())
-            backend.allocate(GrantRequest(grant_id=gid, asks=(spare,)))
-            backend.release(gid)
-        reserve_ms: list[float] = []
-        raw_ms: list[float] = []
-        for device_id in ids[: args.fill]:
-            req = device_pb2.ReserveRequest(device_ids=[device_id])
-            t0 = time.perf_counter()
-            stub.Reserve(req, timeout=60)
-            reserve_ms.append((time.perf_counter() - t0) * 1000)
-            gid = str(uuid.uuid4())
-            t0 = time.perf_counter()
-            backend.allocate(GrantRequest(grant_id=gid, asks=(spare,)))
-            raw_ms.append((time.perf_counter() - t0) * 1000)
-            backend.release(gid)
-        live = len(Journal(data).entries())
-        if live != args.fill:
-            raise SystemExit(f"the journal holds {live} grants, expected {args.fill}")
-        return reserve_ms, raw_ms
-    finally:
-        session.plugin.shutdown()
-        sim.terminate()
-        sim.wait(10)
-        close = getattr(backend, "close", None) or getattr(backend, "stop", None)
+            self.raw_allocate()
+
+    def reserve(self) -> float:
+        """Reserve the next share (never released): ms."""
+        req = device_pb2.ReserveRequest(device_ids=[self.ids[self.live]])
+        t0 = time.perf_counter()
+        self.stub.Reserve(req, timeout=60)
+        ms = (time.perf_counter() - t0) * 1000
+        self.live += 1
+        return ms
+
+    def raw_allocate(self) -> float:
+        """A raw Allocate of the spare card from this process (timed), then its release (untimed): ms."""
+        gid = str(uuid.uuid4())
+        t0 = time.perf_counter()
+        self.backend.allocate(GrantRequest(grant_id=gid, asks=(self.spare,)))
+        ms = (time.perf_counter() - t0) * 1000
+        self.backend.release(gid)
+        return ms
+
+    def check(self) -> None:
+        live = len(Journal(self.data).entries())
+        if live != self.live:
+            raise SystemExit(f"the journal holds {live} grants, expected {self.live}")
+
+    def close(self) -> None:
+        self.session.plugin.shutdown()
+        self.sim.terminate()
+        self.sim.wait(10)
+        close = getattr(self.backend, "close", None) or getattr(self.backend, "stop", None)
         if close is not None:
             close()
-        shutil.rmtree(data, ignore_errors=True)
-        shutil.rmtree(sockets, ignore_errors=True)
+        shutil.rmtree(self.data, ignore_errors=True)
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+def fill_once(args: argparse.Namespace) -> tuple[list[float], list[float], float]:
+    """One fill from an empty node: (Reserve ms, raw Allocate ms), index i = i+1 live grants; first Reserve ms."""
+    node = Node(args, args.fill)
+    try:
+        reserve_ms: list[float] = []
+        raw_ms: list[float] = []
+        for _ in range(args.fill):
+            reserve_ms.append(node.reserve())
+            raw_ms.append(node.raw_allocate())
+        node.check()
+        return reserve_ms, raw_ms, reserve_ms[0]
+    finally:
+        node.close()
+
+
+def interleaved_once(args: argparse.Namespace) -> dict[int, tuple[list[float], list[float]]]:
+    """One node per level, pre-filled untimed; timed Reserves round-robin. Level -> (Reserve ms, raw ms)."""
+    nodes: dict[int, Node] = {}
+    try:
+        for level in LEVELS:
+            node = Node(args, level + args.window)
+            nodes[level] = node
+            node.reserve()  # the first Reserve after start warms the plugin up: untimed, as the rest of the fill
+            while node.live < level - 1:
+                node.reserve()
+        out: dict[int, tuple[list[float], list[float]]] = {level: ([], []) for level in LEVELS}
+        for k in range(args.window):
+            order = LEVELS[k % len(LEVELS) :] + LEVELS[: k % len(LEVELS)]  # rotate who goes first
+            for level in order:
+                node = nodes[level]
+                out[level][0].append(node.reserve())
+                out[level][1].append(node.raw_allocate())
+        for node in nodes.values():
+            node.check()
+        return out
+    finally:
+        for node in nodes.values():
+            node.close()
+
+
+def part1_interleaved(args: argparse.Namespace) -> None:
+    runs = [interleaved_once(args) for _ in range(args.repeats)]
+    print(
+        f"Reserve at {', '.join(str(v) for v in LEVELS)} live grants, interleaved: one {CARDS}-card x {SHARES}-share "
+        f"node per level, {args.window} Reserves each round-robin, {args.repeats} runs"
+    )
+    print(
+        "| live grants | n | Reserve p50 | Reserve p99 | raw Allocate p50 | raw Allocate p99 | p50 ratio | p99 ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    p50s, p99_ratios = [], []
+    for level in LEVELS:
+        rs = [ms for run in runs for ms in run[level][0]]
+        ra = [ms for run in runs for ms in run[level][1]]
+        r50, r99, a50, a99 = pct(rs, 50), pct(rs, 99), pct(ra, 50), pct(ra, 99)
+        p50s.append(r50)
+        p99_ratios.append(r99 / a99)
+        print(
+            f"| {level}-{level + args.window - 1} | {len(rs)} | {r50:.2f} ms | {r99:.2f} ms | {a50:.2f} ms "
+            f"| {a99:.2f} ms | x{r50 / a50:.2f} | x{r99 / a99:.2f} |"
+        )
+    allr = [ms for run in runs for level in LEVELS for ms in run[level][0]]
+    alla = [ms for run in runs for level in LEVELS for ms in run[level][1]]
+    print(
+        f"all levels: Reserve p50 {pct(allr, 50):.2f} ms p99 {pct(allr, 99):.2f} ms; "
+        f"raw Allocate p50 {pct(alla, 50):.2f} ms p99 {pct(alla, 99):.2f} ms; "
+        f"p99 ratio x{pct(allr, 99) / pct(alla, 99):.2f}"
+    )
+    spread = max(p50s) / min(p50s) - 1
+    print(f"p50 spread across levels: {100 * spread:.1f} % (target <= 20 %): {'PASS' if spread <= 0.2 else 'FAIL'}")
+    worst = max(p99_ratios)
+    print(f"worst p99 ratio: x{worst:.2f} (target <= x3): {'PASS' if worst <= 3 else 'FAIL'}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 def part1(args: argparse.Namespace) -> None:
     reserves: list[list[float]] = []
     raws: list[list[float]] = []
+    firsts: list[float] = []
     for _ in range(args.repeats):
-        r, a = fill_once(args)
-        reserves.append(r)
-        raws.append(a)
+        r, a, first = fill_once(args)
+        reserves.append(r[1:])  # the first Reserve after start is reported apart
+        raws.append(a[1:])
+        firsts.append(first)
     plugin = args.plugin or "console script (.venv) / python -m nomad_plugin"
     print(
         f"Reserve while filling a {CARDS}-card x {SHARES}-share node to {args.fill} live grants, {args.repeats} fills"
@@ -170,10 +265,10 @@ def part1(args: argparse.Namespace) -> None:
     p50s = []
     worst_p99_ratio = 0.0
     for level in LEVELS:
-        lo = max(1, level - args.window // 2) if level > 1 else 1
+        lo = max(2, level - args.window // 2)
         hi = lo + args.window - 1
-        rs = [ms for fill in reserves for ms in fill[lo - 1 : hi]]
-        ra = [ms for fill in raws for ms in fill[lo - 1 : hi]]
+        rs = [ms for fill in reserves for ms in fill[lo - 2 : hi - 1]]  # fill[i] = i + 2 live grants
+        ra = [ms for fill in raws for ms in fill[lo - 2 : hi - 1]]
         r50, r99, a50, a99 = pct(rs, 50), pct(rs, 99), pct(ra, 50), pct(ra, 99)
         p50s.append(r50)
         worst_p99_ratio = max(worst_p99_ratio, r99 / a99)
@@ -191,6 +286,8 @@ def part1(args: argparse.Namespace) -> None:
     spread = max(p50s) / min(p50s) - 1
     print(f"p50 spread across levels: {100 * spread:.1f} % (target <= 20 %): {'PASS' if spread <= 0.2 else 'FAIL'}")
     print(f"worst p99 ratio: x{worst_p99_ratio:.2f} (target <= x3): {'PASS' if worst_p99_ratio <= 3 else 'FAIL'}")
+    print(f"first Reserve after the plugin started (left out above): {', '.join(f'{ms:.1f} ms' for ms in firsts)}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 def main() -> int:
@@ -206,11 +303,19 @@ def main() -> int:
         default=1000,
         help="the simulator's exporter interval (a large value takes the metrics load off both processes)",
     )
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="one node per level, timed Reserves round-robin (for a loaded box); implies --skip-release",
+    )
     parser.add_argument("--grace", type=float, default=0.5)
     parser.add_argument("--trials", type=int, default=10)
     args = parser.parse_args()
     if args.plugin is None and (REPO / ".venv" / "bin" / "nomad-device-lingjun").exists():
         args.plugin = str(REPO / ".venv" / "bin" / "nomad-device-lingjun")
+    if args.interleaved:
+        part1_interleaved(args)
+        return 0
     part1(args)
     if args.skip_release:
         return 0

@@ -232,6 +232,7 @@ class PluginApp:
         if reserver is None or config is None or self._closed.is_set():
             return
         try:
+            reserver.release_lost_grants()
             released = sum(
                 1 for gid in self._stale_entries if reserver.release_grant(gid, "left by the previous plugin process")
             )

@@ -332,7 +332,15 @@ class Journal:
             return len(self._entries)
 
     # -- writing (each durable before it returns) ----------------------------
-    def put(self, entry: JournalEntry) -> None:
+    def put(self, entry: JournalEntry, *, durable: bool = True) -> None:
+        """Record ``entry``; with ``durable`` (the default) it is on disk before this returns.
+
+        ``durable=False`` appends without the ``fdatasync``: the record is in
+        the page cache, so it survives a crash of this process (SIGKILL) but
+        not of the machine; the next durable write (of any record, by any
+        process) syncs it too. Reserve uses it for the intent record, which a
+        power loss is covered for by ``GrantIds`` (docs/reserve.md).
+        """
         with self._lock, self._flock(fcntl.LOCK_EX):
             self._catch_up(writing=True)
             if entry.grant_id not in self._entries and len(self._entries) >= self.max_entries:
@@ -341,10 +349,15 @@ class Journal:
                     "grants are not being released - check the reconciler and the Nomad API"
                 )
             canon = _canonical(entry.to_json())
-            self._append(_record_bytes(_PUT, canon))
+            self._append(_record_bytes(_PUT, canon), durable=durable)
             self._set(entry, canon)
             self._generation += 1
             self._maybe_compact()
+
+    def sync(self) -> None:
+        """Make every record appended so far durable (after ``put(..., durable=False)``)."""
+        with self._lock:
+            _sync(self._fd)
 
     def remove(self, grant_id: str) -> bool:
         with self._lock, self._flock(fcntl.LOCK_EX):
@@ -459,8 +472,8 @@ class Journal:
         # Replaced (compacted by another process) or cut short: read it again whole.
         self._load()
 
-    def _append(self, record: bytes) -> None:
-        """One record, durable before returning; on failure the file is cut back to what it was."""
+    def _append(self, record: bytes, *, durable: bool = True) -> None:
+        """One record (durable before returning unless told otherwise); on failure the file is cut back."""
         if self._needs_compaction:
             self._compact()
         on_disk = os.fstat(self._fd).st_size
@@ -468,7 +481,8 @@ class Journal:
             os.ftruncate(self._fd, self._size)
         try:
             _write_all(self._fd, record)
-            _sync(self._fd)
+            if durable:
+                _sync(self._fd)
         except BaseException:
             try:
                 os.ftruncate(self._fd, self._size)

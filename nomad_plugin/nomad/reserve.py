@@ -2,9 +2,11 @@
 
 Nomad calls Reserve once per task ``device`` block at task start and never
 again, and never says when the task ends. So every grant is journalled
-durably (intent before Allocate, granted after) and released later by one
-of the routes in ``docs/reserve.md``: (a) a new Reserve of the same IDs,
-(b) the Nomad-API reconciler, (c) startup recovery, all idempotent (d).
+(intent before Allocate, granted after, one ``fdatasync`` for both before
+Reserve returns; the grant id comes from a durable lease, ``GrantIds``, which
+covers an intent that a power loss took) and released later by one of the
+routes in ``docs/reserve.md``: (a) a new Reserve of the same IDs, (b) the
+Nomad-API reconciler, (c) startup recovery, all idempotent (d).
 
 ``plan_request`` is pure (IDs + catalog -> asks); ``Reserver`` does the I/O.
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
+from nomad_plugin.journal.ids import GrantIds
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
@@ -36,8 +38,9 @@ log = get_logger(__name__)
 
 #: XDM's valid MIG slice counts per card (xdm-api.md §1.3).
 VALID_SLICES = frozenset({1, 2, 3, 4, 7})
-#: Crash-test hook points, in order (see tests/reserve/crash_driver.py).
-STEPS = ("before-allocate", "after-allocate", "after-journal")
+#: Crash-test hook points, in order (see tests/reserve/crash_driver.py). "before-sync": the
+#: granted record is written but not yet synced (the intent is not synced either).
+STEPS = ("before-allocate", "after-allocate", "before-sync", "after-journal")
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ class Reserver:
         mount_policy: MountPolicy | None = None,
         step_hook: Callable[[str], None] | None = None,
         path_exists: Callable[[str], bool] = os.path.exists,
+        grant_ids: GrantIds | None = None,
     ) -> None:
         self.backend = backend
         self.catalog_source = catalog_source
@@ -225,6 +229,7 @@ class Reserver:
         self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
+        self.grant_ids = grant_ids or GrantIds(journal.dir)
         self._locks_guard = threading.Lock()
         self._card_locks: dict[str, threading.Lock] = {}
         self.counters.journal_size = len(journal)
@@ -234,11 +239,14 @@ class Reserver:
         if not device_ids:
             return empty_response()
         plan = plan_request(list(device_ids), self.catalog_source())
-        grant_id = str(uuid.uuid4())
         try:
             with self._cards_locked(plan.card_uuids):
                 self._release_previous_holders(plan)
-                spec = self._grant(grant_id, plan)
+                grant_id = self._take_id()
+                try:
+                    spec = self._grant(grant_id, plan)
+                finally:
+                    self.grant_ids.settled(grant_id)
         finally:
             self._changed()
         return device_pb2.ReserveResponse(container_res=self._apply_mount_policy(grant_id, plan, spec).to_proto())
@@ -270,7 +278,10 @@ class Reserver:
             created_at=time.time(),
             state=EntryState.INTENT,
         )
-        self._put(entry)
+        # Not synced on its own: a process crash keeps it (page cache), and a
+        # power loss is covered by the grant-id lease (GrantIds). The granted
+        # record's sync below makes both durable before Reserve returns.
+        self._put(entry, durable=False)
         self._step("before-allocate")
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
@@ -292,7 +303,9 @@ class Reserver:
                 include_mounts=True,  # filtered by the mount policy after the grant is journalled
                 path_exists=self._path_exists,
             )
-            self._put(entry.with_state(EntryState.GRANTED, grant.devices))
+            self._put(entry.with_state(EntryState.GRANTED, grant.devices), durable=False)
+            self._step("before-sync")
+            self._sync()
         except BaseException as exc:
             self._abandon(entry, f"verification failed: {exc}")
             raise
@@ -349,8 +362,40 @@ class Reserver:
         )
         return True
 
+    def release_lost_grants(self) -> int:
+        """At startup: release the ids of grant-id leases from an earlier boot that the journal does not name.
+
+        A power loss may have taken an intent record that was never synced;
+        its grant id is in such a lease. Most of these ids were never used:
+        XDM answers "not found", which counts as released (route (d)). Then
+        the first lease of this process is written, so no Reserve waits for it.
+        Returns how many ids were released; a failure keeps the leases for the
+        next start.
+        """
+        known = {e.grant_id for e in self.journal.entries()}
+        stale = self.grant_ids.stale_ids(known.__contains__)
+        failed = 0
+        for grant_id in stale:
+            try:
+                self.backend.release(grant_id)
+            except PluginError as exc:
+                failed += 1
+                log.warning("release of possibly lost grant %s (lease of an earlier boot) failed: %s", grant_id, exc)
+        if stale:
+            log.info(
+                "startup: released %d id(s) of grant-id leases from an earlier boot that the journal does not name "
+                "(a power loss may have lost their intent records); %d failed",
+                len(stale) - failed,
+                failed,
+            )
+        if not failed:
+            self._ids_io(self.grant_ids.forget_stale)
+        self._ids_io(self.grant_ids.prepare)
+        return len(stale) - failed
+
     def recover(self) -> int:
         """Route (c), at startup before serving: release entries left mid-Reserve or mid-release."""
+        self.release_lost_grants()
         released = 0
         for entry in self.journal.entries():
             if entry.state is EntryState.GRANTED:
@@ -384,13 +429,35 @@ class Reserver:
         return holders[0] if holders else None
 
     # -- internals --------------------------------------------------------------------
-    def _put(self, entry: JournalEntry) -> None:
+    def _take_id(self) -> str:
         try:
-            self.journal.put(entry)
+            return self.grant_ids.take()
+        except OSError as exc:
+            raise JournalWriteFailed(
+                f"grant-id lease write failed in {self.journal.dir}: {exc}; no grant was made"
+            ) from exc
+
+    def _ids_io(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except OSError as exc:
+            log.warning("grant-id lease file in %s: %s; the next Reserve retries", self.journal.dir, exc)
+
+    def _put(self, entry: JournalEntry, *, durable: bool = True) -> None:
+        try:
+            self.journal.put(entry, durable=durable)
         except OSError as exc:
             state = "no grant was made" if entry.state is EntryState.INTENT else "the grant is being released"
             raise JournalWriteFailed(f"grant journal write failed in {self.journal.dir}: {exc}; {state}") from exc
         self.counters.journal_size = len(self.journal)
+
+    def _sync(self) -> None:
+        try:
+            self.journal.sync()
+        except OSError as exc:
+            raise JournalWriteFailed(
+                f"grant journal sync failed in {self.journal.dir}: {exc}; the grant is being released"
+            ) from exc
 
     def _late_grant_window(self) -> float:
         """How long after a timed-out Allocate XDM might still commit it."""

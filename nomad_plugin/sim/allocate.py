@@ -74,18 +74,49 @@ class _Usage:
     mig: int = 0
     count: int = 0
 
-    def add(self, core: int, memory: int, slices: int, grant_id: str) -> None:
-        self.count += 1
+    def add(self, core: int, memory: int, slices: int, grant_id: str, sign: int = 1) -> None:
+        """Count one grant's part of this card in (``sign`` 1) or out (-1)."""
+        self.count += sign
         if slices > 0:
-            self.mig += 1
-            self.slices += slices
-            self.eighths += MIG_EIGHTHS.get(slices, slices)
+            self.mig += sign
+            self.slices += sign * slices
+            self.eighths += sign * MIG_EIGHTHS.get(slices, slices)
         elif core == 0 and memory == 0:
-            self.whole = grant_id
+            if sign > 0:
+                self.whole = grant_id
+            elif self.whole == grant_id:
+                self.whole = ""
         else:
-            self.tdm += 1
-            self.core += core
-            self.memory += memory
+            self.tdm += sign
+            self.core += sign * core
+            self.memory += sign * memory
+
+
+class UsageIndex:
+    """Per-card usage kept in step with the grants, so placing a grant never scans them.
+
+    XDM's own Allocate cost should not grow with the live grants, and the
+    simulator ships with the plugin as its stand-in (issue 14: a scan made
+    the simulator's Allocate 54 % slower at 1,024 grants than at 1).
+    """
+
+    def __init__(self, grants: Iterable[GrantRecord] = ()) -> None:
+        self.by_minor: dict[int, _Usage] = {}
+        for grant in grants:
+            self.add(grant)
+
+    def add(self, grant: GrantRecord) -> None:
+        for minor in grant.minors:
+            self.by_minor.setdefault(minor, _Usage()).add(grant.core, grant.memory, grant.slice, grant.id)
+
+    def remove(self, grant: GrantRecord) -> None:
+        for minor in grant.minors:
+            use = self.by_minor.get(minor)
+            if use is None:
+                continue
+            use.add(grant.core, grant.memory, grant.slice, grant.id, sign=-1)
+            if use.count <= 0:
+                del self.by_minor[minor]
 
 
 def mig_profile_gib(card_gib: int, slices: int) -> int:
@@ -122,12 +153,10 @@ def validate_elements(asks: list[Ask]) -> None:
             )
 
 
-def _usage(grants: Iterable[GrantRecord]) -> dict[int, _Usage]:
-    out: dict[int, _Usage] = {}
-    for grant in grants:
-        for minor in grant.minors:
-            out.setdefault(minor, _Usage()).add(grant.core, grant.memory, grant.slice, grant.id)
-    return out
+def _usage(grants: Iterable[GrantRecord] | UsageIndex) -> dict[int, _Usage]:
+    if isinstance(grants, UsageIndex):
+        return grants.by_minor
+    return UsageIndex(grants).by_minor
 
 
 def _fit(card: CardView, ask: Ask, use: _Usage, *, mig_placement: bool) -> None:
@@ -174,12 +203,15 @@ def _fit(card: CardView, ask: Ask, use: _Usage, *, mig_placement: bool) -> None:
 
 def plan(
     cards: Mapping[int, CardView],
-    grants: Iterable[GrantRecord],
+    grants: Iterable[GrantRecord] | UsageIndex,
     asks: list[Ask],
     *,
     mig_placement: bool = True,
 ) -> list[Placement]:
-    """Where each element goes (in request order); [] for a CPU container."""
+    """Where each element goes (in request order); [] for a CPU container.
+
+    ``grants`` is the live grants, or (constant time) a ``UsageIndex`` of them.
+    """
     validate_elements(asks)
     if all(a.minor is None and a.is_zero for a in asks):
         return []  # no devices, or all-zero elements without minor: a CPU container

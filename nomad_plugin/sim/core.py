@@ -21,7 +21,7 @@ from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
 from nomad_plugin.sim import allocate
-from nomad_plugin.sim.allocate import Ask, CardView, Refusal
+from nomad_plugin.sim.allocate import Ask, CardView, Refusal, UsageIndex
 from nomad_plugin.sim.container import build_spec
 from nomad_plugin.sim.drift import Drift, parse_drift
 from nomad_plugin.sim.grants import GrantedSlot, GrantRecord, PersistentState, load_state, save_state
@@ -54,6 +54,7 @@ class SimCore:
         self.present = set(self.cards)
         self.health: dict[int, tuple[bool, str]] = {m: (True, "") for m in self.cards}
         self.state: PersistentState = load_state(state_file, options.enabled)
+        self.usage = UsageIndex(self.state.grants.values())  # kept in step with state.grants
         self.drift: Drift = parse_drift(options.drift)
         self.latency: dict[str, float] = {}
         self.hang_until = 0.0
@@ -73,6 +74,7 @@ class SimCore:
         if self.state_file is not None:
             with self.lock:
                 self.state = load_state(self.state_file, self.options.enabled)
+                self.usage = UsageIndex(self.state.grants.values())
                 self._metrics_dirty = True
 
     def _persist(self) -> None:
@@ -201,9 +203,7 @@ class SimCore:
                 )
                 for m in self.present
             }
-            placements = allocate.plan(
-                views, self.state.grants.values(), asks, mig_placement=self.options.mig_placement
-            )
+            placements = allocate.plan(views, self.usage, asks, mig_placement=self.options.mig_placement)
             slots = tuple(
                 GrantedSlot(
                     minor=p.minor,
@@ -230,6 +230,7 @@ class SimCore:
                 request_key=key,
             )
             self.state.grants[req.id] = record
+            self.usage.add(record)
             self._metrics_dirty = True
             self._persist()
         if self.options.push_on_allocation:
@@ -258,10 +259,12 @@ class SimCore:
         with self.lock:
             if not req.id:
                 raise Refusal("INVALID_ARGUMENT", "id: empty")
-            if self.state.grants.pop(req.id, None) is None:
+            gone = self.state.grants.pop(req.id, None)
+            if gone is None:
                 if self.options.release_unknown == "ok":
                     return pb.ReleaseResponse(status=0, message=f"allocation {req.id} not found (nothing to do)")
                 raise Refusal("NOT_FOUND", f"id: no allocation {req.id}")
+            self.usage.remove(gone)
             self._metrics_dirty = True
             self._persist()
         if self.options.push_on_allocation:

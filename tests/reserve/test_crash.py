@@ -37,13 +37,14 @@ def world(tmp_path):
     sim.stop()
 
 
-def write_spec(tmp_path, sim, api, sockets, ids):
+def write_spec(tmp_path, sim, api, sockets, ids, boot_id=""):
     spec = {
         "data_dir": str(tmp_path / "data"),
         "socket_dir": sockets,
         "cards": [[c.minor, c.uuid] for c in sim.cards],
         "device_ids": ids,
         "nomad_address": api.address,
+        "boot_id": boot_id,
     }
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
@@ -95,6 +96,49 @@ def test_kill_at_step_then_recover_leaves_no_grant(world, step):
     assert proc.returncode == 0, err
     gid = out.split()[-1]
     assert list(sim.grants()) == [gid]
+
+
+def test_kill_between_allocate_and_the_one_sync_leaves_an_intent_on_disk(world):
+    """The intent is appended without its own fdatasync: a SIGKILL right after Allocate still finds it.
+
+    The page cache outlives the process, so the restarted plugin reads the
+    intent and releases the grant; no lease from an earlier boot is involved.
+    """
+    sim, api, tmp_path, sockets = world
+    ids = [sim.cards[5].uuid]
+    spec = write_spec(tmp_path, sim, api, sockets, ids)
+    reserve_killed_at(spec, "after-allocate")
+    [gid] = list(sim.grants())
+    lines = (tmp_path / "data" / "journal.json").read_text().splitlines()
+    assert any(gid in line and '"intent"' in line for line in lines[1:]), lines
+    report = recover(spec)
+    assert report["released_at_startup"] == 1, report
+    assert sim.grants() == {}, f"leaked: {list(sim.grants())}"
+
+
+@pytest.mark.parametrize("step", ["after-allocate", "before-sync"])
+def test_power_loss_that_took_the_unsynced_records_leaks_no_grant(world, step):
+    """A power loss between Allocate and the sync: the journal lost the intent, the lease still names the id.
+
+    Played by cutting the unsynced records off the journal (what a machine
+    crash may do) and starting again under another boot id.
+    """
+    sim, api, tmp_path, sockets = world
+    ids = [sim.cards[6].uuid]
+    reserve_killed_at(write_spec(tmp_path, sim, api, sockets, ids, boot_id="boot-1"), step)
+    [gid] = list(sim.grants())
+    journal = tmp_path / "data" / "journal.json"
+    kept = [line for line in journal.read_text().splitlines() if gid not in line]
+    journal.write_text("".join(line + "\n" for line in kept))
+    assert gid not in journal.read_text()
+    lease = json.loads((tmp_path / "data" / "grant-ids.json").read_text())
+    assert [x["boot_id"] for x in lease["leases"]] == ["boot-1"]
+    report = recover(write_spec(tmp_path, sim, api, sockets, ids, boot_id="boot-2"))
+    assert sim.grants() == {}, f"leaked: {list(sim.grants())}"
+    assert report["left"] == []
+    # Released and forgotten: the file now holds only the new process's own lease.
+    lease = json.loads((tmp_path / "data" / "grant-ids.json").read_text())
+    assert [x["boot_id"] for x in lease["leases"]] == ["boot-2"]
 
 
 def test_journalled_grant_of_running_alloc_survives_recovery(world):

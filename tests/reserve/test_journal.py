@@ -368,3 +368,686 @@ def test_full_journal_message_in_full(tmp_path):
         "the grant journal holds 1 grants (limit 1); "
         "grants are not being released - check the reconciler and the Nomad API"
     )
+
+
+# --- one sync per Reserve: unsynced appends, sync(), and the sync before a compaction's rename ----------
+def _record_syncs(monkeypatch) -> list[tuple[str, str]]:
+    """Log every data sync (by file name) and every rename, in order, as the journal makes them."""
+    from nomad_plugin.journal import store
+
+    calls: list[tuple[str, str]] = []
+    real_sync, real_replace = os.fdatasync, os.replace
+
+    def sync(fd: int) -> None:
+        calls.append(("sync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_sync(fd)
+
+    def replace(src, dst) -> None:
+        calls.append(("rename", f"{os.path.basename(src)} -> {os.path.basename(dst)}"))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(store.os, "fdatasync", sync)
+    monkeypatch.setattr(store.os, "replace", replace)
+    return calls
+
+
+def test_an_unsynced_put_is_read_back_and_synced_by_the_next_sync(tmp_path, monkeypatch):
+    j = Journal(tmp_path)
+    calls = _record_syncs(monkeypatch)
+    j.put(entry("a", EntryState.INTENT), durable=False)
+    assert calls == [], "durable=False must not sync"
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"], "the record is in the file all the same"
+    j.sync()
+    assert calls == [("sync", "journal.json")]
+    j.put(entry("a"))
+    assert calls == [("sync", "journal.json")] * 2, "a durable put syncs before it returns"
+    j.remove("a")
+    assert calls == [("sync", "journal.json")] * 3, "a removal syncs before it returns"
+
+
+def test_a_compaction_syncs_the_temp_file_before_the_rename(tmp_path, monkeypatch):
+    """The snapshot must be on disk before it replaces the journal, else a crash can leave an empty journal."""
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    calls = _record_syncs(monkeypatch)
+    j.compact()
+    [rename] = [i for i, c in enumerate(calls) if c[0] == "rename"]
+    tmp_name = calls[rename][1].split(" -> ")[0]
+    assert calls[rename][1].endswith("-> journal.json") and tmp_name.startswith("journal.json.tmp-")
+    assert ("sync", tmp_name) in calls[:rename], f"no sync of {tmp_name} before the rename: {calls}"
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"]
+
+
+# --- grant-id leases (journal/ids.py) ----------------------------------------------------------------------
+def _ids(tmp_path, boot="boot-1", block=4):
+    from nomad_plugin.journal.ids import GrantIds
+
+    return GrantIds(tmp_path, block=block, boot_id=lambda: boot)
+
+
+def _leases(tmp_path) -> list[dict]:
+    return json.loads((tmp_path / "grant-ids.json").read_text())["leases"]
+
+
+def test_derived_ids_are_uuid4_shaped_and_differ_by_seed_and_counter():
+    import uuid
+
+    from nomad_plugin.journal.ids import derive
+
+    a0, a1, b0 = derive("aa", 0), derive("aa", 1), derive("bb", 0)
+    assert len({a0, a1, b0}) == 3 and derive("aa", 0) == a0
+    # Pinned: a lease written by one version must name the same ids for the next (start-up release).
+    assert a0 == "9b8764f1-4748-41d8-92d8-96e714a021eb"
+    for gid in (a0, a1, b0):
+        assert uuid.UUID(gid).version == 4 and str(uuid.UUID(gid)) == gid
+
+
+def test_each_id_is_named_by_a_lease_on_disk_before_it_is_handed_out(tmp_path):
+    from nomad_plugin.journal.ids import derive
+
+    ids = _ids(tmp_path, block=4)
+    assert not (tmp_path / "grant-ids.json").exists(), "creating a GrantIds does no I/O"
+    taken = []
+    first = None
+    for _ in range(6):
+        gid = ids.take()
+        if first is None:
+            [raw] = _leases(tmp_path)  # 3 of 4 ids left: no second lease yet
+            first = _lease(raw)
+        named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+        assert gid in named, f"{gid} was handed out before a durable lease named it"
+        taken.append(gid)
+        ids.settled(gid)
+    assert len(set(taken)) == 6
+    assert first is not None  # ids are handed out in the lease's order
+    assert first.ids() == [derive(first.seed, n) for n in range(first.start, first.end)] == taken[:4]
+    assert (tmp_path / "grant-ids.json").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "grant-ids.lock").stat().st_mode & 0o777 == 0o600
+
+
+def _lease(raw):
+    from nomad_plugin.journal.ids import Lease
+
+    return Lease.from_json(raw)
+
+
+def test_the_next_lease_is_written_ahead_once_half_of_one_is_used(tmp_path):
+    import time
+
+    ids = _ids(tmp_path, block=4)
+    ids.prepare()
+    assert len(_leases(tmp_path)) == 1
+    first = ids.take()
+    assert len(_leases(tmp_path)) == 1, "3 of 4 ids left: no second lease yet"
+    ids.take()  # 2 of 4 left: half used, the next one is written in the background
+    deadline = time.monotonic() + 10
+    while len(_leases(tmp_path)) < 2:
+        assert time.monotonic() < deadline, "the second lease was not written ahead within 10 s"
+        time.sleep(0.01)
+    ids.settled(first)
+
+
+def test_a_used_up_lease_leaves_the_file_only_when_none_of_its_ids_is_in_flight(tmp_path):
+    ids = _ids(tmp_path, block=2)
+    held = ids.take()  # lease 1, still in flight
+    ids.settled(ids.take())
+    for _ in range(4):  # leases 2 and 3: each switch writes the file
+        ids.settled(ids.take())
+    seeds = [raw["seed"] for raw in _leases(tmp_path)]
+    first = _lease(_leases(tmp_path)[0])
+    assert held in first.ids(), "lease 1 is kept while one of its ids is in flight"
+    ids.settled(held)
+    ids.settled(held)  # twice, or an unknown id: no effect
+    # The next lease write (a switch or a prefetch, possibly on its thread) drops lease 1.
+    import time
+
+    deadline = time.monotonic() + 10
+    while first.seed in [raw["seed"] for raw in _leases(tmp_path)]:
+        assert time.monotonic() < deadline, "lease 1 was not dropped within 10 s of its last id settling"
+        ids.settled(ids.take())
+        time.sleep(0.01)
+    assert len(seeds) >= 2
+
+
+def test_stale_ids_are_those_of_earlier_boots_that_the_journal_does_not_name(tmp_path):
+    old = _ids(tmp_path, boot="boot-1", block=3)
+    used = old.take()
+    lease = _lease(_leases(tmp_path)[0])
+    unused = [g for g in lease.ids() if g != used]
+    assert _ids(tmp_path, boot="boot-1").stale_ids(lambda g: False) == [], "same boot: the journal is complete"
+    now = _ids(tmp_path, boot="boot-2")
+    assert now.stale_ids(lambda g: False) == lease.ids()
+    assert now.stale_ids(lambda g: g == used) == unused
+    assert _ids(tmp_path, boot="").stale_ids(lambda g: False) == lease.ids(), "no boot id: never this boot"
+
+
+def test_forget_stale_keeps_only_this_process_leases(tmp_path):
+    _ids(tmp_path, boot="boot-1").take()
+    (tmp_path / "grant-ids.json.tmp-1-2").write_text("left by a crash")
+    now = _ids(tmp_path, boot="boot-2")
+    now.prepare()
+    assert len(_leases(tmp_path)) == 2
+    now.forget_stale()
+    assert [raw["boot_id"] for raw in _leases(tmp_path)] == ["boot-2"]
+    assert not (tmp_path / "grant-ids.json.tmp-1-2").exists()
+    _ids(tmp_path, boot="boot-2").forget_stale()  # another process's start: this one's lease goes too
+    assert _leases(tmp_path) == []
+
+
+def test_forget_stale_keeps_a_used_up_lease_whose_id_is_still_in_flight(tmp_path):
+    ids = _ids(tmp_path, block=2)
+    held = ids.take()
+    ids.settled(ids.take())
+    ids.settled(ids.take())  # lease 2 now; lease 1 is used up but ``held`` is in flight
+    ids.forget_stale()
+    named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+    assert held in named
+
+
+def test_a_failed_prefetch_is_logged_and_the_next_lease_is_written_when_needed(tmp_path, monkeypatch, caplog):
+    import time
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    ids = _ids(tmp_path, block=4)
+    ids.prepare()
+    real_replace = os.replace
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ids_mod.os, "replace", refuse)
+    ids.take()
+    ids.take()  # half used: the prefetch starts and fails
+    want = "writing the next grant-id lease failed; the Reserve that needs it writes it"
+    deadline = time.monotonic() + 10
+    while want not in [r.getMessage() for r in caplog.records]:
+        assert time.monotonic() < deadline, "the failed prefetch was not logged within 10 s"
+        time.sleep(0.01)
+    monkeypatch.setattr(ids_mod.os, "replace", real_replace)
+    seeds = {raw["seed"] for raw in _leases(tmp_path)}
+    taken = [ids.take()]  # 1 of 4 left: a failed prefetch does not stop the next one
+    while {raw["seed"] for raw in _leases(tmp_path)} == seeds:
+        assert time.monotonic() < deadline + 10, "no lease was written ahead again after a failed one"
+        time.sleep(0.01)
+    taken += [ids.take() for _ in range(3)]
+    named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+    assert set(taken) <= named
+
+
+def test_leases_are_written_ahead_used_and_dropped_round_after_round(tmp_path):
+    import time
+
+    ids = _ids(tmp_path, block=4)
+    ids.prepare()
+    for round_ in range(4):
+        ids.settled(ids.take())
+        before = {raw["seed"] for raw in _leases(tmp_path)}  # 3 of 4 left: nothing written ahead yet
+        ids.settled(ids.take())
+        deadline = time.monotonic() + 10
+        while {raw["seed"] for raw in _leases(tmp_path)} <= before:  # half used: the next one is written ahead
+            assert time.monotonic() < deadline, f"round {round_}: no lease written ahead within 10 s"
+            time.sleep(0.01)
+        for _ in range(2):
+            ids.settled(ids.take())
+    # The prefetched leases were the ones used, and used-up ones left: the file does not grow.
+    assert len(_leases(tmp_path)) <= 3, _leases(tmp_path)
+
+
+def _lease_body(**over) -> bytes:
+    lease = {"seed": "s", "start": 0, "end": 1, "boot_id": "b", **over}
+    return json.dumps({"version": 1, "leases": [lease]}).encode()
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (b"not json", "Expecting value: line 1 column 1 (char 0)"),
+        (b'{"version": 2, "leases": []}', "version 2"),
+        (b"[]", "version []"),
+        (b'{"version": 1, "leases": {}}', "'leases' is not a list"),
+        (b'{"version": 1, "leases": [1]}', "lease 1 is not an object"),
+        (_lease_body(seed=""), "lease seed '' is not a non-empty string"),
+        (_lease_body(seed=5), "lease seed 5 is not a non-empty string"),
+        (_lease_body(start=2), "lease range 2..1 is not 0 <= start <= end"),
+        (_lease_body(start=-1), "lease range -1..1 is not 0 <= start <= end"),
+        (_lease_body(start="0"), "lease range '0'..1 is not 0 <= start <= end"),
+        (_lease_body(end="1"), "lease range 0..'1' is not 0 <= start <= end"),
+        (_lease_body(boot_id=3), "lease boot_id 3 is not a string"),
+    ],
+)
+def test_a_damaged_lease_file_is_refused_naming_it(tmp_path, body, why):
+    (tmp_path / "grant-ids.json").write_bytes(body)
+    ids = _ids(tmp_path)
+    with pytest.raises(OSError) as err:
+        ids.take()
+    assert str(err.value) == f"grant-id lease file {tmp_path / 'grant-ids.json'} is unreadable: {why}"
+    with pytest.raises(OSError):
+        ids.stale_ids(lambda g: False)
+
+
+def test_a_lease_reads_back_as_written_and_edge_ranges_are_valid(tmp_path):
+    from nomad_plugin.journal.ids import Lease
+
+    lease = Lease("s", 0, 0, "b")
+    assert Lease.from_json(lease.to_json()) == lease and lease.ids() == []
+    assert Lease.from_json({"seed": "s", "start": 3, "end": 3, "boot_id": ""}).boot_id == ""
+    (tmp_path / "grant-ids.json").write_bytes(_lease_body(start=1, end=3))
+    from nomad_plugin.journal.ids import derive
+
+    assert _ids(tmp_path, boot="other").stale_ids(lambda g: False) == [derive("s", 1), derive("s", 2)]
+
+
+def test_a_lease_needs_at_least_two_ids(tmp_path):
+    with pytest.raises(ValueError) as err:
+        _ids(tmp_path, block=1)
+    assert str(err.value) == "block: 1 ids per lease; at least 2"
+    ids = _ids(tmp_path, block=2)
+    ids.prepare()
+    assert [(raw["start"], raw["end"]) for raw in _leases(tmp_path)] == [(0, 2)]
+
+
+def test_the_boot_id_comes_from_the_kernel(tmp_path):
+    from nomad_plugin.journal.ids import read_boot_id
+
+    assert read_boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip() != ""
+    assert read_boot_id(str(tmp_path / "absent")) == ""
+
+
+# --- every rejection, in full (mutation testing: a reason nobody reads is a reason nobody checks) ------------
+def _full(**over):
+    raw = entry("g-1").to_json()
+    raw.update(over)
+    return raw
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ([1], "entry is list, not an object"),
+        ({k: v for k, v in _full().items() if k != "group"}, "field 'group' missing"),
+        (_full(group=5), "field 'group' = 5 is not a string"),
+        (_full(created_at="x"), "field 'created_at' = 'x' is not a number"),
+        (_full(created_at=True), "field 'created_at' = True is not a number"),
+        (
+            _full(asks=[{"minor": "1", "core": 0, "memory_gib": 0, "slices": 0}]),
+            "field 'minor' = '1' is not an integer",
+        ),
+        (
+            _full(asks=[{"minor": False, "core": 0, "memory_gib": 0, "slices": 0}]),
+            "field 'minor' = False is not an integer",
+        ),
+        (_full(cards="C1"), "field 'cards' = 'C1' is not a list of strings"),
+        (_full(cards=["C1", 2]), "field 'cards' = ['C1', 2] is not a list of strings"),
+        (_full(asks={"minor": 1}), "field 'asks' is not a list of objects"),
+        (_full(asks=[1]), "field 'asks' is not a list of objects"),
+        (_full(state="gone"), "field 'state' = 'gone' is not one of intent/granted/releasing"),
+    ],
+)
+def test_each_malformed_entry_is_refused_naming_the_field(raw, message):
+    with pytest.raises(ValueError) as err:
+        JournalEntry.from_json(raw)
+    assert str(err.value) == message
+
+
+def test_every_field_of_an_entry_survives_the_round_trip():
+    e = dataclasses.replace(
+        entry("g-9"),
+        asks=(DeviceAsk(3, core=20, memory_gib=18, slices=0), DeviceAsk(4, core=0, memory_gib=10, slices=2)),
+        granted=(GrantedDevice(3, "C3", 20, 18, 0, ""), GrantedDevice(4, "C4", 0, 10, 2, "MIG-x")),
+        settle_until=17.5,
+    )
+    assert JournalEntry.from_json(json.loads(json.dumps(e.to_json()))) == e
+    old = e.to_json()
+    del old["settle_until"]  # written by versions without the late-grant window
+    assert JournalEntry.from_json(old).settle_until == 0.0
+
+
+def _snapshot_doc(body) -> bytes:
+    return (json.dumps(body) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"[]\n", "top level is not an object"),
+        (_snapshot_doc({"version": 2, "entries": [], "checksum": ""}), "version 2, expected 1"),
+        (_snapshot_doc({"version": 1, "entries": {}, "checksum": ""}), "'entries' is not a list"),
+        (_snapshot_doc({"version": 1, "entries": [], "checksum": "sha256:00"}), "checksum mismatch"),
+        (encode([]).rstrip(b"\n") + b" x", "extra data after the snapshot"),
+    ],
+)
+def test_each_damaged_snapshot_is_refused_with_its_reason(data, message):
+    from nomad_plugin.journal.store import JournalCorrupt
+
+    with pytest.raises(JournalCorrupt) as err:
+        decode(data)
+    assert str(err.value) == message
+
+
+def test_a_bad_or_duplicate_snapshot_entry_is_named_by_its_index():
+    from nomad_plugin.journal.store import JournalCorrupt, _snapshot_bytes
+
+    good = json.dumps(entry("a").to_json(), sort_keys=True, separators=(",", ":"))
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_snapshot_bytes([good, good]))
+    assert str(err.value) == "entry 1: duplicate grant id a"
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_snapshot_bytes([good, '{"grant_id":"b"}']))
+    assert str(err.value) == "entry 1: field 'device_ids' missing"
+
+
+def _with_records(*records: bytes) -> bytes:
+    return encode([entry("a")]) + b"".join(records)
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (b"nope\n", "not JSON"),
+        (b'["put",{}]\n', "not a [op, payload, checksum] record"),
+        (b"5\n", "not a [op, payload, checksum] record"),
+        (b'{"a":1}\n', "not a [op, payload, checksum] record"),
+        (b'["zap",1,"x"]\n', "not a [op, payload, checksum] record"),
+    ],
+)
+def test_a_bad_record_is_named_by_its_byte_offset(record, message):
+    from nomad_plugin.journal.store import JournalCorrupt
+
+    data = _with_records(record)
+    with pytest.raises(JournalCorrupt) as err:
+        decode(data)
+    assert str(err.value).startswith(f"record at byte {len(encode([entry('a')]))}: {message}"), str(err.value)
+
+
+def test_a_del_of_a_non_id_and_a_put_of_a_bad_entry_are_named():
+    from nomad_plugin.journal.store import JournalCorrupt, _record_bytes
+
+    offset = len(encode([entry("a")]))
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_with_records(_record_bytes("del", "5")))
+    assert str(err.value) == f"record at byte {offset}: 'del' names 5, not a grant id"
+    with pytest.raises(JournalCorrupt) as err:
+        decode(_with_records(_record_bytes("put", '{"grant_id":"b"}')))
+    assert str(err.value) == f"record at byte {offset}: field 'device_ids' missing"
+
+
+def test_leading_whitespace_and_blank_lines_are_tolerated(tmp_path):
+    from nomad_plugin.journal.store import _record_bytes
+
+    put_b = _record_bytes("put", json.dumps(entry("b").to_json(), sort_keys=True, separators=(",", ":")))
+    assert [e.grant_id for e in decode(b"\n " + _with_records(b"\n", put_b))] == ["a", "b"]
+    # A reader catching up with appended bytes that start with a blank line.
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    with open(tmp_path / "journal.json", "ab") as fh:
+        fh.write(b"\n" + put_b)
+    assert sorted(e.grant_id for e in j.entries()) == ["a", "b"]
+
+
+def test_a_clean_journal_reports_no_partial_record(tmp_path, caplog):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    Journal(tmp_path)
+    assert "partial record" not in caplog.text
+
+
+def test_short_reads_are_continued_and_end_of_file_stops(tmp_path, monkeypatch):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    j.put(entry("b"))
+    j.remove("a")
+    real_pread = os.pread
+    monkeypatch.setattr(store.os, "pread", lambda fd, n, off: real_pread(fd, min(n, 1), off))  # POSIX allows it
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["b"]
+    fd = os.open(tmp_path / "journal.json", os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        assert store._read_from(fd, 0, size + 10) == (tmp_path / "journal.json").read_bytes()  # EOF: what is there
+        assert store._read_from(fd, size - 1, 1) == b"\n"
+    finally:
+        os.close(fd)
+
+
+def test_compaction_happens_exactly_when_the_log_reaches_the_threshold(tmp_path):
+    from nomad_plugin.journal.store import COMPACT_MIN_RECORDS
+
+    def lines() -> int:
+        return len((tmp_path / "journal.json").read_bytes().splitlines())
+
+    j = Journal(tmp_path)
+    for i in range(COMPACT_MIN_RECORDS - 1):
+        j.put(entry(f"g{i}"))
+    assert lines() == COMPACT_MIN_RECORDS, "snapshot + 255 records: not compacted yet"
+    # Counted across a reopen: the records read back count towards the threshold.
+    again = Journal(tmp_path)
+    again.put(entry("last"))
+    assert lines() == 1, "the 256th record compacts the log into one snapshot"
+    assert len(Journal(tmp_path).entries()) == COMPACT_MIN_RECORDS
+
+
+def test_a_failed_compaction_is_logged_and_the_change_is_kept(tmp_path, monkeypatch, caplog):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    for i in range(store.COMPACT_MIN_RECORDS - 1):
+        j.put(entry(f"g{i}"))
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.os, "replace", refuse)
+    j.put(entry("last"))  # its record is durable; only the compaction failed
+    assert (
+        "grant journal compaction failed ([Errno 28] No space left on device); "
+        "the log keeps growing until it succeeds" in [r.getMessage() for r in caplog.records]
+    )
+    monkeypatch.undo()
+    assert len(Journal(tmp_path).entries()) == store.COMPACT_MIN_RECORDS
+
+
+def test_a_failed_append_is_cut_back_and_its_error_raised(tmp_path, monkeypatch, caplog):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    size = (tmp_path / "journal.json").stat().st_size
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        real_write(fd, bytes(data)[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.os, "write", half_then_full)
+    with pytest.raises(OSError) as err:
+        j.put(entry("b"))
+    assert err.value.errno == 28
+    assert (tmp_path / "journal.json").stat().st_size == size, "the half-written record was cut off"
+    # The cut fails too: the append's own error still surfaces, and the log says what happened.
+    monkeypatch.setattr(store.os, "ftruncate", lambda fd, n: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    with pytest.raises(OSError) as err:
+        j.put(entry("c"))
+    assert err.value.errno == 28
+    assert "could not cut a failed journal append back; the next load drops it" in [
+        r.getMessage() for r in caplog.records
+    ]
+    monkeypatch.undo()
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"], "the partial record is dropped on load"
+
+
+def test_a_failed_snapshot_write_leaves_no_temp_file_and_raises(tmp_path, monkeypatch):
+    from nomad_plugin.journal import store
+
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    real_write = os.write
+
+    def no_space_for_temp(fd, data):
+        if ".tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(store.os, "write", no_space_for_temp)
+    with pytest.raises(OSError) as err:
+        j.compact()
+    assert err.value.errno == 28
+    assert not list(tmp_path.glob("journal.json.tmp-*"))
+    monkeypatch.undo()
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a"]
+
+
+@pytest.mark.parametrize("change", ["put", "remove", "compact"])
+def test_a_journal_file_deleted_under_a_writer_is_written_back_whole(tmp_path, change):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    j.put(entry("b"))
+    (tmp_path / "journal.json").unlink()
+    if change == "put":
+        j.put(entry("c"))
+        want = ["a", "b", "c"]
+    elif change == "remove":
+        j.remove("b")
+        want = ["a"]
+    else:
+        j.compact()
+        want = ["a", "b"]
+    assert sorted(e.grant_id for e in Journal(tmp_path).entries()) == want
+
+
+def test_the_generation_never_repeats_across_own_writes_and_catching_up(tmp_path):
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    seen = [one.generation]
+    one.put(entry("a"))
+    seen.append(one.generation)
+    one.put(entry("b"))
+    seen.append(one.generation)
+    two.put(entry("c"))
+    len(one)  # catch up
+    seen.append(one.generation)
+    one.remove("a")
+    seen.append(one.generation)
+    one.remove("b")
+    seen.append(one.generation)
+    assert len(set(seen)) == len(seen), seen
+
+
+def test_kinds_by_card_counts_every_entry_on_a_card(tmp_path):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    j.put(entry("b"))  # the same cards C1, C2, the same kind
+    j.remove("a")
+    assert j.kinds_by_card() == {"C1": frozenset({"whole"}), "C2": frozenset({"whole"})}
+    j.remove("b")
+    assert j.kinds_by_card() == {}
+
+
+def test_close_is_idempotent_and_closes_both_descriptors(tmp_path):
+    j = Journal(tmp_path)
+    fds = (j._fd, j._dir_fd)
+    j.close()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    j.close()
+
+
+def test_only_one_lease_is_written_ahead_at_a_time_on_a_daemon_thread(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    ids = _ids(tmp_path, block=8)
+    ids.prepare()
+    gate = threading.Event()
+    real_replace = os.replace
+
+    def slow_replace(src, dst):
+        assert gate.wait(30), "the test never opened the gate"
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ids_mod.os, "replace", slow_replace)
+    for _ in range(3):
+        ids.settled(ids.take())  # 5 of 8 left: nothing ahead yet
+    assert [t for t in threading.enumerate() if t.name == "grant-ids-lease"] == []
+    for _ in range(3):
+        ids.settled(ids.take())  # 4, 3, 2 left: one write ahead, held at the gate
+    writers = [t for t in threading.enumerate() if t.name == "grant-ids-lease"]
+    assert len(writers) == 1 and writers[0].daemon, writers
+    gate.set()
+    writers[0].join(30)
+    assert len(_leases(tmp_path)) == 2
+    taken = [ids.take() for _ in range(3)]  # the 9th id comes from the lease written ahead
+    named = {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+    assert set(taken) <= named and len(_leases(tmp_path)) == 2, _leases(tmp_path)
+    deadline = time.monotonic() + 10
+    while any(t.name == "grant-ids-lease" and t.is_alive() for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_compactions_do_not_leak_file_descriptors(tmp_path):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        j.compact()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_reader_does_not_write_back_a_deleted_journal(tmp_path):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    (tmp_path / "journal.json").unlink()
+    assert [e.grant_id for e in j.entries()] == ["a"] and len(j) == 1 and j.get("a") is not None
+    assert not (tmp_path / "journal.json").exists(), "only a writer puts the file back"
+
+
+def test_a_reader_catches_up_with_another_process_compaction(tmp_path):
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    two.put(entry("x"))
+    two.put(entry("y"))
+    two.compact()  # a new file (inode)
+    assert sorted(e.grant_id for e in one.entries()) == ["x", "y"]
+
+
+def test_records_read_from_another_process_count_towards_compaction(tmp_path):
+    from nomad_plugin.journal.store import COMPACT_MIN_RECORDS
+
+    one, two = Journal(tmp_path), Journal(tmp_path)
+    for i in range(100):
+        one.put(entry(f"a{i}"))
+    len(two)  # catches up 100 records
+    for i in range(COMPACT_MIN_RECORDS - 101):
+        one.put(entry(f"b{i}"))
+    len(two)  # and 155 more: 255 in all
+    assert len((tmp_path / "journal.json").read_bytes().splitlines()) == COMPACT_MIN_RECORDS
+    two.put(entry("last"))  # the 256th record: compacted by the process that wrote it
+    assert len((tmp_path / "journal.json").read_bytes().splitlines()) == 1
+
+
+def test_the_size_bound_is_inclusive_and_named(tmp_path, caplog):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    size = (tmp_path / "journal.json").stat().st_size
+    assert [e.grant_id for e in Journal(tmp_path, max_bytes=size).entries()] == ["a"]
+    smaller = Journal(tmp_path, max_bytes=size - 1)
+    assert smaller.entries() == [] and smaller.corrupt_set_aside is not None
+    assert f"{size} bytes, over the {size - 1}-byte bound" in caplog.text
+
+
+def test_snapshot_reads_without_writing(tmp_path):
+    from nomad_plugin.journal.store import JournalCorrupt
+
+    assert Journal.snapshot(tmp_path / "absent") == [] and not (tmp_path / "absent").exists()
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    before = (tmp_path / "journal.json").read_bytes()
+    assert [e.grant_id for e in Journal.snapshot(tmp_path)] == ["a"]
+    assert (tmp_path / "journal.json").read_bytes() == before
+    (tmp_path / "journal.json").write_bytes(b"nope")
+    with pytest.raises(JournalCorrupt):
+        Journal.snapshot(tmp_path)
+    assert (tmp_path / "journal.json").read_bytes() == b"nope", "a damaged journal is not set aside by a reader"

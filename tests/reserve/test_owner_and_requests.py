@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
@@ -68,3 +69,23 @@ def test_watcher_releases_refuses_and_answers(tmp_path):
     watcher.poll()
     bad = json.loads((watcher.dir / "x.result.json").read_text())
     assert bad["ok"] is False and "unreadable request" in bad["message"]
+
+
+def test_the_owner_lock_creates_its_directory_0700_and_never_waits_unless_asked(tmp_path, monkeypatch):
+    from nomad_plugin.journal import owner
+
+    slept: list[float] = []
+    monkeypatch.setattr(owner.time, "sleep", slept.append)
+    data = tmp_path / "a" / "b"
+    lock = OwnerLock(data)
+    assert lock.acquire() and lock.acquire(), "acquiring a held lock again is a no-op that says yes"
+    assert lock.held and (data.stat().st_mode & 0o777) == 0o700
+    assert (data / "plugin.lock").read_text() == f"{os.getpid()}\n"
+    assert plugin_running(data) and not OwnerLock(data).acquire()
+    assert slept == [], "without a timeout nobody waits"
+    waits = iter([0.0, 0.0, 10.0])  # monotonic: start, one failed try, then past the deadline
+    monkeypatch.setattr(owner.time, "monotonic", lambda: next(waits))
+    assert not OwnerLock(data).acquire(timeout=1.0)
+    assert slept == [0.05], "one poll interval between tries"
+    lock.release()
+    assert not lock.held

@@ -224,7 +224,7 @@ def test_steps_are_announced_in_order_and_the_entry_names_its_group(tmp_path):
     steps = []
     r, _, _ = make(tmp_path, step_hook=steps.append)
     r.reserve([card_uuid(0)])
-    assert steps == ["before-allocate", "after-allocate", "after-journal"]
+    assert steps == ["before-allocate", "after-allocate", "before-sync", "after-journal"]
     assert [e.group for e in r.entries()] == ["alibaba/ppu/PPU 810E"]
 
 
@@ -265,3 +265,54 @@ def test_mounts_are_passed_on_only_when_configured_and_node_paths_are_checked_on
     )
     res = with_mounts.reserve([card_uuid(1)]).container_res
     assert [(m.task_path, m.host_path) for m in res.mounts] == [("/usr/local/lj", "/opt/lj/lib")]
+
+
+def test_startup_releases_the_unjournalled_ids_of_a_lease_from_an_earlier_boot(tmp_path, caplog):
+    import json
+    import logging
+
+    from nomad_plugin.journal.ids import GrantIds
+
+    caplog.set_level(logging.INFO, logger="nomad-device-lingjun")
+    data = tmp_path / "data"
+    before = GrantIds(data, block=4, boot_id=lambda: "boot-1")
+    r, _, _ = make(tmp_path, grant_ids=before)
+    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]  # journalled: not released
+    old_ids = [g for raw in json.loads((data / "grant-ids.json").read_text())["leases"] for g in _ids_of(raw)]
+    assert kept in old_ids
+    # A reboot: the next process starts under another boot id, and XDM is down at first.
+    after = GrantIds(data, block=4, boot_id=lambda: "boot-2")
+    r2, b2, _ = make(tmp_path, grant_ids=after)
+    b2.fail_release = UNAVAILABLE
+    assert r2.release_lost_grants() == 0
+    assert "(lease of an earlier boot) failed: " in caplog.text
+    assert (
+        "startup: released 0 id(s) of grant-id leases from an earlier boot that the journal does not name "
+        "(a power loss may have lost their intent records); 3 failed" in caplog.text
+    )
+    boots = [raw["boot_id"] for raw in json.loads((data / "grant-ids.json").read_text())["leases"]]
+    assert "boot-1" in boots, "a lease whose ids could not be released is kept for the next start"
+    b2.fail_release = None
+    assert r2.release_lost_grants() == 3
+    assert sorted(b2.released) == sorted(g for g in old_ids if g != kept)
+    boots = [raw["boot_id"] for raw in json.loads((data / "grant-ids.json").read_text())["leases"]]
+    assert boots == ["boot-2"], "released leases are forgotten; this process's own first lease is written"
+    assert r2.release_lost_grants() == 0 and len(b2.released) == 3
+
+
+def test_a_reserve_whose_grant_id_lease_cannot_be_written_fails_before_allocate(tmp_path):
+    from nomad_plugin.nomad.reserve import JournalWriteFailed
+
+    r, b, _ = make(tmp_path)
+    (tmp_path / "data" / "grant-ids.json").write_text("damaged")
+    with pytest.raises(JournalWriteFailed) as err:
+        r.reserve([card_uuid(0)])
+    assert str(err.value).startswith(f"grant-id lease write failed in {tmp_path / 'data'}: grant-id lease file ")
+    assert str(err.value).endswith("; no grant was made")
+    assert b.allocate_calls == 0 and r.entries() == []
+
+
+def _ids_of(raw):
+    from nomad_plugin.journal.ids import Lease
+
+    return Lease.from_json(raw).ids()

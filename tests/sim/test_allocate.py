@@ -299,3 +299,72 @@ def test_release_after_card_removed(sim_client):
     assert c.allocate("g", {"minor": 7}).status == 0
     sim.remove_device(7)
     assert c.xdm.Release(pb.ReleaseRequest(id="g"), timeout=5).status == 0
+
+
+def _release(c, gid: str) -> None:
+    assert c.xdm.Release(pb.ReleaseRequest(id=gid), timeout=5).status == 0
+
+
+def test_each_release_gives_back_exactly_its_part_of_the_card(make_sim):
+    """The per-card usage is kept in step with grant and release (no scan), so every kind must undo itself."""
+    _, c = make_sim("a100-8")
+    # tdm: two shares; releasing one frees its core and memory only.
+    assert c.allocate("t1", {"minor": 1, "core": 60, "memory": 10}).status == 0
+    assert c.allocate("t2", {"minor": 1, "core": 40, "memory": 10}).status == 0
+    refused(c.allocate("t3", {"minor": 1, "core": 1, "memory": 1}), RESOURCE_EXHAUSTED, "core 100%")
+    _release(c, "t1")
+    refused(c.allocate("t3", {"minor": 1, "core": 61}), RESOURCE_EXHAUSTED, "core 40%")
+    assert c.allocate("t3", {"minor": 1, "core": 60, "memory": 10}).status == 0
+    refused(c.allocate("m", {"minor": 1, "slice": 1}), FAILED_PRECONDITION, "time-division")
+    _release(c, "t2")
+    _release(c, "t3")
+    # Empty again: MIG is allowed; two 3g fill the eighths, releasing one frees its slices and eighths.
+    assert c.allocate("m1", {"minor": 1, "slice": 3}).status == 0
+    assert c.allocate("m2", {"minor": 1, "slice": 3}).status == 0
+    refused(c.allocate("m3", {"minor": 1, "slice": 1}), RESOURCE_EXHAUSTED, "placement")
+    _release(c, "m1")
+    assert c.allocate("m3", {"minor": 1, "slice": 4}).status == 0  # fits only in what m1 gave back
+    refused(c.allocate("m4", {"minor": 1, "slice": 1}), RESOURCE_EXHAUSTED, "7 of 7 MIG slices used")
+    refused(c.allocate("t", {"minor": 1, "core": 10}), FAILED_PRECONDITION, "MIG grants")
+    _release(c, "m2")
+    _release(c, "m3")
+    # Empty again: a whole card, and after its release a share.
+    assert c.allocate("w", {"minor": 1}).status == 0
+    refused(c.allocate("t", {"minor": 1, "core": 10}), RESOURCE_EXHAUSTED, "held whole by allocation w")
+    _release(c, "w")
+    assert c.allocate("t", {"minor": 1, "core": 10}).status == 0
+    refused(c.allocate("w", {"minor": 1}), RESOURCE_EXHAUSTED, "1 allocation(s)")
+
+
+def test_the_usage_index_equals_a_scan_of_the_grants_after_any_grants_and_releases():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from nomad_plugin.sim.allocate import UsageIndex
+    from nomad_plugin.sim.grants import GrantRecord
+
+    shape = st.sampled_from([(0, 0, 0), (20, 5, 0), (50, 0, 0), (0, 8, 0), (0, 10, 1), (0, 20, 3), (0, 40, 7)])
+    grant = st.builds(
+        lambda i, minors, s: GrantRecord(f"g{i}", tuple(sorted(minors)), s[0], s[1], s[2], 0.0),
+        st.integers(0, 30),
+        st.sets(st.integers(0, 3), max_size=3),
+        shape,
+    )
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.booleans(), grant), max_size=40))
+    def check(ops):
+        live: dict[str, GrantRecord] = {}
+        index = UsageIndex()
+        for add, g in ops:
+            whole_taken = g.kind == "whole" and any(
+                o.kind == "whole" and set(o.minors) & set(g.minors) for o in live.values()
+            )
+            if add and g.id not in live and not whole_taken:  # XDM never holds a card whole twice
+                live[g.id] = g
+                index.add(g)
+            elif not add and g.id in live:
+                index.remove(live.pop(g.id))
+        assert index.by_minor == UsageIndex(live.values()).by_minor
+
+    check()
