@@ -11,8 +11,9 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import Journal, OwnerLock, plugin_running
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import AllocView
-from nomad_plugin.reconcile.requests import RequestWatcher, check_grant_id, submit_release, wait_result
+from nomad_plugin.reconcile.requests import RequestWatcher, check_grant_id, submit_release, wait_result, withdraw
 from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from tests.waiting import wait_until
 
 CAT = catalog(whole_group(4))
 
@@ -68,3 +69,59 @@ def test_watcher_releases_refuses_and_answers(tmp_path):
     watcher.poll()
     bad = json.loads((watcher.dir / "x.result.json").read_text())
     assert bad["ok"] is False and "unreadable request" in bad["message"]
+
+
+def running_threads(name):
+    return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+
+
+def test_watcher_thread_answers_on_its_own_and_survives_an_error(tmp_path, caplog):
+    """start(): the directory (owner only) and a daemon thread that polls; an error in one poll is logged, not fatal."""
+    backend = FakeBackend()
+    reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    first = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    second = reserver.reserve([card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    calls = []
+
+    def live_holder(entry):
+        calls.append(entry.grant_id)
+        if len(calls) == 1:
+            raise RuntimeError("Nomad view broke")
+        return None
+
+    data_dir = tmp_path / "not" / "yet"
+    watcher = RequestWatcher(reserver, data_dir, live_holder, period=0.05)
+    assert not running_threads("grant-requests")
+    watcher.start()
+    try:
+        assert watcher.dir == data_dir / "requests" and watcher.dir.stat().st_mode & 0o777 == 0o700
+        (thread,) = running_threads("grant-requests")
+        assert thread.daemon, "the request thread must not keep a stopping plugin alive"
+        submit_release(data_dir, first, force=False)
+        wait_until(lambda: "operator request handling failed" in caplog.text, "the failed poll's log line")
+        answer = wait_result(data_dir, first, timeout=30)  # the request stayed; a later poll answers it
+        assert answer is not None and answer.ok, answer
+        assert "Nomad view broke" in caplog.text  # the traceback is logged with the line
+        submit_release(data_dir, second, force=False)
+        answer = wait_result(data_dir, second, timeout=30)
+        assert answer is not None and answer.ok, answer
+        assert first not in backend.grants and second not in backend.grants
+    finally:
+        watcher.stop(timeout=30)
+    assert not thread.is_alive(), "stop() returned while the thread still ran"
+
+
+def test_stop_before_start_is_harmless(tmp_path):
+    watcher = RequestWatcher(None, tmp_path, lambda e: None)
+    watcher.stop()
+    assert not watcher.dir.exists()
+
+
+def test_withdraw_takes_back_an_unanswered_request(tmp_path):
+    submit_release(tmp_path, "g-1", force=True)
+    request = tmp_path / "requests" / "g-1.release.json"
+    doc = json.loads(request.read_text())
+    assert doc["grant_id"] == "g-1" and doc["force"] is True
+    withdraw(tmp_path, "g-1")
+    assert not request.exists()
+    withdraw(tmp_path, "g-1")  # nothing left to take back: no error
