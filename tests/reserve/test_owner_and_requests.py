@@ -98,7 +98,10 @@ def test_watcher_thread_answers_on_its_own_and_survives_an_error(tmp_path, caplo
         (thread,) = running_threads("grant-requests")
         assert thread.daemon, "the request thread must not keep a stopping plugin alive"
         submit_release(data_dir, first, force=False)
-        wait_until(lambda: "operator request handling failed" in caplog.text, "the failed poll's log line")
+        wait_until(
+            lambda: [r for r in caplog.records if r.getMessage() == "operator request handling failed"],
+            "the failed poll's log line",
+        )
         answer = wait_result(data_dir, first, timeout=30)  # the request stayed; a later poll answers it
         assert answer is not None and answer.ok, answer
         assert "Nomad view broke" in caplog.text  # the traceback is logged with the line
@@ -125,3 +128,19 @@ def test_withdraw_takes_back_an_unanswered_request(tmp_path):
     withdraw(tmp_path, "g-1")
     assert not request.exists()
     withdraw(tmp_path, "g-1")  # nothing left to take back: no error
+
+
+def test_a_restarted_plugin_answers_a_request_left_from_before(tmp_path):
+    """The requests directory outlives the plugin: start() takes it as it is, with what is waiting in it."""
+    backend = FakeBackend()
+    reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    grant = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    submit_release(tmp_path, grant, force=False)  # the plugin was down: nobody answered
+    watcher = RequestWatcher(reserver, tmp_path, lambda e: None, period=0.05)
+    watcher.start()
+    try:
+        answer = wait_result(tmp_path, grant, timeout=30)
+    finally:
+        watcher.stop(timeout=30)
+    assert answer is not None and answer.ok, answer
+    assert grant not in backend.grants
