@@ -171,8 +171,9 @@ def test_disagreeing_candidates_in_full(api: NomadApiDouble) -> None:
     add_alloc_with_job(api, "a1", IDS, volumes=[HostVolume()])
     add_alloc_with_job(api, "a2", IDS, "pending")
     add_alloc_with_job(api, "a3", IDS, "pending")
+    add_alloc_with_job(api, "a4", IDS, volumes=[HostVolume()])
     assert lookup(api).lookup(IDS) == VolumeVerdict(
-        False, False, "allocations disagree: a1/task mount volumes, a2/task, a3/task do not"
+        False, False, "allocations disagree: a1/task, a4/task mount volumes, a2/task, a3/task do not"
     )
 
 
