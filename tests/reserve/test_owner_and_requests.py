@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -144,3 +145,32 @@ def test_a_restarted_plugin_answers_a_request_left_from_before(tmp_path):
         watcher.stop(timeout=30)
     assert answer is not None and answer.ok, answer
     assert grant not in backend.grants
+
+
+def test_operator_side_files_and_messages(tmp_path):
+    """The request is owner-only, in an owner-only directory, and says what was asked and when."""
+    before = time.time()
+    submit_release(tmp_path, "g-1", force=False)
+    directory = tmp_path / "requests"
+    request = directory / "g-1.release.json"
+    assert directory.stat().st_mode & 0o777 == 0o700
+    assert request.stat().st_mode & 0o777 == 0o600
+    doc = json.loads(request.read_text())
+    assert sorted(doc) == ["force", "grant_id", "requested_at"]
+    assert doc["grant_id"] == "g-1" and doc["force"] is False and before <= doc["requested_at"] <= time.time()
+    with pytest.raises(ValueError) as info:
+        check_grant_id("../journal")
+    assert str(info.value) == "grant id '../journal' is not a grant id (letters, digits, '-', '.', '_')"
+
+
+def test_wait_result_waits_for_an_answer_that_comes_later(tmp_path):
+    submit_release(tmp_path, "g-1", force=False)
+    result = tmp_path / "requests" / "g-1.result.json"
+    writer = threading.Timer(0.3, lambda: result.write_text(json.dumps({"ok": True})))
+    writer.start()
+    try:
+        answer = wait_result(tmp_path, "g-1", timeout=30)
+    finally:
+        writer.join()
+    assert answer is not None and answer.ok and answer.message == "", answer  # no message: empty, not "None"
+    assert not result.exists(), "the answer is consumed"

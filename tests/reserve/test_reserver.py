@@ -265,3 +265,101 @@ def test_mounts_are_passed_on_only_when_configured_and_node_paths_are_checked_on
     )
     res = with_mounts.reserve([card_uuid(1)]).container_res
     assert [(m.task_path, m.host_path) for m in res.mounts] == [("/usr/local/lj", "/opt/lj/lib")]
+
+
+# -- the audit and warning lines of every release route (what an operator greps for) ----------
+
+
+def released_lines(caplog):
+    return {r.getMessage(): getattr(r, "fields", None) for r in caplog.records if " released: " in r.getMessage()}
+
+
+def test_recover_names_why_each_entry_is_released_and_counts_them(tmp_path, caplog):
+    from dataclasses import replace
+
+    r, b, _ = make(tmp_path)
+    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    e = r.entries()[0]
+    r.journal.put(replace(e, grant_id="lost-1", device_ids=(card_uuid(1),), state=EntryState.INTENT))
+    r.journal.put(replace(e, grant_id="lost-2", device_ids=(card_uuid(2),), state=EntryState.RELEASING))
+    r2, _, _ = make(tmp_path, b)
+    with caplog.at_level("INFO"):
+        assert r2.recover() == 2
+    assert released_lines(caplog) == {
+        "grant lost-1 released: left by a plugin that stopped mid-Reserve": {
+            "grant_id": "lost-1",
+            "reason": "left by a plugin that stopped mid-Reserve",
+            "device_ids": [card_uuid(1)],
+        },
+        "grant lost-2 released: retry of an earlier failed release": {
+            "grant_id": "lost-2",
+            "reason": "retry of an earlier failed release",
+            "device_ids": [card_uuid(2)],
+        },
+    }
+    assert [x.grant_id for x in r2.entries()] == [kept]
+    assert r2.counters.journal_size == 1
+    assert r2.recover() == 0 and r2.counters.grants_released_at_startup == 2
+
+
+def test_recover_goes_past_granted_entries(tmp_path):
+    """Granted entries are skipped, not the end of the scan, wherever they sit in the journal."""
+    from dataclasses import replace
+
+    r, b, _ = make(tmp_path)
+    for card in (0, 1, 2):
+        r.reserve([card_uuid(card)])
+    entries = r.entries()
+    for e in entries[:2]:  # leave one granted entry last, two intents before it...
+        r.journal.put(replace(e, state=EntryState.INTENT))
+    r.journal.put(replace(entries[0], grant_id="zz-intent", device_ids=(card_uuid(3),), state=EntryState.INTENT))
+    r2, _, _ = make(tmp_path, b)
+    assert r2.recover() == 3
+    assert [x.grant_id for x in r2.entries()] == [entries[2].grant_id]
+
+
+def test_a_failed_release_warns_with_its_reason_and_is_journalled_as_releasing_once(tmp_path, caplog):
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    b.fail_release = UNAVAILABLE
+    puts = []
+    real_put = r.journal.put
+    r.journal.put = lambda entry: (puts.append(entry.state), real_put(entry))[1]
+    with caplog.at_level("WARNING"):
+        assert not r.release_grant(gid, "allocation a1 of job default/web ended (complete)")
+        assert not r.release_grant(gid, "retry of an earlier failed release")
+    warnings = [x.getMessage() for x in caplog.records if x.levelname == "WARNING"]
+    assert warnings == [
+        f"release of grant {gid} failed (allocation a1 of job default/web ended (complete)); will retry: "
+        "XDM socket missing",
+        f"release of grant {gid} failed (retry of an earlier failed release); will retry: XDM socket missing",
+    ]
+    assert puts == [EntryState.RELEASING], "the releasing state is written once, not on every retry"
+    [e] = r.entries()
+    assert e.state is EntryState.RELEASING
+
+
+def test_an_abandoned_grant_is_released_with_the_reason_it_was_abandoned(tmp_path, caplog):
+    from dataclasses import replace
+
+    b = FakeBackend()
+    b.mutate = lambda g: replace(g, device_nodes=(DeviceNode("/dev/../etc/shadow", "/dev/x"),))
+    r, b, _ = make(tmp_path, b)
+    with caplog.at_level("INFO"), pytest.raises(GrantRejected):
+        r.reserve([card_uuid(2)])
+    [gid] = b.released
+    abandoned = [x.getMessage() for x in caplog.records if "abandoned" in x.getMessage()]
+    assert len(abandoned) == 1 and abandoned[0].startswith(f"grant {gid} abandoned (")
+    assert abandoned[0].endswith("); releasing it")
+    why = abandoned[0][len(f"grant {gid} abandoned (") : -len("); releasing it")]
+    assert "'..'" in why
+    assert list(released_lines(caplog)) == [f"grant {gid} released: {why}"]
+    assert [x.levelname for x in caplog.records if "abandoned" in x.getMessage()] == ["WARNING"]
+
+
+def test_holder_is_the_grant_holding_a_device(tmp_path):
+    r, _, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0), card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert r.holder(card_uuid(1)).grant_id == gid
+    assert r.holder(card_uuid(0)).grant_id == gid
+    assert r.holder(card_uuid(2)) is None
