@@ -150,7 +150,7 @@ def api() -> Iterator[NomadApiDouble]:
         yield double
 
 
-def lookup(api: NomadApiDouble, *, timeout: float = 5.0, **kw: Any) -> AllocVolumeLookup:
+def lookup(api: NomadApiDouble, *, timeout: float = 30.0, **kw: Any) -> AllocVolumeLookup:
     return AllocVolumeLookup(NomadClient(NomadApiSettings(address=api.address, timeout=timeout)), **kw)
 
 

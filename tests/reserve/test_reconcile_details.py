@@ -21,6 +21,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import (
+    AllocView,
     NomadApiError,
     NomadApiSettings,
     NomadClient,
@@ -107,7 +108,7 @@ def api() -> Iterator[Scripted]:
         double.stop()
 
 
-def client(api: NomadApiDouble, token: str = "", timeout: float = 5.0) -> NomadClient:
+def client(api: NomadApiDouble, token: str = "", timeout: float = 30.0) -> NomadClient:
     return NomadClient(NomadApiSettings(address=api.address, token=token, timeout=timeout))
 
 
@@ -267,7 +268,7 @@ def test_quotes_are_stripped_only_from_a_quoted_string() -> None:
 def setup(tmp_path, api: NomadApiDouble | None, **kw: Any) -> tuple[Reserver, FakeBackend, Reconciler]:
     backend = FakeBackend()
     reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
-    nomad = None if api is None else client(api, token=kw.pop("token", ""), timeout=2.0)
+    nomad = None if api is None else client(api, token=kw.pop("token", ""), timeout=30.0)
     rec = Reconciler(reserver, nomad, lambda: CAT, backoff=Backoff(initial=0.05, cap=0.2), **kw)
     return reserver, backend, rec
 
@@ -373,3 +374,79 @@ def test_a_claim_read_directly_counts_like_a_list_entry(tmp_path) -> None:
             clock.now += 60
         assert live in backend.grants, "a running allocation read directly was taken as gone"
         assert ended not in backend.grants, "the ended allocation read directly was not released"
+
+
+def test_parse_alloc_builds_the_whole_view() -> None:
+    view = parse_alloc(
+        raw(
+            Namespace="team-a",
+            JobID="train",
+            ModifyTime=1_700_000_000_500_000_000,
+            AllocatedResources={"Tasks": {"t": {"Devices": [{"DeviceIDs": ["U2", "U1"]}, {"DeviceIDs": ["U3"]}]}}},
+        )
+    )
+    assert view == AllocView("a1", "running", frozenset({"U1", "U2", "U3"}), "team-a", "train", 1.7e9 + 0.5)
+
+
+# -- what the reconciler writes for `grants`, and the reason of a release without a claim ---------
+
+
+def test_the_state_written_after_a_round(tmp_path, caplog) -> None:
+    from nomad_plugin.reconcile.decide import Claim
+    from nomad_plugin.reconcile.state import load_state
+
+    with NomadApiDouble() as api:
+        clock = Clock()
+        path = tmp_path / "reconciler-state.json"
+        reserver, backend, rec = setup(
+            tmp_path, api, grace=5, max_wait=0.2, clock=clock, wall_clock=lambda: 5000.0, state_path=path
+        )
+        claimed, orphan = (reserver.reserve([card_uuid(i)]).container_res.envs["LINGJUN_GRANT_ID"] for i in (0, 1))
+        api.add_alloc("a1", [card_uuid(0)], namespace="team-a", job="web")
+        api.add_alloc("stray", [card_uuid(3)], job="other")  # our device, no grant: a leak
+        rec.round()
+        state = load_state(path)
+        assert state is not None
+        assert (state.updated_at, state.grace, state.view_complete) == (5000.0, 5.0, True)
+        assert state.view_reason == "ACLs are disabled on this cluster: every allocation is visible"
+        assert state.claims == {claimed: Claim("a1", "team-a", "web")}
+        assert state.release_at == {orphan: 5005.0}  # wall time + what is left of the grace period
+        assert state.unverifiable == [] and state.leaked == []
+        assert sorted(a.id for a in state.allocs) == ["a1", "stray"]
+        clock.now += 2
+        rec.round()
+        assert load_state(path).release_at == {orphan: 5003.0}
+        clock.now += 4  # past grace: the orphan goes, the leak is reported
+        with caplog.at_level("INFO"):
+            rec.round()
+        state = load_state(path)
+        assert state.release_at == {} and state.leaked == ["stray"] and orphan not in backend.grants
+        reason = "no live allocation on this node holds its devices (the token sees every namespace)"
+        assert f"grant {orphan} released: {reason}" in [r.getMessage() for r in caplog.records]
+
+
+def test_an_unwritable_state_file_is_a_warning_not_a_failed_round(tmp_path, caplog) -> None:
+    with NomadApiDouble() as api:
+        path = tmp_path / "no-such-dir" / "reconciler-state.json"
+        _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, state_path=path)
+        with caplog.at_level("WARNING"):
+            rec.round()
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [x for x in lines if x.startswith(f"reconciler: could not write {path}: [Errno 2] ")], lines
+
+
+def test_the_state_of_an_incomplete_view_lists_the_unverifiable_grants(tmp_path) -> None:
+    from nomad_plugin.reconcile.state import load_state
+
+    with NomadApiDouble() as api:
+        api.enable_acls()
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)
+        api.add_token("t", ["plugin"])
+        path = tmp_path / "reconciler-state.json"
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=Clock(), state_path=path)
+        unclaimed = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        rec.round()
+    state = load_state(path)
+    assert state is not None and not state.view_complete
+    assert state.view_reason == 'no policy of the token has a namespace "*" rule, so some namespaces are unread'
+    assert state.unverifiable == [unclaimed] and state.release_at == {}
