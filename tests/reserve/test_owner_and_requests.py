@@ -12,8 +12,15 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import Journal, OwnerLock, plugin_running
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import AllocView
-from nomad_plugin.reconcile.requests import RequestWatcher, check_grant_id, submit_release, wait_result, withdraw
-from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from nomad_plugin.reconcile.requests import (
+    RequestWatcher,
+    Result,
+    check_grant_id,
+    submit_release,
+    wait_result,
+    withdraw,
+)
+from tests.reserve.fakes import UNAVAILABLE, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
 
 CAT = catalog(whole_group(4))
@@ -174,3 +181,33 @@ def test_wait_result_waits_for_an_answer_that_comes_later(tmp_path):
         writer.join()
     assert answer is not None and answer.ok and answer.message == "", answer  # no message: empty, not "None"
     assert not result.exists(), "the answer is consumed"
+
+
+def test_every_answer_of_the_watcher_in_full(tmp_path):
+    backend = FakeBackend()
+    reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    held = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    stuck = reserver.reserve([card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    holder = AllocView("alloc-1", "pending", frozenset({card_uuid(0)}), "team-a", "train")
+    watcher = RequestWatcher(reserver, tmp_path, lambda e: holder if card_uuid(0) in e.device_ids else None)
+
+    refused = watcher.release(held, force=False)
+    assert refused == Result(
+        False,
+        "refused: allocation alloc-1 of job team-a/train is pending and holds its devices "
+        "(use --force to release anyway)",
+    )
+    assert watcher.release(held, force=True) == Result(True, f"grant {held} released (released by hand (--force))")
+    assert watcher.release(held, force=False) == Result(True, f"grant {held} is not in the journal (already released)")
+
+    backend.fail_release = UNAVAILABLE
+    assert watcher.release(stuck, force=False) == Result(
+        False,
+        f"XDM did not confirm the release of grant {stuck}; it stays journalled as releasing and the plugin "
+        "retries every reconciler round",
+    )
+    assert reserver.counters.grants_released_by_hand == 1, "only a confirmed release counts"
+    backend.fail_release = None
+    assert watcher.release(stuck, force=False) == Result(True, f"grant {stuck} released (released by hand)")
+    assert reserver.counters.grants_released_by_hand == 2
+    assert stuck not in backend.grants and held not in backend.grants and reserver.entries() == []
