@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -84,6 +84,15 @@ def test_every_field_survives_save_and_load(tmp_path: Path) -> None:
     path = state_path(tmp_path)
     save_state(path, full_state())
     assert load_state(path) == full_state()
+    complete = replace(full_state(), view_complete=True, view_reason="")
+    save_state(path, complete)
+    assert load_state(path) == complete
+
+
+def test_from_json_names_what_it_refuses() -> None:
+    with pytest.raises(ValueError) as info:
+        ReconcilerState.from_json({**DOCUMENT, "version": 2})
+    assert str(info.value) == "not a reconciler state of version 1"
 
 
 def test_the_document_on_disk(tmp_path: Path) -> None:

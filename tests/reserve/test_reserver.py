@@ -363,3 +363,16 @@ def test_holder_is_the_grant_holding_a_device(tmp_path):
     assert r.holder(card_uuid(1)).grant_id == gid
     assert r.holder(card_uuid(0)).grant_id == gid
     assert r.holder(card_uuid(2)) is None
+
+
+def test_a_release_inside_the_late_grant_window_says_why_the_entry_stays(tmp_path, caplog):
+    from nomad_plugin.model.errors import BackendUnavailable
+
+    r, b = _with_timeout(tmp_path, 1.0)
+    b.fail_allocate = BackendUnavailable("Allocate deadline exceeded", "timeout")
+    with caplog.at_level("DEBUG", logger="nomad-device-lingjun"), pytest.raises(BackendUnavailable):
+        r.reserve([card_uuid(0)])
+    [e] = r.entries()
+    line = f"grant {e.grant_id} released for now; kept until XDM can no longer commit it late"
+    assert [x.levelname for x in caplog.records if x.getMessage() == line] == ["DEBUG"], caplog.text
+    assert not released_lines(caplog), "no audit line while the entry stays"
