@@ -376,3 +376,140 @@ def test_a_release_inside_the_late_grant_window_says_why_the_entry_stays(tmp_pat
     line = f"grant {e.grant_id} released for now; kept until XDM can no longer commit it late"
     assert [x.levelname for x in caplog.records if x.getMessage() == line] == ["DEBUG"], caplog.text
     assert not released_lines(caplog), "no audit line while the entry stays"
+
+
+# -- the grant audit line and the mount policy's lines -------------------------------------------
+
+
+def test_describe_limits_per_kind():
+    from nomad_plugin.model.grant import DeviceAsk
+    from nomad_plugin.nomad.reserve import describe_limits
+
+    assert describe_limits("whole", ()) == "none"
+    assert describe_limits("whole", (DeviceAsk(0),)) == "whole cards (no limit)"
+    share = (DeviceAsk(4, core=10, memory_gib=9), DeviceAsk(5, core=30, memory_gib=27))
+    assert describe_limits("share", share) == "10% compute and 9 GiB memory per card"  # the first card's
+    mig = (DeviceAsk(1, slices=3, memory_gib=40), DeviceAsk(2, slices=1, memory_gib=10))
+    assert describe_limits("mig", mig) == "3 MIG slices and 40 GiB memory per card"
+    existing = (DeviceAsk(1, slices=2, mig_uuid="MIG-a"), DeviceAsk(2, slices=1))
+    assert describe_limits("mig-instance", existing) == "instance MIG-a: 2 slices, instance 2: 1 slices"
+
+
+def grant_made_lines(caplog):
+    return [(r.getMessage(), getattr(r, "fields", None)) for r in caplog.records if " made: " in r.getMessage()]
+
+
+def test_one_audit_line_per_grant_made_with_its_fields(tmp_path, caplog):
+    r, _, _ = make(tmp_path)
+    with caplog.at_level("INFO"):
+        whole = r.reserve([card_uuid(1), card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        share = r.reserve([share_id(card_uuid(4), 3)]).container_res.envs["LINGJUN_GRANT_ID"]
+    entries = {e.grant_id: e for e in r.entries()}
+    assert grant_made_lines(caplog) == [
+        (
+            f"grant {whole} made: devices {card_uuid(1)}, {card_uuid(0)}; cards {', '.join(entries[whole].cards)}; "
+            "mode whole; limits whole cards (no limit)",
+            {
+                "grant_id": whole,
+                "device_ids": [card_uuid(1), card_uuid(0)],
+                "cards": list(entries[whole].cards),
+                "mode": "whole",
+                "group": entries[whole].group,
+                "limits": "whole cards (no limit)",
+            },
+        ),
+        (
+            f"grant {share} made: devices {share_id(card_uuid(4), 3)}; cards {card_uuid(4)}; mode share; "
+            "limits 10% compute and 9 GiB memory per card",
+            {
+                "grant_id": share,
+                "device_ids": [share_id(card_uuid(4), 3)],
+                "cards": [card_uuid(4)],
+                "mode": "share",
+                "group": entries[share].group,
+                "limits": "10% compute and 9 GiB memory per card",
+            },
+        ),
+    ]
+    assert entries[whole].group and entries[whole].group != entries[share].group
+
+
+def mounts_reserver(tmp_path, policy):
+    b = FakeBackend(style="env+mounts")
+    return Reserver(
+        b,
+        lambda: CAT,
+        Journal(tmp_path),
+        PluginConfig(),
+        mount_policy=policy,
+        path_exists=lambda p: p == "/dev/alixpu",
+    )
+
+
+def test_the_mount_policy_is_asked_with_the_instance_ids_and_its_lines(tmp_path, caplog):
+    from nomad_plugin.nomad.mounts import MountPolicy
+    from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
+
+    asked = []
+    verdicts = iter(
+        [
+            VolumeVerdict(True, True, "task a1/task has volume_mount"),
+            VolumeVerdict(False, False, "the Nomad API could not be asked (x)"),
+            VolumeVerdict(True, False, "task a2/task has no volume_mount"),
+        ]
+    )
+
+    def lookup(ids):
+        asked.append(list(ids))
+        return next(verdicts)
+
+    r = mounts_reserver(tmp_path, MountPolicy("auto", lookup))
+    with caplog.at_level("INFO"):
+        first = r.reserve([card_uuid(0)]).container_res
+        second = r.reserve([card_uuid(1)]).container_res
+        third = r.reserve([card_uuid(2)]).container_res
+    assert asked == [[card_uuid(0)], [card_uuid(1)], [card_uuid(2)]]
+    assert (len(first.mounts), len(second.mounts), len(third.mounts)) == (0, 0, 1)
+    assert len(first.devices) == 1 and len(second.devices) == 1, "devices are passed when mounts are withheld"
+    ids = [g.envs["LINGJUN_GRANT_ID"] for g in (first, second, third)]
+    lines = [(x.levelname, x.getMessage()) for x in caplog.records if "mount(s)" in x.getMessage()]
+    assert lines == [
+        (
+            "INFO",
+            f"grant {ids[0]}: XDM's 1 mount(s) withheld from the task (task a1/task has volume_mount); "
+            "its devices and env are passed",
+        ),
+        (
+            "WARNING",
+            f"grant {ids[1]}: XDM's 1 mount(s) withheld from the task (the Nomad API could not be asked (x)); "
+            "its devices and env are passed",
+        ),
+        ("INFO", f"grant {ids[2]}: passing XDM's 1 mount(s) to the task: task a2/task has no volume_mount"),
+    ]
+
+
+def test_never_is_an_info_line_and_no_mounts_means_no_question(tmp_path, caplog):
+    from nomad_plugin.nomad.mounts import MountPolicy
+
+    r = mounts_reserver(tmp_path / "a", MountPolicy("never"))
+    with caplog.at_level("INFO"):
+        gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    lines = [(x.levelname, x.getMessage()) for x in caplog.records if "mount(s)" in x.getMessage()]
+    assert lines == [
+        (
+            "INFO",
+            f'grant {gid}: XDM\'s 1 mount(s) withheld from the task (container_mounts = "never"); '
+            "its devices and env are passed",
+        )
+    ]
+    asked = []
+    plain = Reserver(
+        FakeBackend(),
+        lambda: CAT,
+        Journal(tmp_path / "b"),
+        PluginConfig(),
+        mount_policy=MountPolicy("auto", lambda ids: asked.append(ids)),
+        path_exists=lambda p: False,
+    )
+    plain.reserve([card_uuid(1)])
+    assert asked == [], "the Nomad API was asked although XDM returned no mounts"
