@@ -352,7 +352,7 @@ def test_an_abandoned_grant_is_released_with_the_reason_it_was_abandoned(tmp_pat
     assert len(abandoned) == 1 and abandoned[0].startswith(f"grant {gid} abandoned (")
     assert abandoned[0].endswith("); releasing it")
     why = abandoned[0][len(f"grant {gid} abandoned (") : -len("); releasing it")]
-    assert "'..'" in why
+    assert why.startswith("verification failed: ") and "'..'" in why
     assert list(released_lines(caplog)) == [f"grant {gid} released: {why}"]
     assert [x.levelname for x in caplog.records if "abandoned" in x.getMessage()] == ["WARNING"]
 
@@ -513,3 +513,15 @@ def test_never_is_an_info_line_and_no_mounts_means_no_question(tmp_path, caplog)
     )
     plain.reserve([card_uuid(1)])
     assert asked == [], "the Nomad API was asked although XDM returned no mounts"
+
+
+def test_a_re_reserve_releases_every_earlier_holder_with_its_reason(tmp_path, caplog):
+    r, b, _ = make(tmp_path)
+    first = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    second = r.reserve([card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    with caplog.at_level("INFO"):
+        new = r.reserve([card_uuid(0), card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    why = "re-reserved: its device IDs were handed to a new allocation"
+    assert set(released_lines(caplog)) == {f"grant {first} released: {why}", f"grant {second} released: {why}"}
+    assert r.counters.grants_released_by_reserve == 2
+    assert [e.grant_id for e in r.entries()] == [new] and set(b.grants) == {new}
