@@ -450,3 +450,49 @@ def test_the_state_of_an_incomplete_view_lists_the_unverifiable_grants(tmp_path)
     assert state is not None and not state.view_complete
     assert state.view_reason == 'no policy of the token has a namespace "*" rule, so some namespaces are unread'
     assert state.unverifiable == [unclaimed] and state.release_at == {}
+
+
+def test_lines_for_an_unverifiable_grant_once_and_for_a_leak(tmp_path, caplog) -> None:
+    with NomadApiDouble() as api:
+        api.enable_acls()
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)
+        api.add_token("t", ["plugin"])
+        clock = Clock()
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=clock)
+        unclaimed = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        api.add_alloc("stray", [card_uuid(3), card_uuid(2)], job="other")
+        with caplog.at_level("INFO"):
+            for _ in range(3):
+                rec.round()
+                clock.now += 6
+    messages = [r.getMessage() for r in caplog.records]
+    kept = (
+        f"grant {unclaimed} is kept: no allocation visible to the token has claimed its devices and the view is "
+        "incomplete, so its end cannot be seen (check it with `nomad-device-lingjun grants`)"
+    )
+    assert messages.count(kept) == 1, "the kept-grant warning is given once per grant, not every round"
+    leak = (
+        f"allocation stray is running with devices {card_uuid(2)}, {card_uuid(3)} but the journal has no grant for "
+        "them (journal lost or corrupt?); its XDM grant cannot be released by the plugin"
+    )
+    assert messages.count(leak) == 1
+
+
+def test_a_released_claim_leaves_the_state_in_the_same_round(tmp_path) -> None:
+    from nomad_plugin.reconcile.state import load_state
+
+    with NomadApiDouble() as api:
+        clock = Clock()
+        path = tmp_path / "reconciler-state.json"
+        reserver, backend, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=clock, state_path=path)
+        gid = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        api.add_alloc("a1", [card_uuid(0)], job="web")
+        rec.round()
+        assert set(load_state(path).claims) == {gid}
+        api.set_status("a1", "complete")
+        rec.round()
+        clock.now += 6
+        rec.round()
+        assert gid not in backend.grants
+        state = load_state(path)
+        assert state.claims == {} and state.release_at == {}, state
