@@ -183,7 +183,7 @@ def test_wait_result_waits_for_an_answer_that_comes_later(tmp_path):
     assert not result.exists(), "the answer is consumed"
 
 
-def test_every_answer_of_the_watcher_in_full(tmp_path):
+def test_every_answer_of_the_watcher_in_full(tmp_path, caplog):
     backend = FakeBackend()
     reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
     held = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
@@ -197,7 +197,9 @@ def test_every_answer_of_the_watcher_in_full(tmp_path):
         "refused: allocation alloc-1 of job team-a/train is pending and holds its devices "
         "(use --force to release anyway)",
     )
-    assert watcher.release(held, force=True) == Result(True, f"grant {held} released (released by hand (--force))")
+    with caplog.at_level("INFO"):
+        assert watcher.release(held, force=True) == Result(True, f"grant {held} released (released by hand (--force))")
+    assert f"grant {held} released: released by hand (--force)" in [r.getMessage() for r in caplog.records]
     assert watcher.release(held, force=False) == Result(True, f"grant {held} is not in the journal (already released)")
 
     backend.fail_release = UNAVAILABLE
