@@ -525,3 +525,40 @@ def test_a_re_reserve_releases_every_earlier_holder_with_its_reason(tmp_path, ca
     assert set(released_lines(caplog)) == {f"grant {first} released: {why}", f"grant {second} released: {why}"}
     assert r.counters.grants_released_by_reserve == 2
     assert [e.grant_id for e in r.entries()] == [new] and set(b.grants) == {new}
+
+
+def test_retry_pending_releases_with_its_reason(tmp_path, caplog):
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    b.fail_release = UNAVAILABLE
+    assert not r.release_grant(gid, "x")
+    b.fail_release = None
+    with caplog.at_level("INFO"):
+        assert r.retry_pending() == 1
+    assert list(released_lines(caplog)) == [f"grant {gid} released: retry of an earlier failed release"]
+
+
+def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
+    from nomad_plugin.nomad.reserve import JournalWriteFailed
+
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    real_put = r.journal.put
+
+    def failing_put(entry):
+        raise OSError(28, "No space left on device")
+
+    r.journal.put = failing_put
+    with pytest.raises(JournalWriteFailed) as info:
+        r.reserve([card_uuid(1)])
+    assert str(info.value) == (
+        f"grant journal write failed in {r.journal.dir}: [Errno 28] No space left on device; no grant was made"
+    )
+    b.fail_release = UNAVAILABLE
+    with pytest.raises(JournalWriteFailed) as info:
+        r.release_grant(gid, "x")
+    assert str(info.value) == (
+        f"grant journal write failed in {r.journal.dir}: [Errno 28] No space left on device; "
+        "the grant is being released"
+    )
+    r.journal.put = real_put
