@@ -496,3 +496,71 @@ def test_a_released_claim_leaves_the_state_in_the_same_round(tmp_path) -> None:
         assert gid not in backend.grants
         state = load_state(path)
         assert state.claims == {} and state.release_at == {}, state
+
+
+def test_visibility_lines_once_per_change_and_a_failed_check(tmp_path, caplog) -> None:
+    from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY
+
+    api = Scripted().start()
+    try:
+        clock = Clock()
+        _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=clock, visibility_period=60.0)
+        with caplog.at_level("INFO"):
+            rec.round()
+            rec.round()
+            api.answers["/v1/acl/token/self"] = (500, "boom")
+            clock.now += 61
+            rec.round()
+            clock.now += 29  # a failed check is retried after min(30 s, the period)
+            rec.round()
+            clock.now += 2
+            rec.round()
+    finally:
+        api.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    complete = (
+        "reconciler: the allocation view is complete (ACLs are disabled on this cluster: every allocation is visible)"
+    )
+    assert messages.count(complete) == 1, messages
+    failed = [m for m in messages if m.startswith("reconciler: could not check what the Nomad token can see (")]
+    assert len(failed) == 2 and all(m.endswith("; keeping the last answer") for m in failed), failed
+    assert [p for p, _ in api.requests].count("/v1/acl/token/self") == 3
+    assert rec.view_complete, "a failed check keeps the last answer"
+    assert " ".join(RECOMMENDED_POLICY.split()) not in " ".join(messages)
+
+
+def test_the_incomplete_warning_in_full(tmp_path, caplog) -> None:
+    from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY
+
+    with NomadApiDouble() as api:
+        api.enable_acls()
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)
+        api.add_token("t", ["plugin"])
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=Clock())
+        with caplog.at_level("INFO"):
+            rec.round()
+    warning = (
+        'reconciler: the allocation view is INCOMPLETE (no policy of the token has a namespace "*" rule, so some '
+        "namespaces are unread): Nomad leaves out allocations in namespaces the token cannot read, so a grant is "
+        "released only after the allocation that held it is seen to end, never because it is absent. Give the "
+        "token this policy: " + " ".join(RECOMMENDED_POLICY.split())
+    )
+    assert [r.levelname for r in caplog.records if r.getMessage() == warning] == ["WARNING"]
+    assert reserver.counters.view_incomplete == 1
+
+
+def test_a_first_failed_check_counts_as_incomplete(tmp_path, caplog) -> None:
+    api = Scripted().start()
+    try:
+        api.answers["/v1/acl/token/self"] = (500, "boom")
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock())
+        with caplog.at_level("WARNING"):
+            rec.round()
+    finally:
+        api.stop()
+    assert reserver.counters.view_incomplete == 1 and not rec.view_complete
+    line = (
+        "reconciler: could not check what the Nomad token can see (Nomad API /v1/acl/token/self: HTTP 500 boom); "
+        "until it can, grants are released only on evidence"
+    )
+    assert line in [r.getMessage() for r in caplog.records]
