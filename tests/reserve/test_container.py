@@ -105,11 +105,21 @@ def test_annotation_env_name(key, expected):
         ({"A": "x\x00y"}, "control character"),
         ({"A": "x\ny"}, "control character"),
         ({"A": "${node.unique.id}"}, "interpolate"),
+        ({"LD_LIBRARY_PATH": "/usr/lib:${NOMAD_SECRETS_DIR}/lib"}, "interpolate"),  # in the middle
+        ({"PATH_SUFFIX": "/opt/bin${NOMAD_TASK_DIR}"}, "interpolate"),  # at the end
+        ({"A": "x${"}, "interpolate"),  # an unclosed one at the very end
     ],
 )
 def test_bad_xdm_env_rejects_grant(envs, match):
     with pytest.raises(GrantRejected, match=match):
         build_container(grant(envs=envs), WHOLE, PPU, path_exists=never)
+
+
+def test_dollar_or_brace_alone_is_not_interpolation():
+    """Only the two together are Nomad's interpolation: "$HOME" and "{a}" pass through unchanged."""
+    envs = {"A": "$HOME/x", "B": "{a}", "C": "$ {b}", "D": "{$x}"}
+    spec = build_container(grant(envs=envs), WHOLE, PPU, path_exists=never)
+    assert {k: spec.envs[k] for k in envs} == envs
 
 
 BAD_PATHS = [

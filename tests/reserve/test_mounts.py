@@ -52,7 +52,7 @@ def api() -> Iterator[NomadApiDouble]:
 
 
 def _lookup(api: NomadApiDouble, token: str = "", **kw: object) -> AllocVolumeLookup:
-    client = NomadClient(NomadApiSettings(address=api.address, token=token, timeout=2.0))
+    client = NomadClient(NomadApiSettings(address=api.address, token=token, timeout=30.0))
     return AllocVolumeLookup(client, **kw)  # type: ignore[arg-type]
 
 

@@ -44,7 +44,7 @@ def acl_api(rules: str) -> NomadApiDouble:
 def setup(tmp_path, api, clock, *, grace=5.0, token="plugin-token"):
     backend = FakeBackend()
     reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
-    client = NomadClient(NomadApiSettings(address=api.address, token=token, timeout=2.0))
+    client = NomadClient(NomadApiSettings(address=api.address, token=token, timeout=30.0))
     rec = Reconciler(
         reserver, client, lambda: CAT, grace=grace, max_wait=0.2, backoff=Backoff(initial=0.05, cap=0.2), clock=clock
     )
@@ -138,7 +138,7 @@ def test_claims_survive_a_restart_as_evidence(tmp_path):
         assert state.exists()
         # the plugin dies; the allocation ends meanwhile; a new process starts
         api.set_status("a1", "complete")
-        client = NomadClient(NomadApiSettings(address=api.address, token="plugin-token", timeout=2.0))
+        client = NomadClient(NomadApiSettings(address=api.address, token="plugin-token", timeout=30.0))
         again = Reconciler(reserver, client, lambda: CAT, grace=5, max_wait=0.2, clock=clock, state_path=state)
         again._restore_claims()
         again.round()

@@ -316,3 +316,300 @@ def _ids_of(raw):
     from nomad_plugin.journal.ids import Lease
 
     return Lease.from_json(raw).ids()
+
+
+# -- the audit and warning lines of every release route (what an operator greps for) ----------
+
+
+def released_lines(caplog):
+    return {r.getMessage(): getattr(r, "fields", None) for r in caplog.records if " released: " in r.getMessage()}
+
+
+def test_recover_names_why_each_entry_is_released_and_counts_them(tmp_path, caplog):
+    from dataclasses import replace
+
+    r, b, _ = make(tmp_path)
+    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    e = r.entries()[0]
+    r.journal.put(replace(e, grant_id="lost-1", device_ids=(card_uuid(1),), state=EntryState.INTENT))
+    r.journal.put(replace(e, grant_id="lost-2", device_ids=(card_uuid(2),), state=EntryState.RELEASING))
+    r2, _, _ = make(tmp_path, b)
+    with caplog.at_level("INFO"):
+        assert r2.recover() == 2
+    assert released_lines(caplog) == {
+        "grant lost-1 released: left by a plugin that stopped mid-Reserve": {
+            "grant_id": "lost-1",
+            "reason": "left by a plugin that stopped mid-Reserve",
+            "device_ids": [card_uuid(1)],
+        },
+        "grant lost-2 released: retry of an earlier failed release": {
+            "grant_id": "lost-2",
+            "reason": "retry of an earlier failed release",
+            "device_ids": [card_uuid(2)],
+        },
+    }
+    assert [x.grant_id for x in r2.entries()] == [kept]
+    assert r2.counters.journal_size == 1
+    assert r2.recover() == 0 and r2.counters.grants_released_at_startup == 2
+
+
+def test_recover_goes_past_granted_entries(tmp_path):
+    """Granted entries are skipped, not the end of the scan, wherever they sit in the journal."""
+    from dataclasses import replace
+
+    r, b, _ = make(tmp_path)
+    for card in (0, 1, 2):
+        r.reserve([card_uuid(card)])
+    entries = r.entries()
+    for e in entries[:2]:  # leave one granted entry last, two intents before it...
+        r.journal.put(replace(e, state=EntryState.INTENT))
+    r.journal.put(replace(entries[0], grant_id="zz-intent", device_ids=(card_uuid(3),), state=EntryState.INTENT))
+    r2, _, _ = make(tmp_path, b)
+    assert r2.recover() == 3
+    assert [x.grant_id for x in r2.entries()] == [entries[2].grant_id]
+
+
+def test_a_failed_release_warns_with_its_reason_and_is_journalled_as_releasing_once(tmp_path, caplog):
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    b.fail_release = UNAVAILABLE
+    puts = []
+    real_put = r.journal.put
+    r.journal.put = lambda entry: (puts.append(entry.state), real_put(entry))[1]
+    with caplog.at_level("WARNING"):
+        assert not r.release_grant(gid, "allocation a1 of job default/web ended (complete)")
+        assert not r.release_grant(gid, "retry of an earlier failed release")
+    warnings = [x.getMessage() for x in caplog.records if x.levelname == "WARNING"]
+    assert warnings == [
+        f"release of grant {gid} failed (allocation a1 of job default/web ended (complete)); will retry: "
+        "XDM socket missing",
+        f"release of grant {gid} failed (retry of an earlier failed release); will retry: XDM socket missing",
+    ]
+    assert puts == [EntryState.RELEASING], "the releasing state is written once, not on every retry"
+    [e] = r.entries()
+    assert e.state is EntryState.RELEASING
+
+
+def test_an_abandoned_grant_is_released_with_the_reason_it_was_abandoned(tmp_path, caplog):
+    from dataclasses import replace
+
+    b = FakeBackend()
+    b.mutate = lambda g: replace(g, device_nodes=(DeviceNode("/dev/../etc/shadow", "/dev/x"),))
+    r, b, _ = make(tmp_path, b)
+    with caplog.at_level("INFO"), pytest.raises(GrantRejected):
+        r.reserve([card_uuid(2)])
+    [gid] = b.released
+    abandoned = [x.getMessage() for x in caplog.records if "abandoned" in x.getMessage()]
+    assert len(abandoned) == 1 and abandoned[0].startswith(f"grant {gid} abandoned (")
+    assert abandoned[0].endswith("); releasing it")
+    why = abandoned[0][len(f"grant {gid} abandoned (") : -len("); releasing it")]
+    assert why.startswith("verification failed: ") and "'..'" in why
+    assert list(released_lines(caplog)) == [f"grant {gid} released: {why}"]
+    assert [x.levelname for x in caplog.records if "abandoned" in x.getMessage()] == ["WARNING"]
+
+
+def test_holder_is_the_grant_holding_a_device(tmp_path):
+    r, _, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0), card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert r.holder(card_uuid(1)).grant_id == gid
+    assert r.holder(card_uuid(0)).grant_id == gid
+    assert r.holder(card_uuid(2)) is None
+
+
+def test_a_release_inside_the_late_grant_window_says_why_the_entry_stays(tmp_path, caplog):
+    from nomad_plugin.model.errors import BackendUnavailable
+
+    r, b = _with_timeout(tmp_path, 1.0)
+    b.fail_allocate = BackendUnavailable("Allocate deadline exceeded", "timeout")
+    with caplog.at_level("DEBUG", logger="nomad-device-lingjun"), pytest.raises(BackendUnavailable):
+        r.reserve([card_uuid(0)])
+    [e] = r.entries()
+    line = f"grant {e.grant_id} released for now; kept until XDM can no longer commit it late"
+    assert [x.levelname for x in caplog.records if x.getMessage() == line] == ["DEBUG"], caplog.text
+    assert not released_lines(caplog), "no audit line while the entry stays"
+
+
+# -- the grant audit line and the mount policy's lines -------------------------------------------
+
+
+def test_describe_limits_per_kind():
+    from nomad_plugin.model.grant import DeviceAsk
+    from nomad_plugin.nomad.reserve import describe_limits
+
+    assert describe_limits("whole", ()) == "none"
+    assert describe_limits("whole", (DeviceAsk(0),)) == "whole cards (no limit)"
+    share = (DeviceAsk(4, core=10, memory_gib=9), DeviceAsk(5, core=30, memory_gib=27))
+    assert describe_limits("share", share) == "10% compute and 9 GiB memory per card"  # the first card's
+    mig = (DeviceAsk(1, slices=3, memory_gib=40), DeviceAsk(2, slices=1, memory_gib=10))
+    assert describe_limits("mig", mig) == "3 MIG slices and 40 GiB memory per card"
+    existing = (DeviceAsk(1, slices=2, mig_uuid="MIG-a"), DeviceAsk(2, slices=1))
+    assert describe_limits("mig-instance", existing) == "instance MIG-a: 2 slices, instance 2: 1 slices"
+
+
+def grant_made_lines(caplog):
+    return [(r.getMessage(), getattr(r, "fields", None)) for r in caplog.records if " made: " in r.getMessage()]
+
+
+def test_one_audit_line_per_grant_made_with_its_fields(tmp_path, caplog):
+    r, _, _ = make(tmp_path)
+    with caplog.at_level("INFO"):
+        whole = r.reserve([card_uuid(1), card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        share = r.reserve([share_id(card_uuid(4), 3)]).container_res.envs["LINGJUN_GRANT_ID"]
+    entries = {e.grant_id: e for e in r.entries()}
+    assert grant_made_lines(caplog) == [
+        (
+            f"grant {whole} made: devices {card_uuid(1)}, {card_uuid(0)}; cards {', '.join(entries[whole].cards)}; "
+            "mode whole; limits whole cards (no limit)",
+            {
+                "grant_id": whole,
+                "device_ids": [card_uuid(1), card_uuid(0)],
+                "cards": list(entries[whole].cards),
+                "mode": "whole",
+                "group": entries[whole].group,
+                "limits": "whole cards (no limit)",
+            },
+        ),
+        (
+            f"grant {share} made: devices {share_id(card_uuid(4), 3)}; cards {card_uuid(4)}; mode share; "
+            "limits 10% compute and 9 GiB memory per card",
+            {
+                "grant_id": share,
+                "device_ids": [share_id(card_uuid(4), 3)],
+                "cards": [card_uuid(4)],
+                "mode": "share",
+                "group": entries[share].group,
+                "limits": "10% compute and 9 GiB memory per card",
+            },
+        ),
+    ]
+    assert entries[whole].group and entries[whole].group != entries[share].group
+
+
+def mounts_reserver(tmp_path, policy):
+    b = FakeBackend(style="env+mounts")
+    return Reserver(
+        b,
+        lambda: CAT,
+        Journal(tmp_path),
+        PluginConfig(),
+        mount_policy=policy,
+        path_exists=lambda p: p == "/dev/alixpu",
+    )
+
+
+def test_the_mount_policy_is_asked_with_the_instance_ids_and_its_lines(tmp_path, caplog):
+    from nomad_plugin.nomad.mounts import MountPolicy
+    from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
+
+    asked = []
+    verdicts = iter(
+        [
+            VolumeVerdict(True, True, "task a1/task has volume_mount"),
+            VolumeVerdict(False, False, "the Nomad API could not be asked (x)"),
+            VolumeVerdict(True, False, "task a2/task has no volume_mount"),
+        ]
+    )
+
+    def lookup(ids):
+        asked.append(list(ids))
+        return next(verdicts)
+
+    r = mounts_reserver(tmp_path, MountPolicy("auto", lookup))
+    with caplog.at_level("INFO"):
+        first = r.reserve([card_uuid(0)]).container_res
+        second = r.reserve([card_uuid(1)]).container_res
+        third = r.reserve([card_uuid(2)]).container_res
+    assert asked == [[card_uuid(0)], [card_uuid(1)], [card_uuid(2)]]
+    assert (len(first.mounts), len(second.mounts), len(third.mounts)) == (0, 0, 1)
+    assert len(first.devices) == 1 and len(second.devices) == 1, "devices are passed when mounts are withheld"
+    ids = [g.envs["LINGJUN_GRANT_ID"] for g in (first, second, third)]
+    lines = [(x.levelname, x.getMessage()) for x in caplog.records if "mount(s)" in x.getMessage()]
+    assert lines == [
+        (
+            "INFO",
+            f"grant {ids[0]}: XDM's 1 mount(s) withheld from the task (task a1/task has volume_mount); "
+            "its devices and env are passed",
+        ),
+        (
+            "WARNING",
+            f"grant {ids[1]}: XDM's 1 mount(s) withheld from the task (the Nomad API could not be asked (x)); "
+            "its devices and env are passed",
+        ),
+        ("INFO", f"grant {ids[2]}: passing XDM's 1 mount(s) to the task: task a2/task has no volume_mount"),
+    ]
+
+
+def test_never_is_an_info_line_and_no_mounts_means_no_question(tmp_path, caplog):
+    from nomad_plugin.nomad.mounts import MountPolicy
+
+    r = mounts_reserver(tmp_path / "a", MountPolicy("never"))
+    with caplog.at_level("INFO"):
+        gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    lines = [(x.levelname, x.getMessage()) for x in caplog.records if "mount(s)" in x.getMessage()]
+    assert lines == [
+        (
+            "INFO",
+            f'grant {gid}: XDM\'s 1 mount(s) withheld from the task (container_mounts = "never"); '
+            "its devices and env are passed",
+        )
+    ]
+    asked = []
+    plain = Reserver(
+        FakeBackend(),
+        lambda: CAT,
+        Journal(tmp_path / "b"),
+        PluginConfig(),
+        mount_policy=MountPolicy("auto", lambda ids: asked.append(ids)),
+        path_exists=lambda p: False,
+    )
+    plain.reserve([card_uuid(1)])
+    assert asked == [], "the Nomad API was asked although XDM returned no mounts"
+
+
+def test_a_re_reserve_releases_every_earlier_holder_with_its_reason(tmp_path, caplog):
+    r, b, _ = make(tmp_path)
+    first = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    second = r.reserve([card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    with caplog.at_level("INFO"):
+        new = r.reserve([card_uuid(0), card_uuid(1)]).container_res.envs["LINGJUN_GRANT_ID"]
+    why = "re-reserved: its device IDs were handed to a new allocation"
+    assert set(released_lines(caplog)) == {f"grant {first} released: {why}", f"grant {second} released: {why}"}
+    assert r.counters.grants_released_by_reserve == 2
+    assert [e.grant_id for e in r.entries()] == [new] and set(b.grants) == {new}
+
+
+def test_retry_pending_releases_with_its_reason(tmp_path, caplog):
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    b.fail_release = UNAVAILABLE
+    assert not r.release_grant(gid, "x")
+    b.fail_release = None
+    with caplog.at_level("INFO"):
+        assert r.retry_pending() == 1
+    assert list(released_lines(caplog)) == [f"grant {gid} released: retry of an earlier failed release"]
+
+
+def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
+    from nomad_plugin.nomad.reserve import JournalWriteFailed
+
+    r, b, _ = make(tmp_path)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    real_put = r.journal.put
+
+    def failing_put(entry):
+        raise OSError(28, "No space left on device")
+
+    r.journal.put = failing_put
+    with pytest.raises(JournalWriteFailed) as info:
+        r.reserve([card_uuid(1)])
+    assert str(info.value) == (
+        f"grant journal write failed in {r.journal.dir}: [Errno 28] No space left on device; no grant was made"
+    )
+    b.fail_release = UNAVAILABLE
+    with pytest.raises(JournalWriteFailed) as info:
+        r.release_grant(gid, "x")
+    assert str(info.value) == (
+        f"grant journal write failed in {r.journal.dir}: [Errno 28] No space left on device; "
+        "the grant is being released"
+    )
+    r.journal.put = real_put

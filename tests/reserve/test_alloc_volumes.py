@@ -1,0 +1,273 @@
+"""``reconcile/alloc_volumes.py`` in detail: which allocation and task a Reserve is for, and every verdict.
+
+``container_mounts = "auto"`` passes XDM's mounts only when the starting
+task has no ``volume_mount``; when the lookup cannot tell, the mounts are
+withheld and the verdict's reason is logged. So each candidate rule (exact
+device block, terminal allocations skipped, replacements preferred over
+stopping ones, the right group and task) decides what a task gets mounted,
+and each reason is what an operator reads. test_mounts.py drives the
+option end to end; this file pins the rules one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict, find_candidates, task_volume_mounts
+from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
+from nomad_plugin.testing.nomad_api import NomadApiDouble
+from nomad_plugin.testing.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
+
+IDS = ["GPU-aaaa", "GPU-bbbb"]
+
+
+def alloc(alloc_id: str, ids: list[str], status: str = "running", desired: str | None = None, task: str = "t") -> dict:
+    out: dict[str, Any] = {
+        "ID": alloc_id,
+        "ClientStatus": status,
+        "AllocatedResources": {"Tasks": {task: {"Devices": [{"DeviceIDs": ids}]}}},
+    }
+    if desired is not None:
+        out["DesiredStatus"] = desired
+    return out
+
+
+def found(allocs: list[Any], ids: list[str] = IDS) -> list[tuple[str, str]]:
+    return [(c.alloc_id, c.task) for c in find_candidates(allocs, ids)]
+
+
+# -- find_candidates -------------------------------------------------------------
+
+
+def test_terminal_allocations_are_skipped_and_do_not_end_the_search() -> None:
+    allocs = [alloc("old", IDS, "complete"), alloc("gone", IDS, "failed"), "not a map", alloc("new", IDS, "pending")]
+    assert found(allocs) == [("new", "t")]
+
+
+def test_an_allocation_without_a_client_status_is_live() -> None:
+    live = alloc("a1", IDS)
+    del live["ClientStatus"]
+    assert found([live]) == [("a1", "t")]
+
+
+def test_the_replacement_wins_over_the_allocation_still_stopping() -> None:
+    stopping, starting = alloc("old", IDS, desired="stop"), alloc("new", IDS, "pending", desired="run")
+    assert found([stopping, starting]) == [("new", "t")]
+    assert found([starting, stopping]) == [("new", "t")]
+
+
+def test_no_desired_status_counts_as_run() -> None:
+    assert found([alloc("old", IDS, desired="stop"), alloc("new", IDS)]) == [("new", "t")]
+
+
+def test_only_stopping_candidates_are_still_candidates() -> None:
+    assert found([alloc("a", IDS, desired="stop"), alloc("b", IDS, desired="evict")]) == [("a", "t"), ("b", "t")]
+
+
+def test_several_running_candidates_are_all_kept() -> None:
+    assert found([alloc("a", IDS), alloc("b", list(reversed(IDS)), desired="run")]) == [("a", "t"), ("b", "t")]
+
+
+def test_device_block_shapes_that_hold_nothing() -> None:
+    """null and missing parts are empty, not errors: such an allocation is simply not a candidate."""
+    shapes: list[dict[str, Any]] = [
+        {"ID": "a", "AllocatedResources": None},
+        {"ID": "b", "AllocatedResources": {"Tasks": None}},
+        {"ID": "c", "AllocatedResources": {"Tasks": {"t": None}}},
+        {"ID": "d", "AllocatedResources": {"Tasks": {"t": {"Devices": None}}}},
+        {"ID": "e", "AllocatedResources": {"Tasks": {"t": {"Devices": [None]}}}},
+    ]
+    assert found(shapes) == []
+    assert found(shapes, []) == [("e", "t")]  # the one block with no IDs matches an empty request
+
+
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        (["Tasks"], "AllocatedResources is not an object"),
+        ({"Tasks": ["t"]}, "AllocatedResources.Tasks is not an object"),
+        ({"Tasks": {"t": ["GPU-aaaa"]}}, "task 't': Devices is not a list"),
+        ({"Tasks": {"t": "GPU-aaaa"}}, "task 't': Devices is not a list"),
+        ({"Tasks": {"t": {"Devices": {"DeviceIDs": IDS}}}}, "task 't': Devices is not a list"),
+        ({"Tasks": {"t": {"Devices": ["GPU-aaaa"]}}}, "task 't': DeviceIDs is not a list of strings"),
+        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": "GPU-aaaa"}]}}}, "task 't': DeviceIDs is not a list of strings"),
+        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": [1]}]}}}, "task 't': DeviceIDs is not a list of strings"),
+    ],
+)
+def test_a_drifted_shape_is_an_error_naming_the_part(resources: Any, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        find_candidates([{"ID": "a", "AllocatedResources": resources}], IDS)
+    assert str(info.value) == message
+
+
+# -- task_volume_mounts ------------------------------------------------------------
+
+
+def job(*groups: tuple[str, list[tuple[str, Any]]]) -> dict[str, Any]:
+    return {
+        "TaskGroups": [
+            {"Name": name, "Tasks": [{"Name": t, "VolumeMounts": m} for t, m in tasks]} for name, tasks in groups
+        ]
+    }
+
+
+def test_the_task_is_looked_up_in_its_own_group() -> None:
+    other = ("other", [("t", [{"Volume": "x"}])])
+    mine = ("g", [("sidecar", [{"Volume": "y"}]), ("t", [{"Volume": "z"}])])
+    allocation = {"TaskGroup": "g", "Job": job(other, mine)}
+    assert task_volume_mounts(allocation, "t") == [{"Volume": "z"}]
+    assert task_volume_mounts(allocation, "sidecar") == [{"Volume": "y"}]
+
+
+def test_odd_entries_are_skipped_and_null_mounts_are_none() -> None:
+    allocation = {"TaskGroup": "g", "Job": {"TaskGroups": ["x", {"Name": "g", "Tasks": ["y", {"Name": "t"}]}]}}
+    assert task_volume_mounts(allocation, "t") == []
+
+
+def test_a_task_or_job_that_is_not_there_is_none() -> None:
+    allocation = {"TaskGroup": "g", "Job": job(("g", [("t", None)]))}
+    assert task_volume_mounts(allocation, "missing") is None
+    assert task_volume_mounts({**allocation, "TaskGroup": "nope"}, "t") is None
+    assert task_volume_mounts({"TaskGroup": "g"}, "t") is None
+    assert task_volume_mounts({"TaskGroup": "g", "Job": "train"}, "t") is None
+
+
+def test_mounts_that_are_not_a_list_are_an_error() -> None:
+    with pytest.raises(ValueError) as info:
+        task_volume_mounts({"TaskGroup": "g", "Job": job(("g", [("t", {"Volume": "x"})]))}, "t")
+    assert str(info.value) == "task 't': VolumeMounts is not a list"
+
+
+# -- AllocVolumeLookup verdicts, against the API double -----------------------------
+
+
+@pytest.fixture
+def api() -> Iterator[NomadApiDouble]:
+    with NomadApiDouble() as double:
+        yield double
+
+
+def lookup(api: NomadApiDouble, *, timeout: float = 30.0, **kw: Any) -> AllocVolumeLookup:
+    return AllocVolumeLookup(NomadClient(NomadApiSettings(address=api.address, timeout=timeout)), **kw)
+
+
+def paths(api: NomadApiDouble) -> list[str]:
+    return [p.split("?", 1)[0] for p, _ in api.requests]
+
+
+def test_known_verdicts_in_full_and_no_extra_request(api: NomadApiDouble) -> None:
+    add_alloc_with_job(api, "a1", IDS)
+    assert lookup(api).lookup(IDS) == VolumeVerdict(True, False, "task a1/task has no volume_mount")
+    add_alloc_with_job(api, "b1", ["GPU-cccc"], volumes=[HostVolume()])
+    add_alloc_with_job(api, "b2", ["GPU-cccc"], "pending", volumes=[HostVolume()])
+    assert lookup(api).lookup(["GPU-cccc"]) == VolumeVerdict(True, True, "task b1/task, b2/task has volume_mount")
+    assert not [p for p in paths(api) if p.startswith("/v1/allocation/")], "the list already had the job"
+
+
+def test_disagreeing_candidates_in_full(api: NomadApiDouble) -> None:
+    add_alloc_with_job(api, "a1", IDS, volumes=[HostVolume()])
+    add_alloc_with_job(api, "a2", IDS, "pending")
+    add_alloc_with_job(api, "a3", IDS, "pending")
+    add_alloc_with_job(api, "a4", IDS, volumes=[HostVolume()])
+    assert lookup(api).lookup(IDS) == VolumeVerdict(
+        False, False, "allocations disagree: a1/task, a4/task mount volumes, a2/task, a3/task do not"
+    )
+
+
+def test_no_allocation_yet_in_full_after_every_attempt(api: NomadApiDouble) -> None:
+    slept: list[float] = []
+    verdict = lookup(api, attempts=3, retry_delay=0.25, sleep=slept.append).lookup(IDS)
+    assert verdict == VolumeVerdict(
+        False, False, f"no live allocation on node {api.node_id} holds device IDs GPU-aaaa, GPU-bbbb yet"
+    )
+    assert slept == [0.25, 0.25], "a pause between tries, none after the last"
+    assert paths(api).count(f"/v1/node/{api.node_id}/allocations") == 3
+
+
+def test_one_attempt_means_one_request_and_no_pause(api: NomadApiDouble) -> None:
+    slept: list[float] = []
+    assert not lookup(api, attempts=1, sleep=slept.append).lookup(IDS).known
+    assert slept == []
+    assert paths(api).count(f"/v1/node/{api.node_id}/allocations") == 1
+    slept.clear()
+    assert not lookup(api, attempts=0, sleep=slept.append).lookup(IDS).known  # at least one try
+    assert slept == []
+    assert paths(api).count(f"/v1/node/{api.node_id}/allocations") == 2
+
+
+def test_a_given_node_id_is_used_as_is_and_quoted(api: NomadApiDouble) -> None:
+    assert not lookup(api, node_id="odd/node id", attempts=1).lookup(IDS).known
+    assert paths(api) == ["/v1/node/odd%2Fnode%20id/allocations"], "the agent was asked for its node id"
+
+
+def test_the_node_id_is_asked_of_the_agent_once(api: NomadApiDouble) -> None:
+    finder = lookup(api, attempts=1)
+    finder.lookup(IDS)
+    finder.lookup(IDS)
+    assert paths(api).count("/v1/agent/self") == 1
+
+
+def test_api_error_verdict_in_full(api: NomadApiDouble) -> None:
+    api.require_token("secret")
+    verdict = lookup(api, node_id="n1").lookup(IDS)
+    assert verdict == VolumeVerdict(
+        False,
+        False,
+        "the Nomad API could not be asked (Nomad API /v1/node/n1/allocations: 403 Permission denied "
+        "(the token needs node:read))",
+    )
+
+
+def test_the_client_timeout_bounds_each_request(api: NomadApiDouble) -> None:
+    api.set_latency(30.0)
+    verdict = lookup(api, node_id="n1", timeout=0.5).lookup(IDS)
+    assert verdict == VolumeVerdict(
+        False, False, "the Nomad API could not be asked (Nomad API /v1/node/n1/allocations: timed out after 0.5s)"
+    )
+
+
+def test_shape_error_verdict_in_full(api: NomadApiDouble) -> None:
+    add_alloc_with_job(api, "a1", IDS)
+    with api._cond:
+        api._allocs["a1"]["AllocatedResources"]["Tasks"]["task"]["Devices"] = "GPU-aaaa"
+    assert lookup(api).lookup(IDS) == VolumeVerdict(
+        False, False, "the Nomad API answer has an unexpected shape (task 'task': Devices is not a list)"
+    )
+
+
+class ScriptedAllocation(NodeListWithoutJobs):
+    """The list leaves the job out; ``/v1/allocation/<id>`` answers ``self.full`` (any JSON)."""
+
+    full: Any = None
+
+    def _serve(self, path: str, token: str) -> tuple[int, Any, int] | None:
+        if path.startswith("/v1/allocation/"):
+            with self._cond:
+                self.requests.append((path, token))
+                return 200, self.full, self._index
+        return super()._serve(path, token)
+
+
+@pytest.mark.parametrize("full", [[], 7, {"TaskGroup": "web", "Job": {"TaskGroups": []}}])
+def test_a_task_missing_from_the_full_allocation_is_unknown(full: Any) -> None:
+    with ScriptedAllocation() as api:
+        api.full = full
+        add_alloc_with_job(api, "a/1", IDS)
+        verdict = lookup(api).lookup(IDS)
+    assert verdict == VolumeVerdict(False, False, "allocation a/1: task 'task' is not in the allocation's job")
+    assert "/v1/allocation/a%2F1" in paths(api)
+
+
+def test_a_node_list_that_is_not_a_list_is_a_shape_error() -> None:
+    class NotAList(NomadApiDouble):
+        def _node_allocs(self, *args: Any, **kwargs: Any) -> tuple[int, Any, int]:
+            return 200, {"allocs": []}, self.index
+
+    with NotAList() as api:
+        verdict = lookup(api).lookup(IDS)
+    assert verdict == VolumeVerdict(
+        False, False, "the Nomad API answer has an unexpected shape (node allocations answer is not a list)"
+    )

@@ -1,0 +1,566 @@
+"""The reconciler's details an operator reads or relies on, pinned one by one.
+
+What Nomad's answers become (namespace, job, modify time), what each error
+says and which kind it is (the reconciler decides on the kind), the ACL
+endpoints' quoting and messages, the visibility verdicts in full (doctor and
+the startup warning print them), the reconciler thread's name, daemon flag
+and stop, and claimed allocations that left the list without Nomad
+confirming their end (kept, each with an info line).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.journal import Journal
+from nomad_plugin.nomad.reserve import Reserver
+from nomad_plugin.reconcile.nomad_api import (
+    AllocView,
+    NomadApiError,
+    NomadApiSettings,
+    NomadClient,
+    parse_alloc,
+    required_capability,
+)
+from nomad_plugin.reconcile.reconciler import Reconciler
+from nomad_plugin.reconcile.visibility import Visibility, judge_policies, namespace_rules
+from nomad_plugin.testing.nomad_api import NomadApiDouble
+from nomad_plugin.util.backoff import Backoff
+from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from tests.waiting import wait_until
+
+CAT = catalog(whole_group(4))
+
+
+# -- parse_alloc: the fields besides the devices ------------------------------------
+
+
+def raw(**extra: Any) -> dict[str, Any]:
+    return {"ID": "a1", "ClientStatus": "running", **extra}
+
+
+@pytest.mark.parametrize(
+    ("extra", "namespace", "job", "modify_time"),
+    [
+        ({}, "default", "", 0.0),
+        ({"Namespace": None, "JobID": None, "ModifyTime": None}, "default", "", 0.0),
+        ({"Namespace": "", "JobID": "", "ModifyTime": 0}, "default", "", 0.0),
+        (
+            {"Namespace": "team-a", "JobID": "train", "ModifyTime": 1_700_000_000_500_000_000},
+            "team-a",
+            "train",
+            1.7e9 + 0.5,
+        ),
+        ({"ModifyTime": 2.5e9}, "default", "", 2.5),
+        ({"ModifyTime": True}, "default", "", 0.0),  # a bool is no time
+        ({"ModifyTime": "1700000000"}, "default", "", 0.0),
+    ],
+)
+def test_parse_alloc_namespace_job_and_modify_time(extra, namespace, job, modify_time) -> None:
+    view = parse_alloc(raw(**extra))
+    assert (view.namespace, view.job, view.modify_time) == (namespace, job, modify_time)
+
+
+@pytest.mark.parametrize("extra", [{"Namespace": 7}, {"JobID": ["train"]}, {"Namespace": {"n": 1}, "JobID": "x"}])
+def test_parse_alloc_refuses_a_namespace_or_job_that_is_not_a_string(extra) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_alloc(raw(**extra))
+    assert str(info.value) == "allocation 'a1': Namespace/JobID is not a string"
+
+
+def test_required_capability_per_endpoint() -> None:
+    assert required_capability("/v1/agent/self") == "agent:read (or set nomad_node_id to skip /v1/agent/self)"
+    assert required_capability("/v1/node/n1/allocations") == "node:read"
+    assert required_capability("/v1/allocation/a1") == "node:read"
+
+
+# -- the client's ACL and allocation endpoints -------------------------------------------
+
+
+class Scripted(NomadApiDouble):
+    """Answers ``self.answers[path]`` (status, body) for the paths it holds; the double does the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: dict[str, tuple[int, Any]] = {}
+
+    def _serve(self, path: str, token: str) -> tuple[int, Any, int] | None:
+        if path in self.answers:
+            with self._cond:
+                self.requests.append((path, token))
+            status, body = self.answers[path]
+            return status, body, self.index
+        return super()._serve(path, token)
+
+
+@pytest.fixture
+def api() -> Iterator[Scripted]:
+    double = Scripted().start()
+    try:
+        yield double
+    finally:
+        double.stop()
+
+
+def client(api: NomadApiDouble, token: str = "", timeout: float = 30.0) -> NomadClient:
+    return NomadClient(NomadApiSettings(address=api.address, token=token, timeout=timeout))
+
+
+def paths(api: NomadApiDouble) -> list[str]:
+    return [p for p, _ in api.requests]
+
+
+def test_policy_and_role_names_are_quoted_whole(api: Scripted) -> None:
+    api.answers["/v1/acl/policy/team%2Fa%20b"] = (200, {"Name": "team/a b", "Rules": "x"})
+    api.answers["/v1/acl/role/r%2F1"] = (200, {"Policies": [{"Name": "p"}, "junk", {"Name": 3}]})
+    api.answers["/v1/allocation/a%2F1"] = (404, "alloc not found")
+    c = client(api)
+    assert c.acl_policy_rules("team/a b") == "x"
+    assert c.acl_role_policies("r/1") == ["p"]
+    assert c.allocation("a/1") is None
+    assert paths(api) == ["/v1/acl/policy/team%2Fa%20b", "/v1/acl/role/r%2F1", "/v1/allocation/a%2F1"]
+
+
+def test_a_refused_acl_read_says_the_token_must_be_valid(api: Scripted) -> None:
+    api.answers["/v1/acl/policy/p"] = (403, "Permission denied")
+    api.answers["/v1/acl/role/r"] = (403, "Permission denied")
+    c = client(api)
+    for call, path in ((lambda: c.acl_policy_rules("p"), "policy/p"), (lambda: c.acl_role_policies("r"), "role/r")):
+        with pytest.raises(NomadApiError) as info:
+            call()
+        assert str(info.value) == (
+            f"Nomad API /v1/acl/{path}: 403 Permission denied (the token needs to be a valid ACL token)"
+        )
+        assert info.value.kind == "forbidden"
+
+
+@pytest.mark.parametrize("body", [{"Name": "p"}, {"Rules": 3}, ["Rules"], 5])
+def test_a_policy_answer_without_rules_is_a_bad_response(api: Scripted, body: Any) -> None:
+    api.answers["/v1/acl/policy/p"] = (200, body)
+    with pytest.raises(NomadApiError) as info:
+        client(api).acl_policy_rules("p")
+    assert (str(info.value), info.value.kind) == ("ACL policy 'p': no Rules in the answer", "bad-response")
+
+
+@pytest.mark.parametrize("body", [{"ID": "r"}, {"Policies": "p"}, [{"Name": "p"}], 5])
+def test_a_role_answer_without_policies_is_a_bad_response(api: Scripted, body: Any) -> None:
+    api.answers["/v1/acl/role/r"] = (200, body)
+    with pytest.raises(NomadApiError) as info:
+        client(api).acl_role_policies("r")
+    assert (str(info.value), info.value.kind) == ("ACL role 'r': no Policies in the answer", "bad-response")
+
+
+def test_an_allocation_answer_of_the_wrong_shape_is_a_bad_response(api: Scripted) -> None:
+    api.answers["/v1/allocation/a1"] = (200, {"ID": 5})
+    with pytest.raises(NomadApiError) as info:
+        client(api).allocation("a1")
+    assert (str(info.value), info.value.kind) == ("allocation answer: allocation without an ID", "bad-response")
+
+
+def test_an_answer_that_is_not_json_is_a_bad_response(api: Scripted) -> None:
+    api.answers["/v1/allocation/a1"] = (200, "not json")  # the double sends a str as text
+    with pytest.raises(NomadApiError) as info:
+        client(api).allocation("a1")
+    assert (str(info.value), info.value.kind) == ("Nomad API /v1/allocation/a1: answer is not JSON", "bad-response")
+
+
+@pytest.mark.parametrize("call", ["acl_policy_rules", "acl_role_policies", "allocation"])
+def test_every_endpoint_gives_up_after_the_client_timeout(api: Scripted, call: str) -> None:
+    api.set_latency(30.0)
+    with pytest.raises(NomadApiError) as info:
+        getattr(client(api, timeout=0.5), call)("x")
+    assert info.value.kind == "timeout" and str(info.value).endswith("timed out after 0.5s")
+
+
+# -- visibility verdicts in full ----------------------------------------------------------
+
+NODE = 'node { policy = "read" }\nagent { policy = "read" }\n'
+STAR = 'namespace "*" { policy = "read" }\n'
+
+
+@pytest.mark.parametrize(
+    ("rules", "verdict"),
+    [
+        ({}, Visibility(False, "the token has no policies, so it reads no namespace")),
+        (
+            {"p": NODE},
+            Visibility(False, 'no policy of the token has a namespace "*" rule, so some namespaces are unread'),
+        ),
+        (
+            {"p": STAR, "q": 'namespace "team-b" { policy = "deny" }\nnamespace "team-a" { policy = "scale" }'},
+            Visibility(False, "namespace rule(s) 'team-a', 'team-b' do not grant read-job"),
+        ),
+        (
+            {"p": STAR, "q": 'namespace "team-a" { policy = "read"\n capabilities = ["deny"] }'},
+            Visibility(False, "namespace rule(s) 'team-a' do not grant read-job"),
+        ),
+        ({"q": STAR, "p": NODE + STAR}, Visibility(True, "policies p, q grant read-job on every namespace")),
+        (
+            {"p": 'namespace "**" { policy = "write" }'},
+            Visibility(True, "policies p grant read-job on every namespace"),
+        ),
+    ],
+)
+def test_judge_policies_verdicts_in_full(rules: dict[str, str], verdict: Visibility) -> None:
+    assert judge_policies(rules) == verdict
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"namespace": ["default"]}', "a namespace block is not an object"),
+        ('{"namespace": {"default": "read"}}', "namespace 'default' is not a block"),
+        ('{"namespace": {"default": {"capabilities": "read-job"}}}', "namespace 'default': capabilities is not a list"),
+    ],
+)
+def test_namespace_rules_errors_name_the_part(text: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        namespace_rules(text)
+    assert str(info.value) == message
+
+
+def test_unparsable_hcl_is_a_value_error_naming_the_parser_error() -> None:
+    with pytest.raises(ValueError) as info:
+        namespace_rules("namespace {{{ not hcl")
+    text = str(info.value)
+    assert re.match(r"^[A-Za-z_]+: \S", text) and len(text) <= 200 + 40, text
+    assert not text.startswith("ValueError"), "the parser's own exception type is named"
+
+
+def test_a_long_parser_error_is_cut_at_200_characters() -> None:
+    with pytest.raises(ValueError) as info:
+        namespace_rules("namespace " + "{" * 500)
+    kind, _, detail = str(info.value).partition(": ")
+    assert kind and len(detail) <= 200
+
+
+def test_json_rules_with_leading_whitespace_are_json() -> None:
+    assert namespace_rules('\n  {"namespace": {"*": {"policy": "read"}}}  ') == {"*": {"read-job"}}
+
+
+def test_policy_deny_and_quoted_values() -> None:
+    assert namespace_rules(
+        '{"namespace": {"a": {"policy": "deny"}, "b": {}, "\\"c\\"": {"policy": "\\"read\\""}}}'
+    ) == {
+        "a": {"deny"},
+        "b": set(),
+        "c": {"read-job"},
+    }
+
+
+def test_quotes_are_stripped_only_from_a_quoted_string() -> None:
+    assert namespace_rules('{"namespace": {"\\"": {}, "\\"\\"": {}, "x\\"": {}}}') == {
+        '"': set(),
+        "": set(),
+        'x"': set(),
+    }
+
+
+# -- the reconciler thread and claims Nomad does not confirm --------------------------------
+
+
+def setup(tmp_path, api: NomadApiDouble | None, **kw: Any) -> tuple[Reserver, FakeBackend, Reconciler]:
+    backend = FakeBackend()
+    reserver = Reserver(backend, lambda: CAT, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    nomad = None if api is None else client(api, token=kw.pop("token", ""), timeout=30.0)
+    rec = Reconciler(reserver, nomad, lambda: CAT, backoff=Backoff(initial=0.05, cap=0.2), **kw)
+    return reserver, backend, rec
+
+
+def threads_named(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name]
+
+
+def test_the_thread_is_a_named_daemon_and_stop_joins_it(tmp_path) -> None:
+    _, _, rec = setup(tmp_path, None, grace=5, max_wait=5.0, idle_period=0.05)
+    before = set(threads_named("grant-reconciler"))
+    rec.start()
+    (thread,) = set(threads_named("grant-reconciler")) - before
+    assert thread.daemon, "the reconciler must not keep a stopping plugin alive"
+    wait_until(lambda: rec.rounds >= 0 and thread.is_alive(), "the reconciler thread to run")
+    rec.stop()  # joins for max_wait + 10 s; an idle round ends at once on stop
+    assert not thread.is_alive(), "stop() returned before the thread ended"
+
+
+def test_a_failed_round_is_recorded_and_logged_with_its_retry(tmp_path, caplog) -> None:
+    with NomadApiDouble() as api:
+        api.require_token("right")
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="wrong")
+        with caplog.at_level("WARNING"):
+            rec.start()
+            try:
+                wait_until(lambda: reserver.counters.nomad_api_errors >= 1, "a failed round")
+                wait_until(lambda: rec.last_error, "the error to be recorded")
+            finally:
+                rec.stop()
+    assert rec.last_error.startswith("Nomad API /v1/agent/self: 403 Permission denied"), rec.last_error
+    pattern = re.compile(
+        r"reconciler: Nomad API /v1/agent/self: 403 Permission denied \(the token needs agent:read .*\); "
+        r"retrying in \d+\.\ds \(no grant is released meanwhile\)"
+    )
+    assert [r for r in caplog.records if pattern.fullmatch(r.getMessage())], caplog.text
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_claims_nomad_will_not_confirm_are_all_kept_each_with_a_line(tmp_path, caplog) -> None:
+    """Two claimed allocations leave the list and their reads are refused (the policy narrowed): no evidence."""
+    with NomadApiDouble() as api:
+        api.enable_acls()
+        api.add_policy(
+            "plugin", 'namespace "default" { policy = "read" }\nnamespace "team-b" { policy = "read" }\n' + NODE
+        )
+        api.add_token("t", ["plugin"])
+        clock = Clock()
+        reserver, backend, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=clock)
+        grants = [reserver.reserve([card_uuid(i)]).container_res.envs["LINGJUN_GRANT_ID"] for i in (0, 1)]
+        api.add_alloc("b-1", [card_uuid(0)], namespace="team-b", job="train")
+        api.add_alloc("b-2", [card_uuid(1)], namespace="team-b", job="serve")
+        rec.round()
+        assert not rec.view_complete
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)  # team-b no longer readable
+        with caplog.at_level("INFO"):
+            for _ in range(3):
+                rec.round()
+                clock.now += 60  # far past grace
+        assert all(g in backend.grants for g in grants), "a grant was released without evidence"
+        for alloc in ("b-1", "b-2"):
+            line = (
+                f"reconciler: allocation {alloc} left the list but Nomad did not confirm it ended: "
+                f"Nomad API /v1/allocation/{alloc}: 403 Permission denied"
+            )
+            assert [r for r in caplog.records if r.getMessage().startswith(line)], caplog.text
+
+
+class HidesFromList(NomadApiDouble):
+    """Leaves ``hidden`` allocations out of the node list; ``/v1/allocation/<id>`` still answers them."""
+
+    hidden: frozenset[str] = frozenset()
+
+    def _node_allocs(self, *args: Any, **kwargs: Any) -> tuple[int, Any, int]:
+        status, body, index = super()._node_allocs(*args, **kwargs)
+        if status == 200 and isinstance(body, list):
+            body = [a for a in body if a["ID"] not in self.hidden]
+        return status, body, index
+
+
+def test_a_claim_read_directly_counts_like_a_list_entry(tmp_path) -> None:
+    with HidesFromList() as api:
+        api.enable_acls()
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)
+        api.add_token("t", ["plugin"])
+        clock = Clock()
+        reserver, backend, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=clock)
+        live, ended = (reserver.reserve([card_uuid(i)]).container_res.envs["LINGJUN_GRANT_ID"] for i in (0, 1))
+        api.add_alloc("a-live", [card_uuid(0)], job="web")
+        api.add_alloc("a-ended", [card_uuid(1)], job="batch")
+        rec.round()
+        api.hidden = frozenset({"a-live", "a-ended"})
+        api.set_status("a-ended", "complete")
+        for _ in range(3):
+            rec.round()
+            clock.now += 60
+        assert live in backend.grants, "a running allocation read directly was taken as gone"
+        assert ended not in backend.grants, "the ended allocation read directly was not released"
+
+
+def test_parse_alloc_builds_the_whole_view() -> None:
+    view = parse_alloc(
+        raw(
+            Namespace="team-a",
+            JobID="train",
+            ModifyTime=1_700_000_000_500_000_000,
+            AllocatedResources={"Tasks": {"t": {"Devices": [{"DeviceIDs": ["U2", "U1"]}, {"DeviceIDs": ["U3"]}]}}},
+        )
+    )
+    assert view == AllocView("a1", "running", frozenset({"U1", "U2", "U3"}), "team-a", "train", 1.7e9 + 0.5)
+
+
+# -- what the reconciler writes for `grants`, and the reason of a release without a claim ---------
+
+
+def test_the_state_written_after_a_round(tmp_path, caplog) -> None:
+    from nomad_plugin.reconcile.decide import Claim
+    from nomad_plugin.reconcile.state import load_state
+
+    with NomadApiDouble() as api:
+        clock = Clock()
+        path = tmp_path / "reconciler-state.json"
+        reserver, backend, rec = setup(
+            tmp_path, api, grace=5, max_wait=0.2, clock=clock, wall_clock=lambda: 5000.0, state_path=path
+        )
+        claimed, orphan = (reserver.reserve([card_uuid(i)]).container_res.envs["LINGJUN_GRANT_ID"] for i in (0, 1))
+        api.add_alloc("a1", [card_uuid(0)], namespace="team-a", job="web")
+        api.add_alloc("stray", [card_uuid(3)], job="other")  # our device, no grant: a leak
+        rec.round()
+        state = load_state(path)
+        assert state is not None
+        assert (state.updated_at, state.grace, state.view_complete) == (5000.0, 5.0, True)
+        assert state.view_reason == "ACLs are disabled on this cluster: every allocation is visible"
+        assert state.claims == {claimed: Claim("a1", "team-a", "web")}
+        assert state.release_at == {orphan: 5005.0}  # wall time + what is left of the grace period
+        assert state.unverifiable == [] and state.leaked == []
+        assert sorted(a.id for a in state.allocs) == ["a1", "stray"]
+        clock.now += 2
+        rec.round()
+        assert load_state(path).release_at == {orphan: 5003.0}
+        clock.now += 4  # past grace: the orphan goes, the leak is reported
+        with caplog.at_level("INFO"):
+            rec.round()
+        state = load_state(path)
+        assert state.release_at == {} and state.leaked == ["stray"] and orphan not in backend.grants
+        reason = "no live allocation on this node holds its devices (the token sees every namespace)"
+        assert f"grant {orphan} released: {reason}" in [r.getMessage() for r in caplog.records]
+
+
+def test_an_unwritable_state_file_is_a_warning_not_a_failed_round(tmp_path, caplog) -> None:
+    with NomadApiDouble() as api:
+        path = tmp_path / "no-such-dir" / "reconciler-state.json"
+        _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, state_path=path)
+        with caplog.at_level("WARNING"):
+            rec.round()
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [x for x in lines if x.startswith(f"reconciler: could not write {path}: [Errno 2] ")], lines
+
+
+def test_the_state_of_an_incomplete_view_lists_the_unverifiable_grants(tmp_path) -> None:
+    from nomad_plugin.reconcile.state import load_state
+
+    with NomadApiDouble() as api:
+        api.enable_acls()
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)
+        api.add_token("t", ["plugin"])
+        path = tmp_path / "reconciler-state.json"
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=Clock(), state_path=path)
+        unclaimed = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        rec.round()
+    state = load_state(path)
+    assert state is not None and not state.view_complete
+    assert state.view_reason == 'no policy of the token has a namespace "*" rule, so some namespaces are unread'
+    assert state.unverifiable == [unclaimed] and state.release_at == {}
+
+
+def test_lines_for_an_unverifiable_grant_once_and_for_a_leak(tmp_path, caplog) -> None:
+    with NomadApiDouble() as api:
+        api.enable_acls()
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)
+        api.add_token("t", ["plugin"])
+        clock = Clock()
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=clock)
+        unclaimed = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        api.add_alloc("stray", [card_uuid(3), card_uuid(2)], job="other")
+        with caplog.at_level("INFO"):
+            for _ in range(3):
+                rec.round()
+                clock.now += 6
+    messages = [r.getMessage() for r in caplog.records]
+    kept = (
+        f"grant {unclaimed} is kept: no allocation visible to the token has claimed its devices and the view is "
+        "incomplete, so its end cannot be seen (check it with `nomad-device-lingjun grants`)"
+    )
+    assert messages.count(kept) == 1, "the kept-grant warning is given once per grant, not every round"
+    leak = (
+        f"allocation stray is running with devices {card_uuid(2)}, {card_uuid(3)} but the journal has no grant for "
+        "them (journal lost or corrupt?); its XDM grant cannot be released by the plugin"
+    )
+    assert messages.count(leak) == 1
+
+
+def test_a_released_claim_leaves_the_state_in_the_same_round(tmp_path) -> None:
+    from nomad_plugin.reconcile.state import load_state
+
+    with NomadApiDouble() as api:
+        clock = Clock()
+        path = tmp_path / "reconciler-state.json"
+        reserver, backend, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=clock, state_path=path)
+        gid = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+        api.add_alloc("a1", [card_uuid(0)], job="web")
+        rec.round()
+        assert set(load_state(path).claims) == {gid}
+        api.set_status("a1", "complete")
+        rec.round()
+        clock.now += 6
+        rec.round()
+        assert gid not in backend.grants
+        state = load_state(path)
+        assert state.claims == {} and state.release_at == {}, state
+
+
+def test_visibility_lines_once_per_change_and_a_failed_check(tmp_path, caplog) -> None:
+    from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY
+
+    api = Scripted().start()
+    try:
+        clock = Clock()
+        _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=clock, visibility_period=60.0)
+        with caplog.at_level("INFO"):
+            rec.round()
+            rec.round()
+            api.answers["/v1/acl/token/self"] = (500, "boom")
+            clock.now += 61
+            rec.round()
+            clock.now += 29  # a failed check is retried after min(30 s, the period)
+            rec.round()
+            clock.now += 2
+            rec.round()
+    finally:
+        api.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    complete = (
+        "reconciler: the allocation view is complete (ACLs are disabled on this cluster: every allocation is visible)"
+    )
+    assert messages.count(complete) == 1, messages
+    failed = [m for m in messages if m.startswith("reconciler: could not check what the Nomad token can see (")]
+    assert len(failed) == 2 and all(m.endswith("; keeping the last answer") for m in failed), failed
+    assert [p for p, _ in api.requests].count("/v1/acl/token/self") == 3
+    assert rec.view_complete, "a failed check keeps the last answer"
+    assert " ".join(RECOMMENDED_POLICY.split()) not in " ".join(messages)
+
+
+def test_the_incomplete_warning_in_full(tmp_path, caplog) -> None:
+    from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY
+
+    with NomadApiDouble() as api:
+        api.enable_acls()
+        api.add_policy("plugin", 'namespace "default" { policy = "read" }\n' + NODE)
+        api.add_token("t", ["plugin"])
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=Clock())
+        with caplog.at_level("INFO"):
+            rec.round()
+    warning = (
+        'reconciler: the allocation view is INCOMPLETE (no policy of the token has a namespace "*" rule, so some '
+        "namespaces are unread): Nomad leaves out allocations in namespaces the token cannot read, so a grant is "
+        "released only after the allocation that held it is seen to end, never because it is absent. Give the "
+        "token this policy: " + " ".join(RECOMMENDED_POLICY.split())
+    )
+    assert [r.levelname for r in caplog.records if r.getMessage() == warning] == ["WARNING"]
+    assert reserver.counters.view_incomplete == 1
+
+
+def test_a_first_failed_check_counts_as_incomplete(tmp_path, caplog) -> None:
+    api = Scripted().start()
+    try:
+        api.answers["/v1/acl/token/self"] = (500, "boom")
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock())
+        with caplog.at_level("WARNING"):
+            rec.round()
+    finally:
+        api.stop()
+    assert reserver.counters.view_incomplete == 1 and not rec.view_complete
+    line = (
+        "reconciler: could not check what the Nomad token can see (Nomad API /v1/acl/token/self: HTTP 500 boom); "
+        "until it can, grants are released only on evidence"
+    )
+    assert line in [r.getMessage() for r in caplog.records]
