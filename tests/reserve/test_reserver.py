@@ -375,7 +375,7 @@ def test_a_failed_release_warns_with_its_reason_and_is_journalled_as_releasing_o
     b.fail_release = UNAVAILABLE
     puts = []
     real_put = r.journal.put
-    r.journal.put = lambda entry: (puts.append(entry.state), real_put(entry))[1]
+    r.journal.put = lambda entry, durable=True: (puts.append(entry.state), real_put(entry, durable=durable))[1]
     with caplog.at_level("WARNING"):
         assert not r.release_grant(gid, "allocation a1 of job default/web ended (complete)")
         assert not r.release_grant(gid, "retry of an earlier failed release")
@@ -596,7 +596,7 @@ def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
     gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
     real_put = r.journal.put
 
-    def failing_put(entry):
+    def failing_put(entry, durable=True):
         raise OSError(28, "No space left on device")
 
     r.journal.put = failing_put
