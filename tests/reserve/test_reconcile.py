@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -550,18 +551,24 @@ def _agent(answer, **kw):
     return _Scripted(answer, **kw)
 
 
-def test_client_over_a_unix_socket_sends_the_token_and_reads_the_index(tmp_path):
-    agent = _agent(
-        lambda p: (200, {"X-Nomad-Index": "42"}, SELF if "self" in p else b"[]"), unix_path=str(tmp_path / "n.sock")
-    )
-    client = NomadClient(NomadApiSettings(address=agent.address, token="tok"))
+@contextmanager
+def _client_of(answer, agent_kw=None, **settings):
+    """A scripted agent and a NomadClient on it, both closed afterwards; yields (agent, client)."""
+    agent = _agent(answer, **(agent_kw or {}))
+    client = NomadClient(NomadApiSettings(address=agent.address, **settings))
     try:
-        assert client.node_id() == "n-1"
-        page = client.node_allocations("a/b", 7, 0.0001)
-        assert page.index == 42 and page.allocs == ()
+        yield agent, client
     finally:
         client.close()
         agent.close()
+
+
+def test_client_over_a_unix_socket_sends_the_token_and_reads_the_index(tmp_path):
+    answer = lambda p: (200, {"X-Nomad-Index": "42"}, SELF if "self" in p else b"[]")  # noqa: E731
+    with _client_of(answer, {"unix_path": str(tmp_path / "n.sock")}, token="tok") as (agent, client):
+        assert client.node_id() == "n-1"
+        page = client.node_allocations("a/b", 7, 0.0001)
+        assert page.index == 42 and page.allocs == ()
     (p1, h1), (p2, _h2) = agent.seen
     assert p1 == "/v1/agent/self" and h1.get("X-Nomad-Token") == "tok"
     assert p2 == "/v1/node/a%2Fb/allocations?index=7&wait=1ms"
@@ -570,14 +577,10 @@ def test_client_over_a_unix_socket_sends_the_token_and_reads_the_index(tmp_path)
 def test_client_without_token_sends_no_token_header_and_ignores_proxy_settings(monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a dead proxy: must not be used
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
-    agent = _agent(lambda p: (200, {"X-Nomad-Index": "not-a-number"}, SELF if "self" in p else b"[]"))
-    client = NomadClient(NomadApiSettings(address=agent.address))
-    try:
+    answer = lambda p: (200, {"X-Nomad-Index": "not-a-number"}, SELF if "self" in p else b"[]")  # noqa: E731
+    with _client_of(answer) as (agent, client):
         assert client.node_id() == "n-1"
         assert client.node_allocations("n-1").index == 0  # an unreadable index starts over
-    finally:
-        client.close()
-        agent.close()
     assert all("X-Nomad-Token" not in h for _, h in agent.seen)
 
 
@@ -595,30 +598,20 @@ def test_client_without_token_sends_no_token_header_and_ignores_proxy_settings(m
     ],
 )
 def test_client_errors_say_what_failed(status, body, message, kind):
-    agent = _agent(lambda p: (status, {}, body))
-    client = NomadClient(NomadApiSettings(address=agent.address))
-    try:
-        with pytest.raises(NomadApiError) as err:
-            client.node_id()
-    finally:
-        client.close()
-        agent.close()
+    with _client_of(lambda p: (status, {}, body)) as (_, client), pytest.raises(NomadApiError) as err:
+        client.node_id()
     assert (str(err.value), err.value.kind) == (message, kind)
 
 
 def test_client_allocations_errors_say_what_failed():
-    agent = _agent(lambda p: (200, {"X-Nomad-Index": "x"}, b'{"a": 1}' if "n-1" in p else b'[{"ID": 5}]'))
-    client = NomadClient(NomadApiSettings(address=agent.address))
-    try:
+    answer = lambda p: (200, {"X-Nomad-Index": "x"}, b'{"a": 1}' if "n-1" in p else b'[{"ID": 5}]')  # noqa: E731
+    with _client_of(answer) as (_, client):
         with pytest.raises(NomadApiError) as err:
             client.node_allocations("n-1")
         assert (str(err.value), err.value.kind) == ("node allocations answer is not a list", "bad-response")
         with pytest.raises(NomadApiError) as err:
             client.node_allocations("n-2")
         assert (str(err.value), err.value.kind) == ("node allocations answer: allocation without an ID", "bad-response")
-    finally:
-        client.close()
-        agent.close()
 
 
 def test_client_unreachable_and_timeout_kinds(tmp_path):
@@ -637,12 +630,6 @@ def test_client_unreachable_and_timeout_kinds(tmp_path):
         time.sleep(3)
         return 200, {}, SELF
 
-    agent = _agent(slow)
-    client = NomadClient(NomadApiSettings(address=agent.address, timeout=0.5))
-    try:
-        with pytest.raises(NomadApiError) as err:
-            client.node_id()
-    finally:
-        client.close()
-        agent.close()
+    with _client_of(slow, timeout=0.5) as (_, client), pytest.raises(NomadApiError) as err:
+        client.node_id()
     assert (str(err.value), err.value.kind) == ("Nomad API /v1/agent/self: timed out after 0.5s", "timeout")

@@ -124,16 +124,21 @@ def test_malformed_grant_is_released_and_never_reaches_task(tmp_path):
     assert b.grants == {} and len(b.released) == 1 and r.entries() == []
 
 
-def test_route_c_recover_releases_intent_and_keeps_granted(tmp_path):
-    r, b, _ = make(tmp_path)
-    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
-    # Simulate a crash after the intent write: an intent entry on disk, maybe a grant at XDM.
-    e = r.entries()[0]
+def crashed_mid_reserve_and_mid_release(tmp_path):
+    """A kept grant, plus an intent and a releasing entry a crashed process left; a new Reserver on them."""
     from dataclasses import replace
 
+    r, b, _ = make(tmp_path)
+    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    e = r.entries()[0]
     r.journal.put(replace(e, grant_id="lost-1", device_ids=(card_uuid(1),), state=EntryState.INTENT))
     r.journal.put(replace(e, grant_id="lost-2", device_ids=(card_uuid(2),), state=EntryState.RELEASING))
     r2, _, _ = make(tmp_path, b)
+    return r2, b, kept
+
+
+def test_route_c_recover_releases_intent_and_keeps_granted(tmp_path):
+    r2, b, kept = crashed_mid_reserve_and_mid_release(tmp_path)
     assert r2.recover() == 2
     assert [x.grant_id for x in r2.entries()] == [kept]
     assert {"lost-1", "lost-2"} <= set(b.released)
@@ -326,14 +331,7 @@ def released_lines(caplog):
 
 
 def test_recover_names_why_each_entry_is_released_and_counts_them(tmp_path, caplog):
-    from dataclasses import replace
-
-    r, b, _ = make(tmp_path)
-    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
-    e = r.entries()[0]
-    r.journal.put(replace(e, grant_id="lost-1", device_ids=(card_uuid(1),), state=EntryState.INTENT))
-    r.journal.put(replace(e, grant_id="lost-2", device_ids=(card_uuid(2),), state=EntryState.RELEASING))
-    r2, _, _ = make(tmp_path, b)
+    r2, _, kept = crashed_mid_reserve_and_mid_release(tmp_path)
     with caplog.at_level("INFO"):
         assert r2.recover() == 2
     assert released_lines(caplog) == {
