@@ -111,7 +111,7 @@ class XdmBackend:
                 threading.Thread(target=self._watch_loop, name="xdm-watch", daemon=True),
             ]
             threads = list(self._threads)
-        relax_stream_waits()  # the streams below are read by these background threads only
+        relax_stream_waits()  # process-wide; safe because every stream of the plugin is read by a background thread
         for thread in threads:
             thread.start()
 

@@ -119,7 +119,7 @@ class _Endpoint:
 # The plugin's streams are read by background threads only, which get no signals; their slices
 # only cost wake-ups: ten a second per open stream, idle or not, about a fifth of the whole
 # plugin's steady-state CPU (issue 14). A private constant: when grpcio drops it, this does nothing
-# (tests/xdm/test_stream_waits.py says so).
+# (tests/stats/test_stream_wakeups.py says so).
 STREAM_WAIT_SLICE_S = 1.0
 
 
