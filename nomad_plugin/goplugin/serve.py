@@ -168,8 +168,10 @@ class PluginServer:
             log.error("cannot load the plugin's services: %s", exc, exc_info=True)
             self.lifecycle.request_stop("services failed to load")
         log.debug("serving", extra={"fields": {"socket": socket_path, "pid": os.getpid()}})
-        while not self.lifecycle.stopping.wait(1.0):
-            pass
+        # No timeout: every stop (SIGTERM, Shutdown, the services failing) sets ``stopping``, and
+        # on POSIX a signal interrupts this wait to run its handler, so a periodic wake-up only
+        # cost CPU for the plugin's whole life (issue 14).
+        self.lifecycle.stopping.wait()
         self._stop()
         return 0
 

@@ -4,9 +4,10 @@ Only the process holding the journal's owner lock writes the journal
 (``journal/owner.py``). So an operator command does not touch the journal of
 a running plugin: it drops ``<data_dir>/requests/<grant id>.release.json``
 (written to a temp name, then renamed: never read half-written) and waits
-for ``<grant id>.result.json``. The plugin's ``RequestWatcher`` thread polls
-the directory twice a second, performs the release through the ``Reserver``
-(journalled like any release, audit line included) and writes the result.
+for ``<grant id>.result.json``. The plugin's ``RequestWatcher`` thread sleeps
+until a request lands (inotify; where that is unavailable it looks twice a
+second), performs the release through the ``Reserver`` (journalled like any
+release, audit line included) and writes the result.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import JournalEntry
 from nomad_plugin.reconcile.nomad_api import AllocView
 from nomad_plugin.reconcile.release_port import GrantReleaser
+from nomad_plugin.util.dirwatch import DirWatch
 
 log = get_logger(__name__)
 
@@ -112,29 +114,42 @@ class RequestWatcher:
         self.period = period
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watch: DirWatch | None = None
 
     def start(self) -> None:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name="grant-requests", daemon=True)
+        self._watch = DirWatch(self.dir, REQUEST_SUFFIX, self._stop, poll_period=self.period)
+        self._thread = threading.Thread(target=self._run, args=(self._watch,), name="grant-requests", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
+        if self._watch is not None:
+            self._watch.wake()
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            try:
-                self.poll()
-            except Exception:
-                log.exception("operator request handling failed")
+    def _run(self, watch: DirWatch) -> None:
+        """Answer what is there (requests left from before a restart), then each request as it lands."""
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.poll()
+                except Exception:
+                    log.exception("operator request handling failed")
+                    if self._stop.wait(self.period):  # the request stays: try it again soon
+                        return
+                    continue
+                if not watch.wait():
+                    return
+        finally:
+            watch.close()
 
     def poll(self) -> int:
         """Handle every pending request once; returns how many were handled."""
         handled = 0
-        # os.scandir, not Path.glob: this runs twice a second for the plugin's whole life, and
-        # pathlib's glob machinery cost more than everything else the idle thread does (issue 14).
+        # os.scandir, not Path.glob: where inotify is unavailable this runs twice a second for the
+        # plugin's whole life, and pathlib's glob machinery cost more than the rest of it (issue 14).
         try:
             with os.scandir(self.dir) as found:
                 names = sorted(e.name for e in found if e.name.endswith(REQUEST_SUFFIX))

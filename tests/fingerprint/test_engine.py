@@ -59,11 +59,11 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-def make(backend, clock, **cfg) -> FingerprintEngine:
+def make(backend, clock, tick=0.05, **cfg) -> FingerprintEngine:
     grants = cfg.pop("grants_view", None)
     kwargs = {"grants_view": grants} if grants else {}
     return FingerprintEngine(
-        backend, PluginConfig(**cfg), clock=clock, wall_clock=lambda: 1_800_000_000.0, tick=0.05, **kwargs
+        backend, PluginConfig(**cfg), clock=clock, wall_clock=lambda: 1_800_000_000.0, tick=tick, **kwargs
     )
 
 
@@ -133,6 +133,45 @@ def test_hysteresis_recovery_by_delay_without_new_push(clock):
         s.assert_quiet()
         clock.advance(2)  # the timer thread notices the expired delay by itself
         assert devices(s.next())[u0] == (True, "")
+        s.close()
+    finally:
+        engine.stop()
+
+
+def test_nothing_waits_for_the_safety_tick():
+    """The plugin's tick is a 10 s safety net (issue 14): a recovery delay and a grant change act on their own.
+
+    A one-hour tick and the real clock: the recovery delay wakes the timer
+    when it expires, and a grant change is acted on when notified.
+    """
+    assert fingerprint_engine.SAFETY_TICK_S >= 10.0
+    inv = h800_node(2)
+    u0 = inv.cards[0].uuid
+    grants: dict[str, frozenset[Kind]] = {}
+    backend = FakeBackend(inv)
+    engine = make(
+        backend,
+        fingerprint_engine.time.monotonic,
+        tick=3600.0,
+        grants_view=lambda: dict(grants),
+        health_recovery_checks=100,
+        health_recovery_delay=0.3,
+        cards=(CardRule("1", "tdm", shares=2),),
+    )
+    engine.start()
+    try:
+        s = Stream(engine)
+        s.next()
+        backend.push(with_health(inv, 0, False, "ecc"))
+        assert not devices(s.next(timeout=30))[u0][0]
+        backend.push(with_health(inv, 0, True))
+        assert not devices(s.next(timeout=30))[u0][0]  # recovering: the delay runs
+        assert devices(s.next(timeout=30))[u0] == (True, ""), "the expired delay must wake the timer"
+        u1 = inv.cards[1].uuid
+        grants[u1] = frozenset({Kind.WHOLE})
+        engine.notify_grants_changed()
+        marked = devices(s.next(timeout=30))
+        assert marked[f"{u1}-share-0"] == (False, "card 1 held whole (another mode); unavailable as share"), marked
         s.close()
     finally:
         engine.stop()
