@@ -115,6 +115,8 @@ class PluginApp:
         from nomad_plugin.nomad.reserve import Reserver
         from nomad_plugin.stats.engine import StatsEngine
         from nomad_plugin.stats.feed import MetricsFeed
+        from nomad_plugin.stats.grants import GrantTable
+        from nomad_plugin.stats.layout import GrantLookup
 
         backend = (self._backend_factory or select_backend)(config)
         self.backend = backend
@@ -151,7 +153,11 @@ class PluginApp:
         self.feed = feed
         feed.start()
         self._start_nvml_extras(config, backend.name, feed)
-        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
+        grant_of: GrantLookup = self._grant_of
+        if self.reserver is not None:
+            grants_journal = self.reserver.journal
+            grant_of = GrantTable(lambda: grants_journal.generation, self._grant_of)
+        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, grant_of)
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
