@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     if entry is None:
         sys.stderr.write(f"unknown command {args[0]!r}\n\n{USAGE}")
         return 2
+    if args[0] == "serve":
+        from nomad_plugin.goplugin.polling import choose_polling
+
+        choose_polling()  # before grpc is imported: it reads GRPC_EXPERIMENTS once
     module = importlib.import_module(entry[0])
     try:
         result: int = module.main(args[1:])

@@ -62,6 +62,7 @@ ALLOWED_EXTRA = frozenset(
         "nomad_plugin.goplugin.logging",
         "nomad_plugin.goplugin.serve",
         "nomad_plugin.goplugin.cancel",  # the per-stream cancel event (threading only)
+        "nomad_plugin.goplugin.polling",  # GRPC_EXPERIMENTS before grpc is imported (os, sys)
         "grpc._server",  # grpc.server()
         "grpc._interceptor",
         "concurrent.futures.thread",  # its thread pool
