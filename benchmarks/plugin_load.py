@@ -15,7 +15,12 @@ M890P cards (``benchmarks/synthetic_sim.py``) instead of 810e-16, every card
 in tdm mode with 7 shares. ``--plugin PATH`` runs another executable (e.g. an
 older build, or the shipped self-contained one).
 
-Usage: .venv/bin/python benchmarks/plugin_load.py [--seconds 600] [--warmup 15] [--cards 16] [--plugin PATH]
+``--threads`` also reports, per thread of both processes, CPU and thread
+switches a second over the same window (``/proc/<pid>/task/*/schedstat``);
+with ``py-spy`` on PATH the plugin's Python threads are named (one
+``py-spy dump``, taken before the window).
+
+Usage: .venv/bin/python benchmarks/plugin_load.py [--seconds 600] [--warmup 15] [--cards 16] [--plugin PATH] [--threads]
 Targets (issue 14): at 16 cards, plugin CPU <= the simulator's CPU and <= 60 MiB RSS;
 at 256 cards x 7 shares, <= 8 % of one core and <= 100 MiB.
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +59,48 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def thread_times(pid: int) -> dict[int, tuple[str, int, int]]:
+    """tid -> (comm, CPU ns, thread switches) from /proc (threads that exit meanwhile are skipped)."""
+    out: dict[int, tuple[str, int, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            run_ns, _wait, switches = (int(x) for x in (task / "schedstat").read_text().split())
+            out[int(task.name)] = ((task / "comm").read_text().strip(), run_ns, switches)
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """tid -> Python thread name, from ``py-spy dump`` when it is installed (else empty)."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return {}
+    done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+    names = {}
+    for match in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', done.stdout, re.M):
+        names[int(match.group(1))] = match.group(2)
+    return names
+
+
+def thread_report(
+    before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]], wall: float, names: dict[int, str]
+) -> list[dict[str, object]]:
+    rows = []
+    for tid, (comm, run_ns, switches) in after.items():
+        if tid not in before:
+            continue
+        rows.append(
+            {
+                "thread": names.get(tid, comm),
+                "tid": tid,
+                "cpu_percent_of_one_core": round(100 * (run_ns - before[tid][1]) / 1e9 / wall, 3),
+                "switches_per_second": round((switches - before[tid][2]) / wall, 1),
+            }
+        )
+    return sorted(rows, key=lambda r: r["cpu_percent_of_one_core"], reverse=True)  # type: ignore[arg-type,return-value]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0)
@@ -59,6 +108,7 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=5.0)
     parser.add_argument("--cards", type=int, default=16, help="16: the 810e-16 profile; else a synthetic node")
     parser.add_argument("--plugin", help="the plugin executable (default: the console script of this venv)")
+    parser.add_argument("--threads", action="store_true", help="per-thread CPU and switches of both processes")
     args = parser.parse_args()
     plugin = Path(args.plugin).absolute() if args.plugin else real_plugin()
 
@@ -127,17 +177,22 @@ def main() -> int:
         time.sleep(0.05)
     pid = pid_box["pid"]
     time.sleep(args.warmup)
+    names = python_thread_names(pid) if args.threads else {}
+    threads0 = (thread_times(pid), thread_times(sim.pid)) if args.threads else None
     t0, c0, s0 = time.monotonic(), cpu_seconds(pid), cpu_seconds(sim.pid)
     peak = rss_mib(pid)
     samples = []
+    threads1 = None
     while proc.poll() is None:
         time.sleep(args.sample)
         try:
             peak = max(peak, rss_mib(pid))
             t1, c1, s1 = time.monotonic(), cpu_seconds(pid), cpu_seconds(sim.pid)
+            now_threads = (thread_times(pid), thread_times(sim.pid)) if threads0 is not None else None
         except (FileNotFoundError, ProcessLookupError):
             break
         samples.append((t1 - t0, c1 - c0, peak, s1 - s0))
+        threads1 = now_threads
     proc.wait()
     sim.terminate()
     sim.wait(10)
@@ -160,6 +215,12 @@ def main() -> int:
         "violations": counts["violation"],
         "host_exit": proc.returncode,
     }
+    if threads0 is not None and threads1 is not None:
+        result["plugin_threads"] = thread_report(threads0[0], threads1[0], wall, names)
+        result["simulator_threads"] = thread_report(threads0[1], threads1[1], wall, {})
+        for who in ("plugin", "simulator"):
+            rows = result[f"{who}_threads"]
+            result[f"{who}_switches_per_second"] = round(sum(r["switches_per_second"] for r in rows), 1)  # type: ignore[union-attr,misc]
     print(json.dumps(result, indent=2))
     if args.cards == 16:
         ok = cpu <= sim_cpu and result["max_rss_mib"] <= 60  # type: ignore[operator]
