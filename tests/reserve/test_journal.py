@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import json
 import os
 import stat
@@ -951,6 +953,29 @@ def test_close_is_idempotent_and_closes_both_descriptors(tmp_path):
         with pytest.raises(OSError):
             os.fstat(fd)
     j.close()
+
+
+def _fds_into(path):
+    """This process's descriptors open on ``path`` or on a file inside it."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            target = os.readlink(f"/proc/self/fd/{name}")
+            if target == str(path) or target.startswith(f"{path}/"):
+                out.append(target)
+    return sorted(out)
+
+
+def test_a_journal_dropped_without_close_releases_its_descriptors(tmp_path):
+    # A reference cycle, as an exception's traceback makes in real code: only
+    # the cyclic GC frees it, and the finalizer is what closes the descriptors.
+    j = Journal(tmp_path / "d")
+    j.put(entry("a"))
+    j.self_ref = j
+    assert _fds_into(tmp_path / "d") == sorted([str(tmp_path / "d"), str(tmp_path / "d" / "journal.json")])
+    del j
+    gc.collect()
+    assert _fds_into(tmp_path / "d") == []
 
 
 def test_only_one_lease_is_written_ahead_at_a_time_on_a_daemon_thread(tmp_path, monkeypatch):
