@@ -324,3 +324,12 @@ def test_a_skipped_annotation_or_env_does_not_drop_the_ones_after_it(caplog):
         "grant g-1: annotation 'b bad' not carried as env (name not allowed or taken)",
         "grant g-1: XDM env LINGJUN_X ignored (prefix LINGJUN_ is the plugin's)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("slices", "percent"), [(0, 1), (1, 14), (2, 29), (3, 43), (5, 71), (6, 86), (7, 100), (8, 100), (14, 100)]
+)
+def test_a_mig_slices_core_percent_is_its_share_of_seven_between_1_and_100(slices: int, percent: int) -> None:
+    from nomad_plugin.nomad.container import mig_core_percent
+
+    assert mig_core_percent(slices) == percent

@@ -305,6 +305,39 @@ def test_startup_releases_the_unjournalled_ids_of_a_lease_from_an_earlier_boot(t
     assert r2.release_lost_grants() == 0 and len(b2.released) == 3
 
 
+def test_each_lost_grant_whose_release_fails_has_its_own_warning_line(tmp_path, caplog):
+    import json
+    import logging
+
+    from nomad_plugin.journal.ids import GrantIds
+
+    data = tmp_path / "data"
+    r, _, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-1"))
+    r.grant_ids.prepare()
+    lost = [g for raw in json.loads((data / "grant-ids.json").read_text())["leases"] for g in _ids_of(raw)]
+    r2, b2, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-2"))
+    b2.fail_release = UNAVAILABLE
+    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    assert r2.release_lost_grants() == 0
+    assert [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING] == [
+        f"release of possibly lost grant {g} (lease of an earlier boot) failed: {UNAVAILABLE}" for g in lost
+    ]
+
+
+def test_a_lease_file_fault_at_startup_is_a_warning_and_the_next_reserve_retries(tmp_path, caplog):
+    import logging
+
+    r, _, _ = make(tmp_path)
+    blocker = tmp_path / "data" / "grant-ids.json.tmp-dead"
+    blocker.mkdir()  # a leftover temp name that cannot be unlinked
+    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    assert r.release_lost_grants() == 0
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"grant-id lease file in {tmp_path / 'data'}: [Errno 21] Is a directory: '{blocker}'; the next Reserve retries"
+    ]
+    assert r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+
+
 def test_a_reserve_whose_grant_id_lease_cannot_be_written_fails_before_allocate(tmp_path):
     from nomad_plugin.nomad.reserve import JournalWriteFailed
 
