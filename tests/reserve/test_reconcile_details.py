@@ -564,3 +564,17 @@ def test_a_first_failed_check_counts_as_incomplete(tmp_path, caplog) -> None:
         "until it can, grants are released only on evidence"
     )
     assert line in [r.getMessage() for r in caplog.records]
+
+
+def test_close_closes_the_http_client_and_a_second_close_is_harmless(api: Scripted) -> None:
+    import httpx
+
+    api.answers["/v1/acl/policy/p"] = (200, {"Name": "p", "Rules": "x"})
+    c = client(api)
+    handed_in = httpx.Client(base_url=api.address)
+    c._http = handed_in
+    c.close()
+    assert handed_in.is_closed
+    c.close()
+    assert c.acl_policy_rules("p") == "x", "a request after close() makes a new client"
+    c.close()
