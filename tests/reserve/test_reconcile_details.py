@@ -578,3 +578,14 @@ def test_close_closes_the_http_client_and_a_second_close_is_harmless(api: Script
     c.close()
     assert c.acl_policy_rules("p") == "x", "a request after close() makes a new client"
     c.close()
+
+
+def test_a_parser_error_is_named_by_the_parsers_exception_type_and_its_text() -> None:
+    import hcl2
+
+    text = "namespace {{{ not hcl"
+    with pytest.raises(Exception) as direct:
+        hcl2.loads(text)
+    with pytest.raises(ValueError) as info:
+        namespace_rules(text)
+    assert str(info.value) == f"{type(direct.value).__name__}: {str(direct.value)[:200]}"

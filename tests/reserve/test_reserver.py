@@ -644,3 +644,20 @@ def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
         "the grant is being released"
     )
     r.journal.put = real_put
+
+
+def test_a_failed_journal_sync_says_where_and_that_the_grant_is_released(tmp_path):
+    from nomad_plugin.nomad.reserve import JournalWriteFailed
+
+    r, b, _ = make(tmp_path)
+
+    def failing_sync():
+        raise OSError(5, "Input/output error")
+
+    r.journal.sync = failing_sync
+    with pytest.raises(JournalWriteFailed) as info:
+        r.reserve([card_uuid(0)])
+    assert str(info.value) == (
+        f"grant journal sync failed in {r.journal.dir}: [Errno 5] Input/output error; the grant is being released"
+    )
+    assert r.entries() == [] and len(b.released) == 1
