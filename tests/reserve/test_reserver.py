@@ -661,3 +661,43 @@ def test_a_failed_journal_sync_says_where_and_that_the_grant_is_released(tmp_pat
         f"grant journal sync failed in {r.journal.dir}: [Errno 5] Input/output error; the grant is being released"
     )
     assert r.entries() == [] and len(b.released) == 1
+
+
+def _count_journal_syncs(monkeypatch):
+    from nomad_plugin.journal import store
+
+    calls = []
+    real = store._sync
+
+    def counting(fd):
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(store, "_sync", counting)
+    return calls
+
+
+def test_a_reserve_syncs_the_journal_once_and_a_failed_release_syncs_its_releasing_record(tmp_path, monkeypatch):
+    r, b, _ = make(tmp_path)
+    syncs = _count_journal_syncs(monkeypatch)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert len(syncs) == 1, "the intent and granted records are made durable by one sync before Reserve returns"
+    syncs.clear()
+    b.fail_release = UNAVAILABLE
+    assert not r.release_grant(gid, "x")
+    assert [e.state for e in r.entries()] == [EntryState.RELEASING]
+    assert len(syncs) == 1, "the releasing record is durable before the plugin relies on it"
+
+
+def test_an_allocate_failure_is_logged_as_the_reason_the_grant_was_abandoned(tmp_path, caplog):
+    import logging
+
+    r, b, _ = make(tmp_path)
+    b.fail_allocate = BackendRefused("card busy", 8)
+    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    with pytest.raises(BackendRefused) as err:
+        r.reserve([card_uuid(0)])
+    [gid] = b.released
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"grant {gid} abandoned (Allocate failed: {err.value}); releasing it"
+    ]
