@@ -701,3 +701,17 @@ def test_an_allocate_failure_is_logged_as_the_reason_the_grant_was_abandoned(tmp
     assert [rec.getMessage() for rec in caplog.records] == [
         f"grant {gid} abandoned (Allocate failed: {err.value}); releasing it"
     ]
+
+
+def test_reserves_settle_their_grant_ids_so_used_up_leases_leave_the_file(tmp_path):
+    import json
+
+    from nomad_plugin.journal.ids import GrantIds
+
+    data = tmp_path / "data"
+    r, _, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-1"))
+    for _ in range(12):  # six leases of two ids used up, one after the other
+        r.reserve([card_uuid(0)])
+    leases = json.loads((data / "grant-ids.json").read_text())["leases"]
+    # Kept: the lease in use, the one written ahead, and at most one retired since the last write.
+    assert len(leases) <= 3, leases
