@@ -589,3 +589,17 @@ def test_a_parser_error_is_named_by_the_parsers_exception_type_and_its_text() ->
     with pytest.raises(ValueError) as info:
         namespace_rules(text)
     assert str(info.value) == f"{type(direct.value).__name__}: {str(direct.value)[:200]}"
+
+
+def test_before_the_token_could_be_checked_the_state_says_so(tmp_path: Any, api: Scripted) -> None:
+    from nomad_plugin.reconcile.state import load_state
+
+    api.answers["/v1/acl/token/self"] = (500, "boom")  # Nomad cannot say what the token sees (yet)
+    path = tmp_path / "reconciler-state.json"
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock(), state_path=path)
+    api.add_alloc("a1", [card_uuid(0)])
+    rec.round()
+    state = load_state(path)
+    assert state is not None
+    assert (state.view_complete, state.view_reason) == (False, "not checked yet")
+    assert [a.id for a in state.allocs] == ["a1"]
