@@ -603,3 +603,31 @@ def test_before_the_token_could_be_checked_the_state_says_so(tmp_path: Any, api:
     assert state is not None
     assert (state.view_complete, state.view_reason) == (False, "not checked yet")
     assert [a.id for a in state.allocs] == ["a1"]
+
+
+def test_visibility_is_checked_again_exactly_when_due_and_an_unchanged_answer_is_not_logged_again(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = Scripted().start()
+    try:
+        clock = Clock()
+        _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=clock, visibility_period=60.0)
+        checks = lambda: [p for p, _ in api.requests].count("/v1/acl/token/self")  # noqa: E731
+        with caplog.at_level("INFO"):
+            rec.round()
+            start = clock.now
+            clock.now = start + 60.0  # due exactly now
+            rec.round()
+            assert checks() == 2
+            api.answers["/v1/acl/token/self"] = (500, "boom")
+            clock.now = start + 120.0
+            rec.round()
+            clock.now = start + 150.0  # a failed check is due again exactly 30 s later
+            rec.round()
+            assert checks() == 4
+    finally:
+        api.stop()
+    complete = (
+        "reconciler: the allocation view is complete (ACLs are disabled on this cluster: every allocation is visible)"
+    )
+    assert [r.getMessage() for r in caplog.records].count(complete) == 1, "the same answer twice is logged once"
