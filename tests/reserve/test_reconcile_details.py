@@ -631,3 +631,22 @@ def test_visibility_is_checked_again_exactly_when_due_and_an_unchanged_answer_is
         "reconciler: the allocation view is complete (ACLs are disabled on this cluster: every allocation is visible)"
     )
     assert [r.getMessage() for r in caplog.records].count(complete) == 1, "the same answer twice is logged once"
+
+
+def test_the_token_self_read_refused_bad_or_slow_is_an_error_in_full(api: Scripted) -> None:
+    api.answers["/v1/acl/token/self"] = (403, "Permission denied")
+    with pytest.raises(NomadApiError) as info:
+        client(api).token_self()
+    assert (str(info.value), info.value.kind) == (
+        "Nomad API /v1/acl/token/self: 403 Permission denied (the token needs to be a valid ACL token)",
+        "forbidden",
+    )
+    api.answers["/v1/acl/token/self"] = (200, ["not", "an", "object"])
+    with pytest.raises(NomadApiError) as info:
+        client(api).token_self()
+    assert (str(info.value), info.value.kind) == ("ACL token answer is not an object", "bad-response")
+    del api.answers["/v1/acl/token/self"]  # the double's own answer, late
+    api.set_latency(30.0)
+    with pytest.raises(NomadApiError) as info:
+        client(api, timeout=0.5).token_self()
+    assert info.value.kind == "timeout" and str(info.value).endswith("timed out after 0.5s")
