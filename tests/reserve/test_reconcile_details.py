@@ -650,3 +650,32 @@ def test_the_token_self_read_refused_bad_or_slow_is_an_error_in_full(api: Script
     with pytest.raises(NomadApiError) as info:
         client(api, timeout=0.5).token_self()
     assert info.value.kind == "timeout" and str(info.value).endswith("timed out after 0.5s")
+
+
+def test_check_visibility_verdicts_from_the_token_and_its_roles(api: Scripted) -> None:
+    from nomad_plugin.reconcile.visibility import check_visibility
+
+    token = "/v1/acl/token/self"
+    api.answers[token] = (200, {"Type": "management"})
+    assert check_visibility(client(api)) == Visibility(
+        True, "the token is a management token: every allocation is visible"
+    )
+    api.answers[token] = (200, {"Type": "client", "Roles": [{"ID": 5}]})
+    assert check_visibility(client(api)) == Visibility(False, "the token's roles could not be read")
+    api.answers[token] = (200, {"Type": "client", "Roles": [{"ID": "r"}]})
+    api.answers["/v1/acl/role/r"] = (403, "Permission denied")
+    assert check_visibility(client(api)) == Visibility(False, "the token's role r could not be read (forbidden)")
+
+
+@pytest.mark.parametrize("fault", ["timeout", "unreachable"])
+def test_a_role_that_cannot_be_read_for_now_is_an_error_not_a_verdict(api: Scripted, fault: str) -> None:
+    from nomad_plugin.reconcile.visibility import check_visibility
+
+    api.answers["/v1/acl/token/self"] = (200, {"Type": "client", "Roles": [{"ID": "r"}]})
+    if fault == "timeout":
+        api.set_latency(30.0)  # the double's own role answer comes late
+    else:
+        api.set_down(True)  # the double closes the connection without an answer
+    with pytest.raises(NomadApiError) as info:
+        check_visibility(client(api, timeout=0.5))
+    assert info.value.kind == fault
