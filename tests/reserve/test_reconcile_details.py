@@ -679,3 +679,18 @@ def test_a_role_that_cannot_be_read_for_now_is_an_error_not_a_verdict(api: Scrip
     with pytest.raises(NomadApiError) as info:
         check_visibility(client(api, timeout=0.5))
     assert info.value.kind == fault
+
+
+def test_before_its_first_round_the_reconciler_knows_nothing_and_uses_the_production_timings(tmp_path: Any) -> None:
+    _, _, rec = setup(tmp_path, None, grace=5)
+    assert (rec.last_page, rec.unverifiable, rec.visibility, rec.node_id) == (None, (), None, "")
+    # Blocking queries wait at most 10 s (stop() joins within max_wait + 10 s); without Nomad a round idles 5 s.
+    assert (rec.max_wait, rec.idle_period) == (10.0, 5.0)
+
+
+def test_a_configured_node_id_is_used_without_asking_the_agent(tmp_path: Any, api: Scripted) -> None:
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock(), node_id="node-from-config")
+    rec.round()
+    asked = paths(api)
+    assert "/v1/agent/self" not in asked
+    assert any(p.startswith("/v1/node/node-from-config/allocations") for p in asked), asked
