@@ -683,7 +683,7 @@ def test_a_role_that_cannot_be_read_for_now_is_an_error_not_a_verdict(api: Scrip
 
 def test_before_its_first_round_the_reconciler_knows_nothing_and_uses_the_production_timings(tmp_path: Any) -> None:
     _, _, rec = setup(tmp_path, None, grace=5)
-    assert (rec.last_page, rec.unverifiable, rec.visibility, rec.node_id) == (None, (), None, "")
+    assert (rec.last_page, rec.unverifiable, rec.visibility, rec.node_id, rec.last_error) == (None, (), None, "", "")
     # Blocking queries wait at most 10 s (stop() joins within max_wait + 10 s); without Nomad a round idles 5 s.
     assert (rec.max_wait, rec.idle_period) == (10.0, 5.0)
 
@@ -694,3 +694,13 @@ def test_a_configured_node_id_is_used_without_asking_the_agent(tmp_path: Any, ap
     asked = paths(api)
     assert "/v1/agent/self" not in asked
     assert any(p.startswith("/v1/node/node-from-config/allocations") for p in asked), asked
+
+
+def test_the_node_id_learned_from_the_agent_is_logged_once(tmp_path: Any, api: Scripted, caplog: Any) -> None:
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock())
+    with caplog.at_level("INFO", logger="nomad-device-lingjun"):
+        rec.round()
+        rec.round()
+    line = f"reconciler: watching allocations of Nomad node {api.node_id}"
+    assert [r.getMessage() for r in caplog.records].count(line) == 1
+    assert rec.node_id == api.node_id
