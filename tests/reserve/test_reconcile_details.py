@@ -665,13 +665,19 @@ def test_check_visibility_verdicts_from_the_token_and_its_roles(api: Scripted) -
     api.answers[token] = (200, {"Type": "client", "Roles": [{"ID": "r"}]})
     api.answers["/v1/acl/role/r"] = (403, "Permission denied")
     assert check_visibility(client(api)) == Visibility(False, "the token's role r could not be read (forbidden)")
+    api.answers[token] = (200, {"Type": "client", "Policies": ["p"]})
+    api.answers["/v1/acl/policy/p"] = (403, "Permission denied")
+    assert check_visibility(client(api)) == Visibility(False, "the token's policy 'p' could not be read (forbidden)")
 
 
 @pytest.mark.parametrize("fault", ["timeout", "unreachable"])
-def test_a_role_that_cannot_be_read_for_now_is_an_error_not_a_verdict(api: Scripted, fault: str) -> None:
+@pytest.mark.parametrize("token", [{"Type": "client", "Roles": [{"ID": "r"}]}, {"Type": "client", "Policies": ["p"]}])
+def test_a_role_or_policy_that_cannot_be_read_for_now_is_an_error_not_a_verdict(
+    api: Scripted, fault: str, token: dict[str, Any]
+) -> None:
     from nomad_plugin.reconcile.visibility import check_visibility
 
-    api.answers["/v1/acl/token/self"] = (200, {"Type": "client", "Roles": [{"ID": "r"}]})
+    api.answers["/v1/acl/token/self"] = (200, token)
     if fault == "timeout":
         api.set_latency(30.0)  # the double's own role answer comes late
     else:
@@ -704,3 +710,21 @@ def test_the_node_id_learned_from_the_agent_is_logged_once(tmp_path: Any, api: S
     line = f"reconciler: watching allocations of Nomad node {api.node_id}"
     assert [r.getMessage() for r in caplog.records].count(line) == 1
     assert rec.node_id == api.node_id
+
+
+def test_a_successful_round_clears_the_last_error_and_a_plain_read_is_not_blocking(
+    tmp_path: Any, api: Scripted
+) -> None:
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock())
+    rec.last_error = "an earlier round failed"
+    rec.round()
+    assert rec.last_error == ""
+    page = client(api).node_allocations(api.node_id)
+    assert page.allocs == () and paths(api)[-1] == f"/v1/node/{api.node_id}/allocations", paths(api)[-1]
+
+
+def test_an_api_error_without_an_http_answer_has_status_0(api: Scripted) -> None:
+    api.set_latency(30.0)
+    with pytest.raises(NomadApiError) as info:
+        client(api, timeout=0.5).token_self()
+    assert (info.value.kind, info.value.status) == ("timeout", 0)
