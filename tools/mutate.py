@@ -87,6 +87,7 @@ class ModuleResult:
     counts: Counter[str] = field(default_factory=Counter)
     survivors: list[str] = field(default_factory=list)
     equivalent: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
 
     @property
     def ratio(self) -> float | None:
@@ -116,21 +117,23 @@ def collect(modules: list[str], equivalents: dict[str, str]) -> dict[str, Module
                     result.counts[status] += 1
                     if status in ("survived", "no tests", "suspicious"):
                         result.survivors.append(name)
+                    elif status == "not checked":
+                        result.not_checked.append(name)
         results[module] = result
     return results
 
 
 def render(results: dict[str, ModuleResult], equivalents: dict[str, str]) -> str:
     lines = [
-        "| module | mutants | killed | survived | equivalent | no tests | kill ratio |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| module | mutants | killed | survived | equivalent | no tests | not run | kill ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for module, r in results.items():
         c = r.counts
         ratio = "n/a" if r.ratio is None else f"{r.ratio:.1%}"
         lines.append(
             f"| {module} | {sum(c.values())} | {c['killed'] + c['timeout']} | {c['survived']} "
-            f"| {c['equivalent']} | {c['no tests']} | {ratio} |"
+            f"| {c['equivalent']} | {c['no tests']} | {c['not checked']} | {ratio} |"
         )
     for module, r in results.items():
         if r.survivors:
@@ -151,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("modules", nargs="*", help=f"subset of: {', '.join(MODULES)} (default: all)")
     parser.add_argument("--report-only", action="store_true", help="do not run mutmut, report the last results")
-    parser.add_argument("--rerun-survivors", action="store_true", help="run earlier survivors again too")
+    parser.add_argument(
+        "--rerun-survivors", action="store_true", help="run only the earlier survivors and not-run mutants again"
+    )
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "2")))
     args = parser.parse_args(argv)
     modules = [m for arg in args.modules for m in arg.replace(",", " ").split()] or list(MODULES)
@@ -164,19 +169,25 @@ def main(argv: list[str] | None = None) -> int:
         # examples for the clean run and every mutant, so a kill is not luck.
         env = {**os.environ, "CI": "1"}
         mutmut = Path(sys.executable).with_name("mutmut")
-        cmd = [str(mutmut), "run", "--max-children", str(args.jobs), *globs]
-        # mutmut re-runs a mutant when its function changes or a *new* test
-        # covers it; after editing an existing test, --rerun-survivors names
-        # the earlier survivors explicitly, which makes mutmut run them again.
-        earlier = [n for r in collect(modules, {}).values() for n in r.survivors]
-        print("+", " ".join(cmd), flush=True)
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
-        if rc != 0:
-            print(f"mutmut run exited {rc}", file=sys.stderr)
-            return rc
-        if earlier and args.rerun_survivors:
-            print(f"+ mutmut run --max-children {args.jobs} <{len(earlier)} earlier survivors>", flush=True)
-            rc = subprocess.run([*cmd[:4], *earlier], cwd=ROOT, env=env, check=False).returncode
+        cmd = [str(mutmut), "run", "--max-children", str(args.jobs)]
+        # mutmut runs every mutant it is given by name (or glob) again, whatever
+        # it recorded before: a plain run is a complete, fresh measurement of
+        # the chosen modules. --rerun-survivors runs only the earlier survivors,
+        # not-run and no-tests mutants by name (after adding tests; mutmut first
+        # collects which functions the new tests reach).
+        if args.rerun_survivors:
+            names = [n for r in collect(modules, {}).values() for n in (*r.survivors, *r.not_checked)]
+            if not names:
+                print("no earlier survivors to run", flush=True)
+            else:
+                print(f"+ {' '.join(cmd)} <{len(names)} earlier survivors>", flush=True)
+                rc = subprocess.run([*cmd, *names], cwd=ROOT, env=env, check=False).returncode
+                if rc != 0:
+                    print(f"mutmut run exited {rc}", file=sys.stderr)
+                    return rc
+        else:
+            print("+", " ".join([*cmd, *globs]), flush=True)
+            rc = subprocess.run([*cmd, *globs], cwd=ROOT, env=env, check=False).returncode
             if rc != 0:
                 print(f"mutmut run exited {rc}", file=sys.stderr)
                 return rc

@@ -384,9 +384,18 @@ class Journal:
                     os.close(fd)
             self._fd = self._dir_fd = -1
 
-    def __del__(self) -> None:
+    def __del__(self) -> None:  # pragma: no mutate block
+        # The safety net for a journal dropped without close(). It closes the
+        # descriptors itself, without the lock or another method: a finalizer
+        # runs wherever the cyclic GC fires (inside any allocation, of any
+        # thread), so it does the least it can. Nothing else can use an object
+        # being finalized, so the lock guards nothing here. Kept out of mutmut
+        # (a finalizer that ran mutated code re-entered CPython's ContextVar.set
+        # through mutmut's trampoline and crashed its stats pass: docs/testing.md).
         with suppress(Exception):  # interpreter shutdown, or __init__ failed half-way
-            self.close()
+            for fd in (getattr(self, "_fd", -1), getattr(self, "_dir_fd", -1)):
+                if fd >= 0:
+                    os.close(fd)
 
     # -- internals -------------------------------------------------------------
     @contextmanager

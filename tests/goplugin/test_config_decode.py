@@ -456,3 +456,152 @@ def test_duration_signs_and_parse_errors() -> None:
 )
 def test_show_renders_each_kind_of_value(value: object, shown: str) -> None:
     assert show(value) == shown
+
+
+# --- the newer options: xdm_field_aliases, xdm_schema, fingerprint_period, nomad_address ---------
+
+ALIASES_ALLOWED = "allowed: a map of at most 1024 non-empty strings to non-empty strings"
+
+
+def test_field_aliases_in_hcl1_list_shape_or_as_a_map_become_sorted_stripped_pairs() -> None:
+    assert decode({"xdm_field_aliases": [{"b": "y"}, {" a ": " x "}]}).xdm_field_aliases == (("a", "x"), ("b", "y"))
+    assert decode({"xdm_field_aliases": {"b": "y", "a": "x"}}).xdm_field_aliases == (("a", "x"), ("b", "y"))
+    assert decode({"xdm_field_aliases": []}).xdm_field_aliases == ()
+    many = {f"k{i}": "v" for i in range(1024)}
+    assert len(decode({"xdm_field_aliases": many}).xdm_field_aliases) == 1024
+    assert decode({"xdm_field_aliases": {"k": "v" * 4096}}).xdm_field_aliases == (("k", "v" * 4096),)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("x", "value 'x' is not a map"),
+        ([{"a": "x"}, "b"], "value [{'a': 'x'}, 'b'] is not a map"),
+        (["a"], "value ['a'] is not a map"),
+    ],
+)
+def test_field_aliases_that_are_no_map_are_refused_in_full(value: object, message: str) -> None:
+    assert rejected({"xdm_field_aliases": value}) == f'config option "xdm_field_aliases": {message}; {ALIASES_ALLOWED}'
+
+
+def test_field_aliases_with_too_many_entries_are_refused_in_full() -> None:
+    too_many = {f"k{i}": "v" for i in range(1025)}
+    assert rejected({"xdm_field_aliases": too_many}) == (
+        "config option \"xdm_field_aliases\": value {'k0': 'v', 'k1': 'v', 'k2': 'v', 'k3': 'v', ...} "
+        f"has 1025 entries; {ALIASES_ALLOWED}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("aliases", "name", "shown"),
+    [
+        ({"": "x"}, "xdm_field_aliases['']", "'x'"),
+        ({"  ": "x"}, "xdm_field_aliases['  ']", "'x'"),
+        ({"a": ""}, "xdm_field_aliases['a']", "''"),
+        ({"a": " "}, "xdm_field_aliases['a']", "' '"),
+        ({"a": 5}, "xdm_field_aliases['a']", "5"),
+        ({"a": "x\x00"}, "xdm_field_aliases['a']", "'x\\x00'"),
+        ({"a" * 4097: "x"}, "xdm_field_aliases['" + "a" * 61 + "...' (4097 chars)]", "'x'"),
+    ],
+)
+def test_a_bad_alias_key_or_value_names_its_key(aliases: dict[str, object], name: str, shown: str) -> None:
+    assert rejected({"xdm_field_aliases": aliases}) == (
+        f'config option "{name}": value {shown} is not a non-empty string; {ALIASES_ALLOWED}'
+    )
+
+
+def test_a_too_long_alias_value_is_refused() -> None:
+    message = rejected({"xdm_field_aliases": {"a": "v" * 4097}})
+    assert message.startswith("config option \"xdm_field_aliases['a']\": value 'vvv")
+    assert message.endswith(f"...' (4097 chars) is not a non-empty string; {ALIASES_ALLOWED}")
+
+
+SCHEMA_ALLOWED = (
+    'allowed: "auto", "reflection", "builtin", or a path to a .proto file, a directory of them or a descriptor set'
+)
+
+
+def test_xdm_schema_empty_or_not_a_string_is_refused_in_full() -> None:
+    assert rejected({"xdm_schema": "  "}) == f"config option \"xdm_schema\": value '  ' is empty; {SCHEMA_ALLOWED}"
+    assert rejected({"xdm_schema": 5}) == f'config option "xdm_schema": value 5 is not a string; {SCHEMA_ALLOWED}'
+    assert decode({"xdm_schema": "/etc/xdm/api.proto"}).xdm_schema == "/etc/xdm/api.proto"
+
+
+def test_group_by_none_is_accepted() -> None:
+    assert decode({"group_by": "none"}).group_by == "none"
+
+
+def test_fingerprint_period_sets_both_periods_in_seconds() -> None:
+    assert decode({}).fingerprint_period == decode({}).inventory_resync_period == 60.0
+    empty = decode({"fingerprint_period": "", "inventory_resync_period": "30s"})
+    assert (empty.fingerprint_period, empty.inventory_resync_period) == (30.0, 30.0)
+    spaced = decode({"fingerprint_period": " 5s "})
+    assert (spaced.fingerprint_period, spaced.inventory_resync_period) == (5.0, 5.0)
+    same = decode({"fingerprint_period": "5s", "inventory_resync_period": "5000ms"})
+    assert (same.fingerprint_period, same.inventory_resync_period) == (5.0, 5.0)
+    over_default = decode({"fingerprint_period": "5s", "inventory_resync_period": "1m"})
+    assert (over_default.fingerprint_period, over_default.inventory_resync_period) == (5.0, 5.0)
+
+
+def test_fingerprint_period_and_a_different_resync_period_are_refused_in_full() -> None:
+    assert rejected({"fingerprint_period": "10s", "inventory_resync_period": "20s"}) == (
+        "config: fingerprint_period = '10s' and inventory_resync_period = '20s' disagree; "
+        "allowed: one of them (they are one setting), or both the same duration"
+    )
+
+
+DURATION_ALLOWED = 'allowed: a Go duration such as "500ms", "30s", "1m30s" or "1h"'
+
+
+def test_a_bad_fingerprint_period_is_refused_under_its_own_name_with_resyncs_rules() -> None:
+    assert rejected({"fingerprint_period": "5 minutes"}) == (
+        f"config option \"fingerprint_period\": value '5 minutes' is not a Go duration; {DURATION_ALLOWED}"
+    )
+    assert rejected({"fingerprint_period": "0s"}) == (
+        f"config option \"fingerprint_period\": value '0s' is out of range; {DURATION_ALLOWED}, > 0 and at most 30 days"
+    )
+
+
+@pytest.mark.parametrize("name", ["xdm_socket", "config_socket"])
+def test_a_relative_socket_path_is_refused_in_full(name: str) -> None:
+    assert rejected({name: "run/x.sock"}) == (
+        f"config option \"{name}\": value 'run/x.sock' is relative; "
+        "allowed: an absolute path such as /run/xdm/dp2mgr.sock"
+    )
+
+
+URL_ALLOWED = 'allowed: a URL such as "http://127.0.0.1:4646", "https://nomad.local:4646" or "unix:///run/nomad.sock"'
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        ("http://nomad:notaport", "is not a URL"),
+        (" http://[::1 ", "is not a URL"),
+        ("127.0.0.1:4646", "has no http, https or unix scheme"),
+        ("ftp://nomad:4646", "has no http, https or unix scheme"),
+        ("unix://relative.sock", "is not unix:// followed by an absolute path"),
+        ("unix:relative.sock", "is not unix:// followed by an absolute path"),
+        ("unix://host/run/nomad.sock", "is not unix:// followed by an absolute path"),
+        ("http://", "names no host"),
+        ("https://:4646", "names no host"),
+    ],
+)
+def test_a_bad_nomad_address_is_refused_in_full(address: str, problem: str) -> None:
+    assert rejected({"nomad_address": address}) == (
+        f'config option "nomad_address": value {address.strip()!r} {problem}; {URL_ALLOWED}'
+    )
+
+
+@pytest.mark.parametrize("address", ["", "  ", "unix:///run/nomad.sock", "https://nomad.local:4646/"])
+def test_good_nomad_addresses_are_kept_as_written(address: str) -> None:
+    assert decode({"nomad_address": address}).nomad_address == address
+
+
+def test_xdm_mounts_with_a_different_container_mounts_is_refused_in_full() -> None:
+    assert rejected({"xdm_mounts": True, "container_mounts": "never"}) == (
+        "config: xdm_mounts = true (deprecated) and container_mounts = 'never' disagree; "
+        'allowed: container_mounts alone (xdm_mounts = true means "always")'
+    )
+    assert decode({"xdm_mounts": True, "container_mounts": "always"}).container_mounts == "always"
+    assert decode({"xdm_mounts": True}).container_mounts == "always"

@@ -98,3 +98,88 @@ def test_without_an_env_mapping_the_process_environment_is_read(monkeypatch: pyt
         directory = handshake.make_socket_dir()
         assert os.path.dirname(directory) == parent
         os.rmdir(directory)
+
+
+def test_a_negotiation_compares_and_hashes_by_its_three_fields() -> None:
+    agreed = handshake.Negotiation(2)
+    assert (agreed.version, agreed.warnings, agreed.error) == (2, (), "")
+    assert agreed == handshake.Negotiation(2, (), "")
+    assert agreed != handshake.Negotiation(2, ("w",))
+    assert agreed != handshake.Negotiation(None, (), "no common version")
+    assert agreed != (2, (), "")  # another type is never equal
+    assert hash(agreed) == hash(handshake.Negotiation(2, (), ""))
+    assert len({agreed, handshake.Negotiation(2), handshake.Negotiation(None)}) == 2
+    assert repr(agreed) == "Negotiation(version=2, warnings=(), error='')"
+
+
+def test_the_temp_dirs_are_tempfiles_candidates_in_its_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", "/a")
+    monkeypatch.setenv("TEMP", "/b")
+    monkeypatch.setenv("TMP", "/c")
+    assert handshake._temp_dirs() == ["/a", "/b", "/c", "/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.setenv(name, "")  # empty means unset, as for tempfile
+    assert handshake._temp_dirs() == ["/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]
+
+
+def test_an_unusable_temp_dir_falls_through_to_the_next(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.delenv("PLUGIN_UNIX_SOCKET_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("TEMP", str(tmp_path / "a-file"))
+    monkeypatch.setenv("TMP", str(tmp_path))
+    directory = handshake.make_socket_dir({})
+    assert os.path.dirname(directory) == str(tmp_path)
+    os.rmdir(directory)
+
+
+def test_an_unusable_host_dir_raises_the_mkdir_error_naming_it(tmp_path) -> None:
+    missing = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError) as caught:
+        handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": missing})
+    assert caught.value.filename.startswith(missing + "/plugin")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(NotADirectoryError):
+        handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path / "a-file")})
+
+
+def test_with_no_candidate_dir_the_error_says_so() -> None:
+    with pytest.raises(FileNotFoundError) as caught:
+        handshake._mkdtemp([])
+    assert str(caught.value) == "no directory to make the plugin socket in"
+
+
+def test_the_socket_dir_is_private_from_the_moment_it_exists(tmp_path) -> None:
+    """mkdir itself gets 0700 (as tempfile.mkdtemp), so there is no window before make_socket_dir's chmod."""
+    old = os.umask(0)
+    try:
+        directory = handshake._mkdtemp([str(tmp_path)])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+
+
+def test_a_taken_name_is_skipped_and_100_taken_names_give_up_on_that_parent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    draws: list[int] = []
+    names = iter([bytes(8), bytes(8), bytes([1] * 8)])
+
+    def fake_urandom(n: int) -> bytes:
+        draws.append(n)
+        return next(names)
+
+    (tmp_path / "pluginaaaaaaaa").mkdir()
+    monkeypatch.setattr(handshake.os, "urandom", fake_urandom)
+    assert handshake._mkdtemp([str(tmp_path)]) == str(tmp_path / "pluginbbbbbbbb")
+    assert draws == [8, 8, 8]
+
+    draws.clear()
+    monkeypatch.setattr(handshake.os, "urandom", lambda n: draws.append(n) or bytes(8))
+    with pytest.raises(FileExistsError) as caught:
+        handshake._mkdtemp([str(tmp_path)])
+    assert str(caught.value) == f"no unused name under {tmp_path}"
+    assert len(draws) == 100
+    other = tmp_path / "other"
+    other.mkdir()
+    assert handshake._mkdtemp([str(tmp_path), str(other)]) == str(other / "pluginaaaaaaaa")

@@ -324,3 +324,46 @@ def test_a_skipped_annotation_or_env_does_not_drop_the_ones_after_it(caplog):
         "grant g-1: annotation 'b bad' not carried as env (name not allowed or taken)",
         "grant g-1: XDM env LINGJUN_X ignored (prefix LINGJUN_ is the plugin's)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("slices", "percent"), [(0, 1), (1, 14), (2, 29), (3, 43), (5, 71), (6, 86), (7, 100), (8, 100), (14, 100)]
+)
+def test_a_mig_slices_core_percent_is_its_share_of_seven_between_1_and_100(slices: int, percent: int) -> None:
+    from nomad_plugin.nomad.container import mig_core_percent
+
+    assert mig_core_percent(slices) == percent
+
+
+def _limits(spec):
+    return {k: spec.envs.get(k) for k in ("LINGJUN_CORE_LIMIT_PERCENT", "LINGJUN_MIG_SLICES")}
+
+
+def test_mig_limits_from_the_instances_when_xdm_names_no_slices_or_core():
+    # A MIG unit of 0 slices still counts as one; the core share follows the slices.
+    insts = [Instance("G-mig-0", Kind.MIG, "G", 3, 0, 0, 10, 0), Instance("G-mig-1", Kind.MIG, "G", 3, 1, 0, 10, 2)]
+    g = grant(devices=(GrantedDevice(3, "G", 0, 20, 0, "MIG-xyz"),), device_nodes=())
+    assert _limits(build_container(g, insts, NV, path_exists=never)) == {
+        "LINGJUN_CORE_LIMIT_PERCENT": "43",
+        "LINGJUN_MIG_SLICES": "3",
+    }
+
+
+def test_mig_limits_xdm_names_win_over_the_instances():
+    insts = [Instance(f"G-mig-{i}", Kind.MIG, "G", 3, i, 0, 10, 1) for i in range(3)]
+    g = grant(devices=(GrantedDevice(3, "G", 30, 20, 2, "MIG-xyz"),), device_nodes=())
+    assert _limits(build_container(g, insts, NV, path_exists=never)) == {
+        "LINGJUN_CORE_LIMIT_PERCENT": "30",
+        "LINGJUN_MIG_SLICES": "2",
+    }
+    g = grant(devices=(GrantedDevice(3, "G", 0, 20, 2, "MIG-xyz"),), device_nodes=())
+    assert _limits(build_container(g, insts, NV, path_exists=never)) == {
+        "LINGJUN_CORE_LIMIT_PERCENT": "29",
+        "LINGJUN_MIG_SLICES": "2",
+    }
+
+
+def test_share_core_from_the_instances_is_capped_at_100():
+    insts = [Instance(f"U1-share-{i}", Kind.SHARE, "U1", 1, i, 60, 9) for i in range(2)]
+    g = grant(devices=(GrantedDevice(1, "U1", 0, 18),))
+    assert build_container(g, insts, PPU, path_exists=never).envs["LINGJUN_CORE_LIMIT_PERCENT"] == "100"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import json
 import os
 import stat
@@ -953,6 +955,29 @@ def test_close_is_idempotent_and_closes_both_descriptors(tmp_path):
     j.close()
 
 
+def _fds_into(path):
+    """This process's descriptors open on ``path`` or on a file inside it."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            target = os.readlink(f"/proc/self/fd/{name}")
+            if target == str(path) or target.startswith(f"{path}/"):
+                out.append(target)
+    return sorted(out)
+
+
+def test_a_journal_dropped_without_close_releases_its_descriptors(tmp_path):
+    # A reference cycle, as an exception's traceback makes in real code: only
+    # the cyclic GC frees it, and the finalizer is what closes the descriptors.
+    j = Journal(tmp_path / "d")
+    j.put(entry("a"))
+    j.self_ref = j
+    assert _fds_into(tmp_path / "d") == sorted([str(tmp_path / "d"), str(tmp_path / "d" / "journal.json")])
+    del j
+    gc.collect()
+    assert _fds_into(tmp_path / "d") == []
+
+
 def test_only_one_lease_is_written_ahead_at_a_time_on_a_daemon_thread(tmp_path, monkeypatch):
     import threading
     import time
@@ -1051,3 +1076,48 @@ def test_snapshot_reads_without_writing(tmp_path):
     with pytest.raises(JournalCorrupt):
         Journal.snapshot(tmp_path)
     assert (tmp_path / "journal.json").read_bytes() == b"nope", "a damaged journal is not set aside by a reader"
+
+
+def test_when_no_lease_could_be_written_ahead_the_switch_drops_used_up_leases(tmp_path, monkeypatch):
+    """Every write-ahead fails here, so each switch writes the next lease itself, dropping what it can."""
+    import threading
+    import time
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    real_replace = os.replace
+
+    def replace_failing_on_the_lease_thread(src, dst):
+        if threading.current_thread().name == "grant-ids-lease":
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    def quiet():
+        deadline = time.monotonic() + 10
+        while any(t.name == "grant-ids-lease" and t.is_alive() for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "a lease write-ahead thread did not end"
+            time.sleep(0.01)
+
+    monkeypatch.setattr(ids_mod.os, "replace", replace_failing_on_the_lease_thread)
+    ids = _ids(tmp_path, block=2)
+    ids.prepare()
+    seeds = lambda: [_lease(raw).seed for raw in _leases(tmp_path)]  # noqa: E731
+    [first] = seeds()
+    for _ in range(2):
+        ids.settled(ids.take())
+        quiet()
+    held = ids.take()  # the switch to a second lease: the first, used up and settled, is dropped
+    quiet()
+    [second] = seeds()
+    assert second != first
+    ids.settled(ids.take())
+    quiet()
+    ids.settled(ids.take())  # the switch to a third lease: the second still has an id in flight
+    quiet()
+    assert seeds()[0] == second and len(seeds()) == 2
+    ids.settled(held)
+    ids.settled(ids.take())
+    quiet()
+    ids.settled(ids.take())  # the next switch drops the second lease too, now that nothing of it is in flight
+    quiet()
+    assert second not in seeds() and len(seeds()) == 1

@@ -234,3 +234,9 @@ def test_every_answer_of_the_watcher_in_full(tmp_path, caplog):
     assert watcher.release(stuck, force=False) == Result(True, f"grant {stuck} released (released by hand)")
     assert reserver.counters.grants_released_by_hand == 2
     assert stuck not in backend.grants and held not in backend.grants and reserver.entries() == []
+
+
+def test_polling_before_the_requests_folder_exists_handles_nothing(tmp_path):
+    watcher = RequestWatcher(None, tmp_path, lambda e: None)
+    assert watcher.poll() == 0
+    assert not watcher.dir.exists()

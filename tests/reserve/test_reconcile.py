@@ -633,3 +633,25 @@ def test_client_unreachable_and_timeout_kinds(tmp_path):
     with _client_of(slow, timeout=0.5) as (_, client), pytest.raises(NomadApiError) as err:
         client.node_id()
     assert (str(err.value), err.value.kind) == ("Nomad API /v1/agent/self: timed out after 0.5s", "timeout")
+
+
+def test_decide_by_default_trusts_the_view_as_complete():
+    from nomad_plugin.reconcile.decide import Timers, decide
+
+    d = decide([_granted("g", "d1")], [], frozenset({"d1"}), 100.0, 0.0, Timers())
+    assert d.release == (("g", "no live allocation on this node holds its devices (the token sees every namespace)"),)
+    assert d.unverifiable == ()
+
+
+def test_decide_an_unverifiable_grant_drops_its_orphan_timer_and_later_grants_are_still_judged():
+    from nomad_plugin.reconcile.decide import Timers, decide
+
+    t, ours = Timers(), frozenset({"d1", "d2"})
+    grants = [_granted("a", "d1"), _granted("b", "d2")]
+    decide(grants, [_alloc("x", "d2")], ours, 100.0, 10.0, t)  # complete view: a's orphan timer starts
+    assert t.orphaned_since == {"a": 100.0}
+    d = decide(grants, [_alloc("y", "d2")], ours, 105.0, 10.0, t, complete=False)
+    assert d.unverifiable == ("a",) and t.orphaned_since == {}, "no evidence: the timer is dropped"
+    assert t.claims["b"].alloc_id == "y", "the grant after an unverifiable one is still judged"
+    d = decide(grants, [_alloc("y", "d2")], ours, 111.0, 10.0, t)
+    assert d.release == () and d.next_deadline == 121.0, "the grace period starts again when evidence returns"

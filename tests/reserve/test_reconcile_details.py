@@ -564,3 +564,167 @@ def test_a_first_failed_check_counts_as_incomplete(tmp_path, caplog) -> None:
         "until it can, grants are released only on evidence"
     )
     assert line in [r.getMessage() for r in caplog.records]
+
+
+def test_close_closes_the_http_client_and_a_second_close_is_harmless(api: Scripted) -> None:
+    import httpx
+
+    api.answers["/v1/acl/policy/p"] = (200, {"Name": "p", "Rules": "x"})
+    c = client(api)
+    handed_in = httpx.Client(base_url=api.address)
+    c._http = handed_in
+    c.close()
+    assert handed_in.is_closed
+    c.close()
+    assert c.acl_policy_rules("p") == "x", "a request after close() makes a new client"
+    c.close()
+
+
+def test_a_parser_error_is_named_by_the_parsers_exception_type_and_its_text() -> None:
+    import hcl2
+
+    text = "namespace {{{ not hcl"
+    with pytest.raises(Exception) as direct:
+        hcl2.loads(text)
+    with pytest.raises(ValueError) as info:
+        namespace_rules(text)
+    assert str(info.value) == f"{type(direct.value).__name__}: {str(direct.value)[:200]}"
+
+
+def test_before_the_token_could_be_checked_the_state_says_so(tmp_path: Any, api: Scripted) -> None:
+    from nomad_plugin.reconcile.state import load_state
+
+    api.answers["/v1/acl/token/self"] = (500, "boom")  # Nomad cannot say what the token sees (yet)
+    path = tmp_path / "reconciler-state.json"
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock(), state_path=path)
+    api.add_alloc("a1", [card_uuid(0)])
+    rec.round()
+    state = load_state(path)
+    assert state is not None
+    assert (state.view_complete, state.view_reason) == (False, "not checked yet")
+    assert [a.id for a in state.allocs] == ["a1"]
+
+
+def test_visibility_is_checked_again_exactly_when_due_and_an_unchanged_answer_is_not_logged_again(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = Scripted().start()
+    try:
+        clock = Clock()
+        _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=clock, visibility_period=60.0)
+        checks = lambda: [p for p, _ in api.requests].count("/v1/acl/token/self")  # noqa: E731
+        with caplog.at_level("INFO"):
+            rec.round()
+            start = clock.now
+            clock.now = start + 60.0  # due exactly now
+            rec.round()
+            assert checks() == 2
+            api.answers["/v1/acl/token/self"] = (500, "boom")
+            clock.now = start + 120.0
+            rec.round()
+            clock.now = start + 150.0  # a failed check is due again exactly 30 s later
+            rec.round()
+            assert checks() == 4
+    finally:
+        api.stop()
+    complete = (
+        "reconciler: the allocation view is complete (ACLs are disabled on this cluster: every allocation is visible)"
+    )
+    assert [r.getMessage() for r in caplog.records].count(complete) == 1, "the same answer twice is logged once"
+
+
+def test_the_token_self_read_refused_bad_or_slow_is_an_error_in_full(api: Scripted) -> None:
+    api.answers["/v1/acl/token/self"] = (403, "Permission denied")
+    with pytest.raises(NomadApiError) as info:
+        client(api).token_self()
+    assert (str(info.value), info.value.kind) == (
+        "Nomad API /v1/acl/token/self: 403 Permission denied (the token needs to be a valid ACL token)",
+        "forbidden",
+    )
+    api.answers["/v1/acl/token/self"] = (200, ["not", "an", "object"])
+    with pytest.raises(NomadApiError) as info:
+        client(api).token_self()
+    assert (str(info.value), info.value.kind) == ("ACL token answer is not an object", "bad-response")
+    del api.answers["/v1/acl/token/self"]  # the double's own answer, late
+    api.set_latency(30.0)
+    with pytest.raises(NomadApiError) as info:
+        client(api, timeout=0.5).token_self()
+    assert info.value.kind == "timeout" and str(info.value).endswith("timed out after 0.5s")
+
+
+def test_check_visibility_verdicts_from_the_token_and_its_roles(api: Scripted) -> None:
+    from nomad_plugin.reconcile.visibility import check_visibility
+
+    token = "/v1/acl/token/self"
+    api.answers[token] = (200, {"Type": "management"})
+    assert check_visibility(client(api)) == Visibility(
+        True, "the token is a management token: every allocation is visible"
+    )
+    api.answers[token] = (200, {"Type": "client", "Roles": [{"ID": 5}]})
+    assert check_visibility(client(api)) == Visibility(False, "the token's roles could not be read")
+    api.answers[token] = (200, {"Type": "client", "Roles": [{"ID": "r"}]})
+    api.answers["/v1/acl/role/r"] = (403, "Permission denied")
+    assert check_visibility(client(api)) == Visibility(False, "the token's role r could not be read (forbidden)")
+    api.answers[token] = (200, {"Type": "client", "Policies": ["p"]})
+    api.answers["/v1/acl/policy/p"] = (403, "Permission denied")
+    assert check_visibility(client(api)) == Visibility(False, "the token's policy 'p' could not be read (forbidden)")
+
+
+@pytest.mark.parametrize("fault", ["timeout", "unreachable"])
+@pytest.mark.parametrize("token", [{"Type": "client", "Roles": [{"ID": "r"}]}, {"Type": "client", "Policies": ["p"]}])
+def test_a_role_or_policy_that_cannot_be_read_for_now_is_an_error_not_a_verdict(
+    api: Scripted, fault: str, token: dict[str, Any]
+) -> None:
+    from nomad_plugin.reconcile.visibility import check_visibility
+
+    api.answers["/v1/acl/token/self"] = (200, token)
+    if fault == "timeout":
+        api.set_latency(30.0)  # the double's own role answer comes late
+    else:
+        api.set_down(True)  # the double closes the connection without an answer
+    with pytest.raises(NomadApiError) as info:
+        check_visibility(client(api, timeout=0.5))
+    assert info.value.kind == fault
+
+
+def test_before_its_first_round_the_reconciler_knows_nothing_and_uses_the_production_timings(tmp_path: Any) -> None:
+    _, _, rec = setup(tmp_path, None, grace=5)
+    assert (rec.last_page, rec.unverifiable, rec.visibility, rec.node_id, rec.last_error) == (None, (), None, "", "")
+    # Blocking queries wait at most 10 s (stop() joins within max_wait + 10 s); without Nomad a round idles 5 s.
+    assert (rec.max_wait, rec.idle_period) == (10.0, 5.0)
+
+
+def test_a_configured_node_id_is_used_without_asking_the_agent(tmp_path: Any, api: Scripted) -> None:
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock(), node_id="node-from-config")
+    rec.round()
+    asked = paths(api)
+    assert "/v1/agent/self" not in asked
+    assert any(p.startswith("/v1/node/node-from-config/allocations") for p in asked), asked
+
+
+def test_the_node_id_learned_from_the_agent_is_logged_once(tmp_path: Any, api: Scripted, caplog: Any) -> None:
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock())
+    with caplog.at_level("INFO", logger="nomad-device-lingjun"):
+        rec.round()
+        rec.round()
+    line = f"reconciler: watching allocations of Nomad node {api.node_id}"
+    assert [r.getMessage() for r in caplog.records].count(line) == 1
+    assert rec.node_id == api.node_id
+
+
+def test_a_successful_round_clears_the_last_error_and_a_plain_read_is_not_blocking(
+    tmp_path: Any, api: Scripted
+) -> None:
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock())
+    rec.last_error = "an earlier round failed"
+    rec.round()
+    assert rec.last_error == ""
+    page = client(api).node_allocations(api.node_id)
+    assert page.allocs == () and paths(api)[-1] == f"/v1/node/{api.node_id}/allocations", paths(api)[-1]
+
+
+def test_an_api_error_without_an_http_answer_has_status_0(api: Scripted) -> None:
+    api.set_latency(30.0)
+    with pytest.raises(NomadApiError) as info:
+        client(api, timeout=0.5).token_self()
+    assert (info.value.kind, info.value.status) == ("timeout", 0)

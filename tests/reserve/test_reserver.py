@@ -305,6 +305,39 @@ def test_startup_releases_the_unjournalled_ids_of_a_lease_from_an_earlier_boot(t
     assert r2.release_lost_grants() == 0 and len(b2.released) == 3
 
 
+def test_each_lost_grant_whose_release_fails_has_its_own_warning_line(tmp_path, caplog):
+    import json
+    import logging
+
+    from nomad_plugin.journal.ids import GrantIds
+
+    data = tmp_path / "data"
+    r, _, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-1"))
+    r.grant_ids.prepare()
+    lost = [g for raw in json.loads((data / "grant-ids.json").read_text())["leases"] for g in _ids_of(raw)]
+    r2, b2, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-2"))
+    b2.fail_release = UNAVAILABLE
+    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    assert r2.release_lost_grants() == 0
+    assert [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING] == [
+        f"release of possibly lost grant {g} (lease of an earlier boot) failed: {UNAVAILABLE}" for g in lost
+    ]
+
+
+def test_a_lease_file_fault_at_startup_is_a_warning_and_the_next_reserve_retries(tmp_path, caplog):
+    import logging
+
+    r, _, _ = make(tmp_path)
+    blocker = tmp_path / "data" / "grant-ids.json.tmp-dead"
+    blocker.mkdir()  # a leftover temp name that cannot be unlinked
+    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    assert r.release_lost_grants() == 0
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"grant-id lease file in {tmp_path / 'data'}: [Errno 21] Is a directory: '{blocker}'; the next Reserve retries"
+    ]
+    assert r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+
+
 def test_a_reserve_whose_grant_id_lease_cannot_be_written_fails_before_allocate(tmp_path):
     from nomad_plugin.nomad.reserve import JournalWriteFailed
 
@@ -611,3 +644,74 @@ def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
         "the grant is being released"
     )
     r.journal.put = real_put
+
+
+def test_a_failed_journal_sync_says_where_and_that_the_grant_is_released(tmp_path):
+    from nomad_plugin.nomad.reserve import JournalWriteFailed
+
+    r, b, _ = make(tmp_path)
+
+    def failing_sync():
+        raise OSError(5, "Input/output error")
+
+    r.journal.sync = failing_sync
+    with pytest.raises(JournalWriteFailed) as info:
+        r.reserve([card_uuid(0)])
+    assert str(info.value) == (
+        f"grant journal sync failed in {r.journal.dir}: [Errno 5] Input/output error; the grant is being released"
+    )
+    assert r.entries() == [] and len(b.released) == 1
+
+
+def _count_journal_syncs(monkeypatch):
+    from nomad_plugin.journal import store
+
+    calls = []
+    real = store._sync
+
+    def counting(fd):
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(store, "_sync", counting)
+    return calls
+
+
+def test_a_reserve_syncs_the_journal_once_and_a_failed_release_syncs_its_releasing_record(tmp_path, monkeypatch):
+    r, b, _ = make(tmp_path)
+    syncs = _count_journal_syncs(monkeypatch)
+    gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert len(syncs) == 1, "the intent and granted records are made durable by one sync before Reserve returns"
+    syncs.clear()
+    b.fail_release = UNAVAILABLE
+    assert not r.release_grant(gid, "x")
+    assert [e.state for e in r.entries()] == [EntryState.RELEASING]
+    assert len(syncs) == 1, "the releasing record is durable before the plugin relies on it"
+
+
+def test_an_allocate_failure_is_logged_as_the_reason_the_grant_was_abandoned(tmp_path, caplog):
+    import logging
+
+    r, b, _ = make(tmp_path)
+    b.fail_allocate = BackendRefused("card busy", 8)
+    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    with pytest.raises(BackendRefused) as err:
+        r.reserve([card_uuid(0)])
+    [gid] = b.released
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"grant {gid} abandoned (Allocate failed: {err.value}); releasing it"
+    ]
+
+
+def test_reserves_settle_their_grant_ids_so_used_up_leases_leave_the_file(tmp_path):
+    import json
+
+    from nomad_plugin.journal.ids import GrantIds
+
+    data = tmp_path / "data"
+    r, _, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-1"))
+    for _ in range(12):  # six leases of two ids used up, one after the other
+        r.reserve([card_uuid(0)])
+    leases = json.loads((data / "grant-ids.json").read_text())["leases"]
+    # Kept: the lease in use, the one written ahead, and at most one retired since the last write.
+    assert len(leases) <= 3, leases
