@@ -655,3 +655,29 @@ def test_decide_an_unverifiable_grant_drops_its_orphan_timer_and_later_grants_ar
     assert t.claims["b"].alloc_id == "y", "the grant after an unverifiable one is still judged"
     d = decide(grants, [_alloc("y", "d2")], ours, 111.0, 10.0, t)
     assert d.release == () and d.next_deadline == 121.0, "the grace period starts again when evidence returns"
+
+
+def test_a_blocking_query_may_take_its_wait_plus_nomads_jitter_and_a_plain_read_only_the_timeout():
+    """Nomad answers a blocking query after up to wait + wait/16: the request's read timeout covers that.
+
+    The timeout httpx applies is what the transport sees in the request (a real httpx
+    feature), so this checks the budget itself, without waiting for it to run out.
+    """
+    import httpx
+
+    seen: list[tuple[str, float]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.extensions["timeout"]["read"]))
+        return httpx.Response(200, headers={"X-Nomad-Index": "9"}, json=[])
+
+    client = NomadClient(NomadApiSettings(address="http://127.0.0.1:4646", timeout=2.0))
+    client._http = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://127.0.0.1:4646")
+    try:
+        client.node_allocations("n-1")
+        client.node_allocations("n-1", 5, wait=10.0)
+    finally:
+        client.close()
+    assert [path for path, _ in seen] == ["/v1/node/n-1/allocations"] * 2
+    assert seen[0][1] == pytest.approx(2.0), "a plain read waits only the client timeout"
+    assert seen[1][1] == pytest.approx(2.0 + 11.0), "a 10 s blocking query may take 10 s + jitter + the timeout"
