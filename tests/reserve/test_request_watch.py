@@ -57,20 +57,27 @@ class _Waiter:
         self.result = watch.wait()
 
 
-def test_a_request_is_answered_without_any_poll(tmp_path):
-    """Poll period one hour: only inotify can bring this request to the watcher in time."""
+def _release_by_request(tmp_path: Path, period: float, mode: str) -> RequestWatcher:
+    """A grant, a running watcher (``mode`` expected), a release request answered: the stopped watcher."""
     backend, reserver = _reserver(tmp_path)
     grant = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
-    watcher = RequestWatcher(reserver, tmp_path, lambda e: None, period=HOUR)
+    watcher = RequestWatcher(reserver, tmp_path, lambda e: None, period=period)
     watcher.start()
     try:
-        assert watcher._watch is not None and watcher._watch.mode == "inotify"
+        assert watcher._watch is not None and watcher._watch.mode == mode
         submit_release(tmp_path, grant, force=False)
         answer = wait_result(tmp_path, grant, timeout=30)
     finally:
         watcher.stop(timeout=30)
     assert answer is not None and answer.ok, answer
     assert grant not in backend.grants
+    return watcher
+
+
+def test_a_request_is_answered_without_any_poll(tmp_path):
+    """Poll period one hour: only inotify can bring this request to the watcher in time."""
+    watcher = _release_by_request(tmp_path, HOUR, "inotify")
+    assert watcher._thread is not None
     assert not watcher._thread.is_alive(), "stop() must wake a watcher that sleeps on inotify"
 
 
@@ -121,18 +128,7 @@ def test_without_inotify_it_polls_and_says_so(tmp_path, monkeypatch, caplog):
         raise OSError(24, "Too many open files")
 
     monkeypatch.setattr(inotify_simple, "INotify", no_inotify)
-    backend, reserver = _reserver(tmp_path)
-    grant = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
-    watcher = RequestWatcher(reserver, tmp_path, lambda e: None, period=0.05)
-    watcher.start()
-    try:
-        assert watcher._watch is not None and watcher._watch.mode == "polling"
-        submit_release(tmp_path, grant, force=False)
-        answer = wait_result(tmp_path, grant, timeout=30)
-    finally:
-        watcher.stop(timeout=30)
-    assert answer is not None and answer.ok, answer
-    assert grant not in backend.grants
+    _release_by_request(tmp_path, 0.05, "polling")
     assert (
         f"cannot watch {tmp_path / 'requests'} with inotify ([Errno 24] Too many open files); "
         "looking for files every 0.05 s instead"
