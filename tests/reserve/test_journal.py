@@ -109,12 +109,18 @@ def test_torn_last_record_is_dropped_and_cut_off(tmp_path, caplog):
     j.put(entry("b"))
     path = tmp_path / "journal.json"
     whole = path.read_bytes()
-    for cut in (1, 40, len(whole.split(b"\n")[-2]) - 1):
+    last = len(whole.split(b"\n")[-2])
+    for cut in (1, 40, last - 1):
         path.write_bytes(whole[:-cut])
+        caplog.clear()
         reopened = Journal(tmp_path)
         assert reopened.corrupt_set_aside is None
         assert [e.grant_id for e in reopened.entries()] == ["a"]
-        assert "partial record" in caplog.text
+        torn = last + 1 - cut  # what is left of the last record (its newline was cut too)
+        assert (
+            f"grant journal {path} ends in a partial record ({torn} bytes: an append cut short by a crash, "
+            "never acknowledged); ignoring it"
+        ) in [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     reopened.put(entry("c"))
     assert path.read_bytes().count(b"\n") == 3, "the partial record was not cut off before appending"
     assert [e.grant_id for e in Journal(tmp_path).entries()] == ["a", "c"]
@@ -932,6 +938,11 @@ def test_the_generation_never_repeats_across_own_writes_and_catching_up(tmp_path
     seen.append(one.generation)
     one.remove("b")
     seen.append(one.generation)
+    for name in ("d", "e"):  # another process compacts: the file is replaced and read again whole
+        two.put(entry(name))
+        two.compact()
+        len(one)
+        seen.append(one.generation)
     assert len(set(seen)) == len(seen), seen
 
 
