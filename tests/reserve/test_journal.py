@@ -1132,3 +1132,15 @@ def test_when_no_lease_could_be_written_ahead_the_switch_drops_used_up_leases(tm
     ids.settled(ids.take())  # the next switch drops the second lease too, now that nothing of it is in flight
     quiet()
     assert second not in seeds() and len(seeds()) == 1
+
+
+def test_an_open_journal_directory_is_made_owner_only_and_says_so(tmp_path, caplog):
+    """Grant ids and allocation ids are not for other users: a 0755 directory becomes 0700, with a warning."""
+    directory = tmp_path / "data"
+    directory.mkdir(mode=0o755)
+    directory.chmod(0o755)
+    Journal(directory)
+    assert directory.stat().st_mode & 0o777 == 0o700
+    assert f"journal directory {directory} had mode 755; set to 0700" in [
+        r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+    ]

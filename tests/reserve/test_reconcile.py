@@ -595,6 +595,18 @@ def test_client_without_token_sends_no_token_header_and_ignores_proxy_settings(m
             "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
             "bad-response",
         ),
+        (  # a server agent: no client stats at all
+            200,
+            b'{"stats": {}}',
+            "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
+            "bad-response",
+        ),
+        (  # JSON, but not an object
+            200,
+            b'["stats"]',
+            "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
+            "bad-response",
+        ),
     ],
 )
 def test_client_errors_say_what_failed(status, body, message, kind):
