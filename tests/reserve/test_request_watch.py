@@ -81,6 +81,35 @@ def test_a_request_is_answered_without_any_poll(tmp_path):
     assert not watcher._thread.is_alive(), "stop() must wake a watcher that sleeps on inotify"
 
 
+def test_stop_gives_up_after_its_timeout_on_a_busy_watcher(tmp_path):
+    """The plugin's shutdown must not hang on a request still being handled: ``stop`` waits ``timeout``, no more."""
+    backend, reserver = _reserver(tmp_path)
+    grant = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    busy, leave = threading.Event(), threading.Event()
+
+    def slow_holder(entry: object) -> None:
+        busy.set()
+        leave.wait(60)
+
+    watcher = RequestWatcher(reserver, tmp_path, slow_holder, period=HOUR)
+    watcher.start()
+    submit_release(tmp_path, grant, force=False)
+    assert busy.wait(30), "the watcher never started handling the request"
+    stopper = threading.Thread(target=watcher.stop, kwargs={"timeout": 0.2}, daemon=True)
+    stopper.start()
+    stopper.join(30)
+    try:
+        assert not stopper.is_alive(), "stop(timeout=0.2) still waits for a watcher busy with a request"
+        assert watcher._thread is not None and watcher._thread.is_alive()
+    finally:
+        leave.set()
+    watcher._thread.join(30)
+    assert not watcher._thread.is_alive(), "the watcher did not end after its request"
+    answer = wait_result(tmp_path, grant, timeout=30)
+    assert answer is not None and answer.ok, answer
+    assert grant not in backend.grants
+
+
 def test_stop_wakes_a_waiting_watch_at_once(tmp_path):
     stop = threading.Event()
     watch = DirWatch(tmp_path, REQUEST_SUFFIX, stop, poll_period=HOUR, safety_period=HOUR)
