@@ -185,8 +185,14 @@ class PluginApp:
         if mode != "auto":
             return MountPolicy(mode, observe=observe)
         lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
-        self._close_volume_lookup = lookup.close
-        return MountPolicy(mode, lookup.lookup, observe)
+        policy = MountPolicy(mode, lookup.lookup, observe)
+
+        def close() -> None:
+            policy.close()  # questions not started yet are dropped
+            lookup.close()  # and one under way ends with its HTTP client
+
+        self._close_volume_lookup = close
+        return policy
 
     def _open_journal(self, config: PluginConfig) -> Journal | None:
         from nomad_plugin.journal.owner import OwnerLock

@@ -31,7 +31,7 @@ from nomad_plugin.model.errors import BackendUnavailable, PluginError, Reservati
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, build_container
-from nomad_plugin.nomad.mounts import MountPolicy
+from nomad_plugin.nomad.mounts import MountPolicy, PendingDecision
 from nomad_plugin.reconcile.counters import LifecycleCounters
 
 log = get_logger(__name__)
@@ -227,6 +227,8 @@ class Reserver:
         self._on_changed = on_grants_changed
         # Without a policy: include_mounts=True passes XDM's mounts always, else never.
         self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
+        # Set while XDM's grants carry mounts: the next Reserve starts its mount question early.
+        self._mounts_expected = False
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
         self.grant_ids = grant_ids or GrantIds(journal.dir)
@@ -239,6 +241,8 @@ class Reserver:
         if not device_ids:
             return empty_response()
         plan = plan_request(list(device_ids), self.catalog_source())
+        # The Nomad API's answer (container_mounts = "auto") comes in while XDM allocates.
+        early = self._mounts.begin([i.id for i in plan.instances]) if self._mounts_expected else None
         try:
             with self._cards_locked(plan.card_uuids):
                 self._release_previous_holders(plan)
@@ -249,14 +253,21 @@ class Reserver:
                     self.grant_ids.settled(grant_id)
         finally:
             self._changed()
-        return device_pb2.ReserveResponse(container_res=self._apply_mount_policy(grant_id, plan, spec).to_proto())
+        spec = self._apply_mount_policy(grant_id, plan, spec, early)
+        return device_pb2.ReserveResponse(container_res=spec.to_proto())
 
-    def _apply_mount_policy(self, grant_id: str, plan: RequestPlan, spec: ContainerSpec) -> ContainerSpec:
-        """Keep or drop XDM's (validated) mounts per ``container_mounts``; outside the card locks."""
+    def _apply_mount_policy(
+        self, grant_id: str, plan: RequestPlan, spec: ContainerSpec, early: PendingDecision | None = None
+    ) -> ContainerSpec:
+        """Keep or drop XDM's (validated) mounts per ``container_mounts``; outside the card locks.
+
+        ``early``: the decision started before Allocate, used if the grant carries mounts (else dropped).
+        """
+        self._mounts_expected = bool(spec.mounts)
         if not spec.mounts:
             return spec
         ids = [i.id for i in plan.instances]
-        decision = self._mounts.decide(ids)
+        decision = early.result() if early is not None else self._mounts.decide(ids)
         if decision.passed:
             log.info("grant %s: passing XDM's %d mount(s) to the task: %s", grant_id, len(spec.mounts), decision.reason)
             return spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import msgpack
@@ -10,11 +11,12 @@ import pytest
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.options import CARD_BLOCK, OPTIONS
 from nomad_plugin.model.errors import ConfigError
-from nomad_plugin.nomad.mounts import MountPolicy
+from nomad_plugin.nomad.mounts import LOOKUP_WORKERS, MountDecision, MountPolicy
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.testing.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
+from tests.waiting import wait_until
 
 IDS = ["GPU-aaaa", "GPU-bbbb"]
 
@@ -131,3 +133,47 @@ def test_policy_modes_and_a_failing_lookup() -> None:
     assert MountPolicy("auto", lambda ids: VolumeVerdict(True, True, "x")).decide(IDS).outcome == "volumes"
     with pytest.raises(ValueError, match="container_mounts"):
         MountPolicy("sometimes")
+
+
+def test_begin_asks_on_a_worker_thread_and_counts_only_what_is_used() -> None:
+    seen: list[str] = []
+    threads: list[str] = []
+
+    def lookup(ids: object) -> VolumeVerdict:
+        threads.append(threading.current_thread().name)
+        return VolumeVerdict(True, True, "task a/t has volume_mount")
+
+    policy = MountPolicy("auto", lookup, lambda d: seen.append(d.outcome))
+    try:
+        pending = policy.begin(IDS)
+        policy.begin(IDS)  # started and never used
+        assert pending.result() == MountDecision(False, "volumes", "task a/t has volume_mount")
+        wait_until(lambda: len(threads) == 2, "both questions to be asked")
+        assert all(t.startswith("mount-lookup") for t in threads), threads
+        assert seen == ["volumes"], "a decision nobody used was counted"
+        assert MountPolicy("never").begin(IDS).result().outcome == "never"
+    finally:
+        policy.close()
+
+
+def test_after_close_begin_asks_nothing_and_a_queued_question_is_dropped() -> None:
+    started, leave = threading.Event(), threading.Event()
+    asked: list[object] = []
+
+    def slow(ids: object) -> VolumeVerdict:
+        asked.append(ids)
+        started.set()
+        leave.wait(30)
+        return VolumeVerdict(True, False, "x")
+
+    policy = MountPolicy("auto", slow)
+    busy = [policy.begin(IDS) for _ in range(LOOKUP_WORKERS)]
+    queued = policy.begin(IDS)
+    wait_until(lambda: len(asked) == LOOKUP_WORKERS, "every worker to be busy")
+    policy.close()
+    leave.set()
+    shutting_down = MountDecision(False, "unknown", "the plugin is shutting down")
+    assert queued.result() == shutting_down
+    assert policy.begin(IDS).result() == shutting_down
+    assert [p.result().passed for p in busy] == [True] * LOOKUP_WORKERS, "a question under way is answered"
+    assert len(asked) == LOOKUP_WORKERS, "a question was asked after close()"

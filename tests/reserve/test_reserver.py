@@ -597,6 +597,59 @@ def test_never_is_an_info_line_and_no_mounts_means_no_question(tmp_path, caplog)
     assert asked == [], "the Nomad API was asked although XDM returned no mounts"
 
 
+class _AllocateWaitsForTheQuestion(FakeBackend):
+    """Once armed, Allocate waits (30 s at most) for the Nomad API question to be under way."""
+
+    def __init__(self) -> None:
+        super().__init__(style="env+mounts")
+        self.armed = False
+        self.question_asked = threading.Event()
+        self.question_was_under_way: list[bool] = []
+
+    def allocate(self, request):  # type: ignore[no-untyped-def]
+        if self.armed:
+            self.question_was_under_way.append(self.question_asked.wait(30))
+        return super().allocate(request)
+
+
+def test_once_grants_carry_mounts_the_question_runs_while_xdm_allocates(tmp_path):
+    from nomad_plugin.nomad.mounts import MountPolicy
+    from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
+
+    backend = _AllocateWaitsForTheQuestion()
+    asked_on: list[str] = []
+    used: list[str] = []
+
+    def lookup(ids):
+        asked_on.append(threading.current_thread().name)
+        backend.question_asked.set()
+        return VolumeVerdict(True, False, "task a/task has no volume_mount")
+
+    policy = MountPolicy("auto", lookup, lambda d: used.append(d.outcome))
+    r = Reserver(
+        backend, lambda: CAT, Journal(tmp_path), PluginConfig(), mount_policy=policy, path_exists=lambda p: True
+    )
+    try:
+        first = r.reserve([card_uuid(0)]).container_res
+        assert asked_on == [threading.current_thread().name], "the first question is asked after the grant, inline"
+        backend.question_asked.clear()
+        backend.armed = True
+        second = r.reserve([card_uuid(1)]).container_res
+        assert backend.question_was_under_way == [True], "Allocate ran before the Nomad API was asked"
+        assert asked_on[1].startswith("mount-lookup")
+        assert (len(first.mounts), len(second.mounts)) == (1, 1)
+        assert used == ["passed", "passed"]
+
+        backend.armed, backend.style = False, "env+devices"  # XDM stops sending mounts
+        third = r.reserve([card_uuid(2)]).container_res
+        assert len(asked_on) == 3, "the question was started early, as the last grant carried mounts"
+        assert len(third.mounts) == 0 and used == ["passed", "passed"], "a dropped question is not counted"
+        r.reserve([card_uuid(3)])
+        assert len(asked_on) == 3, "asked again after a grant without mounts"
+    finally:
+        policy.close()
+
+
 def test_a_re_reserve_releases_every_earlier_holder_with_its_reason(tmp_path, caplog):
     r, b, _ = make(tmp_path)
     first = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
