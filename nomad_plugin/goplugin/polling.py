@@ -8,7 +8,7 @@ Fingerprint streams, XDM's exporter stream), so those hand-offs were about
 a quarter of its steady-state CPU and thread switches. With the EventEngine
 endpoints off, grpcio's own poller runs on the thread that waits for the
 event. Measured with ``benchmarks/plugin_load.py`` (BENCHMARKS.md, issue
-14): 84 -> 60 thread switches a second, about 15 % less plugin CPU.
+14): 86 -> 57 thread switches a second, about 15 % less plugin CPU.
 
 It is grpcio's documented ``GRPC_EXPERIMENTS`` variable, read once when
 grpcio is imported, so this runs first thing in the serving process. An
