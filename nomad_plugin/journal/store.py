@@ -326,6 +326,11 @@ class Journal:
         """
         return self._generation
 
+    def known_count(self) -> int:
+        """How many entries this process's view holds, without looking at the disk (after a write, exact)."""
+        with self._lock:
+            return len(self._entries)
+
     def __len__(self) -> int:
         with self._lock, self._flock(fcntl.LOCK_SH):
             self._catch_up()

@@ -364,7 +364,7 @@ class Reserver:
             log.debug("grant %s released for now; kept until XDM can no longer commit it late", entry.grant_id)
             return False
         self.journal.remove(entry.grant_id)
-        self.counters.journal_size = len(self.journal)
+        self.counters.journal_size = self.journal.known_count()  # remove() caught up with the disk
         log.info(
             "grant %s released: %s",
             entry.grant_id,
@@ -460,7 +460,7 @@ class Reserver:
         except OSError as exc:
             state = "no grant was made" if entry.state is EntryState.INTENT else "the grant is being released"
             raise JournalWriteFailed(f"grant journal write failed in {self.journal.dir}: {exc}; {state}") from exc
-        self.counters.journal_size = len(self.journal)
+        self.counters.journal_size = self.journal.known_count()  # put() caught up with the disk
 
     def _sync(self) -> None:
         try:

@@ -1144,3 +1144,16 @@ def test_an_open_journal_directory_is_made_owner_only_and_says_so(tmp_path, capl
     assert f"journal directory {directory} had mode 755; set to 0700" in [
         r.getMessage() for r in caplog.records if r.levelname == "WARNING"
     ]
+
+
+def test_known_count_is_this_process_view_and_exact_after_a_write(tmp_path):
+    mine, other = Journal(tmp_path), Journal(tmp_path)
+    mine.put(entry("g-1"))
+    assert mine.known_count() == 1
+    other.put(entry("g-2"))
+    other.put(entry("g-3"))
+    assert mine.known_count() == 1, "known_count read the disk"
+    mine.put(entry("g-4"))  # a write catches up first
+    assert mine.known_count() == len(mine) == 4
+    mine.remove("g-2")
+    assert mine.known_count() == 3

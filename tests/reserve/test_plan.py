@@ -169,3 +169,14 @@ def test_existing_mig_instance_without_a_uuid_is_asked_by_its_id_and_bad_slices_
     with pytest.raises(ReservationRejected) as err:
         plan_request(["MIG-y"], bad)
     assert str(err.value) == "MIG instance MIG-y has 5 slices; valid: 1, 2, 3, 4, 7"
+
+
+def test_find_answers_every_instance_with_its_group_and_nothing_else():
+    for group in CAT.groups:
+        for inst in group.instances:
+            assert CAT.find(inst.id) == (group, inst)
+    assert CAT.find("GPU-not-there") is None
+    assert CAT.find("") is None
+    smaller = catalog(whole_group(2))
+    assert smaller.find(card_uuid(0)) == (smaller.groups[0], smaller.groups[0].instances[0])
+    assert smaller.find(card_uuid(3)) is None, "an instance of another catalog was found"
