@@ -1157,3 +1157,38 @@ def test_known_count_is_this_process_view_and_exact_after_a_write(tmp_path):
     assert mine.known_count() == len(mine) == 4
     mine.remove("g-2")
     assert mine.known_count() == 3
+
+
+def _record_syncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    calls: list[tuple[str, int]] = []
+    for name in ("fdatasync", "fsync"):
+        real = getattr(os, name, None)
+        if real is not None:
+
+            def recorder(fd: int, name: str = name, real=real) -> None:  # type: ignore[no-untyped-def]
+                calls.append((name, fd))
+                real(fd)
+
+            monkeypatch.setattr(os, name, recorder)
+    return calls
+
+
+def test_a_durable_write_is_one_fdatasync_of_the_journal(tmp_path, monkeypatch):
+    """fdatasync, not fsync: the data and the size, without the inode times (one per Reserve; issue 14)."""
+    calls = _record_syncs(monkeypatch)
+    journal = Journal(tmp_path)
+    calls.clear()
+    journal.put(entry("g-1"))
+    assert calls == [("fdatasync", journal._fd)]
+    journal.put(entry("g-2"), durable=False)
+    assert calls == [("fdatasync", journal._fd)], "a write that was not asked to be durable was synced"
+
+
+def test_without_fdatasync_a_durable_write_falls_back_to_fsync(tmp_path, monkeypatch):
+    calls = _record_syncs(monkeypatch)
+    monkeypatch.delattr(os, "fdatasync")
+    journal = Journal(tmp_path)
+    calls.clear()
+    journal.put(entry("g-1"))
+    assert calls == [("fsync", journal._fd)]
+    assert [e.grant_id for e in Journal(tmp_path).entries()] == ["g-1"]
