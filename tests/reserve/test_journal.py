@@ -1159,7 +1159,7 @@ def test_known_count_is_this_process_view_and_exact_after_a_write(tmp_path):
     assert mine.known_count() == 3
 
 
-def _record_syncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+def _record_sync_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     calls: list[tuple[str, int]] = []
     for name in ("fdatasync", "fsync"):
         real = getattr(os, name, None)
@@ -1175,7 +1175,7 @@ def _record_syncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
 def test_a_durable_write_is_one_fdatasync_of_the_journal(tmp_path, monkeypatch):
     """fdatasync, not fsync: the data and the size, without the inode times (one per Reserve; issue 14)."""
-    calls = _record_syncs(monkeypatch)
+    calls = _record_sync_calls(monkeypatch)
     journal = Journal(tmp_path)
     calls.clear()
     journal.put(entry("g-1"))
@@ -1185,7 +1185,7 @@ def test_a_durable_write_is_one_fdatasync_of_the_journal(tmp_path, monkeypatch):
 
 
 def test_without_fdatasync_a_durable_write_falls_back_to_fsync(tmp_path, monkeypatch):
-    calls = _record_syncs(monkeypatch)
+    calls = _record_sync_calls(monkeypatch)
     monkeypatch.delattr(os, "fdatasync")
     journal = Journal(tmp_path)
     calls.clear()
