@@ -458,6 +458,8 @@ def tls_agent(tmp_path):
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    sni: list[str | None] = []  # the server name each client asked for (None: none sent)
+    ctx.sni_callback = lambda sock, name, context: sni.append(name)
     ctx.load_cert_chain(d / "server.pem", d / "server.key")
     ctx.load_verify_locations(d / "ca.pem")
     ctx.verify_mode = ssl.CERT_REQUIRED
@@ -465,7 +467,7 @@ def tls_agent(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"https://127.0.0.1:{server.server_address[1]}", d
+        yield f"https://127.0.0.1:{server.server_address[1]}", d, sni
     finally:
         server.shutdown()
         server.server_close()
@@ -480,7 +482,7 @@ def _node_id(address, **settings):
 
 
 def test_tls_with_the_ca_and_a_client_certificate(tls_agent):
-    address, d = tls_agent
+    address, d, _ = tls_agent
     kw = {"client_cert": str(d / "client.pem"), "client_key": str(d / "client.key")}
     assert _node_id(address, ca_cert=str(d / "ca.pem"), **kw) == "tls-node"
     assert _node_id(address, skip_verify=True, **kw) == "tls-node"  # no CA: verification off
@@ -492,7 +494,7 @@ def test_tls_with_the_ca_and_a_client_certificate(tls_agent):
 
 
 def test_tls_client_key_may_live_in_the_certificate_file(tls_agent):
-    address, d = tls_agent
+    address, d, _ = tls_agent
     both = d / "client-both.pem"
     both.write_text((d / "client.pem").read_text() + (d / "client.key").read_text())
     assert _node_id(address, ca_cert=str(d / "ca.pem"), client_cert=str(both)) == "tls-node"
@@ -693,3 +695,16 @@ def test_a_blocking_query_may_take_its_wait_plus_nomads_jitter_and_a_plain_read_
     assert [path for path, _ in seen] == ["/v1/node/n-1/allocations"] * 2
     assert seen[0][1] == pytest.approx(2.0), "a plain read waits only the client timeout"
     assert seen[1][1] == pytest.approx(2.0 + 11.0), "a 10 s blocking query may take 10 s + jitter + the timeout"
+
+
+def test_tls_server_name_is_sent_and_the_certificate_checked_against_it(tls_agent):
+    """``tls_server_name``: Nomad's agents carry certificates for names like client.global.nomad, not the IP."""
+    address, d, sni = tls_agent
+    kw = {"ca_cert": str(d / "ca.pem"), "client_cert": str(d / "client.pem"), "client_key": str(d / "client.key")}
+    assert _node_id(address, **kw) == "tls-node"
+    assert sni == [None], "an IP address was sent as a server name"
+    assert _node_id(address, tls_server_name="client.global.nomad", **kw) == "tls-node"
+    assert sni[1:] == ["client.global.nomad"]
+    with pytest.raises(NomadApiError) as err:  # the certificate does not name this one
+        _node_id(address, tls_server_name="server.global.nomad", **kw)
+    assert err.value.kind == "unreachable" and "server.global.nomad" in str(err.value)

@@ -728,3 +728,20 @@ def test_an_api_error_without_an_http_answer_has_status_0(api: Scripted) -> None
     with pytest.raises(NomadApiError) as info:
         client(api, timeout=0.5).token_self()
     assert (info.value.kind, info.value.status) == ("timeout", 0)
+
+
+def test_an_error_answer_is_quoted_up_to_200_characters(api: Scripted) -> None:
+    """A proxy's HTML error page must not flood the log: the body is cut at 200 characters."""
+    long_body = "x" * 199 + "LAST" + "y" * 100
+    api.answers["/v1/acl/policy/p"] = (403, long_body)
+    api.answers["/v1/allocation/a"] = (500, long_body)
+    c = client(api)
+    with pytest.raises(NomadApiError) as refused:
+        c.acl_policy_rules("p")
+    assert str(refused.value) == (
+        f"Nomad API /v1/acl/policy/p: 403 {'x' * 199}L (the token needs to be a valid ACL token)"
+    )
+    with pytest.raises(NomadApiError) as failed:
+        c.allocation("a")
+    assert str(failed.value) == f"Nomad API /v1/allocation/a: HTTP 500 {'x' * 199}L"
+    assert failed.value.kind == "http"
