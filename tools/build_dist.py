@@ -18,7 +18,7 @@ The cache is ``$NOMAD_DEVICE_LINGJUN_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/nomad-device-lingjun``, else
 ``$HOME/.cache/nomad-device-lingjun``, else ``/var/cache/nomad-device-lingjun``;
 each build lives in ``nomad-device-lingjun-<version>-<payload sha256[:16]>``.
-At most two builds are kept (about 50 MiB each).
+At most two builds are kept (about 56 MiB each).
 
 The interpreter is **not** the one running this script: an interpreter built
 on the build machine asks for that machine's glibc (Debian 12's 2.36, while
