@@ -241,19 +241,18 @@ class Reserver:
         if not device_ids:
             return empty_response()
         plan = plan_request(list(device_ids), self.catalog_source())
-        # The Nomad API's answer (container_mounts = "auto") comes in while XDM allocates.
-        early = self._mounts.begin([i.id for i in plan.instances]) if self._mounts_expected else None
+        early: list[PendingDecision] = []  # the mount question, if _grant starts it
         try:
             with self._cards_locked(plan.card_uuids):
                 self._release_previous_holders(plan)
                 grant_id = self._take_id()
                 try:
-                    spec = self._grant(grant_id, plan)
+                    spec = self._grant(grant_id, plan, early)
                 finally:
                     self.grant_ids.settled(grant_id)
         finally:
             self._changed()
-        spec = self._apply_mount_policy(grant_id, plan, spec, early)
+        spec = self._apply_mount_policy(grant_id, plan, spec, early[0] if early else None)
         return device_pb2.ReserveResponse(container_res=spec.to_proto())
 
     def _apply_mount_policy(
@@ -278,7 +277,8 @@ class Reserver:
             log.warning(withheld, grant_id, len(spec.mounts), decision.reason)
         return replace(spec, mounts=())
 
-    def _grant(self, grant_id: str, plan: RequestPlan) -> ContainerSpec:
+    def _grant(self, grant_id: str, plan: RequestPlan, early: list[PendingDecision]) -> ContainerSpec:
+        """Journal the intent, Allocate, journal the grant (synced); ``early`` receives the mount question."""
         entry = JournalEntry(
             grant_id=grant_id,
             device_ids=tuple(i.id for i in plan.instances),
@@ -294,6 +294,10 @@ class Reserver:
         # record's sync below makes both durable before Reserve returns.
         self._put(entry, durable=False)
         self._step("before-allocate")
+        if self._mounts_expected:
+            # Started here, not earlier: its Python work then runs while this thread waits on XDM
+            # instead of contending for the GIL with the journal steps above (issue 14).
+            early.append(self._mounts.begin([i.id for i in plan.instances]))
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
         except BaseException as exc:
