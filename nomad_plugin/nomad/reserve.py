@@ -241,18 +241,17 @@ class Reserver:
         if not device_ids:
             return empty_response()
         plan = plan_request(list(device_ids), self.catalog_source())
-        early: list[PendingDecision] = []  # the mount question, if _grant starts it
         try:
             with self._cards_locked(plan.card_uuids):
                 self._release_previous_holders(plan)
                 grant_id = self._take_id()
                 try:
-                    spec = self._grant(grant_id, plan, early)
+                    spec, early = self._grant(grant_id, plan)
                 finally:
                     self.grant_ids.settled(grant_id)
         finally:
             self._changed()
-        spec = self._apply_mount_policy(grant_id, plan, spec, early[0] if early else None)
+        spec = self._apply_mount_policy(grant_id, plan, spec, early)
         return device_pb2.ReserveResponse(container_res=spec.to_proto())
 
     def _apply_mount_policy(
@@ -277,8 +276,8 @@ class Reserver:
             log.warning(withheld, grant_id, len(spec.mounts), decision.reason)
         return replace(spec, mounts=())
 
-    def _grant(self, grant_id: str, plan: RequestPlan, early: list[PendingDecision]) -> ContainerSpec:
-        """Journal the intent, Allocate, journal the grant (synced); ``early`` receives the mount question."""
+    def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[ContainerSpec, PendingDecision | None]:
+        """Journal the intent, Allocate, journal the grant (synced); also the mount question, if started."""
         entry = JournalEntry(
             grant_id=grant_id,
             device_ids=tuple(i.id for i in plan.instances),
@@ -294,10 +293,9 @@ class Reserver:
         # record's sync below makes both durable before Reserve returns.
         self._put(entry, durable=False)
         self._step("before-allocate")
-        if self._mounts_expected:
-            # Started here, not earlier: its Python work then runs while this thread waits on XDM
-            # instead of contending for the GIL with the journal steps above (issue 14).
-            early.append(self._mounts.begin([i.id for i in plan.instances]))
+        # Started here, not earlier: its Python work then runs while this thread waits on XDM
+        # instead of contending for the GIL with the journal steps above (issue 14).
+        early = self._mounts.begin([i.id for i in plan.instances]) if self._mounts_expected else None
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
         except BaseException as exc:
@@ -326,7 +324,7 @@ class Reserver:
             raise
         self._step("after-journal")
         _audit_grant(entry, plan)
-        return spec
+        return spec, early
 
     def _release_previous_holders(self, plan: RequestPlan) -> None:
         """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
