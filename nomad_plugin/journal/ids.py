@@ -223,13 +223,18 @@ class GrantIds:
 
         Call only at start-up, as the journal's single owner (``plugin.lock``),
         after ``stale_ids`` were released.
+
+        Runs beside Reserves (the startup thread): it holds ``_lock`` through
+        the write and waits out a prefetch, so no lease this process is writing
+        can be left out of ``mine``, and it removes temp files only under the
+        flock, where no writer can be between creating one and renaming it.
         """
-        for stale in self.dir.glob(FILE_NAME + ".tmp-*"):
-            stale.unlink(missing_ok=True)
         with self._lock:
+            while self._prefetching:
+                self._prefetched.wait()
             mine = {lease.seed for lease in (self._current, self._upcoming) if lease is not None}
             mine |= set(self._in_flight)
-        self._write(keep=lambda lease: lease.seed in mine)
+            self._write(keep=lambda lease: lease.seed in mine, sweep=True)
 
     # -- the file ------------------------------------------------------------------
     @contextmanager
@@ -264,9 +269,17 @@ class GrantIds:
         add: Lease | None = None,
         drop: frozenset[str] | set[str] = frozenset(),
         keep: Callable[[Lease], bool] | None = None,
+        sweep: bool = False,
     ) -> None:
-        """Read-modify-write the lease list atomically (temp file, fsync, rename, directory fsync), under the flock."""
+        """Read-modify-write the lease list atomically (temp file, fsync, rename, directory fsync), under the flock.
+
+        ``sweep`` first removes temp files left by a writer that died: under the
+        flock none is in use.
+        """
         with self._flock():
+            if sweep:
+                for stale in self.dir.glob(FILE_NAME + ".tmp-*"):
+                    stale.unlink(missing_ok=True)
             leases = [lease for lease in self._read() if lease.seed not in drop]
             if keep is not None:
                 leases = [lease for lease in leases if keep(lease)]

@@ -552,6 +552,126 @@ def test_forget_stale_keeps_a_used_up_lease_whose_id_is_still_in_flight(tmp_path
     assert held in named
 
 
+def _flock_waits(monkeypatch):
+    """Patch the lease module's ``flock``: returns an event set each time a caller is about to wait on it."""
+    import fcntl
+    import threading
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    waiting = threading.Event()
+    real = fcntl.flock
+
+    def flock(fd, op):
+        waiting.set()
+        return real(fd, op)
+
+    monkeypatch.setattr(ids_mod.fcntl, "flock", flock)
+    return waiting
+
+
+def _hold_lease_flock(tmp_path):
+    """Take the lease file's flock as another process's writer would (its own open file description)."""
+    import fcntl
+
+    fd = os.open(tmp_path / "grant-ids.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_forget_stale_leaves_a_temp_file_alone_while_another_writer_holds_the_flock(tmp_path, monkeypatch):
+    """CI failure: the startup sweep removed a Reserve's temp file between its write and its rename."""
+    import threading
+
+    ids = _ids(tmp_path, boot="boot-2")
+    ids.prepare()
+    fd = _hold_lease_flock(tmp_path)  # before the patch: fcntl.flock is one function for everybody
+    waiting = _flock_waits(monkeypatch)
+    in_progress = tmp_path / "grant-ids.json.tmp-99999-1"
+    in_progress.write_text("another writer's lease list, not yet renamed")
+    sweep = threading.Thread(target=ids.forget_stale)
+    try:
+        sweep.start()
+        assert waiting.wait(10), "forget_stale never reached the flock within 10 s"
+        assert in_progress.exists(), "forget_stale removed a temp file while its writer held the flock"
+    finally:
+        os.close(fd)
+        sweep.join(10)
+    assert not sweep.is_alive(), "forget_stale did not finish within 10 s of the flock being released"
+    assert not in_progress.exists(), "under the flock a temp file is a dead writer's, and is swept"
+    assert len(_leases(tmp_path)) == 1
+
+
+def test_a_lease_written_while_forget_stale_runs_is_kept(tmp_path, monkeypatch):
+    """The first Reserve may write a lease while the startup thread forgets stale ones: that lease must stay."""
+    import threading
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    _ids(tmp_path, boot="boot-1").take()  # a lease of an earlier boot, to be forgotten
+    ids = _ids(tmp_path, boot="boot-2")
+    sweeping, go_on = threading.Event(), threading.Event()
+    real_write = ids_mod.GrantIds._write
+
+    def paused_sweep(self, **kw):
+        if kw.get("keep") is not None:  # forget_stale's write: it has chosen which leases to keep
+            sweeping.set()
+            go_on.wait(10)
+        real_write(self, **kw)
+
+    monkeypatch.setattr(ids_mod.GrantIds, "_write", paused_sweep)
+    taken: list[str] = []
+    sweep = threading.Thread(target=ids.forget_stale)
+    reserve = threading.Thread(target=lambda: taken.append(ids.take()))
+    try:
+        sweep.start()
+        assert sweeping.wait(10), "forget_stale never reached its write within 10 s"
+        reserve.start()  # the first take() writes this process's first lease
+        reserve.join(0.5)  # the window in which a take() could slip in; it must wait for the sweep instead
+    finally:
+        go_on.set()
+        sweep.join(10)
+        reserve.join(10)
+    assert not sweep.is_alive() and not reserve.is_alive(), "forget_stale or take() hung"
+    leases = _leases(tmp_path)
+    assert len(leases) == 1 and leases[0]["boot_id"] == "boot-2" and taken[0] in _lease(leases[0]).ids(), (
+        f"the lease naming the id {taken} handed out was dropped or the old one kept: {leases}"
+    )
+
+
+def test_forget_stale_waits_for_a_lease_being_written_ahead(tmp_path, monkeypatch):
+    """A prefetch that has written its lease but not yet published it must not lose the lease to forget_stale."""
+    import threading
+
+    from nomad_plugin.journal import ids as ids_mod
+
+    ids = _ids(tmp_path, block=4)
+    ids.prepare()
+    written = threading.Event()
+    go_on = threading.Event()
+    real_write = ids_mod.GrantIds._write
+
+    def slow_prefetch_write(self, **kw):
+        real_write(self, **kw)
+        if threading.current_thread().name == "grant-ids-lease":
+            written.set()
+            go_on.wait(10)
+
+    monkeypatch.setattr(ids_mod.GrantIds, "_write", slow_prefetch_write)
+    ids.take()
+    ids.take()  # half used: the next lease is written ahead, and pauses before it is published
+    assert written.wait(10), "no lease was written ahead within 10 s"
+    sweep = threading.Thread(target=ids.forget_stale)
+    sweep.start()
+    go_on.set()
+    sweep.join(10)
+    assert not sweep.is_alive(), "forget_stale hung"
+    assert len(_leases(tmp_path)) == 2, f"the lease written ahead was dropped: {_leases(tmp_path)}"
+    for _ in range(3):
+        gid = ids.take()
+        assert gid in {g for raw in _leases(tmp_path) for g in _lease(raw).ids()}
+
+
 def test_a_failed_prefetch_is_logged_and_the_next_lease_is_written_when_needed(tmp_path, monkeypatch, caplog):
     import time
 
