@@ -130,11 +130,12 @@ _KIND_USE = {
 def conflict_reasons(catalog: Catalog, grants: Mapping[str, frozenset[Kind]]) -> dict[str, str]:
     """Instance ID -> why grants in another mode block it (card uuid -> granted kinds)."""
     reasons: dict[str, str] = {}
-    if not grants:
-        return reasons
-    for group in catalog.groups:
-        for inst in group.instances:
-            others = grants.get(inst.card_uuid, frozenset()) - {inst.kind}
+    for card, granted in grants.items():
+        instances, kinds = catalog.on_card(card)
+        if len(granted) == 1 and kinds <= granted:
+            continue  # one mode granted and every instance on the card is of it: the common case, O(1)
+        for inst in instances:
+            others = granted - {inst.kind}
             if others:
                 uses = " and ".join(_KIND_USE[k] for k in sorted(others, key=lambda k: k.value))
                 reasons[inst.id] = f"card {inst.minor} {uses} (another mode); unavailable as {inst.kind.value}"

@@ -106,5 +106,18 @@ class Catalog:
                 index.setdefault(inst.id, (group, inst))  # the first, as the scan found it
         return index
 
+    def on_card(self, card_uuid: str) -> tuple[tuple[Instance, ...], frozenset[Kind]]:
+        """The instances carved from one card (catalog order) and their kinds."""
+        return self._by_card.get(card_uuid, ((), frozenset()))
+
+    @cached_property
+    def _by_card(self) -> dict[str, tuple[tuple[Instance, ...], frozenset[Kind]]]:
+        """Card UUID -> its instances and their kinds; built once per catalog (conflict marking asks per Reserve)."""
+        found: dict[str, list[Instance]] = {}
+        for group in self.groups:
+            for inst in group.instances:
+                found.setdefault(inst.card_uuid, []).append(inst)
+        return {card: (tuple(insts), frozenset(i.kind for i in insts)) for card, insts in found.items()}
+
     def all_ids(self) -> frozenset[str]:
         return frozenset(i.id for g in self.groups for i in g.instances)

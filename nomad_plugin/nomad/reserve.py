@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
@@ -235,6 +236,7 @@ class Reserver:
         self._locks_guard = threading.Lock()
         self._card_locks: dict[str, threading.Lock] = {}
         self.counters.journal_size = len(journal)
+        self._kinds_cache: tuple[Mapping[str, frozenset[str]], Mapping[str, frozenset[Kind]]] | None = None
 
     # -- Reserve ------------------------------------------------------------------
     def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
@@ -434,7 +436,15 @@ class Reserver:
 
     def active_kinds(self) -> Mapping[str, frozenset[Kind]]:
         """Card UUID -> kinds of grants held on it (for the fingerprint's conflict marking)."""
-        return {card: frozenset(Kind(k) for k in kinds) for card, kinds in self.journal.kinds_by_card().items()}
+        view = self.journal.kinds_by_card()
+        last = self._kinds_cache
+        if last is not None and last[0] is view:
+            return last[1]  # no card's set of kinds changed: the same object, so callers see it unchanged at once
+        kinds: Mapping[str, frozenset[Kind]] = MappingProxyType(
+            {card: frozenset(Kind(k) for k in card_kinds) for card, card_kinds in view.items()}
+        )
+        self._kinds_cache = (view, kinds)
+        return kinds
 
     def holder(self, device_id: str) -> JournalEntry | None:
         """The journalled grant that holds ``device_id`` (for the stats layout), or None."""

@@ -92,6 +92,52 @@ def test_conflict_marking_each_direction():
     assert conflict_reasons(cat, {u0: frozenset({Kind.WHOLE}), u2: frozenset({Kind.MIG})}) == {}
 
 
+def _conflicts_by_scan(cat, grants):
+    """The reference: every instance of the catalog against its card's granted kinds."""
+    out = {}
+    for group in cat.groups:
+        for inst in group.instances:
+            others = grants.get(inst.card_uuid, frozenset()) - {inst.kind}
+            if others:
+                out[inst.id] = others
+    return out
+
+
+def test_conflict_marking_names_exactly_the_instances_a_full_scan_finds():
+    """conflict_reasons skips a card whose one granted kind is that of all its instances; nothing else."""
+    import itertools
+
+    inv = h800_node(4)
+    uuids = [c.uuid for c in inv.cards]
+    cfg = PluginConfig(cards=(CardRule("1", "tdm", shares=2), CardRule("2", "mig"), CardRule("3", "tdm", shares=3)))
+    cat = build_catalog(inv, cfg)
+    kinds = [Kind.WHOLE, Kind.SHARE, Kind.MIG]
+    kind_sets = [frozenset(c) for n in range(0, 3) for c in itertools.combinations(kinds, n)]
+    checked = 0
+    for combo in itertools.product(kind_sets, repeat=len(uuids)):
+        grants = {u: ks for u, ks in zip(uuids, combo, strict=True) if ks}
+        grants["not-a-card-of-this-catalog"] = frozenset({Kind.WHOLE})
+        reasons = conflict_reasons(cat, grants)
+        expected = _conflicts_by_scan(cat, grants)
+        assert set(reasons) == set(expected), f"grants {grants}"
+        for iid, others in expected.items():
+            assert "another mode" in reasons[iid], reasons[iid]
+            assert reasons[iid].endswith(f"unavailable as {cat.find(iid)[1].kind.value}")
+        checked += 1
+    assert checked == len(kind_sets) ** len(uuids)
+
+
+def test_the_catalog_lists_each_card_instances_in_catalog_order_with_their_kinds():
+    inv = h800_node(3)
+    u0, u1, u2 = (c.uuid for c in inv.cards)
+    cat = build_catalog(inv, PluginConfig(cards=(CardRule("1", "tdm", shares=2), CardRule("2", "mig"))))
+    insts, kinds = cat.on_card(u1)
+    assert [i.id for i in insts] == [f"{u1}-share-0", f"{u1}-share-1"] and kinds == {Kind.SHARE}
+    assert [i.id for i in cat.on_card(u0)[0]] == [u0] and cat.on_card(u0)[1] == {Kind.WHOLE}
+    assert len(cat.on_card(u2)[0]) == 7 and cat.on_card(u2)[1] == {Kind.MIG}
+    assert cat.on_card("no-such-card") == ((), frozenset())
+
+
 def test_instance_verdicts_combine_reasons():
     inv = h800_node(2)
     u0, u1 = (c.uuid for c in inv.cards)

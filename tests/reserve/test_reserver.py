@@ -91,6 +91,11 @@ def test_other_shares_of_same_card_are_not_released(tmp_path):
     r.reserve([share_id(card_uuid(4), 1)])
     assert a in b.grants and len(b.grants) == 2
     assert r.active_kinds() == {card_uuid(4): frozenset({Kind.SHARE})}
+    view = r.active_kinds()
+    r.reserve([share_id(card_uuid(4), 2)])
+    assert r.active_kinds() is view, "a share on a card that holds shares already changes no card's kinds"
+    r.reserve([card_uuid(0)])
+    assert r.active_kinds() is not view and r.active_kinds()[card_uuid(0)] == {Kind.WHOLE}
 
 
 def test_allocate_refused_releases_and_drops_intent(tmp_path):
