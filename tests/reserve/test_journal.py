@@ -289,6 +289,28 @@ def test_holders_and_kinds_follow_every_change_including_other_writers(tmp_path)
     assert len(two) == 2 and [e.grant_id for e in two.holders("c-dev-a")] == ["c"]
 
 
+def test_kinds_by_card_is_the_same_read_only_object_until_a_card_gains_or_loses_a_kind(tmp_path):
+    j = Journal(tmp_path)
+    j.put(entry("a"))
+    first = j.kinds_by_card()
+    with pytest.raises(TypeError):
+        first["C9"] = frozenset({"whole"})  # type: ignore[index]
+    j.put(dataclasses.replace(entry("b"), device_ids=("b-x",)))  # whole again on C1 and C2: no card's kinds change
+    assert j.kinds_by_card() is first
+    j.put(dataclasses.replace(entry("c"), kind="share", device_ids=("c-x",), cards=("C2",)))
+    second = j.kinds_by_card()
+    assert second is not first and second == {"C1": frozenset({"whole"}), "C2": frozenset({"whole", "share"})}
+    j.remove("b")  # "a" still holds whole on both cards
+    assert j.kinds_by_card() is second
+    j.remove("c")  # the last share on C2 leaves
+    assert j.kinds_by_card() == {"C1": frozenset({"whole"}), "C2": frozenset({"whole"})}
+    other = Journal(tmp_path)
+    other.put(dataclasses.replace(entry("d"), kind="mig", device_ids=("d-x",), cards=("C3",)))
+    before = j.kinds_by_card()
+    assert len(j) == 2  # catching up with another process's write re-reads the view
+    assert j.kinds_by_card() is not before and j.kinds_by_card()["C3"] == frozenset({"mig"})
+
+
 def _corrupt(directory: Path) -> None:
     j = Journal(directory)
     j.put(entry("g-1"))
@@ -948,11 +970,11 @@ def test_compaction_happens_exactly_when_the_log_reaches_the_threshold(tmp_path)
     j = Journal(tmp_path)
     for i in range(COMPACT_MIN_RECORDS - 1):
         j.put(entry(f"g{i}"))
-    assert lines() == COMPACT_MIN_RECORDS, "snapshot + 255 records: not compacted yet"
+    assert lines() == COMPACT_MIN_RECORDS, f"snapshot + {COMPACT_MIN_RECORDS - 1} records: not compacted yet"
     # Counted across a reopen: the records read back count towards the threshold.
     again = Journal(tmp_path)
     again.put(entry("last"))
-    assert lines() == 1, "the 256th record compacts the log into one snapshot"
+    assert lines() == 1, f"record number {COMPACT_MIN_RECORDS} compacts the log into one snapshot"
     assert len(Journal(tmp_path).entries()) == COMPACT_MIN_RECORDS
 
 
