@@ -205,7 +205,7 @@ class PluginApp:
                 log.warning("%s is held by another process; opening the journal anyway", lock.path)
             else:
                 self.owner_lock = lock
-            return Journal(config.data_dir)
+            return Journal(config.data_dir, background_compaction=True)  # no compaction inside a Reserve
         except (OSError, PluginError, ValueError) as exc:
             self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
             log.error("%s; Reserve will refuse until this is fixed", self.journal_error)
@@ -459,6 +459,9 @@ class PluginApp:
             steps.append(("backend", self.backend.stop))
         if self._close_volume_lookup is not None:
             steps.append(("Nomad API client (mounts)", self._close_volume_lookup))
+        reserver = self.reserver
+        if reserver is not None:
+            steps.append(("journal compactor", lambda: reserver.journal.stop_background(timeout=0.2)))
         for name, stop in steps:
             try:
                 stop()

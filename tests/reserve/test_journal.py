@@ -207,9 +207,10 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 WRITER = """
 import sys
-from nomad_plugin.journal import Journal
+from nomad_plugin.journal import Journal, store
 from tests.reserve.test_journal import entry
-j = Journal(sys.argv[1])
+store.COMPACT_MIN_RECORDS = int(sys.argv[3])
+j = Journal(sys.argv[1], background_compaction=sys.argv[2] == "background")
 i = 0
 while True:
     j.put(entry(f"g{i}"))
@@ -220,18 +221,22 @@ while True:
 """
 
 
-def test_sigkill_during_writes_never_leaves_a_torn_journal(tmp_path):
+@pytest.mark.parametrize(("mode", "compact_at"), [("inline", 2048), ("inline", 8), ("background", 8)])
+def test_sigkill_during_writes_never_leaves_a_torn_journal(tmp_path, mode, compact_at):
     """Kill a writer mid-stream many times; every reopen finds a valid journal.
 
     Each writer gets its own directory: a second writer starting again at g0
     would never remove what the first left above its own indices (how far a
-    killed writer got past the 20 lines read depends on the box's load).
+    killed writer got past the lines read depends on the box's load). With a
+    threshold of 8 records the writer compacts every few changes (inline, or
+    on its background thread), so the kill lands in and around compactions too.
     """
     for run in range(5):
         data = tmp_path / f"run{run}"
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(data)], stdout=subprocess.PIPE, cwd=ROOT, text=True)
+        argv = [sys.executable, "-c", WRITER, str(data), mode, str(compact_at)]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=ROOT, text=True)
         assert proc.stdout is not None
-        for _ in range(20):
+        for _ in range(20 + 10 * run):
             proc.stdout.readline()
         proc.kill()
         proc.wait()
@@ -247,12 +252,13 @@ import sys
 from nomad_plugin.journal import Journal, store
 from tests.reserve.test_journal import entry
 store.COMPACT_MIN_RECORDS = 16
-j = Journal(sys.argv[1])
 tag = sys.argv[2]
+j = Journal(sys.argv[1], background_compaction=tag == "q")
 for i in range(120):
     j.put(entry(f"{tag}{i}"))
     if i % 3 == 0:
         j.remove(f"{tag}{i}")
+j.close()
 """
 
 
@@ -976,6 +982,167 @@ def test_compaction_happens_exactly_when_the_log_reaches_the_threshold(tmp_path)
     again.put(entry("last"))
     assert lines() == 1, f"record number {COMPACT_MIN_RECORDS} compacts the log into one snapshot"
     assert len(Journal(tmp_path).entries()) == COMPACT_MIN_RECORDS
+
+
+# --- background compaction (the plugin's journal) ------------------------------------------------------
+def _wait_for(condition, what, seconds=10.0):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.005)
+
+
+def _lines(directory) -> list[bytes]:
+    return (directory / "journal.json").read_bytes().splitlines()
+
+
+def _paused_compactor(monkeypatch):
+    """Pause the background compactor after it synced its snapshot: (paused, resume) events."""
+    import threading
+
+    from nomad_plugin.journal import store
+
+    paused, resume = threading.Event(), threading.Event()
+    real_sync = store._sync
+
+    def sync(fd):
+        real_sync(fd)
+        if threading.current_thread().name == "journal-compact" and not paused.is_set():
+            paused.set()
+            assert resume.wait(10), "the test never resumed the compactor"
+
+    monkeypatch.setattr(store, "_sync", sync)
+    return paused, resume
+
+
+def test_a_background_compaction_happens_off_the_writing_thread_and_keeps_every_entry(tmp_path, monkeypatch):
+    import threading
+
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    j = Journal(tmp_path, background_compaction=True)
+    compacted_by: list[str] = []
+    real = Journal._compact_beside_writers
+
+    def spy(self):
+        compacted_by.append(threading.current_thread().name)
+        return real(self)
+
+    monkeypatch.setattr(Journal, "_compact_beside_writers", spy)
+    monkeypatch.setattr(Journal, "_compact", lambda self: pytest.fail("an inline compaction in background mode"))
+    for i in range(8):
+        j.put(entry(f"g{i}"))
+    _wait_for(lambda: len(_lines(tmp_path)) == 1, "the 8th record compacted into one snapshot line")
+    assert compacted_by and set(compacted_by) == {"journal-compact"}
+    assert sorted(e.grant_id for e in Journal(tmp_path).entries()) == [f"g{i}" for i in range(8)]
+    j.put(entry("g8"))
+    assert len(_lines(tmp_path)) == 2, "after a compaction, a change is one record after the snapshot"
+    j.close()
+    assert not [t for t in threading.enumerate() if t.name == "journal-compact"], "close() stops the compactor"
+
+
+def test_records_appended_while_the_snapshot_is_synced_follow_it_in_the_new_file(tmp_path, monkeypatch):
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    paused, resume = _paused_compactor(monkeypatch)
+    j = Journal(tmp_path, background_compaction=True)
+    for i in range(8):
+        j.put(entry(f"g{i}"))
+    assert paused.wait(10), "the compactor never synced its snapshot"
+    j.put(entry("late"))  # the writer is not held up by the compaction under way
+    j.remove("g0")
+    j.put(dataclasses.replace(entry("g1"), state=EntryState.RELEASING))
+    resume.set()
+    _wait_for(lambda: len(_lines(tmp_path)) == 4, "the snapshot and the 3 records appended meanwhile")
+    expected = {f"g{i}" for i in range(1, 8)} | {"late"}
+    again = Journal(tmp_path)
+    assert {e.grant_id for e in again.entries()} == expected
+    assert again.get("g1").state is EntryState.RELEASING
+    assert {e.grant_id for e in j.entries()} == expected
+    j.put(entry("next"))  # appends after the tail, in the new file
+    assert {e.grant_id for e in Journal(tmp_path).entries()} == expected | {"next"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.json"], "no temp file left"
+    j.close()
+
+
+@pytest.mark.parametrize("meanwhile", ["another process compacts", "a new journal sweeps temp files"])
+def test_a_compaction_that_loses_its_file_or_temp_file_meanwhile_gives_up_and_loses_nothing(
+    tmp_path, monkeypatch, meanwhile
+):
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    paused, resume = _paused_compactor(monkeypatch)
+    j = Journal(tmp_path, background_compaction=True)
+    other = Journal(tmp_path) if meanwhile == "another process compacts" else None
+    for i in range(8):
+        j.put(entry(f"g{i}"))
+    assert paused.wait(10), "the compactor never synced its snapshot"
+    if other is not None:  # opened before: nothing swept, the file is replaced under the compactor
+        other.put(entry("other"))
+        other.put(entry("other-2"))
+        other.compact()
+        assert list(tmp_path.glob("journal.json.tmp-*")), "the compactor's temp file is still there"
+    else:
+        other = Journal(tmp_path)  # its construction sweeps temp files (under the flock)
+        assert not list(tmp_path.glob("journal.json.tmp-*")), "the new journal swept the compactor's temp file"
+    resume.set()
+    _wait_for(lambda: j._compactor is not None and not j._compaction_due.is_set(), "the compactor to finish")
+    _wait_for(lambda: not list(tmp_path.glob("journal.json.tmp-*")), "no temp file left")
+    expected = {f"g{i}" for i in range(8)} | (
+        {"other", "other-2"} if meanwhile == "another process compacts" else set()
+    )
+    assert {e.grant_id for e in Journal(tmp_path).entries()} == expected
+    assert {e.grant_id for e in j.entries()} == expected
+    j.put(entry("after"))  # still wanted: this change compacts (or is a record after the other's snapshot)
+    _wait_for(lambda: {e.grant_id for e in Journal(tmp_path).entries()} == expected | {"after"}, "the change after it")
+    j.close()
+    other.close()
+
+
+def test_a_failed_background_compaction_is_logged_and_retried_by_the_next_change(tmp_path, monkeypatch, caplog):
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    failures = []
+    real_replace = store.os.replace
+
+    def refuse_once(src, dst):
+        if not failures:
+            failures.append(src)
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    j = Journal(tmp_path, background_compaction=True)  # creating the file renames one into place
+    monkeypatch.setattr(store.os, "replace", refuse_once)
+    for i in range(8):
+        j.put(entry(f"g{i}"))
+    message = (
+        "grant journal compaction failed ([Errno 28] No space left on device); the log keeps growing until it succeeds"
+    )
+    _wait_for(lambda: message in [r.getMessage() for r in caplog.records], "the failure's warning")
+    assert len(_lines(tmp_path)) == 9 and not list(tmp_path.glob("journal.json.tmp-*"))
+    j.put(entry("g8"))
+    _wait_for(lambda: len(_lines(tmp_path)) == 1, "the next change's compaction")
+    assert {e.grant_id for e in Journal(tmp_path).entries()} == {f"g{i}" for i in range(9)}
+    j.close()
+
+
+def test_stop_background_falls_back_to_inline_compaction(tmp_path, monkeypatch):
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    j = Journal(tmp_path, background_compaction=True)
+    j.put(entry("g0"))
+    j.stop_background(timeout=5)
+    for i in range(1, 8):
+        j.put(entry(f"g{i}"))
+    assert len(_lines(tmp_path)) == 1, "the 8th record compacted at once, in the writing thread"
+    j.close()
 
 
 def test_a_failed_compaction_is_logged_and_the_change_is_kept(tmp_path, monkeypatch, caplog):
