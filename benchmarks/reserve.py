@@ -137,6 +137,7 @@ class Node:
                 "nvml_enrich": False,
                 "default_mode": "tdm",
                 "tdm_shares": SHARES,
+                "container_mounts": args.container_mounts,
             }
         )
         self.session = launch(plugin_cfg, plugin=args.plugin)
@@ -261,7 +262,8 @@ def part1_interleaved(args: argparse.Namespace) -> None:
     runs = [interleaved_once(args) for _ in range(args.repeats)]
     print(
         f"Reserve at {', '.join(str(v) for v in LEVELS)} live grants, interleaved: one {CARDS}-card x {SHARES}-share "
-        f"node per level, {args.window} Reserves each round-robin, {args.repeats} runs"
+        f"node per level, {args.window} Reserves each round-robin, {args.repeats} runs; "
+        f"container_mounts = {args.container_mounts}"
     )
     print(
         "| live grants | n | Reserve p50 | Reserve p99 | raw Allocate p50 | raw Allocate p99 | p50 ratio | p99 ratio |"
@@ -305,7 +307,7 @@ def part1(args: argparse.Namespace) -> None:
         f"Reserve while filling a {CARDS}-card x {SHARES}-share node to {args.fill} live grants, {args.repeats} fills"
     )
     print(f"plugin: {plugin}; end to end over go-plugin gRPC; journal on /var/tmp (ext4), fdatasync per record")
-    print(f"simulator exporter interval: {args.collect_interval_ms} ms")
+    print(f"simulator exporter interval: {args.collect_interval_ms} ms; container_mounts = {args.container_mounts}")
     print(
         "| live grants | n | Reserve p50 | Reserve p99 | raw Allocate p50 | raw Allocate p99 | p50 ratio | p99 ratio |"
     )
@@ -355,6 +357,13 @@ def main() -> int:
         "--interleaved",
         action="store_true",
         help="one node per level, timed Reserves round-robin (for a loaded box); implies --skip-release",
+    )
+    parser.add_argument(
+        "--container-mounts",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="the plugin's container_mounts (default auto, the plugin's default: with no Nomad agent here, "
+        "each Reserve's mount question fails on a refused connection and the mounts are withheld)",
     )
     parser.add_argument("--grace", type=float, default=0.5)
     parser.add_argument("--trials", type=int, default=10)
