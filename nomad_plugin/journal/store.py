@@ -578,9 +578,10 @@ class Journal:
     def _compact_beside_writers(self) -> None:
         """A compaction whose slow part (writing and syncing the snapshot) holds no lock.
 
-        1. Under the locks: catch up, encode the snapshot of what the file holds up to
-           its current end (``base``).
-        2. Without them: write it to a temp file and ``fsync`` it, while Reserves append.
+        1. Under the locks: catch up, take the entries as the file holds them up to its
+           current end (``base``).
+        2. Without them: encode the snapshot, write it to a temp file and ``fsync`` it,
+           while Reserves append.
         3. Under the locks again: catch up; if another process replaced the file or the
            temp file was swept meanwhile, give up (the next change asks again). Else copy
            the records appended since ``base`` after the snapshot, sync, rename over the
@@ -594,8 +595,9 @@ class Journal:
             self._catch_up(writing=True)
             if self._needs_compaction or not self._compaction_wanted():
                 return
-            snapshot = _snapshot_bytes(self._canon[gid] for gid in self._entries)
+            canonical = [self._canon[gid] for gid in self._entries]  # encoded below, outside the locks
             base, base_records, identity = self._size, self._records, _identity(self._fd)
+        snapshot = _snapshot_bytes(canonical)
         tmp = self.dir / f"{FILE_NAME}.tmp-{os.getpid()}-{threading.get_ident()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
