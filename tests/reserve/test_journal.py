@@ -1017,7 +1017,13 @@ def _paused_compactor(monkeypatch):
     return paused, resume
 
 
-def test_a_background_compaction_happens_off_the_writing_thread_and_keeps_every_entry(tmp_path, monkeypatch):
+def _problems(caplog) -> list[str]:
+    import logging
+
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_background_compaction_happens_off_the_writing_thread_and_keeps_every_entry(tmp_path, monkeypatch, caplog):
     import threading
 
     from nomad_plugin.journal import store
@@ -1038,13 +1044,15 @@ def test_a_background_compaction_happens_off_the_writing_thread_and_keeps_every_
     _wait_for(lambda: len(_lines(tmp_path)) == 1, "the 8th record compacted into one snapshot line")
     assert compacted_by and set(compacted_by) == {"journal-compact"}
     assert sorted(e.grant_id for e in Journal(tmp_path).entries()) == [f"g{i}" for i in range(8)]
+    assert (tmp_path / "journal.json").stat().st_mode & 0o777 == 0o600
     j.put(entry("g8"))
     assert len(_lines(tmp_path)) == 2, "after a compaction, a change is one record after the snapshot"
-    j.close()
+    j.close()  # waits for the compactor
+    assert _problems(caplog) == [], "a compaction that went well logs no warning or error"
     assert not [t for t in threading.enumerate() if t.name == "journal-compact"], "close() stops the compactor"
 
 
-def test_records_appended_while_the_snapshot_is_synced_follow_it_in_the_new_file(tmp_path, monkeypatch):
+def test_records_appended_while_the_snapshot_is_synced_follow_it_in_the_new_file(tmp_path, monkeypatch, caplog):
     from nomad_plugin.journal import store
 
     monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
@@ -1067,13 +1075,18 @@ def test_records_appended_while_the_snapshot_is_synced_follow_it_in_the_new_file
     assert {e.grant_id for e in Journal(tmp_path).entries()} == expected | {"next"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.json"], "no temp file left"
     j.close()
+    assert _problems(caplog) == []
 
 
 @pytest.mark.parametrize("meanwhile", ["another process compacts", "a new journal sweeps temp files"])
 def test_a_compaction_that_loses_its_file_or_temp_file_meanwhile_gives_up_and_loses_nothing(
-    tmp_path, monkeypatch, meanwhile
+    tmp_path, monkeypatch, meanwhile, caplog
 ):
+    import logging
+
     from nomad_plugin.journal import store
+
+    caplog.set_level(logging.DEBUG, logger="nomad-device-lingjun.journal.store")
 
     monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
     paused, resume = _paused_compactor(monkeypatch)
@@ -1091,7 +1104,8 @@ def test_a_compaction_that_loses_its_file_or_temp_file_meanwhile_gives_up_and_lo
         other = Journal(tmp_path)  # its construction sweeps temp files (under the flock)
         assert not list(tmp_path.glob("journal.json.tmp-*")), "the new journal swept the compactor's temp file"
     resume.set()
-    _wait_for(lambda: j._compactor is not None and not j._compaction_due.is_set(), "the compactor to finish")
+    gave_up = "grant journal changed hands during a compaction; the next change compacts again"
+    _wait_for(lambda: gave_up in [r.getMessage() for r in caplog.records], "the compactor giving up (debug line)")
     _wait_for(lambda: not list(tmp_path.glob("journal.json.tmp-*")), "no temp file left")
     expected = {f"g{i}" for i in range(8)} | (
         {"other", "other-2"} if meanwhile == "another process compacts" else set()
@@ -1102,6 +1116,7 @@ def test_a_compaction_that_loses_its_file_or_temp_file_meanwhile_gives_up_and_lo
     _wait_for(lambda: {e.grant_id for e in Journal(tmp_path).entries()} == expected | {"after"}, "the change after it")
     j.close()
     other.close()
+    assert _problems(caplog) == [], "giving up is not a failure"
 
 
 def test_a_failed_background_compaction_is_logged_and_retried_by_the_next_change(tmp_path, monkeypatch, caplog):
@@ -1129,6 +1144,51 @@ def test_a_failed_background_compaction_is_logged_and_retried_by_the_next_change
     j.put(entry("g8"))
     _wait_for(lambda: len(_lines(tmp_path)) == 1, "the next change's compaction")
     assert {e.grant_id for e in Journal(tmp_path).entries()} == {f"g{i}" for i in range(9)}
+    j.close()
+
+
+def test_an_unexpected_error_in_a_background_compaction_is_logged_with_its_traceback(tmp_path, monkeypatch, caplog):
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    real = store._snapshot_bytes
+    calls: list[int] = []
+
+    def broken_once(entries):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return real(entries)
+
+    j = Journal(tmp_path, background_compaction=True)  # creating the file encodes an empty snapshot
+    monkeypatch.setattr(store, "_snapshot_bytes", broken_once)
+    for i in range(8):
+        j.put(entry(f"g{i}"))
+    message = "grant journal compaction failed; the log keeps growing until it succeeds"
+    _wait_for(lambda: message in [r.getMessage() for r in caplog.records], "the error line")
+    [record] = [r for r in caplog.records if r.getMessage() == message]
+    assert record.exc_info is not None and "boom" in str(record.exc_info[1])
+    j.put(entry("g8"))
+    _wait_for(lambda: len(_lines(tmp_path)) == 1, "the next change's compaction")
+    j.close()
+
+
+def test_stop_background_returns_after_its_timeout_while_a_compaction_is_under_way(tmp_path, monkeypatch):
+    import time
+
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    paused, resume = _paused_compactor(monkeypatch)
+    j = Journal(tmp_path, background_compaction=True)
+    for i in range(8):
+        j.put(entry(f"g{i}"))
+    assert paused.wait(10), "the compactor never synced its snapshot"
+    started = time.monotonic()
+    j.stop_background(timeout=0.2)
+    waited = time.monotonic() - started
+    resume.set()
+    assert waited < 5, f"stop_background waited {waited:.1f} s for a compaction it was told to wait 0.2 s for"
     j.close()
 
 
