@@ -1017,6 +1017,19 @@ def _paused_compactor(monkeypatch):
     return paused, resume
 
 
+def _compaction_under_way(tmp_path, monkeypatch):
+    """A background-compacting journal whose compaction of g0..g7 is paused after its snapshot sync: (j, resume)."""
+    from nomad_plugin.journal import store
+
+    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
+    paused, resume = _paused_compactor(monkeypatch)
+    j = Journal(tmp_path, background_compaction=True)
+    for i in range(8):
+        j.put(entry(f"g{i}"))
+    assert paused.wait(10), "the compactor never synced its snapshot"
+    return j, resume
+
+
 def _problems(caplog) -> list[str]:
     import logging
 
@@ -1053,14 +1066,7 @@ def test_a_background_compaction_happens_off_the_writing_thread_and_keeps_every_
 
 
 def test_records_appended_while_the_snapshot_is_synced_follow_it_in_the_new_file(tmp_path, monkeypatch, caplog):
-    from nomad_plugin.journal import store
-
-    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
-    paused, resume = _paused_compactor(monkeypatch)
-    j = Journal(tmp_path, background_compaction=True)
-    for i in range(8):
-        j.put(entry(f"g{i}"))
-    assert paused.wait(10), "the compactor never synced its snapshot"
+    j, resume = _compaction_under_way(tmp_path, monkeypatch)
     j.put(entry("late"))  # the writer is not held up by the compaction under way
     j.remove("g0")
     j.put(dataclasses.replace(entry("g1"), state=EntryState.RELEASING))
@@ -1176,14 +1182,7 @@ def test_an_unexpected_error_in_a_background_compaction_is_logged_with_its_trace
 def test_stop_background_returns_after_its_timeout_while_a_compaction_is_under_way(tmp_path, monkeypatch):
     import time
 
-    from nomad_plugin.journal import store
-
-    monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
-    paused, resume = _paused_compactor(monkeypatch)
-    j = Journal(tmp_path, background_compaction=True)
-    for i in range(8):
-        j.put(entry(f"g{i}"))
-    assert paused.wait(10), "the compactor never synced its snapshot"
+    j, resume = _compaction_under_way(tmp_path, monkeypatch)
     started = time.monotonic()
     j.stop_background(timeout=0.2)
     waited = time.monotonic() - started
