@@ -1191,6 +1191,30 @@ def test_stop_background_returns_after_its_timeout_while_a_compaction_is_under_w
     j.close()
 
 
+EXITING_WRITER = """
+import sys, time
+from nomad_plugin.journal import Journal, store
+from tests.reserve.test_journal import entry
+store.COMPACT_MIN_RECORDS = 8
+j = Journal(sys.argv[1], background_compaction=True)
+for i in range(8):
+    j.put(entry(f"g{i}"))
+deadline = time.monotonic() + 10
+while len((j.dir / "journal.json").read_bytes().splitlines()) > 1:
+    assert time.monotonic() < deadline, "no background compaction within 10 s"
+    time.sleep(0.01)
+print("compacted", flush=True)
+"""
+
+
+def test_a_process_that_never_closes_its_journal_still_exits(tmp_path):
+    """The compactor thread is a daemon: it waits for work forever and must not keep the process alive."""
+    proc = subprocess.run(
+        [sys.executable, "-c", EXITING_WRITER, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "compacted", proc.stderr
+
+
 def test_stop_background_falls_back_to_inline_compaction(tmp_path, monkeypatch):
     from nomad_plugin.journal import store
 
