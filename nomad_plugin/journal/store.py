@@ -19,7 +19,7 @@ least ``COMPACT_MIN_RECORDS``), the entries are written as a new snapshot:
 temp file, fsync, rename over the journal, fsync the directory; that costs
 O(live) once per O(live) changes, so the amortised cost stays constant. The
 plugin's journal (``background_compaction``) does this on a thread of its own
-and holds the locks only to encode the snapshot and, after the snapshot is
+and holds the locks only to take the entries and, after the snapshot is
 synced, to copy the records appended meanwhile behind it and rename: a
 Reserve no longer pays for the compaction its write made due (issue 14).
 
