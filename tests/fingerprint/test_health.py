@@ -113,7 +113,7 @@ def test_conflict_marking_names_exactly_the_instances_a_full_scan_finds():
     cat = build_catalog(inv, cfg)
     kinds = [Kind.WHOLE, Kind.SHARE, Kind.MIG]
     kind_sets = [frozenset(c) for n in range(0, 3) for c in itertools.combinations(kinds, n)]
-    checked = 0
+    with_conflicts = without = 0
     for combo in itertools.product(kind_sets, repeat=len(uuids)):
         grants = {u: ks for u, ks in zip(uuids, combo, strict=True) if ks}
         grants["not-a-card-of-this-catalog"] = frozenset({Kind.WHOLE})
@@ -123,8 +123,11 @@ def test_conflict_marking_names_exactly_the_instances_a_full_scan_finds():
         for iid, others in expected.items():
             assert "another mode" in reasons[iid], reasons[iid]
             assert reasons[iid].endswith(f"unavailable as {cat.find(iid)[1].kind.value}")
-        checked += 1
-    assert checked == len(kind_sets) ** len(uuids)
+        if expected:
+            with_conflicts += 1
+        else:
+            without += 1
+    assert with_conflicts and without, "the combinations cover both outcomes"
 
 
 def test_the_catalog_lists_each_card_instances_in_catalog_order_with_their_kinds():
