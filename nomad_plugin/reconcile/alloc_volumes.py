@@ -17,6 +17,14 @@ tell (API unreachable or forbidden, no allocation holds the IDs yet, a
 drifted shape, two candidates that disagree), the verdict is "unknown" with
 the reason, and the caller withholds the mounts: losing a task's volumes is
 worse than a task without XDM's driver mounts.
+
+An agent whose HTTP API timed out is not asked again for
+``TIMEOUT_BACKOFF`` seconds: the Reserves in between get the same
+"unknown" verdict at once, naming the error and its age, instead of each
+waiting out the client timeout (5 s) against a stalled agent or a
+firewalled address. Every other failure is fast (a refused connection, a
+403) and is asked again each time, so a task that starts right after an
+agent restart still gets its answer.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClien
 #: Tries when no allocation holds the IDs yet, and the pause between them.
 LOOKUP_ATTEMPTS = 3
 LOOKUP_RETRY_DELAY = 0.5
+#: After a request to the API timed out: seconds before it is asked again.
+TIMEOUT_BACKOFF = 10.0
 
 
 @dataclass(frozen=True)
@@ -125,18 +135,32 @@ class AllocVolumeLookup:
         attempts: int = LOOKUP_ATTEMPTS,
         retry_delay: float = LOOKUP_RETRY_DELAY,
         sleep: Callable[[float], None] = time.sleep,
+        backoff: float = TIMEOUT_BACKOFF,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._node_id = node_id
         self._attempts = max(1, attempts)
         self._retry_delay = retry_delay
         self._sleep = sleep
+        self._backoff = backoff
+        self._clock = clock
         self._lock = threading.Lock()
+        # (when, error text) of the last request that timed out.
+        self._timed_out: tuple[float, str] | None = None
 
     def close(self) -> None:
         self._client.close()
 
     def lookup(self, device_ids: Sequence[str]) -> VolumeVerdict:
+        down = self._timed_out
+        if down is not None and (age := self._clock() - down[0]) < self._backoff:
+            return VolumeVerdict(
+                False,
+                False,
+                f"the Nomad API could not be asked ({down[1]}, {age:.1f} s ago; "
+                f"asked again {self._backoff:g} s after a timeout)",
+            )
         try:
             node_id = self._node()
             for attempt in range(self._attempts):
@@ -146,6 +170,8 @@ class AllocVolumeLookup:
                 if attempt + 1 < self._attempts:
                     self._sleep(self._retry_delay)
         except NomadApiError as exc:
+            if exc.kind == "timeout":
+                self._timed_out = (self._clock(), str(exc))
             return VolumeVerdict(False, False, f"the Nomad API could not be asked ({exc})")
         except ValueError as exc:
             return VolumeVerdict(False, False, f"the Nomad API answer has an unexpected shape ({exc})")

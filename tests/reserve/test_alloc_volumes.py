@@ -271,3 +271,57 @@ def test_a_node_list_that_is_not_a_list_is_a_shape_error() -> None:
     assert verdict == VolumeVerdict(
         False, False, "the Nomad API answer has an unexpected shape (node allocations answer is not a list)"
     )
+
+
+# -- after a timeout, the agent is not asked again for a while ------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def allocation_requests(api: NomadApiDouble) -> int:
+    return paths(api).count(f"/v1/node/{api.node_id}/allocations")
+
+
+def test_after_a_timeout_the_agent_is_not_asked_until_the_backoff_ends(api: NomadApiDouble) -> None:
+    clock = Clock()
+    finder = lookup(api, node_id=api.node_id, timeout=0.3, backoff=10.0, clock=clock)
+    api.set_latency(30.0)
+    first = finder.lookup(IDS)
+    assert (
+        first.reason
+        == f"the Nomad API could not be asked (Nomad API /v1/node/{api.node_id}/allocations: timed out after 0.3s)"
+    )
+    assert allocation_requests(api) == 1
+    api.set_latency(0.0)
+    add_alloc_with_job(api, "a1", IDS)
+    clock.now += 9.94
+    assert finder.lookup(IDS) == VolumeVerdict(
+        False,
+        False,
+        f"the Nomad API could not be asked (Nomad API /v1/node/{api.node_id}/allocations: timed out after 0.3s, "
+        "9.9 s ago; "
+        "asked again 10 s after a timeout)",
+    )
+    assert allocation_requests(api) == 1, "asked again inside the backoff"
+    clock.now += 0.06
+    assert finder.lookup(IDS) == VolumeVerdict(True, False, "task a1/task has no volume_mount")
+    assert allocation_requests(api) == 2
+    assert finder.lookup(IDS).known
+    assert allocation_requests(api) == 3
+
+
+def test_fast_failures_are_asked_again_every_time(api: NomadApiDouble) -> None:
+    finder = lookup(api, node_id=api.node_id, clock=Clock())
+    api.require_token("secret")
+    finder.lookup(IDS)
+    assert "403" in finder.lookup(IDS).reason
+    assert allocation_requests(api) == 2, "a 403 is not a timeout"
+    api.set_down(True)  # the connection closes without an answer: unreachable, not a timeout
+    assert "could not be asked" in finder.lookup(IDS).reason
+    assert "s ago" not in finder.lookup(IDS).reason
