@@ -246,6 +246,28 @@ def test_journal_size_is_known_from_the_start(tmp_path):
     assert again.counters.journal_size == 2
 
 
+def test_the_fingerprint_engine_is_told_only_when_a_cards_granted_kinds_change(tmp_path):
+    r, _, changes = make(tmp_path)
+
+    def grant(device_id):
+        return r.reserve([device_id]).container_res.envs["LINGJUN_GRANT_ID"]
+
+    first = grant(share_id(card_uuid(4), 0))
+    assert len(changes) == 1, "card 4 now holds a share"
+    second = grant(share_id(card_uuid(4), 1))
+    assert len(changes) == 1, "card 4 held a share already: no card's kinds changed"
+    grant(share_id(card_uuid(5), 0))
+    assert len(changes) == 2
+    grant(card_uuid(0))
+    assert len(changes) == 3
+    assert r.release_grant(second, "test")
+    assert len(changes) == 3, "card 4 still holds a share"
+    assert r.release_grant(first, "test")
+    assert len(changes) == 4, "card 4 holds nothing now"
+    assert r.release_grant(first, "test"), "released already"
+    assert len(changes) == 4
+
+
 def test_a_failing_change_callback_is_logged_not_raised(tmp_path, caplog):
     backend = FakeBackend()
 
@@ -559,11 +581,12 @@ def test_the_mount_policy_is_asked_with_the_instance_ids_and_its_lines(tmp_path,
     assert (len(first.mounts), len(second.mounts), len(third.mounts)) == (0, 0, 1)
     assert len(first.devices) == 1 and len(second.devices) == 1, "devices are passed when mounts are withheld"
     ids = [g.envs["LINGJUN_GRANT_ID"] for g in (first, second, third)]
-    lines = [(x.levelname, x.getMessage()) for x in caplog.records if "mount(s)" in x.getMessage()]
+    lines = [(x.levelname, x.getMessage()) for x in caplog.records]
+    made = "made: devices {}; cards {}; mode whole; limits whole cards (no limit); XDM's 1 mount(s) "
     assert lines == [
         (
             "INFO",
-            f"grant {ids[0]}: XDM's 1 mount(s) withheld from the task (task a1/task has volume_mount); "
+            f"grant {ids[0]} {made.format(card_uuid(0), card_uuid(0))}withheld (task a1/task has volume_mount); "
             "its devices and env are passed",
         ),
         (
@@ -571,21 +594,33 @@ def test_the_mount_policy_is_asked_with_the_instance_ids_and_its_lines(tmp_path,
             f"grant {ids[1]}: XDM's 1 mount(s) withheld from the task (the Nomad API could not be asked (x)); "
             "its devices and env are passed",
         ),
-        ("INFO", f"grant {ids[2]}: passing XDM's 1 mount(s) to the task: task a2/task has no volume_mount"),
+        (
+            "INFO",
+            f"grant {ids[1]} {made.format(card_uuid(1), card_uuid(1))}withheld (the Nomad API could not be asked (x)); "
+            "its devices and env are passed",
+        ),
+        ("INFO", f"grant {ids[2]} {made.format(card_uuid(2), card_uuid(2))}passed (task a2/task has no volume_mount)"),
+    ], "one audit line per grant, with its mounts' fate; a warning of its own only when it could not be told"
+    fields = [getattr(x, "fields", {}) for x in caplog.records if " made: " in x.getMessage()]
+    assert [(f["mounts"], f["mounts_reason"]) for f in fields] == [
+        ("withheld", "task a1/task has volume_mount"),
+        ("withheld", "the Nomad API could not be asked (x)"),
+        ("passed", "task a2/task has no volume_mount"),
     ]
 
 
-def test_never_is_an_info_line_and_no_mounts_means_no_question(tmp_path, caplog):
+def test_never_is_said_in_the_audit_line_and_no_mounts_means_no_question(tmp_path, caplog):
     from nomad_plugin.nomad.mounts import MountPolicy
 
     r = mounts_reserver(tmp_path / "a", MountPolicy("never"))
     with caplog.at_level("INFO"):
         gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
-    lines = [(x.levelname, x.getMessage()) for x in caplog.records if "mount(s)" in x.getMessage()]
+    lines = [(x.levelname, x.getMessage()) for x in caplog.records]
     assert lines == [
         (
             "INFO",
-            f'grant {gid}: XDM\'s 1 mount(s) withheld from the task (container_mounts = "never"); '
+            f"grant {gid} made: devices {card_uuid(0)}; cards {card_uuid(0)}; mode whole; "
+            f'limits whole cards (no limit); XDM\'s 1 mount(s) withheld (container_mounts = "never"); '
             "its devices and env are passed",
         )
     ]
