@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.mounts import MountPolicy
+    from nomad_plugin.nomad.ports import AfterReply
     from nomad_plugin.nomad.reserve import Reserver
     from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
@@ -391,7 +392,7 @@ class PluginApp:
         gc.collect()
         gc.freeze()
 
-    def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
+    def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
         if not device_ids:
             return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
         self._ensure_started()
@@ -404,7 +405,7 @@ class PluginApp:
             raise JournalUnavailable(self.journal_error or "the plugin is shutting down")
         started = time.perf_counter()
         try:
-            response = reserver.reserve(device_ids)
+            response = reserver.reserve(device_ids, after_reply)
         except PluginError as exc:
             if self.metrics is not None:
                 self.metrics.reserve_error(type(exc).__name__)

@@ -85,7 +85,7 @@ class DeviceService(device_pb2_grpc.DevicePluginServicer):
     def Reserve(self, request: device_pb2.ReserveRequest, context: grpc.ServicerContext) -> device_pb2.ReserveResponse:
         device_ids = list(request.device_ids)
         try:
-            response = self._app.reserve(device_ids)
+            response = self._app.reserve(device_ids, context.add_callback)
         except Exception as exc:
             code, message = grpc_status_for(exc)
             log.error(

@@ -9,11 +9,14 @@ application that imports them (docs/architecture.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
+
+#: Runs a function once the reply has gone out (gRPC's ``context.add_callback``); False if it cannot.
+AfterReply = Callable[[Callable[[], None]], bool]
 
 
 class ConfigTarget(Protocol):
@@ -31,6 +34,8 @@ class DeviceEngines(Protocol):
 
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]: ...
 
-    def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse: ...
+    def reserve(
+        self, device_ids: Sequence[str], after_reply: AfterReply | None = None
+    ) -> device_pb2.ReserveResponse: ...
 
     def stats(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]: ...

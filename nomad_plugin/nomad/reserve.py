@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 
 from nomad_plugin._proto.nomad import device_pb2
@@ -33,6 +34,7 @@ from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, build_container
 from nomad_plugin.nomad.mounts import MountPolicy, PendingDecision
+from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.reconcile.counters import LifecycleCounters
 
 log = get_logger(__name__)
@@ -258,7 +260,14 @@ class Reserver:
         self._notified_view: Mapping[str, frozenset[str]] | None = None
 
     # -- Reserve ------------------------------------------------------------------
-    def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
+    def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
+        """Make, journal and describe one grant for ``device_ids``.
+
+        ``after_reply``: where the grant's audit line is written once the reply
+        has gone out (gRPC's ``add_callback``), so that writing it, and the
+        reader of the plugin's stderr it wakes, are not on the Reserve's path
+        (issue 14); written at once when absent or refused.
+        """
         if not device_ids:
             return empty_response()
         plan = plan_request(list(device_ids), self.catalog_source())
@@ -273,7 +282,9 @@ class Reserver:
         finally:
             self._changed()
         spec, mounts = self._apply_mount_policy(grant_id, plan, spec, early)
-        _audit_grant(entry, plan, mounts)
+        audit = partial(_audit_grant, entry, plan, mounts)
+        if after_reply is None or not after_reply(audit):
+            audit()
         return device_pb2.ReserveResponse(container_res=spec.to_proto())
 
     def _apply_mount_policy(

@@ -26,6 +26,7 @@ from nomad_plugin.model.errors import (
 )
 from nomad_plugin.nomad.base_service import BaseService
 from nomad_plugin.nomad.device_service import DeviceService, add_device_service, stats_interval
+from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.util.backoff import Backoff
 
 
@@ -34,6 +35,8 @@ class ScriptedApp(PluginApp):
         super().__init__()
         self.reserve_error: BaseException | None = None
         self.reserve_reply = device_pb2.ReserveResponse()
+        self.after_reply: AfterReply | None = None
+        self.run_after_reply: list[tuple[str, threading.Event]] = []
         self.fingerprint_failures = 0
         self.fingerprint_opens = 0
         self.cancels: list[threading.Event] = []
@@ -68,7 +71,10 @@ class ScriptedApp(PluginApp):
         for response in self.stats(interval, cancel):
             yield response.SerializeToString()
 
-    def reserve(self, device_ids: Sequence[str]) -> device_pb2.ReserveResponse:
+    def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
+        self.after_reply = after_reply
+        for name, ran in self.run_after_reply:
+            assert after_reply is not None and after_reply(ran.set), name
         if self.reserve_error is not None:
             raise self.reserve_error
         return self.reserve_reply
@@ -119,6 +125,21 @@ def test_reserve_always_carries_container_res(served: tuple[ScriptedApp, Lifecyc
     _, _, channel = served
     reply = device_pb2_grpc.DevicePluginStub(channel).Reserve(device_pb2.ReserveRequest(device_ids=["a"]), timeout=5)
     assert reply.HasField("container_res")
+
+
+def test_reserve_runs_what_the_app_defers_after_the_reply(served: tuple[ScriptedApp, Lifecycle, grpc.Channel]) -> None:
+    app, _, channel = served
+    ran = threading.Event()
+    app.run_after_reply = [("the audit line", ran)]
+    stub = device_pb2_grpc.DevicePluginStub(channel)
+    call = stub.Reserve.future(device_pb2.ReserveRequest(device_ids=["a"]), timeout=5)
+    assert call.result().HasField("container_res")
+    assert ran.wait(5), "the deferred function never ran"
+    app.reserve_error = ReservationRejected("unknown device IDs: b")
+    ran.clear()
+    with pytest.raises(grpc.RpcError):
+        stub.Reserve(device_pb2.ReserveRequest(device_ids=["b"]), timeout=5)
+    assert ran.wait(5), "a failed Reserve still ends its call, and runs what it deferred"
 
 
 def test_fingerprint_survives_engine_failures_and_stays_open(

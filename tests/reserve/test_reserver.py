@@ -543,6 +543,21 @@ def test_one_audit_line_per_grant_made_with_its_fields(tmp_path, caplog):
     assert entries[whole].group and entries[whole].group != entries[share].group
 
 
+def test_the_audit_line_waits_for_the_reply_when_it_can(tmp_path, caplog):
+    r, _, _ = make(tmp_path)
+    deferred = []
+    with caplog.at_level("INFO"):
+        gid = r.reserve([card_uuid(0)], lambda fn: deferred.append(fn) or True).container_res.envs["LINGJUN_GRANT_ID"]
+        assert grant_made_lines(caplog) == [], "written before the reply went out"
+        assert len(deferred) == 1
+        deferred[0]()
+        assert [m for m, _ in grant_made_lines(caplog)] == [
+            f"grant {gid} made: devices {card_uuid(0)}; cards {card_uuid(0)}; mode whole; limits whole cards (no limit)"
+        ]
+        refused = r.reserve([card_uuid(1)], lambda fn: False).container_res.envs["LINGJUN_GRANT_ID"]
+        assert grant_made_lines(caplog)[-1][0].startswith(f"grant {refused} made: "), "a refused deferral writes it now"
+
+
 def mounts_reserver(tmp_path, policy):
     b = FakeBackend(style="env+mounts")
     return Reserver(
