@@ -51,6 +51,16 @@ def catalog(*groups: InstanceGroup) -> Catalog:
     return Catalog(tuple(groups))
 
 
+class Clock:
+    """A monotonic clock the test moves by hand (``clock.now += 10``)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class FakeBackend:
     """Grants with whole-card exclusivity and per-card capacity; records calls."""
 

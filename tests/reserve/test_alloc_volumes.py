@@ -20,6 +20,7 @@ from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdic
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.testing.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
+from tests.reserve.fakes import Clock
 
 IDS = ["GPU-aaaa", "GPU-bbbb"]
 
@@ -274,14 +275,6 @@ def test_a_node_list_that_is_not_a_list_is_a_shape_error() -> None:
 
 
 # -- after a timeout, the agent is not asked again for a while ------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def allocation_requests(api: NomadApiDouble) -> int:

@@ -18,19 +18,11 @@ from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.util.backoff import Backoff
-from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from tests.reserve.fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 
 CAT = catalog(whole_group(8))
 NARROW = 'namespace "default" { policy = "read" }\nnode { policy = "read" }\nagent { policy = "read" }\n'
 DOCUMENTED = 'namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\nagent { policy = "read" }\n'
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def acl_api(rules: str) -> NomadApiDouble:
