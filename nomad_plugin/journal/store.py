@@ -287,6 +287,7 @@ class Journal:
         self._by_device: dict[str, dict[str, JournalEntry]] = {}  # device ID -> grant id -> entry
         self._card_kinds: dict[str, Counter[str]] = {}  # card UUID -> kind -> live entries
         self._kinds_view: Mapping[str, frozenset[str]] | None = None  # kinds_by_card's answer, until a set changes
+        self._kinds_changes = 0  # bumped with every such change (``kinds_changes``)
         self._compaction_due = threading.Event()  # wakes the background compactor
         self._compactor: threading.Thread | None = None
         self._background = background_compaction
@@ -343,6 +344,17 @@ class Journal:
                 view = MappingProxyType({card: frozenset(kinds) for card, kinds in self._card_kinds.items()})
                 self._kinds_view = view
             return view
+
+    @property
+    def kinds_changes(self) -> int:
+        """How often some card's set of kinds has changed in this process's view; read without the lock.
+
+        A Reserve asks it after its grant is journalled, to tell whether the
+        fingerprint engine has anything to re-mark. ``kinds_by_card`` takes the
+        journal's lock, which a background compaction holds for a moment now and
+        then: read on the Reserve's path, that wait showed in its tail (issue 14).
+        """
+        return self._kinds_changes
 
     @property
     def generation(self) -> int:
@@ -651,6 +663,7 @@ class Journal:
 
     def _reindex(self) -> None:
         self._by_device, self._card_kinds, self._kinds_view = {}, {}, None
+        self._kinds_changes += 1
         for entry in self._entries.values():
             self._index(entry)
 
@@ -661,6 +674,7 @@ class Journal:
             kinds = self._card_kinds.setdefault(card, Counter())
             if not kinds[entry.kind]:
                 self._kinds_view = None  # a kind new on this card
+                self._kinds_changes += 1
             kinds[entry.kind] += 1
 
     def _unindex(self, entry: JournalEntry) -> None:
@@ -677,6 +691,7 @@ class Journal:
                 if kinds[entry.kind] <= 0:
                     del kinds[entry.kind]
                     self._kinds_view = None  # its last entry of this kind left the card
+                    self._kinds_changes += 1
                 if not kinds:
                     del self._card_kinds[card]
 

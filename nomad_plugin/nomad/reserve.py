@@ -265,8 +265,8 @@ class Reserver:
         self._card_locks: dict[str, threading.Lock] = {}
         self.counters.journal_size = len(journal)
         self._kinds_cache: tuple[Mapping[str, frozenset[str]], Mapping[str, frozenset[Kind]]] | None = None
-        # The journal's card -> kinds view when the fingerprint engine was last told (``_changed``).
-        self._notified_view: Mapping[str, frozenset[str]] | None = None
+        # The journal's count of card -> kinds changes when the fingerprint engine was last told.
+        self._notified_changes = -1
 
     # -- Reserve ------------------------------------------------------------------
     def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
@@ -524,17 +524,18 @@ class Reserver:
     def _changed(self) -> None:
         """Tell the fingerprint engine, unless no card's set of granted kinds changed.
 
-        Conflict marking reads only that set, and the journal hands out the same
-        view object until it changes; most Reserves add a grant to a card that
-        holds one of its kind already, and waking the engine's thread for them
-        cost each such Reserve a thread switch and GIL contention (issue 14).
+        Conflict marking reads only that set, and the journal counts its changes;
+        most Reserves add a grant to a card that holds one of its kind already,
+        and waking the engine's thread for them cost each such Reserve a thread
+        switch and GIL contention (issue 14). The count is read without the
+        journal's lock, which a background compaction may be holding.
         """
         if self._on_changed is None:
             return
-        view = self.journal.kinds_by_card()
-        if view is self._notified_view:
+        changes = self.journal.kinds_changes
+        if changes == self._notified_changes:
             return
-        self._notified_view = view
+        self._notified_changes = changes
         try:
             self._on_changed()
         except Exception:

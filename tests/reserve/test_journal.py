@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,7 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 WRITER = """
 import sys
+import threading
 from nomad_plugin.journal import Journal, store
 from tests.reserve.test_journal import entry
 store.COMPACT_MIN_RECORDS = int(sys.argv[3])
@@ -249,6 +251,7 @@ def test_sigkill_during_writes_never_leaves_a_torn_journal(tmp_path, mode, compa
 
 CONCURRENT_WRITER = """
 import sys
+import threading
 from nomad_plugin.journal import Journal, store
 from tests.reserve.test_journal import entry
 store.COMPACT_MIN_RECORDS = 16
@@ -315,6 +318,37 @@ def test_kinds_by_card_is_the_same_read_only_object_until_a_card_gains_or_loses_
     before = j.kinds_by_card()
     assert len(j) == 2  # catching up with another process's write re-reads the view
     assert j.kinds_by_card() is not before and j.kinds_by_card()["C3"] == frozenset({"mig"})
+
+
+def test_kinds_changes_counts_each_change_of_a_cards_kinds_and_needs_no_lock(tmp_path):
+    j = Journal(tmp_path)
+    start = j.kinds_changes
+    j.put(entry("a"))  # whole is new on C1 and on C2
+    assert j.kinds_changes == start + 2
+    j.put(dataclasses.replace(entry("b"), device_ids=("b-x",)))
+    assert j.kinds_changes == start + 2, "whole again on both cards changes no card's kinds"
+    j.put(dataclasses.replace(entry("c"), kind="share", device_ids=("c-x",), cards=("C2",)))
+    assert j.kinds_changes == start + 3
+    j.remove("b")
+    assert j.kinds_changes == start + 3, "a still holds whole on both cards"
+    j.remove("c")
+    assert j.kinds_changes == start + 4, "the last share left C2"
+    other = Journal(tmp_path)
+    other.put(dataclasses.replace(entry("d"), kind="mig", device_ids=("d-x",), cards=("C3",)))
+    assert len(j) == 2  # catching up with another process's record
+    assert j.kinds_changes == start + 5, "mig is new on C3"
+    other.remove("a")
+    other.remove("d")
+    other.compact()  # the file replaced by one that holds nothing
+    assert len(j) == 0  # read again whole
+    seen = j.kinds_changes
+    assert seen > start + 5, "every kind left every card"
+    read: list[int] = []
+    with j._lock:  # a compaction's locked phase, say
+        reader = threading.Thread(target=lambda: read.append(j.kinds_changes))
+        reader.start()
+        reader.join(5)
+    assert read == [seen], "reading the count waited for the journal's lock"
 
 
 def _corrupt(directory: Path) -> None:
