@@ -286,8 +286,9 @@ class Journal:
         # Derived views, kept in step with _entries so lookups never scan every grant.
         self._by_device: dict[str, dict[str, JournalEntry]] = {}  # device ID -> grant id -> entry
         self._card_kinds: dict[str, Counter[str]] = {}  # card UUID -> kind -> live entries
-        self._kinds_view: Mapping[str, frozenset[str]] | None = None  # kinds_by_card's answer, until a set changes
-        self._kinds_changes = 0  # bumped with every such change (``kinds_changes``)
+        self._kinds_changes = 0  # bumped whenever some card's set of kinds changes (``kinds_changes``)
+        # kinds_by_card's answer, and the count it was built at.
+        self._kinds_view: tuple[int, Mapping[str, frozenset[str]]] | None = None
         self._compaction_due = threading.Event()  # wakes the background compactor
         self._compactor: threading.Thread | None = None
         self._background = background_compaction
@@ -339,10 +340,11 @@ class Journal:
         "unchanged" by identity instead of comparing every card (issue 14).
         """
         with self._lock:
-            view = self._kinds_view
-            if view is None:
-                view = MappingProxyType({card: frozenset(kinds) for card, kinds in self._card_kinds.items()})
-                self._kinds_view = view
+            built = self._kinds_view
+            if built is not None and built[0] == self._kinds_changes:
+                return built[1]
+            view = MappingProxyType({card: frozenset(kinds) for card, kinds in self._card_kinds.items()})
+            self._kinds_view = (self._kinds_changes, view)
             return view
 
     @property
@@ -610,7 +612,7 @@ class Journal:
             canonical = [self._canon[gid] for gid in self._entries]  # encoded below, outside the locks
             base, base_records, identity = self._size, self._records, _identity(self._fd)
         snapshot = _snapshot_bytes(canonical)
-        tmp = self.dir / f"{FILE_NAME}.tmp-{os.getpid()}-{threading.get_ident()}"
+        tmp = self._temp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
             _write_all(fd, snapshot)
@@ -662,7 +664,7 @@ class Journal:
             self._unindex(entry)
 
     def _reindex(self) -> None:
-        self._by_device, self._card_kinds, self._kinds_view = {}, {}, None
+        self._by_device, self._card_kinds = {}, {}
         self._kinds_changes += 1
         for entry in self._entries.values():
             self._index(entry)
@@ -673,8 +675,7 @@ class Journal:
         for card in entry.cards:
             kinds = self._card_kinds.setdefault(card, Counter())
             if not kinds[entry.kind]:
-                self._kinds_view = None  # a kind new on this card
-                self._kinds_changes += 1
+                self._kinds_changes += 1  # a kind new on this card
             kinds[entry.kind] += 1
 
     def _unindex(self, entry: JournalEntry) -> None:
@@ -690,14 +691,17 @@ class Journal:
                 kinds[entry.kind] -= 1
                 if kinds[entry.kind] <= 0:
                     del kinds[entry.kind]
-                    self._kinds_view = None  # its last entry of this kind left the card
-                    self._kinds_changes += 1
+                    self._kinds_changes += 1  # its last entry of this kind left the card
                 if not kinds:
                     del self._card_kinds[card]
 
+    def _temp_path(self) -> Path:
+        """This process's and thread's temp file for a new journal (swept by the next open if left behind)."""
+        return self.dir / f"{FILE_NAME}.tmp-{os.getpid()}-{threading.get_ident()}"
+
     def _replace_with(self, data: bytes) -> None:
         """Write ``data`` as the whole journal: temp file, fsync, rename, directory fsync."""
-        tmp = self.dir / f"{FILE_NAME}.tmp-{os.getpid()}-{threading.get_ident()}"
+        tmp = self._temp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             _write_all(fd, data)
