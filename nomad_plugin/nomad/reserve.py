@@ -33,7 +33,7 @@ from nomad_plugin.model.errors import BackendUnavailable, PluginError, Reservati
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, build_container
-from nomad_plugin.nomad.mounts import MountPolicy, PendingDecision
+from nomad_plugin.nomad.mounts import MountDecision, MountPolicy, PendingDecision
 from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.reconcile.counters import LifecycleCounters
 
@@ -169,15 +169,12 @@ class MountsOutcome:
     """What became of the mounts XDM's grant carried: for the grant's audit line."""
 
     count: int
-    passed: bool
-    reason: str
-    #: Withheld because it could not be told (not by the task's volumes or ``never``): a warning too.
-    unknown: bool = False
+    decision: MountDecision
 
     def describe(self) -> str:
-        if self.passed:
-            return f"XDM's {self.count} mount(s) passed ({self.reason})"
-        return f"XDM's {self.count} mount(s) withheld ({self.reason}); its devices and env are passed"
+        if self.decision.passed:
+            return f"XDM's {self.count} mount(s) passed ({self.decision.reason})"
+        return f"XDM's {self.count} mount(s) withheld ({self.decision.reason}); its devices and env are passed"
 
 
 def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: MountsOutcome | None = None) -> None:
@@ -187,12 +184,12 @@ def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: MountsOutcome |
     plugin's stderr (Nomad's agent, or the benchmark) while the reply is on
     its way, and a second line cost Reserve about 0.15 ms at p50 (issue 14).
     """
-    if mounts is not None and mounts.unknown:
+    if mounts is not None and mounts.decision.outcome == "unknown":  # withheld because it could not be told
         log.warning(
             "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed",
             entry.grant_id,
             mounts.count,
-            mounts.reason,
+            mounts.decision.reason,
         )
     limits = describe_limits(entry.kind, entry.asks)
     fields = {
@@ -208,8 +205,8 @@ def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: MountsOutcome |
     if mounts is not None:
         message += "; %s"
         args.append(mounts.describe())
-        fields["mounts"] = "passed" if mounts.passed else "withheld"
-        fields["mounts_reason"] = mounts.reason
+        fields["mounts"] = "passed" if mounts.decision.passed else "withheld"
+        fields["mounts_reason"] = mounts.decision.reason
     log.info(message, *args, extra={"fields": fields})
 
 
@@ -310,8 +307,7 @@ class Reserver:
             return spec, None
         ids = [i.id for i in plan.instances]
         decision = early.result() if early is not None else self._mounts.decide(ids)
-        unknown = not decision.passed and decision.outcome not in ("volumes", "never")
-        outcome = MountsOutcome(len(spec.mounts), decision.passed, decision.reason, unknown)
+        outcome = MountsOutcome(len(spec.mounts), decision)
         return (spec if decision.passed else replace(spec, mounts=())), outcome
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec, PendingDecision | None]:
