@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.ports import AfterReply
     from nomad_plugin.nomad.reserve import Reserver
-    from nomad_plugin.reconcile.nomad_api import AllocView
+    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import StatsEngine
@@ -185,7 +185,9 @@ class PluginApp:
         observe = (lambda d: metrics.mount_decision(d.outcome)) if metrics is not None else None
         if mode != "auto":
             return MountPolicy(mode, observe=observe)
-        lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
+        lookup = AllocVolumeLookup(
+            NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id, view=self._allocs_view
+        )
         policy = MountPolicy(mode, lookup.lookup, observe)
 
         def close() -> None:
@@ -194,6 +196,11 @@ class PluginApp:
 
         self._close_volume_lookup = close
         return policy
+
+    def _allocs_view(self) -> AllocPage | None:
+        """The node's allocations as the reconciler last saw them (None before its first answer)."""
+        reconciler = self.reconciler
+        return reconciler.last_page if reconciler is not None else None
 
     def _open_journal(self, config: PluginConfig) -> Journal | None:
         from nomad_plugin.journal.owner import OwnerLock

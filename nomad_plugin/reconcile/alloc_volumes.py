@@ -18,6 +18,20 @@ drifted shape, two candidates that disagree), the verdict is "unknown" with
 the reason, and the caller withholds the mounts: losing a task's volumes is
 worse than a task without XDM's driver mounts.
 
+Where it looks first: the node's allocation list embeds every allocation's
+job (and its task events), so one ``GET /v1/node/<id>/allocations`` grows
+with the allocations on the node, terminal ones included until Nomad
+collects them: a few MB at a thousand. The reconciler already keeps that
+list, refreshed by a blocking query whenever it changes. So when it is
+given (``view``), the lookup finds the allocation there and confirms it
+with ``GET /v1/allocation/<id>``, one allocation whatever the node holds.
+The confirmation is what makes a stale view safe: an allocation that is
+still not terminal, still desired to run and still holds exactly these
+IDs is the only one that can, since Nomad's scheduler gives a device ID
+to a new allocation only once its holder is stopped or terminal. Any
+doubt (not in the view, two there, 404, stopped, other IDs) falls back to
+the node list as before.
+
 An agent whose HTTP API timed out is not asked again for
 ``TIMEOUT_BACKOFF`` seconds: the Reserves in between get the same
 "unknown" verdict at once, naming the error and its age, instead of each
@@ -36,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClient
+from nomad_plugin.reconcile.nomad_api import TERMINAL, AllocPage, NomadApiError, NomadClient
 
 #: Tries when no allocation holds the IDs yet, and the pause between them.
 LOOKUP_ATTEMPTS = 3
@@ -137,8 +151,10 @@ class AllocVolumeLookup:
         sleep: Callable[[float], None] = time.sleep,
         backoff: float = TIMEOUT_BACKOFF,
         clock: Callable[[], float] = time.monotonic,
+        view: Callable[[], AllocPage | None] | None = None,
     ) -> None:
         self._client = client
+        self._view = view
         self._node_id = node_id
         self._attempts = max(1, attempts)
         self._retry_delay = retry_delay
@@ -162,6 +178,9 @@ class AllocVolumeLookup:
                 f"asked again {self._backoff:g} s after a timeout)",
             )
         try:
+            confirmed = self._from_view(frozenset(device_ids))
+            if confirmed is not None:
+                return confirmed
             node_id = self._node()
             for attempt in range(self._attempts):
                 verdict = self._once(node_id, device_ids)
@@ -184,6 +203,35 @@ class AllocVolumeLookup:
             if not self._node_id:
                 self._node_id = self._client.node_id()
             return self._node_id
+
+    def _from_view(self, wanted: frozenset[str]) -> VolumeVerdict | None:
+        """The verdict from the reconciler's view, confirmed by one ``/v1/allocation/<id>``; None: ask the list."""
+        page = self._view() if self._view is not None else None
+        held = page.holders.get(wanted, ()) if page is not None else ()
+        hints = [(alloc.id, task) for alloc, task in held if alloc.live and alloc.desired_status == "run"]
+        if len(hints) != 1:
+            return None
+        alloc_id, task = hints[0]
+        try:
+            full = self._get(f"/v1/allocation/{quote(alloc_id, safe='')}")
+        except NomadApiError as exc:
+            if exc.status == 404:  # collected since the view was taken
+                return None
+            raise
+        if not isinstance(full, dict):
+            raise ValueError("allocation answer is not an object")
+        found = find_candidates([full], sorted(wanted))
+        if [c.task for c in found] != [task] or full.get("DesiredStatus", "run") != "run":
+            return None  # stopped, terminal or holding other IDs now: the view was stale
+        mounts = task_volume_mounts(full, task)
+        if mounts is None:
+            return None
+        where = f"{alloc_id[:64]}/{task}"
+        return VolumeVerdict(
+            True,
+            bool(mounts),
+            f"task {where} {'has' if mounts else 'has no'} volume_mount (confirmed by /v1/allocation)",
+        )
 
     def _once(self, node_id: str, device_ids: Sequence[str]) -> VolumeVerdict | None:
         body = self._get(f"/v1/node/{quote(node_id, safe='')}/allocations")

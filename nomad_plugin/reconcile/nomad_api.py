@@ -16,6 +16,8 @@ import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -82,6 +84,9 @@ class AllocView:
     namespace: str = "default"
     job: str = ""
     modify_time: float = 0.0  # unix seconds of the last change Nomad recorded
+    desired_status: str = "run"
+    # (task, device IDs of one ``device`` block) per block: which task a Reserve's IDs belong to.
+    task_devices: tuple[tuple[str, frozenset[str]], ...] = ()
 
     @property
     def live(self) -> bool:
@@ -92,6 +97,18 @@ class AllocView:
 class AllocPage:
     allocs: tuple[AllocView, ...]
     index: int
+
+    @cached_property
+    def holders(self) -> Mapping[frozenset[str], tuple[tuple[AllocView, str], ...]]:
+        """Exact device IDs of one ``device`` block -> (allocation, task) holding them, in list order.
+
+        Built once per page, so a Reserve's lookup does not scan every allocation on the node.
+        """
+        out: dict[frozenset[str], list[tuple[AllocView, str]]] = {}
+        for alloc in self.allocs:
+            for task, ids in alloc.task_devices:
+                out.setdefault(ids, []).append((alloc, task))
+        return MappingProxyType({ids: tuple(found) for ids, found in out.items()})
 
 
 def parse_alloc(raw: Any) -> AllocView:
@@ -114,7 +131,8 @@ def parse_alloc(raw: Any) -> AllocView:
     if not isinstance(tasks, dict):
         raise ValueError(f"{where}: AllocatedResources.Tasks is not an object")
     ids: set[str] = set()
-    for task in tasks.values():
+    blocks: list[tuple[str, frozenset[str]]] = []
+    for name, task in tasks.items():
         task = task or {}
         if not isinstance(task, dict):
             raise ValueError(f"{where}: a task's resources are not an object")
@@ -129,11 +147,15 @@ def parse_alloc(raw: Any) -> AllocView:
             if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
                 raise ValueError(f"{where}: DeviceIDs is not a list of strings")
             ids.update(device_ids)
+            blocks.append((str(name), frozenset(device_ids)))
     namespace = raw.get("Namespace") or "default"
     job = raw.get("JobID") or ""
+    desired = raw.get("DesiredStatus") or "run"
     modify = raw.get("ModifyTime") or 0
     if not isinstance(namespace, str) or not isinstance(job, str):
         raise ValueError(f"{where}: Namespace/JobID is not a string")
+    if not isinstance(desired, str):
+        raise ValueError(f"{where}: DesiredStatus is not a string")
     modify_time = modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0
     return AllocView(
         id=raw["ID"],
@@ -142,6 +164,8 @@ def parse_alloc(raw: Any) -> AllocView:
         namespace=namespace,
         job=job,
         modify_time=modify_time,
+        desired_status=desired,
+        task_devices=tuple(blocks),
     )
 
 

@@ -134,6 +134,7 @@ class Reconciler:
         # new leader behind) would make every later blocking query wait out
         # its full wait: start over from 0.
         self.index = page.index if page.index >= self.index else 0
+        page.holders  # noqa: B018 - built here, not in the first Reserve that looks a task up in this page
         self.observe(page)
 
     def _refresh_visibility(self) -> None:

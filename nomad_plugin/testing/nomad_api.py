@@ -433,6 +433,10 @@ class _QuietServer(ThreadingHTTPServer):
 def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Go sets TCP_NODELAY on every connection, so a Nomad agent's answer is never held
+        # back; without it the body, written after the headers, waits out the client's
+        # delayed ACK (40 ms on Linux) on a kept-alive connection.
+        disable_nagle_algorithm = True
 
         def handle(self) -> None:
             # A client that goes away mid-answer (a plugin its test just stopped) is

@@ -382,10 +382,20 @@ def test_parse_alloc_builds_the_whole_view() -> None:
             Namespace="team-a",
             JobID="train",
             ModifyTime=1_700_000_000_500_000_000,
+            DesiredStatus="stop",
             AllocatedResources={"Tasks": {"t": {"Devices": [{"DeviceIDs": ["U2", "U1"]}, {"DeviceIDs": ["U3"]}]}}},
         )
     )
-    assert view == AllocView("a1", "running", frozenset({"U1", "U2", "U3"}), "team-a", "train", 1.7e9 + 0.5)
+    assert view == AllocView(
+        "a1",
+        "running",
+        frozenset({"U1", "U2", "U3"}),
+        "team-a",
+        "train",
+        1.7e9 + 0.5,
+        "stop",
+        (("t", frozenset({"U1", "U2"})), ("t", frozenset({"U3"}))),
+    )
 
 
 # -- what the reconciler writes for `grants`, and the reason of a release without a claim ---------
