@@ -462,3 +462,21 @@ def test_a_confirmation_of_the_wrong_shape_is_a_shape_error(body: Any) -> None:
     assert verdict == VolumeVerdict(
         False, False, "the Nomad API answer has an unexpected shape (allocation answer is not an object)"
     )
+
+
+def test_a_confirmation_without_a_desired_status_reads_as_run(api: NomadApiDouble) -> None:
+    """As in the node list's rules: Nomad always sends it, and an answer that leaves it out is not a stop."""
+
+    class NoDesired(NomadApiDouble):
+        def _serve(self, path: str, token: str) -> tuple[int, Any, int] | None:
+            answer = super()._serve(path, token)
+            if answer is not None and path.startswith("/v1/allocation/") and isinstance(answer[1], dict):
+                answer[1].pop("DesiredStatus", None)
+            return answer
+
+    with NoDesired() as odd:
+        add_alloc_with_job(odd, "a1", IDS)
+        view = view_of(odd)
+        verdict = lookup(odd, node_id=odd.node_id, view=lambda: view).lookup(IDS)
+        assert verdict.reason == "task a1/task has no volume_mount (confirmed by /v1/allocation)"
+        assert paths(odd) == ["/v1/allocation/a1"]
