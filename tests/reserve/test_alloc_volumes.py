@@ -480,3 +480,15 @@ def test_a_confirmation_without_a_desired_status_reads_as_run(api: NomadApiDoubl
         verdict = lookup(odd, node_id=odd.node_id, view=lambda: view).lookup(IDS)
         assert verdict.reason == "task a1/task has no volume_mount (confirmed by /v1/allocation)"
         assert paths(odd) == ["/v1/allocation/a1"]
+
+
+def test_the_confirmation_quotes_the_id_and_the_reason_bounds_it(api: NomadApiDouble) -> None:
+    """An ID is put in a URL path and a log line: escaped in one, at most 64 characters in the other."""
+    long_id = "a" * 70
+    add_alloc_with_job(api, long_id, IDS)
+    add_alloc_with_job(api, "x/1", ["GPU-cccc"])
+    view = view_of(api)
+    finder = lookup(api, node_id=api.node_id, view=lambda: view)
+    assert finder.lookup(IDS).reason == f"task {'a' * 64}/task has no volume_mount (confirmed by /v1/allocation)"
+    finder.lookup(["GPU-cccc"])
+    assert "/v1/allocation/x%2F1" in paths(api), "a '/' in an ID must not change the path"
