@@ -155,7 +155,9 @@ def parse_alloc(raw: Any) -> AllocView:
     if not isinstance(namespace, str) or not isinstance(job, str):
         raise ValueError(f"{where}: Namespace/JobID is not a string")
     if not isinstance(desired, str):
-        raise ValueError(f"{where}: DesiredStatus is not a string")
+        # Only the mount lookup reads it, to trust this allocation; releases never do, so a
+        # drifted value must not fail the whole answer: kept as unknown, never "run".
+        desired = "unknown"
     modify_time = modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0
     return AllocView(
         id=raw["ID"],
