@@ -8,7 +8,11 @@ host exactly as Nomad drives it (streams open throughout):
    and one Release per call, plus two journal writes.
 2. ``--restarts M``: M XDM restarts (socket unlinked and re-bound); each time
    the plugin's channels are re-dialled, its streams resubscribed, and its
-   devices go unhealthy and healthy again.
+   devices go unhealthy and healthy again. The next restart follows at once,
+   so one can land while the plugin has just reconnected but not yet
+   resubscribed its watch stream: the plugin then meets the new XDM on that
+   resubscribe and sees no outage. Such restarts are counted and reported
+   (no flip is waited for) instead of hanging the run.
 
 Prints RSS, file descriptors and threads of the plugin process every
 ``--every`` steps; exits non-zero if RSS grew by more than ``--max-growth``
@@ -33,6 +37,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.conformance.hostlib import build_host, real_plugin  # noqa: E402
+
+#: Seconds to wait for the unhealthy fingerprint after a restart before counting it as unnoticed.
+UNNOTICED_AFTER = 10.0
 
 
 class Run:
@@ -79,6 +86,7 @@ class Run:
         self.reserved: set[str] = set()
         self.pid = 0
         self.healthy_fps = 0
+        self.unhealthy_fps = 0
         self.violations = 0
         self.first_ids: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -95,6 +103,8 @@ class Run:
                     self.pid = int(e["pid"])
                 elif kind == "fingerprint":
                     devices = [d for g in e["groups"] for d in g["devices"]]
+                    if devices and not any(d["healthy"] for d in devices):
+                        self.unhealthy_fps += 1
                     if devices and all(d["healthy"] for d in devices):
                         self.healthy_fps += 1
                         self.first_ids = self.first_ids or [d["id"] for d in devices]
@@ -105,9 +115,12 @@ class Run:
                 self.cv.notify_all()
 
     def wait(self, predicate: Any, timeout: float = 60) -> None:
+        if not self.saw(predicate, timeout):
+            raise TimeoutError("the plugin did not answer in time")
+
+    def saw(self, predicate: Any, timeout: float) -> bool:
         with self.cv:
-            if not self.cv.wait_for(predicate, timeout):
-                raise TimeoutError("the plugin did not answer in time")
+            return bool(self.cv.wait_for(predicate, timeout))
 
     def send(self, op: dict[str, Any]) -> None:
         assert self.host.stdin is not None
@@ -140,6 +153,7 @@ def main() -> int:
 
     run = Run(Path(tempfile.mkdtemp(prefix="mf", dir="/tmp")))
     samples: list[float] = []
+    unnoticed = 0
     try:
         run.wait(lambda: run.healthy_fps > 0 and run.pid > 0)
         ids = run.first_ids[:2]
@@ -158,17 +172,27 @@ def main() -> int:
                 print(f"restarts {i:6d}: rss {rss:6.1f} MiB  fds {fds}  threads {threads}", flush=True)
             if i == args.restarts:
                 break
-            before = run.healthy_fps
-            subprocess.run(
+            before, down_before = run.healthy_fps, run.unhealthy_fps
+            ctl = subprocess.run(
                 [run.exe, "xdm-sim", "ctl", "--socket-dir", str(run.sock), "restart", "0.2"],
                 capture_output=True,
+                text=True,
                 timeout=30,
             )
+            if ctl.returncode != 0:
+                raise SystemExit(f"xdm-sim ctl restart failed ({ctl.returncode}): {ctl.stderr.strip()[-300:]}")
+            # A restart right after the plugin reconnected can fall between its streams (the
+            # watch stream not yet resubscribed): the plugin then simply meets the new XDM on its
+            # next resubscribe and never sees an outage, so no flip is due. Counted, not waited for.
+            if not run.saw(lambda d=down_before: run.unhealthy_fps > d, UNNOTICED_AFTER):
+                unnoticed += 1
+                continue
             run.wait(lambda before=before: run.healthy_fps > before)
     finally:
         run.close()
     growth = max(samples[1:] or samples) - samples[0]
     print(f"RSS growth after the first sample: {growth:+.1f} MiB; host violations: {run.violations}")
+    print(f"restarts the plugin did not see as an outage (between its streams): {unnoticed} of {args.restarts}")
     ok = growth <= args.max_growth and run.violations == 0
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
