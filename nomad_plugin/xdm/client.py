@@ -76,14 +76,24 @@ REFLECTION_PATHS = (
 _LIST_SERVICES = encode_len_field(7, b"")  # ServerReflectionRequest{list_services: ""}
 
 
+def _socket_id(path: str) -> tuple[int, int] | None:
+    """(inode, ctime) of the socket file: a daemon that restarts binds a new one; None when absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_ctime_ns
+
+
 class _Endpoint:
-    """One socket: its channel (created lazily, dropped when the socket breaks)."""
+    """One socket: its channel (created lazily, dropped when the socket breaks or is replaced)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = threading.Lock()
         self.channel: grpc.Channel | None = None
         self.callables: dict[str, Any] = {}
+        self.socket_id: tuple[int, int] | None = None  # of the socket file the channel dialled
 
     def get(self) -> grpc.Channel:
         with self.lock:
@@ -93,7 +103,24 @@ class _Endpoint:
                     raise problem
                 self.channel = grpc.insecure_channel(f"unix://{self.path}", options=list(CHANNEL_OPTIONS))
                 self.callables = {}
+                self.socket_id = _socket_id(self.path)
             return self.channel
+
+    def replaced(self) -> bool:
+        """True (and the channel dropped) when the socket file is not the one the channel dialled.
+
+        A daemon that restarts binds a new socket. When no call or stream was under way to fail
+        on the way, gRPC would redial the new daemon on the next call as if nothing happened.
+        """
+        with self.lock:
+            if self.channel is None or self.socket_id is None:
+                return False
+            now = _socket_id(self.path)
+            if now is None or now == self.socket_id:
+                return False  # gone: the call fails and says why; unchanged: the same daemon
+            channel, self.channel, self.callables = self.channel, None, {}
+        channel.close()
+        return True
 
     def callable(self, key: str, make: Callable[[grpc.Channel], Any]) -> Any:
         channel = self.get()
@@ -208,7 +235,7 @@ class XdmClient:
         ``BackendUnavailable`` when XDM cannot be reached to ask (reflection).
         """
         with self._bind_lock:
-            if self._binding is not None:
+            if self._binding is not None and not self._restarted():
                 return self._binding
             try:
                 found = self._bind()
@@ -227,6 +254,18 @@ class XdmClient:
             self._binding = found
             self.binds += 1
             return found
+
+    def _restarted(self) -> bool:
+        """XDM restarted since its channel dialled (a new socket file): bind afresh, it may serve another schema.
+
+        Checked before each call uses the binding, so a restart that no stream or call saw
+        (the watch stream between resubscribes, say) is not read with the old schema (R1).
+        """
+        dp2mgr, config = self._dp2mgr.replaced(), self._config.replaced()
+        if dp2mgr or config:
+            self.invalidate_binding("XDM's socket was replaced: XDM restarted")
+            return True
+        return False
 
     def invalidate_binding(self, why: str) -> None:
         """Forget the binding: the next call binds afresh (R1, item 5)."""

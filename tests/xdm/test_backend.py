@@ -198,3 +198,29 @@ def test_reflection_mode_without_reflection_says_why(sockdir: Path, sim: object)
         assert not backend.inventory().reachable and not backend.inventory().cards
     finally:
         backend.stop()
+
+
+def test_a_restart_that_no_call_saw_is_found_by_its_new_socket_and_rebinds(sockdir: Path) -> None:
+    """XDM restarts serving another schema while no call or stream is under way (the plugin's watch
+    stream between resubscribes, say). gRPC would redial the new daemon on the next call as if
+    nothing happened, with the old binding; the new socket file gives the restart away."""
+    from nomad_plugin.xdm.client import XdmClient
+
+    sim = Simulator(socket_dir=sockdir, profile="h800-8", schema="renumbered", reflection=True)
+    sim.start()
+    client = XdmClient(_config(sockdir))
+    try:
+        before = client.list_gpu_info()
+        client.list_gpu_info()
+        assert client.binds == 1, "the same daemon: no re-bind per call"
+        assert client.last_binding is not None
+        digest = client.last_binding.digest
+        sim.restart(0.3, schema="foreign", reflection=True)
+        after = client.list_gpu_info()
+        assert client.binds == 2 and client.last_binding.digest != digest
+        assert sorted((g.minor, g.uuid) for g in after) == sorted((g.minor, g.uuid) for g in before)
+        client.list_gpu_info()
+        assert client.binds == 2
+    finally:
+        client.close()
+        sim.stop()
