@@ -407,7 +407,7 @@ class XdmClient:
         """Subscribe once; each item is the complete card list (R12), judged by the guards."""
         b = self.binding()
         spec = self._spec(b, "ListAndWatch")
-        path = spec.path or f"/{self.device_service()}/{spec.method}"
+        path = spec.path or f"/{self.device_service(b)}/{spec.method}"
 
         def cards(msg: Message) -> list[Card]:
             found = adapter.cards_from_list_and_watch(msg, self.drift, b)
@@ -481,7 +481,7 @@ class XdmClient:
             )
             if service is None:
                 self.exporter_get_data_list(devices, metric_ids)  # resolves the exporter service (R13)
-                service = self._exporter_services.get(adapter.EXPORTER_GET_DATA_LIST.method, self.device_service())
+                service = self._exporter_services.get(adapter.EXPORTER_GET_DATA_LIST.method, self.device_service(b))
             path = f"/{service}/{spec.method}"
         return self._stream(
             path, spec, adapter.exporter_data_request(devices, metric_ids, b), lambda m: adapter.metric_samples(m, b)
@@ -526,9 +526,12 @@ class XdmClient:
             kind="unimplemented",
         )
 
-    def device_service(self) -> str:
-        """The fully-qualified device service name: the schema's, else probed once if not configured (R1)."""
-        b = self.binding()
+    def device_service(self, b: Binding | None = None) -> str:
+        """The fully-qualified device service name: the schema's, else probed once if not configured (R1).
+
+        ``b``: the binding the caller already holds for this call (one restart check per call).
+        """
+        b = b if b is not None else self.binding()
         rpc = b.rpcs.get("ListAndWatch")
         if rpc is not None and rpc.path:
             return rpc.path.split("/")[1]
@@ -557,7 +560,7 @@ class XdmClient:
             return self._unary(self._dp2mgr, spec.path, spec, request)
         if spec.role == "exporter":
             return self._exporter_call(spec, request)
-        service = self.device_service()
+        service = self.device_service(b)
         try:
             return self._unary(self._dp2mgr, f"/{service}/{spec.method}", spec, request)
         except BackendUnavailable as exc:
