@@ -138,6 +138,11 @@ def task_volume_mounts(alloc: dict[str, Any], task: str) -> list[Any] | None:
     return None
 
 
+def _known(has: bool, where: str, how: str = "") -> VolumeVerdict:
+    """The verdict once the task is found: ``where`` names allocation/task, ``how`` how it was found."""
+    return VolumeVerdict(True, has, f"task {where} {'has' if has else 'has no'} volume_mount{how}")
+
+
 class AllocVolumeLookup:
     """``lookup(device_ids)`` -> ``VolumeVerdict``; thread-safe, the node ID is asked once."""
 
@@ -226,12 +231,7 @@ class AllocVolumeLookup:
         mounts = task_volume_mounts(full, task)
         if mounts is None:
             return None
-        where = f"{alloc_id[:64]}/{task}"
-        return VolumeVerdict(
-            True,
-            bool(mounts),
-            f"task {where} {'has' if mounts else 'has no'} volume_mount (confirmed by /v1/allocation)",
-        )
+        return _known(bool(mounts), f"{alloc_id[:64]}/{task}", " (confirmed by /v1/allocation)")
 
     def _once(self, node_id: str, device_ids: Sequence[str]) -> VolumeVerdict | None:
         body = self._get(f"/v1/node/{quote(node_id, safe='')}/allocations")
@@ -258,8 +258,7 @@ class AllocVolumeLookup:
                 f"allocations disagree: {', '.join(answers[True])} mount volumes, {', '.join(answers[False])} do not",
             )
         has = next(iter(answers))
-        where = ", ".join(answers[has])
-        return VolumeVerdict(True, has, f"task {where} {'has' if has else 'has no'} volume_mount")
+        return _known(has, ", ".join(answers[has]))
 
     def _get(self, path: str) -> Any:
         body, _ = self._client._get(path, {}, self._client.settings.timeout)

@@ -14,19 +14,11 @@ from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, No
 from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.util.backoff import Backoff
-from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from tests.reserve.fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
 
 CAT = catalog(whole_group(8))
 TOKEN = "s3cr3t-token-0123"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.reconcile.visibility import Visibility, judge_policies, namespace_rules
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.util.backoff import Backoff
-from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from tests.reserve.fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
 
 CAT = catalog(whole_group(4))
@@ -305,14 +305,6 @@ def test_a_failed_round_is_recorded_and_logged_with_its_retry(tmp_path, caplog) 
         r"retrying in \d+\.\ds \(no grant is released meanwhile\)"
     )
     assert [r for r in caplog.records if pattern.fullmatch(r.getMessage())], caplog.text
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_claims_nomad_will_not_confirm_are_all_kept_each_with_a_line(tmp_path, caplog) -> None:
