@@ -156,6 +156,32 @@ def test_begin_asks_on_a_worker_thread_and_counts_only_what_is_used() -> None:
         policy.close()
 
 
+def test_decide_in_auto_asks_on_a_worker_that_stays_for_later_questions() -> None:
+    threads: list[str] = []
+
+    def lookup(ids: object) -> VolumeVerdict:
+        threads.append(threading.current_thread().name)
+        return VolumeVerdict(True, False, "task a/t has no volume_mount")
+
+    others = set(threading.enumerate())  # earlier tests' workers may still be winding down
+
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("mount-lookup") and t not in others]
+
+    policy = MountPolicy("auto", lookup)
+    try:
+        assert not workers()
+        assert policy.decide(IDS).passed
+        started = workers()
+        assert len(started) == 1 and threads == [started[0].name], (threads, started)
+        assert started[0].is_alive(), "the worker did not stay for the next question"
+        assert policy.begin(IDS).result().passed and threads[1].startswith("mount-lookup")
+    finally:
+        policy.close()
+    assert policy.decide(IDS) == MountDecision(False, "unknown", "the plugin is shutting down")
+    assert len(threads) == 2, "a question was asked after close()"
+
+
 def test_after_close_begin_asks_nothing_and_a_queued_question_is_dropped() -> None:
     started, leave = threading.Event(), threading.Event()
     asked: list[object] = []

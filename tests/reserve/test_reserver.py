@@ -660,10 +660,12 @@ class _AllocateWaitsForTheQuestion(FakeBackend):
         self.armed = False
         self.question_asked = threading.Event()
         self.question_was_under_way: list[bool] = []
+        self.allocates = 0
 
     def allocate(self, request):  # type: ignore[no-untyped-def]
         if self.armed:
             self.question_was_under_way.append(self.question_asked.wait(30))
+        self.allocates += 1
         return super().allocate(request)
 
 
@@ -673,10 +675,12 @@ def test_once_grants_carry_mounts_the_question_runs_while_xdm_allocates(tmp_path
 
     backend = _AllocateWaitsForTheQuestion()
     asked_on: list[str] = []
+    allocated_before: list[int] = []
     used: list[str] = []
 
     def lookup(ids):
         asked_on.append(threading.current_thread().name)
+        allocated_before.append(backend.allocates)
         backend.question_asked.set()
         return VolumeVerdict(True, False, "task a/task has no volume_mount")
 
@@ -686,12 +690,13 @@ def test_once_grants_carry_mounts_the_question_runs_while_xdm_allocates(tmp_path
     )
     try:
         first = r.reserve([card_uuid(0)]).container_res
-        assert asked_on == [threading.current_thread().name], "the first question is asked after the grant, inline"
+        assert allocated_before == [1], "the first question is asked after the grant (nothing said to start early)"
+        assert asked_on[0].startswith("mount-lookup"), "on a lookup worker, which it starts"
         backend.question_asked.clear()
         backend.armed = True
         second = r.reserve([card_uuid(1)]).container_res
         assert backend.question_was_under_way == [True], "Allocate ran before the Nomad API was asked"
-        assert asked_on[1].startswith("mount-lookup")
+        assert allocated_before == [1, 1] and asked_on[1].startswith("mount-lookup")
         assert (len(first.mounts), len(second.mounts)) == (1, 1)
         assert used == ["passed", "passed"]
 
