@@ -8,6 +8,7 @@ a value (``Nvml``), so tests inject ``nomad_plugin.testing.fake_pynvml``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 #: The pynvml module, or a double with the same function names.
@@ -40,6 +41,35 @@ MISSING_CODES = frozenset({ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND, ERROR_
 
 class NvmlMissing(RuntimeError):
     """The bindings or the NVML library itself are not present on this node."""
+
+
+#: The file pynvml opens on Linux (its ``_LoadNvmlLibrary``); NVIDIA's driver installs it.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+def bindings_installed() -> bool:
+    """Whether ``pynvml`` could be imported, without importing it."""
+    try:
+        return importlib.util.find_spec("pynvml") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def library_missing() -> str:
+    """ "" when NVML's shared library opens, else why not; ``pynvml`` is not imported.
+
+    Why: on a node without NVIDIA's driver (every Lingjun node) importing the
+    bindings only to have ``nvmlInit`` fail kept 2.2 MiB of their code in the
+    plugin for good, out of a 60 MiB budget (issue 14). This opens the same
+    file pynvml would, so the answer is the one ``nvmlInit`` would give.
+    """
+    import ctypes
+
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError as exc:
+        return f"NVML Shared Library Not Found ({exc})"
+    return ""
 
 
 def load() -> Nvml:

@@ -15,7 +15,15 @@ def nvml_available(nvml: Nvml | None = None) -> bool:
 
 
 def nvml_unavailable_reason(nvml: Nvml | None = None) -> str:
-    """ "" if NVML works, else why not (for logs and ``doctor``-style output)."""
+    """ "" if NVML works, else why not (for logs and ``doctor``-style output).
+
+    Without ``nvml``, the bindings are imported only once NVML's library is
+    known to open (``lib.library_missing``).
+    """
+    if nvml is None and lib.bindings_installed():
+        missing = lib.library_missing()
+        if missing:
+            return missing
     try:
         module = nvml if nvml is not None else lib.load()
     except lib.NvmlMissing as exc:

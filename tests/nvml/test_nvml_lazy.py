@@ -69,3 +69,40 @@ def test_probe_with_fake() -> None:
 def test_probe_on_a_node_without_nvidia_driver() -> None:
     assert nvml_available() is False
     assert nvml_unavailable_reason() != ""
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this node has an NVIDIA driver")
+def test_without_the_nvml_library_the_probe_leaves_the_bindings_unimported() -> None:
+    proc = _run(
+        """
+        import sys
+        from nomad_plugin.nvml.probe import nvml_unavailable_reason
+        print(nvml_unavailable_reason())
+        print("pynvml" in sys.modules)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    reason, imported = proc.stdout.strip().splitlines()
+    assert reason.startswith("NVML Shared Library Not Found (libnvidia-ml.so.1"), reason
+    assert imported == "False"
+
+
+def test_once_the_library_opens_the_probe_imports_the_bindings_and_initialises() -> None:
+    # libc stands in for libnvidia-ml.so.1: the pre-check passes, so pynvml is imported and
+    # nvmlInit runs, and fails on this node in pynvml's own words; where a driver is installed
+    # the same code finds NVML usable.
+    proc = _run(
+        """
+        import sys
+        from nomad_plugin.nvml import lib
+        from nomad_plugin.nvml.probe import nvml_unavailable_reason
+        lib.NVML_LIBRARY = "libc.so.6"
+        print(repr(nvml_unavailable_reason()))
+        print("pynvml" in sys.modules)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    reason, imported = proc.stdout.strip().splitlines()
+    assert imported == "True"
+    if shutil.which("nvidia-smi") is None:
+        assert reason.startswith("'nvmlInit failed:"), reason
