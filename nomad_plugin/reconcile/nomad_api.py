@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -194,9 +195,14 @@ class NomadClient:
         Why: httpx (10 MiB of memory with its optional CLI packages installed) is
         imported only then; a plugin with ``container_mounts = "auto"`` makes a
         client at start-up but may never ask Nomad anything (issue 14).
+        And never its command-line client: httpx's package imports it whenever
+        click, rich and pygments happen to be installed beside it (5.7 MiB of a
+        60 MiB budget, never used here). A ``None`` in ``sys.modules`` makes
+        that one import fail, which httpx expects and answers with a stub.
         """
         with self._client_lock:
             if self._client is None:
+                sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: refused
                 import httpx
 
                 settings = self.settings
