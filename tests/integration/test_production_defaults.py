@@ -14,9 +14,13 @@ Go conformance host launches the way Nomad does:
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +35,26 @@ SHIM = Path(__file__).resolve().parent / "nvml_shim"
 DEADLINE_S = 60
 
 
+@functools.cache
+def _nvml_library_dir() -> str:
+    """A directory whose ``libnvidia-ml.so.1`` opens: a link to this process's libc.
+
+    The plugin opens NVML's library before it imports the bindings
+    (nomad_plugin/nvml/lib.py, ``library_missing``); the shim stands in for the
+    bindings, and this link for the library, which the shim never calls.
+    """
+    libc = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "/libc.so" in line)
+    where = Path(tempfile.mkdtemp(prefix="ljnvml-"))
+    atexit.register(shutil.rmtree, where, True)
+    (where / "libnvidia-ml.so.1").symlink_to(libc)
+    return str(where)
+
+
 def _nvml_env(gpus: list[dict[str, Any]]) -> dict[str, str]:
     """The plugin process imports the shim as pynvml: a FakeNvml holding ``gpus``."""
     path = os.pathsep.join([str(SHIM), str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return {"PYTHONPATH": path, "FAKE_NVML_GPUS": json.dumps(gpus)}
+    libs = os.pathsep.join([_nvml_library_dir(), os.environ.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
+    return {"PYTHONPATH": path, "FAKE_NVML_GPUS": json.dumps(gpus), "LD_LIBRARY_PATH": libs}
 
 
 def _gpus_of(node: Node, **extra: Any) -> list[dict[str, Any]]:
