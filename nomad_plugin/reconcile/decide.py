@@ -13,9 +13,12 @@ observation for ``grace`` seconds, but only on evidence:
   namespace, see ``visibility.py``): absence is then evidence.
 
 With an incomplete view an unclaimed grant is never released: it is
-*unverifiable* (kept and reported). A live allocation that uses this
-plugin's devices without a journal entry is *leaked* once that has held for
-``grace`` seconds (a Reserve may be in flight for a new allocation).
+*unverifiable* (kept and reported). A live allocation whose *started* tasks
+use this plugin's devices without a journal entry is *leaked* once that has
+held for ``grace`` seconds (a Reserve may be in flight for a new
+allocation). Tasks not started yet are left out: Nomad reserves a task's
+devices only in its prestart, after its artifacts and the group's prestart
+tasks, so an allocation can hold IDs for minutes before it asks for them.
 """
 
 from __future__ import annotations
@@ -102,7 +105,9 @@ def decide(
     live_alloc_ids = set()
     for alloc in live:
         live_alloc_ids.add(alloc.id)
-        ours = alloc.device_ids & our_ids
+        # A task that has not started has not asked for its devices yet (task_started): however
+        # long its artifacts or the group's prestart tasks take, no entry is expected for them.
+        ours = (alloc.device_ids - alloc.unstarted_ids) & our_ids
         if not ours or ours <= journalled:
             timers.unjournalled_since.pop(alloc.id, None)
             continue

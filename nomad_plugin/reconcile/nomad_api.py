@@ -88,6 +88,8 @@ class AllocView:
     desired_status: str = "run"
     # (task, device IDs of one ``device`` block) per block: which task a Reserve's IDs belong to.
     task_devices: tuple[tuple[str, frozenset[str]], ...] = ()
+    # Device IDs of tasks that have not started yet, so have not been Reserved yet (``task_started``).
+    unstarted_ids: frozenset[str] = frozenset()
 
     @property
     def live(self) -> bool:
@@ -110,6 +112,32 @@ class AllocPage:
             for task, ids in alloc.task_devices:
                 out.setdefault(ids, []).append((alloc, task))
         return MappingProxyType({ids: tuple(found) for ids, found in out.items()})
+
+
+#: How Nomad's JSON writes an unset time (Go's zero ``time.Time``), e.g. the StartedAt of a task not run yet.
+ZERO_TIME_PREFIX = "0001-01-01"
+
+
+def task_started(state: Any) -> bool:
+    """Whether a task (its ``TaskStates`` entry) has started at least once, so its Reserve was made.
+
+    Nomad calls a device plugin's Reserve from the task's prestart hooks, after
+    its artifacts are fetched and after the group's prestart tasks have
+    finished: an allocation can be live for minutes, holding device IDs that
+    nobody has asked the plugin for yet. No entry yet means not started. An
+    entry that cannot be read counts as started, so the leak check then works
+    as it did before it read task states, instead of going quiet.
+    """
+    if state is None:
+        return False
+    if not isinstance(state, dict):
+        return True
+    if state.get("State") == "running":
+        return True
+    started_at = state.get("StartedAt")
+    if started_at is None or started_at == "":
+        return False
+    return not (isinstance(started_at, str) and started_at.startswith(ZERO_TIME_PREFIX))
 
 
 def parse_alloc(raw: Any) -> AllocView:
@@ -160,6 +188,13 @@ def parse_alloc(raw: Any) -> AllocView:
         # drifted value must not fail the whole answer: kept as unknown, never "run".
         desired = "unknown"
     modify_time = modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0
+    # Only the leak check reads task states, so a drifted shape counts as started (task_started).
+    states = raw.get("TaskStates") or {}
+    unstarted: set[str] = set()
+    if isinstance(states, dict):
+        for name, block in blocks:
+            if not task_started(states.get(name)):
+                unstarted.update(block)
     return AllocView(
         id=raw["ID"],
         client_status=status,
@@ -169,6 +204,7 @@ def parse_alloc(raw: Any) -> AllocView:
         modify_time=modify_time,
         desired_status=desired,
         task_devices=tuple(blocks),
+        unstarted_ids=frozenset(unstarted),
     )
 
 

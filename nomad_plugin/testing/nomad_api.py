@@ -128,6 +128,34 @@ def _acl_from_policies(rules: Iterable[str]) -> _Acl:
     return acl
 
 
+#: Go's zero ``time.Time`` as Nomad's JSON writes it (a task's StartedAt before it ever ran).
+ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def task_states(status: str, previous: Any, task: str) -> dict[str, Any] | None:
+    """The ``TaskStates`` Nomad's client reports for the allocation's one task, by its ClientStatus.
+
+    Like Nomad: ``pending`` is a task not running (never started yet, or
+    between restarts, StartedAt kept), ``running`` starts it (StartedAt set
+    once), ``complete`` and ``failed`` end it ("dead", FinishedAt set), and a
+    lost or unknown allocation keeps what its client last reported.
+    """
+    if status not in ("pending", "running", "complete", "failed"):
+        return previous if isinstance(previous, dict) else None
+    before = previous.get(task) if isinstance(previous, dict) else None
+    started = before.get("StartedAt", ZERO_TIME) if isinstance(before, dict) else ZERO_TIME
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    state: dict[str, Any] = {"Failed": False, "Restarts": 0, "StartedAt": started, "FinishedAt": ZERO_TIME}
+    if status == "pending":
+        state["State"] = "pending"
+    elif status == "running":
+        state.update(State="running", StartedAt=now if started == ZERO_TIME else started)
+    else:
+        state.update(State="dead", Failed=status == "failed", FinishedAt=now)
+    state["Events"] = []
+    return {task: state}
+
+
 class NomadApiDouble:
     """Start with ``start()``; ``address`` is the base URL to give the client."""
 
@@ -203,6 +231,7 @@ class NomadApiDouble:
                 "ModifyIndex": self._index,
                 "CreateTime": now_ns,
                 "ModifyTime": now_ns,
+                "TaskStates": task_states(status, None, self.task),
                 "AllocatedResources": {
                     "Tasks": {
                         self.task: {
@@ -243,6 +272,7 @@ class NomadApiDouble:
             self._index += 1
             alloc = self._allocs[alloc_id]
             alloc["ClientStatus"] = status
+            alloc["TaskStates"] = task_states(status, alloc.get("TaskStates"), self.task)
             alloc["ModifyIndex"] = self._index
             alloc["ModifyTime"] = time.time_ns()
             self._cond.notify_all()

@@ -231,6 +231,46 @@ def test_leak_reported_for_live_alloc_without_entry(tmp_path, api):
     assert reserver.counters.leaked_grants_found == 1  # reported once
 
 
+def test_an_allocation_whose_task_has_not_started_is_no_leak_however_long_it_waits(tmp_path, api):
+    # Nomad reserves a task's devices in its prestart, after its artifacts and the group's
+    # prestart tasks: the allocation is live (pending, or running a prestart task) meanwhile.
+    clock = Clock()
+    reserver, _backend, rec = setup(tmp_path, api, grace=5, clock=clock)
+    api.add_alloc("downloading", [card_uuid(3)], status="pending")
+    for _ in range(3):
+        rec.round()
+        clock.now += 60
+    assert reserver.counters.leaked_grants_found == 0, "a task still fetching its artifacts was called a leak"
+    api.set_status("downloading", "running")  # it started: Nomad made its Reserve, and no grant is journalled
+    rec.round()
+    assert reserver.counters.leaked_grants_found == 0, "reported before the grace period"
+    clock.now += 6
+    rec.round()
+    assert reserver.counters.leaked_grants_found == 1
+
+
+def test_the_double_reports_task_states_as_nomad_does(api):
+    import httpx
+
+    def state():
+        body = httpx.get(f"{api.address}/v1/allocation/a1", timeout=5).json()
+        return body["TaskStates"][api.task]
+
+    zero = "0001-01-01T00:00:00Z"
+    api.add_alloc("a1", [card_uuid(0)], status="pending")
+    assert (state()["State"], state()["StartedAt"]) == ("pending", zero)
+    api.set_status("a1", "running")
+    started = state()["StartedAt"]
+    assert state()["State"] == "running" and started != zero
+    api.set_status("a1", "pending")  # between restarts: not running, started before
+    assert (state()["State"], state()["StartedAt"]) == ("pending", started)
+    api.set_status("a1", "lost")  # the server's verdict on an unreachable client: the last report stays
+    assert (state()["State"], state()["StartedAt"]) == ("pending", started)
+    api.set_status("a1", "failed")
+    assert (state()["State"], state()["Failed"], state()["StartedAt"]) == ("dead", True, started)
+    assert state()["FinishedAt"] != zero
+
+
 def test_wrong_shape_is_an_error_not_a_release(tmp_path, api, monkeypatch):
     reserver, backend, rec = setup(tmp_path, api, grace=0)
     gid = grant_of(reserver, [card_uuid(0)])
@@ -337,6 +377,51 @@ def test_decide_reports_a_leak_exactly_at_grace_restarts_and_reports_again_after
     decide([], [], ours, 118.0, 10.0, t)  # the allocation is gone
     decide([], leaky, ours, 119.0, 10.0, t)  # and back (same id)
     assert decide([], leaky, ours, 129.0, 10.0, t).new_leaks == (leaky[0],)
+
+
+def test_decide_leaves_the_devices_of_tasks_not_started_out_of_the_leak_check():
+    from nomad_plugin.reconcile.decide import Timers, decide
+    from nomad_plugin.reconcile.nomad_api import AllocView
+
+    t, ours = Timers(), frozenset({"d1", "d2"})
+    waiting = AllocView("a", "running", frozenset({"d1", "d2"}), unstarted_ids=frozenset({"d1", "d2"}))
+    assert decide([], [waiting], ours, 100.0, 10.0, t) == decide([], [], ours, 100.0, 10.0, Timers())
+    assert decide([], [waiting], ours, 500.0, 10.0, t).new_leaks == ()
+    half = AllocView("a", "running", frozenset({"d1", "d2"}), unstarted_ids=frozenset({"d2"}))  # one task started
+    assert decide([], [half], ours, 501.0, 10.0, t).next_deadline == 511.0
+    assert decide([], [half], ours, 511.0, 10.0, t).new_leaks == (half,)
+    # A journalled grant on a task not started yet is still claimed by it (its Reserve came first).
+    gone = decide([_granted("g", "d2")], [waiting], ours, 600.0, 10.0, t)
+    assert gone.release == () and t.claims["g"].alloc_id == "a"
+
+
+@pytest.mark.parametrize(
+    ("states", "started"),
+    [
+        (None, False),  # the client has not reported the allocation's tasks yet
+        ({}, False),
+        ({"train": {"State": "pending", "StartedAt": "0001-01-01T00:00:00Z"}}, False),
+        ({"train": {"State": "pending"}}, False),
+        ({"train": {"State": "dead", "Failed": True, "StartedAt": "0001-01-01T00:00:00Z"}}, False),  # died in prestart
+        ({"train": {"State": "running", "StartedAt": "0001-01-01T00:00:00Z"}}, True),
+        ({"train": {"State": "pending", "StartedAt": "2026-12-01T07:00:00Z"}}, True),  # between restarts
+        ({"train": {"State": "dead", "StartedAt": "2026-12-01T07:00:00.123456789Z"}}, True),
+        ({"other": {"State": "running"}}, False),  # another task's state says nothing about this one
+        ({"train": "running"}, True),  # drifted shapes count as started: the leak check as before
+        ({"train": {"State": "pending", "StartedAt": 1764572400}}, True),
+        (["train"], True),
+    ],
+)
+def test_parse_alloc_keeps_the_device_ids_of_tasks_not_started(states, started):
+    raw = {
+        "ID": "a",
+        "ClientStatus": "running",
+        "AllocatedResources": {"Tasks": {"train": {"Devices": [{"DeviceIDs": ["d1"]}]}, "side": {"Devices": None}}},
+        "TaskStates": states,
+    }
+    view = parse_alloc(raw)
+    assert view.device_ids == {"d1"}
+    assert view.unstarted_ids == (frozenset() if started else frozenset({"d1"}))
 
 
 # --- parse_alloc messages ----------------------------------------------------------------------------

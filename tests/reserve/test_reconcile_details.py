@@ -375,18 +375,25 @@ def test_parse_alloc_builds_the_whole_view() -> None:
             JobID="train",
             ModifyTime=1_700_000_000_500_000_000,
             DesiredStatus="stop",
-            AllocatedResources={"Tasks": {"t": {"Devices": [{"DeviceIDs": ["U2", "U1"]}, {"DeviceIDs": ["U3"]}]}}},
+            AllocatedResources={
+                "Tasks": {
+                    "t": {"Devices": [{"DeviceIDs": ["U2", "U1"]}, {"DeviceIDs": ["U3"]}]},
+                    "w": {"Devices": [{"DeviceIDs": ["U4"]}]},
+                }
+            },
+            TaskStates={"t": {"State": "running", "StartedAt": "2026-12-01T07:00:00Z"}, "w": {"State": "pending"}},
         )
     )
     assert view == AllocView(
         "a1",
         "running",
-        frozenset({"U1", "U2", "U3"}),
+        frozenset({"U1", "U2", "U3", "U4"}),
         "team-a",
         "train",
         1.7e9 + 0.5,
         "stop",
-        (("t", frozenset({"U1", "U2"})), ("t", frozenset({"U3"}))),
+        (("t", frozenset({"U1", "U2"})), ("t", frozenset({"U3"})), ("w", frozenset({"U4"}))),
+        frozenset({"U4"}),
     )
 
 
