@@ -402,6 +402,7 @@ def test_decide_leaves_the_devices_of_tasks_not_started_out_of_the_leak_check():
         ({}, False),
         ({"train": {"State": "pending", "StartedAt": "0001-01-01T00:00:00Z"}}, False),
         ({"train": {"State": "pending"}}, False),
+        ({"train": {"State": "pending", "StartedAt": ""}}, False),
         ({"train": {"State": "dead", "Failed": True, "StartedAt": "0001-01-01T00:00:00Z"}}, False),  # died in prestart
         ({"train": {"State": "running", "StartedAt": "0001-01-01T00:00:00Z"}}, True),
         ({"train": {"State": "pending", "StartedAt": "2026-12-01T07:00:00Z"}}, True),  # between restarts
