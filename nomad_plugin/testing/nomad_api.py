@@ -145,14 +145,18 @@ def task_states(status: str, previous: Any, task: str) -> dict[str, Any] | None:
     before = previous.get(task) if isinstance(previous, dict) else None
     started = before.get("StartedAt", ZERO_TIME) if isinstance(before, dict) else ZERO_TIME
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    state: dict[str, Any] = {"Failed": False, "Restarts": 0, "StartedAt": started, "FinishedAt": ZERO_TIME}
-    if status == "pending":
-        state["State"] = "pending"
-    elif status == "running":
+    state: dict[str, Any] = {
+        "State": "pending",
+        "Failed": False,
+        "Restarts": 0,
+        "StartedAt": started,
+        "FinishedAt": ZERO_TIME,
+        "Events": [],
+    }
+    if status == "running":
         state.update(State="running", StartedAt=now if started == ZERO_TIME else started)
-    else:
+    elif status != "pending":
         state.update(State="dead", Failed=status == "failed", FinishedAt=now)
-    state["Events"] = []
     return {task: state}
 
 
