@@ -61,6 +61,11 @@ T = TypeVar("T")
 
 # XDM's documented reconnect rule (1 s initial, 30 s max); keepalive kept at
 # 5 min because gRPC servers (Go's default policy) punish more frequent pings.
+# No bandwidth-delay probes: gRPC's client pings after data arrives to size its
+# receive window, which on a local socket measures nothing and woke both
+# processes for every exporter push (issue 14). The window it would have grown
+# to, gRPC's 4 MiB receive limit, is announced up front instead
+# (tests/xdm/test_channel_wire.py reads both off the wire).
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 1000),
     ("grpc.min_reconnect_backoff_ms", 1000),
@@ -68,6 +73,8 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_time_ms", 300000),
     ("grpc.keepalive_timeout_ms", 20000),
     ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.http2.lookahead_bytes", 4 << 20),
 )
 REFLECTION_PATHS = (
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
