@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -52,8 +51,9 @@ class MetricsCache:
         self._clock = clock
         self._max = max_entries
         self._lock = threading.Lock()
-        # ("card" | "grant", key, metric name) -> Reading; order = least recently updated first.
-        self._data: OrderedDict[tuple[str, str, str], Reading] = OrderedDict()
+        # ("card" | "grant", key, metric name) -> Reading; order = least recently updated first
+        # (a plain dict keeps insertion order, and an update re-inserts its key at the end).
+        self._data: dict[tuple[str, str, str], Reading] = {}
         # The same readings of the known metrics by (scope, key): one lookup per card or grant
         # instead of one per metric name (the layout asks for every instance, every tick).
         self._by_key: dict[tuple[str, str], dict[str, Reading]] = {}
@@ -92,7 +92,8 @@ class MetricsCache:
                     group[name] = reading
                 kept += 1
             while len(data) > self._max:
-                (scope, who, metric), _ = data.popitem(last=False)
+                scope, who, metric = oldest = next(iter(data))
+                del data[oldest]
                 group = by_key.get((scope, who))
                 if group is not None:
                     group.pop(metric, None)

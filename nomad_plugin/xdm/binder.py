@@ -215,6 +215,18 @@ class MessageBinding:
     def has(self, model_field: str) -> bool:
         return model_field in self.name
 
+    def reader_of(self, *model_fields: str) -> Callable[[Message], tuple[Any, ...]]:
+        """One reader for several fields at once: ``reader_of("a", "b")(msg) == (read["a"](msg), read["b"](msg))``.
+
+        Why: the exporter's samples are read field by field, hundreds a second
+        (issue 14). When every field is a plain attribute of the XDM message
+        (no conversion, bound), one C-level ``attrgetter`` reads them all.
+        """
+        readers = [self.read[f] for f in model_fields]
+        if len(readers) > 1 and all(isinstance(r, operator.attrgetter) for r in readers):
+            return operator.attrgetter(*(self.name[f] for f in model_fields))
+        return lambda msg: tuple([read(msg) for read in readers])
+
     def set(self, msg: Message, model_field: str, value: Any) -> None:
         """Write a scalar/optional field; an unbound model field is skipped (checked at bind time)."""
         name = self.name.get(model_field)

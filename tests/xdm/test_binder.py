@@ -17,7 +17,7 @@ from nomad_plugin.model.card import Card
 from nomad_plugin.model.errors import ConfigError, SchemaMismatch
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.xdm import adapter, guards
-from nomad_plugin.xdm.binder import Binding, SchemaError, bind, builtin_binding, normalise
+from nomad_plugin.xdm.binder import Binding, MessageBinding, SchemaError, bind, builtin_binding, normalise
 from nomad_plugin.xdm.drift import DriftLog
 from nomad_plugin.xdm.schema_source import load_path
 from tests.xdm import schemas
@@ -351,3 +351,38 @@ def test_the_device_service_is_the_one_with_most_device_rpcs() -> None:
     b = bind(fds, "test")
     assert b.ok, b.mismatch
     assert b.rpc("ListAndWatch").path == "/xdm.XpuDeviceManagerService/ListAndWatch"
+
+
+def _exporter_sample_binding(b: Binding) -> MessageBinding:  # one exporter sample
+    return b.rpc("ExporterDataStream").response.child["dataList"]
+
+
+SCALARS = ("device", "metricId", "metricName", "value", "timestamp")
+
+
+def test_reader_of_reads_several_fields_in_one_call_as_each_reader_would() -> None:
+    sample_b = _exporter_sample_binding(builtin_binding())
+    msg = sample_b.new()
+    for key, value in {"device": "3", "metricId": 7, "metricName": "power_w", "value": 212.5, "timestamp": 9}.items():
+        sample_b.set(msg, key, value)
+    read = sample_b.reader_of(*SCALARS)
+    assert read(msg) == ("3", 7, "power_w", 212.5, 9) == tuple(sample_b.read[f](msg) for f in SCALARS)
+    assert type(read).__name__ == "attrgetter"  # the schema matches: one C-level call
+
+
+def test_reader_of_goes_through_each_reader_when_a_field_is_unbound() -> None:
+    fds = schemas.base()
+    for f in fds.file:
+        for m in f.message_type:
+            if m.name == "MetricData":
+                m.field.remove(next(x for x in m.field if x.name == "metricName"))
+    b = bind(fds, "test")
+    sample_b = _exporter_sample_binding(b)
+    assert not sample_b.has("metricName")
+    msg = sample_b.new()
+    for key, value in {"device": "GPU-1", "metricId": 2, "value": 0.5, "timestamp": 11}.items():
+        sample_b.set(msg, key, value)
+    read = sample_b.reader_of(*SCALARS)
+    assert type(read).__name__ != "attrgetter"
+    assert read(msg) == ("GPU-1", 2, "", 0.5, 11)
+    assert sample_b.reader_of("value")(msg) == (0.5,)  # one field: still a tuple
