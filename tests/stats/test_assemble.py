@@ -8,6 +8,7 @@ from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.model.card import Inventory, MigInstance
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
 from nomad_plugin.model.metrics import METRIC_NAMES
+from nomad_plugin.stats import assemble
 from nomad_plugin.stats.assemble import StatsAssembler
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.layout import GrantInfo, build_stats
@@ -76,6 +77,44 @@ def test_a_new_catalog_drops_the_cached_parts():
     same(assembler, catalog, inventory, cache, lambda _id: None, 5.0)
     smaller = Catalog(groups=(share_group(card(2), 2, 40),))
     same(assembler, smaller, inventory, cache, lambda _id: None, 5.0)
+
+
+def test_timestamps_on_whole_seconds_and_before_1970_are_encoded_as_protobuf_does():
+    catalog, inventory = node()
+    cache = MetricsCache(clock=lambda: 50.0)
+    feed(cache, ["GPU-0", "1", "GPU-2", "3", "MIG-abc"], 1.0, ["g-share"])
+    assembler = StatsAssembler()
+    for offset in (1.7e9, 1.7e9 + 0.25, -100.0, -49.5, -50.0, 0.0):  # whole, fraction, negative, zero
+        same(assembler, catalog, inventory, cache, lambda _id: None, 50.0, offset=offset)
+
+
+def test_the_memo_is_bounded_while_every_tick_brings_new_values(monkeypatch):
+    monkeypatch.setattr(assemble, "_MEMO_SLACK", 10)
+    catalog, inventory = node()
+    clock = {"now": 10.0}
+    cache = MetricsCache(clock=lambda: clock["now"])
+    assembler = StatsAssembler()
+    sizes = []
+    for tick in range(40):
+        clock["now"] = 10.0 + tick
+        feed(cache, ["GPU-0", "1", "GPU-2", "3", "MIG-abc"], 100.0 + tick, ["g-share"])  # all new values
+        same(assembler, catalog, inventory, cache, lambda _id: None, clock["now"])
+        sizes.append(len(assembler._memo) + len(assembler._values))
+    one_build = sizes[0]
+    assert max(sizes) <= 3 * one_build + 10, sizes  # emptied when over twice one build plus the slack
+    assert min(sizes[1:]) < max(sizes), "never emptied"
+
+
+def test_stats_age_parts_and_entry_heads_are_bounded_on_a_node_whose_readings_went_stale(monkeypatch):
+    monkeypatch.setattr(assemble, "_MAX_AGES", 8)
+    monkeypatch.setattr(assemble, "_MAX_HEADS", 4)
+    catalog, inventory = node()
+    cache = MetricsCache(clock=lambda: 1.0)
+    feed(cache, ["GPU-0", "1", "GPU-2", "3", "MIG-abc"], 1.0, [])
+    assembler = StatsAssembler()
+    for tick in range(30):  # a new age every tick
+        same(assembler, catalog, inventory, cache, lambda _id: None, 5.0 + tick * 0.5, offset=tick * 0.37)
+        assert len(assembler._ages) <= 8 and len(assembler._heads) <= 4
 
 
 def test_cache_lookups_by_card_and_grant_follow_updates_and_eviction():
