@@ -19,8 +19,6 @@ appear here unchanged.
 
 from __future__ import annotations
 
-from google.protobuf import wrappers_pb2
-
 from nomad_plugin._proto.nomad import device_pb2, stats_pb2
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, Instance, Kind
@@ -35,8 +33,9 @@ from nomad_plugin.stats.layout import (
     _Values,
     card_specs,
     granted_specs,
-    na,
+    split_seconds,
     stat_value,
+    stats_age,
     summary_spec,
 )
 
@@ -91,26 +90,15 @@ _MAX_AGES = 4096  # bound on cached "Stats age" parts (a stale card shows a new 
 
 
 def _age_part(age: float | None) -> bytes:
-    """DeviceStats{stats: {"Stats age": ...}}: seconds since the newest reading (None: none yet)."""
+    """DeviceStats{stats: {"Stats age": ...}} for an age already rounded (None: no reading yet)."""
     part = device_pb2.DeviceStats()
-    attrs = part.stats.attributes
-    if age is None:
-        attrs["Stats age"].CopyFrom(na("s", "no reading received yet"))
-    else:
-        attrs["Stats age"].CopyFrom(
-            stats_pb2.StatValue(
-                float_numerator_val=wrappers_pb2.DoubleValue(value=age),
-                unit="s",
-                desc="seconds since the newest reading arrived",
-            )
-        )
+    part.stats.attributes["Stats age"].CopyFrom(stats_age(age))
     return part.SerializeToString()
 
 
 def _time_part(seconds: float) -> bytes:
     """DeviceStats{timestamp}, as ``layout._timestamp`` fills it and protobuf encodes it."""
-    whole = int(seconds)
-    nanos = int((seconds - whole) * 1e9)
+    whole, nanos = split_seconds(seconds)
     if whole < 0 or nanos < 0:  # before 1970: leave negative varints to protobuf
         return device_pb2.DeviceStats(timestamp=_timestamp(seconds)).SerializeToString()
     stamp = (_SECONDS_TAG + _varint(whole) if whole else b"") + (_NANOS_TAG + _varint(nanos) if nanos else b"")

@@ -358,12 +358,27 @@ def _allotment(inst: Instance, card: Card | None, grant: GrantInfo | None, cache
     return _Allotment(grant, memory_mib, readings)
 
 
+def split_seconds(seconds: float) -> tuple[int, int]:
+    """(seconds, nanos) as a Timestamp of ``seconds`` holds them (both stats paths use this)."""
+    whole = int(seconds)
+    return whole, int((seconds - whole) * 1e9)
+
+
 def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
-    whole = int(seconds)
-    ts.seconds = whole
-    ts.nanos = int((seconds - whole) * 1e9)
+    ts.seconds, ts.nanos = split_seconds(seconds)
     return ts
+
+
+def stats_age(age: float | None) -> stats_pb2.StatValue:
+    """ "Stats age": seconds since the instance's newest reading (None: none yet), to 0.1 s."""
+    if age is None:
+        return na("s", "no reading received yet")
+    return stats_pb2.StatValue(
+        float_numerator_val=wrappers_pb2.DoubleValue(value=round(max(age, 0.0), 1)),
+        unit="s",
+        desc="seconds since the newest reading arrived",
+    )
 
 
 def _card_for(inst: Instance, inventory: Inventory) -> Card | None:
@@ -407,16 +422,7 @@ def build_stats(
                 _granted_part(stats.stats, "share" if inst.kind is Kind.SHARE else "mig", inst, allot, values)
                 stats.summary.CopyFrom(_summary(inst, allot, values))
             age = now - values.newest if values.newest is not None else None
-            if age is None:
-                stats.stats.attributes["Stats age"].CopyFrom(na("s", "no reading received yet"))
-            else:
-                stats.stats.attributes["Stats age"].CopyFrom(
-                    stats_pb2.StatValue(
-                        float_numerator_val=wrappers_pb2.DoubleValue(value=round(max(age, 0.0), 1)),
-                        unit="s",
-                        desc="seconds since the newest reading arrived",
-                    )
-                )
+            stats.stats.attributes["Stats age"].CopyFrom(stats_age(age))
             newest = values.newest if values.newest is not None else now
             stats.timestamp.CopyFrom(_timestamp(newest + wall_offset))
     return response
