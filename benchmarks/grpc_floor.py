@@ -11,11 +11,14 @@ This script measures that floor on the same box, in the same run, for:
 - ``server + idle stream``: the same, plus a client stream to another process
   that never sends (the plugin's ListAndWatch between changes);
 - ``plugin traffic``: a server that streams one ``--stats-bytes`` message a
-  second to a client process (Stats to Nomad, 16 cards: about 190 KB) while
-  its own client receives one ``--push-bytes`` message a second from a server
-  process (XDM's exporter push, 16 cards: about 22 KB), plus the idle stream;
-- ``simulator traffic``: a server that streams one ``--push-bytes`` message a
-  second (the simulator's exporter stream) and keeps one idle stream open.
+  second to a client process (Stats to Nomad, 16 cards: about 190 KB) and holds
+  one idle stream for it (Fingerprint between changes), while its own client
+  receives one ``--push-bytes`` message a second from a server process (XDM's
+  exporter push, 16 cards: about 22 KB) and holds one idle stream there
+  (ListAndWatch);
+- ``simulator traffic``: a server only, that streams one ``--push-bytes``
+  message a second to a client process (the exporter stream) and holds one
+  idle stream for it (ListAndWatch).
 
 The payloads are opaque bytes: nothing is parsed, converted or built. Each
 process runs with the plugin's own settings (its ``GRPC_EXPERIMENTS`` default,
@@ -103,12 +106,9 @@ def follow(address: str, method: str) -> grpc.Channel:
 def measured(scenario: str, tmp: str, stats_bytes: int, push_bytes: int) -> list[Any]:
     """Set up ``scenario`` in this process; its peers live in the parent's peer process."""
     relax_stream_waits()
-    keep: list[Any] = []
-    if scenario == "simulator traffic":
-        keep.append(serve(f"unix://{tmp}/own.sock", push_bytes))
-    else:
-        keep.append(serve(f"unix://{tmp}/own.sock", stats_bytes if scenario == "plugin traffic" else 0))
-    if scenario != "server idle":
+    payload = {"plugin traffic": stats_bytes, "simulator traffic": push_bytes}.get(scenario, 0)
+    keep: list[Any] = [serve(f"unix://{tmp}/own.sock", payload)]
+    if scenario in ("server + idle stream", "plugin traffic"):  # the plugin's client streams to XDM
         keep.append(follow(f"unix://{tmp}/peer.sock", "Hold"))
     if scenario == "plugin traffic":
         keep.append(follow(f"unix://{tmp}/peer.sock", "Push"))
@@ -116,14 +116,15 @@ def measured(scenario: str, tmp: str, stats_bytes: int, push_bytes: int) -> list
 
 
 def peer(scenario: str, tmp: str, push_bytes: int) -> list[Any]:
-    """The other side: XDM for the plugin's client streams, Nomad for its server streams."""
+    """The other side: XDM for the plugin's client streams, Nomad (or the plugin) for server streams."""
     keep: list[Any] = [serve(f"unix://{tmp}/peer.sock", push_bytes)]
     deadline = time.monotonic() + 20
     while not os.path.exists(f"{tmp}/own.sock") and time.monotonic() < deadline:
         time.sleep(0.02)
     if scenario in ("plugin traffic", "simulator traffic"):
+        # One active and one idle stream on the measured server: Stats and Fingerprint from Nomad,
+        # or the exporter stream and ListAndWatch from the plugin.
         keep.append(follow(f"unix://{tmp}/own.sock", "Push"))
-    if scenario == "simulator traffic":
         keep.append(follow(f"unix://{tmp}/own.sock", "Hold"))
     return keep
 
