@@ -1,8 +1,9 @@
-"""check-job agrees with Nomad (issue 15 part 3): key checks, MIG sizes, JSON jobs, errors, edge counts.
+"""check-job agrees with Nomad: key checks, MIG sizes, JSON jobs, errors, edge counts.
 
 Nomad's jobspec2 decoders (hcl_conversions.go) fix the keys a device,
 constraint and affinity block may hold; RequestedDevice.Count is unsigned,
-so 0 is valid (the task is placed, Reserve gets no IDs).
+so 0 decodes and validates, but the device allocator refuses a request of
+zero devices (scheduler/feasible/device.go), so the job is never placed.
 """
 
 from __future__ import annotations
@@ -67,10 +68,10 @@ def test_misspelled_key_fails_the_whole_check_without_claiming_ok(
 ) -> None:
     job = tmp_path / "job.hcl"
     job.write_text(device_job("cout = 2"))
-    assert check_job.main([str(job), *FP_ARGS]) == 1
+    assert check_job.main([str(job), *FP_ARGS]) == 2  # a job-file error
     out = capsys.readouterr().out
-    assert "INVALID" in out and "NOT PLACED" in out and "OK served" not in out
-    assert "some device block cannot be placed" in out
+    assert "INVALID" in out and "REFUSED" in out and "OK served" not in out
+    assert out.rstrip().endswith("Nomad would refuse this job at submission")
 
 
 def test_constraint_sugar_follows_nomads_decoder() -> None:
@@ -93,23 +94,26 @@ def test_mig_count_outside_slice_sizes_is_rejected_as_reserve_would(
     assert (f"count {count} is no MIG slice size (1, 2, 3, 4, 7)" in said) is not ok
 
 
-def test_count_zero_is_placed_with_no_instance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_count_zero_is_never_placed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = check(tmp_path, capsys, device_job("count = 0"))
     (req,) = doc["requests"]
-    assert code == 0 and doc["ok"] and req["ok"] and req["chosen"] and req["picked_ids"] == []
+    assert code == 1 and not doc["ok"] and req["outcome"] == "not_placed" and req["chosen"] is None
+    assert "invalid request of zero devices" in req["why"][0]
     job = tmp_path / "job.hcl"
-    assert check_job.main([str(job), *FP_ARGS]) == 0
+    assert check_job.main([str(job), *FP_ARGS]) == 1
     out = capsys.readouterr().out
-    assert "count 0: Reserve gets no IDs" in out and "cannot be placed" not in out
+    assert out.rstrip().endswith("Nomad would not place it on this node")
 
 
 def test_negative_count_is_rejected_and_a_quoted_count_converts() -> None:
     (request,) = parse_job_text(device_job("count = -1"))
     assert any("whole number from 0" in p for p in request.problems)
+    (request,) = parse_job_text(device_job("count = 1.5"))
+    assert any("must be a whole number" in p for p in request.problems)
     (request,) = parse_job_text(device_job('count = "2"'))
     assert request.count == 2 and not request.problems
     (request,) = parse_job_text(device_job('count = "two"'))
-    assert any("not a literal whole number" in p for p in request.problems)
+    assert any("a number is required" in p for p in request.problems)
 
 
 def test_job_without_device_blocks_is_not_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
