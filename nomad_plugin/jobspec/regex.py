@@ -21,6 +21,35 @@ _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False
 
 
+# RE2's error words -> Go's regexp/syntax words, so a refusal reads as Nomad prints it.
+_GO_WORDS = {
+    "missing ]": "missing closing ]",
+    "missing )": "missing closing )",
+    "unexpected )": "unexpected )",
+    "invalid escape sequence": "invalid escape sequence",
+    "invalid character class range": "invalid character class range",
+    "invalid character class": "invalid character class",
+    "missing argument to repetition operator": "missing argument to repetition operator",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "bad repetition operator": "invalid nested repetition operator",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "invalid UTF-8": "invalid UTF-8",
+    "invalid named capture group": "invalid named capture",
+    "trailing \\": "trailing backslash at end of expression",
+    "pattern too large - compile failed": "expression too large",
+}
+
+
+def _go_words(detail: str) -> str:
+    """``error parsing regexp: <Go's words>: `<the part>```, from RE2's ``<words>: <the part>``."""
+    words, _, part = detail.partition(": ")
+    go = _GO_WORDS.get(words)
+    if go is None:
+        return detail
+    return f"error parsing regexp: {go}: `{part}`" if part else f"error parsing regexp: {go}"
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -36,7 +65,7 @@ def compile_error(pattern: str) -> str:
         re2.compile(_utf8(pattern), _OPTIONS)
     except re2.error as exc:
         detail = exc.args[0] if exc.args else exc
-        return detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
+        return _go_words(detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail))
     return ""
 
 
