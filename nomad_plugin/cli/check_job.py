@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
 def _saved_fingerprint(path: str) -> list[DeviceGroup]:
     """A file written by ``fingerprint --json`` (or its ``groups`` list); ValueError when it is not one."""
     try:
-        data = go_strings(json.loads(Path(path).read_text()))
+        data = go_strings(json.loads(Path(path).read_text(encoding="utf-8")))
         groups = data["groups"] if isinstance(data, dict) else data
         return [group_from_json(g) for g in groups]
     except (OSError, UnicodeDecodeError) as exc:
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")  # any text a job holds prints on any terminal
     style = Style(sys.stdout)
     try:
-        requests = parse_job_text(Path(args.job).read_text(), args.job)
+        requests = parse_job_text(Path(args.job).read_text(encoding="utf-8"), args.job)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         sys.stderr.write(f"check-job: {exc}\n")
         return 2
