@@ -60,6 +60,14 @@ def self_check() -> int:
     except Exception as e:
         result["inotify_error"] = repr(e)
         ok = False
+    try:
+        from nomad_plugin.jobspec import regex  # check-job's regexp operator: RE2's C++ extension
+
+        result["re2"] = regex.search("^[[:alpha:]]+$", "abc") is True and bool(regex.compile_error("(?=x)"))
+        ok = ok and bool(result["re2"])
+    except Exception as e:
+        result["re2_error"] = repr(e)
+        ok = False
     result["ok"] = ok
     sys.stdout.write(json.dumps(result, sort_keys=True) + os.linesep)
     return 0 if ok else 1
