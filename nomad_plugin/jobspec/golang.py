@@ -4,8 +4,7 @@ Nomad parses constraint values with ``strconv`` and compares numbers with
 ``int64`` and ``math/big`` arithmetic; Python's own parsers accept other
 spellings (``float(" 1")``, ``float("+nan")``, ``int("\\u0661")`` (an Arabic-Indic one)) and its integers
 never overflow. Each function here answers what the Go function answers,
-written from the Go documentation and checked against the Go toolchain in
-``tests/jobspec/test_go_oracle.py``:
+written from the Go documentation of each function:
 
 - :func:`parse_int` = ``strconv.ParseInt(s, 10, 64)``;
 - :func:`parse_float` = ``strconv.ParseFloat(s, 64)`` (decimal and hex
