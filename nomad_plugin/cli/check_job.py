@@ -2,10 +2,14 @@
 
 Gets the live fingerprint by launching the real plugin as Nomad would
 (against XDM, a socket directory, or an embedded simulator with
-``--profile``), then evaluates every ``device`` block with Nomad's scheduler
-rules and prints which group would serve it and why every other group was
-rejected. Exit status: 0 every block can be placed, 1 at least one cannot,
-2 usage / job file / plugin errors.
+``--profile``), then decides every ``device`` block as Nomad does (decoding,
+job validation, the scheduler's device checks) and says Nomad's outcome:
+it would place the job, refuse it at submission, or not place it on this
+node, with the group that would serve each block and why every other group
+was rejected. Exit status: 0 Nomad would place every block (and the plugin
+would serve it), 1 Nomad would not place one on this node or the plugin
+would refuse it at task start, 2 Nomad would refuse the job file, or a
+usage, fingerprint or plugin error.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import sys
 from pathlib import Path
 
 from nomad_plugin.jobspec import JobParseError, evaluate_job, parse_job_text
+from nomad_plugin.jobspec.evaluate import OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN, job_outcome
+from nomad_plugin.jobspec.parse import go_strings
 from nomad_plugin.jobspec.report import verdicts_json, verdicts_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
 from nomad_plugin.launcher.live import LiveNode
@@ -58,19 +64,37 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _saved_fingerprint(path: str) -> list[DeviceGroup]:
-    data = json.loads(Path(path).read_text())
-    groups = data["groups"] if isinstance(data, dict) else data
-    return [group_from_json(g) for g in groups]
+    """A file written by ``fingerprint --json`` (or its ``groups`` list); ValueError when it is not one."""
+    try:
+        data = go_strings(json.loads(Path(path).read_text(encoding="utf-8")))
+        groups = data["groups"] if isinstance(data, dict) else data
+        return [group_from_json(g) for g in groups]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a saved `fingerprint --json` ({type(exc).__name__}: {exc})") from None
+
+
+EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node): 1
+
+
+def verdict_line(outcome: str, warned: bool) -> str:
+    if outcome == PLACE and warned:
+        return f"{OUTCOME_TEXT[PLACE]}, but the plugin would refuse it at task start (WARNING above)"
+    return OUTCOME_TEXT[outcome]
 
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # any text a job holds prints on any terminal
     style = Style(sys.stdout)
     try:
-        requests = parse_job_text(Path(args.job).read_text(), args.job)
+        requests = parse_job_text(Path(args.job).read_text(encoding="utf-8"), args.job)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         sys.stderr.write(f"check-job: {exc}\n")
         return 2
+    config = None
     try:
         if args.fingerprint:
             groups, source = _saved_fingerprint(args.fingerprint), f"saved fingerprint {args.fingerprint}"
@@ -79,32 +103,35 @@ def main(argv: list[str]) -> int:
             node.device_timeout = args.timeout
             with node:
                 groups, source = node.devices(), node.source
+                config = dict(node.config)
     except (LaunchError, LauncherConfigError, ValueError, KeyError, OSError) as exc:
         sys.stderr.write(f"check-job: cannot get the fingerprint: {exc}\n")
         return 2
-    verdicts = evaluate_job(requests, groups)
-    ok = all(v.ok for v in verdicts)  # a job without device blocks needs nothing from this node
+    verdicts = evaluate_job(requests, groups, config)
+    outcome = job_outcome(verdicts)  # a job without device blocks needs nothing from this node: placed
+    warned = any(v.warnings for v in verdicts)
+    ok = outcome == PLACE and not warned
+    code = EXIT.get(outcome, 1) if not (outcome == PLACE and warned) else 1
     if args.json:
         doc = {
             "job_file": args.job,
             "fingerprint": {"source": source, "groups": [g.to_json() for g in groups]},
             "requests": verdicts_json(verdicts),
+            "outcome": outcome,
+            "verdict": verdict_line(outcome, warned),
             "ok": ok,
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return 0 if ok else 1
+        return code
     devices = sum(len(g.devices) for g in groups)
     lines = [
         f"{args.job}: {len(requests)} device block(s); fingerprint: {len(groups)} group(s), {devices} devices ({source})",
         "",
     ]
     lines += verdicts_text(verdicts, style)
+    verdict = verdict_line(outcome, warned)
     if not requests:
-        verdict = "the job has no device blocks: it asks nothing of this plugin"
-    elif ok:
-        verdict = "every device block can be placed on this node"
-    else:
-        verdict = "some device block cannot be placed on this node"
+        verdict += ": the job has no device blocks, it asks nothing of this plugin"
     lines.append(style(verdict, "green" if ok else "red", "bold"))
     sys.stdout.write("\n".join(lines) + "\n")
-    return 0 if ok else 1
+    return code

@@ -1,40 +1,54 @@
-"""Evaluate job ``device`` requests against a fingerprint with Nomad's scheduler rules.
+"""Decide a job's ``device`` blocks against one node's fingerprint, step by step as Nomad does.
 
-Per request (nomad-protocol.md §5.3, §6): a group is a candidate when its
-vendor/type/name match the request's name parts exactly and every
-constraint holds (targets ``${device.attr.X}``, ``${device.vendor}``,
-``${device.type}``, ``${device.model}``, ``${device.ids}``; anything else is
-a literal read by ``ParseAttribute``); a constraint on ``${device.ids}`` is
-then re-checked per instance. The group must hold ``count`` healthy
-instances not already taken by an earlier device block of the same task
-group (one allocation lands on one node). Among candidates the highest
-affinity score wins (sum of matched weights / sum of |weights|); equal
-scores keep fingerprint order. Every rejection carries the reason a job
-author needs.
+1. **Decode and validate** (``jobspec.parse``, ``jobspec.validate``): a
+   block Nomad's decoder or job validation refuses makes Nomad refuse the
+   whole job at submission.
+2. **Feasibility** (``DeviceChecker`` in ``scheduler/feasible/feasible.go``):
+   per task group, every request needs matching groups with enough healthy
+   instances; it may add instances of several groups.
+3. **Allocation** (``deviceAllocator.createOffer`` in
+   ``scheduler/feasible/device.go``), per task and request in order, the
+   requests of one task group sharing the node's instances: a request of
+   zero devices is refused; a group is a candidate when its vendor, type and
+   name match the request's name parts, every constraint holds
+   (``nodeDeviceMatches``) and it has ``count`` free healthy instances that
+   pass the ``${device.ids}`` constraints one by one. That per-instance check
+   takes the constraint's other side as the left operand and the instance ID
+   as the right one (``set_contains "A,B"`` on the IDs keeps A and B). The
+   candidate with the highest affinity score (matched weights / sum of
+   |weights|) wins.
+
+Go iterates maps in random order, so among equally scored groups, and among
+a group's free instances, Nomad's pick is random: check-job shows the first
+in fingerprint order and says when others could be chosen. A plugin rule
+Nomad does not know (Reserve refuses a MIG count that is no slice size) is a
+warning on top of Nomad's outcome.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from nomad_plugin.jobspec import versions
+from nomad_plugin.jobspec.operators import NOT_EQUAL, NOT_HANDLED, Outcome, check_attribute
 from nomad_plugin.jobspec.parse import DeviceRequest, Rule
-from nomad_plugin.jobspec.units import compare, humanize, kind, parse_attribute, render
+from nomad_plugin.jobspec.units import humanize, parse_attribute, render
+from nomad_plugin.jobspec.validate import validate_device
 from nomad_plugin.nomad_view.types import Attribute, DeviceGroup
 
 MIG_SLICE_SIZES = (1, 2, 3, 4, 7)  # XDM's ``slice`` values; the group's slice_sizes attribute wins
-
 IDS_TARGET = "${device.ids}"
-ORDER_OPS = {"<": lambda v: v < 0, "<=": lambda v: v <= 0, ">": lambda v: v > 0, ">=": lambda v: v >= 0}
-EQ_OPS = ("=", "==", "is")
-NE_OPS = ("!=", "not")
-KNOWN_OPS = (
-    *EQ_OPS, *NE_OPS, *ORDER_OPS, "version", "semver", "regexp",
-    "set_contains", "set_contains_all", "set_contains_any", "is_set", "is_not_set",
-)  # fmt: skip
+
+PLACE, REFUSE, NOT_PLACED, UNKNOWN = "place", "refuse", "not_placed", "unknown"
+OUTCOME_TEXT = {
+    PLACE: "Nomad would place this",
+    REFUSE: "Nomad would refuse this job at submission",
+    NOT_PLACED: "Nomad would not place it on this node",
+    UNKNOWN: "check-job cannot tell what Nomad would do",
+}
+FINGERPRINT_DOC = "docs/fingerprint.md"
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,8 @@ class RuleResult:
     left: str
     right: str
     reason: str = ""
+    note: str = ""  # Nomad's arithmetic or decoder decided it (printed with the verdict)
+    panic: str = ""
 
     def describe(self) -> str:
         unary = self.rule.operator in ("is_set", "is_not_set")
@@ -72,6 +88,8 @@ class GroupVerdict:
     free_ids: tuple[str, ...] = ()
     affinity_score: float | None = None
     affinities: tuple[RuleResult, ...] = ()
+    name_matched: bool = True
+    panic: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,18 +98,27 @@ class RequestVerdict:
     groups: tuple[GroupVerdict, ...]
     chosen: GroupVerdict | None = None
     picked_ids: tuple[str, ...] = ()
-    problems: tuple[str, ...] = field(default=())
+    problems: tuple[str, ...] = field(default=())  # why Nomad refuses the job (decode, validation)
+    outcome: str = PLACE
+    why: tuple[str, ...] = ()  # why Nomad would not place it, beyond the per-group reasons
+    notes: tuple[str, ...] = ()  # Nomad-specific behaviour that decided or shapes the verdict
+    warnings: tuple[str, ...] = ()  # plugin rules on top of Nomad's outcome
+    ties: tuple[str, ...] = ()  # other groups Nomad may pick instead (equal score)
 
     @property
     def ok(self) -> bool:
-        return self.chosen is not None and not self.problems
+        return self.outcome == PLACE and not self.warnings
+
+    @property
+    def outcome_text(self) -> str:
+        return OUTCOME_TEXT[self.outcome]
 
 
 # --- targets ---------------------------------------------------------------------------
 
 
-def resolve(target: str, group: DeviceGroup, ids: Sequence[str] | None = None) -> Target:
-    """A constraint side: a device interpolation, or a literal parsed like Nomad's ParseAttribute."""
+def resolve(target: str, group: DeviceGroup) -> Target:
+    """``resolveDeviceTarget``: a device interpolation, or a literal read by ``ParseAttribute``."""
     if not target.startswith("${"):
         attr = parse_attribute(target)
         return Target(attr, render(attr))
@@ -102,10 +129,10 @@ def resolve(target: str, group: DeviceGroup, ids: Sequence[str] | None = None) -
     if target == "${device.type}":
         return Target(Attribute(group.type), repr(group.type))
     if target == IDS_TARGET:
-        joined = ",".join(ids if ids is not None else [d.id for d in group.devices])
+        joined = ",".join(d.id for d in group.devices)
         return Target(Attribute(joined), repr(joined) if len(joined) < 80 else f"'{joined[:60]}...'")
-    if target.startswith("${device.attr.") and target.endswith("}"):
-        key = target[len("${device.attr.") : -1]
+    if target.startswith("${device.attr."):
+        key = target[len("${device.attr.") :].removesuffix("}")
         found = group.attributes.get(key)
         if found is None:
             return Target(None, target, unknown_attribute(key, group.attributes))
@@ -113,8 +140,8 @@ def resolve(target: str, group: DeviceGroup, ids: Sequence[str] | None = None) -
     return Target(
         None,
         target,
-        f"unknown target {target}: inside a device block only ${{device.attr.<name>}}, ${{device.vendor}}, "
-        "${device.type}, ${device.model} and ${device.ids} resolve",
+        f"{target} is not found inside a device block: only ${{device.attr.<name>}}, ${{device.vendor}}, "
+        "${device.type}, ${device.model} and ${device.ids} resolve there",
     )
 
 
@@ -128,71 +155,33 @@ def unknown_attribute(key: str, attributes: Iterable[str]) -> str:
 # --- one rule ----------------------------------------------------------------------------
 
 
-def _string_of(target: Target) -> str | None:
-    if target.attr is None or not isinstance(target.attr.value, str) or target.attr.unit:
-        return None
-    return target.attr.value
+def check_rule(rule: Rule, group: DeviceGroup) -> RuleResult:
+    """``nodeDeviceMatches`` / the affinity score's check for one rule on one group."""
+    left, right = resolve(rule.attribute, group), resolve(rule.value, group)
+    outcome = check_attribute(rule.operator, left.attr, right.attr)
+    reason = outcome.why
+    if outcome.why == "not found":
+        reason = left.missing or right.missing
+    elif not outcome.holds and rule.operator in NOT_EQUAL and left.attr is None and right.attr is None:
+        reason = left.missing or right.missing
+    return RuleResult(rule, outcome.holds, left.text, right.text, reason, outcome.note, outcome.panic)
 
 
-def _set(text: str) -> set[str]:
-    return {part.strip() for part in text.split(",")}
+def _uses_ids(rule: Rule) -> bool:
+    return IDS_TARGET in (rule.attribute, rule.value)
 
 
-def _article(word: str) -> str:
-    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+def instance_outcome(instance_id: str, rule: Rule, group: DeviceGroup) -> Outcome:
+    """``deviceIDMatchesConstraint`` for one rule: ``<other side> <operator> <instance ID>``.
 
-
-def check(operator: str, left: Target, right: Target) -> tuple[bool, str]:
-    """Nomad's checkAttributeConstraint: (holds, reason when it cannot be evaluated)."""
-    if operator in ("distinct_hosts", "distinct_property"):
-        return False, f"{operator} is not allowed inside a device block"
-    if operator not in KNOWN_OPS:
-        return False, f"unknown operator {operator!r}; allowed: {', '.join(KNOWN_OPS)}"
-    lfound, rfound = left.attr is not None, right.attr is not None
-    if operator == "is_set":
-        return lfound, "" if lfound else left.missing
-    if operator == "is_not_set":
-        return not lfound, ""
-    if operator in NE_OPS and not (lfound and rfound):
-        return lfound or rfound, ""
-    if not lfound:
-        return False, left.missing or "left side not found"
-    if not rfound:
-        return False, right.missing or "right side not found"
-    assert left.attr is not None and right.attr is not None
-    if operator in EQ_OPS or operator in NE_OPS or operator in ORDER_OPS:
-        order, why = compare(left.attr, right.attr)
-        if why:
-            return False, why
-        if operator in EQ_OPS:
-            return order == 0, ""
-        if operator in NE_OPS:
-            return order != 0, ""
-        if isinstance(left.attr.value, bool):
-            return False, f"{operator} cannot order bools"
-        return bool(ORDER_OPS[operator](order)), ""
-    lstr, rstr = _string_of(left), _string_of(right)
-    if lstr is None or rstr is None:
-        side = right if rstr is None else left
-        read_as = f" (Nomad reads {side.text} as {_article(kind(side.attr))})" if side.attr is not None else ""
-        return False, f"{operator} compares strings only: {left.text} vs {right.text}{read_as}"
-    if operator in ("version", "semver"):
-        return versions.check(lstr, rstr, strict=operator == "semver")
-    if operator == "regexp":
-        try:
-            return re.search(rstr, lstr) is not None, ""
-        except re.error as exc:
-            return False, f"bad regular expression {rstr!r}: {exc}"
-    if operator in ("set_contains", "set_contains_all"):
-        return _set(rstr) <= _set(lstr), ""
-    return bool(_set(rstr) & _set(lstr)), ""  # set_contains_any
-
-
-def check_rule(rule: Rule, group: DeviceGroup, ids: Sequence[str] | None = None) -> RuleResult:
-    left = resolve(rule.attribute, group, ids)
-    right = resolve(rule.value, group, ids)
-    passed, reason = check(rule.operator, left, right)
-    return RuleResult(rule, passed, left.text, right.text, reason)
+    Nomad resolves the other side and passes it as found even when it is not; a missing side then
+    compares with nothing (``!=`` fails, ``is_set`` holds).
+    """
+    other = rule.value if rule.attribute == IDS_TARGET else rule.attribute
+    target = resolve(other, group).attr
+    if target is None:
+        return Outcome(rule.operator in ("is_set", *NOT_HANDLED))
+    return check_attribute(rule.operator, target, Attribute(instance_id))
 
 
 # --- one request -------------------------------------------------------------------------
@@ -201,7 +190,7 @@ def check_rule(rule: Rule, group: DeviceGroup, ids: Sequence[str] | None = None)
 def name_matches(name: str, group: DeviceGroup) -> str:
     """Empty when ``name`` (type, vendor/type or vendor/type/model) selects ``group``, else why not."""
     parts = name.split("/", 2)
-    wanted = {1: ("", parts[0], ""), 2: (parts[0], parts[-1], ""), 3: tuple(parts)}[len(parts)]
+    wanted = {1: ("", parts[0], ""), 2: (parts[0], parts[-1], "")}.get(len(parts), tuple(parts))
     vendor, dtype, model = wanted
     for label, want, have in (
         ("vendor", vendor, group.vendor),
@@ -211,10 +200,6 @@ def name_matches(name: str, group: DeviceGroup) -> str:
         if want and want != have:
             return f"name mismatch: {label} {want!r} != {have!r}"
     return ""
-
-
-def _uses_ids(rule: Rule) -> bool:
-    return IDS_TARGET in (rule.attribute, rule.value)
 
 
 def mig_count_problem(count: int, group: DeviceGroup) -> str:
@@ -227,66 +212,242 @@ def mig_count_problem(count: int, group: DeviceGroup) -> str:
     if count in sizes:
         return ""
     listed = ", ".join(str(s) for s in sizes)
-    return f"count {count} is no MIG slice size ({listed}): Reserve refuses it, the task would fail to start"
+    return (
+        f"count {count} is no MIG slice size ({listed}): Reserve refuses it, the task would fail to start "
+        "(a plugin rule Nomad does not know: it would place the task)"
+    )
 
 
 def evaluate_group(request: DeviceRequest, group: DeviceGroup, taken: frozenset[str]) -> GroupVerdict:
     mismatch = name_matches(request.name, group)
     if mismatch:
-        return GroupVerdict(group, False, (mismatch,))
+        return GroupVerdict(group, False, (mismatch,), name_matched=False)
     results = tuple(check_rule(rule, group) for rule in request.constraints)
+    panic = next((r.panic for r in results if r.panic), "")
     reasons = [f"constraint {r.describe()}" for r in results if not r.passed]
     free = [d.id for d in group.devices if d.healthy and d.id not in taken]
     id_rules = [r for r in request.constraints if _uses_ids(r)]
     if id_rules and not reasons:
-        free = [i for i in free if all(check_rule(r, group, [i]).passed for r in id_rules)]
-    mig_problem = mig_count_problem(request.count, group)
-    if mig_problem and not reasons:
-        reasons.append(mig_problem)
-    if not reasons and len(free) < max(request.count, 1):
+        free = [i for i in free if all(instance_outcome(i, r, group) for r in id_rules)]
+    count = request.count
+    if not reasons and count > 0 and len(free) < count:
         healthy = sum(1 for d in group.devices if d.healthy)
         detail = f"{healthy} healthy of {len(group.devices)}"
         if taken & {d.id for d in group.devices}:
             detail += ", some taken by an earlier device block of this task group"
         if id_rules:
-            detail += f", {len(free)} pass the ${{device.ids}} constraint"
-        if request.count == 0:
-            reasons.append(
-                f"count 0 still needs one free healthy instance in the group, as Nomad's feasibility check ({detail})"
-            )
-        else:
-            reasons.append(f"count {request.count} larger than the free healthy instances ({len(free)}; {detail})")
+            detail += f", {len(free)} pass the ${{device.ids}} constraint one by one"
+        reasons.append(f"count {count} larger than the free healthy instances ({len(free)}; {detail})")
     score = None
     affinity_results: tuple[RuleResult, ...] = ()
     if request.affinities:
         affinity_results = tuple(check_rule(rule, group) for rule in request.affinities)
+        if not reasons:
+            panic = panic or next((r.panic for r in affinity_results if r.panic), "")
         total = sum(abs(r.rule.weight) for r in affinity_results)
         score = sum(r.rule.weight for r in affinity_results if r.passed) / total if total else 0.0
-    return GroupVerdict(group, not reasons, tuple(reasons), results, tuple(free), score, affinity_results)
+    return GroupVerdict(
+        group, not reasons and not panic, tuple(reasons), results, tuple(free), score, affinity_results, True, panic
+    )
+
+
+def _config_list(config: Mapping[str, Any] | None, key: str) -> list[Any]:
+    value = (config or {}).get(key)
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _asked_mode(config: Mapping[str, Any] | None, mode: str) -> str:
+    """How the plugin config asks for ``mode`` (default_mode or a card block), or ""."""
+    if not config:
+        return ""
+    if config.get("default_mode") == mode:
+        return f'default_mode = "{mode}"'
+    for rule in _config_list(config, "card"):
+        if isinstance(rule, Mapping) and rule.get("mode") == mode:
+            return f'a card block (match = "{rule.get("match", "")}") with mode = "{mode}"'
+    return ""
+
+
+def name_hint(request: DeviceRequest, groups: Sequence[DeviceGroup], config: Mapping[str, Any] | None) -> str:
+    """When no group's name matches: a mode that fell back, or group_by renaming the groups, and the fix."""
+    parts = request.name.split("/", 2)
+    vendor = parts[0] if len(parts) > 1 else ""
+    dtype = parts[1] if len(parts) > 1 else parts[0]
+    types = sorted({f"{g.vendor}/{g.type}" for g in groups})
+    for suffix, mode, what in (("-mig", "mig", "MIG units"), ("-share", "tdm", "time-division shares")):
+        if not dtype.endswith(suffix) or any(g.type == dtype for g in groups):
+            continue
+        base = dtype.removesuffix(suffix)
+        whole = sorted(
+            {g.name.split(" card")[0] for g in groups if g.type == base and (not vendor or g.vendor == vendor)}
+        )
+        if not whole:
+            continue
+        fix = f'ask for device "{vendor + "/" if vendor else ""}{base}" (whole cards)'
+        asked = _asked_mode(config, mode)
+        if asked:
+            why = (
+                "not MIG-capable (mig_models)"
+                if mode == "mig"
+                else "unable to hold that many shares (a share needs 1 GiB)"
+            )
+            return (
+                f"{asked} fell back to whole cards here: {', '.join(whole)} {'is' if len(whole) == 1 else 'are'} {why}, "
+                f"so the plugin offers {', '.join(types)} and no {dtype} group. Fix: {fix}, or run the job on cards "
+                f'that can ({FINGERPRINT_DOC}, "Modes")'
+            )
+        return (
+            f"no card of this node offers {what} ({dtype}): the plugin offers them only for cards in {mode} mode "
+            f'(default_mode = "{mode}" or a card block), and here it offers {", ".join(types)}. Fix: set the mode in '
+            f'the plugin config, or {fix} ({FINGERPRINT_DOC}, "Modes")'
+        )
+    if len(parts) == 3:
+        model = parts[2]
+        of_model = [g for g in groups if (m := g.attributes.get("model")) is not None and m.value == model]
+        renamed = [g for g in of_model if g.name != model and g.vendor == vendor and g.type == dtype]
+        other_modes = sorted({f"{g.vendor}/{g.type}" for g in of_model if g.type.startswith(dtype + "-")})
+        if not renamed and other_modes:
+            return (
+                f"the {model} cards are offered as {', '.join(other_modes)} here (their mode is not whole), so no "
+                f'{vendor}/{dtype} group exists. Fix: ask for device "{other_modes[0]}", or change the card mode '
+                f'({FINGERPRINT_DOC}, "Modes")'
+            )
+        if renamed:
+            group_by = (config or {}).get("group_by")
+            how = (
+                f'group_by = "{group_by}"' if isinstance(group_by, str) and group_by not in ("", "none") else "group_by"
+            )
+            names = ", ".join(repr(g.name) for g in renamed[:3]) + (", ..." if len(renamed) > 3 else "")
+            return (
+                f'{how} names the groups {names}, so device "{request.name}" matches none of them. Fix: device '
+                f'"{parts[0]}/{parts[1]}" with constraint {{ attribute = "${{device.attr.model}}" value = "{model}" }} '
+                f'({FINGERPRINT_DOC}, "A model with or without group_by")'
+            )
+    return ""
 
 
 def evaluate_request(
-    request: DeviceRequest, groups: Sequence[DeviceGroup], taken: frozenset[str] = frozenset()
+    request: DeviceRequest,
+    groups: Sequence[DeviceGroup],
+    taken: frozenset[str] = frozenset(),
+    config: Mapping[str, Any] | None = None,
 ) -> RequestVerdict:
     verdicts = tuple(evaluate_group(request, g, taken) for g in groups)
-    problems = list(request.problems)
-    if not groups:
-        problems.append("the node fingerprinted no devices")
-    chosen: GroupVerdict | None = None
+    problems = (*request.problems, *validate_device(request))
+    notes = [r.note for r in (*request.constraints, *request.affinities) if r.note]
     for v in verdicts:
-        if v.eligible and (chosen is None or (v.affinity_score or 0.0) > (chosen.affinity_score or 0.0)):
-            chosen = v
+        notes += [
+            f"{r.rule.attribute} {r.rule.operator} {r.rule.value!r}: {r.note}"
+            for r in (*v.rules, *v.affinities)
+            if r.note
+        ]
+    why: list[str] = []
+    panic = next((v.panic for v in verdicts if v.panic), "")
+    if problems:
+        outcome = REFUSE
+    elif request.unsupported:
+        outcome = UNKNOWN
+    elif panic:
+        outcome = NOT_PLACED
+        why.append(
+            f"Nomad's scheduler panics evaluating this ({panic}): the evaluation fails, the job is placed nowhere"
+        )
+    elif not groups:
+        outcome = NOT_PLACED
+        why.append("the node fingerprinted no devices (Nomad: no devices available)")
+    elif request.count == 0:
+        outcome = NOT_PLACED
+        why.append("count = 0: Nomad's allocator refuses a request of zero devices (invalid request of zero devices)")
+    else:
+        outcome = PLACE
+    chosen: GroupVerdict | None = None
+    ties: list[str] = []
+    if outcome == PLACE:
+        eligible = [v for v in verdicts if v.eligible]
+        if eligible:
+            best = max(v.affinity_score or 0.0 for v in eligible)
+            top = [v for v in eligible if (v.affinity_score or 0.0) == best]
+            chosen, ties = top[0], [v.group.full_name for v in top[1:]]
+        else:
+            outcome = NOT_PLACED
+            hint = name_hint(request, groups, config) if all(not v.name_matched for v in verdicts) else ""
+            why.append(hint or "no device group matches the request (Nomad: no devices match request)")
     picked = tuple(chosen.free_ids[: request.count]) if chosen else ()
-    return RequestVerdict(request, verdicts, chosen, picked, tuple(problems))
+    warnings = (mig_count_problem(request.count, chosen.group),) if chosen else ()
+    return RequestVerdict(
+        request, verdicts, chosen, picked, tuple(problems), outcome, tuple(why),
+        tuple(dict.fromkeys(notes)), tuple(w for w in warnings if w), tuple(ties),
+    )  # fmt: skip
 
 
-def evaluate_job(requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup]) -> list[RequestVerdict]:
-    """All device blocks; blocks of one task group share the node, so IDs picked earlier are taken."""
+def device_checker(requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup]) -> bool:
+    """``DeviceChecker.hasDevices`` for one task group: healthy instances, possibly of several groups."""
+    if not requests:
+        return True
+    available = {i: sum(1 for d in g.devices if d.healthy) for i, g in enumerate(groups)}
+    available = {i: n for i, n in available.items() if n}
+    for request in requests:
+        desired = request.count
+        satisfied = False
+        for i in list(available):
+            if available[i] == 0 or not _group_matches(request, groups[i]):
+                continue
+            used = min(desired, available[i])
+            available[i] -= used
+            desired -= used
+            if desired == 0:
+                satisfied = True
+                break
+        if not satisfied:
+            return False
+    return True
+
+
+def _group_matches(request: DeviceRequest, group: DeviceGroup) -> bool:
+    """``nodeDeviceMatches``: name and every constraint, no count."""
+    return not name_matches(request.name, group) and all(check_rule(r, group).passed for r in request.constraints)
+
+
+def evaluate_job(
+    requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup], config: Mapping[str, Any] | None = None
+) -> list[RequestVerdict]:
+    """Every device block; the blocks of one task group share the node, so IDs picked earlier are taken."""
     taken: dict[tuple[str, str], set[str]] = {}
     out = []
     for request in requests:
         used = taken.setdefault((request.job, request.group), set())
-        verdict = evaluate_request(request, groups, frozenset(used))
+        verdict = evaluate_request(request, groups, frozenset(used), config)
         used.update(verdict.picked_ids)
         out.append(verdict)
+    by_group: dict[tuple[str, str], list[int]] = {}
+    for index, verdict in enumerate(out):
+        by_group.setdefault((verdict.request.job, verdict.request.group), []).append(index)
+    for indexes in by_group.values():
+        members = [out[i] for i in indexes]
+        if not all(v.outcome == PLACE for v in members):
+            continue
+        if not device_checker([v.request for v in members], groups):
+            for i in indexes:
+                out[i] = _replace(
+                    out[i],
+                    "Nomad's feasibility check (DeviceChecker) fills this task group's requests from the groups in "
+                    "Go's random map order; in fingerprint order it runs out of healthy instances, so some evaluations "
+                    "refuse this node",
+                )
     return out
+
+
+def _replace(verdict: RequestVerdict, note: str) -> RequestVerdict:
+    return RequestVerdict(
+        verdict.request, verdict.groups, verdict.chosen, verdict.picked_ids, verdict.problems, verdict.outcome,
+        verdict.why, (*verdict.notes, note), verdict.warnings, verdict.ties,
+    )  # fmt: skip
+
+
+def job_outcome(verdicts: Sequence[RequestVerdict]) -> str:
+    """The job's outcome: refused if any block is, else unknown, else not placed, else placed."""
+    outcomes = {v.outcome for v in verdicts}
+    for outcome in (REFUSE, UNKNOWN, NOT_PLACED):
+        if outcome in outcomes:
+            return outcome
+    return PLACE

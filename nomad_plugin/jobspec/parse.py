@@ -1,17 +1,34 @@
-"""Find every ``device`` block of a Nomad job file (HCL2 or JSON), as plain requests.
+"""Find every ``device`` block of a Nomad job file (HCL2 or JSON) and decode it as Nomad does.
 
 Placement is ``job -> group -> task -> resources -> device "<name>"``
-(nomad-protocol.md §6). Constraint blocks accept Nomad's sugar
-(``version = ...``, ``regexp = ...``, ``set_contains = ...``,
-``distinct_hosts = true``, ``distinct_property = ...``); values become strings
-the way Nomad's jobspec decoder converts them.
+(nomad-protocol.md §6). The decoding facts are Nomad's:
+
+- HCL (``jobspec2/hcl_conversions.go``): a device block holds ``count``,
+  ``constraint`` and ``affinity``; any other key is a decode error, so
+  ``nomad job run`` refuses the file. A constraint's ``version``, ``semver``,
+  ``regexp``, ``set_contains``, ``distinct_hosts`` and ``distinct_property``
+  keys set its operator (a later one in that list wins); its
+  ``set_contains_all``, ``set_contains_any``, ``is_set`` and ``is_not_set``
+  keys are accepted and then dropped. An affinity's sugar keys are
+  ``version``, ``semver``, ``regexp``, ``set_contains_any``,
+  ``set_contains_all`` and ``set_contains``. An empty operator becomes ``=``.
+  Values are strings (numbers and bools converted), ``weight`` a number
+  truncated to an integer and stored in an int8 (so 300 is 44), ``count`` a
+  whole number from 0 (default 1), an affinity's weight 50 by default.
+- JSON (the API form ``nomad job run -output`` prints): the fields as
+  written; ``Count`` defaults to 1 and ``Weight`` to 50, nothing else is
+  defaulted (an empty ``Operand`` stays empty and job validation refuses it).
+
+Job validation (what Nomad refuses at submission) is ``jobspec.validate``.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import hcl2
@@ -20,34 +37,38 @@ from nomad_plugin.util.hclerrors import describe_hcl_error
 from nomad_plugin.util.hclvalue import is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
-# Nomad's jobspec2 decoders (hcl_conversions.go): sugar key -> operator, in the
-# order Nomad applies them (a later one wins). Constraint schema also admits
-# set_contains_all/_any and is_set/is_not_set keys, but its decoder ignores them.
-_CONSTRAINT_SUGAR = {
-    "version": "version",
-    "semver": "semver",
-    "regexp": "regexp",
-    "set_contains": "set_contains",
-    "distinct_property": "distinct_property",
-}
-_AFFINITY_SUGAR = {
-    "version": "version",
-    "semver": "semver",
-    "regexp": "regexp",
-    "set_contains_any": "set_contains_any",
-    "set_contains_all": "set_contains_all",
-    "set_contains": "set_contains",
-}
-_BASE_KEYS = ("attribute", "operator", "value")
-CONSTRAINT_KEYS = frozenset(
-    {*_BASE_KEYS, *_CONSTRAINT_SUGAR, "distinct_hosts", "set_contains_all", "set_contains_any", "is_set", "is_not_set"}
+# (key, operator) in the order Nomad's decoders apply them; a later one wins.
+_CONSTRAINT_SUGAR = (
+    ("version", "version"),
+    ("semver", "semver"),
+    ("regexp", "regexp"),
+    ("set_contains", "set_contains"),
 )
-AFFINITY_KEYS = frozenset({*_BASE_KEYS, *_AFFINITY_SUGAR, "weight"})
+_AFFINITY_SUGAR = (
+    ("version", "version"), ("semver", "semver"), ("regexp", "regexp"),
+    ("set_contains_any", "set_contains_any"), ("set_contains_all", "set_contains_all"), ("set_contains", "set_contains"),
+)  # fmt: skip
+_BASE_KEYS = ("attribute", "operator", "value")
+DROPPED_CONSTRAINT_KEYS = ("set_contains_all", "set_contains_any", "is_set", "is_not_set")
+CONSTRAINT_KEYS = frozenset(
+    {*_BASE_KEYS, *(k for k, _ in _CONSTRAINT_SUGAR), "distinct_hosts", "distinct_property", *DROPPED_CONSTRAINT_KEYS}
+)
+AFFINITY_KEYS = frozenset({*_BASE_KEYS, *(k for k, _ in _AFFINITY_SUGAR), "weight"})
 DEVICE_KEYS = frozenset({"count", "constraint", "affinity"})
+_HCL_NUMBER = re.compile(r"\$\{\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*\}")
+UINT64_MAX = 2**64 - 1
 
 
 class JobParseError(ValueError):
     """The job file cannot be read as HCL or has no job block."""
+
+
+class ValueProblem(ValueError):
+    """A value Nomad's decoder refuses (or one check-job cannot evaluate, when ``unsupported``)."""
+
+    def __init__(self, message: str, unsupported: bool = False) -> None:
+        super().__init__(message)
+        self.unsupported = unsupported
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,7 @@ class Rule:
     value: str
     weight: int = 0
     affinity: bool = False
+    note: str = ""  # what the decoder did that the author may not expect (a dropped key, a wrapped weight)
 
     def text(self) -> str:
         return f'{self.attribute} {self.operator} "{self.value}"' + (
@@ -75,21 +97,77 @@ class DeviceRequest:
     count: int
     constraints: tuple[Rule, ...] = ()
     affinities: tuple[Rule, ...] = ()
-    problems: tuple[str, ...] = field(default=())  # job-validation errors Nomad would report
+    problems: tuple[str, ...] = field(default=())  # decode errors: Nomad refuses the job file
+    unsupported: tuple[str, ...] = field(default=())  # what check-job cannot evaluate (variables, functions)
 
     @property
     def where(self) -> str:
         return f'group "{self.group}" task "{self.task}" device "{self.name}"'
 
 
-def _string(value: Any) -> str:
-    """A constraint value as Nomad's decoder makes it a string (numbers, bools converted)."""
-    value = plain(value)
+def _number(value: Any) -> Decimal | None:
+    """A literal number as HCL holds it (python-hcl2 leaves ``1e3`` as the text ``${1e3}``)."""
     if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return "" if value is None else str(value)
+        return None
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    match = _HCL_NUMBER.fullmatch(value) if isinstance(value, str) else None
+    return Decimal(match.group(1)) if match else None
+
+
+def _number_text(number: Decimal) -> str:
+    """cty's number-to-string conversion: plain decimal digits, no exponent, no trailing zeros."""
+    text = format(number.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def _string(raw: Any, key: str) -> str:
+    """A value decoded into a string attribute, as HCL converts it (null is "")."""
+    if raw is None:
+        return ""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    number = _number(raw)
+    if number is not None:
+        return _number_text(number)
+    if isinstance(raw, str):
+        if is_expression(raw):
+            raise ValueProblem(f"{key} = {raw}: check-job does not evaluate variables or functions", unsupported=True)
+        return str(plain(raw))
+    raise ValueProblem(f"{key}: Incorrect attribute value type; a string is required, not {_hcl_type(raw)}")
+
+
+def _hcl_type(raw: Any) -> str:
+    return "a list" if isinstance(raw, list) else "an object" if isinstance(raw, dict) else type(raw).__name__
+
+
+def _number_value(raw: Any, key: str) -> Decimal:
+    """A value decoded into a number attribute (a numeric string converts, as HCL does)."""
+    number = _number(raw)
+    if number is None and isinstance(raw, str) and not is_expression(raw):
+        try:
+            number = Decimal(str(plain(raw)).strip())
+        except InvalidOperation:
+            number = None
+        if number is not None and not number.is_finite():
+            number = None
+    if number is None:
+        if isinstance(raw, str) and is_expression(raw):
+            raise ValueProblem(f"{key} = {raw}: check-job does not evaluate variables or functions", unsupported=True)
+        raise ValueProblem(f"{key} = {plain(raw)!r}: Unsuitable value type; a number is required")
+    return number
+
+
+def _bool_value(raw: Any, key: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and not is_expression(raw) and plain(raw) in ("true", "false"):
+        return bool(plain(raw) == "true")
+    if isinstance(raw, str) and is_expression(raw):
+        raise ValueProblem(f"{key} = {raw}: check-job does not evaluate variables or functions", unsupported=True)
+    raise ValueProblem(f"{key} = {plain(raw)!r}: Unsuitable value type; a bool is required")
 
 
 def unknown_keys(body: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:
@@ -104,53 +182,87 @@ def unknown_keys(body: dict[str, Any], allowed: frozenset[str], where: str) -> l
     return problems
 
 
-def _rules(blocks: Any, affinity: bool, problems: list[str]) -> list[Rule]:
-    rules: list[Rule] = []
+def int8_weight(number: Decimal) -> tuple[int, str]:
+    """The weight Nomad stores: the number truncated to int64 (saturating), then kept in an int8."""
+    whole = int(number)  # truncates towards zero, as big.Float.Int64 does
+    whole = max(-(2**63), min(2**63 - 1, whole))
+    stored = (whole + 128) % 256 - 128
+    note = ""
+    if Decimal(stored) != number:
+        note = f"weight {_number_text(number)} is stored as {stored} (Nomad truncates it to an integer held in an int8)"
+    return stored, note
+
+
+def _decode_rule(body: dict[str, Any], affinity: bool, problems: list[str], unsupported: list[str]) -> Rule | None:
     kind = "affinity" if affinity else "constraint"
-    for body in unlabelled(blocks):
-        problems.extend(unknown_keys(body, AFFINITY_KEYS if affinity else CONSTRAINT_KEYS, f"{kind} block"))
-        attribute = _string(body.get("attribute", ""))
-        operator = _string(body.get("operator", "")) or "="
-        value = _string(body.get("value", ""))
-        for key, op in (_AFFINITY_SUGAR if affinity else _CONSTRAINT_SUGAR).items():
-            if key in body and _string(body[key]):
-                operator = op
-                value = _string(body[key]) if key != "distinct_property" else ""
-                if key == "distinct_property":
-                    attribute = _string(body[key])
-        if not affinity and plain(body.get("distinct_hosts")) is True:
-            operator = "distinct_hosts"
+    problems.extend(unknown_keys(body, AFFINITY_KEYS if affinity else CONSTRAINT_KEYS, f"{kind} block"))
+    try:
+        strings = {
+            key: _string(plain_raw, key)
+            for key, plain_raw in body.items()
+            if not is_meta(key) and key not in ("distinct_hosts", "weight")
+            and key in (AFFINITY_KEYS if affinity else CONSTRAINT_KEYS)
+        }  # fmt: skip
+        attribute, value, operator = strings.get("attribute", ""), strings.get("value", ""), strings.get("operator", "")
+        notes = []
+        for key, op in _AFFINITY_SUGAR if affinity else _CONSTRAINT_SUGAR:
+            if strings.get(key):
+                operator, value = op, strings[key]
         weight = 0
         if affinity:
-            raw = plain(body.get("weight", DEFAULT_AFFINITY_WEIGHT))
-            if isinstance(raw, bool) or not isinstance(raw, int) or not -100 <= raw <= 100 or raw == 0:
-                problems.append(f"affinity {attribute}: weight {raw!r} must be a non-zero integer in -100..100")
-                raw = DEFAULT_AFFINITY_WEIGHT if not isinstance(raw, int) or isinstance(raw, bool) else raw
-            weight = int(raw)
-        rules.append(Rule(attribute, operator, value, weight, affinity))
-    return rules
+            weight = DEFAULT_AFFINITY_WEIGHT
+            if body.get("weight") is not None:
+                weight, note = int8_weight(_number_value(body["weight"], "weight"))
+                if note:
+                    notes.append(note)
+        else:
+            if body.get("distinct_hosts") is not None:
+                operator, value = (
+                    "distinct_hosts",
+                    "true" if _bool_value(body["distinct_hosts"], "distinct_hosts") else "false",
+                )
+            if strings.get("distinct_property"):
+                operator, attribute = "distinct_property", strings["distinct_property"]
+            for key in DROPPED_CONSTRAINT_KEYS:
+                if key in strings:
+                    notes.append(
+                        f"the {key} key of a constraint is dropped by Nomad's decoder (only an affinity has set_contains_any "
+                        f'and set_contains_all keys; write operator = "{key}" and value = ...)'
+                    )
+    except ValueProblem as exc:
+        (unsupported if exc.unsupported else problems).append(f"{kind} block: {exc}")
+        return None
+    return Rule(attribute, operator or "=", value, weight, affinity, "; ".join(notes))
+
+
+def _count(raw: Any) -> int:
+    if raw is None:
+        return 1
+    number = _number_value(raw, "count")
+    if number != number.to_integral_value():
+        raise ValueProblem(f"count = {_number_text(number)}: Unsuitable value: value must be a whole number")
+    if number < 0:
+        raise ValueProblem(f"count = {_number_text(number)}: Unsuitable value: value must be a whole number from 0")
+    if number > UINT64_MAX:
+        raise ValueProblem(f"count = {_number_text(number)}: Unsuitable value: value must fit in 64 bits")
+    return int(number)
 
 
 def _device(job: str, group: str, task: str, name: str, body: dict[str, Any]) -> DeviceRequest:
     problems = unknown_keys(body, DEVICE_KEYS, f'device "{name}"')
-    raw_count = body.get("count", 1)
-    if isinstance(raw_count, str) and not is_expression(raw_count) and plain(raw_count).strip().lstrip("-").isdigit():
-        raw_count = int(plain(raw_count))  # HCL converts "2" to the number Count needs, as Nomad's decoder does
+    unsupported: list[str] = []
     count = 1
-    if is_expression(raw_count) or isinstance(raw_count, bool) or not isinstance(raw_count, int):
-        problems.append(f"count = {plain(raw_count)!r} is not a literal whole number (variables are not evaluated)")
-    elif raw_count < 0:
-        problems.append(f"count = {raw_count}: Nomad needs a whole number from 0 (it decodes count as unsigned)")
-    else:
-        count = raw_count  # 0 is valid: Nomad places the task and Reserve gets no instance
-    if not name:
-        problems.append('a device block needs a name: "<type>", "<vendor>/<type>" or "<vendor>/<type>/<model>"')
-    constraints = _rules(body.get("constraint", []), False, problems)
-    affinities = _rules(body.get("affinity", []), True, problems)
-    for rule in (*constraints, *affinities):
-        if rule.operator in ("distinct_hosts", "distinct_property"):
-            problems.append(f"{rule.operator} is not allowed inside a device block (Nomad rejects the job)")
-    return DeviceRequest(job, group, task, name, count, tuple(constraints), tuple(affinities), tuple(problems))
+    try:
+        count = _count(body.get("count"))
+    except ValueProblem as exc:
+        (unsupported if exc.unsupported else problems).append(str(exc))
+    constraints = [_decode_rule(b, False, problems, unsupported) for b in unlabelled(body.get("constraint", []))]
+    affinities = [_decode_rule(b, True, problems, unsupported) for b in unlabelled(body.get("affinity", []))]
+    return DeviceRequest(
+        job, group, task, name, count,
+        tuple(r for r in constraints if r is not None), tuple(r for r in affinities if r is not None),
+        tuple(problems), tuple(unsupported),
+    )  # fmt: skip
 
 
 def device_requests(parsed: dict[str, Any]) -> list[DeviceRequest]:
@@ -185,9 +297,11 @@ def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
 def parse_job_json(text: str, source: str = "job") -> list[DeviceRequest]:
     """``{"Job": {...}}`` (what ``nomad job run -output`` prints) or the bare job object."""
     try:
-        data = json.loads(text)
+        data = go_strings(json.loads(text, parse_constant=_no_constant))
     except json.JSONDecodeError as exc:
         raise JobParseError(f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise JobParseError(f"{source}: not valid JSON: {exc}") from None
     job = data.get("Job", data) if isinstance(data, dict) else None
     if not isinstance(job, dict) or not isinstance(job.get("TaskGroups"), list):
         raise JobParseError(
@@ -203,39 +317,73 @@ def parse_job_json(text: str, source: str = "job") -> list[DeviceRequest]:
     return requests
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (Go's decoder refuses it)")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def go_strings(value: Any) -> Any:
+    """Lone UTF-16 surrogates (``"\\udcff"``) become U+FFFD, as Go's JSON decoder makes them."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [go_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {go_strings(k): go_strings(v) for k, v in value.items()}
+    return value
+
+
 def _dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+def _json_text(raw: Any, field_name: str, problems: list[str]) -> str:
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        problems.append(f"{field_name}: json: cannot unmarshal {_json_type(raw)} into a string field")
+        return ""
+    return raw
+
+
+def _json_type(raw: Any) -> str:
+    if isinstance(raw, bool):
+        return "bool"
+    if isinstance(raw, (int, float)):
+        return f"number {raw}"
+    return "array" if isinstance(raw, list) else "object" if isinstance(raw, dict) else "string"
+
+
 def _json_device(job: str, group: str, task: str, device: dict[str, Any]) -> DeviceRequest:
     problems: list[str] = []
-    name = str(device.get("Name") or "")
-    raw = device.get("Count", 1)
-    count = 1 if raw is None else raw
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        problems.append(f"Count = {raw!r}: Nomad needs a whole number from 0")
-        count = 1
-    if not name:
-        problems.append('a device needs a Name: "<type>", "<vendor>/<type>" or "<vendor>/<type>/<model>"')
+    name = _json_text(device.get("Name"), "Name", problems)
+    raw = device.get("Count")
+    count = 1
+    if raw is not None:
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= UINT64_MAX:
+            problems.append(f"Count: json: cannot unmarshal {_json_type(raw)} into a uint64 field")
+        else:
+            count = raw
 
     def rule(raw_rule: dict[str, Any], affinity: bool) -> Rule:
         weight = 0
         if affinity:
             weight = raw_rule.get("Weight", DEFAULT_AFFINITY_WEIGHT)
-            if isinstance(weight, bool) or not isinstance(weight, int) or weight == 0 or not -100 <= weight <= 100:
-                problems.append(f"affinity Weight {weight!r} must be a non-zero integer in -100..100")
+            if weight is None:
+                weight = DEFAULT_AFFINITY_WEIGHT
+            if isinstance(weight, bool) or not isinstance(weight, int) or not -128 <= weight <= 127:
+                problems.append(f"Weight: json: cannot unmarshal {_json_type(weight)} into an int8 field")
                 weight = DEFAULT_AFFINITY_WEIGHT
         return Rule(
-            _string(raw_rule.get("LTarget", "")),
-            _string(raw_rule.get("Operand", "")) or "=",
-            _string(raw_rule.get("RTarget", "")),
+            _json_text(raw_rule.get("LTarget"), "LTarget", problems),
+            _json_text(raw_rule.get("Operand"), "Operand", problems),
+            _json_text(raw_rule.get("RTarget"), "RTarget", problems),
             weight,
             affinity,
         )
 
     constraints = tuple(rule(c, False) for c in _dicts(device.get("Constraints")))
     affinities = tuple(rule(a, True) for a in _dicts(device.get("Affinities")))
-    for r in (*constraints, *affinities):
-        if r.operator in ("distinct_hosts", "distinct_property"):
-            problems.append(f"{r.operator} is not allowed inside a device block (Nomad rejects the job)")
     return DeviceRequest(job, group, task, name, count, constraints, affinities, tuple(problems))

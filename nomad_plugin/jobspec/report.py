@@ -1,10 +1,24 @@
-"""check-job's output: per device block, the serving group and why each other group was rejected."""
+"""check-job's output: per device block Nomad's outcome, the serving group, and why the others were rejected.
+
+Groups rejected for the same reason (eight per-card MIG groups of another
+type, say) are one line with their count, so the reason that matters is
+not lost among copies.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from nomad_plugin.jobspec.evaluate import GroupVerdict, RequestVerdict, RuleResult
+from nomad_plugin.jobspec.evaluate import (
+    NOT_PLACED,
+    OUTCOME_TEXT,
+    PLACE,
+    REFUSE,
+    GroupVerdict,
+    RequestVerdict,
+    RuleResult,
+)
 from nomad_plugin.nomad_view.render import Style
 
 
@@ -18,6 +32,7 @@ def _rule_json(r: RuleResult) -> dict[str, Any]:
         "left": r.left,
         "right": r.right,
         "reason": r.reason,
+        "note": r.note,
     }
 
 
@@ -33,7 +48,7 @@ def _group_json(v: GroupVerdict) -> dict[str, Any]:
     }
 
 
-def verdicts_json(verdicts: list[RequestVerdict]) -> list[dict[str, Any]]:
+def verdicts_json(verdicts: Sequence[RequestVerdict]) -> list[dict[str, Any]]:
     return [
         {
             "job": v.request.job,
@@ -42,8 +57,15 @@ def verdicts_json(verdicts: list[RequestVerdict]) -> list[dict[str, Any]]:
             "device": v.request.name,
             "count": v.request.count,
             "ok": v.ok,
+            "outcome": v.outcome,
+            "verdict": v.outcome_text,
             "problems": list(v.problems),
+            "unsupported": list(v.request.unsupported),
+            "why": list(v.why),
+            "notes": list(v.notes),
+            "warnings": list(v.warnings),
             "chosen": v.chosen.group.full_name if v.chosen else None,
+            "ties": list(v.ties),
             "picked_ids": list(v.picked_ids),
             "groups": [_group_json(g) for g in v.groups],
         }
@@ -55,40 +77,75 @@ def _score(v: GroupVerdict) -> str:
     return f" [affinity score {v.affinity_score:+.2f}]" if v.affinity_score is not None else ""
 
 
-def verdicts_text(verdicts: list[RequestVerdict], style: Style, max_rejected: int = 12) -> list[str]:
+def _why(g: GroupVerdict) -> str:
+    if g.reasons:
+        return "; ".join(g.reasons)
+    if g.panic:
+        return g.panic
+    if g.affinity_score is None:
+        return "eligible too (no affinity ranks the groups)"
+    return "eligible, lower or equal affinity score" + _score(g)
+
+
+def collapse(groups: Sequence[GroupVerdict]) -> list[tuple[str, list[GroupVerdict]]]:
+    """Groups with the same reason, in first-seen order; a group's own name is not part of the reason."""
+    by_reason: dict[str, list[GroupVerdict]] = {}
+    for g in groups:
+        key = ("+" if g.eligible else "-") + _why(g).replace(repr(g.group.name), "each group's name")
+        by_reason.setdefault(key, []).append(g)
+    return [(key[1:], members) for key, members in by_reason.items()]
+
+
+def _names(members: Sequence[GroupVerdict]) -> str:
+    names = [m.group.full_name for m in members]
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{names[0]}, {names[1]}, ... {names[-1]}"
+
+
+def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected: int = 12) -> list[str]:
     lines: list[str] = []
     for v in verdicts:
         req = v.request
         lines.append(style(f'job "{req.job}" {req.where} (count {req.count})', "bold"))
         for problem in v.problems:
             lines.append("  " + style("INVALID ", "red", "bold") + problem)
-        if v.chosen and v.problems:
-            lines.append(
-                "  "
-                + style("NOT PLACED ", "red", "bold")
-                + f"{v.chosen.group.full_name} would match, but Nomad rejects the job first (INVALID above)"
-            )
-        elif v.chosen:
-            ids = ", ".join(v.picked_ids) if v.picked_ids else "no instance (count 0: Reserve gets no IDs)"
+        for item in req.unsupported:
+            lines.append("  " + style("CANNOT EVALUATE ", "yellow", "bold") + item)
+        if v.outcome == REFUSE:
+            lines.append("  " + style("REFUSED ", "red", "bold") + OUTCOME_TEXT[REFUSE] + " (INVALID above)")
+        elif v.chosen and v.outcome == PLACE:
             lines.append(
                 "  " + style("OK ", "green", "bold") + f"served by {v.chosen.group.full_name}{_score(v.chosen)}"
             )
-            lines.append(f"     would get: {ids}")
+            free = len(v.chosen.free_ids)
+            pick = (
+                f" (Nomad picks any {len(v.picked_ids)} of the {free} free instances)"
+                if free > len(v.picked_ids)
+                else ""
+            )
+            lines.append(f"     would get: {', '.join(v.picked_ids)}{pick}")
             for r in (*v.chosen.rules, *v.chosen.affinities):
                 lines.append(f"     {'affinity' if r.rule.affinity else 'constraint'} {r.describe()}")
-        else:
+            if v.ties:
+                lines.append(f"     Nomad picks any of the {len(v.ties) + 1} groups with this score at random")
+        elif v.outcome == NOT_PLACED:
             lines.append("  " + style("NO GROUP CAN SERVE THIS BLOCK", "red", "bold"))
+            for item in v.why:
+                lines.append("  " + style("NOT PLACED ", "red", "bold") + item)
         others = [g for g in v.groups if g is not v.chosen]
-        for g in others[:max_rejected]:
-            label = style("also fits", "yellow") if g.eligible else style("rejected", "red")
-            if g.reasons:
-                why = "; ".join(g.reasons)
-            elif g.affinity_score is None:
-                why = "eligible too (no affinity ranks the groups)"
+        collapsed = collapse(others)
+        for reason, members in collapsed[:max_rejected]:
+            label = style("also fits", "yellow") if members[0].eligible else style("rejected", "red")
+            if len(members) == 1:
+                lines.append(f"  {label} {members[0].group.full_name}: {_why(members[0])}")
             else:
-                why = "eligible, lower or equal affinity score" + _score(g)
-            lines.append(f"  {label} {g.group.full_name}: {why}")
-        if len(others) > max_rejected:
-            lines.append(f"  ... {len(others) - max_rejected} more groups (use --json for all)")
+                lines.append(f"  {label} {len(members)} groups ({_names(members)}): {reason}")
+        if len(collapsed) > max_rejected:
+            lines.append(f"  ... {len(collapsed) - max_rejected} more reasons (use --json for all)")
+        for note in v.notes:
+            lines.append("  " + style("NOTE ", "cyan") + note)
+        for warning in v.warnings:
+            lines.append("  " + style("WARNING ", "yellow", "bold") + warning)
         lines.append("")
     return lines

@@ -1,98 +1,89 @@
-"""Nomad's attribute literals and unit-aware comparison, as pure functions.
+"""Nomad's device attribute values: literal parsing and unit-aware comparison, as pure functions.
 
-Mirrors ``plugins/shared/structs/{units.go,util.go,attribute.go}``
-(nomad-protocol.md §5.3): a constraint value such as ``"80 GiB"`` is parsed
-by ``ParseAttribute`` (strip the longest known unit suffix when the last
-character is a letter, then int, float, bool, else string), and two
-attributes compare only when both carry units of the same base, or neither
-does; numbers are converted to the base unit first.
+The facts are those of ``plugins/shared/structs`` (``units.go``,
+``attribute.go``; nomad-protocol.md §5.3):
+
+- ``ParseAttribute``: when the last character is a letter, the longest known
+  unit suffix is cut and the rest trimmed; then Go's ``ParseInt`` (base 10),
+  ``ParseFloat`` (so ``1_000`` and ``0x1p4`` are numbers) and ``ParseBool``
+  (on the whole text) are tried, else the text is a string;
+- two values compare only when both have known units of one base, or neither
+  has a known unit (an unknown unit counts as none); strings compare with
+  strings, bools with bools (equal or not: there is no order), numbers with
+  numbers;
+- two integers compare as ``int64`` values in the base unit: the multiplier
+  can overflow (``9 EiB`` wraps negative) and milliwatts are divided by 1000
+  with truncation (``1500 mW`` is ``1 W``); any float side makes both
+  256-bit ``big.Float`` values (a milliwatt is then ``x * round(1/1000)``),
+  and a NaN there makes Go panic.
+
+:func:`compare` returns Nomad's answer and, for numbers, the exact one, so a
+caller can say when Nomad's arithmetic decides a verdict.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
-from decimal import Decimal
 from fractions import Fraction
 
+from nomad_plugin.jobspec.golang import parse_bool, parse_float, parse_int, round_big, trim_space, trunc_div, wrap_int64
 from nomad_plugin.nomad_view.types import Attribute
 
 BYTE, BYTE_RATE, HERTZ, WATT = "bytes", "bytes/s", "hertz", "watts"
+BIG_PRECISION = 256  # the mantissa bits Nomad gives math/big values before comparing them
 
 
 @dataclass(frozen=True)
 class Unit:
     name: str
     base: str
-    multiplier: Fraction
+    multiplier: int
+    inverse: bool = False  # base / multiplier (mW) instead of base * multiplier
 
 
 def _unit_table() -> dict[str, Unit]:
     table: dict[str, Unit] = {}
-    binary = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    decimal = (("kB", 1), ("KB", 1), ("MB", 2), ("GB", 3), ("TB", 4), ("PB", 5), ("EB", 6))
-    for power, name in enumerate(binary, start=1):
-        table[name] = Unit(name, BYTE, Fraction(1024**power))
-        table[name + "/s"] = Unit(name + "/s", BYTE_RATE, Fraction(1024**power))
-    for name, power in decimal:
-        table[name] = Unit(name, BYTE, Fraction(1000**power))
-        table[name + "/s"] = Unit(name + "/s", BYTE_RATE, Fraction(1000**power))
-    table["MHz"] = Unit("MHz", HERTZ, Fraction(10**6))
-    table["GHz"] = Unit("GHz", HERTZ, Fraction(10**9))
-    for name, power in (("mW", 0), ("W", 1), ("kW", 2), ("MW", 3), ("GW", 4)):
-        table[name] = Unit(name, WATT, Fraction(1000**power))
+    for power, name in enumerate(("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"), start=1):
+        table[name] = Unit(name, BYTE, 1024**power)
+        table[name + "/s"] = Unit(name + "/s", BYTE_RATE, 1024**power)
+    for name, power in (("kB", 1), ("KB", 1), ("MB", 2), ("GB", 3), ("TB", 4), ("PB", 5), ("EB", 6)):
+        table[name] = Unit(name, BYTE, 1000**power)
+        table[name + "/s"] = Unit(name + "/s", BYTE_RATE, 1000**power)
+    table["MHz"] = Unit("MHz", HERTZ, 10**6)
+    table["GHz"] = Unit("GHz", HERTZ, 10**9)
+    table["mW"] = Unit("mW", WATT, 1000, inverse=True)
+    for name, power in (("W", 0), ("kW", 1), ("MW", 2), ("GW", 3)):
+        table[name] = Unit(name, WATT, 1000**power)
     return table
 
 
 UNITS: dict[str, Unit] = _unit_table()
-# Longest first, so "MiB/s" wins over "s"-less names and "kW" over "W".
+# Longest first: "MiB/s" before "B/s"-less names, "kW" and "mW" before "W". Two names of one
+# length are never both suffixes of one text, so their relative order does not matter.
 _BY_LENGTH = sorted(UNITS, key=lambda n: (-len(n), n))
-
-_GO_INT = re.compile(r"[+-]?[0-9]+")
-_GO_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+(?:_[0-9]+)*)?\.?[0-9]*(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
-_GO_BOOL = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
-_GO_BOOL.update({"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False})
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def _go_parse_int(text: str) -> int | None:
-    if not _GO_INT.fullmatch(text):
-        return None
-    value = int(text)
-    return value if INT64_MIN <= value <= INT64_MAX else None
-
-
-def _go_parse_float(text: str) -> float | None:
-    """strconv.ParseFloat(text, 64) for decimal input (no underscores, no surrounding spaces)."""
-    if not text or "_" in text or not _GO_FLOAT.fullmatch(text) or not any(c.isdigit() or c in "iInN" for c in text):
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
+UNIT_NAMES = "KiB..EiB, kB/KB..EB, the same with /s, MHz, GHz, mW..GW"
 
 
 def parse_attribute(text: str) -> Attribute:
-    """Nomad's ``ParseAttribute``: ``"80 GiB"`` -> 80 GiB, ``"1.5GHz"`` -> 1.5 GHz, ``"true"`` -> bool."""
+    """Nomad's ``ParseAttribute``: ``"80 GiB"`` -> 80 GiB, ``".98   GiB/s"`` -> 0.98 GiB/s, ``"t"`` -> true."""
     if not text:
         return Attribute(text)
     unit = ""
     numeric = text
-    if text[-1].isalpha():
-        for name in _BY_LENGTH:
-            if text.endswith(name):
-                unit = name
-                break
+    if text[-1].isalpha():  # Go tests the last byte; only an ASCII letter can end a unit
+        unit = next((name for name in _BY_LENGTH if text.endswith(name)), "")
         if unit:
-            numeric = text[: -len(unit)].strip()
-    as_int = _go_parse_int(numeric)
+            numeric = trim_space(text[: -len(unit)])
+    as_int = parse_int(numeric)
     if as_int is not None:
         return Attribute(as_int, unit)
-    as_float = _go_parse_float(numeric)
+    as_float = parse_float(numeric)
     if as_float is not None:
         return Attribute(as_float, unit)
-    if text in _GO_BOOL:
-        return Attribute(_GO_BOOL[text])
+    as_bool = parse_bool(text)
+    if as_bool is not None:
+        return Attribute(as_bool)
     return Attribute(text)
 
 
@@ -106,72 +97,141 @@ def kind(attr: Attribute) -> str:
     return "string"
 
 
-def comparable(a: Attribute, b: Attribute) -> str:
-    """Empty when ``a`` and ``b`` compare, else why not (the words check-job prints)."""
-    if a.unit or b.unit:
-        ua, ub = UNITS.get(a.unit), UNITS.get(b.unit)
-        if a.unit and ua is None:
-            return f"unknown unit {a.unit!r}"
-        if b.unit and ub is None:
-            return f"unknown unit {b.unit!r}"
-        if ua is None or ub is None:
-            with_unit, without = (a, b) if ua is not None else (b, a)
-            if kind(without) == "string":
-                return (
-                    f"{render(without)} is not a number with a unit: Nomad reads it as a string, which never "
-                    f"compares with {render(with_unit)} (write a number and a unit ending in a letter, e.g. "
-                    '"80 GiB"; units: KiB..EiB, kB..EB, the same with /s, MHz, GHz, mW..GW)'
-                )
-            return (
-                f"unit mismatch: {render(with_unit)} has unit {with_unit.unit} but {render(without)} has none "
-                f'(write the unit, e.g. "{render(without)} {with_unit.unit}")'
-            )
-        if ua.base != ub.base:
-            return f"unit mismatch: {a.unit} ({ua.base}) cannot compare with {b.unit} ({ub.base})"
-        return ""
-    ka, kb = kind(a), kind(b)
-    if ka == "string" or kb == "string":
-        return "" if ka == kb else f"type mismatch: {ka} {render(a)} vs {kb} {render(b)}"
-    if ka == "bool" or kb == "bool":
-        return "" if ka == kb else f"type mismatch: {ka} {render(a)} vs {kb} {render(b)}"
-    return ""
-
-
-def base_value(attr: Attribute) -> Fraction:
-    """A numeric attribute in its base unit (bytes, bytes/s, Hz, mW), exactly."""
-    if isinstance(attr.value, bool) or not isinstance(attr.value, (int, float)):
-        raise TypeError(f"{attr.value!r} is not a number")
-    number = Fraction(Decimal(attr.value)) if isinstance(attr.value, float) else Fraction(attr.value)
-    unit = UNITS.get(attr.unit)
-    return number * unit.multiplier if unit else number
-
-
-def compare(a: Attribute, b: Attribute) -> tuple[int, str]:
-    """(-1/0/1, "") when comparable, else (0, reason). Bools compare for equality only (1 = differ)."""
-    why = comparable(a, b)
-    if why:
-        return 0, why
-    if kind(a) == "bool":
-        return (0 if a.value == b.value else 1), ""
-    if kind(a) == "string":
-        sa, sb = str(a.value), str(b.value)
-        return (sa > sb) - (sa < sb), ""
-    va, vb = base_value(a), base_value(b)
-    return (va > vb) - (va < vb), ""
+def _typed_unit(attr: Attribute) -> Unit | None:
+    return UNITS.get(attr.unit) if attr.unit else None
 
 
 def render(attr: Attribute) -> str:
     if isinstance(attr.value, str):
-        return repr(attr.value) if not attr.unit else f"{attr.value} {attr.unit}"
+        return repr(attr.value) if not attr.unit else f"{attr.value!r} {attr.unit}"
+    if isinstance(attr.value, float) and not math.isfinite(attr.value):
+        text = "NaN" if math.isnan(attr.value) else ("+Inf" if attr.value > 0 else "-Inf")
+        return f"{text} {attr.unit}" if attr.unit else text
     return attr.render()
+
+
+def comparable(a: Attribute, b: Attribute) -> str:
+    """Empty when Nomad's ``Attribute.Comparable`` holds for ``a`` and ``b``, else why not."""
+    ua, ub = _typed_unit(a), _typed_unit(b)
+    if ua is not None and ub is not None:
+        if ua.base != ub.base:
+            return f"unit mismatch: {a.unit} ({ua.base}) cannot compare with {b.unit} ({ub.base})"
+        return ""
+    if ua is not None or ub is not None:
+        with_unit, without = (a, b) if ua is not None else (b, a)
+        if kind(without) == "string":
+            return (
+                f"{render(without)} is not a number with a unit: Nomad reads it as a string, which never "
+                f"compares with {render(with_unit)} (write a number and a unit ending in a letter, e.g. "
+                f'"80 GiB"; units: {UNIT_NAMES})'
+            )
+        return (
+            f"unit mismatch: {render(with_unit)} has unit {with_unit.unit} but {render(without)} has none "
+            f'(write the unit, e.g. "{render(without)} {with_unit.unit}")'
+        )
+    ka, kb = kind(a), kind(b)
+    if ka in ("string", "bool") or kb in ("string", "bool"):
+        return "" if ka == kb else f"type mismatch: {ka} {render(a)} vs {kb} {render(b)}"
+    return ""
+
+
+def exact_value(attr: Attribute) -> Fraction:
+    """A finite number in its base unit (bytes, bytes/s, Hz, W), with exact arithmetic."""
+    if isinstance(attr.value, bool) or not isinstance(attr.value, (int, float)):
+        raise TypeError(f"{attr.value!r} is not a number")
+    number = Fraction(attr.value)
+    unit = _typed_unit(attr)
+    if unit is None:
+        return number
+    return number / unit.multiplier if unit.inverse else number * unit.multiplier
+
+
+def nomad_int(attr: Attribute) -> int:
+    """``getInt``: the integer in its base unit with int64 overflow and truncating division."""
+    assert isinstance(attr.value, int) and not isinstance(attr.value, bool)
+    unit = _typed_unit(attr)
+    if unit is None:
+        return attr.value
+    if unit.inverse:
+        return trunc_div(attr.value, unit.multiplier)
+    return wrap_int64(attr.value * unit.multiplier)
+
+
+def _nomad_big(attr: Attribute) -> Fraction | float:
+    """``getBigFloat``: the value at 256 bits in its base unit (an infinity stays a float)."""
+    assert isinstance(attr.value, (int, float)) and not isinstance(attr.value, bool)
+    unit = _typed_unit(attr)
+    if isinstance(attr.value, float) and math.isinf(attr.value):
+        return attr.value  # inf times a positive multiplier is the same inf
+    number = Fraction(attr.value)
+    if unit is None:
+        return number
+    multiplier = round_big(Fraction(1, unit.multiplier), BIG_PRECISION) if unit.inverse else Fraction(unit.multiplier)
+    return round_big(number * multiplier, BIG_PRECISION)
+
+
+def _sign(a: Fraction | float, b: Fraction | float) -> int:
+    return (a > b) - (a < b)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Nomad's ``Attribute.Compare``: ``order`` is None when the values do not compare."""
+
+    order: int | None
+    why: str = ""  # why they do not compare
+    exact: int | None = None  # the order with exact arithmetic, for numbers
+    panic: str = ""  # Go panics here (NaN in math/big): the scheduler fails the evaluation
+    detail: str = ""  # the base-unit values Nomad compared, when its arithmetic is not exact
+
+
+def compare(a: Attribute, b: Attribute) -> Comparison:
+    """``a.Compare(b)``: -1/0/1; bools give 0 when equal and 1 when not (they have no order)."""
+    why = comparable(a, b)
+    if why:
+        return Comparison(None, why)
+    ka, kb = kind(a), kind(b)
+    if ka == "bool":
+        return Comparison(0 if a.value == b.value else 1)
+    if ka == "string":
+        sa, sb = str(a.value), str(b.value)  # code-point order is UTF-8 byte order, as Go's
+        return Comparison((sa > sb) - (sa < sb))
+    if kb not in ("int", "float"):
+        return Comparison(None, f"type mismatch: {ka} {render(a)} vs {kb} {render(b)}")
+    if ka == "int" and kb == "int":
+        na, nb = nomad_int(a), nomad_int(b)
+        exact = _sign(exact_value(a), exact_value(b))
+        detail = ""
+        if (Fraction(na), Fraction(nb)) != (exact_value(a), exact_value(b)):
+            detail = f"Nomad compares them as integers in the base unit: {na} vs {nb} ({_base(a)})"
+        return Comparison(_sign(na, nb), exact=exact, detail=detail)
+    for side in (a, b):
+        if isinstance(side.value, float) and math.isnan(side.value):
+            return Comparison(None, panic=f"{render(side)} is NaN: Go's math/big panics on it (ErrNaN)")
+    fa, fb = _nomad_big(a), _nomad_big(b)
+    exact = _sign(_exact_or_inf(a), _exact_or_inf(b))
+    return Comparison(_sign(fa, fb), exact=exact)
+
+
+def _exact_or_inf(attr: Attribute) -> Fraction | float:
+    if isinstance(attr.value, float) and math.isinf(attr.value):
+        return attr.value
+    return exact_value(attr)
+
+
+def _base(attr: Attribute) -> str:
+    unit = _typed_unit(attr)
+    return {BYTE: "bytes", BYTE_RATE: "bytes/s", HERTZ: "Hz", WATT: "W"}[unit.base] if unit else "no unit"
 
 
 def humanize(attr: Attribute) -> str:
     """An attribute plus its size in a friendlier unit when that helps (81559 MiB -> 79.6 GiB)."""
     text = render(attr)
-    unit = UNITS.get(attr.unit)
-    if unit and unit.base == BYTE and not isinstance(attr.value, bool):
-        gib = float(base_value(attr)) / 1024**3
+    unit = _typed_unit(attr)
+    if unit and unit.base == BYTE and isinstance(attr.value, (int, float)) and not isinstance(attr.value, bool):
+        if isinstance(attr.value, float) and not math.isfinite(attr.value):
+            return text
+        gib = float(exact_value(attr)) / 1024**3
         if attr.unit != "GiB" and gib >= 1:
             text += f" (= {gib:.1f} GiB)"
     return text

@@ -60,6 +60,16 @@ def self_check() -> int:
     except Exception as e:
         result["inotify_error"] = repr(e)
         ok = False
+    try:
+        import re2  # check-job's regexp operator (jobspec/regex.py): RE2's C++ extension
+
+        options = re2.Options()
+        options.log_errors = False
+        result["re2"] = re2.compile("^[[:alpha:]]+$", options).search("abc") is not None
+        ok = ok and bool(result["re2"])
+    except Exception as e:
+        result["re2_error"] = repr(e)
+        ok = False
     result["ok"] = ok
     sys.stdout.write(json.dumps(result, sort_keys=True) + os.linesep)
     return 0 if ok else 1

@@ -1,8 +1,9 @@
-"""check-job agrees with Nomad (issue 15 part 3): key checks, MIG sizes, JSON jobs, errors, edge counts.
+"""check-job agrees with Nomad: key checks, MIG sizes, JSON jobs, errors, edge counts.
 
 Nomad's jobspec2 decoders (hcl_conversions.go) fix the keys a device,
 constraint and affinity block may hold; RequestedDevice.Count is unsigned,
-so 0 is valid (the task is placed, Reserve gets no IDs).
+so 0 decodes and validates, but the device allocator refuses a request of
+zero devices (scheduler/feasible/device.go), so the job is never placed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.cli import check_job
+from nomad_plugin.cli import check_job, fingerprint
 from nomad_plugin.jobspec import JobParseError, parse_job_text
 
 FP_ARGS = ["--profile", "h800-8"]
@@ -67,10 +68,10 @@ def test_misspelled_key_fails_the_whole_check_without_claiming_ok(
 ) -> None:
     job = tmp_path / "job.hcl"
     job.write_text(device_job("cout = 2"))
-    assert check_job.main([str(job), *FP_ARGS]) == 1
+    assert check_job.main([str(job), *FP_ARGS]) == 2  # a job-file error
     out = capsys.readouterr().out
-    assert "INVALID" in out and "NOT PLACED" in out and "OK served" not in out
-    assert "some device block cannot be placed" in out
+    assert "INVALID" in out and "REFUSED" in out and "OK served" not in out
+    assert out.rstrip().endswith("Nomad would refuse this job at submission")
 
 
 def test_constraint_sugar_follows_nomads_decoder() -> None:
@@ -93,23 +94,26 @@ def test_mig_count_outside_slice_sizes_is_rejected_as_reserve_would(
     assert (f"count {count} is no MIG slice size (1, 2, 3, 4, 7)" in said) is not ok
 
 
-def test_count_zero_is_placed_with_no_instance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_count_zero_is_never_placed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = check(tmp_path, capsys, device_job("count = 0"))
     (req,) = doc["requests"]
-    assert code == 0 and doc["ok"] and req["ok"] and req["chosen"] and req["picked_ids"] == []
+    assert code == 1 and not doc["ok"] and req["outcome"] == "not_placed" and req["chosen"] is None
+    assert "invalid request of zero devices" in req["why"][0]
     job = tmp_path / "job.hcl"
-    assert check_job.main([str(job), *FP_ARGS]) == 0
+    assert check_job.main([str(job), *FP_ARGS]) == 1
     out = capsys.readouterr().out
-    assert "count 0: Reserve gets no IDs" in out and "cannot be placed" not in out
+    assert out.rstrip().endswith("Nomad would not place it on this node")
 
 
 def test_negative_count_is_rejected_and_a_quoted_count_converts() -> None:
     (request,) = parse_job_text(device_job("count = -1"))
     assert any("whole number from 0" in p for p in request.problems)
+    (request,) = parse_job_text(device_job("count = 1.5"))
+    assert any("must be a whole number" in p for p in request.problems)
     (request,) = parse_job_text(device_job('count = "2"'))
     assert request.count == 2 and not request.problems
     (request,) = parse_job_text(device_job('count = "two"'))
-    assert any("not a literal whole number" in p for p in request.problems)
+    assert any("a number is required" in p for p in request.problems)
 
 
 def test_job_without_device_blocks_is_not_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,3 +223,66 @@ def test_plugin_config_from_an_agent_directory_with_json(tmp_path: Path, capsys:
     )
     code, doc = check(tmp_path, capsys, device_job("count = 3", "nvidia/gpu-mig"), "--plugin-config", str(conf))
     assert code == 0 and doc["ok"] and doc["requests"][0]["chosen"].startswith("nvidia/gpu-mig/")
+
+
+def test_mig_asked_on_cards_that_cannot_run_it_names_the_fallback_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.hcl"
+    job.write_text(device_job("count = 3", "nvidia/gpu-mig"))
+    code = check_job.main([str(job), "--profile", "l20-8", "--set", "default_mode=mig"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert 'NOT PLACED default_mode = "mig" fell back to whole cards here: NVIDIA L20 is not MIG-capable' in out
+    assert 'Fix: ask for device "nvidia/gpu" (whole cards)' in out
+    assert out.rstrip().endswith("Nomad would not place it on this node")
+
+
+def test_group_by_renaming_the_groups_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.hcl"
+    job.write_text(device_job("count = 1", "nvidia/gpu/NVIDIA H800"))
+    code = check_job.main([str(job), *FP_ARGS, "--set", "group_by=numaNodes"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "group_by = \"numaNodes\" names the groups 'NVIDIA H800 numa0', 'NVIDIA H800 numa1'" in out
+    assert 'constraint { attribute = "${device.attr.model}" value = "NVIDIA H800" }' in out
+
+
+def test_identical_per_card_rejections_are_one_line_with_the_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.hcl"
+    job.write_text(device_job("count = 9", "nvidia/gpu-mig"))
+    code = check_job.main([str(job), *FP_ARGS, "--set", "default_mode=mig"])
+    out = capsys.readouterr().out
+    assert code == 1
+    rejected = [line for line in out.splitlines() if line.strip().startswith("rejected")]
+    assert rejected == [
+        "  rejected 8 groups (nvidia/gpu-mig/NVIDIA H800 card0, nvidia/gpu-mig/NVIDIA H800 card1, ... "
+        "nvidia/gpu-mig/NVIDIA H800 card7): count 9 larger than the free healthy instances (7; 7 healthy of 7)"
+    ]
+
+
+def test_a_mig_count_reserve_refuses_is_nomads_place_plus_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, doc = check(tmp_path, capsys, device_job("count = 5", "nvidia/gpu-mig"), "--set", "default_mode=mig")
+    (req,) = doc["requests"]
+    assert code == 1 and req["outcome"] == "place" and req["warnings"]
+    assert doc["verdict"] == "Nomad would place this, but the plugin would refuse it at task start (WARNING above)"
+
+
+def test_ids_constraints_take_the_instance_as_the_right_operand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nomad's row "meets constraints requirement multiple count": set_contains "A,B" on IDs keeps A and B."""
+    fp = tmp_path / "fp.json"
+    assert fingerprint.main(["--profile", "h800-8", "--json"]) == 0
+    fp.write_text(capsys.readouterr().out)
+    ids = [d["id"] for d in json.loads(fp.read_text())["groups"][0]["devices"]]
+    body = f'count = 2\nconstraint {{\n attribute = "${{device.ids}}"\n set_contains = "{ids[5]},{ids[2]}"\n}}'
+    job = tmp_path / "job.hcl"
+    job.write_text(device_job(body))
+    assert check_job.main([str(job), "--fingerprint", str(fp), "--json"]) == 0
+    (req,) = json.loads(capsys.readouterr().out)["requests"]
+    assert sorted(req["picked_ids"]) == sorted([ids[5], ids[2]])

@@ -1,5 +1,7 @@
 """Claims in docs/ that a command can check, checked with that command.
 
+- docs/fingerprint.md: the first job stanza (whole cards with a memory
+  constraint) is served on `h800-8`, whose "80 GB" cards report 81559 MiB.
 - docs/fingerprint.md: the leaf-switch job is rejected on `h800-8` with the
   default grouping (its cards sit behind two leaf switches, so the whole-card
   group has no `leaf_switch`) and served with `group_by = "leafSwitch"`.
@@ -56,3 +58,15 @@ def test_leaf_switch_job_needs_grouping_by_the_switch_on_h800_8(
     code, out = _check(capsys, str(leaf_job), "--profile", "h800-8", "--set", "group_by=leafSwitch")
     assert code == 0, out
     assert "leafSwitch-asw-001" in out
+
+
+def test_first_job_stanza_fits_an_80_gb_h800(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stanza = _doc_block("## Job file stanzas")
+    assert 'attribute = "${device.attr.memory}"' in stanza
+    job = tmp_path / "whole.nomad.hcl"
+    job.write_text(
+        'job "whole" {\n  group "g" {\n    task "t" {\n      driver = "docker"\n' + stanza + "    }\n  }\n}\n"
+    )
+    code, out = _check(capsys, str(job), "--profile", "h800-8")
+    assert code == 0, out
+    assert json.loads(out)["verdict"] == "Nomad would place this"

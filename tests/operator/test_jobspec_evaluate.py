@@ -6,8 +6,8 @@ import pytest
 
 from nomad_plugin.jobspec import evaluate_job, evaluate_request, parse_job_text
 from nomad_plugin.jobspec.evaluate import name_matches
+from nomad_plugin.jobspec.operators import check_version
 from nomad_plugin.jobspec.parse import DeviceRequest, JobParseError, Rule
-from nomad_plugin.jobspec.versions import check as version_check
 from nomad_plugin.nomad_view.types import Attribute, Device, DeviceGroup
 
 
@@ -134,7 +134,7 @@ def test_unhealthy_ids_are_never_picked() -> None:
         (Rule("${device.attr.memory}", ">=", "1 GHz"), False, "unit mismatch"),
         (Rule("${device.attr.nope}", "=", "1"), False, "unknown attribute 'nope'"),
         (Rule("${device.attr.memry}", "=", "1"), False, "did you mean memory"),
-        (Rule("${node.class}", "=", "x"), False, "unknown target"),
+        (Rule("${node.class}", "=", "x"), False, "is not found inside a device block"),
         (Rule("${device.model}", "=", "NVIDIA H800"), True, ""),
         (Rule("${device.vendor}", "!=", "amd"), True, ""),
         (Rule("${device.type}", "is", "gpu"), True, ""),
@@ -202,18 +202,21 @@ def test_blocks_of_one_task_group_share_instances() -> None:
 
 def test_no_devices_is_a_problem() -> None:
     v = evaluate_request(request(), [])
-    assert not v.ok and "no devices" in v.problems[0]
+    assert not v.ok and v.outcome == "not_placed" and "no devices" in v.why[0]
 
 
 @pytest.mark.parametrize(
     ("version", "constraint", "ok"),
-    [("535.161.08", ">= 535", True), ("1.2.3", "~> 1.2", True), ("2.0", "~> 1.2", False), ("1.2.3-beta", "< 1.2.3", True),
+    [("535.161.08", ">= 535", True), ("1.2.3", "~> 1.2", True), ("2.0", "~> 1.2", False),
+     ("1.2.3-beta", "< 1.2.3", False),  # go-version: a pre-release never satisfies a release's < or >=
      ("1.2.3", "= 1.2.3", True), ("1.2.3", "!= 1.2.3", False), ("1.2.3.4", ">= 1", True)],
 )  # fmt: skip
 def test_versions(version: str, constraint: str, ok: bool) -> None:
-    assert version_check(version, constraint)[0] is ok
+    assert check_version(version, constraint, semver=False).holds is ok
 
 
-def test_semver_is_strict() -> None:
-    assert not version_check("1.2.3.4", ">= 1", strict=True)[0]
-    assert "not a version constraint" in version_check("1.0", "about 1")[1]
+def test_semver_is_nomads() -> None:
+    assert check_version("1.2.3.4", ">= 1", semver=True).holds  # four segments are fine
+    assert check_version("1.2.3-beta", "< 1.2.3", semver=True).holds  # Semver 2.0 order
+    assert "not a semver constraint" in check_version("1.0", "~> 1.0", semver=True).why
+    assert "not a version constraint" in check_version("1.0", "about 1", semver=False).why

@@ -1,5 +1,6 @@
 # Wrong: distinct_hosts is a job/group constraint; Nomad rejects it inside a device block.
-# expect: distinct_hosts is not allowed inside a device block
+# expect: Constraint 1 validation failed: using unsupported operand "distinct_hosts"
+# exit: 2 (Nomad refuses the job at submission)
 job "bad-distinct-hosts" {
   group "g" {
     task "t" {

@@ -1,5 +1,6 @@
 # Wrong: misspelled keys in the device block; Nomad's HCL decoder refuses the job ("Unsupported argument").
 # expect: an argument named "cout" is not expected here. Did you mean "count"?
+# exit: 2 (Nomad's decoder refuses the job file)
 job "bad-misspelled" {
   group "g" {
     task "t" {
