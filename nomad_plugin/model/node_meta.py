@@ -130,9 +130,17 @@ def meta_changes(wanted: Mapping[str, str], current: Mapping[str, str], prefix: 
 
 
 def client_meta_block(keys: Mapping[str, str]) -> str:
-    """The keys as a ``client { meta { } }`` block for the agent configuration (HCL)."""
+    """The keys as the agent configuration's ``client { meta = { } }`` (HCL).
+
+    Written as a map assignment with quoted keys, the form Nomad's own agent
+    tests use for dotted keys (command/agent/command_test.go,
+    TestCommand_MetaConfigValidation): Nomad's agent config (HCL1) reads it
+    like a ``meta { }`` block, and HCL2 parsers (python-hcl2, which this
+    project's operator tools read agent files with) accept it too, where they
+    refuse a quoted name in block form.
+    """
     width = max((len(k) + 2 for k in keys), default=0)
-    lines = ["client {", "  meta {"]
+    lines = ["client {", "  meta = {"]
     for key, value in keys.items():
         lines.append(f"    {_quoted(key):<{width}} = {_quoted(value)}")
     lines += ["  }", "}"]
