@@ -112,6 +112,57 @@ def load_publisher_state(path: Path) -> PublisherState | None:
         return None
 
 
+def node_write(client: NomadClient) -> tuple[bool, str]:
+    """Whether the token may write node metadata (``node:write``), and why; read-only.
+
+    ACLs off or a management token: yes. Otherwise the token's policies,
+    directly and through its roles (any token may read its own), must give
+    the node rule ``policy = "write"`` and none ``"deny"`` (acl/acl.go
+    ``AllowNodeWrite``; across policies the strongest wins, deny above all).
+    Raises ``NomadApiError`` when Nomad cannot answer.
+    """
+    token = client.token_self()
+    if token is None:
+        return True, "ACLs are disabled on this cluster"
+    if token.get("Type") == "management":
+        return True, "the token is a management token"
+    names = [p for p in token.get("Policies") or [] if isinstance(p, str)]
+    for role in token.get("Roles") or []:
+        if isinstance(role, dict) and isinstance(role.get("ID"), str):
+            names.extend(client.acl_role_policies(role["ID"]))
+    levels: set[str] = set()
+    for name in dict.fromkeys(names):
+        levels |= node_policies(client.acl_policy_rules(name))
+    if "deny" in levels:
+        return False, 'a policy of the token denies the node rules (node { policy = "deny" })'
+    if "write" in levels:
+        return True, 'a policy of the token has node { policy = "write" }'
+    have = ", ".join(sorted(levels)) or "none"
+    return False, f"the token's node rules grant {have}, not write"
+
+
+def node_policies(rules: str) -> set[str]:
+    """The ``node { policy = ... }`` values of one policy's rules (HCL or JSON); empty if it has none."""
+    try:
+        doc: Any = json.loads(rules) if rules.lstrip().startswith("{") else _hcl(rules)
+    except Exception:  # unreadable rules grant nothing the check can vouch for
+        return set()
+    blocks = doc.get("node") if isinstance(doc, dict) else None
+    if isinstance(blocks, dict):
+        blocks = [blocks]
+    found: set[str] = set()
+    for block in blocks or []:
+        if isinstance(block, dict):
+            found.add(str(block.get("policy", "")).strip('"'))
+    return found - {""}
+
+
+def _hcl(text: str) -> Any:
+    import hcl2
+
+    return hcl2.loads(text)
+
+
 def ready(inventory: Inventory) -> bool:
     """Whether the backend has answered at least once (else nothing is published, nothing unset)."""
     return inventory.reachable or bool(inventory.cards)
