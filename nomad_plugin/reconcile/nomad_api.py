@@ -389,6 +389,20 @@ class NomadClient:
         names = [p.get("Name") for p in policies if isinstance(p, dict)]
         return [n for n in names if isinstance(n, str)]
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node the servers know (``GET /v1/nodes``; needs ``node:read``): the list stubs."""
+        body, _ = self._get("/v1/nodes", {}, self.settings.timeout)
+        if not isinstance(body, list) or not all(isinstance(n, dict) for n in body):
+            raise NomadApiError("node list answer is not a list of objects", "bad-response")
+        return body
+
+    def node(self, node_id: str) -> dict[str, Any]:
+        """One node as the servers hold it (``GET /v1/node/:id``): Meta, Attributes, NodeResources."""
+        body, _ = self._get(f"/v1/node/{quote(node_id, safe='')}", {}, self.settings.timeout)
+        if not isinstance(body, dict):
+            raise NomadApiError(f"node {node_id} answer is not an object", "bad-response")
+        return body
+
     def node_meta(self) -> NodeMetaView:
         """The local agent's node metadata (``GET /v1/client/metadata``; needs ``node:read``)."""
         body, _ = self._get(META_PATH, {}, self.settings.timeout)

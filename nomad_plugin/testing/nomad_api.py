@@ -571,6 +571,11 @@ class NomadApiDouble:
             visible = [a for a in allocs if acl is None or acl.read_job(a["Namespace"])]
             return 200, visible, self._index
 
+    def allocations(self) -> list[dict[str, Any]]:
+        """Every allocation of this node, as Nomad's JSON (copies; for a cluster double's server view)."""
+        with self._cond:
+            return [dict(a) for a in self._allocs.values()]
+
     # -- dynamic node metadata (/v1/client/metadata) ------------------------------------
     def registered_meta(self) -> dict[str, str]:
         """The node's Meta as the servers have it (after Nomad's batching), i.e. what ``/v1/node/:id`` shows."""
