@@ -171,14 +171,16 @@ class PluginApp:
         """``node_meta``: the topology as Nomad dynamic node metadata (reconcile/node_meta.py)."""
         if not config.node_meta:
             return
-        from nomad_plugin.reconcile.node_meta import NodeMetaPublisher, state_path
+        from nomad_plugin.reconcile.node_meta import MIN_INTERVAL_S, NodeMetaPublisher, state_path
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 
+        period = config.inventory_resync_period
         publisher = NodeMetaPublisher(
             NomadClient(NomadApiSettings.from_config(config)),
             backend.inventory,
             config,
-            refresh_period=config.inventory_resync_period,
+            refresh_period=period,
+            min_interval=min(MIN_INTERVAL_S, period),  # a short period asks for quick updates
             state_file=state_path(config.data_dir) if Path(config.data_dir).is_dir() else None,
         )
         backend.subscribe(publisher.notify)

@@ -16,7 +16,8 @@ state, so an agent restart normally keeps the keys and nothing is written.
 Nomad batches node updates (the first change arms a timer of 5 s plus up to
 5 s of stagger; ``client/client.go`` ``watchNodeUpdates``), so writing more
 often than ``MIN_INTERVAL_S`` would reach the servers in the same update
-anyway: writes are spaced by at least that.
+anyway: writes are spaced by at least that (the plugin passes one
+``inventory_resync_period`` instead when that is shorter).
 
 Failures never reach Fingerprint, Reserve or Stats: a 403 is logged once
 (naming the capability, ``node:write`` or ``node:read``) and retried every

@@ -73,6 +73,7 @@ def test_registered_meta_equals_the_simulators_topology(
         wait_until(lambda: ours(api.registered_meta()) == want, f"{profile}: the servers to see {want}", DEADLINE_S)
         meta = api.registered_meta()
         assert meta["rack"] == "r1" and meta["team"] == "ml"  # never touched
+        assert ours({k: v for k, v in api.meta.read()["Dynamic"].items() if v is not None}) == want
         assert all(k.startswith("lingjun.") for post in api.meta.posts[1:] for k in post)
         assert_conformant(proc.finish())
 
