@@ -70,6 +70,10 @@ class NodeMeta:
 
     keys: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    #: Whether any card carries a topology level. When none does, the inventory says nothing about
+    #: the topology (XDM's first ListAndWatch push, which carries it, has not come yet): the
+    #: publisher then keeps the level keys it finds instead of unsetting them.
+    topology_known: bool = True
 
 
 def topology_values(cards: Iterable[Card]) -> tuple[dict[str, str], list[str]]:
@@ -112,19 +116,23 @@ def node_meta(inventory: Inventory, config: PluginConfig) -> NodeMeta:
     status = inventory.node.get(NODE_RUNTIME_KIT, "").strip()
     if status:
         out[prefix + RUNTIME_KIT_KEY] = status
-    return NodeMeta(dict(sorted(out.items())), tuple(problems))
+    known = any(card.topology.levels for card in cards)
+    return NodeMeta(dict(sorted(out.items())), tuple(problems), known)
 
 
-def meta_changes(wanted: Mapping[str, str], current: Mapping[str, str], prefix: str) -> dict[str, str | None]:
+def meta_changes(
+    wanted: Mapping[str, str], current: Mapping[str, str], prefix: str, *, topology_known: bool = True
+) -> dict[str, str | None]:
     """The smallest update from ``current`` (the node's merged Meta) to ``wanted``.
 
     A key is sent when its value differs; a key under ``prefix`` that is no
-    longer wanted is sent as None (Nomad unsets it). Keys outside ``prefix``
-    are never part of the answer.
+    longer wanted is sent as None (Nomad unsets it), except a level key while
+    the topology is not known. Keys outside ``prefix`` are never part of the answer.
     """
     changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
+    summary = {prefix + key for key in SUMMARY_KEYS}
     for key in current:
-        if key.startswith(prefix) and key not in wanted:
+        if key.startswith(prefix) and key not in wanted and (topology_known or key in summary):
             changes[key] = None
     return dict(sorted(changes.items()))
 

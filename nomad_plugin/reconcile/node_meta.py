@@ -23,7 +23,9 @@ Failures never reach Fingerprint, Reserve or Stats: a 403 is logged once
 (naming the capability, ``node:write`` or ``node:read``) and retried every
 ``FORBIDDEN_RETRY_S``; other API errors back off like the reconciler. The
 inventory is not published before the backend's first answer, so a plugin
-restarting while XDM is down does not unset what the last process wrote.
+restarting while XDM is down does not unset what the last process wrote; nor
+are level keys unset while no card carries any topology (XDM's first push,
+which brings it, may come after its first ListGpuInfo answer).
 What the thread knows goes into ``<data_dir>/node-meta-state.json`` for
 ``doctor``.
 """
@@ -251,7 +253,7 @@ class NodeMetaPublisher:
                 self._reported.add(problem)
                 log.warning("node metadata: %s", problem)
         current = self.client.node_meta()
-        changes = meta_changes(wanted.keys, current.meta, self.prefix)
+        changes = meta_changes(wanted.keys, current.meta, self.prefix, topology_known=wanted.topology_known)
         if changes:
             wait = self._last_write + self.min_interval - self.clock()
             if wait > 0 and self._stop.wait(wait):

@@ -113,6 +113,14 @@ def test_level_names_become_snake_case_identifiers_or_are_left_out() -> None:
     assert found.keys["lingjun.model"] == "m" and "summary key" in found.problems[0]
 
 
+def test_an_inventory_without_any_topology_says_so() -> None:
+    inventory = sim_inventory("h800-8")
+    bare = replace(inventory, cards=tuple(replace(c, topology=parse_topology(None)) for c in inventory.cards))
+    assert node_meta(inventory, PluginConfig()).topology_known is True
+    found = node_meta(bare, PluginConfig())
+    assert found.topology_known is False and "lingjun.leaf_switch" not in found.keys
+
+
 def test_no_runtime_kit_key_without_a_status() -> None:
     inventory = replace(sim_inventory("l20-8"), node={})
     assert "lingjun.runtime_kit" not in node_meta(inventory, PluginConfig()).keys
@@ -137,6 +145,11 @@ def test_changes_write_only_what_differs_and_unset_only_under_the_prefix() -> No
         "lingjun.hyper_node": None
     }
     assert meta_changes(wanted, {**wanted}, "lingjun.") == {}
+    # Before XDM's first push no card has a topology: level keys are kept, summary keys still follow.
+    stale = {"lingjun.leaf_switch": "asw-001", "lingjun.model": "M", "lingjun.runtime_kit": "enabled"}
+    assert meta_changes({"lingjun.model": "M"}, stale, "lingjun.", topology_known=False) == {
+        "lingjun.runtime_kit": None
+    }
 
 
 def test_client_meta_block_parses_back_to_the_keys() -> None:

@@ -222,3 +222,21 @@ def test_an_unreachable_agent_backs_off_and_recovers(api: NomadApiDouble) -> Non
         assert api.meta.read()["Meta"]["lingjun.card_count"] == "8"
     finally:
         pub.stop()
+
+
+def test_level_keys_are_kept_until_the_topology_arrives(api: NomadApiDouble) -> None:
+    """A restarted plugin whose XDM has answered ListGpuInfo but not yet pushed ListAndWatch."""
+    full = sim_inventory("m890p-8")
+    api.meta.apply(dict(node_meta(full, PluginConfig()).keys))  # what the last process published
+    bare = replace(full, cards=tuple(replace(c, topology=parse_topology(None)) for c in full.cards))
+    source = Source(bare)
+    pub = publisher(api, source)
+    try:
+        pub.sync()
+        meta = api.meta.read()["Meta"]
+        assert meta["lingjun.point_of_delivery"] == "pod-g13-p1" and meta["lingjun.hyper_node"] == "hypernode-001"
+        source.inventory = with_leaf(full, "asw-002")
+        pub.sync()
+        assert api.meta.posts[-1] == {"lingjun.leaf_switch": "asw-002"}
+    finally:
+        pub.stop()
