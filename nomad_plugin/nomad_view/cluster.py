@@ -111,7 +111,7 @@ def parse_node(raw: Any) -> ClusterNode:
         if not isinstance(dev, dict) or not isinstance(dev.get("Instances") or [], list):
             raise ClusterDataError(f"node {raw['ID']}: a device group has the wrong shape")
         instances = tuple(
-            (str(i.get("ID")), bool(i.get("Healthy")))
+            (str(i.get("ID")), i.get("Healthy") is True)  # anything but true is not healthy
             for i in dev.get("Instances") or []
             if isinstance(i, dict) and isinstance(i.get("ID"), str)
         )
