@@ -118,6 +118,12 @@ plugin "nomad-device-lingjun" {
     # This node's ID; empty = ask the local agent (/v1/agent/self).
     nomad_node_id = ""
 
+    # Publish XDM's topology and a node summary as Nomad dynamic node metadata (/v1/client/metadata) for job-level constraint/affinity/spread; the token then needs node:write (docs/topology.md).
+    node_meta = false
+
+    # Key prefix of the published node metadata (dotted identifiers, ends with a dot); keys outside it are never touched.
+    node_meta_prefix = "lingjun."
+
     # With the XDM backend, fill PCI bus IDs, NUMA nodes and clocks from NVML when it is present.
     nvml_enrich = true
 

@@ -19,6 +19,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nomad_plugin._proto.nomad import device_pb2
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.ports import AfterReply
     from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
@@ -71,6 +73,7 @@ class PluginApp:
         self.reserver: Reserver | None = None
         self.reconciler: Reconciler | None = None
         self.requests: RequestWatcher | None = None
+        self.node_meta: NodeMetaPublisher | None = None
         self.owner_lock: OwnerLock | None = None
         self.feed: MetricsFeed | None = None
         self.nvml_extras: NvmlExtrasFeed | None = None
@@ -147,6 +150,7 @@ class PluginApp:
             holder["r"] = reserver
             self.reserver = reserver
         backend.subscribe(self._on_inventory)
+        self._start_node_meta(config, backend)
         backend.start()
         fingerprint.start()
 
@@ -162,6 +166,26 @@ class PluginApp:
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
+
+    def _start_node_meta(self, config: PluginConfig, backend: Backend) -> None:
+        """``node_meta``: the topology as Nomad dynamic node metadata (reconcile/node_meta.py)."""
+        if not config.node_meta:
+            return
+        from nomad_plugin.reconcile.node_meta import MIN_INTERVAL_S, NodeMetaPublisher, state_path
+        from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
+
+        period = config.inventory_resync_period
+        publisher = NodeMetaPublisher(
+            NomadClient(NomadApiSettings.from_config(config)),
+            backend.inventory,
+            config,
+            refresh_period=period,
+            min_interval=min(MIN_INTERVAL_S, period),  # a short period asks for quick updates
+            state_file=state_path(config.data_dir) if Path(config.data_dir).is_dir() else None,
+        )
+        backend.subscribe(publisher.notify)
+        self.node_meta = publisher
+        publisher.start()
 
     def _start_nvml_extras(self, config: PluginConfig, backend_name: str, feed: MetricsFeed) -> None:
         """On XDM nodes with NVML: the official stats XDM lacks (encoder, decoder, BAR1, ECC by location)."""
@@ -454,6 +478,9 @@ class PluginApp:
             steps.append(("operator requests", lambda: requests.stop(timeout=0.2)))
         if reconciler is not None:
             steps.append(("reconciler", lambda: reconciler.stop(timeout=0.2)))
+        publisher = self.node_meta
+        if publisher is not None:
+            steps.append(("node metadata publisher", lambda: publisher.stop(timeout=0.2)))
         if feed is not None:
             steps.append(("metrics feed", lambda: feed.stop(timeout=0.2)))
         extras = self.nvml_extras

@@ -3,15 +3,17 @@
 # Shows: how to combine device attributes with node-level placement.
 # - `spread` (and `constraint`/`affinity` outside a device block) works on NODE
 #   attributes and meta only; device attributes are visible only inside a `device`
-#   block. So the job-level spread uses node meta `pod`, which the operator sets in
-#   the client config to the node's point of delivery:
-#       client { meta { pod = "pod-a01-p1" } }
-#   (`nomad-device-lingjun fingerprint` prints the value XDM reports.)
+#   block. So the job-level spread uses the node meta `lingjun.point_of_delivery`,
+#   which the plugin publishes from XDM's topology with `node_meta = true`
+#   (plugin-node-meta.hcl; docs/topology.md). Where the plugin may not write node
+#   metadata, `nomad-device-lingjun node-meta` prints the same keys as a
+#   `client { meta = { ... } }` block for the agent configuration.
 # - Inside the device block, the `point_of_delivery` device attribute keeps every
 #   allocation on cards whose XDM topology says they are in an "a01" pod, so a node
-#   whose meta was forgotten or is wrong cannot slip in.
+#   whose meta is stale cannot slip in.
 # The group's 4 allocations are spread evenly over the pod values (Nomad's spread
-# scores nodes; it does not make other pods infeasible).
+# scores nodes; it does not make other pods infeasible). To keep a job inside ONE pod
+# instead, see multi-node-training.nomad.hcl.
 #
 # Dry run (checks the device block on one node; spread needs a cluster):
 #   nomad-device-lingjun check-job examples/jobs/pod-spread.nomad.hcl --profile h800-8
@@ -21,7 +23,7 @@ job "pod-spread" {
   type        = "batch"
 
   spread {
-    attribute = "${meta.pod}"
+    attribute = "${meta.lingjun.point_of_delivery}"
     weight    = 100
   }
 
@@ -29,7 +31,7 @@ job "pod-spread" {
     count = 4
 
     constraint {
-      attribute = "${meta.pod}"
+      attribute = "${meta.lingjun.point_of_delivery}"
       operator  = "is_set"
     }
 

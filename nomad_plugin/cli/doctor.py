@@ -387,6 +387,14 @@ class Doctor:
             f"add a policy to the token with: {policy}",
         )
 
+    def check_node_meta(self) -> None:
+        """``node_meta``: may the token write the node's metadata, and did the running plugin manage to?"""
+        from nomad_plugin.cli.doctor_node_meta import node_meta_rows
+
+        assert self.config is not None
+        for check, status, summary, next_step in node_meta_rows(self.config, self.host.environ):
+            self.add(check, status, summary, next_step)
+
     def check_grants(self) -> None:
         """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
         from nomad_plugin.journal import plugin_running
@@ -523,6 +531,7 @@ class Doctor:
             elif self.check_sockets():
                 self.check_xdm()
             self.check_nomad()
+            self.check_node_meta()
             self.check_grants()
         self.check_plugin_dir()
         self.check_runtime()

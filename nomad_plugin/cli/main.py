@@ -27,6 +27,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check-job": ("nomad_plugin.cli.check_job", "dry-run a job's device blocks against the live fingerprint"),
     "fingerprint": ("nomad_plugin.cli.fingerprint", "print the fingerprint this node would send to Nomad"),
     "xdm-probe": ("nomad_plugin.cli.xdm_probe", "probe XDM's sockets and print raw responses"),
+    "node-meta": ("nomad_plugin.cli.node_meta", "print this node's topology keys as a client meta block"),
+    "topology": ("nomad_plugin.cli.topology", "where a job of N cards fits: the cluster by pod and leaf switch"),
+    "runtime-kit": ("nomad_plugin.cli.runtime_kit", "Runtime Kit on this node: status, enable, disable"),
 }
 
 USAGE = f"""\

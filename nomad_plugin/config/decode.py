@@ -36,6 +36,8 @@ POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "inventory_resync_period"})
 ABSOLUTE_PATHS = ("xdm_socket", "config_socket")
 URL_SCHEMES = ("http", "https", "unix")
 LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+# Nomad refuses a dynamic meta key that is not a dotted HCL identifier (NodeMetaApplyRequest.Validate).
+META_PREFIX = re.compile(r"(?:[A-Za-z][A-Za-z0-9_-]*\.){1,8}")
 SHOWN_CHARS = 60
 REDACTED = "<redacted>"
 
@@ -167,6 +169,8 @@ def _string_allowed(opt: Option) -> str:
         return '"none" or a topology level name such as "numaNodes" or "pcieSwitches"'
     if opt.name == "xdm_schema":
         return '"auto", "reflection", "builtin", or a path to a .proto file, a directory of them or a descriptor set'
+    if opt.name == "node_meta_prefix":
+        return 'dotted identifiers ending with a dot, such as "lingjun." or "site.lingjun." (at most 64 characters)'
     return f"a string of at most {MAX_STRING} characters"
 
 
@@ -250,6 +254,8 @@ def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
         raise invalid(label, value, _string_allowed(opt), problem="is empty")
     if opt.name == "group_by" and text != "none" and not LEVEL_NAME.fullmatch(text):
         raise invalid(label, value, _string_allowed(opt), problem="is not a level name")
+    if opt.name == "node_meta_prefix" and (len(text) > 64 or not META_PREFIX.fullmatch(text)):
+        raise invalid(label, value, _string_allowed(opt), problem="is not a meta key prefix")
     return text
 
 

@@ -53,6 +53,8 @@ class PluginConfig:
     nomad_client_key: str = ""
     nomad_tls_server_name: str = ""
     nomad_node_id: str = ""
+    node_meta: bool = False
+    node_meta_prefix: str = "lingjun."
     nvml_enrich: bool = True
     xid_hold: float = 300.0
     xid_ignore: tuple[int, ...] = (13, 31, 43, 45, 68, 109)

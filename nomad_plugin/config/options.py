@@ -182,6 +182,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("nomad_client_key", "string", "", "Client key for mTLS; empty = $NOMAD_CLIENT_KEY."),
     Option("nomad_tls_server_name", "string", "", "TLS server name to verify; empty = $NOMAD_TLS_SERVER_NAME."),
     Option("nomad_node_id", "string", "", "This node's ID; empty = ask the local agent (/v1/agent/self)."),
+    # --- node metadata (XDM topology for job-level constraints) --------------------
+    Option(
+        "node_meta",
+        "bool",
+        False,
+        "Publish XDM's topology and a node summary as Nomad dynamic node metadata (/v1/client/metadata) for "
+        "job-level constraint/affinity/spread; the token then needs node:write (docs/topology.md).",
+    ),
+    Option(
+        "node_meta_prefix",
+        "string",
+        "lingjun.",
+        "Key prefix of the published node metadata (dotted identifiers, ends with a dot); keys outside it are "
+        "never touched.",
+    ),
     # --- NVML ----------------------------------------------------------------
     Option(
         "nvml_enrich",

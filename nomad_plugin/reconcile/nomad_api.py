@@ -215,6 +215,41 @@ def required_capability(path: str) -> str:
     return "node:read"
 
 
+#: The local agent's dynamic node metadata (Nomad >= 1.5; command/agent/http.go routes it to NodeMetaRequest).
+META_PATH = "/v1/client/metadata"
+
+
+def write_capability(path: str) -> str:
+    """The ACL capability a POST of ``path`` needs (client/meta_endpoint.go Apply: AllowNodeWrite)."""
+    return "node:write" if path == META_PATH else "write access"
+
+
+@dataclass(frozen=True)
+class NodeMetaView:
+    """``NodeMetaResponse``: ``meta`` merged (what the scheduler gets), ``dynamic`` set through the API
+    (None = a tombstone that unsets a static key), ``static`` from the agent's configuration."""
+
+    meta: Mapping[str, str]
+    dynamic: Mapping[str, str | None]
+    static: Mapping[str, str]
+
+
+def parse_node_meta(body: Any) -> NodeMetaView:
+    """One ``NodeMetaResponse`` JSON object; ``NomadApiError`` (bad-response) on a wrong shape."""
+    if not isinstance(body, dict):
+        raise NomadApiError("node metadata answer is not an object", "bad-response")
+    parts: dict[str, dict[str, Any]] = {}
+    for name in ("Meta", "Dynamic", "Static"):
+        value = body.get(name) or {}
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise NomadApiError(f"node metadata answer: {name} is not an object", "bad-response")
+        allowed = (str, type(None)) if name == "Dynamic" else (str,)
+        if not all(isinstance(v, allowed) for v in value.values()):
+            raise NomadApiError(f"node metadata answer: {name} holds a value that is not a string", "bad-response")
+        parts[name] = dict(value)
+    return NodeMetaView(parts["Meta"], parts["Dynamic"], parts["Static"])
+
+
 class NomadClient:
     def __init__(self, settings: NomadApiSettings) -> None:
         self.settings = settings
@@ -353,6 +388,59 @@ class NomadClient:
             raise NomadApiError(f"ACL role {role_id!r}: no Policies in the answer", "bad-response")
         names = [p.get("Name") for p in policies if isinstance(p, dict)]
         return [n for n in names if isinstance(n, str)]
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node the servers know (``GET /v1/nodes``; needs ``node:read``): the list stubs."""
+        body, _ = self._get("/v1/nodes", {}, self.settings.timeout)
+        if not isinstance(body, list) or not all(isinstance(n, dict) for n in body):
+            raise NomadApiError("node list answer is not a list of objects", "bad-response")
+        return body
+
+    def node(self, node_id: str) -> dict[str, Any]:
+        """One node as the servers hold it (``GET /v1/node/:id``): Meta, Attributes, NodeResources."""
+        body, _ = self._get(f"/v1/node/{quote(node_id, safe='')}", {}, self.settings.timeout)
+        if not isinstance(body, dict):
+            raise NomadApiError(f"node {node_id} answer is not an object", "bad-response")
+        return body
+
+    def node_meta(self) -> NodeMetaView:
+        """The local agent's node metadata (``GET /v1/client/metadata``; needs ``node:read``)."""
+        body, _ = self._get(META_PATH, {}, self.settings.timeout)
+        return parse_node_meta(body)
+
+    def apply_node_meta(self, changes: Mapping[str, str | None]) -> NodeMetaView:
+        """Set (a string) or unset (None) dynamic node metadata keys on the local agent.
+
+        ``POST /v1/client/metadata`` with ``{"Meta": {...}}``; needs ``node:write``.
+        Nomad answers with the node's metadata after the change.
+        """
+        body = self._post(META_PATH, {"Meta": dict(changes)}, self.settings.timeout)
+        return parse_node_meta(body)
+
+    def _post(self, path: str, payload: Any, timeout: float) -> Any:
+        http = self._http
+        import httpx  # loaded by ``_http``
+
+        try:
+            resp = http.post(path, json=payload, timeout=timeout, extensions=self._extensions)
+        except httpx.TimeoutException:
+            raise NomadApiError(f"Nomad API POST {path}: timed out after {timeout:.1f}s", "timeout") from None
+        except httpx.HTTPError as exc:
+            raise NomadApiError(f"Nomad API POST {path}: {type(exc).__name__}: {exc}", "unreachable") from None
+        if resp.status_code == 403:
+            raise NomadApiError(
+                f"Nomad API POST {path}: 403 {resp.text.strip()[:200]} (the token needs {write_capability(path)})",
+                "forbidden",
+                403,
+            )
+        if resp.status_code != 200:
+            raise NomadApiError(
+                f"Nomad API POST {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http", resp.status_code
+            )
+        try:
+            return resp.json()
+        except ValueError:
+            raise NomadApiError(f"Nomad API POST {path}: answer is not JSON", "bad-response") from None
 
     def _get(self, path: str, params: dict[str, str], timeout: float, acl: bool = False) -> tuple[Any, int]:
         http = self._http

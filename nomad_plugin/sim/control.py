@@ -44,6 +44,7 @@ class ControlTarget(Protocol):
     def set_drift(self, mode: str | None) -> None: ...
     def set_error_mode(self, mode: str) -> None: ...
     def set_enabled(self, enabled: bool) -> None: ...
+    def set_topology_level(self, name: str, value: str | None, minors: list[int] | None = None) -> None: ...
     def set_duplicate_id_mode(self, mode: str) -> None: ...
     def set_release_unknown(self, mode: str) -> None: ...
     def set_exporter_state(self, state: str) -> None: ...
@@ -64,6 +65,8 @@ COMMANDS: dict[str, str] = {
     "drift MODE|none": "schema-drift modes, comma separated",
     "error-mode inband|grpc": "refusals as in-band status/message or as gRPC codes",
     "enable / disable": "flip the config-daemon flag (QueryStatus.enabled)",
+    "topology LEVEL VALUE|none [MINOR...]": "set a string topology level (leafSwitch, pointOfDelivery, ...) "
+    "on every card or the listed ones, or remove it (pushed on ListAndWatch)",
     "duplicate-id reject|idempotent": "what Allocate does with a known id",
     "release-unknown not-found|ok": "what Release does with an unknown id",
     "exporter running|stopped|error": "what ExporterGetStatus reports",
@@ -89,6 +92,13 @@ def _health(sim: ControlTarget, args: list[str]) -> Any:
     if len(args) < 2 or args[1].lower() not in ("healthy", "unhealthy"):
         raise ValueError("usage: health MINOR healthy|unhealthy [REASON]")
     sim.set_health(_minor(args[0]), args[1].lower() == "healthy", " ".join(args[2:]))
+    return "ok"
+
+
+def _topology(sim: ControlTarget, args: list[str]) -> Any:
+    if len(args) < 2:
+        raise ValueError("usage: topology LEVEL VALUE|none [MINOR...]")
+    sim.set_topology_level(args[0], None if args[1] == "none" else args[1], [_minor(m) for m in args[2:]] or None)
     return "ok"
 
 
@@ -126,6 +136,7 @@ _HANDLERS: dict[str, Callable[[ControlTarget, list[str]], Any]] = {
     ),
     "drift": lambda sim, a: sim.set_drift(_arg(a, "drift MODE|none")),
     "error-mode": lambda sim, a: sim.set_error_mode(_arg(a, "error-mode inband|grpc")),
+    "topology": lambda sim, a: _topology(sim, a),
     "enable": lambda sim, a: sim.set_enabled(True),
     "disable": lambda sim, a: sim.set_enabled(False),
     "duplicate-id": lambda sim, a: sim.set_duplicate_id_mode(_arg(a, "duplicate-id reject|idempotent")),

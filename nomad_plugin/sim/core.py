@@ -14,7 +14,9 @@ import queue
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
@@ -60,6 +62,7 @@ class SimCore:
         self.hang_until = 0.0
         self.exporter_state = "running"
         self.config_fail = False
+        self.calls: dict[str, int] = {}  # RPC name -> calls received (Enable/Disable included)
         self.metrics = MetricsModel(self.cards, seed=options.seed, real_reader=real_reader)
         self._subscribers: set[queue.Queue[object]] = set()
         self._snapshot: list[MetricSample] = []
@@ -109,6 +112,26 @@ class SimCore:
         if card is None:
             raise ValueError(f"minor: no card {minor} in profile {self.profile} (0..{len(self.cards) - 1})")
         return card
+
+    def count_call(self, rpc: str) -> None:
+        with self.lock:
+            self.calls[rpc] = self.calls.get(rpc, 0) + 1
+
+    def set_topology_level(self, name: str, value: str | None, minors: list[int] | None = None) -> None:
+        """Set a rack or network level (a string ``topo<N>``) on cards, or remove it (``value`` None).
+
+        What a re-cabled node, or XDM learning its place in the network, looks like on the wire:
+        the next ListAndWatch push carries the new topology JSON.
+        """
+        if not name.strip():
+            raise ValueError("level: empty name")
+        with self.lock:
+            chosen = sorted(self.cards) if not minors else [self._card(m).minor for m in minors]
+            for minor in chosen:
+                card = self.cards[minor]
+                self.cards[minor] = replace(card, topology_json=_with_level(card.topology_json, name, value))
+        log.info("topology level %s -> %s on cards %s", name, value if value is not None else "(removed)", chosen)
+        self.push()
 
     def set_exporter_state(self, state: str) -> None:
         check_choice("exporter state", state, EXPORTER_STATES)
@@ -358,24 +381,48 @@ class SimCore:
             )
 
     # ------------------------------------------------------------ config daemon
-    def set_enabled(self, enabled: bool) -> None:
+    # What XDM does while disabled is not documented (docs/xdm-risks.md, "Runtime Kit disabled"):
+    # the simulator takes the safest reading. Cards stay listed with their health, grants already
+    # made are kept and can be released, only new allocations are refused (``disabled_effect``
+    # "refuse", the default; "none" allocates anyway). Enable and Disable are idempotent.
+    def set_enabled(self, enabled: bool) -> bool:
+        """Set the flag; True when it changed."""
         with self.lock:
+            changed = self.state.enabled != enabled
             self.state.enabled = enabled
             self._persist()
-        log.info("Runtime Kit %s", "enabled" if enabled else "disabled")
+        log.info("Runtime Kit %s%s", "enabled" if enabled else "disabled", "" if changed else " (already)")
+        return changed
 
     def enable(self, _req: cfg.EnableRequest) -> cfg.EnableResponse:
         if self.config_fail:
             return cfg.EnableResponse(success=False, message="enable failed (simulated)")
-        self.set_enabled(True)
-        return cfg.EnableResponse(success=True, message="enabled")
+        changed = self.set_enabled(True)
+        return cfg.EnableResponse(success=True, message="enabled" if changed else "already enabled")
 
     def disable(self, _req: cfg.DisableRequest) -> cfg.DisableResponse:
         if self.config_fail:
             return cfg.DisableResponse(success=False, message="disable failed (simulated)")
-        self.set_enabled(False)
-        return cfg.DisableResponse(success=True, message="disabled")
+        changed = self.set_enabled(False)
+        return cfg.DisableResponse(success=True, message="disabled" if changed else "already disabled")
 
     def query_status(self, _req: cfg.QueryStatusRequest) -> cfg.QueryStatusResponse:
         with self.lock:
             return cfg.QueryStatusResponse(enabled=self.state.enabled)
+
+
+def _with_level(topology_json: str, name: str, value: str | None) -> str:
+    """One card's topology JSON with level ``name`` set to the string ``value`` (added if absent) or removed."""
+    try:
+        doc: Any = json.loads(topology_json)
+    except ValueError:
+        doc = {}
+    levels = [lvl for lvl in (doc.get("levels") or []) if isinstance(lvl, dict)] if isinstance(doc, dict) else []
+    kept = [lvl for lvl in levels if lvl.get("name") != name]
+    if value is not None:
+        old = next((lvl for lvl in levels if lvl.get("name") == name), None)
+        numbers = [int(lvl["level"]) for lvl in levels if isinstance(lvl.get("level"), int)]
+        number = int(old["level"]) if old is not None and isinstance(old.get("level"), int) else max([29, *numbers]) + 1
+        kept.append({"level": number, "name": name, f"topo{number}": value})
+        kept.sort(key=lambda lvl: lvl["level"] if isinstance(lvl.get("level"), int) else 0)
+    return json.dumps({"levels": kept})

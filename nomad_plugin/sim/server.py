@@ -214,6 +214,7 @@ class XdmServers:
     # ------------------------------------------------------------ fault gate
     def _gate(self, rpc: str, context: grpc.ServicerContext) -> None:
         """Hold the call during slow start and injected latency (inf = hang until the client gives up)."""
+        self.core.count_call(rpc)
         with self.core.lock:
             delay = self.core.latency.get(rpc, self.core.latency.get("*", 0.0))
             hang_until = self.core.hang_until

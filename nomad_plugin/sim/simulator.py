@@ -253,6 +253,16 @@ class Simulator:
     def set_enabled(self, enabled: bool) -> None:
         self.core.set_enabled(enabled)
 
+    def set_topology_level(self, name: str, value: str | None, minors: list[int] | None = None) -> None:
+        """Set a string topology level (``leafSwitch``, ``pointOfDelivery``, ...) on cards, or remove it."""
+        self.core.set_topology_level(name, value, minors)
+        self.cards = [self.core.cards[c.minor] for c in self.cards]
+
+    def calls(self) -> dict[str, int]:
+        """How many times each RPC was called (streams count once per subscription)."""
+        with self.core.lock:
+            return dict(self.core.calls)
+
     def set_duplicate_id_mode(self, mode: str) -> None:
         check_choice("duplicate_id_mode", mode, DUPLICATE_ID_MODES)
         self.options.duplicate_id_mode = mode
@@ -304,5 +314,6 @@ class Simulator:
                     for c in self.cards
                 ],
                 "grants": len(self.core.state.grants),
+                "calls": dict(self.core.calls),
                 "subscribers": self.core.subscriber_count(),
             }

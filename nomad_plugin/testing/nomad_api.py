@@ -4,8 +4,10 @@ Serves on 127.0.0.1 (ephemeral port) the JSON shapes of ``/v1/agent/self``,
 ``/v1/node/<id>/allocations`` (blocking queries: ``?index=N&wait=5s`` blocks
 until the allocations' index passes N or ``wait`` elapses; ``X-Nomad-Index``
 on every answer), ``/v1/allocation/<id>``, ``/v1/acl/token/self``,
-``/v1/acl/policy/<name>`` and ``/v1/acl/role/<id>``. The control methods
-change allocations and inject faults (token required, latency, down).
+``/v1/acl/policy/<name>`` and ``/v1/acl/role/<id>``, and the local agent's
+dynamic node metadata ``/v1/client/metadata`` (GET and POST, see
+``NodeMetaState``). The control methods change allocations and inject faults
+(token required, latency, down).
 
 With ``enable_acls()`` it enforces Nomad's ACL rules as Nomad's source and
 API docs state them (see docs/reserve.md, "What Nomad's ACLs let the plugin
@@ -21,6 +23,7 @@ both share a mistake.
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 import time
@@ -86,6 +89,7 @@ class _Acl:
     management: bool = False
     node_read: bool = False
     agent_read: bool = False
+    node_write: bool = False  # acl.go AllowNodeWrite: node policy "write" (or management)
     namespaces: dict[str, set[str]] = field(default_factory=dict)
 
     def read_job(self, namespace: str) -> bool:
@@ -125,6 +129,7 @@ def _acl_from_policies(rules: Iterable[str]) -> _Acl:
                 into.add(_unquote(body.get("policy", "")))
     acl.node_read = "deny" not in node and bool(node & {"read", "write"})
     acl.agent_read = "deny" not in agent and bool(agent & {"read", "write"})
+    acl.node_write = "deny" not in node and "write" in node
     return acl
 
 
@@ -160,13 +165,136 @@ def task_states(status: str, previous: Any, task: str) -> dict[str, Any] | None:
     return {task: state}
 
 
+#: Nomad's node update batching: the first change arms a timer of 5 s plus a random stagger of up to
+#: 5 s more (client/client.go watchNodeUpdates, nodeUpdateRetryIntv = 5 s, retryIntv adds
+#: helper.RandomStagger); later changes ride along. "up to 10 seconds" in the API docs.
+META_BATCH = (5.0, 5.0)
+#: Static meta a Nomad client always has (client/client.go setupNode adds the connect.* defaults).
+NOMAD_STATIC_META = {
+    "connect.gateway_image": "docker.io/envoyproxy/envoy:v${NOMAD_envoy_version}",
+    "connect.log_level": "info",
+    "connect.proxy_concurrency": "1",
+    "connect.sidecar_image": "docker.io/envoyproxy/envoy:v${NOMAD_envoy_version}",
+}
+
+
+def valid_meta_key(key: str) -> bool:
+    """Nomad's NodeMetaApplyRequest.Validate: every dot-separated part is an HCL identifier
+    (``hclsyntax.ValidIdentifier``: a letter or ``_`` first, then letters, digits, ``_`` or ``-``)."""
+    return all(part and part[0] != "-" and part.replace("-", "_").isidentifier() for part in key.split("."))
+
+
+class NodeMetaState:
+    """One client agent's node metadata, as Nomad's client keeps it.
+
+    - ``static``: the agent config's ``client { meta { } }`` (plus Nomad's connect.* defaults),
+      read at agent start (``Client.metaStatic``);
+    - ``dynamic``: what ``POST /v1/client/metadata`` set, None being a tombstone that unsets a
+      static key; persisted in the client's state DB, so it survives an agent restart
+      (``stateDB.PutNodeMeta`` in client/meta_endpoint.go Apply, read back in client.go setupNode);
+    - ``node``: the merged ``Node.Meta`` the client holds now (GET answers it at once);
+    - ``registered``: what the servers (and so the scheduler and ``/v1/node/:id``) have: the
+      client's copy after the batching delay (``updateNode`` -> ``watchNodeUpdates``).
+    """
+
+    def __init__(self, static: dict[str, str] | None, batch: tuple[float, float]) -> None:
+        self._lock = threading.Lock()
+        self.batch = batch
+        self.static: dict[str, str] = {**NOMAD_STATIC_META, **(static or {})}
+        self.dynamic: dict[str, str | None] = {}
+        self.node: dict[str, str] = dict(self.static)
+        self.registered: dict[str, str] = dict(self.node)
+        self.posts: list[dict[str, str | None]] = []  # every accepted POST's Meta, in order
+        self.registrations = 0  # node updates sent to the servers
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def read(self) -> dict[str, Any]:
+        """NodeMeta.Read: Meta is the client's Node.Meta, Dynamic a copy, Static as loaded."""
+        with self._lock:
+            return {"Meta": dict(self.node), "Dynamic": dict(self.dynamic), "Static": dict(self.static)}
+
+    def apply(self, changes: dict[str, str | None]) -> dict[str, Any]:
+        """NodeMeta.Apply after validation: merge into dynamic, drop nulls that unset nothing static,
+        persist, apply to Node.Meta, then trigger a (batched) node update."""
+        with self._lock:
+            dynamic = {**self.dynamic, **changes}
+            for key, value in changes.items():
+                if value is None and key not in self.static:
+                    dynamic.pop(key, None)
+            self.dynamic = dynamic
+            for key, value in changes.items():
+                if value is None:
+                    self.node.pop(key, None)
+                else:
+                    self.node[key] = value
+            self.posts.append(dict(changes))
+            self._arm()
+            return {"Meta": dict(self.node), "Dynamic": dict(dynamic), "Static": dict(self.static)}
+
+    def _arm(self) -> None:
+        if self._timer is not None or self._closed:
+            return  # watchNodeUpdates: already changed, this change rides along
+        base, stagger = self.batch
+        delay = base + random.uniform(0.0, stagger)  # noqa: S311 - a stagger, not a secret
+        self._timer = threading.Timer(delay, self._register)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _register(self) -> None:
+        with self._lock:
+            self._timer = None
+            self.registered = dict(self.node)
+            self.registrations += 1
+
+    def restart(self, *, lose_state: bool = False, static: dict[str, str] | None = None) -> None:
+        """An agent restart (client.go setupNode): static meta re-read, dynamic read back from the
+        state DB (gone with ``lose_state``); a tombstone whose static key is gone is forgotten.
+        The node registers at once."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if static is not None:
+                self.static = {**NOMAD_STATIC_META, **static}
+            if lose_state:
+                self.dynamic = {}
+            node = dict(self.static)
+            for key, value in list(self.dynamic.items()):
+                if value is None:
+                    if key in node:
+                        del node[key]
+                    else:
+                        del self.dynamic[key]
+                    continue
+                node[key] = value
+            self.node = node
+            self.registered = dict(node)
+            self.registrations += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+
 class NomadApiDouble:
     """Start with ``start()``; ``address`` is the base URL to give the client."""
 
-    def __init__(self, node_id: str | None = None, task: str = "task") -> None:
+    def __init__(
+        self,
+        node_id: str | None = None,
+        task: str = "task",
+        *,
+        static_meta: dict[str, str] | None = None,
+        meta_batch: tuple[float, float] = META_BATCH,
+    ) -> None:
         self.node_id = node_id or str(uuid.uuid4())
         self.task = task
         self._cond = threading.Condition()
+        self.meta = NodeMetaState(static_meta, meta_batch)
         self._allocs: dict[str, dict[str, Any]] = {}
         self._index = 1
         self._token: str | None = None
@@ -197,6 +325,7 @@ class NomadApiDouble:
     def stop(self) -> None:
         with self._cond:
             self._cond.notify_all()
+        self.meta.close()
         self._server.shutdown()
         self._server.server_close()
 
@@ -344,7 +473,7 @@ class NomadApiDouble:
             return self._index
 
     # -- serving (called from handler threads) ------------------------------------
-    def _serve(self, path: str, token: str) -> tuple[int, Any, int] | None:
+    def _serve(self, path: str, token: str) -> tuple[int, Any, int | None] | None:
         """Return (status, body, index), or None to drop the connection."""
         with self._cond:
             self.requests.append((path, token))
@@ -363,6 +492,8 @@ class NomadApiDouble:
             return acl
         if parts[:2] == ["v1", "acl"]:
             return self._acl_endpoint(parts[2:], token)
+        if parts == ["v1", "client", "metadata"]:
+            return self._meta_read(query, acl)
         if parts == ["v1", "agent", "self"]:
             if acl is not None and not acl.agent_read:
                 return 403, "Permission denied", self.index
@@ -391,7 +522,7 @@ class NomadApiDouble:
             if obj is None:
                 return 403, "ACL token not found", self._index
             if obj["Type"] == "management":
-                return _Acl(management=True, node_read=True, agent_read=True)
+                return _Acl(management=True, node_read=True, agent_read=True, node_write=True)
             names = list(obj["Policies"]) + [p for r in obj["Roles"] for p in self._roles[r["ID"]][1]]
             return _acl_from_policies(self._policies[n] for n in names if n in self._policies)
 
@@ -440,6 +571,85 @@ class NomadApiDouble:
             visible = [a for a in allocs if acl is None or acl.read_job(a["Namespace"])]
             return 200, visible, self._index
 
+    def allocations(self) -> list[dict[str, Any]]:
+        """Every allocation of this node, as Nomad's JSON (copies; for a cluster double's server view)."""
+        with self._cond:
+            return [dict(a) for a in self._allocs.values()]
+
+    # -- dynamic node metadata (/v1/client/metadata) ------------------------------------
+    def registered_meta(self) -> dict[str, str]:
+        """The node's Meta as the servers have it (after Nomad's batching), i.e. what ``/v1/node/:id`` shows."""
+        with self.meta._lock:
+            return dict(self.meta.registered)
+
+    def restart_agent(self, *, lose_state: bool = False, static_meta: dict[str, str] | None = None) -> None:
+        """Restart the client agent (see ``NodeMetaState.restart``); allocations are kept."""
+        self.meta.restart(lose_state=lose_state, static=static_meta)
+
+    def _meta_read(self, query: dict[str, list[str]], acl: _Acl | None) -> tuple[int, Any, int | None]:
+        """GET /v1/client/metadata (command/agent/meta_endpoint.go nodeMetaRead -> NodeMeta.Read)."""
+        wrong_node = self._meta_node_error(query)
+        if wrong_node is not None:
+            return wrong_node
+        if acl is not None and not acl.node_read:
+            return 403, "Permission denied", None  # NodeMeta.Read: AllowNodeRead
+        return 200, self.meta.read(), None  # not a blocking query: no X-Nomad-Index
+
+    def _meta_node_error(self, query: dict[str, list[str]]) -> tuple[int, Any, None] | None:
+        """``?node_id`` of another node needs a server to forward to; this double is one client agent."""
+        node_id = query.get("node_id", [""])[0]
+        if node_id and node_id != self.node_id:
+            return 404, f"Unknown node {node_id}", None
+        return None
+
+    def _serve_post(self, path: str, token: str, body: bytes) -> tuple[int, Any, int | None] | None:
+        """Answer one POST (only /v1/client/metadata); None drops the connection."""
+        with self._cond:
+            self.requests.append((f"POST {path}", token))
+            down, latency, required = self._down, self._latency, self._token
+        if down:
+            return None
+        if latency:
+            time.sleep(latency)
+        if required is not None and token != required:
+            return 403, "Permission denied", None
+        url = urlsplit(path)
+        parts = [p for p in url.path.split("/") if p]
+        if parts != ["v1", "client", "metadata"]:
+            return 404, "Invalid URL", None
+        # The HTTP layer decodes the body before the RPC (nodeMetaApply, decodeBody): 400 on bad JSON.
+        if not body:
+            return 400, "Request body is empty", None
+        try:
+            doc = json.loads(body)
+        except ValueError as exc:
+            return 400, f"invalid character in request body: {exc}", None
+        raw = doc.get("Meta") if isinstance(doc, dict) else None
+        if doc is not None and not isinstance(doc, dict):
+            return 400, "json: cannot unmarshal into Go value of type structs.NodeMetaApplyRequest", None
+        if raw is not None and not isinstance(raw, dict):
+            return 400, "json: cannot unmarshal into Go struct field NodeMetaApplyRequest.Meta", None
+        changes: dict[str, str | None] = dict(raw or {})
+        if not all(v is None or isinstance(v, str) for v in changes.values()):
+            return 400, "json: cannot unmarshal into Go struct field NodeMetaApplyRequest.Meta of type string", None
+        wrong_node = self._meta_node_error(parse_qs(url.query))
+        if wrong_node is not None:
+            return wrong_node
+        acl = self._resolve(token)
+        if isinstance(acl, tuple):
+            return acl[0], acl[1], None
+        if acl is not None and not acl.node_write:
+            return 403, "Permission denied", None  # NodeMeta.Apply: AllowNodeWrite, before Validate
+        # NodeMetaApplyRequest.Validate (nomad/structs/node.go); Apply wraps it as a 400.
+        if not changes:
+            return 400, "missing required Meta object", None
+        for key in changes:
+            if not key:
+                return 400, "metadata keys must not be empty", None
+            if not valid_meta_key(key):
+                return 400, f"{json.dumps(key)} is invalid; metadata keys must be valid dotted hcl identifiers", None
+        return 200, self.meta.apply(changes), None
+
     def _agent_self(self) -> dict[str, Any]:
         return {
             "config": {
@@ -483,7 +693,28 @@ def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
         def do_GET(self) -> None:
-            result = double._serve(self.path, self.headers.get("X-Nomad-Token", ""))
+            self._answer(double._serve(self.path, self.headers.get("X-Nomad-Token", "")))
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length > 0 else b""
+            self._answer(double._serve_post(self.path, self.headers.get("X-Nomad-Token", ""), body))
+
+        def do_PUT(self) -> None:
+            self._invalid_method()
+
+        def do_DELETE(self) -> None:
+            self._invalid_method()
+
+        def _invalid_method(self) -> None:
+            """NodeMetaRequest: any method but GET and POST is 405 ErrInvalidMethod."""
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > 0:
+                self.rfile.read(length)
+            meta = urlsplit(self.path).path.rstrip("/") == "/v1/client/metadata"
+            self._answer((405, "Invalid method", None) if meta else (404, "Invalid URL", None))
+
+        def _answer(self, result: tuple[int, Any, int | None] | None) -> None:
             if result is None:
                 self.close_connection = True
                 self.connection.close()
@@ -493,7 +724,8 @@ def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json" if not isinstance(body, str) else "text/plain")
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("X-Nomad-Index", str(index))
+            if index is not None:
+                self.send_header("X-Nomad-Index", str(index))
             self.end_headers()
             self.wfile.write(data)
 

@@ -7,7 +7,9 @@ Two threads, both waiting on events (no busy loop):
   push) whenever the stream breaks;
 - the *resync* thread calls ListGpuInfo at start (a first push is not
   guaranteed, R12) and every ``inventory_resync_period``, plus the node-wide
-  facts (xpu types, runtime-kit status from QueryStatus, polled rarely).
+  facts (xpu types, and the Runtime Kit status from config-daemon's
+  QueryStatus, so the ``runtime_kit`` attribute follows an Enable or Disable
+  within one period).
 
 When XDM is unreachable the last cards are kept and the inventory says
 ``reachable=False`` with the classified reason and since when.
@@ -46,7 +48,6 @@ log = get_logger(__name__)
 
 # Kinds that prove XDM is down (as opposed to slow or missing an RPC).
 _DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
-RUNTIME_KIT_MIN_PERIOD = 300.0
 
 
 class XdmBackend:
@@ -67,7 +68,6 @@ class XdmBackend:
     ) -> None:
         self._client = client or XdmClient(config)
         self._resync_period = max(0.05, float(config.inventory_resync_period))
-        self._runtime_period = max(RUNTIME_KIT_MIN_PERIOD, 5 * self._resync_period)
         self._clock = clock
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
@@ -94,6 +94,7 @@ class XdmBackend:
         self._node: dict[str, str] = {"driver_version": "", "xpu_types": "", "runtime_kit": "unknown"}
         self._inventory = Inventory(reachable=False, unreachable_reason="not yet connected", node=dict(self._node))
         self._schema_problem = ""  # "XDM schema mismatch: ..." while the schema is not trusted
+        self._runtime_problem = ""  # why QueryStatus last failed ("" = it answered)
         self.resubscribes = 0  # how many times ListAndWatch was (re)opened; for tests and health
 
     @property
@@ -169,18 +170,14 @@ class XdmBackend:
                 break
 
     def _resync_loop(self) -> None:
-        next_runtime = 0.0
         while not self._stop.is_set():
-            now = time.monotonic()
-            self._resync_once(runtime=now >= next_runtime)
+            self._resync_once()
             if not self._settled:
                 self._settle()
-            if now >= next_runtime:
-                next_runtime = now + self._runtime_period
             if self._stop.wait(self._resync_period):
                 break
 
-    def _resync_once(self, runtime: bool) -> None:
+    def _resync_once(self) -> None:
         node: dict[str, str] = {}
         try:
             facts = self._client.list_gpu_info()
@@ -199,8 +196,7 @@ class XdmBackend:
             facts, types = None, None
         if types is not None:
             node["xpu_types"] = ",".join(types)
-        if runtime:
-            node["runtime_kit"] = self._runtime_kit()
+        node["runtime_kit"] = self._runtime_kit()
         with self._notify_lock:
             with self._lock:
                 if facts is not None:
@@ -219,10 +215,14 @@ class XdmBackend:
 
     def _runtime_kit(self) -> str:
         try:
-            return "enabled" if self._client.query_status().enabled else "disabled"
+            status = "enabled" if self._client.query_status().enabled else "disabled"
         except PluginError as exc:
-            log.info("XDM QueryStatus unavailable: %s", exc)
+            if str(exc) != self._runtime_problem:  # asked every period: said once per cause
+                log.info("XDM QueryStatus unavailable: %s", exc)
+            self._runtime_problem = str(exc)
             return "unknown"
+        self._runtime_problem = ""
+        return status
 
     def _on_push(self, cards: list[Card]) -> None:
         with self._notify_lock:

@@ -58,6 +58,13 @@ RPCS: tuple[tuple[str, str, bool], ...] = (
     ("QueryStatus", "config", False),
 )
 REQUIRED_RPCS = ("ListAndWatch", "Allocate", "Release")
+# The Runtime Kit switch, for the operator's ``runtime-kit`` command alone (xdm/runtime_switch.py):
+# the plugin's bindings never hold Enable or Disable (R14).
+SWITCH_RPCS: tuple[tuple[str, str, bool], ...] = (
+    ("QueryStatus", "config", False),
+    ("Enable", "config", False),
+    ("Disable", "config", False),
+)
 
 # Model fields without which a card or a grant would be wrong ("Message.field";
 # "a|b" = at least one of them). Everything else degrades (empty value).
@@ -383,7 +390,7 @@ def digest_of(fds: descriptor_pb2.FileDescriptorSet) -> str:
 
 
 # ------------------------------------------------------------------ binding
-_cache: dict[tuple[str, tuple[tuple[str, str], ...], str, bool], Binding] = {}
+_cache: dict[tuple[str, tuple[tuple[str, str], ...], str, bool, tuple[tuple[str, str, bool], ...]], Binding] = {}
 _cache_lock = threading.Lock()
 CACHE_LIMIT = 16
 
@@ -394,18 +401,20 @@ def bind(
     aliases: Mapping[str, str] | Sequence[tuple[str, str]] = (),
     *,
     probe_service: bool = False,
+    rpcs: tuple[tuple[str, str, bool], ...] = RPCS,
 ) -> Binding:
     """Bind ``fds`` (cached per schema bytes + aliases). Raises ``SchemaError``
     only when ``fds`` cannot form a descriptor pool; everything else that is
-    wrong ends up in ``Binding.mismatch``."""
+    wrong ends up in ``Binding.mismatch``. ``rpcs`` is the plugin's table;
+    only the ``runtime-kit`` command passes ``SWITCH_RPCS``."""
     pairs = tuple(sorted(dict(aliases).items()))
     digest = digest_of(fds)
-    key = (digest, pairs, source, probe_service)
+    key = (digest, pairs, source, probe_service, rpcs)
     with _cache_lock:
         cached = _cache.get(key)
     if cached is not None:
         return cached
-    binding = _Binder(pool_from_set(fds), fds, dict(pairs)).run(source, digest, probe_service)
+    binding = _Binder(pool_from_set(fds), fds, dict(pairs)).run(source, digest, probe_service, rpcs)
     with _cache_lock:
         if len(_cache) >= CACHE_LIMIT:
             _cache.clear()
@@ -439,12 +448,14 @@ class _Binder:
         self.seen_targets: dict[str, Descriptor] = {}
         self.mismatch: list[str] = []
 
-    def run(self, source: str, digest: str, probe_service: bool) -> Binding:
+    def run(
+        self, source: str, digest: str, probe_service: bool, table: tuple[tuple[str, str, bool], ...] = RPCS
+    ) -> Binding:
         model = _model_methods()
         rpcs: dict[str, Rpc] = {}
         missing: list[str] = []
         device_service = self._device_service()
-        for method, role, streaming in RPCS:
+        for method, role, streaming in table:
             found = self._find_method(method, role, device_service)
             if found is None:
                 missing.append(method)
@@ -463,7 +474,7 @@ class _Binder:
             response = self._message(spec.output_type, target.output_type, write=False)
             path = None if probe_service else f"/{service.full_name}/{target.name}"
             rpcs[method] = Rpc(method, role, streaming, request, response, path)
-        for method in REQUIRED_RPCS:
+        for method in REQUIRED_RPCS if table is RPCS else ():
             if method in missing:
                 self.mismatch.append(f"no service has the {method} RPC")
         self._check_required()

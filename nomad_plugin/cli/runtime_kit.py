@@ -1,0 +1,172 @@
+"""``nomad-device-lingjun runtime-kit status|enable|disable``: the Runtime Kit switch of this node.
+
+Calls config-daemon's QueryStatus, Enable and Disable (``xdm/runtime_switch.py``;
+the plugin itself never calls the last two). It is Nomad's counterpart of
+the Runtime Kit Controller's Job Agent: run it by hand, or from the sysbatch
+job in ``examples/jobs/runtime-kit-controller.sysbatch.hcl``, which picks
+the nodes by their ``lj_runtimekit_enable`` meta. Runtime Kit's own guide
+advises switching off-peak (docs/operator.md, "Switching Runtime Kit").
+
+``enable`` and ``disable`` read the status first and change nothing when it
+is already as asked; otherwise they ask for confirmation (``--yes`` skips
+it; without a terminal it is required), call the RPC with a long deadline
+and read the status again, printing what changed. ``disable`` refuses while
+the plugin's journal holds grants, unless ``--force``: what XDM does to
+running allocations when disabled is not documented. The plugin's
+``runtime_kit`` attribute and ``lingjun.runtime_kit`` meta key follow within
+one ``inventory_resync_period``. Config: ``--plugin-config`` / ``--set``
+exactly as ``doctor``. Exit status: 0 done (or nothing to do), 1 failed or
+refused, 2 bad usage or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
+
+from nomad_plugin.config.decode import decode_config
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
+from nomad_plugin.model.errors import PluginError
+
+if TYPE_CHECKING:
+    from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nomad-device-lingjun runtime-kit",
+        description="Query, enable or disable Runtime Kit on this node through XDM's config-daemon.",
+    )
+    p.add_argument("action", choices=("status", "enable", "disable"))
+    p.add_argument("--plugin-config", help="agent file or directory with the plugin block (e.g. /etc/nomad.d)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--force", action="store_true", help="disable even while the plugin holds grants")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds Enable/Disable may take (default 120)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    return p
+
+
+def _config(args: argparse.Namespace) -> PluginConfig:
+    return decode_config(msgpack_config(load_config(args.plugin_config, args.set)))
+
+
+def _word(enabled: bool) -> str:
+    return "enabled" if enabled else "disabled"
+
+
+def held_grants(config: PluginConfig) -> int:
+    """Grants the plugin's journal holds on this node (read without writing); 0 when there is no journal."""
+    from nomad_plugin.journal import Journal, JournalCorrupt
+
+    try:
+        return len(Journal.snapshot(config.data_dir))
+    except (OSError, JournalCorrupt):
+        return 0
+
+
+def confirm(question: str, stdin: TextIO, stdout: TextIO) -> bool | None:
+    """y/N on a terminal; None when there is no terminal to ask on."""
+    if not stdin.isatty():
+        return None
+    stdout.write(f"{question} [y/N] ")
+    stdout.flush()
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def main(argv: list[str], ask: Callable[[str, TextIO, TextIO], bool | None] = confirm) -> int:
+    args = parser().parse_args(argv)
+    try:
+        config = _config(args)
+    except (LauncherConfigError, PluginError) as exc:
+        sys.stderr.write(f"runtime-kit: {args.plugin_config or '(defaults)'}: {exc}\n")
+        return 2
+    from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
+
+    switch = RuntimeKitSwitch(config, timeout=args.timeout)
+    try:
+        return _run(args, config, switch, ask)
+    except PluginError as exc:
+        sys.stderr.write(
+            f"runtime-kit: config-daemon ({config.config_socket}): {exc}\n"
+            "(is Runtime Kit installed and its config-daemon running? `nomad-device-lingjun doctor` checks it)\n"
+        )
+        return 1
+    finally:
+        switch.close()
+
+
+def _run(
+    args: argparse.Namespace,
+    config: PluginConfig,
+    switch: RuntimeKitSwitch,
+    ask: Callable[[str, TextIO, TextIO], bool | None],
+) -> int:
+    status = switch.status()
+    where = switch.describe()
+    if args.action == "status":
+        if args.json:
+            doc = {"enabled": status.enabled, "status": _word(status.enabled), "message": status.message}
+            sys.stdout.write(json.dumps({**doc, "config_daemon": where}) + "\n")
+        else:
+            note = f" ({status.message})" if status.message else ""
+            sys.stdout.write(f"Runtime Kit on this node: {_word(status.enabled)}{note}\nconfig-daemon: {where}\n")
+        return 0
+    wanted = args.action == "enable"
+    if status.enabled == wanted:
+        sys.stdout.write(f"Runtime Kit is already {_word(wanted)} on this node: nothing changed\n")
+        return 0
+    if not wanted and not args.force:
+        grants = held_grants(config)
+        if grants:
+            sys.stderr.write(
+                f"runtime-kit: the plugin holds {grants} grant(s) on this node (`nomad-device-lingjun grants`); "
+                "what XDM does to running allocations while disabled is not documented. Drain the node's device "
+                "jobs first (nomad node drain -enable <node>), or pass --force.\n"
+            )
+            return 1
+    if not args.yes:
+        answer = ask(
+            f"{args.action.capitalize()} Runtime Kit on this node ({where})? It may restart node services; "
+            "Runtime Kit's guide advises doing it off-peak.",
+            sys.stdin,
+            sys.stdout,
+        )
+        if answer is None:
+            sys.stderr.write(f"runtime-kit: no terminal to confirm on: run `runtime-kit {args.action} --yes`\n")
+            return 2
+        if not answer:
+            sys.stdout.write("not changed\n")
+            return 1
+    outcome = switch.switch("Enable" if wanted else "Disable")
+    said = (
+        f"{outcome.action} answered "
+        + ("success" if outcome.success else "failure" if outcome.success is False else "(no success field)")
+        + (f": {outcome.message}" if outcome.message else "")
+    )
+    if args.json:
+        doc2 = {
+            "action": outcome.action,
+            "before": _word(outcome.before.enabled),
+            "after": _word(outcome.after.enabled),
+            "success": outcome.success,
+            "message": outcome.message,
+            "done": outcome.done,
+        }
+        sys.stdout.write(json.dumps(doc2) + "\n")
+    if not outcome.done:
+        sys.stderr.write(
+            f"runtime-kit: {said}, but QueryStatus still says {_word(outcome.after.enabled)}: nothing changed\n"
+        )
+        return 1
+    if not args.json:
+        sys.stdout.write(
+            f"Runtime Kit: {_word(outcome.before.enabled)} -> {_word(outcome.after.enabled)} ({said})\n"
+            f"The plugin's runtime_kit attribute (and {config.node_meta_prefix}runtime_kit meta with node_meta) "
+            f"follows within one inventory_resync_period.\n"
+        )
+    return 0
