@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -156,7 +157,7 @@ def _patterns() -> st.SearchStrategy[str]:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(_patterns(), min_size=1, max_size=6),
     st.lists(st.text(alphabet=STABLE, max_size=8), min_size=1, max_size=6),
@@ -200,3 +201,10 @@ def test_caveats_name_what_check_job_cannot_settle() -> None:
     assert regex.caveat("(" * 1000 + ")" * 1000) == ""  # Go surely refuses it, and so does compile_error
     for plain in (r"^NVIDIA H\d{3}$", r"\p{Greek}", r"(?P<n>a)", r"\pL{1000}"):
         assert regex.caveat(plain) == "", plain
+
+
+def test_the_comparison_catches_a_wrong_engine(go_oracle: GoOracle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RE2 alone (without regex.py's Go rules) disagrees with Go, and the comparison says where."""
+    monkeypatch.setattr(regex, "compile_error", regex._re2_error)
+    found, _, _ = compare(go_oracle, [r"\C", r"(?P<é>x)", r"a"], ["a"])
+    assert len(found) == 2 and found[0].startswith("'\\\\C'") and "é" in found[1]

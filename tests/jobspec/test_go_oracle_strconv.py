@@ -12,6 +12,7 @@ import math
 import struct
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,7 +145,7 @@ FLOATS = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(FLOATS, min_size=1, max_size=8))
 def test_generated_numbers(go_oracle: GoOracle, texts: list[str]) -> None:
     for op in ("parse_int", "parse_float", "parse_bool"):
@@ -162,3 +163,17 @@ SPACEY = st.text(
 def test_generated_trim_space(go_oracle: GoOracle, texts: list[str]) -> None:
     found = disagreements(go_oracle, "trim_space", texts)
     assert not found, _report(found, len(texts))
+
+
+def test_the_comparison_catches_a_wrong_reading(go_oracle: GoOracle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's own float() in place of parse_float: the oracle must flag " 1", "1_000" and "infinit"."""
+
+    def python_float(text: str) -> float | None:
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+    monkeypatch.setattr(golang, "parse_float", python_float)
+    found = disagreements(go_oracle, "parse_float", [" 1", "1_000", "+nan", "1", "0x1p4"])
+    assert [d.split(":")[0] for d in found] == ["parse_float(' 1')", "parse_float('+nan')", "parse_float('0x1p4')"]
