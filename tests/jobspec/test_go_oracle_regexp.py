@@ -16,6 +16,7 @@ only by its verdict for lookbehinds and not at all for named groups
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,3 +209,24 @@ def test_the_comparison_catches_a_wrong_engine(go_oracle: GoOracle, monkeypatch:
     monkeypatch.setattr(regex, "compile_error", regex._re2_error)
     found, _, _ = compare(go_oracle, [r"\C", r"(?P<é>x)", r"a"], ["a"])
     assert len(found) == 2 and found[0].startswith("'\\\\C'") and "é" in found[1]
+
+
+def test_check_job_warns_where_it_may_differ(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real command prints the caveat next to Nomad's outcome, and keeps the outcome's exit status."""
+    from nomad_plugin.cli import check_job
+    from nomad_plugin.nomad_view.types import Attribute, Device, DeviceGroup
+    from tests.jobspec.tables import fingerprint_json
+    from tests.jobspec.test_nomad_tables import device_hcl
+
+    group = DeviceGroup("nvidia", "gpu", "H800", (Device("GPU-0", True),), {"model": Attribute("H800")})
+    (tmp_path / "fp.json").write_text(fingerprint_json([group]))
+    for pattern, code in ((r"\\p{Letter}", 2), ("(?:" * 300 + "H" + ")" * 300, 0), (r"H\\d+", 0)):
+        job = tmp_path / "job.hcl"
+        job.write_text(
+            device_hcl(
+                f'constraint {{\n  attribute = "${{device.model}}"\n  operator = "regexp"\n  value = "{pattern}"\n}}'
+            )
+        )
+        assert check_job.main([str(job), "--fingerprint", str(tmp_path / "fp.json")]) == code
+        out = capsys.readouterr().out
+        assert ("check-job may differ from Nomad here" in out) == (pattern != r"H\\d+"), out
