@@ -25,16 +25,3 @@ def go_oracle() -> Iterator[GoOracle]:
     oracle = GoOracle(binary)
     yield oracle
     oracle.close()
-
-
-@pytest.fixture(scope="session")
-def nomad_oracle(go_oracle: GoOracle) -> GoOracle:
-    """The oracle with Nomad's own attribute and semver packages, which exist only
-    where a Nomad source mirror was on disk at build time."""
-    if not go_oracle.info["nomad"]:
-        pytest.skip(
-            f"no Nomad source mirror at {build.NOMAD_MIRROR}: Nomad's plugins/shared/structs and "
-            "helper/constraints/semver are not packaged by Debian and not copied into this repository, "
-            "so there is no Go answer to compare with"
-        )
-    return go_oracle

@@ -9,14 +9,11 @@
 //	parse_int/parse_float/parse_bool/trim_space   {"s"}: strconv / strings
 //	regexp                     {"s": pattern, "texts": [...]}: regexp.Compile + MatchString
 //	version                    {"s"}: go-version NewVersion and NewSemver
-//	constraint                 {"s", "semver", "versions": [...]}: NewConstraint + Check,
+//	constraint                 {"s", "versions": [...]}: NewConstraint + Check,
 //	                           each version read by NewVersion (as Nomad's checkVersionMatch)
-//	attribute                  {"s"}: Nomad's structs.ParseAttribute    (mirror builds only)
-//	compare                    {"a", "b"}: ParseAttribute both, a.Compare(b) (mirror builds only)
-//	units                      Nomad's structs.UnitIndex               (mirror builds only)
 //
-// The Nomad parts exist only when the build found a Nomad source mirror
-// (build tag nomadmirror); without it they answer {"skip": reason}.
+// Nomad's own semver constraints and attribute code are not packaged by
+// Debian, so they have no Go answer here (see README.md).
 package main
 
 import (
@@ -33,15 +30,12 @@ import (
 	version "github.com/hashicorp/go-version"
 )
 
-// Set by the build helper (-ldflags -X): where go-version's source came from.
+// Set by the build helper (-ldflags -X): the go-version release built in.
 var goVersionSource = "unknown"
 
 type request struct {
 	Op       string   `json:"op"`
 	S        string   `json:"s"`
-	A        string   `json:"a"`
-	B        string   `json:"b"`
-	Semver   bool     `json:"semver"`
 	Texts    []string `json:"texts"`
 	Versions []string `json:"versions"`
 }
@@ -68,7 +62,7 @@ func versionAnswer(v *version.Version, err error) answer {
 func handle(req request) answer {
 	switch req.Op {
 	case "info":
-		return answer{"go": runtime.Version(), "go_version_source": goVersionSource, "nomad": nomadSource()}
+		return answer{"go": runtime.Version(), "go_version_source": goVersionSource}
 	case "parse_int":
 		i, err := strconv.ParseInt(req.S, 10, 64)
 		return answer{"ok": err == nil, "int": i, "err": errText(err)}
@@ -95,36 +89,17 @@ func handle(req request) answer {
 		loose["semver"] = versionAnswer(version.NewSemver(req.S))
 		return loose
 	case "constraint":
-		var check func(*version.Version) bool
-		if req.Semver {
-			c, err := newSemverConstraint(req.S)
-			if err != nil {
-				return answer{"ok": false, "err": err.Error()}
-			}
-			if c == nil {
-				return answer{"skip": nomadSkip}
-			}
-			check = c
-		} else {
-			c, err := version.NewConstraint(req.S)
-			if err != nil {
-				return answer{"ok": false, "err": err.Error()}
-			}
-			check = c.Check
+		c, err := version.NewConstraint(req.S)
+		if err != nil {
+			return answer{"ok": false, "err": err.Error()}
 		}
 		checks := make([]any, len(req.Versions))
 		for i, text := range req.Versions {
 			if v, err := version.NewVersion(text); err == nil {
-				checks[i] = check(v)
+				checks[i] = c.Check(v)
 			}
 		}
 		return answer{"ok": true, "checks": checks}
-	case "attribute":
-		return parseAttribute(req.S)
-	case "compare":
-		return compareAttributes(req.A, req.B)
-	case "units":
-		return units()
 	}
 	return answer{"error": fmt.Sprintf("unknown op %q", req.Op)}
 }
