@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nomad_plugin.jobspec import regex
 from nomad_plugin.jobspec.operators import NOT_EQUAL, NOT_HANDLED, Outcome, check_attribute
 from nomad_plugin.jobspec.parse import DeviceRequest, Rule
 from nomad_plugin.jobspec.units import humanize, parse_attribute, render
@@ -104,6 +105,7 @@ class RequestVerdict:
     notes: tuple[str, ...] = ()  # Nomad-specific behaviour that decided or shapes the verdict
     warnings: tuple[str, ...] = ()  # plugin rules on top of Nomad's outcome
     ties: tuple[str, ...] = ()  # other groups Nomad may pick instead (equal score)
+    caveats: tuple[str, ...] = ()  # where check-job cannot settle Nomad's answer (docs/operator.md)
 
     @property
     def ok(self) -> bool:
@@ -376,8 +378,14 @@ def evaluate_request(
     warnings = (mig_count_problem(request.count, chosen.group),) if chosen else ()
     return RequestVerdict(
         request, verdicts, chosen, picked, tuple(problems), outcome, tuple(why),
-        tuple(dict.fromkeys(notes)), tuple(w for w in warnings if w), tuple(ties),
+        tuple(dict.fromkeys(notes)), tuple(w for w in warnings if w), tuple(ties), caveats(request),
     )  # fmt: skip
+
+
+def caveats(request: DeviceRequest) -> tuple[str, ...]:
+    """The block's rules whose verdict RE2 cannot settle for Go (regex.caveat)."""
+    found = (regex.caveat(r.value) for r in (*request.constraints, *request.affinities) if r.operator == "regexp")
+    return tuple(dict.fromkeys(c for c in found if c))
 
 
 def device_checker(requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup]) -> bool:
@@ -440,7 +448,7 @@ def evaluate_job(
 def _replace(verdict: RequestVerdict, note: str) -> RequestVerdict:
     return RequestVerdict(
         verdict.request, verdict.groups, verdict.chosen, verdict.picked_ids, verdict.problems, verdict.outcome,
-        verdict.why, (*verdict.notes, note), verdict.warnings, verdict.ties,
+        verdict.why, (*verdict.notes, note), verdict.warnings, verdict.ties, verdict.caveats,
     )  # fmt: skip
 
 

@@ -59,6 +59,13 @@ class Version:
         return out + (f"-{self.pre}" if self.pre else "") + (f"+{self.meta}" if self.meta else "")
 
 
+def _segment_error(text: str) -> str:
+    """go-version's error for a version whose pattern matched but a segment is no int64."""
+    match = _VERSION.fullmatch(text)
+    bad = next((p for p in match.group("segments").split(".") if parse_int(p) is None), "") if match else ""
+    return f'error parsing version: strconv.ParseInt: parsing "{bad}": value out of range'
+
+
 def parse_version(text: str, strict: bool = False) -> Version | None:
     """``version.NewVersion`` (or ``NewSemver`` when ``strict``); None where it returns an error."""
     match = (_SEMVER if strict else _VERSION).fullmatch(text)
@@ -170,14 +177,17 @@ class Constraints:
 
 
 def parse_constraints(text: str, semver: bool = False) -> Constraints | str:
-    """``version.NewConstraint`` (or Nomad's ``semver.NewConstraint``); an error message where they fail."""
+    """``version.NewConstraint`` (or Nomad's ``semver.NewConstraint``); their error message where they fail.
+
+    go-version writes "malformed constraint", Nomad's semver copy still "Malformed constraint".
+    """
     clauses = []
     for clause in text.split(","):
         match = (_SEMVER_CLAUSE if semver else _CLAUSE).fullmatch(clause)
         if match is None:
-            return f"malformed constraint: {clause}"
+            return f"{'Malformed' if semver else 'malformed'} constraint: {clause}"
         version = parse_version(match.group("version"), strict=semver)
         if version is None:
-            return f"error parsing version: {match.group('version')}"
+            return _segment_error(match.group("version"))
         clauses.append((match.group("op"), version))
     return Constraints(tuple(clauses), semver)

@@ -64,6 +64,7 @@ def verdicts_json(verdicts: Sequence[RequestVerdict]) -> list[dict[str, Any]]:
             "why": list(v.why),
             "notes": list(v.notes),
             "warnings": list(v.warnings),
+            "caveats": list(v.caveats),
             "chosen": v.chosen.group.full_name if v.chosen else None,
             "ties": list(v.ties),
             "picked_ids": list(v.picked_ids),
@@ -147,5 +148,7 @@ def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected
             lines.append("  " + style("NOTE ", "cyan") + note)
         for warning in v.warnings:
             lines.append("  " + style("WARNING ", "yellow", "bold") + warning)
+        for caveat in v.caveats:
+            lines.append("  " + style("WARNING ", "yellow", "bold") + "check-job may differ from Nomad here: " + caveat)
         lines.append("")
     return lines

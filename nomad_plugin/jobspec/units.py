@@ -15,7 +15,8 @@ The facts are those of ``plugins/shared/structs`` (``units.go``,
   can overflow (``9 EiB`` wraps negative) and milliwatts are divided by 1000
   with truncation (``1500 mW`` is ``1 W``); any float side makes both
   256-bit ``big.Float`` values (a milliwatt is then ``x * round(1/1000)``),
-  and a NaN there makes Go panic.
+  and a NaN there makes Go panic (also when a NaN on the left meets a string
+  or a bool: Go's ``Comparable`` looks only at the left side's type).
 
 :func:`compare` returns Nomad's answer and, for numbers, the exact one, so a
 caller can say when Nomad's arithmetic decides a verdict.
@@ -188,6 +189,10 @@ class Comparison:
 def compare(a: Attribute, b: Attribute) -> Comparison:
     """``a.Compare(b)``: -1/0/1; bools give 0 when equal and 1 when not (they have no order)."""
     why = comparable(a, b)
+    if why and _nan(a) and _typed_unit(a) is None and _typed_unit(b) is None:
+        # Go's Comparable holds for any number on the left (it checks only the left side's type); the
+        # comparison then turns the left side into a big.Float before it finds the right one is no number.
+        return Comparison(None, why, panic=f"{render(a)} is NaN: Go's math/big panics on it (ErrNaN)")
     if why:
         return Comparison(None, why)
     ka, kb = kind(a), kind(b)
@@ -211,6 +216,10 @@ def compare(a: Attribute, b: Attribute) -> Comparison:
     fa, fb = _nomad_big(a), _nomad_big(b)
     exact = _sign(_exact_or_inf(a), _exact_or_inf(b))
     return Comparison(_sign(fa, fb), exact=exact)
+
+
+def _nan(attr: Attribute) -> bool:
+    return isinstance(attr.value, float) and math.isnan(attr.value)
 
 
 def _exact_or_inf(attr: Attribute) -> Fraction | float:

@@ -1,5 +1,5 @@
 # Wrong: Nomad's semver constraints have no ~> (go-version's version operator has); job validation refuses it.
-# expect: Semver constraint is invalid: malformed constraint: ~> 535.0
+# expect: Semver constraint is invalid: Malformed constraint: ~> 535.0
 # exit: 2 (Nomad refuses the job at submission)
 job "bad-semver-pessimistic" {
   group "g" {
