@@ -405,7 +405,8 @@ class PluginApp:
         self._ensure_started()
         if self.config is not None and not self.config.enabled:
             raise ReservationRejected(
-                "the plugin is disabled (enabled = false in its config block): it reserves nothing"
+                "device is not enabled: the plugin is disabled (enabled = false in its config block) "
+                "and reserves nothing"
             )
         reserver = self.reserver
         if reserver is None:

@@ -27,7 +27,11 @@ totals are in ``xdm.``. "Encoder utilization", "Decoder utilization" and
 A reading older than ``STALE_INTERVALS`` collection intervals keeps its
 value but its desc starts with "stale: last update N s ago"; "Stats age"
 shows the age of the newest reading where the CLI (which hides descs) can
-see it. Missing readings are the string "N/A" with the unit.
+see it. Missing readings are the string "N/A" with the unit, except the
+official Temperature, Power usage and ECC stats of a reading NVML says the
+card does not support (``nvml_unsupported``): those are int 0, as the
+official plugin sends them. The eleven official stats carry its own
+descriptions.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from google.protobuf import timestamp_pb2, wrappers_pb2
 from nomad_plugin._proto.nomad import device_pb2, stats_pb2
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, Instance, Kind
+from nomad_plugin.model.metrics import UNSUPPORTED_BITS
 from nomad_plugin.stats.cache import MetricsCache, Reading
 
 STALE_INTERVALS = 2.0
@@ -205,24 +210,57 @@ def _str(value: str, desc: str) -> stats_pb2.StatValue:
 CardSpecs = tuple[list[tuple[str, Spec]], list[tuple[str, Spec]]]
 
 
+# nomad-device-nvidia's descriptions of its eleven stats (stats.go), word for word: the API,
+# `nomad alloc status -json` and whatever reads them get the same text from either plugin.
+DESC_POWER = "Power usage for this GPU in watts and its associated circuitry (e.g. memory) / Maximum GPU Power"
+DESC_GPU_UTIL = (
+    "Percent of time over the past sample period during which one or more kernels were executing on the GPU."
+)
+DESC_MEMORY_UTIL = "Percentage of bandwidth used during the past sample period"
+DESC_ENCODER = "Percent of time over the past sample period during which GPU Encoder was used"
+DESC_DECODER = "Percent of time over the past sample period during which GPU Decoder was used"
+DESC_TEMPERATURE = "Temperature of the Unit"
+DESC_MEMORY_STATE = "UsedMemory / TotalMemory"
+DESC_BAR1 = "UsedBAR1 / TotalBAR1"
+DESC_ECC_L1 = "Requested L1Cache error counter for the device"
+DESC_ECC_L2 = "Requested L2Cache error counter for the device"
+DESC_ECC_MEMORY = "Requested memory error counter for the device"
+
+
+def _unsupported(r: Callable[[str], Reading | None]) -> int:
+    """The ``nvml_unsupported`` mask: official readings NVML says the card does not have."""
+    mask = r("nvml_unsupported")
+    return int(mask.value) if mask is not None else 0
+
+
+def _zero_if_unsupported(spec: Spec, name: str, mask: int) -> Spec:
+    """nomad-device-nvidia shows a reading NVML does not support as 0 (its driver reads 0 then)."""
+    if spec[2] == "str" and mask & UNSUPPORTED_BITS[name]:
+        return (spec[0], spec[1], "int", 0, 0)
+    return spec
+
+
 def card_specs(readings: Mapping[str, Reading], card: Card | None, values: _Values) -> CardSpecs:
     """What the physical card's StatObject shows: official names at the top, XDM extras in ``xdm``."""
     r = readings.get
     total_mib = card.memory_mib if card is not None else 0
     count = values.count_spec
+    mask = _unsupported(r)
+    power = values.ratio_spec(r("power_w"), r("power_limit_w"), 0, "W", DESC_POWER)
+    if power[2] == "str" and mask & UNSUPPORTED_BITS["power_w"]:
+        limit = r("power_limit_w")
+        power = ("W", DESC_POWER, "int", 0, round(limit.value) if limit is not None else 0)
     top = [
         (
             "Memory state",
-            values.ratio_spec(
-                r("memory_used_mib"), r("memory_total_mib"), total_mib, "MiB", "used memory / total memory"
-            ),
+            values.ratio_spec(r("memory_used_mib"), r("memory_total_mib"), total_mib, "MiB", DESC_MEMORY_STATE),
         ),
-        ("GPU utilization", count(r("core_util_percent"), "%", "share of time the compute units were busy")),
-        ("Memory utilization", count(r("memory_util_percent"), "%", "memory bandwidth in use")),
-        ("Temperature", count(r("temperature_c"), "C", "card temperature")),
-        ("Power usage", values.ratio_spec(r("power_w"), r("power_limit_w"), 0, "W", "power draw / power limit")),
+        ("GPU utilization", count(r("core_util_percent"), "%", DESC_GPU_UTIL)),
+        ("Memory utilization", count(r("memory_util_percent"), "%", DESC_MEMORY_UTIL)),
+        ("Temperature", _zero_if_unsupported(count(r("temperature_c"), "C", DESC_TEMPERATURE), "temperature_c", mask)),
+        ("Power usage", power),
     ]
-    _official_extras(top, r, values)
+    _official_extras(top, r, values, mask)
 
     throttle = r("throttle_reasons")
     if throttle is None:
@@ -258,24 +296,26 @@ def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Val
     return obj
 
 
-_BY_LOCATION = "corrected ECC errors in the {} since the driver loaded"
+def _official_extras(
+    top: list[tuple[str, Spec]], r: Callable[[str], Reading | None], values: _Values, mask: int = 0
+) -> None:
+    """nomad-device-nvidia's encoder/decoder, BAR1 and ECC stats, with its meanings.
 
-
-def _official_extras(top: list[tuple[str, Spec]], r: Callable[[str], Reading | None], values: _Values) -> None:
-    """nomad-device-nvidia's encoder/decoder, BAR1 and ECC stats, with its meanings."""
+    ECC counts are corrected errors since the driver loaded, per location.
+    """
     count = values.count_spec
-    top.append(("Encoder utilization", count(r("encoder_util_percent"), "%", "video encoder busy time")))
-    top.append(("Decoder utilization", count(r("decoder_util_percent"), "%", "video decoder busy time")))
-    top.append(
-        (
-            "BAR1 buffer state",
-            values.ratio_spec(r("bar1_used_mib"), r("bar1_total_mib"), 0, "MiB", "used BAR1 / total BAR1"),
+    top.append(("Encoder utilization", count(r("encoder_util_percent"), "%", DESC_ENCODER)))
+    top.append(("Decoder utilization", count(r("decoder_util_percent"), "%", DESC_DECODER)))
+    top.append(("BAR1 buffer state", values.ratio_spec(r("bar1_used_mib"), r("bar1_total_mib"), 0, "MiB", DESC_BAR1)))
+    for name, reading, desc in (
+        ("ECC L1 errors", "ecc_l1_corrected", DESC_ECC_L1),
+        ("ECC L2 errors", "ecc_l2_corrected", DESC_ECC_L2),
+    ):
+        top.append((name, _zero_if_unsupported(count(r(reading), "#", desc), reading, mask)))
+    if r("ecc_memory_corrected") is not None or mask & UNSUPPORTED_BITS["ecc_memory_corrected"]:
+        memory = _zero_if_unsupported(
+            count(r("ecc_memory_corrected"), "#", DESC_ECC_MEMORY), "ecc_memory_corrected", mask
         )
-    )
-    top.append(("ECC L1 errors", count(r("ecc_l1_corrected"), "#", _BY_LOCATION.format("L1 cache"))))
-    top.append(("ECC L2 errors", count(r("ecc_l2_corrected"), "#", _BY_LOCATION.format("L2 cache"))))
-    if r("ecc_memory_corrected") is not None:
-        memory = count(r("ecc_memory_corrected"), "#", _BY_LOCATION.format("device memory"))
     else:
         memory = count(r("ecc_sbe_total"), "#", "corrected ECC errors, all locations (XDM gives no split)")
     top.append(("ECC memory errors", memory))

@@ -285,4 +285,4 @@ def test_nvml_readings_fill_every_official_stat(three_cards) -> None:  # type: i
     assert num(attrs["Decoder utilization"]) == (9, None)
     assert num(attrs["BAR1 buffer state"]) == (2, 131072) and attrs["BAR1 buffer state"].unit == "MiB"
     assert [num(attrs[f"ECC {w} errors"])[0] for w in ("L1", "L2", "memory")] == [1, 2, 3]
-    assert "device memory" in attrs["ECC memory errors"].desc
+    assert attrs["ECC memory errors"].desc == "Requested memory error counter for the device"  # the official's text
