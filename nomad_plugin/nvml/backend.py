@@ -41,9 +41,8 @@ STREAM_PERIOD_S = 1.0
 DROP_IN_NOTE = (
     "NVML backend, a drop-in for nomad-device-nvidia except on purpose: cards are healthy only while NVML "
     "reads them and no critical XID/ECC fault holds them; a reading that fails keeps the card (unhealthy or "
-    "without that attribute) instead of failing the whole fingerprint; the stream stays open when NVML is "
-    "missing or enabled = false; 'Power usage' is draw / power limit in W (that plugin sends milliwatts over "
-    "the draw in W since 1.1.0); MIG instances have stats. See docs/nvidia-dropin.md"
+    "without that attribute) instead of failing the whole fingerprint; the Fingerprint stream stays open when "
+    "NVML is missing or enabled = false; MIG instances have stats. See docs/nvidia-dropin.md"
 )
 
 

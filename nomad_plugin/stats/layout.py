@@ -102,7 +102,8 @@ def decode_throttle(mask: int) -> list[str]:
 
 
 # What a StatValue shows, as a hashable tuple: (unit, desc, kind, value, denominator).
-# kind "int": int_numerator_val = value, int_denominator_val = denominator when > 0;
+# kind "int": int_numerator_val = value, int_denominator_val = denominator when > 0; "ratio":
+# both, the denominator even when 0;
 # "bool": bool_val; "str": string_val. Both ways of building a response (``build_stats``'s
 # messages and ``assemble``'s bytes, which encodes each distinct spec once) start here.
 Spec = tuple[str, str, str, int | bool | str, int]
@@ -120,6 +121,10 @@ def stat_value(spec: Spec) -> stats_pb2.StatValue:
         out.int_numerator_val.value = value  # type: ignore[assignment]  # in place: half the cost of a wrapper
         if denominator > 0:
             out.int_denominator_val.value = denominator
+    elif kind == "ratio":  # an int ratio whose denominator is sent even when 0
+        out.int_numerator_val.value = value  # type: ignore[assignment]
+        out.int_denominator_val.SetInParent()
+        out.int_denominator_val.value = denominator
     elif kind == "bool":
         out.bool_val.value = value  # type: ignore[assignment]
     else:
@@ -240,16 +245,28 @@ def _zero_if_unsupported(spec: Spec, name: str, mask: int) -> Spec:
     return spec
 
 
+def _power_usage(draw: Reading | None, mask: int, values: _Values) -> Spec:
+    """ "Power usage" as nomad-device-nvidia (1.1.0 on) sends it: the draw in mW over the draw in whole W.
+
+    Its unit says W and its desc "/ Maximum GPU Power", but its stats.go puts
+    the raw milliwatt reading over the same draw in whole watts; dashboards built
+    on it read that. The draw and the limit in W are ``xdm.Power draw``
+    and ``xdm.Power limit``. NotSupported is 0 / 0, as there.
+    """
+    if draw is None:
+        if mask & UNSUPPORTED_BITS["power_w"]:
+            return ("W", DESC_POWER, "ratio", 0, 0)
+        return na_spec("W", DESC_POWER)
+    desc = values._desc(draw, DESC_POWER)
+    return ("W", desc, "ratio", round(draw.value * 1000), int(draw.value))
+
+
 def card_specs(readings: Mapping[str, Reading], card: Card | None, values: _Values) -> CardSpecs:
     """What the physical card's StatObject shows: official names at the top, XDM extras in ``xdm``."""
     r = readings.get
     total_mib = card.memory_mib if card is not None else 0
     count = values.count_spec
     mask = _unsupported(r)
-    power = values.ratio_spec(r("power_w"), r("power_limit_w"), 0, "W", DESC_POWER)
-    if power[2] == "str" and mask & UNSUPPORTED_BITS["power_w"]:
-        limit = r("power_limit_w")
-        power = ("W", DESC_POWER, "int", 0, round(limit.value) if limit is not None else 0)
     top = [
         (
             "Memory state",
@@ -258,7 +275,7 @@ def card_specs(readings: Mapping[str, Reading], card: Card | None, values: _Valu
         ("GPU utilization", count(r("core_util_percent"), "%", DESC_GPU_UTIL)),
         ("Memory utilization", count(r("memory_util_percent"), "%", DESC_MEMORY_UTIL)),
         ("Temperature", _zero_if_unsupported(count(r("temperature_c"), "C", DESC_TEMPERATURE), "temperature_c", mask)),
-        ("Power usage", power),
+        ("Power usage", _power_usage(r("power_w"), mask, values)),
     ]
     _official_extras(top, r, values, mask)
 
@@ -277,6 +294,8 @@ def card_specs(readings: Mapping[str, Reading], card: Card | None, values: _Valu
         ("Remapped rows", count(r("remapped_rows_total"), "#", "memory rows remapped")),
         ("ECC corrected errors", count(r("ecc_sbe_total"), "#", "corrected (single-bit) ECC errors")),
         ("ECC uncorrected errors", count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors")),
+        ("Power draw", count(r("power_w"), "W", "power draw")),
+        ("Power limit", count(r("power_limit_w"), "W", "power limit the card enforces")),
         ("SM clock", count(r("sm_clock_mhz"), "MHz", "compute clock")),
         ("Memory clock", count(r("memory_clock_mhz"), "MHz", "memory clock")),
     ]
