@@ -331,7 +331,8 @@ def _official_extras(
         ("ECC L2 errors", "ecc_l2_corrected", DESC_ECC_L2),
     ):
         top.append((name, _zero_if_unsupported(count(r(reading), "#", desc), reading, mask)))
-    if r("ecc_memory_corrected") is not None or mask & UNSUPPORTED_BITS["ecc_memory_corrected"]:
+    by_location = any(r(n) is not None for n in ("ecc_l1_corrected", "ecc_l2_corrected", "ecc_memory_corrected"))
+    if by_location or mask & UNSUPPORTED_BITS["ecc_memory_corrected"]:  # NVML's split; else XDM's total
         memory = _zero_if_unsupported(
             count(r("ecc_memory_corrected"), "#", DESC_ECC_MEMORY), "ecc_memory_corrected", mask
         )
@@ -358,9 +359,12 @@ def granted_specs(inst: Instance, allot: _Allotment, values: _Values) -> list[tu
         specs.append(("Compute limit", ("%", "granted compute, percent of the card (0 = unlimited)", "int", core, 0)))
     else:
         specs.append(("Slice", ("", "MIG unit index on the card", "int", inst.index, 0)))
-        slices = grant.slices if grant and grant.slices else inst.slices
+        slices = grant.slices if grant and grant.slices and inst.kind is Kind.MIG else inst.slices
         specs.append(("Slices", ("", "MIG compute slices", "int", slices, 0)))
-    memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
+    if inst.kind is Kind.MIG_INSTANCE:  # an existing instance: its own size, whatever else its grant holds
+        memory_gib = allot.memory_mib // 1024
+    else:
+        memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
     if memory_gib or allot.memory_mib:
         limit = memory_gib or allot.memory_mib // 1024
         specs.append(("Memory limit", ("GiB", "granted memory (0 = unlimited)", "int", limit, 0)))
@@ -410,8 +414,7 @@ def _allotment(inst: Instance, card: Card | None, grant: GrantInfo | None, cache
         memory_mib = card_mib  # an unlimited share may use the whole card
     if inst.kind is Kind.MIG_INSTANCE:
         mig = next((m for m in (card.mig_instances if card else ()) if m.uuid == (inst.mig_uuid or inst.id)), None)
-        if mig is not None and memory_mib == 0:
-            memory_mib = mig.memory_mib
+        memory_mib = mig.memory_mib if mig is not None else inst.memory_gib * 1024
         if not readings:
             readings = cache.card_readings([inst.mig_uuid or inst.id])
     return _Allotment(grant, memory_mib, readings)

@@ -31,7 +31,8 @@ from tests.nvml import official_oracle as oracle
 
 SHIM = REPO / "tests" / "integration" / "nvml_shim"
 DEADLINE_S = 90.0
-READY_LINE = "nvml reachable again"
+#: Log lines that say the NVML backend's first look at the cards is done: it read them, or NVML failed.
+READY_LINES = ("nvml reachable again", "NVML watcher failed", "NVML unavailable")
 
 
 # --- scenarios ---------------------------------------------------------------------------------
@@ -135,7 +136,11 @@ class PluginNode:
         """Wait until the NVML backend's first inventory reached the fingerprint engine (its log line)."""
         from tests.waiting import wait_until
 
-        wait_until(lambda: READY_LINE in self.proc.stderr_text(), "the NVML backend's first inventory", DEADLINE_S)
+        wait_until(
+            lambda: any(line in self.proc.stderr_text() for line in READY_LINES),
+            "the NVML backend's first inventory (or its failure)",
+            DEADLINE_S,
+        )
 
     def fingerprint(self, want_devices: bool) -> list[dict[str, Any]]:
         """The first fingerprint that reflects the backend's first inventory."""
