@@ -339,11 +339,13 @@ def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPl
 
 
 def _period_problems(config: PluginConfig) -> list[str]:
-    if config.fingerprint_period > 0:
+    """``fingerprint_period`` under the floor: it was raised to it (decode), which the operator should know."""
+    period = config.fingerprint_period
+    if period >= MIN_FINGERPRINT_PERIOD_S or config.inventory_resync_period == period:
         return []
     return [
-        f"fingerprint_period = {config.fingerprint_period:g}s: cards are re-read every "
-        f"{MIN_FINGERPRINT_PERIOD_S:g} s (nomad-device-nvidia re-reads NVML without pause at a period of 0 or less)"
+        f"fingerprint_period = {period:g}s: cards are re-read every {config.inventory_resync_period:g} s "
+        "(nomad-device-nvidia re-reads NVML without pause at a period of 0 or less)"
     ]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.conftest import conformance_host
-from tests.nvml.dropin import DECISIONS, Item, compare, expected, run_plugin, summarize
+from tests.nvml.dropin import DECISIONS, Item, Observed, compare, expected, run_plugin, summarize
 from tests.nvml.dropin_scenarios import SCENARIOS
 
 __all__ = ["conformance_host"]
@@ -27,13 +27,38 @@ WORKERS = 3  # plugins at once: each waits on its host most of the time
 
 
 @pytest.fixture(scope="module")
-def results(conformance_host: Path) -> Iterator[dict[str, list[Item]]]:
+def runs(conformance_host: Path) -> Iterator[dict[str, tuple[list[Item], Observed]]]:
     def one(scenario):  # type: ignore[no-untyped-def]
         want = expected(scenario)
-        return scenario.name, compare(scenario, want, run_plugin(scenario, conformance_host, want))
+        got = run_plugin(scenario, conformance_host, want)
+        return scenario.name, (compare(scenario, want, got), got)
 
     with ThreadPoolExecutor(WORKERS) as pool:
         yield dict(pool.map(one, SCENARIOS))
+
+
+@pytest.fixture(scope="module")
+def results(runs: dict[str, tuple[list[Item], Observed]]) -> dict[str, list[Item]]:
+    return {name: items for name, (items, _) in runs.items()}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "warning"),
+    [
+        ("enabled-false", "enabled = false: no device is fingerprinted"),
+        ("period-0s", "fingerprint_period = 0s: cards are re-read every 1 s"),
+        ("period-negative", "fingerprint_period = -1s: cards are re-read every 1 s"),
+        ("mig-on-no-instances", "holds no MIG instance, so nothing of it is offered"),
+        ("ignored", "which is in MIG mode: as in nomad-device-nvidia this hides none of its MIG instances"),
+        ("h100-x8", "NVML backend, a drop-in for nomad-device-nvidia except on purpose"),
+    ],
+)
+def test_the_plugin_warns_where_it_departs_on_purpose(
+    runs: dict[str, tuple[list[Item], Observed]], scenario: str, warning: str
+) -> None:
+    stderr = runs[scenario][1].run.stderr
+    lines = [line for line in stderr.splitlines() if warning in line]
+    assert lines and all("[WARN]" in line for line in lines), stderr[-3000:]
 
 
 @pytest.mark.parametrize("scenario", [s.name for s in SCENARIOS])
