@@ -99,7 +99,16 @@ class Observed:
 class PluginNode:
     """The real plugin under the conformance host on one scenario's node; a context manager."""
 
-    def __init__(self, scenario: Scenario, host: Path, *, extra_sets: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        host: Path,
+        *,
+        extra_sets: Iterable[str] = (),
+        plugin: Path | None = None,
+        real_nvml: bool = False,
+    ) -> None:
+        """``real_nvml``: the node's own NVML (a GPU machine), not the double; ``plugin``: another executable."""
         self.scenario = scenario
         self.root = Path(tempfile.mkdtemp(dir="/tmp", prefix="ljdrop-"))
         self.node_file = self.root / "node.json"
@@ -107,7 +116,7 @@ class PluginNode:
         self.proc_root = self.root / "proc"
         write_mig_caps(self.proc_root, scenario.fake())
         sets = {**scenario.plugin_config(), "data_dir": str(self.root / "data")}
-        args = ["--plugin", str(real_plugin()), "--config", str(REPO / "plugin.hcl"), "--phase", "run"]
+        args = ["--plugin", str(plugin or real_plugin()), "--config", str(REPO / "plugin.hcl"), "--phase", "run"]
         args += ["--duration", "0", "--stats-interval", "1", "--stats-detail"]
         for key, value in sets.items():
             args += ["--set", f"{key}={json.dumps(value)}"]
@@ -116,7 +125,8 @@ class PluginNode:
         self.expect_config_ok = _config_decodes(sets)
         if not self.expect_config_ok:
             args += ["--expect-set-config", "error"]
-        self.proc: HostProcess = start_host(args, env=shim_env(self.node_file, self.proc_root), binary=host)
+        env = None if real_nvml else shim_env(self.node_file, self.proc_root)
+        self.proc: HostProcess = start_host(args, env=env, binary=host)
 
     def write_node(self, node: Any) -> None:
         """(Re)write the node the double reads; the double picks up a change at its next enumeration."""
@@ -187,8 +197,8 @@ def schema_defaults(proc: HostProcess) -> dict[str, str]:
     return {k: attrs[k]["default"]["default"]["literal"]["value"] for k in oracle.CONFIG_SCHEMA if k in attrs}
 
 
-def run_plugin(scenario: Scenario, host: Path, expected: Expected) -> Observed:
-    with PluginNode(scenario, host) as node:
+def run_plugin(scenario: Scenario, host: Path, expected: Expected, **node_options: Any) -> Observed:
+    with PluginNode(scenario, host, **node_options) as node:
         defaults = schema_defaults(node.proc)
         if not node.expect_config_ok:
             run = node.proc.finish()
@@ -213,9 +223,12 @@ class Expected:
     set_config_error: str
 
 
-def expected(scenario: Scenario) -> Expected:
-    fake = scenario.fake()
-    fake.nvmlInit()
+def expected(scenario: Scenario, nvml: Any = None) -> Expected:
+    """The official plugin's answers on the scenario's double (or on ``nvml``, initialised: real NVML)."""
+    if nvml is None:
+        nvml = scenario.fake()
+        nvml.nvmlInit()
+    fake = nvml
     enabled = scenario.config.get("enabled", True) is not False
     fp = oracle.fingerprint(fake, scenario.config.get("ignored_gpu_ids", ()), enabled=enabled)
     ids = [d["id"] for g in fp.groups for d in g["devices"]]
@@ -300,11 +313,12 @@ def _host_memory_close(want: dict[str, Any], got: dict[str, Any]) -> bool:
     return abs(int(want["int_numerator"]) - int(got["int_numerator"])) <= total * 2 // 100 + 1
 
 
-def compare(scenario: Scenario, want: Expected, got: Observed) -> list[Item]:
+def compare(scenario: Scenario, want: Expected, got: Observed, host_memory: bool | None = None) -> list[Item]:
+    """Items of one scenario; ``host_memory``: a card's memory is the host's (its used part moves)."""
     items: list[Item] = []
     name = scenario.name
-    fake = scenario.fake()
-    host_memory = any("nvmlDeviceGetMemoryInfo" in g.errors for g in fake.gpus)
+    if host_memory is None:
+        host_memory = any("nvmlDeviceGetMemoryInfo" in g.errors for g in scenario.fake().gpus)
     # config: the schema defaults and whether the agent block loads
     for key, (_, default) in oracle.CONFIG_SCHEMA.items():
         _item(items, name, f"config {key} default", default, got.schema_defaults.get(key))
