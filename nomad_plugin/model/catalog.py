@@ -111,6 +111,9 @@ PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
 # Keys read from ``Inventory.node``.
 NODE_DRIVER_VERSION = "driver_version"
 NODE_RUNTIME_KIT = "runtime_kit"
+#: Which backend read the cards; "nvml" lists NVIDIA devices in UUID order, as nomad-device-nvidia does.
+NODE_SOURCE = "source"
+SOURCE_NVML = "nvml"
 
 _ATTR_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _PCI_RE = re.compile(r"^(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$")
@@ -610,14 +613,15 @@ def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
     """Every instance Nomad should see, grouped; deterministic for equal input."""
     plans, _ = plan_cards(inventory, config)
     level, _ = group_level(inventory, config)
+    uuid_order = inventory.node.get(NODE_SOURCE) == SOURCE_NVML
     groups: list[InstanceGroup] = []
     used: set[GroupKey] = set()
     for draft in sorted(_draft_groups(plans, inventory, level), key=_draft_order):
         if draft.per_card:
             attrs = dict(draft.attrs[0])
         else:  # the first card in UUID order gives the group its attributes, as nomad-device-nvidia
-            by_uuid = sorted(zip(draft.instances, draft.attrs, strict=True), key=lambda pair: pair[0].id)
-            attrs = common_attributes(a for _, a in by_uuid)
+            in_uuid_order = sorted(zip(draft.instances, draft.attrs, strict=True), key=lambda pair: pair[0].id)
+            attrs = common_attributes(a for _, a in in_uuid_order)
         attrs.update(draft.extra)
         key = draft.key
         serial = 2
@@ -625,14 +629,14 @@ def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
             key = GroupKey(draft.key.vendor, draft.key.device_type, f"{draft.key.name} #{serial}")
             serial += 1
         used.add(key)
-        instances = tuple(sorted(draft.instances, key=_instance_order(draft)))
+        instances = tuple(sorted(draft.instances, key=_instance_order(draft, uuid_order)))
         groups.append(InstanceGroup(key, instances, dict(sorted(attrs.items()))))
     return Catalog(tuple(groups))
 
 
-def _instance_order(draft: _Draft) -> Callable[[Instance], tuple[int, int, str]]:
-    """NVIDIA cards and MIG instances by UUID, as nomad-device-nvidia lists them; others by minor."""
-    if draft.key.vendor == "nvidia" and not draft.per_card:
+def _instance_order(draft: _Draft, by_uuid: bool) -> Callable[[Instance], tuple[int, int, str]]:
+    """NVML's cards and MIG instances by UUID, as nomad-device-nvidia lists them; others by minor."""
+    if by_uuid and not draft.per_card:
         return lambda i: (0, 0, i.id)
     return lambda i: (i.minor, i.index, i.id)
 

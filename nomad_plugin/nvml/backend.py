@@ -18,6 +18,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
 from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.catalog import NODE_SOURCE, SOURCE_NVML
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
@@ -301,7 +302,7 @@ class NvmlBackend:
 
     def _rescan(self, nvml: Nvml) -> None:
         """Re-read cards; a card that cannot be read keeps its last known facts, unhealthy."""
-        node = node_facts(nvml)
+        node = {**node_facts(nvml), NODE_SOURCE: SOURCE_NVML}
         refs, failed = list_devices(nvml)
         now = self._clock()
         static: dict[str, Card] = {}
