@@ -313,12 +313,6 @@ def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPl
     problems: list[str] = []
     plans: list[CardPlan] = []
     if not config.enabled:
-        if inventory.cards:
-            problems.append(
-                "enabled = false: no device is fingerprinted and Reserve refuses; the Fingerprint stream stays "
-                "open with no devices (nomad-device-nvidia ends it, after which Nomad stops the plugin until the "
-                "agent restarts)"
-            )
         return (), problems
     problems.extend(_period_problems(config))
     problems.extend(_mig_parents_ignored(inventory, config))
