@@ -387,6 +387,8 @@ class FakeNvml:
         #: when set, every call (nvmlInit included) fails with this code: driver unloaded
         self.driver_gone: int | None = None
         self.has_clock_event_reasons = True
+        #: NVML function name -> the return code every call of it fails with (node-wide: system calls, enumeration)
+        self.errors: dict[str, int] = {}
         self.calls: list[str] = []
         self._cond = threading.Condition()
         self._sets: list[_EventSet] = []
@@ -451,6 +453,8 @@ class FakeNvml:
             raise NVMLError(self.driver_gone)
         if self.init_count <= 0:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        if name in self.errors:
+            raise NVMLError(self.errors[name])
 
     def _gpu(self, name: str, handle: _Handle, mig_ok: bool = False, arg: object = None) -> FakeGpu:
         """The card behind ``handle``, or the NVMLError this call gets on it.
@@ -777,7 +781,7 @@ def gpu_from_spec(spec: dict[str, Any]) -> FakeGpu:
 
 
 def fake_from_spec(spec: dict[str, Any] | list[dict[str, Any]]) -> FakeNvml:
-    """A node from JSON: a list of GPUs, or ``{"gpus": [...], "driver_version": ..., "init_error": ...}``."""
+    """A node from JSON: a list of GPUs, or ``{"gpus": [...], "driver_version", "init_error", "errors"}``."""
     node: dict[str, Any] = {"gpus": spec} if isinstance(spec, list) else dict(spec)
     fake = FakeNvml(
         [gpu_from_spec(g) for g in node.get("gpus", [])],
@@ -786,6 +790,7 @@ def fake_from_spec(spec: dict[str, Any] | list[dict[str, Any]]) -> FakeNvml:
     )
     if node.get("init_error") is not None:
         fake.init_error = int(node["init_error"])
+    fake.errors = {str(k): int(v) for k, v in node.get("errors", {}).items()}
     return fake
 
 

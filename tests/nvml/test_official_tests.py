@@ -37,13 +37,20 @@ from typing import Any
 
 import pytest
 
-from nomad_plugin.testing.fake_pynvml import NVML_ERROR_NO_PERMISSION, NVML_ERROR_NOT_SUPPORTED, FakeGpu, FakeMig
+from nomad_plugin.testing.fake_pynvml import (
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNKNOWN,
+    FakeGpu,
+    FakeMig,
+)
 from tests.conformance.conftest import conformance_host
 from tests.nvml.dropin import PluginNode, Scenario
 
 __all__ = ["conformance_host"]
 
 DENIED = NVML_ERROR_NO_PERMISSION
+UNKNOWN = NVML_ERROR_UNKNOWN
 ADAPTED = {
     "pci_bandwidth": "1 MB/s is not a PCIe width x lane rate; gen 3 x1 = 1024 MB/s, the smallest NVML yields",
     "enabled": "its driver formats go-nvml's EnableState with %v: 1, not Enabled",
@@ -52,6 +59,7 @@ ADAPTED = {
     "nil memory": "NVML answers memory or fails; the reading NVML can leave nil is BAR1 (NotSupported)",
     "group of three names": "the pipeline groups stats by device name: three names are three groups",
     "mig name": "a MIG device's name is NVML's MIG device name (<card> MIG <profile>), not the parent's",
+    "stats power": "its stats mocks give the fingerprint 100 W and the stats 1 mW of one reading: 100 W is kept",
 }
 WORKERS = 3
 
@@ -309,6 +317,42 @@ ROWS = [
         [dev("UUID1", "ModelName1", 1, errors={"nvmlDeviceGetPciInfo": DENIED})],
     ),
     Row("TestGetStatsDataFromNVML", "successful migs", {"gpus": _migs(), "driver_version": "driverVersion"}),
+    Row(
+        "TestGetFingerprintDataFromNVML",
+        "fail on systemDriverCallSuccessful",
+        {"gpus": [dev("UUID1", "ModelName1", 1)], "errors": {"nvmlSystemGetDriverVersion": UNKNOWN}},
+        empty=True,
+    ),
+    Row(
+        "TestGetFingerprintDataFromNVML",
+        "fail on deviceCountCallSuccessful",
+        {"gpus": [dev("UUID1", "ModelName1", 1)], "errors": {"nvmlDeviceGetCount": UNKNOWN}},
+        empty=True,
+    ),
+    Row(
+        "TestGetStatsDataFromNVML",
+        "fail on listDeviceUUIDsCallSuccessful",
+        {"gpus": [dev("UUID1", "ModelName1", 1)], "errors": {"nvmlDeviceGetCount": UNKNOWN}},
+        empty=True,
+    ),
+    Row(
+        "TestGetStatsDataFromNVML",
+        "fail on DeviceInfoAndStatusByUUID call",
+        [stats_dev("UUID1", "ModelName1", 1, 1, errors={"nvmlDeviceGetUtilizationRates": UNKNOWN})],
+    ),
+    Row(
+        "TestGetStatsDataFromNVML",
+        "successful outcome",
+        [
+            stats_dev("UUID1", "ModelName1", 1, 1, memory_total_mib=16, power_mw=100_000, bar1_total_mib=100),
+            stats_dev("UUID2", "ModelName2", 2, 2, memory_total_mib=8, power_mw=200_000, bar1_total_mib=200),
+        ],
+    ),
+    Row(
+        "TestWriteStatsToChannel",
+        "NVML wrapper returns error",
+        [stats_dev("UUID1", "DeviceName1", 1, 1, errors={"nvmlDeviceGetUtilizationRates": UNKNOWN})],
+    ),
 ]
 BY_ID = {r.id: r for r in ROWS}
 
@@ -687,3 +731,44 @@ def test_check_fingerprint_updates(conformance_host: Path, name: str, before: li
             )
         run = node.proc.finish()
     assert not run.violations, run.describe()
+
+
+@pytest.mark.parametrize(
+    ("test", "name"),
+    [
+        ("TestGetFingerprintDataFromNVML", "fail on systemDriverCallSuccessful"),
+        ("TestGetFingerprintDataFromNVML", "fail on deviceCountCallSuccessful"),
+        ("TestGetStatsDataFromNVML", "fail on listDeviceUUIDsCallSuccessful"),
+    ],
+)
+def test_nvml_failing_to_list_cards_keeps_the_streams_open(seen: dict[str, Seen], test: str, name: str) -> None:
+    """The official answers an error (and Nomad stops the plugin); here no device, no stats, NVML's error logged."""
+    found = _row(seen, test, name)
+    assert found.groups == [] and found.stats == {}
+    assert "NVML watcher failed" in found.stderr and "Unknown Error" in found.stderr, found.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("test", "name"),
+    [
+        ("TestWriteStatsToChannel", "NVML wrapper returns error"),
+        ("TestGetStatsDataFromNVML", "fail on DeviceInfoAndStatusByUUID call"),
+    ],
+)
+def test_a_failing_status_read_shows_na_and_keeps_the_stream(seen: dict[str, Seen], test: str, name: str) -> None:
+    """The official sends a stats error (Nomad retries it with backoff); here the card's official stats are N/A."""
+    found = _row(seen, test, name)
+    assert {k: _stat(found, "UUID1", k)[0] for k in _official_stats(1)} == dict.fromkeys(_official_stats(1), "N/A")
+    assert "NVML readings for UUID1 failed: Unknown Error" in found.stderr, found.stderr[-2000:]
+
+
+def test_get_stats_data_successful_outcome(seen: dict[str, Seen]) -> None:
+    """Adapted ("stats power"): the draw is the fingerprint's 100 and 200 W, so Power usage is 100000 / 100 W."""
+    found = _row(seen, "TestGetStatsDataFromNVML", "successful outcome")
+    for uuid, n, total, watts, bar1 in (("UUID1", 1, 16, 100, 100), ("UUID2", 2, 8, 200, 200)):
+        assert {k: _stat(found, uuid, k) for k in _official_stats(n)} == {
+            **_official_stats(n),
+            "Power usage": (1000 * watts, watts, "W"),
+            "Memory state": (n, total, "MiB"),
+            "BAR1 buffer state": (n, bar1, "MiB"),
+        }, uuid
