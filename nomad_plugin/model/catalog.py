@@ -223,15 +223,14 @@ def _is_filtered(card: Card, config: PluginConfig) -> bool:
     """Whether the whole card is hidden.
 
     ``ignored_ids`` (ours) hides a card and all carved from it by UUID or
-    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints: a
-    card in MIG mode is not fingerprinted itself (its MIG instances are), so
-    naming it there hides none of its MIG instances, as in that plugin.
+    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints, by
+    UUID: a card in MIG mode is not fingerprinted itself (its MIG instances
+    are), so naming it there hides none of its MIG instances, as in that plugin.
     """
     ours = {i.strip().casefold() for i in config.ignored_ids if i.strip()}
     if card.uuid.casefold() in ours or str(card.minor) in ours:
         return True
-    official = _ignored_gpu_ids(config)
-    if not card.mig_enabled and (card.uuid.casefold() in official or str(card.minor) in official):
+    if not card.mig_enabled and card.uuid.casefold() in _ignored_gpu_ids(config):
         return True
     vendor, dtype = nomad_vendor(card), base_type(card)
     families = {dtype, card.xpu_type.strip().lower()}
@@ -297,7 +296,7 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
 
 
 def _without_ignored_migs(card: Card, config: PluginConfig) -> Card:
-    """nomad-device-nvidia ignores MIG instances by their own UUID too."""
+    """nomad-device-nvidia ignores MIG instances by their own UUID too (``ignored_ids`` as well)."""
     ignored = _ignored(config)
     if not ignored or not card.mig_instances:
         return card
@@ -351,7 +350,7 @@ def _mig_parents_ignored(inventory: Inventory, config: PluginConfig) -> list[str
     official = _ignored_gpu_ids(config)
     problems = []
     for card in inventory.cards:
-        if card.mig_enabled and (card.uuid.casefold() in official or str(card.minor) in official):
+        if card.mig_enabled and card.uuid.casefold() in official:
             kept = ", ".join(m.uuid for m in card.mig_instances) or "none yet"
             problems.append(
                 f"ignored_gpu_ids names {_card_label(card)}, which is in MIG mode: as in nomad-device-nvidia this "

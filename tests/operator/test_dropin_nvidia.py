@@ -299,3 +299,44 @@ def test_doctor_warns_of_an_unreadable_card_and_of_enabled_false() -> None:
     assert "nomad-device-nvidia would report such a card healthy" in health
     (enabled,) = found["enabled"]
     assert enabled.startswith("warn: enabled = false") and "keeps its Fingerprint stream open" in enabled
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0",
+        "0s",
+        "-1s",
+        "+5s",
+        "1h30m",
+        "1.5h",
+        ".5s",
+        "1.s",
+        "300ms",
+        "2us",
+        "2µs",
+        "1000h",
+        "2562047h",
+        "2562048h",
+        "",
+        "5",
+        "0.0",
+        "1d",
+        "1h 30m",
+        "5 minutes",
+        "s",
+        ".s",
+        "1..5s",
+    ],
+)
+def test_fingerprint_period_is_taken_exactly_when_go_parse_duration_takes_it(text: str) -> None:
+    """The restated official SetConfig (time.ParseDuration) and ours agree on every spelling ("" aside: ours
+    reads it as "not written", an older default of this plugin)."""
+    from tests.nvml import official_oracle
+
+    try:
+        decode(fingerprint_period=text)
+        ours = True
+    except ConfigError:
+        ours = False
+    assert ours == (official_oracle.go_parse_duration_ok(text) or text == "")
