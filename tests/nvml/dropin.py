@@ -13,6 +13,7 @@ An item that differs without a decision is an undocumented difference.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -71,6 +72,7 @@ def nvml_library_dir() -> str:
     """A directory whose ``libnvidia-ml.so.1`` opens (a link to libc): the plugin opens it before importing pynvml."""
     libc = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "/libc.so" in line)
     where = tempfile.mkdtemp(prefix="ljnvml-")
+    atexit.register(shutil.rmtree, where, True)
     (Path(where) / "libnvidia-ml.so.1").symlink_to(libc)
     return where
 
