@@ -13,11 +13,11 @@ plugin "nomad-device-lingjun" {
     # false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia).
     enabled = true
 
-    # Card or MIG UUIDs never fingerprinted (as nomad-device-nvidia).
+    # GPU or MIG UUIDs never fingerprinted (as nomad-device-nvidia: a card in MIG mode is hidden by its MIG UUIDs).
     ignored_gpu_ids = []
 
-    # nomad-device-nvidia's key for how often cards are re-read; empty = inventory_resync_period.
-    fingerprint_period = ""
+    # nomad-device-nvidia's key: how often cards are re-read (a Go duration; under 1s means 1s); one setting with inventory_resync_period.
+    fingerprint_period = "1m"
 
     # Where cards come from: auto (XDM if its socket exists, else NVML), xdm or nvml.
     backend = "auto"

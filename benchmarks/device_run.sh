@@ -7,7 +7,9 @@
 #      real cards as an XDM node and the shipped executable serves them (backend = "xdm");
 #   3. `doctor` and `check-job` of the shipped executable against the real cards, for every
 #      job in tests/operator/official_jobs/ (jobs written for hashicorp/nomad-device-nvidia);
-#   4. the GPU-marked pytest tests (tests/nvml, tests/sim/test_nvml_mirror.py).
+#   4. the drop-in comparison with the restated nomad-device-nvidia on the real NVML
+#      (benchmarks/dropin_compare.py: what the NVML double could not predict);
+#   5. the GPU-marked pytest tests (tests/nvml, tests/sim/test_nvml_mirror.py).
 # Needs: .devcarry/conformance-host (tests/conformance/bin/conformance-host built here),
 # dist/ (make dist) and .whl/ (wheels the device's Python lacks). Writes its evidence to $OUT.
 set -u
@@ -69,6 +71,9 @@ for job in tests/operator/official_jobs/*; do
   rc=$?
   echo "$(basename "$job"): exit $rc | $(grep -m1 -i -E 'placed|cannot|error' "$E/cj-$(basename "$job").txt")"
 done
+
+echo "=== nomad-device-nvidia restated, against the shipped executable, on the real NVML (docs/nvidia-dropin.md)"
+timeout 120 python3 benchmarks/dropin_compare.py --host "$HOST" --plugin $np/nomad-device-lingjun --out "$E" 2>&1 | tail -40
 
 echo "=== pytest (GPU-marked and NVML tests)"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/nvml tests/sim/test_nvml_mirror.py 2>&1 | tail -12

@@ -45,7 +45,6 @@ sys.path.insert(0, str(REPO))
 
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest  # noqa: E402
 from nomad_plugin.nvml.backend import NvmlBackend  # noqa: E402
-from nomad_plugin.nvml.grants import MIG_UUIDS_ANNOTATION  # noqa: E402
 from nomad_plugin.nvml.probe import nvml_unavailable_reason  # noqa: E402
 
 PLUGIN_NAME = "nomad-device-lingjun"
@@ -206,8 +205,14 @@ def _grants(backend: NvmlBackend, inv: Any) -> list[dict[str, Any]]:
                 f"MIG {mig.profile}",
                 GrantRequest(
                     "gpu-check-mig",
-                    (DeviceAsk(minor=mig_card.minor, slices=mig.slices),),
-                    {MIG_UUIDS_ANNOTATION: mig.uuid},
+                    (
+                        DeviceAsk(
+                            minor=mig_card.minor,
+                            slices=mig.slices,
+                            memory_gib=mig.memory_mib // 1024,
+                            mig_uuid=mig.uuid,
+                        ),
+                    ),
                 ),
             )
         )

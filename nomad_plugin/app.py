@@ -53,6 +53,11 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 HOUSEKEEPING_PERIOD = 5.0
+#: Said at start with ``enabled = false``: where this plugin differs from nomad-device-nvidia then.
+DISABLED_NOTE = (
+    "enabled = false: no device is fingerprinted and Reserve refuses; the Fingerprint stream stays open with no "
+    "devices (nomad-device-nvidia ends it, after which Nomad stops the plugin until the agent restarts)"
+)
 #: How long the plugin waits for an operator command that holds the journal's owner lock.
 OWNER_LOCK_WAIT = 10.0
 
@@ -122,6 +127,8 @@ class PluginApp:
         from nomad_plugin.stats.grants import GrantTable
         from nomad_plugin.stats.layout import GrantLookup
 
+        if not config.enabled:
+            log.warning(DISABLED_NOTE)
         backend = (self._backend_factory or select_backend)(config)
         self.backend = backend
         self.metrics = PluginMetrics.for_config(config)
@@ -429,7 +436,8 @@ class PluginApp:
         self._ensure_started()
         if self.config is not None and not self.config.enabled:
             raise ReservationRejected(
-                "the plugin is disabled (enabled = false in its config block): it reserves nothing"
+                "device is not enabled: the plugin is disabled (enabled = false in its config block) "
+                "and reserves nothing"
             )
         reserver = self.reserver
         if reserver is None:

@@ -60,9 +60,10 @@ def validate_config(config: PluginConfig) -> None:
 def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml_usable) -> Backend:
     name = choose_backend_name(config, nvml_usable)
     if name == "nvml":
-        from nomad_plugin.nvml.backend import NvmlBackend
+        from nomad_plugin.nvml.backend import DROP_IN_NOTE, NvmlBackend
 
         log.info("backend: nvml")
+        log.warning(DROP_IN_NOTE)
         return NvmlBackend(config, xid_hold_s=config.xid_hold)
     from nomad_plugin.xdm.backend import XdmBackend
 

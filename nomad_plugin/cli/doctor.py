@@ -91,6 +91,14 @@ class Doctor:
         self.add(
             "config", OK, f"{where}: decoded by the plugin's own SetConfig decoder (backend {self.config.backend})"
         )
+        if not self.config.enabled:
+            self.add(
+                "enabled",
+                WARN,
+                "enabled = false: the plugin fingerprints no device and refuses every Reserve",
+                "set enabled = true to offer the cards; unlike nomad-device-nvidia the plugin keeps its Fingerprint "
+                "stream open meanwhile, so Nomad keeps it loaded (docs/nvidia-dropin.md)",
+            )
 
     def _user_config(self) -> dict[str, Any]:
         """The plugin block's config from a file or an agent config directory (HCL or JSON)."""
@@ -137,7 +145,7 @@ class Doctor:
             return
         models = sorted({c.model for c in inventory.cards})
         self.add("nvml", OK, f"NVML reads {len(inventory.cards)} cards: {', '.join(models) or 'none'}")
-        self._card_health(inventory.cards, "nvml cards")
+        self._card_health(inventory.cards, "nvml cards", dropin=True)
         self._config_vs_cards(inventory.cards)
 
     def _config_vs_cards(self, cards: Any) -> None:
@@ -158,8 +166,12 @@ class Doctor:
             "warnings at start",
         )
 
-    def _card_health(self, cards: Any, check: str = "card health") -> None:
-        """Unhealthy cards, each with its reason: Nomad places nothing on them until they recover."""
+    def _card_health(self, cards: Any, check: str = "card health", dropin: bool = False) -> None:
+        """Unhealthy cards, each with its reason: Nomad places nothing on them until they recover.
+
+        ``dropin``: NVML cards, where nomad-device-nvidia would report the card healthy (or, when NVML
+        cannot read it, fail its whole fingerprint); the next step says so.
+        """
         sick = [c for c in cards if not c.healthy]
         if not sick:
             self.add(check, OK, f"all {len(list(cards))} cards healthy")
@@ -172,7 +184,13 @@ class Doctor:
             FAIL if len(sick) == len(list(cards)) else WARN,
             f"{len(sick)} of {len(list(cards))} cards unhealthy: {listed}",
             "Nomad gives no task an unhealthy card; check `nvidia-smi -q` / the PPU tools and the kernel log "
-            "(dmesg | grep -i xid); XID 79 (fallen off the bus) or a reset-required card needs a reset or reboot",
+            "(dmesg | grep -i xid); XID 79 (fallen off the bus) or a reset-required card needs a reset or reboot"
+            + (
+                "; nomad-device-nvidia would report such a card healthy, or stop fingerprinting every card when "
+                "NVML cannot read one (docs/nvidia-dropin.md)"
+                if dropin
+                else ""
+            ),
         )
 
     def backend_name(self) -> str:

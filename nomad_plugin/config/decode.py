@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import msgpack
 
-from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, PluginConfig
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option, option
 from nomad_plugin.model.errors import ConfigError
 
@@ -29,6 +29,10 @@ MAX_STRING = 4096
 MAX_LIST = 1024
 MAX_CARDS = 1024
 MAX_DURATION = 30 * 86400.0  # seconds; anything longer is a typo
+#: Go's time.Duration limit (int64 nanoseconds): what time.ParseDuration accepts.
+GO_MAX_DURATION = (2**63 - 1) / 1e9
+#: nomad-device-nvidia's list options, whose entries it takes as they are (an empty string matches nothing).
+VERBATIM_LISTS = frozenset({"ignored_gpu_ids"})
 # Durations that must be > 0 (a zero timeout or resync period makes no sense).
 POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "inventory_resync_period"})
 # Socket options: a relative path would resolve against the plugin's working
@@ -203,7 +207,8 @@ def decode_list(opt: Option, value: Any, name: str) -> tuple[Any, ...]:
     items: list[Any] = []
     for index, item in enumerate(value):
         if element == "string":
-            if not isinstance(item, str) or not item or len(item) > MAX_STRING or "\x00" in item:
+            empty_ok = opt.name in VERBATIM_LISTS and item == ""
+            if not isinstance(item, str) or not (item or empty_ok) or len(item) > MAX_STRING or "\x00" in item:
                 raise invalid(f"{name}[{index}]", item, allowed, opt.secret, "is not a non-empty string")
             items.append(item)
         else:
@@ -401,27 +406,48 @@ def check_paths_and_urls(values: dict[str, Any]) -> None:
         raise invalid("nomad_address", address, allowed, problem="names no host")
 
 
-def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> None:
-    """``fingerprint_period`` (nomad-device-nvidia's key) sets ``inventory_resync_period``.
+def go_duration(value: str, name: str) -> float:
+    """Seconds of a duration exactly as Go's ``time.ParseDuration`` takes it: any sign, no 30-day cap."""
+    allowed = _string_allowed(option("inventory_resync_period"))
+    try:
+        seconds = parse_go_duration(value)
+    except ValueError:
+        raise invalid(name, value, allowed, problem="is not a Go duration") from None
+    if abs(seconds) > GO_MAX_DURATION:
+        raise invalid(name, value, f"{allowed}, within Go's limit of about 292 years", problem="is out of range")
+    return seconds
 
-    Nomad sends every option with its schema default filled in, so a
-    non-default ``inventory_resync_period`` is one the operator wrote; the
-    two may then only agree. The result is seconds in both fields.
+
+def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> None:
+    """``fingerprint_period`` (nomad-device-nvidia's key) and ``inventory_resync_period`` are one setting.
+
+    Nomad sends every option with its schema default filled in (both "1m"),
+    so the one that differs from its default is the one the operator wrote;
+    both written and different is refused. ``fingerprint_period`` takes what
+    nomad-device-nvidia's ``time.ParseDuration`` takes, so an agent block that
+    loads that plugin loads this one: "0s" or less (re-read without pause
+    there) re-reads every ``MIN_FINGERPRINT_PERIOD_S`` here, and more than 30
+    days is kept. "" (this plugin's old default) means "not written". The
+    result: ``fingerprint_period`` as written, ``inventory_resync_period`` the
+    period in use, both in seconds.
     """
     text = str(values["fingerprint_period"]).strip()
-    if not text:
-        values["fingerprint_period"] = values["inventory_resync_period"]
-        return
-    resync = option("inventory_resync_period")
-    period = decode_duration(resync, text, "fingerprint_period")
     written = values["inventory_resync_period"]
-    if written not in (period, default_value(resync)):
+    resync_default = default_value(option("inventory_resync_period"))
+    period = go_duration(text, "fingerprint_period") if text else None
+    if period is None or (
+        period == parse_go_duration(str(option("fingerprint_period").default)) and written != resync_default
+    ):
+        values["fingerprint_period"] = written
+        return
+    if written not in (period, resync_default):
         raise ConfigError(
             f"config: fingerprint_period = {show(text)} and inventory_resync_period = "
             f"{show(raw.get('inventory_resync_period'))} disagree; allowed: one of them (they are one setting), "
             "or both the same duration"
         )
-    values["fingerprint_period"] = values["inventory_resync_period"] = period
+    values["fingerprint_period"] = period
+    values["inventory_resync_period"] = max(MIN_FINGERPRINT_PERIOD_S, period)
 
 
 def secret_values(config: PluginConfig) -> list[str]:

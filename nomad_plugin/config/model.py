@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: The shortest period cards are re-read at; nomad-device-nvidia re-reads without pause at "0s" or less.
+MIN_FINGERPRINT_PERIOD_S = 1.0
+
 
 @dataclass(frozen=True)
 class CardRule:
@@ -19,7 +22,7 @@ class PluginConfig:
 
     enabled: bool = True
     ignored_gpu_ids: tuple[str, ...] = ()
-    fingerprint_period: float = 60.0
+    fingerprint_period: float = 60.0  # as written (Go's time.ParseDuration: may be <= 0 or beyond 30 days)
     backend: str = "auto"
     xdm_socket: str = "/run/amp/eKitC/xdm/sockets/dp2mgr.sock"
     config_socket: str = "/run/amp/eKitC/xdm/sockets/config-daemon.sock"

@@ -29,12 +29,18 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     # --- hashicorp/nomad-device-nvidia's keys, same meaning (drop-in) --------
     Option("enabled", "bool", True, "false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia)."),
-    Option("ignored_gpu_ids", "list(string)", [], "Card or MIG UUIDs never fingerprinted (as nomad-device-nvidia)."),
+    Option(
+        "ignored_gpu_ids",
+        "list(string)",
+        [],
+        "GPU or MIG UUIDs never fingerprinted (as nomad-device-nvidia: a card in MIG mode is hidden by its MIG UUIDs).",
+    ),
     Option(
         "fingerprint_period",
         "string",
-        "",
-        "nomad-device-nvidia's key for how often cards are re-read; empty = inventory_resync_period.",
+        "1m",
+        "nomad-device-nvidia's key: how often cards are re-read (a Go duration; under 1s means 1s); "
+        "one setting with inventory_resync_period.",
     ),
     # --- backend and XDM connection -----------------------------------------
     Option(

@@ -18,6 +18,8 @@ class MigInstance:
     memory_mib: int
     gpu_instance_id: int = -1
     compute_instance_id: int = -1
+    #: NVML's name of the MIG device ("NVIDIA A100-SXM4-80GB MIG 1g.10gb"); "" when unknown
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Card:
     driver_version: str = ""
     numa_node: int | None = None
     mig_capable: bool = False
+    #: MIG mode is on now (NVML backend): only the card's MIG instances can be handed out
+    mig_enabled: bool = False
     topology: Topology = field(default_factory=Topology)
     mig_instances: tuple[MigInstance, ...] = ()
     extra: Mapping[str, str] = field(default_factory=dict)

@@ -25,10 +25,10 @@ each worth floor(memory_gib / 8) GiB.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, PluginConfig
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import (
     Attr,
@@ -89,14 +89,31 @@ EXTRA_ATTRS: Mapping[str, tuple[str, str]] = {
     "persistence_mode": ("persistence_mode", ""),
     "compute_capability": ("compute_capability", ""),
 }
-# Attributes a multi-card group takes from its first card even when cards differ,
-# as nomad-device-nvidia does for every attribute: readings taken once per card.
-FIRST_CARD_ATTRS = frozenset({"power", "cores_clock", "memory_clock"})
+# nomad-device-nvidia's attributes: a multi-card group takes them from its first card in
+# UUID order, as that plugin does ("the same DeviceName has the same attributes"), so
+# ``${device.attr.memory}`` holds even when one card's ECC or persistence setting differs.
+# Our own attributes appear on such a group only when every card agrees.
+FIRST_CARD_ATTRS = frozenset(
+    {
+        "memory",
+        "power",
+        "bar1",
+        "driver_version",
+        "cores_clock",
+        "memory_clock",
+        "pci_bandwidth",
+        "display_state",
+        "persistence_mode",
+    }
+)
 # Facts of one card that never go on a whole-card group (it may hold more cards later).
 PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
 # Keys read from ``Inventory.node``.
 NODE_DRIVER_VERSION = "driver_version"
 NODE_RUNTIME_KIT = "runtime_kit"
+#: Which backend read the cards; "nvml" lists NVIDIA devices in UUID order, as nomad-device-nvidia does.
+NODE_SOURCE = "source"
+SOURCE_NVML = "nvml"
 
 _ATTR_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _PCI_RE = re.compile(r"^(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$")
@@ -195,12 +212,25 @@ def _card_label(card: Card) -> str:
 
 def _ignored(config: PluginConfig) -> set[str]:
     """``ignored_ids`` and nomad-device-nvidia's ``ignored_gpu_ids``, one set (UUIDs or minors)."""
-    return {i.strip().casefold() for i in (*config.ignored_ids, *config.ignored_gpu_ids)}
+    return {i.strip().casefold() for i in (*config.ignored_ids, *config.ignored_gpu_ids) if i.strip()}
+
+
+def _ignored_gpu_ids(config: PluginConfig) -> set[str]:
+    return {i.strip().casefold() for i in config.ignored_gpu_ids if i.strip()}
 
 
 def _is_filtered(card: Card, config: PluginConfig) -> bool:
-    ignored = _ignored(config)
-    if card.uuid.casefold() in ignored or str(card.minor) in ignored:
+    """Whether the whole card is hidden.
+
+    ``ignored_ids`` (ours) hides a card and all carved from it by UUID or
+    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints, by
+    UUID: a card in MIG mode is not fingerprinted itself (its MIG instances
+    are), so naming it there hides none of its MIG instances, as in that plugin.
+    """
+    ours = {i.strip().casefold() for i in config.ignored_ids if i.strip()}
+    if card.uuid.casefold() in ours or str(card.minor) in ours:
+        return True
+    if not card.mig_enabled and card.uuid.casefold() in _ignored_gpu_ids(config):
         return True
     vendor, dtype = nomad_vendor(card), base_type(card)
     families = {dtype, card.xpu_type.strip().lower()}
@@ -224,9 +254,15 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
     source = f"rule match={rule.match!r}" if rule is not None else "default_mode"
     label = _card_label(card)
 
-    if card.mig_instances:
+    if card.mig_instances or card.mig_enabled:
         if mode not in (MODE_WHOLE, MODE_MIG):
-            problems.append(f"{label}: mode {mode} ({source}) impossible, the card has MIG instances")
+            problems.append(f"{label}: mode {mode} ({source}) impossible, the card is in MIG mode")
+        if not card.mig_instances:
+            problems.append(
+                f"{label}: MIG mode is on but the card holds no MIG instance, so nothing of it is offered (as "
+                "nomad-device-nvidia does; a task could not use the card whole); create instances with "
+                "`nvidia-smi mig -cgi ... -C` or turn MIG off with `nvidia-smi -mig 0`"
+            )
         return CardPlan(card, MODE_MIG_INSTANCE)
     if mode not in MODES:
         problems.append(f"{label}: unknown mode {mode!r} ({source}); advertised whole")
@@ -260,7 +296,7 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
 
 
 def _without_ignored_migs(card: Card, config: PluginConfig) -> Card:
-    """nomad-device-nvidia ignores MIG instances by their own UUID too."""
+    """nomad-device-nvidia ignores MIG instances by their own UUID too (``ignored_ids`` as well)."""
     ignored = _ignored(config)
     if not ignored or not card.mig_instances:
         return card
@@ -277,6 +313,8 @@ def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPl
     plans: list[CardPlan] = []
     if not config.enabled:
         return (), problems
+    problems.extend(_period_problems(config))
+    problems.extend(_mig_parents_ignored(inventory, config))
     seen_uuids: set[str] = set()
     seen_minors: set[int] = set()
     for card in sorted(inventory.cards, key=lambda c: (c.minor, c.uuid)):
@@ -294,6 +332,31 @@ def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPl
         seen_minors.add(card.minor)
         plans.append(_plan_card(_without_ignored_migs(card, config), config, problems))
     return tuple(plans), problems
+
+
+def _period_problems(config: PluginConfig) -> list[str]:
+    """``fingerprint_period`` under the floor: it was raised to it (decode), which the operator should know."""
+    period = config.fingerprint_period
+    if period >= MIN_FINGERPRINT_PERIOD_S or config.inventory_resync_period == period:
+        return []
+    return [
+        f"fingerprint_period = {period:g}s: cards are re-read every {config.inventory_resync_period:g} s "
+        "(nomad-device-nvidia re-reads NVML without pause at a period of 0 or less)"
+    ]
+
+
+def _mig_parents_ignored(inventory: Inventory, config: PluginConfig) -> list[str]:
+    """``ignored_gpu_ids`` naming a card in MIG mode: as in nomad-device-nvidia it hides none of its instances."""
+    official = _ignored_gpu_ids(config)
+    problems = []
+    for card in inventory.cards:
+        if card.mig_enabled and card.uuid.casefold() in official:
+            kept = ", ".join(m.uuid for m in card.mig_instances) or "none yet"
+            problems.append(
+                f"ignored_gpu_ids names {_card_label(card)}, which is in MIG mode: as in nomad-device-nvidia this "
+                f"hides none of its MIG instances ({kept}); list their MIG UUIDs there, or the card in ignored_ids"
+            )
+    return problems
 
 
 def unmatched_settings(inventory: Inventory, config: PluginConfig) -> list[str]:
@@ -422,7 +485,10 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
 
 
 def common_attributes(per_card: Iterable[Mapping[str, Attr]]) -> dict[str, Attr]:
-    """Attributes equal on every card, minus per-card identity (for multi-card groups)."""
+    """A multi-card group's attributes: nomad-device-nvidia's from the first card, ours where all agree.
+
+    Per-card identity never appears. The caller orders the cards (by UUID, as that plugin does).
+    """
     dicts = list(per_card)
     if not dicts:
         return {}
@@ -509,10 +575,10 @@ def _draft_groups(plans: Iterable[CardPlan], inventory: Inventory, level: str) -
             }
             key = GroupKey(vendor, f"{dtype}-mig", f"{model} card{card.minor}")
             singles.append(_Draft(key, list(instances), [attrs], True, extra))
-        else:  # MODE_MIG_INSTANCE: existing MIG instances, one group per profile (NVIDIA plugin style)
+        else:  # MODE_MIG_INSTANCE: existing MIG instances, one group per MIG device name (NVIDIA plugin style)
             pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
             for index, mig in enumerate(card.mig_instances):
-                key = GroupKey(vendor, dtype, f"{model} MIG {mig.profile}")
+                key = GroupKey(vendor, dtype, mig.name.strip() or f"{model} MIG {mig.profile}")
                 mig_attrs = dict(attrs)
                 mig_attrs["memory"] = Attr(mig.memory_mib, "MiB")
                 mig_attrs["mig_profile"] = Attr(mig.profile)
@@ -540,10 +606,15 @@ def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
     """Every instance Nomad should see, grouped; deterministic for equal input."""
     plans, _ = plan_cards(inventory, config)
     level, _ = group_level(inventory, config)
+    uuid_order = inventory.node.get(NODE_SOURCE) == SOURCE_NVML
     groups: list[InstanceGroup] = []
     used: set[GroupKey] = set()
     for draft in sorted(_draft_groups(plans, inventory, level), key=_draft_order):
-        attrs = dict(draft.attrs[0]) if draft.per_card else common_attributes(draft.attrs)
+        if draft.per_card:
+            attrs = dict(draft.attrs[0])
+        else:  # the first card in UUID order gives the group its attributes, as nomad-device-nvidia
+            in_uuid_order = sorted(zip(draft.instances, draft.attrs, strict=True), key=lambda pair: pair[0].id)
+            attrs = common_attributes(a for _, a in in_uuid_order)
         attrs.update(draft.extra)
         key = draft.key
         serial = 2
@@ -551,9 +622,16 @@ def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
             key = GroupKey(draft.key.vendor, draft.key.device_type, f"{draft.key.name} #{serial}")
             serial += 1
         used.add(key)
-        instances = tuple(sorted(draft.instances, key=lambda i: (i.minor, i.index, i.id)))
+        instances = tuple(sorted(draft.instances, key=_instance_order(draft, uuid_order)))
         groups.append(InstanceGroup(key, instances, dict(sorted(attrs.items()))))
     return Catalog(tuple(groups))
+
+
+def _instance_order(draft: _Draft, by_uuid: bool) -> Callable[[Instance], tuple[int, int, str]]:
+    """NVML's cards and MIG instances by UUID, as nomad-device-nvidia lists them; others by minor."""
+    if by_uuid and not draft.per_card:
+        return lambda i: (0, 0, i.id)
+    return lambda i: (i.minor, i.index, i.id)
 
 
 def _draft_order(draft: _Draft) -> tuple[str, str, int, str]:

@@ -59,6 +59,17 @@ NVML_METRIC_NAMES: dict[int, str] = {
     105: "ecc_l1_corrected",
     106: "ecc_l2_corrected",
     107: "ecc_memory_corrected",
+    # Which official readings NVML answered NotSupported for, as a bit mask of
+    # UNSUPPORTED_BITS: nomad-device-nvidia shows those as 0, the stats layout too.
+    108: "nvml_unsupported",
+}
+#: Bits of ``nvml_unsupported``, by the reading NVML does not support on the card.
+UNSUPPORTED_BITS: dict[str, int] = {
+    "temperature_c": 0x1,
+    "power_w": 0x2,
+    "ecc_l1_corrected": 0x4,
+    "ecc_l2_corrected": 0x8,
+    "ecc_memory_corrected": 0x10,
 }
 ALL_METRIC_NAMES: dict[int, str] = {**METRIC_NAMES, **NVML_METRIC_NAMES}
 METRIC_IDS: dict[str, int] = {name: mid for mid, name in ALL_METRIC_NAMES.items()}

@@ -167,7 +167,20 @@ def build_container(
             continue
         envs[key] = value
     envs.update(_own_envs(grant, instances))
+    if ENV_NVIDIA_VISIBLE in envs:
+        envs[ENV_NVIDIA_VISIBLE] = in_request_order(envs[ENV_NVIDIA_VISIBLE], instances)
     return ContainerSpec(envs=envs, mounts=mounts if include_mounts else (), devices=nodes)
+
+
+def in_request_order(visible: str, instances: Sequence[Instance]) -> str:
+    """``NVIDIA_VISIBLE_DEVICES`` in the order Nomad asked, as nomad-device-nvidia joins the IDs.
+
+    Only when the value lists exactly the requested IDs (whole cards, existing
+    MIG instances); CUDA numbers the visible devices in this order.
+    """
+    ids = [i.id for i in instances]
+    listed = [v for v in visible.split(",") if v]
+    return ",".join(ids) if sorted(listed) == sorted(ids) else visible
 
 
 def _is_nvidia(group: GroupKey) -> bool:

@@ -131,10 +131,8 @@ def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
                 )
             asks.append(DeviceAsk(minor=m, slices=slices, memory_gib=sum(i.memory_gib for i in insts)))
         return tuple(asks)
-    # Existing MIG instances (NVML): one ask per instance.
-    for inst in instances:
-        if inst.slices not in VALID_SLICES:
-            raise ReservationRejected(f"MIG instance {inst.id} has {inst.slices} slices; valid: 1, 2, 3, 4, 7")
+    # Existing MIG instances (NVML): one ask per instance, naming it; NVML made it, so its
+    # slices and memory are facts to record, not sizes to check.
     return tuple(
         DeviceAsk(minor=i.minor, slices=i.slices, memory_gib=i.memory_gib, mig_uuid=i.mig_uuid or i.id)
         for i in instances

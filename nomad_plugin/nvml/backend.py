@@ -18,11 +18,12 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
 from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.catalog import NODE_SOURCE, SOURCE_NVML
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.nvml import lib
-from nomad_plugin.nvml.devices import DeviceRef, FirstReadings, list_devices, node_facts, read_card
+from nomad_plugin.nvml import grants, lib
+from nomad_plugin.nvml.devices import HOST_MEMORY_KEY, DeviceRef, FirstReadings, list_devices, node_facts, read_card
 from nomad_plugin.nvml.events import Event, EventSet
 from nomad_plugin.nvml.grants import build_grant
 from nomad_plugin.nvml.health import HealthBook
@@ -37,6 +38,13 @@ log = get_logger(__name__)
 DEFAULT_XID_HOLD_S = 300.0
 HEALTH_SOURCE_KEY = "health_source"
 STREAM_PERIOD_S = 1.0
+#: Said once per start: where this backend differs on purpose from nomad-device-nvidia.
+DROP_IN_NOTE = (
+    "NVML backend, a drop-in for nomad-device-nvidia except on purpose: cards are healthy only while NVML "
+    "reads them and no critical XID/ECC fault holds them; a reading that fails keeps the card (unhealthy or "
+    "without that attribute) instead of failing the whole fingerprint; the Fingerprint stream stays open when "
+    "NVML is missing or enabled = false; MIG instances have stats. See docs/nvidia-dropin.md"
+)
 
 
 class NvmlBackend:
@@ -49,7 +57,7 @@ class NvmlBackend:
         nvml: Nvml | None = None,
         loader: Callable[[], Nvml] = lib.load,
         sysfs_root: str = "/sys",
-        proc_root: str = "/proc",
+        proc_root: str | None = None,
         dev_root: str = "/dev",
         xid_hold_s: float = DEFAULT_XID_HOLD_S,
         event_timeout_ms: int = 500,
@@ -61,6 +69,7 @@ class NvmlBackend:
         self._nvml_injected = nvml
         self._loader = loader
         self._nvml: Nvml | None = None
+        # proc_root None: ``grants.PROC_ROOT`` when a grant is built (/proc; a test shim may move it)
         self.sysfs_root, self.proc_root, self.dev_root = sysfs_root, proc_root, dev_root
         self._timeout_ms = event_timeout_ms
         self._probe_period = probe_period_s
@@ -119,7 +128,8 @@ class NvmlBackend:
         snapshot = self.inventory()
         if not snapshot.reachable:
             raise BackendUnavailable(f"NVML is not available: {snapshot.unreachable_reason}")
-        return build_grant(request, snapshot, self.proc_root, self.dev_root)
+        proc_root = self.proc_root if self.proc_root is not None else grants.PROC_ROOT
+        return build_grant(request, snapshot, proc_root, self.dev_root)
 
     def release(self, grant_id: str) -> None:
         """Nothing to release: NVML grants hold no server-side state."""
@@ -292,7 +302,7 @@ class NvmlBackend:
 
     def _rescan(self, nvml: Nvml) -> None:
         """Re-read cards; a card that cannot be read keeps its last known facts, unhealthy."""
-        node = node_facts(nvml)
+        node = {**node_facts(nvml), NODE_SOURCE: SOURCE_NVML}
         refs, failed = list_devices(nvml)
         now = self._clock()
         static: dict[str, Card] = {}
@@ -317,8 +327,19 @@ class NvmlBackend:
                 if ref.uuid in old_static:
                     static[ref.uuid] = old_static[ref.uuid]
                 else:
-                    static[ref.uuid] = _placeholder(ref, node)
+                    static[ref.uuid] = _placeholder(nvml, ref, node)
                 lost[ref.uuid] = lib.describe(nvml, exc)
+                continue
+            card = static[ref.uuid]
+            if card.extra.get(HOST_MEMORY_KEY) and ref.uuid not in old_static:
+                log.info(
+                    "card %d (%s, %s): NVML has no framebuffer memory reading (unified memory); its memory is the "
+                    "host's RAM, %d MiB, as nomad-device-nvidia reports it",
+                    card.minor,
+                    card.uuid,
+                    card.model,
+                    card.memory_mib,
+                )
         with self._lock:
             self._node = node
             self._refs = {r.uuid: r for r in sorted(refs, key=lambda r: r.index)}
@@ -365,12 +386,16 @@ class NvmlBackend:
         self._listeners.notify(snapshot)
 
 
-def _placeholder(ref: DeviceRef, node: dict[str, str]) -> Card:
-    """A card NVML enumerates but cannot describe: kept visible so it can be unhealthy."""
+def _placeholder(nvml: Nvml, ref: DeviceRef, node: dict[str, str]) -> Card:
+    """A card NVML enumerates but cannot describe: kept visible (in its model's group) so it can be unhealthy."""
+    try:
+        model = lib.text(nvml.nvmlDeviceGetName(ref.handle))
+    except nvml.NVMLError:
+        model = "unknown"
     return Card(
         minor=ref.minor,
         uuid=ref.uuid,
-        model="unknown",
+        model=model,
         vendor="nvidia",
         xpu_type="gpu",
         memory_mib=0,

@@ -6,6 +6,7 @@ backend, the enricher and the GPU check share them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,43 @@ _MIB = 1024 * 1024
 VOLATILE_EXTRAS = ("power", "cores_clock", "memory_clock")
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
 _GPU_SLICES = re.compile(r"(?:^|\.)(\d+)g\.")
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """A card's memory in MiB; ``host`` when it is the host's RAM (a unified-memory iGPU)."""
+
+    total_mib: int
+    used_mib: int
+    host: bool = False
+
+
+def host_memory_mib() -> tuple[int, int]:
+    """The host's RAM as sysinfo(2) counts it: (total, total - free) in MiB.
+
+    glibc derives ``SC_PHYS_PAGES`` and ``SC_AVPHYS_PAGES`` from sysinfo's
+    ``totalram`` and ``freeram``, the two nomad-device-nvidia reads.
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = os.sysconf("SC_PHYS_PAGES") * page
+    free = os.sysconf("SC_AVPHYS_PAGES") * page
+    return total // _MIB, (total - free) // _MIB
+
+
+def memory_reading(nvml: Nvml, handle: Any) -> MemoryReading:
+    """Framebuffer memory, or the host's RAM where NVML has none (GB10: NotSupported).
+
+    nomad-device-nvidia falls back the same way (its nvml/driver_linux.go,
+    ``determineMemoryInfo``); any other NVML error propagates.
+    """
+    try:
+        info = nvml.nvmlDeviceGetMemoryInfo(handle)
+    except nvml.NVMLError as exc:
+        if lib.error_code(nvml, exc) != lib.ERROR_NOT_SUPPORTED:
+            raise
+        total, used = host_memory_mib()
+        return MemoryReading(total, used, host=True)
+    return MemoryReading(int(info.total) // _MIB, int(info.used) // _MIB)
 
 
 @dataclass(frozen=True)
@@ -89,8 +127,12 @@ def numa_node(nvml: Nvml, handle: Any, pci_bus_id: str, sysfs_root: str) -> int 
 
 
 def _state(value: Any) -> str:
-    """NVML's enable state (0/1) as nomad-device-nvidia's docs and tests show it."""
-    return "Enabled" if int(value) == 1 else "Disabled"
+    """NVML's enable state as nomad-device-nvidia sends it: the number, "1" (enabled) or "0".
+
+    Its driver formats go-nvml's ``EnableState`` with ``%v``, which prints the
+    enum's value (its docs and unit-test mocks show "Enabled"; its builds do not).
+    """
+    return str(int(value))
 
 
 def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
@@ -100,7 +142,12 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
     the *current* clocks in MHz (its driver_linux.go reads nvmlDeviceGetPowerUsage
     and nvmlDeviceGetClockInfo); ``bar1`` the BAR1 total in MiB; ``pci_bandwidth``
     max link width x its per-lane table in MB/s. ``power_limit`` (W) is ours.
-    A reading the card does not support is left out.
+
+    A reading the card does not support (NotSupported) shows as that plugin
+    shows it: ``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock``
+    absent. Where it would fail the whole fingerprint (clocks, display and
+    persistence mode unsupported, or any other NVML error) the attribute is
+    left out and the card is still offered.
     """
     extras: dict[str, str] = {}
     graphics = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_GRAPHICS)
@@ -109,19 +156,24 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
     memory = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
     if memory is not None:
         extras["memory_clock"] = str(int(memory))
-    draw = lib.optional(nvml, "nvmlDeviceGetPowerUsage", handle)
+    draw, why = lib.read(nvml, "nvmlDeviceGetPowerUsage", handle)
     if draw is not None:
         extras["power"] = str(int(draw) // 1000)
+    elif why == lib.ERROR_NOT_SUPPORTED:
+        extras["power"] = "0"
     limit = lib.optional(nvml, "nvmlDeviceGetPowerManagementLimit", handle)
     if limit is not None:
         extras["power_limit"] = str(int(limit) // 1000)
     bar1 = lib.optional(nvml, "nvmlDeviceGetBAR1MemoryInfo", handle)
     if bar1 is not None:
         extras["bar1"] = str(int(bar1.bar1Total) // _MIB)
-    gen = lib.optional(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
-    width = lib.optional(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
-    if gen is not None and width is not None:
-        extras["pci_bandwidth"] = str(_PCIE_LANE_MBPS.get(int(gen), 0) * int(width))
+    gen, gen_why = lib.read(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
+    width, width_why = lib.read(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
+    gen_known = gen is not None or gen_why == lib.ERROR_NOT_SUPPORTED
+    width_known = width is not None or width_why == lib.ERROR_NOT_SUPPORTED
+    if gen_known and width_known:
+        lanes = int(width) if width is not None else 0
+        extras["pci_bandwidth"] = str(_PCIE_LANE_MBPS.get(int(gen or 0), 0) * lanes)
     display = lib.optional(nvml, "nvmlDeviceGetDisplayMode", handle)
     if display is not None:
         extras["display_state"] = _state(display)
@@ -173,6 +225,10 @@ def slices_from_profile(profile: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+#: Codes ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for a slot that holds no MIG device.
+_EMPTY_SLOT = (lib.ERROR_NOT_FOUND, lib.ERROR_INVALID_ARGUMENT, lib.ERROR_NOT_SUPPORTED)
+
+
 def mig_instances(nvml: Nvml, handle: Any) -> tuple[MigInstance, ...]:
     """The MIG devices that exist on a MIG-enabled card (NVML cannot create them)."""
     found = []
@@ -180,7 +236,7 @@ def mig_instances(nvml: Nvml, handle: Any) -> tuple[MigInstance, ...]:
         try:
             mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
         except nvml.NVMLError as exc:
-            if lib.error_code(nvml, exc) in (lib.ERROR_NOT_FOUND, lib.ERROR_NOT_SUPPORTED):
+            if lib.error_code(nvml, exc) in _EMPTY_SLOT:
                 continue  # an empty slot
             raise
         name = lib.text(nvml.nvmlDeviceGetName(mig))
@@ -192,12 +248,17 @@ def mig_instances(nvml: Nvml, handle: Any) -> tuple[MigInstance, ...]:
                 uuid=lib.text(nvml.nvmlDeviceGetUUID(mig)),
                 profile=profile,
                 slices=slices,
-                memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(mig).total) // (1024 * 1024),
+                memory_mib=memory_reading(nvml, mig).total_mib,
                 gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
                 compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+                name=name,
             )
         )
     return tuple(found)
+
+
+#: ``Card.extra`` key set when the card's memory is the host's RAM (a unified-memory iGPU).
+HOST_MEMORY_KEY = "memory_source"
 
 
 def read_card(
@@ -211,22 +272,26 @@ def read_card(
     handle = ref.handle
     pci = bus_id(nvml, handle)
     capable, enabled = mig_mode(nvml, handle)
+    memory = memory_reading(nvml, handle)
     extras = card_extras(nvml, handle)
     if first is not None:
         extras = first.apply(ref.uuid, extras)
     if capable:
         extras["mig_mode"] = "enabled" if enabled else "disabled"
+    if memory.host:
+        extras[HOST_MEMORY_KEY] = "host"
     return Card(
         minor=ref.minor,
         uuid=ref.uuid,
         model=lib.text(nvml.nvmlDeviceGetName(handle)),
         vendor="nvidia",
         xpu_type="gpu",
-        memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
+        memory_mib=memory.total_mib,
         pci_bus_id=pci,
         driver_version=node.get("driver_version", ""),
         numa_node=numa_node(nvml, handle, pci, sysfs_root),
         mig_capable=capable,
+        mig_enabled=enabled,
         mig_instances=mig_instances(nvml, handle) if enabled else (),
         extra=extras,
     )

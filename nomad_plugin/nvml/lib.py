@@ -15,6 +15,7 @@ from typing import Any
 Nvml = Any
 
 # NVML return codes we branch on (stable C API values, nvml.h).
+ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
 ERROR_NO_PERMISSION = 4
 ERROR_ALREADY_INITIALIZED = 5
@@ -104,6 +105,26 @@ def text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
+
+
+def read(nvml: Nvml, function: str, *args: Any) -> tuple[Any, int | None]:
+    """Like ``optional``, and says why a reading is missing: ``(value, None)`` or ``(None, code)``.
+
+    The code tells "the card does not support this" (``ERROR_NOT_SUPPORTED``,
+    which nomad-device-nvidia shows as 0) from "it could not be read" (the
+    other ``MISSING_CODES``; ``ERROR_FUNCTION_NOT_FOUND`` when the bindings
+    lack the function).
+    """
+    fn = getattr(nvml, function, None)
+    if fn is None:
+        return None, ERROR_FUNCTION_NOT_FOUND
+    try:
+        return fn(*args), None
+    except nvml.NVMLError as exc:
+        code = error_code(nvml, exc)
+        if code in MISSING_CODES:
+            return None, code
+        raise
 
 
 def optional(nvml: Nvml, function: str, *args: Any) -> Any:

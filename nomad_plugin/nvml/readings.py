@@ -3,7 +3,13 @@
 Readings follow the official Nomad NVIDIA plugin (utilisation, memory,
 temperature, power, ECC, clocks) plus clock-event (throttle) reasons,
 remapped rows and, unlike the official plugin, per-MIG-instance memory.
-A reading the card does not support is left out, never faked as 0.
+A reading the card does not have is left out, never faked as 0; which of
+the official ones NVML answered NotSupported for goes in one
+``nvml_unsupported`` bit mask, from which the stats layout shows 0 as the
+official plugin does (the Prometheus endpoint shows nothing for them).
+A unified-memory iGPU (GB10) has no framebuffer reading: its memory is the
+host's RAM and its memory utilisation used / total, as the official
+plugin derives them.
 """
 
 from __future__ import annotations
@@ -12,13 +18,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nomad_plugin.model.metrics import METRIC_IDS, MetricSample
+from nomad_plugin.model.metrics import METRIC_IDS, UNSUPPORTED_BITS, MetricSample
 from nomad_plugin.nvml import lib
-from nomad_plugin.nvml.devices import DeviceRef
+from nomad_plugin.nvml.devices import DeviceRef, memory_reading
 from nomad_plugin.nvml.lib import Nvml
 
 _MIB = 1024 * 1024
 PARENT_LABEL = "parent_uuid"
+#: What ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for a slot without a MIG device.
+_EMPTY_SLOT = lib.MISSING_CODES | {lib.ERROR_INVALID_ARGUMENT}
 
 
 @dataclass
@@ -45,20 +53,31 @@ def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, s
 
 def _card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     values: dict[str, float] = {}
+    unsupported = 0
     util = lib.optional(nvml, "nvmlDeviceGetUtilizationRates", handle)
     if util is not None:
         values["core_util_percent"] = util.gpu
         values["memory_util_percent"] = util.memory
-    mem = lib.optional(nvml, "nvmlDeviceGetMemoryInfo", handle)
-    if mem is not None:
-        values["memory_used_mib"] = int(mem.used) // _MIB
-        values["memory_total_mib"] = int(mem.total) // _MIB
-    temp = lib.optional(nvml, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
+    try:
+        mem = memory_reading(nvml, handle)
+    except nvml.NVMLError as exc:
+        if lib.error_code(nvml, exc) not in lib.MISSING_CODES:
+            raise
+    else:
+        values["memory_used_mib"] = mem.used_mib
+        values["memory_total_mib"] = mem.total_mib
+        if mem.host and mem.total_mib > 0:  # NVML's memory utilisation is not reported for an iGPU
+            values["memory_util_percent"] = mem.used_mib * 100 // mem.total_mib
+    temp, why = lib.read(nvml, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
     if temp is not None:
         values["temperature_c"] = temp
-    power = lib.optional(nvml, "nvmlDeviceGetPowerUsage", handle)
+    elif why == lib.ERROR_NOT_SUPPORTED:
+        unsupported |= UNSUPPORTED_BITS["temperature_c"]
+    power, why = lib.read(nvml, "nvmlDeviceGetPowerUsage", handle)
     if power is not None:
         values["power_w"] = int(power) / 1000.0
+    elif why == lib.ERROR_NOT_SUPPORTED:
+        unsupported |= UNSUPPORTED_BITS["power_w"]
     limit = lib.optional(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
     if limit is not None:
         values["power_limit_w"] = int(limit) / 1000.0
@@ -81,7 +100,11 @@ def _card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     rows = lib.optional(nvml, "nvmlDeviceGetRemappedRows", handle)
     if rows is not None:
         values["remapped_rows_total"] = int(rows[0]) + int(rows[1])
-    values.update(official_values(nvml, handle))
+    extras = official_values(nvml, handle)
+    unsupported |= int(extras.pop("nvml_unsupported", 0))
+    values.update(extras)
+    if unsupported:
+        values["nvml_unsupported"] = unsupported
     return values
 
 
@@ -89,7 +112,10 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     """The readings only nomad-device-nvidia's stats show: encoder/decoder, BAR1, ECC by location.
 
     ECC counts are corrected errors since the last driver load (volatile), per
-    location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) call.
+    location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) call
+    reads them (here through nvmlDeviceGetMemoryErrorCounter, which NVML keeps
+    in place of that deprecated call). Locations NVML answers NotSupported
+    for are set in ``nvml_unsupported``.
     """
     values: dict[str, float] = {}
     for name, function in (
@@ -103,12 +129,13 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     if bar1 is not None:
         values["bar1_used_mib"] = int(bar1.bar1Used) // _MIB
         values["bar1_total_mib"] = int(bar1.bar1Total) // _MIB
+    unsupported = 0
     for name, location in (
         ("ecc_l1_corrected", lib.LOCATION_L1_CACHE),
         ("ecc_l2_corrected", lib.LOCATION_L2_CACHE),
         ("ecc_memory_corrected", lib.LOCATION_DEVICE_MEMORY),
     ):
-        count = lib.optional(
+        count, why = lib.read(
             nvml,
             "nvmlDeviceGetMemoryErrorCounter",
             handle,
@@ -118,6 +145,10 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
         )
         if count is not None:
             values[name] = count
+        elif why == lib.ERROR_NOT_SUPPORTED:
+            unsupported |= UNSUPPORTED_BITS[name]
+    if unsupported:
+        values["nvml_unsupported"] = unsupported
     return values
 
 
@@ -127,16 +158,19 @@ def _mig_samples(nvml: Nvml, ref: DeviceRef, ts_ms: int) -> list[MetricSample]:
         try:
             mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(ref.handle, slot)
         except nvml.NVMLError as exc:
-            if lib.error_code(nvml, exc) in lib.MISSING_CODES:
+            if lib.error_code(nvml, exc) in _EMPTY_SLOT:
                 continue
             raise
         uuid = lib.text(nvml.nvmlDeviceGetUUID(mig))
-        mem = lib.optional(nvml, "nvmlDeviceGetMemoryInfo", mig)
-        if mem is None:
-            continue
+        try:
+            mem = memory_reading(nvml, mig)
+        except nvml.NVMLError as exc:
+            if lib.error_code(nvml, exc) in lib.MISSING_CODES:
+                continue
+            raise
         labels = {PARENT_LABEL: ref.uuid}
-        out.append(sample(uuid, "memory_used_mib", int(mem.used) // _MIB, ts_ms, labels))
-        out.append(sample(uuid, "memory_total_mib", int(mem.total) // _MIB, ts_ms, labels))
+        out.append(sample(uuid, "memory_used_mib", mem.used_mib, ts_ms, labels))
+        out.append(sample(uuid, "memory_total_mib", mem.total_mib, ts_ms, labels))
     return out
 
 

@@ -27,7 +27,11 @@ totals are in ``xdm.``. "Encoder utilization", "Decoder utilization" and
 A reading older than ``STALE_INTERVALS`` collection intervals keeps its
 value but its desc starts with "stale: last update N s ago"; "Stats age"
 shows the age of the newest reading where the CLI (which hides descs) can
-see it. Missing readings are the string "N/A" with the unit.
+see it. Missing readings are the string "N/A" with the unit, except the
+official Temperature, Power usage and ECC stats of a reading NVML says the
+card does not support (``nvml_unsupported``): those are int 0, as the
+official plugin sends them. The eleven official stats carry its own
+descriptions.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from google.protobuf import timestamp_pb2, wrappers_pb2
 from nomad_plugin._proto.nomad import device_pb2, stats_pb2
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, Instance, Kind
+from nomad_plugin.model.metrics import UNSUPPORTED_BITS
 from nomad_plugin.stats.cache import MetricsCache, Reading
 
 STALE_INTERVALS = 2.0
@@ -97,7 +102,8 @@ def decode_throttle(mask: int) -> list[str]:
 
 
 # What a StatValue shows, as a hashable tuple: (unit, desc, kind, value, denominator).
-# kind "int": int_numerator_val = value, int_denominator_val = denominator when > 0;
+# kind "int": int_numerator_val = value, int_denominator_val = denominator when > 0; "ratio":
+# both, the denominator even when 0;
 # "bool": bool_val; "str": string_val. Both ways of building a response (``build_stats``'s
 # messages and ``assemble``'s bytes, which encodes each distinct spec once) start here.
 Spec = tuple[str, str, str, int | bool | str, int]
@@ -115,6 +121,10 @@ def stat_value(spec: Spec) -> stats_pb2.StatValue:
         out.int_numerator_val.value = value  # type: ignore[assignment]  # in place: half the cost of a wrapper
         if denominator > 0:
             out.int_denominator_val.value = denominator
+    elif kind == "ratio":  # an int ratio whose denominator is sent even when 0
+        out.int_numerator_val.value = value  # type: ignore[assignment]
+        out.int_denominator_val.SetInParent()
+        out.int_denominator_val.value = denominator
     elif kind == "bool":
         out.bool_val.value = value  # type: ignore[assignment]
     else:
@@ -205,24 +215,69 @@ def _str(value: str, desc: str) -> stats_pb2.StatValue:
 CardSpecs = tuple[list[tuple[str, Spec]], list[tuple[str, Spec]]]
 
 
+# nomad-device-nvidia's descriptions of its eleven stats (stats.go), word for word: the API,
+# `nomad alloc status -json` and whatever reads them get the same text from either plugin.
+DESC_POWER = "Power usage for this GPU in watts and its associated circuitry (e.g. memory) / Maximum GPU Power"
+DESC_GPU_UTIL = (
+    "Percent of time over the past sample period during which one or more kernels were executing on the GPU."
+)
+DESC_MEMORY_UTIL = "Percentage of bandwidth used during the past sample period"
+DESC_ENCODER = "Percent of time over the past sample period during which GPU Encoder was used"
+DESC_DECODER = "Percent of time over the past sample period during which GPU Decoder was used"
+DESC_TEMPERATURE = "Temperature of the Unit"
+DESC_MEMORY_STATE = "UsedMemory / TotalMemory"
+DESC_BAR1 = "UsedBAR1 / TotalBAR1"
+DESC_ECC_L1 = "Requested L1Cache error counter for the device"
+DESC_ECC_L2 = "Requested L2Cache error counter for the device"
+DESC_ECC_MEMORY = "Requested memory error counter for the device"
+
+
+def _unsupported(r: Callable[[str], Reading | None]) -> int:
+    """The ``nvml_unsupported`` mask: official readings NVML says the card does not have."""
+    mask = r("nvml_unsupported")
+    return int(mask.value) if mask is not None else 0
+
+
+def _zero_if_unsupported(spec: Spec, name: str, mask: int) -> Spec:
+    """nomad-device-nvidia shows a reading NVML does not support as 0 (its driver reads 0 then)."""
+    if spec[2] == "str" and mask & UNSUPPORTED_BITS[name]:
+        return (spec[0], spec[1], "int", 0, 0)
+    return spec
+
+
+def _power_usage(draw: Reading | None, mask: int, values: _Values) -> Spec:
+    """ "Power usage" as nomad-device-nvidia (1.1.0 on) sends it: the draw in mW over the draw in whole W.
+
+    Its unit says W and its desc "/ Maximum GPU Power", but its stats.go puts
+    the raw milliwatt reading over the same draw in whole watts; dashboards built
+    on it read that. The draw and the limit in W are ``xdm.Power draw``
+    and ``xdm.Power limit``. NotSupported is 0 / 0, as there.
+    """
+    if draw is None:
+        if mask & UNSUPPORTED_BITS["power_w"]:
+            return ("W", DESC_POWER, "ratio", 0, 0)
+        return na_spec("W", DESC_POWER)
+    desc = values._desc(draw, DESC_POWER)
+    return ("W", desc, "ratio", round(draw.value * 1000), int(draw.value))
+
+
 def card_specs(readings: Mapping[str, Reading], card: Card | None, values: _Values) -> CardSpecs:
     """What the physical card's StatObject shows: official names at the top, XDM extras in ``xdm``."""
     r = readings.get
     total_mib = card.memory_mib if card is not None else 0
     count = values.count_spec
+    mask = _unsupported(r)
     top = [
         (
             "Memory state",
-            values.ratio_spec(
-                r("memory_used_mib"), r("memory_total_mib"), total_mib, "MiB", "used memory / total memory"
-            ),
+            values.ratio_spec(r("memory_used_mib"), r("memory_total_mib"), total_mib, "MiB", DESC_MEMORY_STATE),
         ),
-        ("GPU utilization", count(r("core_util_percent"), "%", "share of time the compute units were busy")),
-        ("Memory utilization", count(r("memory_util_percent"), "%", "memory bandwidth in use")),
-        ("Temperature", count(r("temperature_c"), "C", "card temperature")),
-        ("Power usage", values.ratio_spec(r("power_w"), r("power_limit_w"), 0, "W", "power draw / power limit")),
+        ("GPU utilization", count(r("core_util_percent"), "%", DESC_GPU_UTIL)),
+        ("Memory utilization", count(r("memory_util_percent"), "%", DESC_MEMORY_UTIL)),
+        ("Temperature", _zero_if_unsupported(count(r("temperature_c"), "C", DESC_TEMPERATURE), "temperature_c", mask)),
+        ("Power usage", _power_usage(r("power_w"), mask, values)),
     ]
-    _official_extras(top, r, values)
+    _official_extras(top, r, values, mask)
 
     throttle = r("throttle_reasons")
     if throttle is None:
@@ -239,6 +294,8 @@ def card_specs(readings: Mapping[str, Reading], card: Card | None, values: _Valu
         ("Remapped rows", count(r("remapped_rows_total"), "#", "memory rows remapped")),
         ("ECC corrected errors", count(r("ecc_sbe_total"), "#", "corrected (single-bit) ECC errors")),
         ("ECC uncorrected errors", count(r("ecc_dbe_total"), "#", "uncorrected (double-bit) ECC errors")),
+        ("Power draw", count(r("power_w"), "W", "power draw")),
+        ("Power limit", count(r("power_limit_w"), "W", "power limit the card enforces")),
         ("SM clock", count(r("sm_clock_mhz"), "MHz", "compute clock")),
         ("Memory clock", count(r("memory_clock_mhz"), "MHz", "memory clock")),
     ]
@@ -258,24 +315,27 @@ def card_object(readings: Mapping[str, Reading], card: Card | None, values: _Val
     return obj
 
 
-_BY_LOCATION = "corrected ECC errors in the {} since the driver loaded"
+def _official_extras(
+    top: list[tuple[str, Spec]], r: Callable[[str], Reading | None], values: _Values, mask: int = 0
+) -> None:
+    """nomad-device-nvidia's encoder/decoder, BAR1 and ECC stats, with its meanings.
 
-
-def _official_extras(top: list[tuple[str, Spec]], r: Callable[[str], Reading | None], values: _Values) -> None:
-    """nomad-device-nvidia's encoder/decoder, BAR1 and ECC stats, with its meanings."""
+    ECC counts are corrected errors since the driver loaded, per location.
+    """
     count = values.count_spec
-    top.append(("Encoder utilization", count(r("encoder_util_percent"), "%", "video encoder busy time")))
-    top.append(("Decoder utilization", count(r("decoder_util_percent"), "%", "video decoder busy time")))
-    top.append(
-        (
-            "BAR1 buffer state",
-            values.ratio_spec(r("bar1_used_mib"), r("bar1_total_mib"), 0, "MiB", "used BAR1 / total BAR1"),
+    top.append(("Encoder utilization", count(r("encoder_util_percent"), "%", DESC_ENCODER)))
+    top.append(("Decoder utilization", count(r("decoder_util_percent"), "%", DESC_DECODER)))
+    top.append(("BAR1 buffer state", values.ratio_spec(r("bar1_used_mib"), r("bar1_total_mib"), 0, "MiB", DESC_BAR1)))
+    for name, reading, desc in (
+        ("ECC L1 errors", "ecc_l1_corrected", DESC_ECC_L1),
+        ("ECC L2 errors", "ecc_l2_corrected", DESC_ECC_L2),
+    ):
+        top.append((name, _zero_if_unsupported(count(r(reading), "#", desc), reading, mask)))
+    by_location = any(r(n) is not None for n in ("ecc_l1_corrected", "ecc_l2_corrected", "ecc_memory_corrected"))
+    if by_location or mask & UNSUPPORTED_BITS["ecc_memory_corrected"]:  # NVML's split; else XDM's total
+        memory = _zero_if_unsupported(
+            count(r("ecc_memory_corrected"), "#", DESC_ECC_MEMORY), "ecc_memory_corrected", mask
         )
-    )
-    top.append(("ECC L1 errors", count(r("ecc_l1_corrected"), "#", _BY_LOCATION.format("L1 cache"))))
-    top.append(("ECC L2 errors", count(r("ecc_l2_corrected"), "#", _BY_LOCATION.format("L2 cache"))))
-    if r("ecc_memory_corrected") is not None:
-        memory = count(r("ecc_memory_corrected"), "#", _BY_LOCATION.format("device memory"))
     else:
         memory = count(r("ecc_sbe_total"), "#", "corrected ECC errors, all locations (XDM gives no split)")
     top.append(("ECC memory errors", memory))
@@ -299,9 +359,12 @@ def granted_specs(inst: Instance, allot: _Allotment, values: _Values) -> list[tu
         specs.append(("Compute limit", ("%", "granted compute, percent of the card (0 = unlimited)", "int", core, 0)))
     else:
         specs.append(("Slice", ("", "MIG unit index on the card", "int", inst.index, 0)))
-        slices = grant.slices if grant and grant.slices else inst.slices
+        slices = grant.slices if grant and grant.slices and inst.kind is Kind.MIG else inst.slices
         specs.append(("Slices", ("", "MIG compute slices", "int", slices, 0)))
-    memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
+    if inst.kind is Kind.MIG_INSTANCE:  # an existing instance: its own size, whatever else its grant holds
+        memory_gib = allot.memory_mib // 1024
+    else:
+        memory_gib = grant.memory_limit_gib if grant and grant.memory_limit_gib else inst.memory_gib
     if memory_gib or allot.memory_mib:
         limit = memory_gib or allot.memory_mib // 1024
         specs.append(("Memory limit", ("GiB", "granted memory (0 = unlimited)", "int", limit, 0)))
@@ -351,8 +414,7 @@ def _allotment(inst: Instance, card: Card | None, grant: GrantInfo | None, cache
         memory_mib = card_mib  # an unlimited share may use the whole card
     if inst.kind is Kind.MIG_INSTANCE:
         mig = next((m for m in (card.mig_instances if card else ()) if m.uuid == (inst.mig_uuid or inst.id)), None)
-        if mig is not None and memory_mib == 0:
-            memory_mib = mig.memory_mib
+        memory_mib = mig.memory_mib if mig is not None else inst.memory_gib * 1024
         if not readings:
             readings = cache.card_readings([inst.mig_uuid or inst.id])
     return _Allotment(grant, memory_mib, readings)

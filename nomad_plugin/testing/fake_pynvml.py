@@ -2,16 +2,58 @@
 
 An instance of ``FakeNvml`` stands in for the ``pynvml`` module. Its data is
 modelled on real nodes (names, memory totals, PCI IDs, driver 550.54.15,
-MIG A100 layouts as ``nvidia-smi`` shows them) and it behaves like NVML where
-the backend depends on it: calls before ``nvmlInit`` fail Uninitialized,
-utilisation on a MIG-enabled card is NotSupported, a lost GPU fails every
-call with GpuIsLost, ``nvmlEventSetWait_v2`` blocks up to its timeout and then
-raises Timeout. Tests script faults with ``inject_xid``, ``inject_dbe``,
-``lose_gpu``, ``fail_event_loop``.
+MIG A100 layouts as ``nvidia-smi`` shows them, GH200 and GB10 as their
+``nvidia-smi -q`` shows them) and it behaves like NVML where the plugin, or
+the restated nomad-device-nvidia oracle in the tests, depends on it. Each
+behaviour and where it is documented:
+
+- Calls before ``nvmlInit`` fail ``Uninitialized`` (NVML API reference,
+  "Initialization and Cleanup": every call needs a prior ``nvmlInit``).
+- Return shapes follow nvidia-ml-py's ``pynvml.py``: ``nvmlDeviceGetMigMode``
+  gives ``[current, pending]``, the encoder/decoder utilisation calls
+  ``[percent, sampling period in us]``, ``nvmlDeviceGetDetailedEccErrors`` a
+  struct of ``l1Cache``/``l2Cache``/``deviceMemory``/``registerFile``,
+  ``nvmlDeviceGetMemoryInfo`` ``total``/``free``/``used`` in bytes,
+  ``nvmlDeviceGetPowerUsage`` milliwatts; an error is ``NVMLError`` whose
+  ``value`` is the return code and whose ``str()`` is NVML's text.
+- A reading a card does not have fails ``NotSupported`` (each function's
+  "Return" list in the NVML API reference): scripted per card with
+  ``FakeGpu.errors`` (function name -> return code), which also scripts
+  other codes (``NoPermission``, ``FunctionNotFound``, ``Unknown``).
+- Utilisation on a MIG-enabled card is ``NotSupported`` (NVML API reference,
+  ``nvmlDeviceGetUtilizationRates``: "On MIG-enabled GPUs, querying device
+  utilization rates is not currently supported"; the encoder and decoder
+  calls alike).
+- A MIG device handle answers its own UUID, name ("<card> MIG <profile>"),
+  memory, attributes and GPU/compute instance IDs; other device queries on
+  it fail ``NotSupported`` (NVML API reference, "Multi Instance GPU
+  Management": MIG device handles support a subset of device queries).
+  ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle`` gives the parent, and
+  fails ``InvalidArgument`` for a handle that is no MIG device (the code
+  nomad-device-nvidia's ``nvml/driver_linux.go`` treats as "not a MIG").
+- ``nvmlDeviceGetMigDeviceHandleByIndex`` fails ``NotFound`` for an empty
+  slot and ``InvalidArgument`` when MIG is off (NVML API reference; both are
+  the codes nomad-device-nvidia skips).
+- ``nvmlDeviceGetHandleByUUID`` finds GPUs and MIG devices, else ``NotFound``.
+- Unified-memory parts: GH200 and GB10 report no BAR1 (``NotSupported``;
+  ``nvidia-smi -q`` shows "BAR1 Memory Usage: N/A", nomad-device-nvidia
+  PR #87), GB10 no framebuffer memory and no memory clock (``NotSupported``,
+  nomad-device-nvidia PR #90: "iGPU systems don't support device memory
+  queries").
+- A lost GPU fails every call with ``GpuIsLost``; ``nvmlEventSetWait_v2``
+  blocks up to its timeout and then raises ``Timeout`` (NVML API reference,
+  "Event Handling Methods").
+
+Tests script faults with ``inject_xid``, ``inject_dbe``, ``lose_gpu``,
+``fail_event_loop``; ``fake_from_spec`` builds a node from JSON (the
+``FAKE_NVML_GPUS`` of tests/integration/nvml_shim), and ``follow`` re-reads
+such a JSON file when it changes, as cards come and go.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import uuid as uuidlib
 from collections import deque
@@ -115,6 +157,9 @@ class FakeGpu:
     max_mig_devices: int = 7
     events_supported: bool = True
     lost: bool = False
+    ecc_register_file: int = 0
+    #: NVML function name -> the return code it fails with on this card (3: NotSupported)
+    errors: dict[str, int] = field(default_factory=dict)
 
 
 def h100(index: int) -> FakeGpu:
@@ -167,6 +212,72 @@ def a100_mig(index: int) -> FakeGpu:
     return gpu
 
 
+def gh200(index: int) -> FakeGpu:
+    """A GH200 480GB superchip's GPU: no BAR1 (nvidia-smi -q "BAR1 Memory Usage: N/A")."""
+    return FakeGpu(
+        name="NVIDIA GH200 480GB",
+        memory_total_mib=97871,
+        pci_bus_id=f"{0x0009 + index:08X}:01:00.0",
+        minor=index,
+        uuid=_uuid("GPU", f"gh200-{index}"),
+        power_limit_mw=900_000,
+        memory_clock_mhz=2619,
+        errors={"nvmlDeviceGetBAR1MemoryInfo": NVML_ERROR_NOT_SUPPORTED},
+        numa_node=None,
+    )
+
+
+def gb10() -> FakeGpu:
+    """The GB10 of a DGX Spark: an iGPU on the host's memory, without BAR1 or a memory clock."""
+    return FakeGpu(
+        name="NVIDIA GB10",
+        memory_total_mib=0,
+        pci_bus_id="0000000F:01:00.0",
+        minor=0,
+        uuid=_uuid("GPU", "gb10-0"),
+        power_mw=11_000,
+        power_limit_mw=100_000,
+        graphics_clock_mhz=2418,
+        sm_clock_mhz=2418,
+        pcie_gen=5,
+        pcie_width=1,
+        compute_capability=(12, 1),
+        mig_capable=False,
+        display_mode=1,
+        errors={
+            "nvmlDeviceGetMemoryInfo": NVML_ERROR_NOT_SUPPORTED,
+            "nvmlDeviceGetBAR1MemoryInfo": NVML_ERROR_NOT_SUPPORTED,
+            "nvmlDeviceGetClockInfo:2": NVML_ERROR_NOT_SUPPORTED,
+        },
+        numa_node=None,
+    )
+
+
+def l40s(index: int, ecc: bool = True) -> FakeGpu:
+    """An L40S; ECC on reserves part of its memory (46068 MiB usable, 49140 MiB with ECC off)."""
+    return FakeGpu(
+        name="NVIDIA L40S",
+        memory_total_mib=46068 if ecc else 49140,
+        pci_bus_id=f"00000000:{0x41 + index:02X}:00.0",
+        minor=index,
+        uuid=_uuid("GPU", f"l40s-{index}"),
+        power_mw=36_000,
+        power_limit_mw=350_000,
+        graphics_clock_mhz=2520,
+        sm_clock_mhz=2520,
+        memory_clock_mhz=9001,
+        pcie_gen=4,
+        bar1_total_mib=65536,
+        compute_capability=(8, 9),
+        mig_capable=False,
+        numa_node=None,
+    )
+
+
+#: Profiles ``fake_from_spec`` knows by name (``{"profile": "h100", "index": 3, ...overrides}``).
+PROFILES = {"h100": h100, "h200": h200, "a100_mig": a100_mig, "gh200": gh200, "l40s": l40s}
+
+
 @dataclass(frozen=True)
 class _Handle:
     gpu: FakeGpu
@@ -208,6 +319,14 @@ class _Attributes:
     computeInstanceSliceCount: int
     memorySizeMB: int
     multiprocessorCount: int
+
+
+@dataclass
+class _EccCounts:
+    l1Cache: int
+    l2Cache: int
+    deviceMemory: int
+    registerFile: int
 
 
 @dataclass
@@ -268,6 +387,8 @@ class FakeNvml:
         #: when set, every call (nvmlInit included) fails with this code: driver unloaded
         self.driver_gone: int | None = None
         self.has_clock_event_reasons = True
+        #: NVML function name -> the return code every call of it fails with (node-wide: system calls, enumeration)
+        self.errors: dict[str, int] = {}
         self.calls: list[str] = []
         self._cond = threading.Condition()
         self._sets: list[_EventSet] = []
@@ -332,8 +453,15 @@ class FakeNvml:
             raise NVMLError(self.driver_gone)
         if self.init_count <= 0:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        if name in self.errors:
+            raise NVMLError(self.errors[name])
 
-    def _gpu(self, name: str, handle: _Handle, mig_ok: bool = False) -> FakeGpu:
+    def _gpu(self, name: str, handle: _Handle, mig_ok: bool = False, arg: object = None) -> FakeGpu:
+        """The card behind ``handle``, or the NVMLError this call gets on it.
+
+        ``FakeGpu.errors`` is keyed by function name, or ``name:arg`` for one
+        argument value (``nvmlDeviceGetClockInfo:2``: the memory clock only).
+        """
         self._check(name)
         if not isinstance(handle, _Handle):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
@@ -341,6 +469,11 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         if handle.mig is not None and not mig_ok:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        code = handle.gpu.errors.get(f"{name}:{arg}") if arg is not None else None
+        if code is None:
+            code = handle.gpu.errors.get(name)
+        if code is not None:
+            raise NVMLError(code)
         return handle.gpu
 
     # --- init / system ------------------------------------------------------------------
@@ -372,6 +505,17 @@ class FakeNvml:
         if not 0 <= index < len(self.gpus):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return self.handle(self.gpus[index])
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> _Handle:
+        self._check("nvmlDeviceGetHandleByUUID")
+        wanted = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for gpu in self.gpus:
+            if gpu.uuid == wanted:
+                return self.handle(gpu)
+            for mig in gpu.migs if gpu.mig_enabled else ():
+                if mig.uuid == wanted:
+                    return self.handle(gpu, mig)
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         gpu = self._gpu("nvmlDeviceGetUUID", handle, mig_ok=True)
@@ -412,7 +556,7 @@ class FakeNvml:
 
     # --- static facts -------------------------------------------------------------------------
     def nvmlDeviceGetClockInfo(self, handle: _Handle, clock: int) -> int:
-        gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
+        gpu = self._gpu("nvmlDeviceGetClockInfo", handle, arg=clock)
         return {0: gpu.graphics_clock_mhz, 1: gpu.sm_clock_mhz, 2: gpu.memory_clock_mhz}[clock]
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: _Handle) -> int:
@@ -461,6 +605,16 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         return self.handle(gpu, gpu.migs[index])
 
+    def nvmlDeviceIsMigDeviceHandle(self, handle: _Handle) -> int:
+        self._gpu("nvmlDeviceIsMigDeviceHandle", handle, mig_ok=True)
+        return 1 if handle.mig is not None else 0
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: _Handle) -> _Handle:
+        gpu = self._gpu("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle, mig_ok=True)
+        if handle.mig is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return self.handle(gpu)
+
     def nvmlDeviceGetAttributes(self, handle: _Handle) -> _Attributes:
         self._gpu("nvmlDeviceGetAttributes", handle, mig_ok=True)
         if handle.mig is None:
@@ -502,7 +656,7 @@ class FakeNvml:
     def nvmlDeviceGetMemoryErrorCounter(
         self, handle: _Handle, error_type: int, counter_type: int, location: int
     ) -> int:
-        gpu = self._gpu("nvmlDeviceGetMemoryErrorCounter", handle)
+        gpu = self._gpu("nvmlDeviceGetMemoryErrorCounter", handle, arg=location)
         corrected = error_type == self.NVML_MEMORY_ERROR_TYPE_CORRECTED
         by_location = {
             self.NVML_MEMORY_LOCATION_L1_CACHE: gpu.ecc_l1_corrected if corrected else 0,
@@ -512,6 +666,13 @@ class FakeNvml:
         if location not in by_location:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return by_location[location]
+
+    def nvmlDeviceGetDetailedEccErrors(self, handle: _Handle, error_type: int, counter_type: int) -> _EccCounts:
+        """Deprecated in NVML (nvidia-ml-py: "use nvmlDeviceGetMemoryErrorCounter instead")."""
+        gpu = self._gpu("nvmlDeviceGetDetailedEccErrors", handle)
+        if error_type != self.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            return _EccCounts(0, 0, gpu.ecc_dbe, 0)
+        return _EccCounts(gpu.ecc_l1_corrected, gpu.ecc_l2_corrected, gpu.ecc_sbe, gpu.ecc_register_file)
 
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
         return self._gpu("nvmlDeviceGetTemperature", handle).temperature_c
@@ -586,6 +747,76 @@ class FakeNvml:
             if not ready or not event_set.queue:
                 raise NVMLError(NVML_ERROR_TIMEOUT)
             return event_set.queue.popleft()
+
+
+# --- nodes from JSON ------------------------------------------------------------------------------
+
+_TUPLES = ("compute_capability", "remapped_rows")
+
+
+def gpu_from_spec(spec: dict[str, Any]) -> FakeGpu:
+    """One ``FakeGpu`` from JSON: a profile (``"profile": "h100", "index": 0``) and/or fields.
+
+    ``migs`` is a list of ``FakeMig`` fields; lists stand for tuples where a field is one.
+    """
+    fields = dict(spec)
+    profile = fields.pop("profile", None)
+    index = int(fields.pop("index", 0))
+    migs = [FakeMig(**m) for m in fields.pop("migs", [])]
+    for name in _TUPLES:
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    if profile is None:
+        gpu = FakeGpu(**fields)
+    else:
+        made = PROFILES[profile](index) if profile != "gb10" else gb10()
+        for name, value in fields.items():
+            if not hasattr(made, name):
+                raise TypeError(f"FakeGpu has no field {name!r}")
+            setattr(made, name, value)
+        gpu = made
+    if migs or "migs" in spec:
+        gpu.migs = migs
+    return gpu
+
+
+def fake_from_spec(spec: dict[str, Any] | list[dict[str, Any]]) -> FakeNvml:
+    """A node from JSON: a list of GPUs, or ``{"gpus": [...], "driver_version", "init_error", "errors"}``."""
+    node: dict[str, Any] = {"gpus": spec} if isinstance(spec, list) else dict(spec)
+    fake = FakeNvml(
+        [gpu_from_spec(g) for g in node.get("gpus", [])],
+        driver_version=str(node.get("driver_version", "550.54.15")),
+        cuda_version=int(node.get("cuda_version", 12040)),
+    )
+    if node.get("init_error") is not None:
+        fake.init_error = int(node["init_error"])
+    fake.errors = {str(k): int(v) for k, v in node.get("errors", {}).items()}
+    return fake
+
+
+def follow(fake: FakeNvml, path: str | Path) -> None:
+    """Re-read the node's GPUs from the JSON file at ``path`` whenever it changes.
+
+    Checked on every ``nvmlDeviceGetCount``, where an enumeration starts: cards
+    that left are no longer counted, new ones are, as after a hot-plug or a
+    MIG reconfiguration. Handles given out earlier keep answering for the card
+    they named.
+    """
+    seen: list[int] = [-1]
+    counted = fake.nvmlDeviceGetCount
+
+    def count() -> int:
+        try:
+            stamp = os.stat(path).st_mtime_ns
+        except OSError:
+            stamp = seen[0]
+        if stamp != seen[0]:
+            seen[0] = stamp
+            spec = json.loads(Path(path).read_text())
+            fake.gpus = fake_from_spec(spec).gpus
+        return counted()
+
+    fake.nvmlDeviceGetCount = count  # type: ignore[method-assign]
 
 
 # --- fake host files ------------------------------------------------------------------------------

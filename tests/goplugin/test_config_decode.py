@@ -557,9 +557,20 @@ def test_a_bad_fingerprint_period_is_refused_under_its_own_name_with_resyncs_rul
     assert rejected({"fingerprint_period": "5 minutes"}) == (
         f"config option \"fingerprint_period\": value '5 minutes' is not a Go duration; {DURATION_ALLOWED}"
     )
-    assert rejected({"fingerprint_period": "0s"}) == (
-        f"config option \"fingerprint_period\": value '0s' is out of range; {DURATION_ALLOWED}, > 0 and at most 30 days"
+    assert rejected({"fingerprint_period": "2562048h"}) == (
+        f"config option \"fingerprint_period\": value '2562048h' is out of range; {DURATION_ALLOWED}, "
+        "within Go's limit of about 292 years"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "written", "in_use"),
+    [("0s", 0.0, 1.0), ("-1s", -1.0, 1.0), ("0", 0.0, 1.0), ("1000h", 3_600_000.0, 3_600_000.0)],
+)
+def test_fingerprint_period_takes_what_go_parse_duration_takes(text: str, written: float, in_use: float) -> None:
+    """nomad-device-nvidia parses it with time.ParseDuration: an agent block that loads it loads this plugin."""
+    config = decode({"fingerprint_period": text})
+    assert (config.fingerprint_period, config.inventory_resync_period) == (written, in_use)
 
 
 @pytest.mark.parametrize("name", ["xdm_socket", "config_socket"])

@@ -21,7 +21,10 @@ def test_fills_pci_numa_and_clocks_matching_by_uuid(fake: FakeNvml, tmp_path) ->
     assert card.extra["power_limit"] == "700" and card.extra["power"] == "72"  # limit and draw, W
     assert card.extra["pci_bandwidth"] == str(3072 * 16)  # nomad-device-nvidia's gen5 lane rate x16
     assert card.extra["bar1"] == "131072"
-    assert (card.extra["display_state"], card.extra["persistence_mode"]) == ("Disabled", "Enabled")
+    assert (card.extra["display_state"], card.extra["persistence_mode"]) == (
+        "0",
+        "1",
+    )  # the enum number, as the official
     assert out.generation == 4 and out.node == inv.node
 
 

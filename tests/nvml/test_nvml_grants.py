@@ -6,7 +6,6 @@ import pytest
 
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
-from nomad_plugin.nvml.grants import MIG_UUIDS_ANNOTATION
 from nomad_plugin.testing.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_mig_caps
 
 
@@ -49,8 +48,10 @@ def test_mig_instances_get_mig_uuids_and_caps_nodes(fake: FakeNvml, make_backend
     migs = fake.gpus[2].migs
     request = GrantRequest(
         "g2",
-        (DeviceAsk(minor=2, slices=3), DeviceAsk(minor=2, slices=1)),
-        {MIG_UUIDS_ANNOTATION: f"{migs[0].uuid},{migs[2].uuid}"},
+        (
+            DeviceAsk(minor=2, slices=3, memory_gib=39, mig_uuid=migs[0].uuid),
+            DeviceAsk(minor=2, slices=1, memory_gib=9, mig_uuid=migs[2].uuid),
+        ),
     )
     grant = backend.allocate(request)
     assert grant.envs["NVIDIA_VISIBLE_DEVICES"] == f"{migs[0].uuid},{migs[2].uuid}"
@@ -70,7 +71,7 @@ def test_mig_caps_file_missing_is_a_clear_error(fake: FakeNvml, make_backend) ->
     backend = make_backend(fake)
     mig = fake.gpus[2].migs[0]
     with pytest.raises(GrantMismatch, match=r"gpu2/mig/gi2/access cannot be read"):
-        backend.allocate(GrantRequest("g", (DeviceAsk(minor=2, slices=3),), {MIG_UUIDS_ANNOTATION: mig.uuid}))
+        backend.allocate(GrantRequest("g", (DeviceAsk(minor=2, slices=3, mig_uuid=mig.uuid),)))
 
 
 def test_mig_caps_file_without_minor(fake: FakeNvml, make_backend, tmp_path) -> None:
@@ -80,7 +81,7 @@ def test_mig_caps_file_without_minor(fake: FakeNvml, make_backend, tmp_path) -> 
     access = Path(tmp_path, "proc/driver/nvidia/capabilities/gpu2/mig/gi3/access")
     access.write_text("DeviceFileMode: 292\n")
     with pytest.raises(GrantMismatch, match="no DeviceFileMinor line"):
-        backend.allocate(GrantRequest("g", (DeviceAsk(minor=2, slices=2),), {MIG_UUIDS_ANNOTATION: mig.uuid}))
+        backend.allocate(GrantRequest("g", (DeviceAsk(minor=2, slices=2, mig_uuid=mig.uuid),)))
 
 
 def test_shares_are_refused(fake: FakeNvml, make_backend) -> None:
@@ -101,11 +102,17 @@ def test_unknown_card_and_unknown_or_stray_mig(fake: FakeNvml, make_backend) -> 
     backend = make_backend(fake)
     with pytest.raises(ReservationRejected, match=r"card 9 is not on this node \(NVML sees \[0, 1, 2\]\)"):
         backend.allocate(GrantRequest("g", (DeviceAsk(minor=9),)))
-    with pytest.raises(ReservationRejected, match=r"unknown MIG instance.*MIG-nope"):
-        backend.allocate(GrantRequest("g", (DeviceAsk(minor=2, slices=1),), {MIG_UUIDS_ANNOTATION: "MIG-nope"}))
+    with pytest.raises(ReservationRejected, match=r"unknown MIG instance MIG-nope on card 2"):
+        backend.allocate(GrantRequest("g", (DeviceAsk(minor=2, slices=1, mig_uuid="MIG-nope"),)))
     mig = fake.gpus[2].migs[0]
-    with pytest.raises(ReservationRejected, match="not on any card that was asked for"):
-        backend.allocate(GrantRequest("g", (DeviceAsk(minor=0),), {MIG_UUIDS_ANNOTATION: mig.uuid}))
+    with pytest.raises(ReservationRejected, match=f"MIG instance {mig.uuid} is on card 2, not on card 0"):
+        backend.allocate(GrantRequest("g", (DeviceAsk(minor=0, mig_uuid=mig.uuid),)))
+
+
+def test_a_card_in_mig_mode_is_not_granted_whole(fake: FakeNvml, make_backend) -> None:
+    backend = make_backend(fake)
+    with pytest.raises(BackendRefused, match=r"card 2 .* is in MIG mode: only its MIG instances"):
+        backend.allocate(GrantRequest("g", (DeviceAsk(minor=2),)))
 
 
 def test_empty_request_and_release_is_a_no_op(fake: FakeNvml, make_backend) -> None:

@@ -7,7 +7,7 @@ from nomad_plugin.testing.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeN
 def test_whole_cards_with_static_facts(fake: FakeNvml, make_backend) -> None:
     inv = make_backend(fake).inventory()
     assert inv.reachable
-    assert inv.node == {"driver_version": "550.54.15", "cuda_version": "12.4"}
+    assert inv.node == {"driver_version": "550.54.15", "cuda_version": "12.4", "source": "nvml"}
     h100_card, h200_card, a100_card = inv.cards
     assert (h100_card.model, h100_card.memory_mib, h100_card.minor) == ("NVIDIA H100 80GB HBM3", 81559, 0)
     assert (h200_card.model, h200_card.memory_mib) == ("NVIDIA H200", 143771)

@@ -81,7 +81,10 @@ def test_whole_card_official_names_and_xdm_extras(three_cards) -> None:  # type:
     assert num(attrs["Memory state"]) == (2048, 81920) and attrs["Memory state"].unit == "MiB"
     assert num(attrs["GPU utilization"]) == (38, None) and attrs["GPU utilization"].unit == "%"
     assert num(attrs["Temperature"]) == (61, None) and attrs["Temperature"].unit == "C"
-    assert num(attrs["Power usage"]) == (312, 700) and attrs["Power usage"].unit == "W"
+    # nomad-device-nvidia's meaning (1.1.0 on): the draw in mW over the draw in whole W; the limit is in xdm.
+    assert num(attrs["Power usage"]) == (312400, 312) and attrs["Power usage"].unit == "W"
+    power = st.stats.nested["xdm"].attributes
+    assert num(power["Power draw"]) == (312, None) and num(power["Power limit"]) == (700, None)
     assert num(attrs["ECC memory errors"]) == (5, None)  # XDM: the corrected total, as the official kind
     assert "all locations" in attrs["ECC memory errors"].desc
     for name in ("Encoder utilization", "Decoder utilization", "BAR1 buffer state"):
@@ -285,4 +288,4 @@ def test_nvml_readings_fill_every_official_stat(three_cards) -> None:  # type: i
     assert num(attrs["Decoder utilization"]) == (9, None)
     assert num(attrs["BAR1 buffer state"]) == (2, 131072) and attrs["BAR1 buffer state"].unit == "MiB"
     assert [num(attrs[f"ECC {w} errors"])[0] for w in ("L1", "L2", "memory")] == [1, 2, 3]
-    assert "device memory" in attrs["ECC memory errors"].desc
+    assert attrs["ECC memory errors"].desc == "Requested memory error counter for the device"  # the official's text

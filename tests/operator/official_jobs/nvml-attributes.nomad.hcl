@@ -1,6 +1,8 @@
 # Constraints on the attributes nomad-device-nvidia reads from NVML, with its units:
 # bar1 (MiB), power (W), cores_clock / memory_clock (MHz), pci_bandwidth (MB/s),
-# persistence_mode / display_state (strings).
+# persistence_mode / display_state (strings "1" / "0"). Nomad reads a literal "1" as a
+# number and never compares a number with a string, so on either plugin the two modes
+# can only be tested with is_set / is_not_set.
 job "nvml-attributes" {
   group "g" {
     task "t" {
@@ -36,11 +38,11 @@ job "nvml-attributes" {
           }
           constraint {
             attribute = "${device.attr.persistence_mode}"
-            value     = "Enabled"
+            operator  = "is_set"
           }
           affinity {
             attribute = "${device.attr.display_state}"
-            value     = "Disabled"
+            operator  = "is_set"
             weight    = 10
           }
         }
