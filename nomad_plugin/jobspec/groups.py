@@ -234,10 +234,11 @@ def _json_job(job: dict[str, Any]) -> ParsedJob:
     top = _json_level(job, "job", spreads=True)
     groups = []
     for group in dicts(job.get("TaskGroups")):
-        group_name = str(group.get("Name", ""))
+        group_name = group["Name"] if isinstance(group.get("Name"), str) else ""
         levels = [_json_level(group, f'group "{group_name}"', spreads=True)]
         for task in dicts(group.get("Tasks")):
-            levels.append(_json_level(task, f'group "{group_name}" task "{task.get("Name", "")}"', spreads=False))
+            task_name = task["Name"] if isinstance(task.get("Name"), str) else ""
+            levels.append(_json_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
     return ParsedJob(name, job_type, requests, groups, (*problems, *_validate(top, job_type)), tuple(top.unsupported))
 

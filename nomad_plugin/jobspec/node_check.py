@@ -148,13 +148,7 @@ def check_on_node(placed: Placed, values: NodeValues) -> NodeRuleResult:
         hints = tuple(dict.fromkeys(h for r in unknown for h in r.hints))
         return NodeRuleResult(placed, UNKNOWN_RULE, shown_left, shown_right, why, remarks, hints)
     outcome = check_string(rule.operator, left.value, right.value)
-    reason = outcome.why
-    if reason == "not found":
-        missing = [t for t, r in ((rule.attribute, left), (rule.value, right)) if r.value is None]
-        reason = ", ".join(f"{t} is not set on this node" for t in missing)
-        origins = {r.origin for r in needed if r.value is None and r.origin}
-        if origins:
-            reason += f" ({'; '.join(sorted(origins))})"
+    reason = "" if outcome.why == "not found" else outcome.why  # a side shown as "not set" says it
     return NodeRuleResult(placed, HOLDS if outcome.holds else FAILS, shown_left, shown_right, reason, remarks)
 
 

@@ -150,9 +150,13 @@ def _head(r: NodeRuleResult) -> str:
 
 def failures(g: GroupPlacement) -> str:
     """The constraints that keep the group off this node, named."""
-    return "; ".join(
-        f"constraint {_head(r)} fails ({r.left}{'' if not r.reason else ', ' + r.reason})" for r in g.failed
-    )
+    return "; ".join(f"constraint {_head(r)} fails: {_sides(r)}" for r in g.failed)
+
+
+def _sides(r: NodeRuleResult) -> str:
+    rule = r.placed.rule
+    text = r.left if rule.operator in ("is_set", "is_not_set") else f"{r.left} {rule.operator} {r.right}"
+    return text + (f" ({r.reason})" if r.reason else "")
 
 
 def unknowns(g: GroupPlacement) -> str:
