@@ -186,6 +186,9 @@ def verdict_detail(placement: JobPlacement, outcome: str) -> str:
         named = [f'group "{g.rules.group}" {_head(r)}' for g in placement.groups for r in g.unknown]
         found = dict.fromkeys(h for g in placement.groups for r in g.unknown for h in r.hints)
         return f"{', '.join(named)} cannot be decided here; to know: {', or '.join(found)}" if named else ""
-    if outcome == PLACE and cluster_rules(placement):
-        return f"on this node ({' and '.join(cluster_rules(placement))} need the cluster: not evaluated)"
+    kinds = cluster_rules(placement)
+    if outcome == PLACE and kinds:
+        return (
+            f"on this node ({' and '.join(kinds)} {'needs' if len(kinds) == 1 else 'need'} the cluster: not evaluated)"
+        )
     return ""

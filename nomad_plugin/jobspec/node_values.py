@@ -105,6 +105,11 @@ def node_from_json(doc: Any, source: str) -> NodeDocument:
         doc = doc[0]  # `nomad node status -json` without an ID prints a list
     if not isinstance(doc, dict):
         raise NodeFileError(f"{source}: not a Nomad node (a JSON object with ID, Attributes and Meta)")
+    if "Attributes" not in doc and "ID" in doc:
+        raise NodeFileError(
+            f"{source}: a node without Attributes (a node list stub?): save one node, "
+            "`nomad node status -self -json` or `nomad node status -json <id>`"
+        )
     maps: dict[str, dict[str, str]] = {}
     for key in ("Attributes", "Meta"):
         value = doc.get(key)
@@ -113,7 +118,7 @@ def node_from_json(doc: Any, source: str) -> NodeDocument:
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise NodeFileError(f"{source}: {key} is not an object of strings (is it a Nomad node?)")
         maps[key] = dict(value)
-    if "Attributes" in doc and not isinstance(doc.get("ID"), str):
+    if not isinstance(doc.get("ID"), str):
         raise NodeFileError(f"{source}: ID is not a string (is it a Nomad node?)")
     fields = {}
     for target, key in NODE_FIELDS.items():
