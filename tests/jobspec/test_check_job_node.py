@@ -295,3 +295,15 @@ def test_an_agent_that_does_not_answer_leaves_the_node_unknown(
         assert code == 2 and doc["node_rules"]["node"]["sources"][0].endswith("(--no-agent)")
         code, doc = run(capsys, job, "--profile", "h800-8", "--agent", "--set", f'nomad_address="{double.address}"')
         assert code == 0, doc["verdict"]
+
+
+def test_the_runtime_kit_controller_runs_one_group_per_switch_and_none_without_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = str(JOBS / "runtime-kit-controller.sysbatch.hcl")
+    code, doc = run(capsys, job, "--profile", "h800-8", "--node-value", "meta.lj_runtimekit_enable=true")
+    assert code == 1
+    assert [g["outcome"] for g in doc["node_rules"]["groups"]] == ["place", "not_placed"]
+    node = write(tmp_path, "n.json", mock_node())  # a node without the key: left alone
+    code, doc = run(capsys, job, "--profile", "h800-8", "--node", node)
+    assert code == 1 and [g["outcome"] for g in doc["node_rules"]["groups"]] == ["not_placed", "not_placed"]
