@@ -133,6 +133,11 @@ def _hcl_spread(body: dict[str, Any], level: _Level) -> None:
         if body.get("weight") is not None:
             weight = _int_value(body["weight"], "weight", -128, 127)
         targets = []
+        if "target" in body and not isinstance(body["target"], list):
+            level.problems.append(
+                'spread block: Unsupported argument; an argument named "target" is not expected here. '
+                'Did you mean to define a block of type "target"?'
+            )
         for item in body.get("target", []) if isinstance(body.get("target"), list) else []:
             if not isinstance(item, dict):
                 continue
@@ -165,6 +170,8 @@ def _hcl_level(body: dict[str, Any], where: str, spreads: bool) -> _Level:
     if spreads:
         for block in unlabelled(body.get("spread", [])):
             _hcl_spread(block, level)
+    elif "spread" in body:  # a task has no spread (api.Task): gohcl refuses the block
+        level.problems.append('Unsupported block type; Blocks of type "spread" are not expected here.')
     return level
 
 

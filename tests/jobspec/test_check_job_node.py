@@ -307,3 +307,28 @@ def test_the_runtime_kit_controller_runs_one_group_per_switch_and_none_without_t
     node = write(tmp_path, "n.json", mock_node())  # a node without the key: left alone
     code, doc = run(capsys, job, "--profile", "h800-8", "--node", node)
     assert code == 1 and [g["outcome"] for g in doc["node_rules"]["groups"]] == ["not_placed", "not_placed"]
+
+
+def test_hcl_decoding_refuses_what_gohcl_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+    """A task has no spread block (api.Task); a spread's target is a labelled block (api.SpreadTarget)."""
+    body = """
+job "j" {
+  group "g" {
+    spread {
+      attribute = "${meta.a}"
+      target = "x"
+    }
+    task "t" {
+      driver = "raw_exec"
+      spread { attribute = "${meta.a}" }
+    }
+  }
+}
+"""
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Path(tmp) / "decoding.hcl"
+        job.write_text(body)
+        code, out = text(capsys, str(job), "--profile", "h800-8")
+    assert code == 2
+    assert 'an argument named "target" is not expected here. Did you mean to define a block of type "target"?' in out
+    assert 'group "g" task "t": Unsupported block type; Blocks of type "spread" are not expected here.' in out
