@@ -212,10 +212,8 @@ class NodeValues:
                 remark = ""
                 if node is not None and on_node != computed:
                     now = "not set" if on_node is None else repr(on_node)
-                    remark = (
-                        f"the node has {now} now; the plugin publishes "
-                        f"{'an unset' if computed is None else repr(computed)}, which Nomad sees within about 10 s"
-                    )
+                    change = "unsets it" if computed is None else f"publishes {computed!r}"
+                    remark = f"the node has {now} now; the plugin {change}, which Nomad sees within about 10 s"
                 return Resolved(computed, origin="the plugin publishes it", remark=remark)
             if node is not None:
                 remark = ""
