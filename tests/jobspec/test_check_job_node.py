@@ -332,3 +332,36 @@ job "j" {
     assert code == 2
     assert 'an argument named "target" is not expected here. Did you mean to define a block of type "target"?' in out
     assert 'group "g" task "t": Unsupported block type; Blocks of type "spread" are not expected here.' in out
+
+
+# --- the plugin's keys as the node's meta (pure) -------------------------------------------------
+
+
+def test_published_keys_win_and_unpublished_levels_wait_for_the_topology() -> None:
+    from nomad_plugin.jobspec.node_values import NodeValues, PluginKeys, node_from_json
+
+    node = node_from_json(mock_node({"Meta": {"lingjun.hyper_node": "old", "rack": "r1"}}), "node file")
+    keys = {"lingjun.card_count": "8", "lingjun.leaf_switch": "asw-001"}
+    published = NodeValues(node, PluginKeys(keys, publishes=True))
+    assert published.resolve("${meta.lingjun.card_count}").value == "8"
+    gone = published.resolve("${meta.lingjun.hyper_node}")
+    assert gone.known and gone.value is None and "the plugin unsets it" in gone.remark
+    assert published.resolve("${meta.rack}").value == "r1"  # outside the prefix: the node's
+    # no card carries a topology yet: the publisher keeps the node's level keys, so they are the node's
+    waiting = NodeValues(node, PluginKeys(keys, publishes=True, topology_known=False))
+    assert waiting.resolve("${meta.lingjun.hyper_node}").value == "old"
+    assert (
+        not NodeValues(None, PluginKeys(keys, publishes=True, topology_known=False))
+        .resolve("${meta.lingjun.hyper_node}")
+        .known
+    )
+    # not published: the node's static copy, or unknown without the node
+    static = NodeValues(node, PluginKeys(keys, publishes=False))
+    assert static.resolve("${meta.lingjun.card_count}").value is None
+    unknown = NodeValues(None, PluginKeys(keys, publishes=False)).resolve("${meta.lingjun.card_count}")
+    assert (
+        not unknown.known and "computes '8'" in unknown.why_unknown and unknown.hints[0].startswith("--set node_meta")
+    )
+    # another prefix is not the plugin's
+    other = NodeValues(node, PluginKeys({"lj.card_count": "8"}, prefix="lj.", publishes=True))
+    assert other.resolve("${meta.lingjun.hyper_node}").value == "old"
