@@ -23,6 +23,7 @@ import pytest
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.cli import check_job, fingerprint
+from nomad_plugin.jobspec.node_values import NodeValues, PluginKeys, node_from_json
 from nomad_plugin.sim import Simulator
 from nomad_plugin.testing.nomad_cluster import NomadClusterDouble
 from tests.jobspec.tables import mock_node, node_job
@@ -338,8 +339,6 @@ job "j" {
 
 
 def test_published_keys_win_and_unpublished_levels_wait_for_the_topology() -> None:
-    from nomad_plugin.jobspec.node_values import NodeValues, PluginKeys, node_from_json
-
     node = node_from_json(mock_node({"Meta": {"lingjun.hyper_node": "old", "rack": "r1"}}), "node file")
     keys = {"lingjun.card_count": "8", "lingjun.leaf_switch": "asw-001"}
     published = NodeValues(node, PluginKeys(keys, publishes=True))
