@@ -9,9 +9,11 @@
 # `nomad-device-lingjun topology` shows which nodes publish which keys; the M890P profile
 # of the simulator sits in hypernode-001.
 #
-# Dry run (the device block on one node; the group-level rules need the cluster):
-#   nomad-device-lingjun check-job examples/jobs/hyper-node-local.nomad.hcl --profile m890p-8
-# check-job: --profile m890p-8
+# Dry run on one node: the device block, and the group-level constraints on the keys the plugin
+# publishes with plugin-node-meta.hcl (distinct_hosts and spread need the cluster: shown, not decided):
+#   nomad-device-lingjun check-job examples/jobs/hyper-node-local.nomad.hcl --profile m890p-8 \
+#     --plugin-config examples/jobs/plugin-node-meta.hcl
+# check-job: --profile m890p-8 --plugin-config examples/jobs/plugin-node-meta.hcl
 job "hyper-node-local" {
   datacenters = ["*"]
   type        = "batch"

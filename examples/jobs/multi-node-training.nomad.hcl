@@ -20,9 +20,11 @@
 # Inside the device block, `${device.attr.point_of_delivery}` checks the same pod on the
 # cards themselves, so a node whose meta is stale cannot slip in.
 #
-# Dry run (the device block on one node; the group-level rules need the cluster):
-#   nomad-device-lingjun check-job examples/jobs/multi-node-training.nomad.hcl --profile h800-8
-# check-job: --profile h800-8
+# Dry run on one node: the device block, and the group-level constraints on the keys the plugin
+# publishes with plugin-node-meta.hcl (distinct_hosts and spread need the cluster: shown, not decided):
+#   nomad-device-lingjun check-job examples/jobs/multi-node-training.nomad.hcl --profile h800-8 \
+#     --plugin-config examples/jobs/plugin-node-meta.hcl
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-node-meta.hcl
 job "multi-node-training" {
   datacenters = ["*"]
   type        = "batch"

@@ -15,9 +15,11 @@
 # scores nodes; it does not make other pods infeasible). To keep a job inside ONE pod
 # instead, see multi-node-training.nomad.hcl.
 #
-# Dry run (checks the device block on one node; spread needs a cluster):
-#   nomad-device-lingjun check-job examples/jobs/pod-spread.nomad.hcl --profile h800-8
-# check-job: --profile h800-8
+# Dry run on one node: the device block, and the group-level constraints on the keys the plugin
+# publishes with plugin-node-meta.hcl (distinct_hosts and spread need the cluster: shown, not decided):
+#   nomad-device-lingjun check-job examples/jobs/pod-spread.nomad.hcl --profile h800-8 \
+#     --plugin-config examples/jobs/plugin-node-meta.hcl
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-node-meta.hcl
 job "pod-spread" {
   datacenters = ["*"]
   type        = "batch"

@@ -1,15 +1,24 @@
-"""``nomad-device-lingjun check-job JOB.hcl``: dry-run a job's device blocks against this node.
+"""``nomad-device-lingjun check-job JOB.hcl``: dry-run a job against this node.
 
 Gets the live fingerprint by launching the real plugin as Nomad would
 (against XDM, a socket directory, or an embedded simulator with
 ``--profile``), then decides every ``device`` block as Nomad does (decoding,
-job validation, the scheduler's device checks) and says Nomad's outcome:
-it would place the job, refuse it at submission, or not place it on this
-node, with the group that would serve each block and why every other group
-was rejected. Exit status: 0 Nomad would place every block (and the plugin
-would serve it), 1 Nomad would not place one on this node or the plugin
-would refuse it at task start, 2 Nomad would refuse the job file, or a
-usage, fingerprint or plugin error.
+job validation, the scheduler's device checks) and every job-, group- and
+task-level constraint and affinity on this node's values (its meta, the
+plugin's own keys included, attributes and fields), and says Nomad's
+outcome: it would place the job, refuse it at submission, or not place it on
+this node, with the group that would serve each block, why every other
+group was rejected, and each node-level rule that fails. Spreads, distinct
+hosts and distinct properties need the cluster and are shown, not decided.
+Exit status: 0 Nomad would place it (and the plugin would serve it), 1
+Nomad would not place it on this node or the plugin would refuse it at task
+start, 2 Nomad would refuse the job file, check-job cannot tell (a value it
+does not know), or a usage, fingerprint or plugin error.
+
+Node values come from ``--node FILE`` (Nomad's node JSON), the local Nomad
+agent (``--agent``; by default when the fingerprint is this node's own plugin
+config), ``--node-value`` and the plugin's keys, computed from the same
+inventory as the fingerprint (``docs/operator.md``, "check-job").
 """
 
 from __future__ import annotations
@@ -18,13 +27,26 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from nomad_plugin.jobspec import JobParseError, evaluate_job, parse_job_text
-from nomad_plugin.jobspec.evaluate import OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN, job_outcome
+from nomad_plugin.jobspec import JobParseError, evaluate_job
+from nomad_plugin.jobspec.evaluate import OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN
+from nomad_plugin.jobspec.groups import ParsedJob, parse_job
+from nomad_plugin.jobspec.node_check import evaluate_placement, final_outcome
+from nomad_plugin.jobspec.node_report import placement_json, placement_text, verdict_detail
+from nomad_plugin.jobspec.node_values import (
+    NODE_FIELDS,
+    NodeDocument,
+    NodeFileError,
+    NodeValues,
+    PluginKeys,
+    node_from_json,
+)
 from nomad_plugin.jobspec.parse import go_strings
 from nomad_plugin.jobspec.report import verdicts_json, verdicts_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
 from nomad_plugin.launcher.live import LiveNode
+from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad_view.render import Style
 from nomad_plugin.nomad_view.types import DeviceGroup, group_from_json
 
@@ -34,6 +56,8 @@ examples:
   nomad-device-lingjun check-job examples/jobs/tdm-share.nomad.hcl --profile h800-8 --set default_mode='"tdm"'
   nomad-device-lingjun check-job job.hcl --plugin-config /etc/nomad.d/plugin.hcl      # on a node
   nomad-device-lingjun fingerprint --json > fp.json; nomad-device-lingjun check-job job.hcl --fingerprint fp.json
+  nomad-device-lingjun check-job examples/jobs/multi-node-training.nomad.hcl --profile h800-8 --set node_meta=true
+  nomad node status -self -json > node.json; nomad-device-lingjun check-job job.hcl --profile h800-8 --node node.json
 """
 
 
@@ -60,28 +84,146 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
+    node.add_argument(
+        "--node",
+        metavar="FILE",
+        help="the node as Nomad holds it: `nomad node status -self -json` or GET /v1/node/<id> saved to a file",
+    )
+    agent = node.add_mutually_exclusive_group()
+    agent.add_argument(
+        "--agent",
+        action="store_true",
+        default=None,
+        help="read this node from the local Nomad agent (/v1/agent/self, /v1/node/<id>) with the plugin config's "
+        "nomad_* settings or NOMAD_ADDR/NOMAD_TOKEN (default: only when checking this node's own plugin config)",
+    )
+    agent.add_argument("--no-agent", dest="agent", action="store_false", help="never ask the Nomad agent")
+    node.add_argument(
+        "--node-value",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="state one value: meta.<key>, attr.<key>, node.datacenter, node.class, node.pool, node.unique.name or "
+        "node.unique.id (wins over every other source)",
+    )
     return p
 
 
-def _saved_fingerprint(path: str) -> list[DeviceGroup]:
-    """A file written by ``fingerprint --json`` (or its ``groups`` list); ValueError when it is not one."""
+def _read_json(path: str) -> Any:
     try:
-        data = go_strings(json.loads(Path(path).read_text(encoding="utf-8")))
-        groups = data["groups"] if isinstance(data, dict) else data
-        return [group_from_json(g) for g in groups]
+        return go_strings(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is not JSON ({type(exc).__name__}: {exc})") from None
+
+
+def _saved_fingerprint(path: str) -> tuple[list[DeviceGroup], PluginKeys | None, str]:
+    """A file written by ``fingerprint --json`` (or its ``groups`` list); ValueError when it is not one.
+
+    Also its ``plugin_keys`` (the plugin's node meta keys), or why there are none.
+    """
+    data = _read_json(path)
+    try:
+        groups = data["groups"] if isinstance(data, dict) else data
+        devices = [group_from_json(g) for g in groups]
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(f"{path} is not a saved `fingerprint --json` ({type(exc).__name__}: {exc})") from None
+    saved = data.get("plugin_keys") if isinstance(data, dict) else None
+    if saved is None:
+        why = data.get("plugin_keys_error") if isinstance(data, dict) else None
+        return devices, None, str(why or f"{path} holds none (save it again with `fingerprint --json`)")
+    try:
+        return devices, PluginKeys.from_json(saved), ""
+    except NodeFileError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _stated(items: list[str]) -> dict[str, str]:
+    """``--node-value KEY=VALUE`` items; ValueError naming a key Nomad does not resolve."""
+    fields = {t[2:-1] for t in NODE_FIELDS}
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if key.startswith("${") and key.endswith("}"):
+            key = key[2:-1]
+        if not sep or not (key in fields or key.startswith(("attr.", "meta."))) or key in ("attr.", "meta."):
+            raise ValueError(
+                f"--node-value {item!r}: write meta.<key>=VALUE, attr.<key>=VALUE or {', '.join(sorted(fields))}=VALUE"
+            )
+        out[key] = value
+    return out
+
+
+def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> NodeDocument:
+    """This node from the local agent: /v1/agent/self for its ID (unless nomad_node_id), then /v1/node/<id>."""
+    from nomad_plugin.config.decode import decode_config
+    from nomad_plugin.launcher.config import load_config, msgpack_config
+    from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
+
+    config = decode_config(msgpack_config(config_map or load_config(args.plugin_config, args.set)))
+    settings = NomadApiSettings.from_config(config)
+    client = NomadClient(settings)
+    try:
+        node_id = config.nomad_node_id or client.node_id()
+        doc = client.node(node_id)
+    except (NomadApiError, OSError) as exc:  # OSError: the TLS files (nomad_ca_cert, ...) cannot be read
+        raise ValueError(f"the Nomad agent at {settings.address} did not give this node: {exc}") from None
+    finally:
+        client.close()
+    try:
+        return node_from_json(doc, f"Nomad at {settings.address}, /v1/node/{node_id}")
+    except NodeFileError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _node_values(
+    args: argparse.Namespace,
+    job: ParsedJob,
+    plugin: PluginKeys | None,
+    plugin_why: str,
+    config_map: dict[str, Any] | None,
+) -> NodeValues:
+    """What check-job knows of this node (ValueError for a --node file or --node-value that is not usable)."""
+    stated = _stated(args.node_value)
+    node: NodeDocument | None = None
+    node_why = ""
+    if args.node:
+        try:
+            node = node_from_json(_read_json(args.node), f"node file {args.node}")
+        except NodeFileError as exc:
+            raise ValueError(str(exc)) from None
+    else:
+        own_node = not (args.profile or args.socket_dir or args.fingerprint)
+        ask = args.agent if args.agent is not None else own_node
+        if ask and any(g.has_rules for g in job.groups):
+            try:
+                node = _agent_node(args, config_map)
+            except (ValueError, PluginError, OSError) as exc:
+                node_why = str(exc)
+        elif not ask:
+            node_why = "" if args.agent is None else "--no-agent"
+    return NodeValues(node, plugin, plugin_why, stated, node_why)
 
 
 EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node): 1
 
 
-def verdict_line(outcome: str, warned: bool) -> str:
+def verdict_line(outcome: str, warned: bool, detail: str = "") -> str:
     if outcome == PLACE and warned:
         return f"{OUTCOME_TEXT[PLACE]}, but the plugin would refuse it at task start (WARNING above)"
-    return OUTCOME_TEXT[outcome]
+    return OUTCOME_TEXT[outcome] + (f": {detail}" if detail else "")
+
+
+def _plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys | None, str]:
+    from nomad_plugin.cli.node_meta import plugin_keys
+
+    try:
+        return plugin_keys(config_map, timeout), ""
+    except (PluginError, ValueError, OSError) as exc:
+        return None, f"the plugin's backend gave no inventory: {exc}"
 
 
 def main(argv: list[str]) -> int:
@@ -90,35 +232,52 @@ def main(argv: list[str]) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")  # any text a job holds prints on any terminal
     style = Style(sys.stdout)
     try:
-        requests = parse_job_text(Path(args.job).read_text(encoding="utf-8"), args.job)
+        job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         sys.stderr.write(f"check-job: {exc}\n")
         return 2
+    requests = job.requests
+    node_rules = any(g.has_rules for g in job.groups)
     config = None
+    plugin: PluginKeys | None = None
+    plugin_why = "the job has no node-level rules" if not node_rules else ""
     try:
         if args.fingerprint:
-            groups, source = _saved_fingerprint(args.fingerprint), f"saved fingerprint {args.fingerprint}"
+            groups, saved, why = _saved_fingerprint(args.fingerprint)
+            source = f"saved fingerprint {args.fingerprint}"
+            if node_rules:
+                plugin, plugin_why = saved, why
         else:
             node = LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin)
             node.device_timeout = args.timeout
             with node:
                 groups, source = node.devices(), node.source
                 config = dict(node.config)
+                if node_rules:
+                    plugin, plugin_why = _plugin_keys(config, args.timeout)
     except (LaunchError, LauncherConfigError, ValueError, KeyError, OSError) as exc:
         sys.stderr.write(f"check-job: cannot get the fingerprint: {exc}\n")
         return 2
+    try:
+        values = _node_values(args, job, plugin, plugin_why, config)
+    except (ValueError, LauncherConfigError) as exc:
+        sys.stderr.write(f"check-job: {exc}\n")
+        return 2
     verdicts = evaluate_job(requests, groups, config)
-    outcome = job_outcome(verdicts)  # a job without device blocks needs nothing from this node: placed
+    placement = evaluate_placement(job, values)
+    outcome = final_outcome([v.outcome for v in verdicts], placement)
     warned = any(v.warnings for v in verdicts)
     ok = outcome == PLACE and not warned
     code = EXIT.get(outcome, 1) if not (outcome == PLACE and warned) else 1
+    detail = verdict_detail(placement, outcome)
     if args.json:
         doc = {
             "job_file": args.job,
             "fingerprint": {"source": source, "groups": [g.to_json() for g in groups]},
             "requests": verdicts_json(verdicts),
+            "node_rules": placement_json(placement, values),
             "outcome": outcome,
-            "verdict": verdict_line(outcome, warned),
+            "verdict": verdict_line(outcome, warned, detail),
             "ok": ok,
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -128,9 +287,10 @@ def main(argv: list[str]) -> int:
         f"{args.job}: {len(requests)} device block(s); fingerprint: {len(groups)} group(s), {devices} devices ({source})",
         "",
     ]
+    lines += placement_text(placement, values, style)
     lines += verdicts_text(verdicts, style)
-    verdict = verdict_line(outcome, warned)
-    if not requests:
+    verdict = verdict_line(outcome, warned, detail)
+    if not requests and outcome == PLACE:
         verdict += ": the job has no device blocks, it asks nothing of this plugin"
     lines.append(style(verdict, "green" if ok else "red", "bold"))
     sys.stdout.write("\n".join(lines) + "\n")

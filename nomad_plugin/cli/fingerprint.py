@@ -3,7 +3,9 @@
 Launches the plugin exactly as Nomad does (handshake, SetConfig with the
 agent config's msgpack encoding, Fingerprint stream), waits for the first
 fingerprint with devices, prints it as ``nomad node status -verbose`` would
-(or as JSON, which ``check-job --fingerprint`` reads back) and stops it. The
+(or as JSON, which ``check-job --fingerprint`` reads back, with the node
+meta keys the plugin computes from the same inventory: ``plugin_keys``) and
+stops it. The
 dry run uses its own temporary data_dir, no reconciler and no metrics port,
 so it never disturbs the plugin Nomad is running.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
 from nomad_plugin.launcher.live import LiveNode
@@ -35,19 +38,33 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _plugin_keys(config: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The ``plugin_keys`` section: the node meta keys of the same inventory, for check-job's node-level rules."""
+    from nomad_plugin.cli.node_meta import plugin_keys
+    from nomad_plugin.model.errors import PluginError
+
+    try:
+        return {"plugin_keys": plugin_keys(config, timeout).to_json()}
+    except (PluginError, ValueError, OSError) as exc:
+        return {"plugin_keys": None, "plugin_keys_error": f"the plugin's backend gave no inventory: {exc}"}
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     node = LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin)
     node.device_timeout = args.timeout
+    keys: dict[str, Any] = {}
     try:
         with node:
             groups = node.devices()
             source = node.source
+            if args.json:
+                keys = _plugin_keys(dict(node.config), args.timeout)
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
         sys.stderr.write(f"fingerprint: {exc}\n(run `nomad-device-lingjun doctor` for a step-by-step check)\n")
         return 1
     if args.json:
-        doc = {"source": source, "groups": [g.to_json() for g in groups]}
+        doc = {"source": source, "groups": [g.to_json() for g in groups], **keys}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     devices = sum(len(g.devices) for g in groups)

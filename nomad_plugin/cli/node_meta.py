@@ -17,9 +17,11 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.jobspec.node_values import PluginKeys
 from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
 from nomad_plugin.launcher.live import socket_overrides
 from nomad_plugin.model.card import Inventory
@@ -61,6 +63,19 @@ def read_inventory(config: PluginConfig, timeout: float) -> Inventory:
         reason = inventory.unreachable_reason or f"no inventory within {timeout:g} s"
         raise PluginError(f"the {backend.name} backend gave no cards: {reason}")
     return inventory
+
+
+def plugin_keys(config_map: dict[str, Any], timeout: float) -> PluginKeys:
+    """The keys a plugin with this config map publishes (or would, with ``node_meta = true``).
+
+    ``check-job`` and ``fingerprint --json`` call it with the config map they
+    launched the plugin with, while its XDM (or simulator) is still up: the
+    same backend code and the same function as the running plugin. Raises
+    ``PluginError`` (no inventory) or ``ValueError`` (a config the plugin refuses).
+    """
+    config = decode_config(msgpack_config(config_map))
+    found = node_meta(read_inventory(config, timeout), config)
+    return PluginKeys(dict(found.keys), config.node_meta_prefix, config.node_meta, found.topology_known, found.problems)
 
 
 def render(found: NodeMeta, source: str) -> str:

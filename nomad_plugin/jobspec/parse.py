@@ -123,7 +123,7 @@ def _number_text(number: Decimal) -> str:
     return "0" if text in ("-0", "0") else text
 
 
-def _string(raw: Any, key: str) -> str:
+def string_value(raw: Any, key: str) -> str:
     """A value decoded into a string attribute, as HCL converts it (null is "")."""
     if raw is None:
         return ""
@@ -143,7 +143,7 @@ def _hcl_type(raw: Any) -> str:
     return "a list" if isinstance(raw, list) else "an object" if isinstance(raw, dict) else type(raw).__name__
 
 
-def _number_value(raw: Any, key: str) -> Decimal:
+def number_value(raw: Any, key: str) -> Decimal:
     """A value decoded into a number attribute (a numeric string converts, as HCL does)."""
     number = _number(raw)
     if number is None and isinstance(raw, str) and not is_expression(raw):
@@ -193,12 +193,13 @@ def int8_weight(number: Decimal) -> tuple[int, str]:
     return stored, note
 
 
-def _decode_rule(body: dict[str, Any], affinity: bool, problems: list[str], unsupported: list[str]) -> Rule | None:
+def decode_rule(body: dict[str, Any], affinity: bool, problems: list[str], unsupported: list[str]) -> Rule | None:
+    """One HCL ``constraint`` or ``affinity`` block, as Nomad's decoder reads it at any level."""
     kind = "affinity" if affinity else "constraint"
     problems.extend(unknown_keys(body, AFFINITY_KEYS if affinity else CONSTRAINT_KEYS, f"{kind} block"))
     try:
         strings = {
-            key: _string(plain_raw, key)
+            key: string_value(plain_raw, key)
             for key, plain_raw in body.items()
             if not is_meta(key) and key not in ("distinct_hosts", "weight")
             and key in (AFFINITY_KEYS if affinity else CONSTRAINT_KEYS)
@@ -212,7 +213,7 @@ def _decode_rule(body: dict[str, Any], affinity: bool, problems: list[str], unsu
         if affinity:
             weight = DEFAULT_AFFINITY_WEIGHT
             if body.get("weight") is not None:
-                weight, note = int8_weight(_number_value(body["weight"], "weight"))
+                weight, note = int8_weight(number_value(body["weight"], "weight"))
                 if note:
                     notes.append(note)
         else:
@@ -238,7 +239,7 @@ def _decode_rule(body: dict[str, Any], affinity: bool, problems: list[str], unsu
 def _count(raw: Any) -> int:
     if raw is None:
         return 1
-    number = _number_value(raw, "count")
+    number = number_value(raw, "count")
     if number != number.to_integral_value():
         raise ValueProblem(f"count = {_number_text(number)}: Unsuitable value: value must be a whole number")
     if number < 0:
@@ -256,8 +257,8 @@ def _device(job: str, group: str, task: str, name: str, body: dict[str, Any]) ->
         count = _count(body.get("count"))
     except ValueProblem as exc:
         (unsupported if exc.unsupported else problems).append(str(exc))
-    constraints = [_decode_rule(b, False, problems, unsupported) for b in unlabelled(body.get("constraint", []))]
-    affinities = [_decode_rule(b, True, problems, unsupported) for b in unlabelled(body.get("affinity", []))]
+    constraints = [decode_rule(b, False, problems, unsupported) for b in unlabelled(body.get("constraint", []))]
+    affinities = [decode_rule(b, True, problems, unsupported) for b in unlabelled(body.get("affinity", []))]
     return DeviceRequest(
         job, group, task, name, count,
         tuple(r for r in constraints if r is not None), tuple(r for r in affinities if r is not None),
@@ -282,20 +283,29 @@ def device_requests(parsed: dict[str, Any]) -> list[DeviceRequest]:
 
 def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
     """Device requests of an HCL2 job file, or of a JSON job (``nomad job run -output`` form)."""
-    if text.lstrip().startswith("{"):
+    if is_json(text):
         return parse_job_json(text, source)
+    return device_requests(load_hcl(text, source))
+
+
+def is_json(text: str) -> bool:
+    return text.lstrip().startswith("{")
+
+
+def load_hcl(text: str, source: str = "job") -> dict[str, Any]:
+    """The job file as python-hcl2 reads it; JobParseError naming the line when it is no HCL."""
     try:
-        parsed = hcl2.loads(text)
+        parsed: dict[str, Any] = hcl2.loads(text)
     except Exception as exc:
         raise JobParseError(describe_hcl_error(exc, text, source)) from None
-    return device_requests(parsed)
+    return parsed
 
 
 # --- JSON jobs -------------------------------------------------------------------------------
 
 
-def parse_job_json(text: str, source: str = "job") -> list[DeviceRequest]:
-    """``{"Job": {...}}`` (what ``nomad job run -output`` prints) or the bare job object."""
+def load_json_job(text: str, source: str = "job") -> dict[str, Any]:
+    """The job object of ``{"Job": {...}}`` (what ``nomad job run -output`` prints) or a bare job object."""
     try:
         data = go_strings(json.loads(text, parse_constant=_no_constant))
     except json.JSONDecodeError as exc:
@@ -307,12 +317,22 @@ def parse_job_json(text: str, source: str = "job") -> list[DeviceRequest]:
         raise JobParseError(
             f'{source}: a JSON job needs "TaskGroups" (the form `nomad job run -output job.hcl` prints: {{"Job": ...}})'
         )
+    return job
+
+
+def parse_job_json(text: str, source: str = "job") -> list[DeviceRequest]:
+    """``{"Job": {...}}`` (what ``nomad job run -output`` prints) or the bare job object."""
+    return json_device_requests(load_json_job(text, source))
+
+
+def json_device_requests(job: dict[str, Any]) -> list[DeviceRequest]:
+    """Every device of every task of a JSON job object, in order."""
     job_name = str(job.get("Name") or job.get("ID") or "")
     requests: list[DeviceRequest] = []
-    for group in _dicts(job.get("TaskGroups")):
-        for task in _dicts(group.get("Tasks")):
+    for group in dicts(job.get("TaskGroups")):
+        for task in dicts(group.get("Tasks")):
             resources = task.get("Resources") if isinstance(task.get("Resources"), dict) else {}
-            for device in _dicts((resources or {}).get("Devices")):
+            for device in dicts((resources or {}).get("Devices")):
                 requests.append(_json_device(job_name, str(group.get("Name", "")), str(task.get("Name", "")), device))
     return requests
 
@@ -335,20 +355,20 @@ def go_strings(value: Any) -> Any:
     return value
 
 
-def _dicts(value: Any) -> list[dict[str, Any]]:
+def dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _json_text(raw: Any, field_name: str, problems: list[str]) -> str:
+def json_text(raw: Any, field_name: str, problems: list[str]) -> str:
     if raw is None:
         return ""
     if not isinstance(raw, str):
-        problems.append(f"{field_name}: json: cannot unmarshal {_json_type(raw)} into a string field")
+        problems.append(f"{field_name}: json: cannot unmarshal {json_type(raw)} into a string field")
         return ""
     return raw
 
 
-def _json_type(raw: Any) -> str:
+def json_type(raw: Any) -> str:
     if isinstance(raw, bool):
         return "bool"
     if isinstance(raw, (int, float)):
@@ -358,32 +378,36 @@ def _json_type(raw: Any) -> str:
 
 def _json_device(job: str, group: str, task: str, device: dict[str, Any]) -> DeviceRequest:
     problems: list[str] = []
-    name = _json_text(device.get("Name"), "Name", problems)
+    name = json_text(device.get("Name"), "Name", problems)
     raw = device.get("Count")
     count = 1
     if raw is not None:
         if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= UINT64_MAX:
-            problems.append(f"Count: json: cannot unmarshal {_json_type(raw)} into a uint64 field")
+            problems.append(f"Count: json: cannot unmarshal {json_type(raw)} into a uint64 field")
         else:
             count = raw
 
-    def rule(raw_rule: dict[str, Any], affinity: bool) -> Rule:
-        weight = 0
-        if affinity:
-            weight = raw_rule.get("Weight", DEFAULT_AFFINITY_WEIGHT)
-            if weight is None:
-                weight = DEFAULT_AFFINITY_WEIGHT
-            if isinstance(weight, bool) or not isinstance(weight, int) or not -128 <= weight <= 127:
-                problems.append(f"Weight: json: cannot unmarshal {_json_type(weight)} into an int8 field")
-                weight = DEFAULT_AFFINITY_WEIGHT
-        return Rule(
-            _json_text(raw_rule.get("LTarget"), "LTarget", problems),
-            _json_text(raw_rule.get("Operand"), "Operand", problems),
-            _json_text(raw_rule.get("RTarget"), "RTarget", problems),
-            weight,
-            affinity,
-        )
-
-    constraints = tuple(rule(c, False) for c in _dicts(device.get("Constraints")))
-    affinities = tuple(rule(a, True) for a in _dicts(device.get("Affinities")))
+    constraints = tuple(json_rule(c, False, problems) for c in dicts(device.get("Constraints")))
+    affinities = tuple(json_rule(a, True, problems) for a in dicts(device.get("Affinities")))
     return DeviceRequest(job, group, task, name, count, constraints, affinities, tuple(problems))
+
+
+def json_weight(raw: Any, problems: list[str]) -> int:
+    """An ``int8`` weight of the API form; null or absent is Nomad's default 50 (api ``Canonicalize``)."""
+    if raw is None:
+        return DEFAULT_AFFINITY_WEIGHT
+    if isinstance(raw, bool) or not isinstance(raw, int) or not -128 <= raw <= 127:
+        problems.append(f"Weight: json: cannot unmarshal {json_type(raw)} into an int8 field")
+        return DEFAULT_AFFINITY_WEIGHT
+    return raw
+
+
+def json_rule(raw_rule: dict[str, Any], affinity: bool, problems: list[str]) -> Rule:
+    """A constraint or affinity of the API form, at any level: the fields as written."""
+    return Rule(
+        json_text(raw_rule.get("LTarget"), "LTarget", problems),
+        json_text(raw_rule.get("Operand"), "Operand", problems),
+        json_text(raw_rule.get("RTarget"), "RTarget", problems),
+        json_weight(raw_rule.get("Weight"), problems) if affinity else 0,
+        affinity,
+    )

@@ -82,10 +82,11 @@ class LiveNode:
         if self.profile:
             extra.append("nvml_enrich=false")  # a simulated card must not pick up this host's GPUs
         # A dry run never touches the live plugin's journal, grants, Nomad or metrics port:
-        # its own data_dir, no reconciler, no Prometheus endpoint.
+        # its own data_dir, no reconciler, no Prometheus endpoint, and no node metadata written
+        # (``config`` keeps the node_meta asked for: check-job reads the plugin's keys from it).
         extra += [f'data_dir="{self.tmp / "data"}"', "reconcile=false", "metrics_port=0"]
         self.config = load_config(self.plugin_config, [*extra, *self.overrides])
-        self.session = launch(self.config, plugin=self.plugin)
+        self.session = launch({**self.config, "node_meta": False}, plugin=self.plugin)
 
     def devices(self) -> list[DeviceGroup]:
         assert self.session is not None

@@ -118,3 +118,50 @@ def json_device(request: dict[str, Any]) -> dict[str, Any]:
 def fingerprint_json(groups: list[DeviceGroup]) -> str:
     """What ``fingerprint --json`` writes, which ``check-job --fingerprint`` reads."""
     return json.dumps({"groups": [g.to_json() for g in groups]}, allow_nan=True)
+
+
+# --- node-level rules (nomad_tables/node.json) -----------------------------------------------
+
+
+def mock_node(changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Nomad's mock.Node() as node JSON (``GET /v1/node/<id>``) with a row's changes (maps merged key by key)."""
+    base = table("node")["mock_node"]
+    node = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for key, value in (changes or {}).items():
+        if isinstance(value, dict):
+            node[key] = {**node.get(key, {}), **value}
+        else:
+            node[key] = value
+    return node
+
+
+def api_rule(spec: list[Any]) -> dict[str, Any]:
+    """A table rule ([attribute, operator, value] or with a weight) in the API form."""
+    out: dict[str, Any] = {"LTarget": spec[0], "Operand": spec[1], "RTarget": spec[2]}
+    if len(spec) > 3:
+        out["Weight"] = spec[3]
+    return out
+
+
+def api_spread(spec: list[Any]) -> dict[str, Any]:
+    """A table spread ([attribute, weight, [[value, percent], ...]]) in the API form."""
+    return {
+        "Attribute": spec[0],
+        "Weight": spec[1],
+        "SpreadTarget": [{"Value": v, "Percent": p} for v, p in spec[2]],
+    }
+
+
+def _level(rules: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind, items in rules.items():
+        out[kind] = [api_spread(i) if kind == "Spreads" else api_rule(i) for i in items]
+    return out
+
+
+def node_job(rules: dict[str, dict[str, Any]], job_type: str = "batch") -> str:
+    """A JSON job of one group and one task (no device) with rules per level ("job", "group", "task")."""
+    task = {"Name": "t", "Driver": "raw_exec", **_level(rules.get("task", {}))}
+    group = {"Name": "g", "Tasks": [task], **_level(rules.get("group", {}))}
+    job = {"ID": "n", "Name": "n", "Type": job_type, "TaskGroups": [group], **_level(rules.get("job", {}))}
+    return json.dumps({"Job": job})

@@ -31,7 +31,17 @@ import pytest
 from nomad_plugin.cli import check_job
 from nomad_plugin.jobspec.units import parse_attribute
 from nomad_plugin.nomad_view.types import Attribute, Device, DeviceGroup
-from tests.jobspec.tables import attribute, fingerprint_json, json_device, json_job, literal, node, rows
+from tests.jobspec.tables import (
+    attribute,
+    fingerprint_json,
+    json_device,
+    json_job,
+    literal,
+    mock_node,
+    node,
+    node_job,
+    rows,
+)
 from tests.jobspec.test_nomad_tables import device_hcl
 
 ATTR_GROUP = ("lab", "card", "model-x")  # the one group attribute rows live on
@@ -47,6 +57,8 @@ class Case:
     chosen: tuple[str, ...] | None = None  # the groups Nomad may serve it from
     ids_subset: tuple[str, ...] = ()
     count: int | None = None
+    node: dict[str, Any] | None = None  # Nomad's node JSON, given with --node
+    score: float | None = None  # the node-affinity score Nomad computes
 
 
 def attr_group(**attrs: Attribute) -> DeviceGroup:
@@ -176,11 +188,81 @@ def cases() -> Iterator[Case]:
             yield Case(row["src"], [attr_group()], job, "valid", count=row["count"])
 
 
+def node_rule_case(src: str, op: str, left: str | None, right: str | None, holds: bool) -> Case:
+    """``${meta.l} <op> <right>`` as a group constraint on a node whose meta holds the row's values.
+
+    The right side is written as a literal, as a job author would, unless it is missing, empty or
+    looks like a target: then it is ``${meta.r}``.
+    """
+    meta = {k: v for k, v in (("l", left), ("r", right)) if v is not None}
+    if op in ("is_set", "is_not_set"):
+        value = ""
+    elif right is None or right == "" or right.startswith("${"):
+        value = "${meta.r}"
+    else:
+        value = right
+    job = node_job({"group": {"Constraints": [["${meta.l}", op, value]]}})
+    return Case(src, [attr_group()], job, "place" if holds else "not_placed", node=mock_node({"Meta": meta}))
+
+
+def node_cases() -> Iterator[Case]:
+    """Nomad's node-level rows: each rule a group constraint (or affinity) of a job without devices."""
+    for row in rows("operators", "string"):
+        left, right = row["l"], row["r"]
+        if isinstance(left, int) or isinstance(right, int):
+            continue  # a Go int: node values are strings; the unit tests hold these rows
+        if right is None and row["op"] in ("version", "semver", "regexp"):
+            continue  # "${meta.r}" is no version constraint Nomad's validation accepts
+        yield node_rule_case(row["src"], row["op"], left, right, row["holds"])
+    unparsable = {(r["input"], r["semver"]) for r in rows("versions", "constraint_parse") if r["count"] is None}
+    for row in rows("versions", "match"):
+        if isinstance(row["version"], int):
+            continue
+        case = node_rule_case(row["src"], row["op"], row["version"], row["constraint"], bool(row["holds"]))
+        if row["holds"] is None or (row["constraint"], row["op"] == "semver") in unparsable:
+            case = Case(case.src, case.groups, case.job, "refuse", node=case.node)
+        yield case
+    for row in rows("validation", "constraint"):
+        job = node_job({"group": {"Constraints": [[row["attribute"], row["operator"], row["value"]]]}})
+        yield Case(row["src"], [attr_group()], job, "refuse" if row["error"] else "valid", node=mock_node())
+    for row in rows("validation", "target"):
+        if row["target"] == "":
+            continue  # an empty attribute fails the required-attribute check too
+        job = node_job({"group": {"Constraints": [[row["target"], "=", "x"]]}})
+        yield Case(row["src"], [attr_group()], job, "refuse" if row["error"] else "valid", node=mock_node())
+    for row in rows("validation", "affinity"):
+        spec = [row["attribute"], row["operator"], row["value"], row["weight"]]
+        job = node_job({"group": {"Affinities": [spec]}})
+        yield Case(row["src"], [attr_group()], job, "refuse" if row["error"] else "valid", node=mock_node())
+    for row in rows("node", "resolve"):
+        if "check_job" in row:
+            continue
+        spec = [row["target"], "=", row["value"]] if row["found"] else [row["target"], "is_not_set", ""]
+        yield Case(row["src"], [attr_group()], node_job({"group": {"Constraints": [spec]}}), "place", node=mock_node())
+    for row in rows("node", "checker"):
+        job = node_job({"group": {"Constraints": row["constraints"]}})
+        outcome = "place" if row["result"] else "not_placed"
+        yield Case(row["src"], [attr_group()], job, outcome, node=mock_node(row["node"]))
+    for row in rows("node", "affinity"):
+        job = node_job({"group": {"Affinities": row["affinities"]}})
+        yield Case(row["src"], [attr_group()], job, "place", node=mock_node(row["node"]), score=row["score"])
+    for row in rows("node", "spread"):
+        job = node_job({"group": {"Spreads": [[row["attribute"], row["weight"], row["targets"]]]}})
+        yield Case(row["src"], [attr_group()], job, "refuse" if row["error"] else "place", node=mock_node())
+    for row in rows("node", "job"):
+        job = node_job(row["rules"], row["type"])
+        yield Case(row["src"], [attr_group()], job, "refuse" if row["error"] else "place", node=mock_node())
+
+
 def run(case: Case, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[bool, str]:
     fp, job = tmp / "fp.json", tmp / ("job.json" if case.job.lstrip().startswith("{") else "job.hcl")
     fp.write_text(fingerprint_json(case.groups))
     job.write_text(case.job)
-    code = check_job.main([str(job), "--fingerprint", str(fp), "--json"])
+    extra = []
+    if case.node is not None:
+        (tmp / "node.json").write_text(json.dumps(case.node))
+        extra = ["--node", str(tmp / "node.json")]
+    code = check_job.main([str(job), "--fingerprint", str(fp), "--json", *extra])
     doc = json.loads(capsys.readouterr().out)
     outcome = doc["outcome"]
     want_code = {"place": 0, "refuse": 2, "not_placed": 1}
@@ -193,14 +275,29 @@ def run(case: Case, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[bool
         agrees = req["chosen"] in case.chosen and set(case.ids_subset) <= set(req["picked_ids"])
     if agrees and case.count is not None:
         agrees = doc["requests"][0]["count"] == case.count
+    if agrees and case.score is not None:
+        (group,) = doc["node_rules"]["groups"]
+        agrees = group["affinity_score"] is not None and abs(group["affinity_score"] - case.score) < 1e-12
+    rules = doc["node_rules"]
     said = f"{outcome} (exit {code}): " + "; ".join(
-        [*(p for r in doc["requests"] for p in r["problems"]), *(w for r in doc["requests"] for w in r["why"])]
+        [
+            *(p for r in doc["requests"] for p in r["problems"]),
+            *(w for r in doc["requests"] for w in r["why"]),
+            *rules["problems"],
+            *(p for g in rules["groups"] for p in g["problems"]),
+            *(
+                f"{c['attribute']} {c['operator']} {c['value']!r}: {c['status']} {c['reason']}"
+                for g in rules["groups"]
+                for c in g["constraints"]
+                if c["status"] != "holds"
+            ),
+        ]
     )
     return agrees, said
 
 
 def test_check_job_agrees_with_nomads_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    all_cases = list(cases())
+    all_cases = [*cases(), *node_cases()]
     differences = []
     for case in all_cases:
         agrees, said = run(case, tmp_path, capsys)
@@ -212,5 +309,5 @@ def test_check_job_agrees_with_nomads_tables(tmp_path: Path, capsys: pytest.Capt
         print(f"\ncheck-job vs Nomad's tables: {agreed}/{len(all_cases)} rows agree ({share:.1%})")
         for line in differences:
             print("  differs:", line)
-    assert len(all_cases) >= 150
+    assert len(all_cases) >= 150 and sum(1 for c in all_cases if c.node is not None) >= 150
     assert differences == [], "\n".join(differences)

@@ -5,7 +5,9 @@ patterns RE2 refuses, wrong types for every field, broken encodings, deep
 nesting) and hostile saved fingerprints go through the real command: one
 interpreter started with ``-W always`` runs the command's entry point once
 per input (so every warning prints, every time), and a few inputs also go
-through ``python -m nomad_plugin check-job`` itself. Any "Traceback" or
+through ``python -m nomad_plugin check-job`` itself. Node-level rules get
+hostile blocks at every level, hostile node files (``--node``), stated values
+(``--node-value``), saved plugin keys and an agent that is not there. Any "Traceback" or
 "Warning" on stdout or stderr fails the test, as does an exit status other
 than check-job's documented 0, 1 and 2.
 """
@@ -27,6 +29,14 @@ def device(body: str, name: str = "nvidia/gpu") -> str:
     return (
         f'job "j" {{\n  group "g" {{\n    task "t" {{\n      driver = "raw_exec"\n      resources {{\n'
         f'        device "{name}" {{\n{body}\n        }}\n      }}\n    }}\n  }}\n}}\n'
+    )
+
+
+def node_level(job_body: str = "", group_body: str = "", task_body: str = "") -> str:
+    """A job whose job, group and task levels hold the given blocks (node-level rules)."""
+    return (
+        f'job "j" {{\n{job_body}\n  group "g" {{\n{group_body}\n    task "t" {{\n      driver = "raw_exec"\n'
+        f"{task_body}\n    }}\n  }}\n}}\n"
     )
 
 
@@ -88,6 +98,45 @@ HCL_JOBS: dict[str, str] = {
     "empty": "",
     "nul-bytes": "job \x00 {}",
     "crlf": device("count = 1").replace("\n", "\r\n"),
+    "node-lookahead": node_level(group_body=rule("${meta.rack}", "regexp", "r(?=1)")),
+    "node-posix": node_level(group_body=rule("${attr.kernel.name}", "regexp", "[[:alpha:]]+")),
+    "node-inf-order": node_level(group_body=rule("${meta.lingjun.card_count}", ">=", "inf")),
+    "node-nan-order": node_level(group_body=rule("${meta.lingjun.card_count}", "<", "nan")),
+    "node-huge-order": node_level(group_body=rule("${meta.lingjun.card_count}", ">", "1e400")),
+    "node-underscore": node_level(group_body=rule("${meta.lingjun.card_count}", ">", "1_0")),
+    "node-version-garbage": node_level(job_body=rule("${attr.nomad.version}", "version", ">= \u00e9")),
+    "node-semver-pessimistic": node_level(job_body=rule("${attr.nomad.version}", "semver", "~> 1.0")),
+    "node-unknown-operator": node_level(group_body=rule("${meta.rack}", "~=", "x")),
+    "node-open-target": node_level(group_body=rule("${meta.rack", "=", "x")),
+    "node-device-target": node_level(group_body=rule("${device.attr.memory}", ">=", "1 GiB")),
+    "node-unicode": node_level(group_body=rule("${meta.\u2603}", "=", "\u2603 \u0000")),
+    "node-empty-meta-key": node_level(group_body=rule("${meta.}", "is_set", "")),
+    "node-variable": node_level(group_body='constraint {\n attribute = "${meta.rack}"\n value = var.rack\n}'),
+    "node-value-list": node_level(job_body='constraint {\n attribute = "${meta.rack}"\n value = [1]\n}'),
+    "node-distinct-text": node_level(group_body='constraint {\n distinct_hosts = "maybe"\n}'),
+    "node-distinct-task": node_level(task_body='constraint {\n distinct_property = "${meta.rack}"\n value = "x"\n}'),
+    "node-affinity-huge-weight": node_level(
+        group_body='affinity {\n attribute = "${meta.a}"\n value = "x"\n weight = 1e30\n}'
+    ),
+    "node-affinity-is-set": node_level(task_body='affinity {\n attribute = "${meta.a}"\n operator = "is_set"\n}'),
+    "spread-huge-weight": node_level(job_body='spread {\n attribute = "${meta.a}"\n weight = 1e30\n}'),
+    "spread-text-weight": node_level(group_body='spread {\n attribute = "${meta.a}"\n weight = "x"\n}'),
+    "spread-negative-percent": node_level(
+        group_body='spread {\n attribute = "${meta.a}"\n target "x" { percent = -1 }\n}'
+    ),
+    "spread-huge-percent": node_level(
+        group_body='spread {\n attribute = "${meta.a}"\n target "x" { percent = 1e30 }\n}'
+    ),
+    "spread-unlabelled-target": node_level(group_body='spread {\n attribute = "${meta.a}"\n target { percent = 5 }\n}'),
+    "spread-target-attribute": node_level(group_body='spread {\n attribute = "${meta.a}"\n target = "x"\n}'),
+    "spread-misspelled": node_level(group_body='spread {\n atribute = "${meta.a}"\n}'),
+    "spread-variable": node_level(group_body="spread {\n attribute = var.a\n}"),
+    "spread-in-task": node_level(task_body='spread {\n attribute = "${meta.a}"\n}'),
+    "type-number": node_level(job_body="type = 5"),
+    "type-variable": node_level(job_body="type = var.t"),
+    "type-system-affinity": node_level(
+        job_body='type = "system"', group_body='affinity {\n attribute = "${meta.a}"\n value = "x"\n}'
+    ),
 }
 JSON_JOBS: dict[str, str] = {
     "json-nan": '{"Job": {"TaskGroups": [{"Tasks": [{"Resources": {"Devices": [{"Name": "gpu", "Count": NaN}]}}]}]}}',
@@ -169,6 +218,74 @@ JSON_JOBS: dict[str, str] = {
         }
     ),
 }
+JSON_JOBS.update(
+    {
+        "json-node-types": json.dumps(
+            {
+                "Job": {
+                    "Type": 5,
+                    "Constraints": [{"LTarget": 1, "Operand": None, "RTarget": [1]}, "x"],
+                    "Affinities": "x",
+                    "Spreads": [{"Attribute": None, "Weight": "x", "SpreadTarget": [{"Value": 1, "Percent": "50"}]}, 7],
+                    "TaskGroups": [
+                        {
+                            "Name": None,
+                            "Constraints": {"a": 1},
+                            "Affinities": [{"LTarget": "${meta.a}", "Operand": "=", "RTarget": "x", "Weight": 1e30}],
+                            "Spreads": [{"Attribute": "${meta.a}", "SpreadTarget": "x"}],
+                            "Tasks": [{"Name": 5, "Constraints": [{"Operand": "distinct_hosts"}], "Affinities": None}],
+                        }
+                    ],
+                }
+            }
+        ),
+        "json-node-percent": json.dumps(
+            {
+                "Job": {
+                    "TaskGroups": [
+                        {
+                            "Name": "g",
+                            "Spreads": [
+                                {
+                                    "Attribute": "${meta.a}",
+                                    "SpreadTarget": [{"Value": "x", "Percent": -5}, {"Percent": 300}],
+                                }
+                            ],
+                            "Constraints": [{"LTarget": "${meta.a}", "Operand": ">", "RTarget": "1e999"}],
+                        }
+                    ]
+                }
+            }
+        ),
+    }
+)
+NODE_LEVEL_JOB = node_level(
+    job_body=rule("${attr.kernel.name}", "=", "linux"),
+    group_body=rule("${meta.lingjun.point_of_delivery}", "=", "pod-a01-p1") + "\n" + rule("${node.class}", "!=", "x"),
+)
+NODE_FILES: dict[str, str] = {
+    "not-json": "{{",
+    "list": "[1, 2]",
+    "empty-list": "[]",
+    "attributes-numbers": '{"ID": "x", "Attributes": {"kernel.name": 1}, "Meta": {}}',
+    "meta-list": '{"ID": "x", "Attributes": {}, "Meta": ["a"]}',
+    "meta-null": '{"ID": "x", "Attributes": {}, "Meta": null}',
+    "id-number": '{"ID": 5, "Attributes": {}, "Meta": {}}',
+    "fields-wrong-types": '{"ID": "x", "Datacenter": [1], "NodeClass": null, "Attributes": {}, "Meta": {}}',
+    "nan": '{"ID": "x", "Attributes": {"a": NaN}, "Meta": {}}',
+    "surrogate": '{"ID": "\\udcff", "Attributes": {"kernel.name": "\\udcff"}, "Meta": {"\\udcff": "x"}}',
+    "deep": "[" * 50000 + "]" * 50000,
+}
+NODE_VALUES = ["=", "meta.=x", "attr.", "node.region=x", "${meta.rack}=r1", "meta.rack=\u2603\u0000", "x" * 5000]
+PLUGIN_KEYS: dict[str, str] = {
+    "keys-list": '{"groups": [], "plugin_keys": {"keys": [], "prefix": "lingjun.", "node_meta": true}}',
+    "keys-numbers": '{"groups": [], "plugin_keys": {"keys": {"lingjun.a": 1}, "prefix": "lingjun.", "node_meta": true}}',
+    "prefix-number": '{"groups": [], "plugin_keys": {"keys": {}, "prefix": 5, "node_meta": true}}',
+    "node-meta-text": '{"groups": [], "plugin_keys": {"keys": {}, "prefix": "lingjun.", "node_meta": "yes"}}',
+    "not-object": '{"groups": [], "plugin_keys": "x"}',
+    "error-object": '{"groups": [], "plugin_keys": null, "plugin_keys_error": {"a": 1}}',
+    "problems-text": '{"groups": [], "plugin_keys": {"keys": {}, "prefix": "", "node_meta": true, "problems": "x"}}',
+}
 BINARY_JOBS: dict[str, bytes] = {"latin-1": b'job "\xe9" {}\n', "garbage": bytes(range(256)) * 4}
 FINGERPRINTS: dict[str, str] = {
     "not-json": "{{",
@@ -231,6 +348,26 @@ def inputs(tmp: Path, fingerprint: Path) -> list[list[str]]:
         path = tmp / f"fp-{name}.json"
         path.write_text(text, errors="surrogatepass")
         argvs += [[str(good_job), "--fingerprint", str(path)], [str(good_job), "--fingerprint", str(path), "--json"]]
+    node_job = tmp / "node-level.hcl"
+    node_job.write_text(NODE_LEVEL_JOB)
+    for name, text in NODE_FILES.items():
+        path = tmp / f"node-{name}.json"
+        path.write_text(text, errors="surrogatepass")
+        argvs += [
+            [str(node_job), "--fingerprint", str(fingerprint), "--node", str(path)],
+            [str(node_job), "--fingerprint", str(fingerprint), "--node", str(path), "--json"],
+        ]
+    for value in NODE_VALUES:
+        argvs.append([str(node_job), "--fingerprint", str(fingerprint), "--node-value", value])
+    for name, text in PLUGIN_KEYS.items():
+        path = tmp / f"keys-{name}.json"
+        path.write_text(text)
+        argvs += [[str(node_job), "--fingerprint", str(path)], [str(node_job), "--fingerprint", str(path), "--json"]]
+    argvs.append([str(node_job), "--fingerprint", str(fingerprint), "--node", str(tmp / "missing-node.json")])
+    argvs.append(
+        [str(node_job), "--fingerprint", str(fingerprint), "--agent", "--set", 'nomad_address="http://127.0.0.1:9"']
+    )
+    argvs.append([str(node_job), "--fingerprint", str(fingerprint), "--agent", "--set", "nomad_address=5"])
     argvs.append([str(tmp / "missing.hcl"), "--fingerprint", str(fingerprint)])
     argvs.append([str(good_job), "--fingerprint", str(tmp / "missing.json")])
     argvs.append([str(good_job), "--bogus-flag"])

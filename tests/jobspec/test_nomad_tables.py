@@ -14,11 +14,14 @@ import pytest
 
 from nomad_plugin.jobspec import goversion
 from nomad_plugin.jobspec.evaluate import device_checker, evaluate_request
+from nomad_plugin.jobspec.groups import ParsedJob, Spread, parse_job, validate_spread
+from nomad_plugin.jobspec.node_check import evaluate_group
+from nomad_plugin.jobspec.node_values import NodeValues, node_from_json
 from nomad_plugin.jobspec.operators import check_attribute, check_string
 from nomad_plugin.jobspec.parse import DeviceRequest, Rule, parse_job_text
 from nomad_plugin.jobspec.units import compare, parse_attribute
 from nomad_plugin.jobspec.validate import validate_affinity, validate_constraint, validate_device, validate_target
-from tests.jobspec.tables import attribute, node, row_id, rows, same_attribute
+from tests.jobspec.tables import attribute, mock_node, node, node_job, row_id, rows, same_attribute
 
 TABLE_SECTIONS = {
     "attribute": ("compare", "parse"),
@@ -27,6 +30,7 @@ TABLE_SECTIONS = {
     "validation": ("constraint", "target", "affinity", "device"),
     "devices": ("checker", "allocator"),
     "decoder": ("hcl",),
+    "node": ("resolve", "checker", "affinity", "spread", "job"),
 }
 
 
@@ -225,3 +229,53 @@ def test_nan_is_a_float_that_never_equals_itself() -> None:
     """The NaN rows above rely on this reading of the table values."""
     value = attribute({"float": "nan"})
     assert value is not None and isinstance(value.value, float) and math.isnan(value.value)
+
+
+# --- node-level rules: resolveTarget, ConstraintChecker, NodeAffinityIterator, job validation ---
+
+
+def node_values(changes: dict[str, Any] | None = None) -> NodeValues:
+    return NodeValues(node_from_json(mock_node(changes), "mock node"))
+
+
+@pytest.mark.parametrize("row", rows("node", "resolve"), ids=row_id)
+def test_resolve_constraint_target(row: dict[str, Any]) -> None:
+    resolved = node_values().resolve(row["target"])
+    assert resolved.known
+    assert (resolved.value is not None) is row["found"], resolved
+    if row["found"]:
+        assert resolved.value == row["value"]
+
+
+def _group_rules(rules: dict[str, dict[str, Any]], job_type: str = "batch") -> ParsedJob:
+    return parse_job(node_job(rules, job_type), "job.json")
+
+
+@pytest.mark.parametrize("row", rows("node", "checker"), ids=row_id)
+def test_constraint_checker(row: dict[str, Any]) -> None:
+    job = _group_rules({"group": {"Constraints": row["constraints"]}})
+    (group,) = job.groups
+    assert not group.problems and not job.problems, (group.problems, job.problems)
+    placement = evaluate_group(group, node_values(row["node"]))
+    assert (placement.outcome == "place") is row["result"], placement.constraints
+
+
+@pytest.mark.parametrize("row", rows("node", "affinity"), ids=row_id)
+def test_node_affinity_iterator(row: dict[str, Any]) -> None:
+    (group,) = _group_rules({"group": {"Affinities": row["affinities"]}}).groups
+    placement = evaluate_group(group, node_values(row["node"]))
+    assert placement.outcome == "place"  # an affinity never keeps a group off a node
+    assert placement.score is not None and math.isclose(placement.score, row["score"], abs_tol=1e-12), placement
+
+
+@pytest.mark.parametrize("row", rows("node", "spread"), ids=row_id)
+def test_spread_validate(row: dict[str, Any]) -> None:
+    spread = Spread(row["attribute"], row["weight"], tuple((v, p) for v, p in row["targets"]), "group")
+    _one_error(validate_spread(spread), row["error"])
+
+
+@pytest.mark.parametrize("row", rows("node", "job"), ids=row_id)
+def test_job_validate(row: dict[str, Any]) -> None:
+    job = _group_rules(row["rules"], row["type"])
+    errors = [*job.problems, *(p for g in job.groups for p in g.problems)]
+    _one_error(errors, row["error"])
