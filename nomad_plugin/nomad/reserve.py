@@ -29,7 +29,14 @@ from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
 from nomad_plugin.journal.ids import GrantIds
 from nomad_plugin.model.backend_port import Backend
-from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
+from nomad_plugin.model.errors import (
+    BackendRefused,
+    BackendUnavailable,
+    GrantMismatch,
+    PluginError,
+    ReservationRejected,
+    SchemaMismatch,
+)
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, build_container
@@ -147,9 +154,6 @@ def _describe(kind: Kind, ask: DeviceAsk) -> str:
     return f"{ask.core}% compute, {ask.memory_gib} GiB"
 
 
-LATE_GRANT_MIN_WINDOW = 10.0  # seconds
-
-
 def describe_limits(kind: str, asks: Sequence[DeviceAsk]) -> str:
     """The limits a grant enforces, per card, in words (audit lines, ``grants``)."""
     if not asks:
@@ -214,13 +218,27 @@ class JournalWriteFailed(PluginError):
     """The durable journal could not be written (e.g. the disk is full)."""
 
 
-def _may_commit_late(exc: BaseException) -> bool:
-    """An Allocate that timed out may still be committed by an XDM that is alive but slow.
+#: Transport failures that show XDM never ran the call, or died with it: no live XDM can commit it later.
+XDM_GONE_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
 
-    A crashed XDM cannot commit later; a grant it persisted before dying is
-    released by the ordinary retry once it is back.
+
+def outcome_known(exc: BaseException) -> bool:
+    """Did XDM answer the Allocate (or never get it), so that it cannot commit the grant later?
+
+    Only XDM's own answer ends the call for sure: a refusal in its response
+    or an application status code (``BackendRefused``), a grant that does not
+    match (``GrantMismatch``, released at once), an answer the schema cannot
+    decode, or a call refused before it was sent. Everything else, whatever
+    the error (deadline exceeded, UNAVAILABLE, CANCELLED, a reset stream, a
+    bug of ours), leaves the outcome unknown: XDM may have the request and
+    commit it later, so the intent stays unresolved (``Reserver._grant``).
+    A daemon that is gone (refused connections, no socket) cannot commit
+    later; a grant it persisted before dying is released by the ordinary
+    retry once it is back.
     """
-    return isinstance(exc, BackendUnavailable) and exc.kind == "timeout"
+    if isinstance(exc, (BackendRefused, GrantMismatch, ReservationRejected, SchemaMismatch)):
+        return True
+    return isinstance(exc, BackendUnavailable) and exc.kind in XDM_GONE_KINDS
 
 
 def empty_response() -> device_pb2.ReserveResponse:
@@ -311,7 +329,18 @@ class Reserver:
         return (spec if decision.passed else replace(spec, mounts=())), outcome
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec, PendingDecision | None]:
-        """Journal the intent, Allocate, journal the grant (synced); also the mount question, if started."""
+        """Journal the intent, Allocate, journal the grant (synced); also the mount question, if started.
+
+        The intent names a grant id that XDM may hold, and may still come to
+        hold until its ``settle_until``: the Allocate's deadline, and as long
+        again for an XDM that goes on with a call its client gave up (its
+        slowest legitimate Allocate takes up to one deadline). The entry
+        leaves the journal only after a Release at or after that time
+        succeeded (or said "not found"): so a plugin killed mid-Allocate, or
+        an Allocate that failed without XDM's answer, never leaks a grant
+        that XDM commits late. XDM's own answer resolves it at once.
+        """
+        now = time.time()
         entry = JournalEntry(
             grant_id=grant_id,
             device_ids=tuple(i.id for i in plan.instances),
@@ -319,8 +348,9 @@ class Reserver:
             kind=plan.kind.value,
             cards=plan.card_uuids,
             asks=plan.asks,
-            created_at=time.time(),
+            created_at=now,
             state=EntryState.INTENT,
+            settle_until=now + 2 * self._allocate_deadline(),
         )
         # Not synced on its own: a process crash keeps it (page cache), and a
         # power loss is covered by the grant-id lease (GrantIds). The granted
@@ -333,15 +363,18 @@ class Reserver:
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
         except BaseException as exc:
-            if _may_commit_late(exc):
-                # XDM may still commit this grant after our deadline: keep the
-                # entry (releasing) until the window closes, so a late grant is
-                # released by retry_pending instead of leaking.
-                entry = replace(entry, state=EntryState.RELEASING, settle_until=time.time() + self._late_grant_window())
+            if outcome_known(exc):
+                entry = replace(entry, settle_until=0.0)  # XDM answered: one release settles it
+            else:
+                # Unresolved: XDM may commit this grant after our error. Kept (releasing)
+                # until it can no longer, released by retry_pending until then.
+                settle = max(entry.settle_until, time.time() + self._allocate_deadline())
+                entry = replace(entry, state=EntryState.RELEASING, settle_until=settle)
                 self._put(entry)
             self._abandon(entry, f"Allocate failed: {exc}")
             raise
         self._step("after-allocate")
+        entry = replace(entry, settle_until=0.0)  # XDM answered: from here a release is final
         try:
             spec = build_container(
                 grant,
@@ -350,7 +383,8 @@ class Reserver:
                 include_mounts=True,  # filtered by the mount policy after the grant is journalled
                 path_exists=self._path_exists,
             )
-            self._put(entry.with_state(EntryState.GRANTED, grant.devices), durable=False)
+            granted = replace(entry.with_state(EntryState.GRANTED, grant.devices), settle_until=0.0)
+            self._put(granted, durable=False)
             self._step("before-sync")
             self._sync()
         except BaseException as exc:
@@ -396,7 +430,10 @@ class Reserver:
                 self._put(entry.with_state(EntryState.RELEASING))
             return False
         if entry.settle_until > time.time():
+            # Not yet proof: XDM may still commit it. Retried (retry_pending) until the window closes.
             log.debug("grant %s released for now; kept until XDM can no longer commit it late", entry.grant_id)
+            if entry.state is not EntryState.RELEASING:
+                self._put(entry.with_state(EntryState.RELEASING))
             return False
         self.journal.remove(entry.grant_id)
         self.counters.journal_size = self.journal.known_count()  # remove() caught up with the disk
@@ -513,9 +550,9 @@ class Reserver:
                 f"grant journal sync failed in {self.journal.dir}: {exc}; the grant is being released"
             ) from exc
 
-    def _late_grant_window(self) -> float:
-        """How long after a timed-out Allocate XDM might still commit it."""
-        return max(LATE_GRANT_MIN_WINDOW, 6 * float(self.config.xdm_call_timeout))
+    def _allocate_deadline(self) -> float:
+        """The Allocate deadline: XDM's slowest legitimate Allocate fits in it (``xdm_allocate_timeout``)."""
+        return float(self.config.xdm_allocate_timeout)
 
     def _changed(self) -> None:
         """Tell the fingerprint engine, unless no card's set of granted kinds changed.

@@ -400,7 +400,7 @@ def test_number_and_string_limits_are_inclusive() -> None:
     assert decode({"tdm_shares": 100, "metrics_port": 65535}).tdm_shares == 100
     assert decode({"tdm_shares": "0" * 63 + "5"}).tdm_shares == 5  # 64 characters: still parsed
     assert "not a whole number" in rejected({"tdm_shares": "0" * 64 + "5"})
-    assert decode({"data_dir": "d" * 4096}).data_dir == "d" * 4096
+    assert decode({"data_dir": "/" + "d" * 4095}).data_dir == "/" + "d" * 4095
     assert decode({CARD_BLOCK: [{"match": str(i)} for i in range(1024)]}).cards[-1].match == "1023"
     assert "at most 1024" in rejected({CARD_BLOCK: [{"match": str(i)} for i in range(1025)]})
 
