@@ -481,6 +481,9 @@ class PluginApp:
         except PluginError as exc:
             if self.metrics is not None:
                 self.metrics.reserve_error(type(exc).__name__)
+                rule = getattr(exc, "rule", None)  # a GrantRejected: the content policy refused XDM's grant
+                if isinstance(rule, str):
+                    self.metrics.reserve_policy_violation(rule)
             raise
         finally:
             if self.metrics is not None:

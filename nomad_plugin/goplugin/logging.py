@@ -91,6 +91,34 @@ def get_logger(module: str) -> logging.Logger:
     return logging.getLogger(module_name(module))
 
 
+#: Shorter fragments would mask ordinary words; no real token is this short.
+MIN_SECRET = 4
+
+
+def secret_forms(value: str) -> set[str]:
+    """Every printable spelling of a secret worth masking.
+
+    Raw and stripped; ``repr`` of the text and of its bytes (an HTTP library
+    quotes a bad header as ``b'...\\n'``); JSON-escaped; percent-encoded; and
+    each line of it. Pieces shorter than ``MIN_SECRET`` are left out.
+    """
+    if not value:
+        return set()
+    import json  # only with a secret: this module is read before the handshake
+    from urllib.parse import quote
+
+    forms = {
+        value,
+        value.strip(),
+        repr(value)[1:-1],
+        repr(value.encode("utf-8", "backslashreplace"))[2:-1],
+        json.dumps(value)[1:-1],
+        quote(value, safe=""),
+    }
+    forms.update(part.strip() for part in re.split(r"[\r\n]+", value))
+    return {f for f in forms if len(f) >= MIN_SECRET}
+
+
 class SecretRedactor(logging.Filter):
     """Replaces configured secret values (and token-looking assignments) in every record.
 
@@ -110,9 +138,7 @@ class SecretRedactor(logging.Filter):
         forms: set[str] = set()
         for value in values:
             if isinstance(value, str) and value:
-                from nomad_plugin.util.tokens import token_forms  # only with a secret: read before the handshake
-
-                forms |= token_forms(value)
+                forms |= secret_forms(value)
         kept = sorted(forms, key=len, reverse=True)
         with self._lock:
             self._secrets = tuple(kept)

@@ -39,7 +39,7 @@ from nomad_plugin.model.errors import (
 )
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
-from nomad_plugin.nomad.container import ContainerSpec, build_container
+from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_container
 from nomad_plugin.nomad.mounts import MountDecision, MountPolicy, PendingDecision
 from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.reconcile.counters import LifecycleCounters
@@ -72,7 +72,7 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
     seen: set[str] = set()
     for device_id in device_ids:
         if device_id in seen:
-            raise ReservationRejected(f"device ID {device_id!r} appears more than once in one request")
+            raise ReservationRejected(f"device ID {device_id[:100]!r} appears more than once in one request")
         seen.add(device_id)
     found: list[tuple[GroupKey, Instance]] = []
     unknown: list[str] = []
@@ -84,13 +84,13 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
             found.append((hit[0].key, hit[1]))
     if unknown:
         raise ReservationRejected(
-            f"device ID(s) {', '.join(unknown)} are not in this node's last fingerprint "
+            f"device ID(s) {_some(unknown)} are not in this node's last fingerprint "
             "(the devices changed since the job was placed; Nomad will reschedule it)"
         )
     groups = sorted({str(g) for g, _ in found})
     if len(groups) > 1:
         raise ReservationRejected(
-            f"device IDs come from several device groups ({', '.join(groups)}); "
+            f"device IDs come from several device groups ({_some(groups)}); "
             "one device block is always filled from one group"
         )
     group = found[0][0]
@@ -104,12 +104,22 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
     asks = _asks(kind, instances)
     shapes = {(a.core, a.memory_gib, a.slices) for a in asks}
     if len(shapes) > 1:
-        per_card = ", ".join(f"card {a.minor}: {_describe(kind, a)}" for a in asks)
+        per_card = _some([f"card {a.minor}: {_describe(kind, a)}" for a in asks])
         raise ReservationRejected(
             f"heterogeneous request in {group}: {per_card}. XDM grants only equal amounts on every card; "
             "ask for a count that fits on one card, or whole cards"
         )
     return RequestPlan(group=group, kind=kind, instances=instances, asks=asks)
+
+
+#: How many items an error names before it only counts the rest.
+SHOWN = 5
+
+
+def _some(items: Sequence[str]) -> str:
+    """The first few ``items``, and how many more: an error stays short whatever Nomad sent."""
+    shown = ", ".join(item[:100] for item in items[:SHOWN])
+    return shown if len(items) <= SHOWN else f"{shown} and {len(items) - SHOWN} more"
 
 
 def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
@@ -273,6 +283,7 @@ class Reserver:
         self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
         # Set while XDM's grants carry mounts: the next Reserve starts its mount question early.
         self._mounts_expected = False
+        self._policy = ReservePolicy.for_config(config.xdm_env_allow, config.xdm_mount_allow, config.data_dir)
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
         self.grant_ids = grant_ids or GrantIds(journal.dir)
@@ -382,6 +393,7 @@ class Reserver:
                 plan.group,
                 include_mounts=True,  # filtered by the mount policy after the grant is journalled
                 path_exists=self._path_exists,
+                policy=self._policy,
             )
             granted = replace(entry.with_state(EntryState.GRANTED, grant.devices), settle_until=0.0)
             self._put(granted, durable=False)

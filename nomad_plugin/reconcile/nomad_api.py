@@ -18,7 +18,7 @@ The ACL token goes only into the ``X-Nomad-Token`` header: never into logs
 or error messages. A trailing newline is stripped (a token read from a
 file); a token with a control character inside is never sent (every call
 fails with a ``config`` error instead), and every spelling of it is masked
-in the errors this client raises (``util/tokens.py``).
+in the errors this client raises (``goplugin/logging.secret_forms``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import secret_forms
 from nomad_plugin.util.text import printable
-from nomad_plugin.util.tokens import normalise_token, token_forms
+from nomad_plugin.util.tokens import normalise_token
 
 if TYPE_CHECKING:
     import httpcore
@@ -368,7 +369,7 @@ def required_capability(path: str) -> str:
 
 class NomadClient:
     def __init__(self, settings: NomadApiSettings) -> None:
-        self._secrets = sorted(token_forms(settings.token), key=len, reverse=True)
+        self._secrets = sorted(secret_forms(settings.token), key=len, reverse=True)
         token, problem = normalise_token(settings.token)
         if token != settings.token and not settings.token_problem:  # settings made by hand, not from_config
             problem_text = f"the Nomad ACL token {problem}; it is not sent" if problem else ""

@@ -1,4 +1,4 @@
-"""ACL tokens as text: the one accepted shape, and every form in which one may be printed.
+"""ACL tokens as text: the one shape the plugin sends.
 
 A token read from a file (``NOMAD_TOKEN=$(cat token)``, an HCL heredoc)
 often ends in a newline, which HTTP forbids in a header value: the HTTP
@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-#: Shorter fragments would mask ordinary words; no real token is this short.
-MIN_SECRET = 4
 
 
 def normalise_token(value: str) -> tuple[str, str | None]:
@@ -26,22 +24,3 @@ def normalise_token(value: str) -> tuple[str, str | None]:
     if _CONTROL.search(token):
         return "", "holds a control character (a newline or tab) inside it; a token is one line of printable text"
     return token, None
-
-
-def token_forms(value: str) -> set[str]:
-    """Every printable spelling of ``value`` worth masking (pieces shorter than ``MIN_SECRET`` left out)."""
-    if not value:
-        return set()
-    import json  # only when there is a token: this module is read before the handshake
-    from urllib.parse import quote
-
-    forms = {
-        value,
-        value.strip(),
-        repr(value)[1:-1],
-        repr(value.encode("utf-8", "backslashreplace"))[2:-1],
-        json.dumps(value)[1:-1],
-        quote(value, safe=""),
-    }
-    forms.update(part.strip() for part in re.split(r"[\r\n]+", value))
-    return {f for f in forms if len(f) >= MIN_SECRET}

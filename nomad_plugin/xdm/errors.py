@@ -37,12 +37,14 @@ REFUSAL_CODES = frozenset(
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.UNAUTHENTICATED,
         grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
         grpc.StatusCode.DATA_LOSS,
     }
 )
-# Transport-level codes (retryable; the socket is diagnosed to say why).
-TRANSPORT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED})
+# Transport-level codes (retryable; the socket is diagnosed to say why). INTERNAL is one: gRPC
+# reports a reset stream with it, and a broken transport, neither of which is XDM saying no.
+TRANSPORT_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL}
+)
 
 # grpcio reports a failing response deserializer like this (INTERNAL).
 _DECODE_FAILURE = "Exception deserializing response"
