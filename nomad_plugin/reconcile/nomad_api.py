@@ -542,7 +542,7 @@ class NomadClient:
             with _deadline(timeout):
                 resp = http.get(path, params=params, timeout=timeout, extensions=self._extensions)
         except httpx.TimeoutException:
-            raise NomadApiError(f"Nomad API {path}: no complete answer within {timeout:.1f}s", "timeout") from None
+            raise NomadApiError(f"Nomad API {path}: timed out after {timeout:.1f}s", "timeout") from None
         except httpx.HTTPError as exc:
             detail = self._redact(f"{type(exc).__name__}: {exc}")
             raise NomadApiError(f"Nomad API {path}: {detail}", "unreachable") from None

@@ -63,7 +63,9 @@ def test_fields_become_top_level_keys_and_one_line_per_record(captured: tuple[lo
     assert text.count("\n") == 2
     first, second = entries(stream)
     assert first["card"] == 3 and first["ids"] == ["a", "b"] and first["@level"] == "info"
-    assert first["@message"] == "multi\nline"
+    # A newline in a message continues as "  | ": the agent writes messages as they are, and a line
+    # starting with "[ERROR] agent:" would pass for one of its own (goplugin/logging.py).
+    assert first["@message"] == "multi\n  | line"
     assert second["@level"] == "error" and "RuntimeError: boom" in str(second["error"])
 
 
