@@ -97,6 +97,11 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
         self.grant_mode = "ok"  # ok | wrong-minor | wrong-amount | empty-success | shifted-status
         self.release_unknown = "not-found"  # or "ok"
         self.latency: dict[str, float] = {}
+        # Answer Allocate at once with this (code, details), and commit the grant ``commit_delay`` s later:
+        # an XDM whose transport gave up on a call its daemon goes on with.
+        self.allocate_abort: tuple[grpc.StatusCode, str] | None = None
+        self.commit_delay = 1.0
+        self.allocate_requests: list[str] = []  # grant ids of every Allocate received, when received
         self.raw: dict[str, Callable[[Any], bytes]] = {}  # method -> raw response bytes
         self.push_on_subscribe = True
         self.enabled = True
@@ -199,6 +204,9 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
         def call(request: Any, context: grpc.ServicerContext) -> Any:
             with self.lock:
                 self.calls[name] = self.calls.get(name, 0) + 1
+                if name == "Allocate":
+                    self.allocate_requests.append(request.id)
+                    self.lock.notify_all()
             delay = self.latency.get(name, 0.0)
             if delay:
                 time.sleep(delay)
@@ -285,6 +293,12 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
                 yield pb.ListAndWatchResponse(devices=devices)
 
     def Allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if self.allocate_abort is not None:
+            code, details = self.allocate_abort
+            timer = threading.Timer(self.commit_delay, self._commit, args=(request,))
+            timer.daemon = True
+            timer.start()
+            context.abort(code, details)
         if self.refuse_allocate and self.error_mode == "grpc":
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "card 1 has no free memory")
         if self.refuse_allocate:
@@ -310,6 +324,11 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
             envs={"NVIDIA_VISIBLE_DEVICES": ",".join(g.uuid for g in granted)},
             annotations=dict(request.annotations),
         )
+
+    def _commit(self, request: Any) -> None:
+        with self.lock:
+            self.grants[request.id] = request
+            self.lock.notify_all()
 
     def Release(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self.lock:
