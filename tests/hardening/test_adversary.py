@@ -22,9 +22,11 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -34,10 +36,12 @@ from typing import Any
 import grpc
 import pytest
 
+from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
+from nomad_plugin.goplugin.logging import secret_forms
 from nomad_plugin.journal import Journal
 from nomad_plugin.sim import Simulator
 from nomad_plugin.testing.nomad_api import NomadApiDouble
-from tests.conformance.hostlib import HostProcess, build_host, real_plugin, run_host, start_host
+from tests.conformance.hostlib import HostProcess, HostRun, build_host, real_plugin, run_host, start_host
 from tests.waiting import wait_until
 from tests.xdm.fake_xdm import FakeXdm, default_devices, short_socket_dir
 from tests.xdm.h2_proxy import ResettingProxy
@@ -348,3 +352,355 @@ def test_a_sigkill_in_the_middle_of_a_slow_allocate_leaks_nothing(fake: tuple[Fa
     finally:
         relaunched.finish()
     scenario("SIGKILL mid slow Allocate, relaunch", leaked=int(grant_id in fake_grants(xdm)))
+
+
+# === 4. A slow-drip Nomad API ======================================================================
+@pytest.mark.timeout(60)
+def test_every_nomad_api_call_has_an_overall_deadline(api: NomadApiDouble) -> None:
+    """One byte every 0.5 s: each read is quick, the answer takes minutes; the call ends at its deadline."""
+    from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
+
+    api.set_drip(0.5)
+    client = NomadClient(NomadApiSettings(address=api.address, timeout=1.0))
+    try:
+        for call in (lambda: client.node(api.node_id), lambda: client.node_allocations(api.node_id, 5, wait=1.0)):
+            started = time.monotonic()
+            with pytest.raises(NomadApiError, match="timed out") as err:
+                call()
+            took = time.monotonic() - started
+            assert err.value.kind == "timeout" and took < 1.0 + 1.1 + 1.0, f"a call took {took:.1f}s"
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_slow_drip_api_does_not_stall_the_reconciler(sim: Simulator, api: NomadApiDouble, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    config = xdm_config(
+        sim.socket_dir, data, nomad_address=api.address, nomad_node_id=api.node_id, release_grace_period="1s"
+    )
+    api.set_drip(0.5)
+    proc, _ = launch_host(config)
+    try:
+        card = first_devices(proc)[0]
+        made = reserve(proc, [card], "during-drip")  # container_mounts "auto" asks the same API
+        assert made["ok"] and made["seconds"] < 30, made
+        grant = made["envs"]["LINGJUN_GRANT_ID"]
+        api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
+        started = time.monotonic()
+
+        def deadlines_met() -> int:
+            lines = proc.stderr_text().splitlines()
+            return sum(1 for x in lines if "reconciler: Nomad API" in x and "timed out after" in x)
+
+        wait_until(
+            lambda: deadlines_met() >= 3, "the reconciler to fail three calls at their deadline, not hang on one", 90
+        )
+        took = time.monotonic() - started
+        # Each call ends at its deadline (5 s, the client's timeout), then backs off (1 s, 2 s, ...): one
+        # stalled call used to last over a minute.
+        assert took < 60, took
+        api.set_drip(None)
+        wait_until(lambda: "is this host" in proc.stderr_text(), "the reconciler to recover", timeout=60)
+        live_released = 0 if grant in sim.grants() else 1
+    finally:
+        proc.finish()
+    scenario("slow-drip Nomad API", live_released=live_released)
+
+
+# === 5. Tokens with newlines ==========================================================================
+def _found(token: str, *texts: str) -> int:
+    """How many of the token's spellings (raw, stripped, escaped, encoded, each line) appear in ``texts``."""
+    forms = secret_forms(token) | secret_forms(token.strip())
+    return sum(1 for form in forms for text in texts if form in text)
+
+
+def _plugin_output(run: HostRun) -> str:
+    events = [e for e in run if e.get("event") not in ("config_file", "config_decoded")]  # the host's echo
+    return run.stderr + "\n".join(json.dumps(e) for e in events)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("where", ["config", "env"])
+@pytest.mark.parametrize("newline", ["trailing", "inner"])
+def test_a_token_with_a_newline_is_never_shown(
+    sim: Simulator, api: NomadApiDouble, tmp_path: Path, where: str, newline: str
+) -> None:
+    """A trailing newline is stripped (the token works); one inside refuses the token; no spelling of it is shown."""
+    canary = f"canary-{uuid.uuid4()}"
+    token = f"{canary}\n" if newline == "trailing" else f"{canary[:20]}\n{canary[20:]}"
+    api.require_token(canary)  # only the token without its trailing newline is right
+    data = tmp_path / "data"
+    config = xdm_config(sim.socket_dir, data, nomad_address=api.address, release_grace_period="1s")
+    env = {"NOMAD_TOKEN": token} if where == "env" else None
+    if where == "config":
+        config["nomad_token"] = token
+    outputs: list[str] = []
+    if where == "config" and newline == "inner":  # SetConfig refuses it, without showing it
+        run = run_host(
+            ["--plugin", str(real_plugin()), "--config", "plugin.hcl", "--phase", "validate",
+             "--expect-set-config", "error", *sets_of(config)],
+            cwd=REPO,
+        )  # fmt: skip
+        (call,) = run.of("set_config")
+        assert call["code"] == "InvalidArgument" and "nomad_token" in call["message"], call
+        outputs.append(_plugin_output(run))
+    else:
+        proc, _ = launch_host(config, env=env)
+        try:
+            card = first_devices(proc)[0]
+            made = reserve(proc, [card], "t")
+            assert made["ok"], made
+            api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
+            wanted = "is this host" if newline == "trailing" else "control character"
+            wait_until(lambda: wanted in proc.stderr_text(), f"the reconciler to log {wanted!r}", timeout=60)
+            if newline == "trailing":
+                assert any(t == canary for _, t in api.requests), "the stripped token was sent"
+            else:
+                assert all(not t for _, t in api.requests), "a token with a newline inside was sent"
+        finally:
+            outputs.append(_plugin_output(proc.finish()))
+        outputs += _operator_tools(sim, api, data, token, where)
+    scenario(f"token with a {newline} newline in {where}", token_found=_found(token, *outputs))
+
+
+def _operator_tools(sim: Simulator, api: NomadApiDouble, data: Path, token: str, where: str) -> list[str]:
+    """``grants``, ``grants --json`` and ``doctor --json`` with the same token: everything they print."""
+    sets = {
+        "backend": "xdm",
+        "xdm_socket": str(sim.socket_dir / "dp2mgr.sock"),
+        "config_socket": str(sim.socket_dir / "config-daemon.sock"),
+        "data_dir": str(data),
+        "nomad_address": api.address,
+        "nvml_enrich": False,
+    }
+    if where == "config":
+        sets["nomad_token"] = token
+    args = [f"{k}={json.dumps(v)}" for k, v in sets.items()]
+    env = dict(os.environ, NOMAD_TOKEN=token) if where == "env" else dict(os.environ)
+    env.pop("NOMAD_TOKEN", None) if where == "config" else None
+    outputs = []
+    for command in (["grants"], ["grants", "--json"], ["doctor", "--json"]):
+        flags = [x for a in args for x in ("--set", a)]
+        done = subprocess.run(
+            [str(real_plugin()), *command, *flags], capture_output=True, text=True, env=env, timeout=120, cwd=REPO
+        )
+        assert "Traceback" not in done.stderr, done.stderr
+        outputs.append(done.stdout + done.stderr)
+    return outputs
+
+
+# === 6. data_dir ==============================================================================
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.timeout(300)
+def test_set_config_refuses_every_data_dir_that_is_not_the_plugins_own(tmp_path: Path) -> None:
+    sticky = tmp_path / "shared"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    watched = [Path("/"), Path("/etc"), Path("/tmp"), REPO, sticky, open_dir, theirs]
+    before = {p: _mode(p) for p in watched}
+    refused = {
+        "": "empty",
+        "relative/dir": "relative",
+        "/": "system directory",
+        "/etc": "system directory",
+        "/tmp": "system directory",
+        str(tmp_path / "a" / ".." / "b"): "'..'",
+        str(tmp_path / "new\nline"): "control character",
+        str(sticky): "sticky",
+        str(open_dir): "writable by other users",
+        str(theirs): "owned by uid 65534",
+        "/proc/self": "kernel or device filesystem",
+    }
+    for value, why in refused.items():
+        run = run_host(
+            ["--plugin", str(real_plugin()), "--config", "plugin.hcl", "--phase", "validate",
+             "--expect-set-config", "error", *sets_of({"data_dir": value})],
+            cwd=REPO,
+        )  # fmt: skip
+        assert run.returncode == 0, (value, run.describe())
+        (call,) = run.of("set_config")
+        assert call["code"] == "InvalidArgument" and "data_dir" in call["message"] and why in call["message"], call
+    assert not (REPO / "journal.json").exists() and not (REPO / "plugin.lock").exists()
+    changed = sum(1 for p, m in before.items() if _mode(p) != m)
+    scenario("data_dir refused in SetConfig (11 values)", mode_changed=changed)
+
+
+@pytest.mark.timeout(120)
+def test_the_plugin_creates_its_own_data_dir_and_changes_no_other(sim: Simulator, tmp_path: Path) -> None:
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    os.chmod(parent, 0o751)
+    data = parent / "a" / "data"
+    old = os.umask(0)
+    try:
+        proc, _ = launch_host(xdm_config(sim.socket_dir, data, reconcile=False))
+    finally:
+        os.umask(old)
+    try:
+        card = first_devices(proc)[0]
+        assert reserve(proc, [card], "r")["ok"]
+    finally:
+        proc.finish()
+    assert (_mode(parent / "a"), _mode(data), _mode(data / "journal.json")) == (0o755, 0o700, 0o600)
+    scenario("data_dir created by the plugin", mode_changed=int(_mode(parent) != 0o751))
+
+
+# === 7. The Reserve content policy ================================================================
+CARD0 = "GPU-00000000-aaaa-bbbb-cccc-000000000000"
+
+
+def _crafted(xdm: FakeXdm, **parts: Any) -> None:
+    """XDM answers Allocate with a grant of card 0 carrying ``parts`` (and holds it until released)."""
+
+    def answer(request: pb.AllocateRequest) -> bytes:
+        with xdm.lock:
+            xdm.grants[request.id] = request
+        return pb.AllocateResponse(
+            id=request.id,
+            devices=[pb.AllocatedDevice(minor=0, uuid=CARD0)],
+            envs=parts.get("envs", {}),
+            annotations=parts.get("annotations", {}),
+            deviceSpecs=[
+                pb.DeviceSpec(containerPath=t, hostPath=h, permissions=p) for t, h, p in parts.get("nodes", ())
+            ],
+            mounts=[pb.Mount(containerPath=t, hostPath=h, readOnly=ro) for t, h, ro in parts.get("mounts", ())],
+        ).SerializeToString()
+
+    xdm.raw["Allocate"] = answer
+
+
+HOSTILE: dict[str, tuple[str, dict[str, Any]]] = {
+    "/etc read-write": ("mount", {"mounts": [("/etc", "/etc", False)]}),
+    "docker.sock": ("mount", {"mounts": [("/var/run/docker.sock", "/var/run/docker.sock", True)]}),
+    "/dev/sda rwm": ("device", {"nodes": [("/dev/sda", "/dev/sda", "rwm")]}),
+    "/dev/mem": ("device", {"nodes": [("/dev/mem", "/dev/mem", "r")]}),
+    "LD_PRELOAD": ("env", {"envs": {"LD_PRELOAD": "/tmp/x.so"}}),
+    "PATH": ("env", {"envs": {"PATH": "/tmp/bin"}}),
+    "NOMAD_ALLOC_DIR=/etc": ("env", {"envs": {"NOMAD_ALLOC_DIR": "/etc"}}),
+    "LD_PRELOAD through an annotation": ("env", {"annotations": {"LD_PRELOAD": "/tmp/x.so"}}),
+    "NVIDIA_VISIBLE_DEVICES=all on one card": ("visibility", {"envs": {"NVIDIA_VISIBLE_DEVICES": "all"}}),
+    "a 3 MB env value": ("size", {"envs": {"BIG": "x" * (3 << 20)}}),
+    "10,000 device specs": ("size", {"nodes": [("/dev/nvidia0", "/dev/nvidia0", "rw")] * 10_000}),
+}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.timeout(300)
+def test_a_hostile_grant_is_refused_released_and_counted(fake: tuple[FakeXdm, Path], tmp_path: Path) -> None:
+    import httpx
+
+    xdm, sockets = fake
+    data = tmp_path / "data"
+    port = _free_port()
+    config = xdm_config(sockets, data, xdm_service="xdm.XpuDeviceManagerService", reconcile=False, metrics_port=port)
+    leaked = 0
+    proc, _ = launch_host(config)
+    try:
+        first_devices(proc)
+        for n, (name, (rule, parts)) in enumerate(HOSTILE.items()):
+            _crafted(xdm, **parts)
+            answer = reserve(proc, [CARD0], n)
+            assert answer["ok"] is False and answer["code"] == "FailedPrecondition", (name, answer)
+            assert len(answer["message"]) < 4200, (name, len(answer["message"]))
+            leaked += len(fake_grants(xdm))
+            assert not journal_ids(data), name
+        xdm.raw.pop("Allocate")
+        assert reserve(proc, [CARD0], "clean")["ok"], "an ordinary grant still passes"
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    finally:
+        proc.finish()
+    counted = Counter(rule for rule, _ in HOSTILE.values())
+    for rule, n in counted.items():
+        line = f'lingjun_plugin_reserve_policy_violations_total{{rule="{rule}"}} {float(n)}'
+        assert line in text, (line, [x for x in text.splitlines() if "policy" in x])
+    scenario(f"hostile grants ({len(HOSTILE)})", leaked=leaked)
+
+
+# === 8. XDM text that forges log lines and device names ==============================================
+FORGED = "H800\n[ERROR] agent: FORGED-LINE\x1b[31m\r"
+
+
+@pytest.mark.timeout(180)
+def test_xdm_text_cannot_forge_a_log_line_or_a_device_name(fake: tuple[FakeXdm, Path], tmp_path: Path) -> None:
+    xdm, sockets = fake
+    for device in xdm.devices:
+        device.model = FORGED
+    xdm.refuse_allocate, xdm.error_mode = True, "grpc"
+    xdm.refusal = "no memory\n[ERROR] agent: FORGED-LINE\x1b[2J\r"
+    config = xdm_config(sockets, tmp_path / "data", xdm_service="xdm.XpuDeviceManagerService", reconcile=False)
+    proc, _ = launch_host(config)
+    try:
+        fp = proc.wait_for(lambda e: e.get("event") == "fingerprint" and e.get("n_devices", 0) > 0, timeout=60)
+        refused = reserve(proc, [CARD0], "refused")
+    finally:
+        run = proc.finish()
+    names = [g["name"] for g in fp["groups"]]
+    assert names and all(n.isprintable() and "/" not in n for n in names), names
+    assert refused["ok"] is False and refused["code"] == "ResourceExhausted", refused
+    assert refused["message"].isprintable(), refused["message"]
+    lines = run.stderr.splitlines()
+    assert not [x for x in lines if x.lstrip().startswith("[ERROR] agent: FORGED")], "a forged line in the agent log"
+    assert "\x1b" not in run.stderr and "\r" not in run.stderr
+    assert "FORGED-LINE" in run.stderr, "the refusal was logged (escaped), so the check saw it"
+    scenario("XDM text forging log lines and names")
+
+
+# === 9. Clear errors =============================================================================
+@pytest.mark.timeout(180)
+def test_clear_bounded_errors(sim: Simulator, tmp_path: Path) -> None:
+    """10,000 IDs: a short INVALID_ARGUMENT; metrics_bind that is not an address: refused in SetConfig."""
+    proc, _ = launch_host(xdm_config(sim.socket_dir, tmp_path / "data", reconcile=False))
+    try:
+        first_devices(proc)
+        many = reserve(proc, [f"GPU-made-up-{i}" for i in range(10_000)], "many")
+    finally:
+        proc.finish()
+    assert many["ok"] is False and many["code"] == "InvalidArgument", many
+    assert len(many["message"]) < 1000 and "and 9995 more" in many["message"], many["message"][:300]
+    run = run_host(
+        ["--plugin", str(real_plugin()), "--config", "plugin.hcl", "--phase", "validate",
+         "--expect-set-config", "error", *sets_of({"metrics_bind": "not an address", "metrics_port": 9999})],
+        cwd=REPO,
+    )  # fmt: skip
+    (call,) = run.of("set_config")
+    assert call["code"] == "InvalidArgument" and "metrics_bind" in call["message"], call
+    scenario("clear errors: 10,000 IDs, metrics_bind")
+
+
+@pytest.mark.timeout(180)
+def test_an_oversized_list_and_watch_message_is_said_plainly(fake: tuple[FakeXdm, Path], tmp_path: Path) -> None:
+    xdm, sockets = fake
+    huge = pb.ListAndWatchResponse(
+        devices=[pb.Device(minor=0, uuid=CARD0, model="H800", extenderResources={"blob": "x" * (17 << 20)})]
+    ).SerializeToString()
+    xdm.raw["ListAndWatch"] = lambda _request: huge
+    config = xdm_config(sockets, tmp_path / "data", xdm_service="xdm.XpuDeviceManagerService", reconcile=False)
+    proc, _ = launch_host(config)
+    try:
+        wait_until(
+            lambda: "over the plugin's receive limit" in proc.stderr_text(),
+            "the plugin to say what is wrong",
+            timeout=60,
+        )
+        said = [x for x in proc.stderr_text().splitlines() if "over the plugin's receive limit" in x]
+    finally:
+        proc.finish()
+    assert all("[ERROR]" in x for x in said), said[:2]
+    scenario("ListAndWatch message over the limit")

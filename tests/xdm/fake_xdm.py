@@ -94,6 +94,7 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
         self.devices = default_devices()
         self.error_mode = "inband"  # how refusals are expressed: "inband" status/message or "grpc" codes
         self.refuse_allocate = False
+        self.refusal = "card 1 has no free memory"  # the text of that refusal
         self.grant_mode = "ok"  # ok | wrong-minor | wrong-amount | empty-success | shifted-status
         self.release_unknown = "not-found"  # or "ok"
         self.latency: dict[str, float] = {}
@@ -300,9 +301,9 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
             timer.start()
             context.abort(code, details)
         if self.refuse_allocate and self.error_mode == "grpc":
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "card 1 has no free memory")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self.refusal)
         if self.refuse_allocate:
-            return pb.AllocateResponse(status=7, message="card 1 has no free memory")
+            return pb.AllocateResponse(status=7, message=self.refusal)
         if self.grant_mode == "empty-success":
             return pb.AllocateResponse()
         if self.grant_mode == "shifted-status":
