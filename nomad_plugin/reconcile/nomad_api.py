@@ -11,7 +11,7 @@ environment variables.
 
 Every call has an overall deadline, not only httpx's per-read timeouts: an
 API that answered one byte every half second kept one call going for over a
-minute, each read well inside its timeout. ``_DeadlineBackend`` gives every
+minute, each read well inside its timeout. ``_deadline_backend`` gives every
 socket operation of a call only the time left until the call's deadline.
 
 The ACL token goes only into the ``X-Nomad-Token`` header: never into logs
