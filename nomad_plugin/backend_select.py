@@ -45,7 +45,6 @@ def validate_config(config: PluginConfig) -> None:
     files, never XDM; grpcio-tools is imported here, after the handshake."""
     from nomad_plugin.xdm.schema_source import is_path
 
-    _validate_local_dirs_and_addresses(config)
     if not is_path(config.xdm_schema):
         return
     from nomad_plugin.model.errors import ConfigError
@@ -56,33 +55,6 @@ def validate_config(config: PluginConfig) -> None:
         load_path(config.xdm_schema)
     except SchemaError as exc:
         raise ConfigError(f'config option "xdm_schema": {exc}') from None
-
-
-def _validate_local_dirs_and_addresses(config: PluginConfig) -> None:
-    """``data_dir`` as it is on disk (never created or changed here) and ``metrics_bind`` as this host has it."""
-    from nomad_plugin.journal.datadir import problem
-    from nomad_plugin.model.errors import ConfigError
-
-    found = problem(config.data_dir)
-    if found is not None:
-        raise ConfigError(
-            f'config option "data_dir": value {config.data_dir[:60]!r} {found}; allowed: a directory of the '
-            "plugin's own (created 0700 when missing)"
-        )
-    if config.metrics_port and config.metrics_bind != "localhost":
-        import socket
-
-        family = socket.AF_INET6 if ":" in config.metrics_bind else socket.AF_INET
-        probe = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            probe.bind((config.metrics_bind, 0))  # an address this host does not have fails here, not at start
-        except OSError as exc:
-            raise ConfigError(
-                f'config option "metrics_bind": value {config.metrics_bind!r} cannot be bound on this host '
-                f"({exc.strerror or exc}); allowed: one of this host's IP addresses, 0.0.0.0, :: or localhost"
-            ) from None
-        finally:
-            probe.close()
 
 
 def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml_usable) -> Backend:

@@ -496,17 +496,8 @@ def _mode(path: Path) -> int:
 
 
 @pytest.mark.timeout(300)
-def test_set_config_refuses_every_data_dir_that_is_not_the_plugins_own(tmp_path: Path) -> None:
-    sticky = tmp_path / "shared"
-    sticky.mkdir()
-    os.chmod(sticky, 0o1777)
-    open_dir = tmp_path / "open"
-    open_dir.mkdir()
-    os.chmod(open_dir, 0o777)
-    theirs = tmp_path / "theirs"
-    theirs.mkdir(mode=0o700)
-    os.chown(theirs, 65534, 65534)
-    watched = [Path("/"), Path("/etc"), Path("/tmp"), REPO, sticky, open_dir, theirs]
+def test_set_config_refuses_every_data_dir_that_can_never_be_the_plugins_own(tmp_path: Path) -> None:
+    watched = [Path("/"), Path("/etc"), Path("/tmp"), REPO]
     before = {p: _mode(p) for p in watched}
     refused = {
         "": "empty",
@@ -516,9 +507,6 @@ def test_set_config_refuses_every_data_dir_that_is_not_the_plugins_own(tmp_path:
         "/tmp": "system directory",
         str(tmp_path / "a" / ".." / "b"): "'..'",
         str(tmp_path / "new\nline"): "control character",
-        str(sticky): "sticky",
-        str(open_dir): "writable by other users",
-        str(theirs): "owned by uid 65534",
         "/proc/self": "kernel or device filesystem",
     }
     for value, why in refused.items():
@@ -532,7 +520,37 @@ def test_set_config_refuses_every_data_dir_that_is_not_the_plugins_own(tmp_path:
         assert call["code"] == "InvalidArgument" and "data_dir" in call["message"] and why in call["message"], call
     assert not (REPO / "journal.json").exists() and not (REPO / "plugin.lock").exists()
     changed = sum(1 for p, m in before.items() if _mode(p) != m)
-    scenario("data_dir refused in SetConfig (11 values)", mode_changed=changed)
+    scenario(f"data_dir refused in SetConfig ({len(refused)} values)", mode_changed=changed)
+
+
+@pytest.mark.timeout(300)
+def test_a_directory_the_plugin_did_not_make_its_own_is_refused_and_left_as_it_was(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    """A shared (1777, 0777) or foreign directory: Reserve is refused with the reason; its mode stays.
+
+    SetConfig does not look at the disk: a refusal there stops the whole agent, and a directory's state
+    at boot may be passing. The plugin serves fingerprints and refuses Reserve until it is fixed.
+    """
+    sticky, open_dir, theirs = tmp_path / "shared", tmp_path / "open", tmp_path / "theirs"
+    for directory, mode in ((sticky, 0o1777), (open_dir, 0o777), (theirs, 0o700)):
+        directory.mkdir()
+        os.chmod(directory, mode)
+    os.chown(theirs, 65534, 65534)
+    before = {p: _mode(p) for p in (sticky, open_dir, theirs)}
+    for directory, why in ((sticky, "sticky"), (open_dir, "writable by other users"), (theirs, "owned by uid")):
+        proc, _ = launch_host(xdm_config(sim.socket_dir, directory, reconcile=False))
+        try:
+            card = first_devices(proc)[0]
+            answer = reserve(proc, [card], why)
+        finally:
+            run = proc.finish()
+        assert answer["ok"] is False and answer["code"] == "Unavailable" and why in answer["message"], answer
+        assert not list(directory.iterdir()), f"the plugin wrote into {directory}"
+        assert not run.violations, run.describe()
+    assert sim.grants() == {}
+    changed = sum(1 for p, m in before.items() if _mode(p) != m)
+    scenario("shared or foreign data_dir refused at start", mode_changed=changed, leaked=len(sim.grants()))
 
 
 @pytest.mark.timeout(120)
