@@ -544,7 +544,25 @@ def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
         def do_GET(self) -> None:
-            fault, drip = double.fault
+            if double.fault != (None, None):
+                self._misbehave(*double.fault)
+                return
+            result = double._serve(self.path, self.headers.get("X-Nomad-Token", ""))
+            if result is None:
+                self.close_connection = True
+                self.connection.close()
+                return
+            status, body, index = result
+            data = (json.dumps(body) if not isinstance(body, str) else body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if not isinstance(body, str) else "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("X-Nomad-Index", str(index))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _misbehave(self, fault: str | None, drip: float | None) -> None:
+            """Answer as ``set_fault`` / ``set_drip`` say (the answer itself is ``_serve``'s)."""
             if fault in ("reset", "hang"):
                 with double._cond:
                     double.requests.append((self.path, self.headers.get("X-Nomad-Token", "")))
@@ -563,18 +581,18 @@ def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
             if fault == "not-json" and status == 200:
                 data = b"<html>upstream error</html>"
             length = len(data) + (100 if fault == "truncated" else 0)
-            head = (
+            answer = (
                 f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
                 f"Content-Type: {'application/json' if not isinstance(body, str) else 'text/plain'}\r\n"
                 f"Content-Length: {length}\r\nX-Nomad-Index: {index}\r\n\r\n"
-            ).encode()
+            ).encode() + data
             if drip is None:
-                self.wfile.write(head + data)
+                self.wfile.write(answer)
             else:
-                for i in range(len(head + data)):
+                for i in range(len(answer)):
                     if double.closed.wait(drip):
                         break
-                    self.wfile.write((head + data)[i : i + 1])
+                    self.wfile.write(answer[i : i + 1])
                     self.wfile.flush()
             if fault == "truncated":
                 self._hang_up()
