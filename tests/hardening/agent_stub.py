@@ -2,6 +2,8 @@
 
     python -m tests.hardening.agent_stub '<config as JSON>' [<device id to reserve>]
 
+``AGENT_STUB_PLUGIN`` names the executable to launch (default: ``python -m nomad_plugin``).
+
 Unlike the Go conformance host (which sets ``Pdeathsig`` on the plugin, so a
 killed host never leaves it behind), nothing here ends the plugin when this
 process dies: a test SIGKILLs this process to play an agent killed by the
@@ -37,8 +39,9 @@ def main(argv: list[str]) -> int:
     reserve_id = argv[1] if len(argv) > 1 else ""
     env = dict(os.environ, PLUGIN_PROTOCOL_VERSIONS="2")
     env[MAGIC_COOKIE_KEY] = MAGIC_COOKIE_VALUE
+    command = os.environ.get("AGENT_STUB_PLUGIN")  # the shipped executable, or the interpreter's module
     plugin = subprocess.Popen(
-        [sys.executable, "-m", "nomad_plugin"],
+        [command] if command else [sys.executable, "-m", "nomad_plugin"],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -42,6 +42,7 @@ from nomad_plugin.journal import Journal
 from nomad_plugin.sim import Simulator
 from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, HostRun, build_host, real_plugin, run_host, start_host
+from tests.operator.test_dist import DIST, SOURCES
 from tests.waiting import wait_until
 from tests.xdm.fake_xdm import FakeXdm, default_devices, short_socket_dir
 from tests.xdm.h2_proxy import ResettingProxy
@@ -153,6 +154,19 @@ def fake() -> Iterator[tuple[FakeXdm, Path]]:
     shutil.rmtree(sockets, ignore_errors=True)
 
 
+@pytest.fixture
+def shipped() -> Path:
+    """The single-file executable, as tests/operator/test_dist.py finds it (missing in CI: a failure)."""
+    if not DIST.is_file():
+        message = f"{DIST} is missing: `make dist` builds it (`make test` does so first)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    if not os.environ.get("CI") and any(p.stat().st_mtime > DIST.stat().st_mtime for p in SOURCES):
+        pytest.skip(f"{DIST} is older than the sources: run `make dist` to test the current code")
+    return DIST
+
+
 def fake_grants(xdm: FakeXdm) -> set[str]:
     with xdm.lock:
         return set(xdm.grants)
@@ -232,6 +246,49 @@ def test_two_plugins_on_one_data_dir_and_an_agent_killed(sim: Simulator, api: No
             run = second.finish()
             assert not [v for v in run.violations if v["rule"] != "shutdown.not_graceful"], run.describe()
     scenario("two plugins on one data_dir, agent SIGKILLed", live_released=live_released, leaked=0)
+
+
+@pytest.mark.timeout(180)
+def test_the_shipped_executable_dies_with_its_agent_and_frees_the_lock(
+    sim: Simulator, tmp_path: Path, shipped: Path
+) -> None:
+    """The single-file executable is a sh header that execs the unpacked bundle: the agent's child is the
+    interpreter itself, which must end, and free plugin.lock, when the agent is SIGKILLed."""
+    from nomad_plugin.journal import OwnerLock
+
+    data = tmp_path / "data"
+    config = xdm_config(sim.socket_dir, data, reconcile=False)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        AGENT_STUB_PLUGIN=str(shipped),
+        NOMAD_DEVICE_LINGJUN_CACHE_DIR=str(tmp_path / "cache"),
+        AGENT_STUB_PLUGIN_STDERR=str(tmp_path / "plugin.log"),
+    )
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "tests.hardening.agent_stub", json.dumps(config), sim.cards[0].uuid],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert agent.stdout is not None
+        pid = int(json.loads(agent.stdout.readline())["pid"])
+        json.loads(agent.stdout.readline())
+        grant = json.loads(agent.stdout.readline())["reserve"]["LINGJUN_GRANT_ID"]
+        assert not OwnerLock(data).acquire(), "the plugin holds its lock"
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+        wait_until(lambda: not alive(pid), "the shipped plugin to exit after its agent died", timeout=30)
+        lock = OwnerLock(data)
+        assert lock.acquire(timeout=10), "plugin.lock is still held"
+        lock.release()
+        assert journal_ids(data) == {grant: "granted"} and grant in sim.grants()
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    scenario("shipped executable, agent SIGKILLed", live_released=int(grant not in sim.grants()))
 
 
 # === 2. A wrong nomad_node_id ======================================================================
