@@ -193,6 +193,8 @@ def test_two_plugins_on_one_data_dir_and_an_agent_killed(sim: Simulator, api: No
         xdm_allocate_timeout="2s",
     )
     first_card = sim.cards[0].uuid
+    # As in Nomad, an allocation holds its device IDs before its task's Reserve is made.
+    api.add_alloc("alloc-1", [first_card], "pending", device="nvidia/gpu/H800")
     env = dict(os.environ, PYTHONPATH=str(REPO), AGENT_STUB_PLUGIN_STDERR=str(tmp_path / "first.log"))
     agent = subprocess.Popen(
         [sys.executable, "-m", "tests.hardening.agent_stub", json.dumps(config), first_card],
@@ -208,7 +210,7 @@ def test_two_plugins_on_one_data_dir_and_an_agent_killed(sim: Simulator, api: No
         json.loads(agent.stdout.readline())  # its first fingerprint with devices
         answer = json.loads(agent.stdout.readline())
         first_grant = answer["reserve"]["LINGJUN_GRANT_ID"]
-        api.add_alloc("alloc-1", [first_card], "running", device="nvidia/gpu/H800")
+        api.set_status("alloc-1", "running")
         assert set(sim.grants()) == {first_grant}
 
         second, _ = launch_host(config)
@@ -228,17 +230,18 @@ def test_two_plugins_on_one_data_dir_and_an_agent_killed(sim: Simulator, api: No
             "the second plugin to take the lock",
         )
         assert took
+        api.add_alloc("alloc-2", [sim.cards[1].uuid], "running", device="nvidia/gpu/H800")
         ok = reserve(second, [sim.cards[1].uuid], "after")
         assert ok["ok"] is True, ok
         second_grant = ok["envs"]["LINGJUN_GRANT_ID"]
-        api.add_alloc("alloc-2", [sim.cards[1].uuid], "running", device="nvidia/gpu/H800")
         # Several reconciler rounds past the grace period: both allocations are live, both grants stay.
         start = len(api.requests)
         wait_until(lambda: len(api.requests) >= start + 4, "a few reconciler rounds", timeout=60)
         live_released = len({first_grant, second_grant} - set(sim.grants()))
         api.set_status("alloc-1", "complete")
         wait_until(lambda: first_grant not in sim.grants(), "the ended allocation's grant to be released", timeout=60)
-        assert second_grant in sim.grants()
+        released = [x for x in second.stderr_text().splitlines() if "released" in x or "took" in x or "startup" in x]
+        assert second_grant in sim.grants(), "\n".join(released)
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -301,10 +304,10 @@ def test_a_wrong_node_id_releases_no_live_grant(sim: Simulator, api: NomadApiDou
     proc, _ = launch_host(config)
     try:
         card = first_devices(proc)[0]
+        api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
         made = reserve(proc, [card], "r")
         assert made["ok"], made
         grant = made["envs"]["LINGJUN_GRANT_ID"]
-        api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
         wait_until(
             lambda: proc.stderr_text().count(f"Nomad has no node {wrong}") >= 3,
             "three reconciler rounds to meet the unknown node",
@@ -440,10 +443,10 @@ def test_a_slow_drip_api_does_not_stall_the_reconciler(sim: Simulator, api: Noma
     proc, _ = launch_host(config)
     try:
         card = first_devices(proc)[0]
+        api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
         made = reserve(proc, [card], "during-drip")  # container_mounts "auto" asks the same API
         assert made["ok"] and made["seconds"] < 30, made
         grant = made["envs"]["LINGJUN_GRANT_ID"]
-        api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
         started = time.monotonic()
 
         def deadlines_met() -> int:
@@ -506,9 +509,9 @@ def test_a_token_with_a_newline_is_never_shown(
         proc, _ = launch_host(config, env=env)
         try:
             card = first_devices(proc)[0]
+            api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
             made = reserve(proc, [card], "t")
             assert made["ok"], made
-            api.add_alloc("alloc-1", [card], "running", device="nvidia/gpu/H800")
             wanted = "is this host" if newline == "trailing" else "control character"
             wait_until(lambda: wanted in proc.stderr_text(), f"the reconciler to log {wanted!r}", timeout=60)
             if newline == "trailing":
