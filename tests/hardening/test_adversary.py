@@ -537,8 +537,9 @@ def _operator_tools(sim: Simulator, api: NomadApiDouble, data: Path, token: str,
     if where == "config":
         sets["nomad_token"] = token
     args = [f"{k}={json.dumps(v)}" for k, v in sets.items()]
-    env = dict(os.environ, NOMAD_TOKEN=token) if where == "env" else dict(os.environ)
-    env.pop("NOMAD_TOKEN", None) if where == "config" else None
+    env = {k: v for k, v in os.environ.items() if k != "NOMAD_TOKEN"}
+    if where == "env":
+        env["NOMAD_TOKEN"] = token
     outputs = []
     for command in (["grants"], ["grants", "--json"], ["doctor", "--json"]):
         flags = [x for a in args for x in ("--set", a)]
