@@ -34,8 +34,17 @@ plugin "nomad-device-lingjun" {
     # How a card minor is sent to Allocate: explicit (field always present) or omit-zero (R4).
     xdm_minor_encoding = "explicit"
 
-    # Deadline of every unary XDM call.
+    # Deadline of every unary XDM call but Allocate.
     xdm_call_timeout = "5s"
+
+    # Deadline of XDM Allocate: above its slowest legitimate case (MIG instances on a loaded card take seconds); an Allocate without an answer is kept journalled one more deadline (docs/reserve.md).
+    xdm_allocate_timeout = "60s"
+
+    # Env names XDM's grants may set although the Reserve policy protects them (NOMAD_*, PATH, LD_*); see docs/reserve.md.
+    xdm_env_allow = []
+
+    # Host paths (and what lies below) XDM's grants may mount read-write or from a protected tree (/etc, /run, /var/lib, ...); see docs/reserve.md.
+    xdm_mount_allow = []
 
     # XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).
     xdm_schema = "auto"
@@ -46,7 +55,7 @@ plugin "nomad-device-lingjun" {
     # Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines appear only when the agent logs at that level too.
     log_level = "info"
 
-    # Directory for the grant journal (created 0700; the journal is 0600).
+    # The plugin's own directory for the grant journal: an absolute path, created 0700; an existing one must be owned by the plugin's user and writable by nobody else (never chmodded). The journal is 0600.
     data_dir = "/var/lib/nomad-device-lingjun"
 
     # Mode of cards no card block matches: whole, tdm (time-division shares) or mig.
@@ -115,7 +124,7 @@ plugin "nomad-device-lingjun" {
     # TLS server name to verify; empty = $NOMAD_TLS_SERVER_NAME.
     nomad_tls_server_name = ""
 
-    # This node's ID; empty = ask the local agent (/v1/agent/self).
+    # This node's ID (a UUID; checked with /v1/node/<id>); empty = ask the local agent (/v1/agent/self).
     nomad_node_id = ""
 
     # Publish XDM's topology and a node summary as Nomad dynamic node metadata (/v1/client/metadata) for job-level constraint/affinity/spread; the token then needs node:write (docs/topology.md).
@@ -133,7 +142,7 @@ plugin "nomad-device-lingjun" {
     # Prometheus endpoint port; 0 = off.
     metrics_port = 0
 
-    # Address the Prometheus endpoint binds to.
+    # IP address the Prometheus endpoint binds to ("0.0.0.0" or "::" for every interface), or "localhost".
     metrics_bind = "127.0.0.1"
 
     # card blocks (repeatable) override the mode of single cards or models.

@@ -5,9 +5,18 @@ methods. SetConfig only validates and stores the config: Nomad's first two
 launches (fingerprint, validate) call PluginInfo/ConfigSchema/SetConfig and
 are killed, so nothing may start there. The engines start on the first
 Fingerprint, Reserve or Stats call, which only the long-lived third launch
-makes: backend -> fingerprint engine -> reserver (journal recovery and
-reconciliation run in the background so the first fingerprint leaves at once)
--> metrics feed -> stats engine.
+makes: backend -> fingerprint engine -> metrics feed -> stats engine, and in
+the background the owner lock -> journal -> reserver -> recovery and
+reconciliation, so the first fingerprint leaves at once.
+
+One process owns ``data_dir``: the one holding ``plugin.lock``. A plugin
+that finds it held (the previous plugin of an agent that was killed, a
+second agent pointed at the same ``data_dir``, or for a moment an operator's
+``grants release``) serves fingerprints and stats, waits for the lock, and
+until it holds it opens no journal, recovers, releases and reconciles
+nothing, and answers Reserve (after waiting up to ``OWNER_LOCK_WAIT``) with
+UNAVAILABLE naming the holder. The recovery's view of entries left by the
+previous process is taken once the lock is held, before any Reserve runs.
 
 Imports of the engines are deferred for the same reason: Nomad launches the
 plugin three times at every agent start, and two of them never need them.
@@ -25,7 +34,7 @@ from typing import TYPE_CHECKING
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.model.errors import PluginError, ReservationRejected
+from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.model.metrics import MetricSample
 
@@ -58,12 +67,18 @@ DISABLED_NOTE = (
     "enabled = false: no device is fingerprinted and Reserve refuses; the Fingerprint stream stays open with no "
     "devices (nomad-device-nvidia ends it, after which Nomad stops the plugin until the agent restarts)"
 )
-#: How long the plugin waits for an operator command that holds the journal's owner lock.
+#: How long a Reserve waits for the owner lock (held by an operator command for a moment, or by the
+#: previous plugin of a killed agent until it notices and exits) before it is refused.
 OWNER_LOCK_WAIT = 10.0
+#: The longest pause between two tries of a held owner lock.
+OWNER_LOCK_POLL_MAX = 1.0
 
 
-class JournalUnavailable(PluginError):
-    """The grant journal could not be opened, so no grant can be made durable."""
+class JournalUnavailable(BackendUnavailable):
+    """No grant can be made durable: the journal cannot be opened, or another process owns ``data_dir``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="journal")
 
 
 class PluginApp:
@@ -89,6 +104,8 @@ class PluginApp:
         self._xdm_was_down = False
         self._xdm_ever_up = False
         self.journal_error = ""
+        self._owner_wait = ""  # why the owner lock is not held yet ("" once held or given up)
+        self._owner_settled = threading.Event()  # the reserver exists, or it never will (journal_error)
         self._stale_entries: list[str] = []
         self._sent_catalog: Catalog = Catalog()
         self._threads: list[threading.Thread] = []
@@ -121,7 +138,6 @@ class PluginApp:
         from nomad_plugin.backend_select import select_backend
         from nomad_plugin.metrics.plugin import PluginMetrics
         from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
-        from nomad_plugin.nomad.reserve import Reserver
         from nomad_plugin.stats.engine import StatsEngine
         from nomad_plugin.stats.feed import MetricsFeed
         from nomad_plugin.stats.grants import GrantTable
@@ -132,30 +148,13 @@ class PluginApp:
         backend = (self._backend_factory or select_backend)(config)
         self.backend = backend
         self.metrics = PluginMetrics.for_config(config)
-        journal = self._open_journal(config)
-
-        holder: dict[str, Reserver] = {}
 
         def grants_view() -> Mapping[str, frozenset[Kind]]:
-            reserver = holder.get("r")
+            reserver = self.reserver
             return reserver.active_kinds() if reserver is not None else {}
 
         fingerprint = FingerprintEngine(backend, config, grants_view=grants_view)
         self.fingerprint = fingerprint
-        if journal is not None:
-            # Entries a previous process left mid-Reserve or mid-release, taken
-            # before any new Reserve can add its own in-flight entry.
-            self._stale_entries = [e.grant_id for e in journal.entries() if e.state.value != "granted"]
-            reserver = Reserver(
-                backend,
-                fingerprint.catalog,
-                journal,
-                config,
-                fingerprint.notify_grants_changed,
-                mount_policy=self._mount_policy(config),
-            )
-            holder["r"] = reserver
-            self.reserver = reserver
         backend.subscribe(self._on_inventory)
         self._start_node_meta(config, backend)
         backend.start()
@@ -165,10 +164,7 @@ class PluginApp:
         self.feed = feed
         feed.start()
         self._start_nvml_extras(config, backend.name, feed)
-        grant_of: GrantLookup = self._grant_of
-        if self.reserver is not None:
-            grants_journal = self.reserver.journal
-            grant_of = GrantTable(lambda: grants_journal.generation, self._grant_of)
+        grant_of: GrantLookup = GrantTable(self._grants_generation, self._grant_of)
         self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, grant_of)
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
@@ -233,22 +229,75 @@ class PluginApp:
         reconciler = self.reconciler
         return reconciler.last_page if reconciler is not None else None
 
-    def _open_journal(self, config: PluginConfig) -> Journal | None:
+    def _grants_generation(self) -> int:
+        reserver = self.reserver
+        return reserver.journal.generation if reserver is not None else -2
+
+    def _take_ownership(self, config: PluginConfig) -> Journal | None:
+        """Wait for ``plugin.lock`` (as long as it takes, or until close), then open the journal."""
         from nomad_plugin.journal.owner import OwnerLock
         from nomad_plugin.journal.store import Journal
 
         try:
             lock = OwnerLock(config.data_dir)
-            # An operator's `grants release` holds it for a moment while no plugin runs.
-            if not lock.acquire(timeout=OWNER_LOCK_WAIT):
-                log.warning("%s is held by another process; opening the journal anyway", lock.path)
-            else:
-                self.owner_lock = lock
+            delay, waited_since = 0.05, time.monotonic()
+            while not lock.acquire(timeout=0.0):
+                if not self._owner_wait:
+                    holder = lock.holder()
+                    self._owner_wait = (
+                        f"{lock.path} is held by another process{f' (pid {holder})' if holder else ''}: "
+                        "another plugin on this data_dir (the previous plugin of an agent that was killed, or a "
+                        "second agent configured with the same data_dir) or an operator's `grants release`"
+                    )
+                    log.warning(
+                        "%s; this plugin serves fingerprints and stats, refuses Reserve, and recovers, releases "
+                        "and reconciles nothing until it holds the lock",
+                        self._owner_wait,
+                    )
+                if self._closed.wait(delay):
+                    return None
+                delay = min(OWNER_LOCK_POLL_MAX, delay * 2)
+            self.owner_lock = lock
+            if self._owner_wait:
+                log.info(
+                    "took %s after %.1fs; the grant journal is this plugin's now",
+                    lock.path,
+                    time.monotonic() - waited_since,
+                )
+            self._owner_wait = ""
             return Journal(config.data_dir, background_compaction=True)  # no compaction inside a Reserve
         except (OSError, PluginError, ValueError) as exc:
+            self._owner_wait = ""
             self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
             log.error("%s; Reserve will refuse until this is fixed", self.journal_error)
             return None
+
+    def _open_reserver(self, config: PluginConfig) -> Reserver | None:
+        """Own ``data_dir``, open the journal and build the Reserver (None: closed, or the journal is unusable)."""
+        from nomad_plugin.nomad.reserve import Reserver
+
+        journal = self._take_ownership(config)
+        fingerprint = self.fingerprint
+        if journal is None or fingerprint is None:
+            return None
+        # Entries a previous process left mid-Reserve or mid-release, taken
+        # before any new Reserve can add its own in-flight entry.
+        self._stale_entries = [e.grant_id for e in journal.entries() if e.state.value != "granted"]
+        reserver = Reserver(
+            self.backend,  # type: ignore[arg-type]  # set by _start before this thread runs
+            fingerprint.catalog,
+            journal,
+            config,
+            fingerprint.notify_grants_changed,
+            mount_policy=self._mount_policy(config),
+        )
+        with self._lock:
+            if self._closed.is_set():
+                journal.close()
+                return None
+            self.reserver = reserver
+        fingerprint.notify_grants_changed()  # the journal's grants mark their cards from now on
+        return reserver
 
     @staticmethod
     def _nvml_source(config: PluginConfig, backend_name: str) -> Callable[[], Sequence[MetricSample]] | None:
@@ -278,9 +327,16 @@ class PluginApp:
             log.error("Prometheus endpoint on %s:%d could not start: %s", config.metrics_bind, config.metrics_port, exc)
 
     def _lifecycle_startup(self) -> None:
-        """Route (c): settle the journal left by the previous process, then reconcile with Nomad."""
-        reserver, config = self.reserver, self.config
-        if reserver is None or config is None or self._closed.is_set():
+        """Own data_dir, then route (c): settle the journal left by the previous process, then reconcile with Nomad."""
+        config = self.config
+        if config is None or self._closed.is_set():
+            self._owner_settled.set()
+            return
+        try:
+            reserver = self._open_reserver(config)
+        finally:
+            self._owner_settled.set()
+        if reserver is None or self._closed.is_set():
             return
         try:
             reserver.release_lost_grants()
@@ -439,15 +495,27 @@ class PluginApp:
                 "device is not enabled: the plugin is disabled (enabled = false in its config block) "
                 "and reserves nothing"
             )
+        started = time.perf_counter()
         reserver = self.reserver
         if reserver is None:
-            raise JournalUnavailable(self.journal_error or "the plugin is shutting down")
-        started = time.perf_counter()
+            self._owner_settled.wait(OWNER_LOCK_WAIT)
+            reserver = self.reserver
+        if reserver is None:
+            why = self.journal_error or self._owner_wait or "the plugin is shutting down"
+            if self._owner_wait and not self.journal_error:
+                why += f"; waited {OWNER_LOCK_WAIT:g}s for it, so this Reserve is refused (nothing was granted)"
+            error = JournalUnavailable(why)
+            if self.metrics is not None:
+                self.metrics.reserve_error(type(error).__name__)
+            raise error
         try:
             response = reserver.reserve(device_ids, after_reply)
         except PluginError as exc:
             if self.metrics is not None:
                 self.metrics.reserve_error(type(exc).__name__)
+                rule = getattr(exc, "rule", None)  # a GrantRejected: the content policy refused XDM's grant
+                if isinstance(rule, str):
+                    self.metrics.reserve_policy_violation(rule)
             raise
         finally:
             if self.metrics is not None:
@@ -505,6 +573,9 @@ class PluginApp:
         reserver = self.reserver
         if reserver is not None:
             steps.append(("journal compactor", lambda: reserver.journal.stop_background(timeout=0.2)))
+        owner = self.owner_lock
+        if owner is not None:
+            steps.append(("owner lock", owner.release))
         for name, stop in steps:
             try:
                 stop()

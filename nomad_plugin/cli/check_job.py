@@ -168,7 +168,7 @@ def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> 
     client = NomadClient(settings)
     try:
         node_id = config.nomad_node_id or client.node_id()
-        doc = client.node(node_id)
+        doc = client.node_record(node_id)
     except (NomadApiError, OSError) as exc:  # OSError: the TLS files (nomad_ca_cert, ...) cannot be read
         raise ValueError(f"the Nomad agent at {settings.address} did not give this node: {exc}") from None
     finally:

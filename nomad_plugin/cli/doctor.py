@@ -572,6 +572,11 @@ def data_dir_problem(path: Path) -> str:
     """Why the journal cannot live in ``path`` ("" if it can), tried for real and left as found."""
     if path.exists() and not path.is_dir():
         return "exists but is not a directory"
+    from nomad_plugin.journal.datadir import problem  # the plugin's own rules: owner, mode, system dirs
+
+    found = problem(path)
+    if found is not None:
+        return found
     created: list[Path] = []
     try:
         missing = [p for p in (path, *path.parents) if not p.exists()]

@@ -79,7 +79,7 @@ def read_cluster(client: Any) -> tuple[list[ClusterNode], dict[str, set[str]], b
     stubs = client.list_nodes()
     ids = [str(s.get("ID")) for s in stubs if isinstance(s.get("ID"), str)]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        nodes = list(pool.map(lambda i: parse_node(client.node(i)), ids))
+        nodes = list(pool.map(lambda i: parse_node(client.node_record(i)), ids))
         with_devices = [n for n in nodes if n.groups]
         pages = list(pool.map(lambda n: client.node_allocations(n.id), with_devices))
     held = {

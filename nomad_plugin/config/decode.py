@@ -34,7 +34,7 @@ GO_MAX_DURATION = (2**63 - 1) / 1e9
 #: nomad-device-nvidia's list options, whose entries it takes as they are (an empty string matches nothing).
 VERBATIM_LISTS = frozenset({"ignored_gpu_ids"})
 # Durations that must be > 0 (a zero timeout or resync period makes no sense).
-POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "inventory_resync_period"})
+POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "xdm_allocate_timeout", "inventory_resync_period"})
 # Socket options: a relative path would resolve against the plugin's working
 # directory (wherever Nomad started it), so it is refused rather than guessed.
 ABSOLUTE_PATHS = ("xdm_socket", "config_socket")
@@ -380,6 +380,7 @@ def decode_config(data: bytes) -> PluginConfig:
     apply_xdm_mounts_alias(values, raw)
     values["cards"] = decode_cards(raw.get(CARD_BLOCK))
     check_paths_and_urls(values)
+    check_plugin_settings(values)
     merge_fingerprint_period(values, raw)
     return PluginConfig(**values)
 
@@ -416,6 +417,64 @@ def go_duration(value: str, name: str) -> float:
     if abs(seconds) > GO_MAX_DURATION:
         raise invalid(name, value, f"{allowed}, within Go's limit of about 292 years", problem="is out of range")
     return seconds
+
+
+#: A Nomad node ID is a UUID (``uuid.Generate`` in Nomad's helper/uuid).
+NODE_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_plugin_settings(values: dict[str, Any]) -> None:
+    """``data_dir``, ``nomad_node_id``, ``metrics_bind``, ``nomad_token`` and the Reserve allow lists.
+
+    Each would otherwise be accepted here and fail (or do harm) only later:
+    a relative or system ``data_dir`` took over the agent's working
+    directory, a wrong node ID made every grant look unused, a bad bind
+    address failed at start. The token loses a trailing newline (read from a
+    file) and is refused with a control character inside; it is never shown.
+    """
+    from nomad_plugin.util.paths import data_dir_problem
+    from nomad_plugin.util.tokens import normalise_token
+
+    found = data_dir_problem(str(values["data_dir"]))
+    if found is not None:
+        allowed = 'an absolute path of a directory of the plugin\'s own, such as "/var/lib/nomad-device-lingjun"'
+        raise invalid("data_dir", values["data_dir"], allowed, problem=found)
+    node = str(values["nomad_node_id"])
+    if node and not NODE_ID.fullmatch(node):
+        allowed = 'a Nomad node ID (a UUID such as "4c1a2b3d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"), or "" to ask the agent'
+        raise invalid("nomad_node_id", node, allowed, problem="is not a UUID")
+    check_bind_address(str(values["metrics_bind"]))
+    token, problem = normalise_token(str(values["nomad_token"]))
+    if problem is not None:
+        raise invalid("nomad_token", values["nomad_token"], "one line of printable text", secret=True, problem=problem)
+    values["nomad_token"] = token
+    for index, name in enumerate(values["xdm_env_allow"]):
+        if not ENV_NAME.fullmatch(name):
+            raise invalid(f"xdm_env_allow[{index}]", name, 'env variable names such as "LD_LIBRARY_PATH"')
+    for index, path in enumerate(values["xdm_mount_allow"]):
+        if not (path.startswith("/") and path == _normal(path) and path != "/" and path.isprintable()):
+            allowed = 'absolute, normalised host paths other than "/", such as "/run/amp/eKitC"'
+            raise invalid(f"xdm_mount_allow[{index}]", path, allowed)
+
+
+def _normal(path: str) -> str:
+    import posixpath
+
+    return posixpath.normpath(path)
+
+
+def check_bind_address(address: str) -> None:
+    """``metrics_bind`` is an IP address (v4 or v6) or "localhost": nothing is resolved or bound here."""
+    import ipaddress
+
+    if address == "localhost":
+        return
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        allowed = 'an IP address such as "127.0.0.1", "0.0.0.0", "::1" or "::", or "localhost"'
+        raise invalid("metrics_bind", address, allowed, problem="is not an IP address") from None
 
 
 def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> None:

@@ -29,6 +29,9 @@ class PluginConfig:
     xdm_service: str = ""
     xdm_minor_encoding: str = "explicit"
     xdm_call_timeout: float = 5.0
+    xdm_allocate_timeout: float = 60.0
+    xdm_env_allow: tuple[str, ...] = ()
+    xdm_mount_allow: tuple[str, ...] = ()
     xdm_schema: str = "auto"
     xdm_field_aliases: tuple[tuple[str, str], ...] = ()  # sorted ("Message.field" or "field", XDM field name)
     log_level: str = "info"

@@ -70,7 +70,29 @@ OPTIONS: tuple[Option, ...] = (
         "How a card minor is sent to Allocate: explicit (field always present) or omit-zero (R4).",
         choices=("explicit", "omit-zero"),
     ),
-    Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call.", duration=True),
+    Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call but Allocate.", duration=True),
+    Option(
+        "xdm_allocate_timeout",
+        "string",
+        "60s",
+        "Deadline of XDM Allocate: above its slowest legitimate case (MIG instances on a loaded card take "
+        "seconds); an Allocate without an answer is kept journalled one more deadline (docs/reserve.md).",
+        duration=True,
+    ),
+    Option(
+        "xdm_env_allow",
+        "list(string)",
+        [],
+        "Env names XDM's grants may set although the Reserve policy protects them (NOMAD_*, PATH, LD_*); "
+        "see docs/reserve.md.",
+    ),
+    Option(
+        "xdm_mount_allow",
+        "list(string)",
+        [],
+        "Host paths (and what lies below) XDM's grants may mount read-write or from a protected tree "
+        "(/etc, /run, /var/lib, ...); see docs/reserve.md.",
+    ),
     Option(
         "xdm_schema",
         "string",
@@ -97,7 +119,8 @@ OPTIONS: tuple[Option, ...] = (
         "data_dir",
         "string",
         "/var/lib/nomad-device-lingjun",
-        "Directory for the grant journal (created 0700; the journal is 0600).",
+        "The plugin's own directory for the grant journal: an absolute path, created 0700; an existing one "
+        "must be owned by the plugin's user and writable by nobody else (never chmodded). The journal is 0600.",
     ),
     # --- card modes ----------------------------------------------------------
     Option(
@@ -187,7 +210,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("nomad_client_cert", "string", "", "Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT."),
     Option("nomad_client_key", "string", "", "Client key for mTLS; empty = $NOMAD_CLIENT_KEY."),
     Option("nomad_tls_server_name", "string", "", "TLS server name to verify; empty = $NOMAD_TLS_SERVER_NAME."),
-    Option("nomad_node_id", "string", "", "This node's ID; empty = ask the local agent (/v1/agent/self)."),
+    Option(
+        "nomad_node_id",
+        "string",
+        "",
+        "This node's ID (a UUID; checked with /v1/node/<id>); empty = ask the local agent (/v1/agent/self).",
+    ),
     # --- node metadata (XDM topology for job-level constraints) --------------------
     Option(
         "node_meta",
@@ -218,7 +246,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     # --- Prometheus ----------------------------------------------------------------
     Option("metrics_port", "number", 0, "Prometheus endpoint port; 0 = off.", minimum=0, maximum=65535),
-    Option("metrics_bind", "string", "127.0.0.1", "Address the Prometheus endpoint binds to."),
+    Option(
+        "metrics_bind",
+        "string",
+        "127.0.0.1",
+        'IP address the Prometheus endpoint binds to ("0.0.0.0" or "::" for every interface), or "localhost".',
+    ),
 )
 
 # ``card`` blocks (repeatable): per-card or per-model mode overrides.

@@ -91,6 +91,34 @@ def get_logger(module: str) -> logging.Logger:
     return logging.getLogger(module_name(module))
 
 
+#: Shorter fragments would mask ordinary words; no real token is this short.
+MIN_SECRET = 4
+
+
+def secret_forms(value: str) -> set[str]:
+    """Every printable spelling of a secret worth masking.
+
+    Raw and stripped; ``repr`` of the text and of its bytes (an HTTP library
+    quotes a bad header as ``b'...\\n'``); JSON-escaped; percent-encoded; and
+    each line of it. Pieces shorter than ``MIN_SECRET`` are left out.
+    """
+    if not value:
+        return set()
+    import json  # only with a secret: this module is read before the handshake
+    from urllib.parse import quote
+
+    forms = {
+        value,
+        value.strip(),
+        repr(value)[1:-1],
+        repr(value.encode("utf-8", "backslashreplace"))[2:-1],
+        json.dumps(value)[1:-1],
+        quote(value, safe=""),
+    }
+    forms.update(part.strip() for part in re.split(r"[\r\n]+", value))
+    return {f for f in forms if len(f) >= MIN_SECRET}
+
+
 class SecretRedactor(logging.Filter):
     """Replaces configured secret values (and token-looking assignments) in every record.
 
@@ -104,9 +132,14 @@ class SecretRedactor(logging.Filter):
         self._lock = threading.Lock()
 
     def set_secrets(self, values: Iterable[str]) -> None:
-        # Longest first so a secret containing another is masked whole; very
-        # short values would mask ordinary words, and are not real tokens.
-        kept = sorted({v for v in values if isinstance(v, str) and len(v) >= 4}, key=len, reverse=True)
+        # Every spelling of each secret (raw, repr- and JSON-escaped, as the bytes an HTTP library
+        # quotes, each line of it: util/tokens.py), longest first so a secret containing another is
+        # masked whole; very short values would mask ordinary words, and are not real tokens.
+        forms: set[str] = set()
+        for value in values:
+            if isinstance(value, str) and value:
+                forms |= secret_forms(value)
+        kept = sorted(forms, key=len, reverse=True)
         with self._lock:
             self._secrets = tuple(kept)
 
@@ -134,16 +167,51 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more chars)"
 
 
+# Nomad's agent writes a plugin's message into its own log as it is (hclog), so a newline in it
+# starts a line that reads like the agent's own, an ESC sequence rewrites the operator's terminal,
+# a carriage return hides what came before. Messages get no raw control character: a newline
+# continues as "  | " (hclog's own mark for a value's continuation lines, which cannot pass for a
+# new entry), every other control character but TAB is escaped. Values keep their newlines, which
+# hclog itself prefixes with "  | ", and lose every other control character.
+_MESSAGE_UNSAFE = "[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]"
+_VALUE_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]"
+_unsafe: dict[str, re.Pattern[str]] = {}  # compiled on the first record, not before the handshake
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    ch = match.group(0)
+    if ch == "\n":
+        return "\n  | "
+    return f"\\x{ord(ch):02x}" if ord(ch) <= 0xFF else f"\\u{ord(ch):04x}"
+
+
+def _sub(pattern: str, text: str) -> str:
+    compiled = _unsafe.get(pattern)
+    if compiled is None:
+        compiled = _unsafe[pattern] = re.compile(pattern)
+    return compiled.sub(_escape_control, text)
+
+
+def safe_message(text: str) -> str:
+    """A log message that cannot forge a line in the agent's log (see above)."""
+    return _sub(_MESSAGE_UNSAFE, text) if not text.isprintable() else text
+
+
+def safe_value(text: str) -> str:
+    """A key/value string without control characters other than newline and TAB (hclog prefixes newlines)."""
+    return _sub(_VALUE_UNSAFE, text) if not text.isprintable() else text
+
+
 def _jsonable(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (int, float, bool)):
         return value
     if isinstance(value, str):
-        return _clip(value, MAX_FIELD)
+        return _clip(safe_value(value), MAX_FIELD)
     if depth < 3 and isinstance(value, (list, tuple)):
         return [_jsonable(v, depth + 1) for v in value[:64]]
     if depth < 3 and isinstance(value, Mapping):
         return {str(k): _jsonable(v, depth + 1) for k, v in list(value.items())[:64]}
-    return _clip(str(value), MAX_FIELD)
+    return _clip(safe_value(str(value)), MAX_FIELD)
 
 
 class HclogJsonFormatter(logging.Formatter):
@@ -152,7 +220,7 @@ class HclogJsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "@level": hclog_level(record.levelno),
-            "@message": _clip(record.getMessage(), MAX_MESSAGE),
+            "@message": _clip(safe_message(record.getMessage()), MAX_MESSAGE),
             "@module": module_name(record.name),
             "@timestamp": hclog_timestamp(record.created),
         }
@@ -164,7 +232,7 @@ class HclogJsonFormatter(logging.Formatter):
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
-            entry["error"] = _clip(record.exc_text, MAX_ERROR)
+            entry["error"] = _clip(safe_value(record.exc_text), MAX_ERROR)
         import json  # on the first record, not before the handshake (issue 14)
 
         # ensure_ascii keeps the line free of raw newlines and odd bytes.

@@ -4,8 +4,9 @@ Sequence (nomad-protocol.md §1, §8): check the magic cookie, negotiate the
 app protocol (we speak 2), start a gRPC server on a Unix socket inside a
 fresh 0700 directory, print ``1|2|unix|<socket>|grpc`` once it listens, then
 point fd 1 at stderr so nothing else can ever reach stdout. Shutdown (the
-GRPCController RPC or SIGTERM) releases every stream, stops the server,
-removes the socket directory and exits within go-plugin's 2 s budget.
+GRPCController RPC, SIGTERM, or the death of the process that launched the
+plugin: ``parent.py``) releases every stream, stops the server, removes the
+socket directory and exits within go-plugin's 2 s budget.
 SIGINT is ignored: a Ctrl-C to the agent's process group is the agent's to
 handle, and it then shuts us down.
 
@@ -162,6 +163,7 @@ class PluginServer:
             self._remove_socket_dir()
             return 1
         announce(handshake.handshake_line(socket_path, self.app_version))
+        self._watch_parent()
         try:
             self._deferred.fill(self._services())
         except Exception as exc:
@@ -174,6 +176,18 @@ class PluginServer:
         self.lifecycle.stopping.wait()
         self._stop()
         return 0
+
+    def _watch_parent(self) -> None:
+        """Stop when the agent that launched the plugin dies (a SIGKILLed agent sends no Shutdown)."""
+        from nomad_plugin.goplugin.parent import ParentWatch
+
+        try:
+            watch = ParentWatch(self.lifecycle.request_stop)
+            watch.start()
+        except OSError as exc:
+            log.warning("cannot watch the process that launched the plugin: %s", exc)
+            return
+        log.debug("watching the launcher", extra={"fields": {"pid": watch.pid, "mode": watch.mode}})
 
     def _build_server(self) -> grpc.Server:
         server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"))

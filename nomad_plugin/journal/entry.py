@@ -10,11 +10,13 @@ from nomad_plugin.model.grant import DeviceAsk, GrantedDevice
 
 
 class EntryState(enum.Enum):
-    #: Written before Allocate: the grant may or may not exist at XDM.
+    #: Written before Allocate: the grant may or may not exist at XDM, and XDM may still
+    #: commit it until ``settle_until``.
     INTENT = "intent"
     #: Allocate succeeded and Reserve returned (or is about to).
     GRANTED = "granted"
-    #: A release was tried and failed (XDM down); retried until it succeeds.
+    #: To be released: a release failed (XDM down), or XDM may still commit the grant
+    #: (``settle_until`` lies ahead); retried until a release at or after ``settle_until`` succeeds.
     RELEASING = "releasing"
 
 
@@ -31,9 +33,10 @@ class JournalEntry:
     created_at: float  # unix seconds
     state: EntryState = EntryState.INTENT
     granted: tuple[GrantedDevice, ...] = ()
-    # Unix seconds until which XDM may still commit this grant (an Allocate
-    # that timed out): until then a release answered "not found" is not final
-    # and the entry stays ``releasing``.
+    # Unix seconds until which XDM may still commit this grant: set on every
+    # intent (its Allocate's deadline and one more), kept when the Allocate
+    # ended without XDM's answer, 0 once XDM answered. Until then a release,
+    # even one answered "not found", is not final and the entry stays.
     settle_until: float = 0.0
 
     def with_state(self, state: EntryState, granted: tuple[GrantedDevice, ...] | None = None) -> JournalEntry:

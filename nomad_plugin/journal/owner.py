@@ -5,9 +5,12 @@ whole life; the kernel drops it when the process dies, even by SIGKILL, so
 a stale lock cannot exist. ``nomad-device-lingjun grants release`` tries the
 same lock without waiting: if it gets it, no plugin runs and it releases
 the grant itself (holding the lock, so a plugin that starts meanwhile waits
-a moment before opening the journal); if not, it asks the running plugin
+for it before opening the journal); if not, it asks the running plugin
 through a request file (``reconcile/requests.py``) and the plugin does the
 release. Either way exactly one process writes the journal: no lost update.
+A second plugin process on the same ``data_dir`` never opens the journal
+while another process holds the lock: it serves fingerprints, refuses
+Reserve and waits for the lock (``app.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import fcntl
 import os
 import time
 from pathlib import Path
+
+from nomad_plugin.journal import datadir
 
 LOCK_NAME = "plugin.lock"
 
@@ -33,8 +38,8 @@ class OwnerLock:
         """Take the lock, waiting up to ``timeout`` seconds; False if another process keeps it."""
         if self._fd is not None:
             return True
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        datadir.prepare(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -50,6 +55,14 @@ class OwnerLock:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
         return True
+
+    def holder(self) -> int | None:
+        """The pid the lock file names (the process holding the lock, or its last holder); None if unreadable."""
+        try:
+            text = self.path.read_text(errors="replace").strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

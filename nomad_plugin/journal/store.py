@@ -1,6 +1,6 @@
 """The journal file: a checksummed snapshot plus an append-only log; durable, bounded, multi-process safe.
 
-Layout: ``<data_dir>/journal.json`` (0600) in ``data_dir`` (0700)::
+Layout: ``<data_dir>/journal.json`` (0600) in ``data_dir`` (created 0700, see ``datadir.py``)::
 
     {"checksum": "sha256:<hex>", "entries": [ ... ], "version": 1}      <- snapshot, one line
     ["put",{...one entry...},"sha256:<hex>"]                             <- one line per change
@@ -52,7 +52,6 @@ import fcntl
 import hashlib
 import json
 import os
-import stat
 import threading
 import time
 from collections import Counter
@@ -64,6 +63,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.journal import datadir
 from nomad_plugin.journal.entry import JournalEntry
 from nomad_plugin.model.errors import PluginError
 
@@ -717,11 +717,8 @@ class Journal:
         self._adopt(new_fd, _Parsed(self._entries, self._canon, good_size=len(data)))
 
     def _prepare_dir(self) -> None:
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        mode = stat.S_IMODE(self.dir.stat().st_mode)
-        if mode & 0o077:
-            os.chmod(self.dir, 0o700)
-            log.warning("journal directory %s had mode %o; set to 0700", self.dir, mode)
+        """Create the data directory 0700, or check the existing one (never chmodded: ``datadir.py``)."""
+        datadir.prepare(self.dir)
 
     def _set_aside(self, reason: str) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -61,6 +61,13 @@ class PluginMetrics:
         self._reserve_errors = Counter(
             "lingjun_plugin_reserve_errors", "Reserve calls answered with an error, by kind.", ["kind"], registry=reg
         )
+        self._policy_violations = Counter(
+            "lingjun_plugin_reserve_policy_violations",
+            "Grants XDM made that broke the Reserve content policy (refused and released), by rule: path, size, "
+            "device, env, visibility, mount (docs/reserve.md).",
+            ["rule"],
+            registry=reg,
+        )
         self._journal_entries = Gauge(
             "lingjun_plugin_journal_entries", "Grants recorded in the plugin's journal.", registry=reg
         )
@@ -121,6 +128,10 @@ class PluginMetrics:
     def reserve_error(self, kind: str) -> None:
         if self.enabled:
             self._reserve_errors.labels(kind=_kind_label(kind)).inc()
+
+    def reserve_policy_violation(self, rule: str) -> None:
+        if self.enabled:
+            self._policy_violations.labels(rule=_kind_label(rule)).inc()
 
     def fingerprint_sent(self) -> None:
         if self.enabled:

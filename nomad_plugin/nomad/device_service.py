@@ -22,15 +22,21 @@ import grpc
 from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.journal.datadir import DataDirRefused
+from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import (
     BackendRefused,
     BackendUnavailable,
     ConfigError,
+    GrantMismatch,
     PluginError,
     ReservationRejected,
 )
+from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.ports import DeviceEngines
+from nomad_plugin.nomad.reserve import JournalWriteFailed
 from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.text import printable
 
 DEFAULT_STATS_INTERVAL = 1.0  # seconds, when Nomad sends no or a zero interval
 MIN_STATS_INTERVAL = 0.1  # never spin faster than this
@@ -39,14 +45,54 @@ T = TypeVar("T")
 log = get_logger("device")
 
 
+#: Bound of an error's text: it travels in a gRPC trailer (gRPC's metadata limit is 8-16 KiB) and
+#: lands in Nomad's task events and agent log; a Reserve of 10,000 IDs once made one of 59,000 chars.
+MAX_ERROR_TEXT = 4000
+#: XDM's own gRPC refusals, passed on with their code: each already says what is wrong.
+PASSED_ON = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
+
+
 def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC code and message Nomad gets for an engine error."""
+    """The gRPC code and message (one line, bounded) Nomad gets for an engine error."""
+    code, message = _status_for(exc)
+    return code, printable(message, MAX_ERROR_TEXT)
+
+
+def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The code that means it.
+
+    INVALID_ARGUMENT: Nomad's device IDs or the config are wrong. UNAVAILABLE:
+    XDM, the journal or the owner lock cannot be had now (a stream reset
+    included); retrying may work. XDM's own refusal: its code when it sent one,
+    else FAILED_PRECONDITION. FAILED_PRECONDITION too for a grant the plugin
+    refuses (it does not match the request, or breaks the content policy: the
+    request was valid, XDM's answer was not) and for a data_dir the plugin
+    cannot own; RESOURCE_EXHAUSTED for a full journal. INTERNAL only for a bug.
+    """
     if isinstance(exc, (ReservationRejected, ConfigError)):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, BackendUnavailable):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     if isinstance(exc, BackendRefused):
+        code = getattr(exc, "code", None)  # xdm.errors.GrpcRefused: the code XDM answered with
+        return (code if code in PASSED_ON else grpc.StatusCode.FAILED_PRECONDITION), str(exc)
+    if isinstance(exc, (GrantMismatch, GrantRejected, DataDirRefused)):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+    if isinstance(exc, JournalFull):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, JournalWriteFailed):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
     if isinstance(exc, PluginError):
         return grpc.StatusCode.INTERNAL, str(exc)
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"

@@ -29,10 +29,17 @@ from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
 from nomad_plugin.journal.ids import GrantIds
 from nomad_plugin.model.backend_port import Backend
-from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
+from nomad_plugin.model.errors import (
+    BackendRefused,
+    BackendUnavailable,
+    GrantMismatch,
+    PluginError,
+    ReservationRejected,
+    SchemaMismatch,
+)
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
-from nomad_plugin.nomad.container import ContainerSpec, build_container
+from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_container
 from nomad_plugin.nomad.mounts import MountDecision, MountPolicy, PendingDecision
 from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.reconcile.counters import LifecycleCounters
@@ -65,7 +72,7 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
     seen: set[str] = set()
     for device_id in device_ids:
         if device_id in seen:
-            raise ReservationRejected(f"device ID {device_id!r} appears more than once in one request")
+            raise ReservationRejected(f"device ID {device_id[:100]!r} appears more than once in one request")
         seen.add(device_id)
     found: list[tuple[GroupKey, Instance]] = []
     unknown: list[str] = []
@@ -77,13 +84,13 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
             found.append((hit[0].key, hit[1]))
     if unknown:
         raise ReservationRejected(
-            f"device ID(s) {', '.join(unknown)} are not in this node's last fingerprint "
+            f"device ID(s) {_some(unknown)} are not in this node's last fingerprint "
             "(the devices changed since the job was placed; Nomad will reschedule it)"
         )
     groups = sorted({str(g) for g, _ in found})
     if len(groups) > 1:
         raise ReservationRejected(
-            f"device IDs come from several device groups ({', '.join(groups)}); "
+            f"device IDs come from several device groups ({_some(groups)}); "
             "one device block is always filled from one group"
         )
     group = found[0][0]
@@ -97,12 +104,22 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
     asks = _asks(kind, instances)
     shapes = {(a.core, a.memory_gib, a.slices) for a in asks}
     if len(shapes) > 1:
-        per_card = ", ".join(f"card {a.minor}: {_describe(kind, a)}" for a in asks)
+        per_card = _some([f"card {a.minor}: {_describe(kind, a)}" for a in asks])
         raise ReservationRejected(
             f"heterogeneous request in {group}: {per_card}. XDM grants only equal amounts on every card; "
             "ask for a count that fits on one card, or whole cards"
         )
     return RequestPlan(group=group, kind=kind, instances=instances, asks=asks)
+
+
+#: How many items an error names before it only counts the rest.
+SHOWN = 5
+
+
+def _some(items: Sequence[str]) -> str:
+    """The first few ``items``, and how many more: an error stays short whatever Nomad sent."""
+    shown = ", ".join(item[:100] for item in items[:SHOWN])
+    return shown if len(items) <= SHOWN else f"{shown} and {len(items) - SHOWN} more"
 
 
 def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
@@ -143,9 +160,6 @@ def _describe(kind: Kind, ask: DeviceAsk) -> str:
     if kind is Kind.MIG:
         return f"{ask.slices} slices"
     return f"{ask.core}% compute, {ask.memory_gib} GiB"
-
-
-LATE_GRANT_MIN_WINDOW = 10.0  # seconds
 
 
 def describe_limits(kind: str, asks: Sequence[DeviceAsk]) -> str:
@@ -212,13 +226,27 @@ class JournalWriteFailed(PluginError):
     """The durable journal could not be written (e.g. the disk is full)."""
 
 
-def _may_commit_late(exc: BaseException) -> bool:
-    """An Allocate that timed out may still be committed by an XDM that is alive but slow.
+#: Transport failures that show XDM never ran the call, or died with it: no live XDM can commit it later.
+XDM_GONE_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
 
-    A crashed XDM cannot commit later; a grant it persisted before dying is
-    released by the ordinary retry once it is back.
+
+def outcome_known(exc: BaseException) -> bool:
+    """Did XDM answer the Allocate (or never get it), so that it cannot commit the grant later?
+
+    Only XDM's own answer ends the call for sure: a refusal in its response
+    or an application status code (``BackendRefused``), a grant that does not
+    match (``GrantMismatch``, released at once), an answer the schema cannot
+    decode, or a call refused before it was sent. Everything else, whatever
+    the error (deadline exceeded, UNAVAILABLE, CANCELLED, a reset stream, a
+    bug of ours), leaves the outcome unknown: XDM may have the request and
+    commit it later, so the intent stays unresolved (``Reserver._grant``).
+    A daemon that is gone (refused connections, no socket) cannot commit
+    later; a grant it persisted before dying is released by the ordinary
+    retry once it is back.
     """
-    return isinstance(exc, BackendUnavailable) and exc.kind == "timeout"
+    if isinstance(exc, (BackendRefused, GrantMismatch, ReservationRejected, SchemaMismatch)):
+        return True
+    return isinstance(exc, BackendUnavailable) and exc.kind in XDM_GONE_KINDS
 
 
 def empty_response() -> device_pb2.ReserveResponse:
@@ -253,6 +281,7 @@ class Reserver:
         self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
         # Set while XDM's grants carry mounts: the next Reserve starts its mount question early.
         self._mounts_expected = False
+        self._policy = ReservePolicy.for_config(config.xdm_env_allow, config.xdm_mount_allow, config.data_dir)
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
         self.grant_ids = grant_ids or GrantIds(journal.dir)
@@ -309,7 +338,18 @@ class Reserver:
         return (spec if decision.passed else replace(spec, mounts=())), outcome
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec, PendingDecision | None]:
-        """Journal the intent, Allocate, journal the grant (synced); also the mount question, if started."""
+        """Journal the intent, Allocate, journal the grant (synced); also the mount question, if started.
+
+        The intent names a grant id that XDM may hold, and may still come to
+        hold until its ``settle_until``: the Allocate's deadline, and as long
+        again for an XDM that goes on with a call its client gave up (its
+        slowest legitimate Allocate takes up to one deadline). The entry
+        leaves the journal only after a Release at or after that time
+        succeeded (or said "not found"): so a plugin killed mid-Allocate, or
+        an Allocate that failed without XDM's answer, never leaks a grant
+        that XDM commits late. XDM's own answer resolves it at once.
+        """
+        now = time.time()
         entry = JournalEntry(
             grant_id=grant_id,
             device_ids=tuple(i.id for i in plan.instances),
@@ -317,8 +357,9 @@ class Reserver:
             kind=plan.kind.value,
             cards=plan.card_uuids,
             asks=plan.asks,
-            created_at=time.time(),
+            created_at=now,
             state=EntryState.INTENT,
+            settle_until=now + 2 * self._allocate_deadline(),
         )
         # Not synced on its own: a process crash keeps it (page cache), and a
         # power loss is covered by the grant-id lease (GrantIds). The granted
@@ -331,15 +372,18 @@ class Reserver:
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
         except BaseException as exc:
-            if _may_commit_late(exc):
-                # XDM may still commit this grant after our deadline: keep the
-                # entry (releasing) until the window closes, so a late grant is
-                # released by retry_pending instead of leaking.
-                entry = replace(entry, state=EntryState.RELEASING, settle_until=time.time() + self._late_grant_window())
+            if outcome_known(exc):
+                entry = replace(entry, settle_until=0.0)  # XDM answered: one release settles it
+            else:
+                # Unresolved: XDM may commit this grant after our error. Kept (releasing)
+                # until it can no longer, released by retry_pending until then.
+                settle = max(entry.settle_until, time.time() + self._allocate_deadline())
+                entry = replace(entry, state=EntryState.RELEASING, settle_until=settle)
                 self._put(entry)
             self._abandon(entry, f"Allocate failed: {exc}")
             raise
         self._step("after-allocate")
+        entry = replace(entry, settle_until=0.0)  # XDM answered: from here a release is final
         try:
             spec = build_container(
                 grant,
@@ -347,8 +391,10 @@ class Reserver:
                 plan.group,
                 include_mounts=True,  # filtered by the mount policy after the grant is journalled
                 path_exists=self._path_exists,
+                policy=self._policy,
             )
-            self._put(entry.with_state(EntryState.GRANTED, grant.devices), durable=False)
+            granted = replace(entry.with_state(EntryState.GRANTED, grant.devices), settle_until=0.0)
+            self._put(granted, durable=False)
             self._step("before-sync")
             self._sync()
         except BaseException as exc:
@@ -394,7 +440,10 @@ class Reserver:
                 self._put(entry.with_state(EntryState.RELEASING))
             return False
         if entry.settle_until > time.time():
+            # Not yet proof: XDM may still commit it. Retried (retry_pending) until the window closes.
             log.debug("grant %s released for now; kept until XDM can no longer commit it late", entry.grant_id)
+            if entry.state is not EntryState.RELEASING:
+                self._put(entry.with_state(EntryState.RELEASING))
             return False
         self.journal.remove(entry.grant_id)
         self.counters.journal_size = self.journal.known_count()  # remove() caught up with the disk
@@ -511,9 +560,9 @@ class Reserver:
                 f"grant journal sync failed in {self.journal.dir}: {exc}; the grant is being released"
             ) from exc
 
-    def _late_grant_window(self) -> float:
-        """How long after a timed-out Allocate XDM might still commit it."""
-        return max(LATE_GRANT_MIN_WINDOW, 6 * float(self.config.xdm_call_timeout))
+    def _allocate_deadline(self) -> float:
+        """The Allocate deadline: XDM's slowest legitimate Allocate fits in it (``xdm_allocate_timeout``)."""
+        return float(self.config.xdm_allocate_timeout)
 
     def _changed(self) -> None:
         """Tell the fingerprint engine, unless no card's set of granted kinds changed.

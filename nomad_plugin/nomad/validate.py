@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
+from nomad_plugin.util.text import has_unsafe, printable
 
 # Nomad's ``plugins/shared/structs/units.go``: every unit an attribute may carry.
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "kB", "KB", "MB", "GB", "TB", "PB", "EB")
@@ -57,13 +58,18 @@ def attribute_problem(key: str, attr: attribute_pb2.Attribute) -> str | None:
 def group_problem(group: device_pb2.DeviceGroup) -> str | None:
     """Why Nomad would reject the whole group (missing vendor/type/name)."""
     for field in ("vendor", "device_type", "device_name"):
-        if not getattr(group, field):
-            return f"device group {group.vendor}/{group.device_type}/{group.device_name}: empty {field}"
+        value = getattr(group, field)
+        if not value:
+            return f"device group {_group_label(group)}: empty {field}"
+        if "/" in value or has_unsafe(value):
+            # Nomad names a group vendor/type/name in job specs; a control character would also
+            # forge lines in the agent's log (the backends clean names: this is the last guard).
+            return f"device group {_group_label(group)}: {field} {value!r} holds '/' or a control character"
     return None
 
 
 def _group_label(group: device_pb2.DeviceGroup) -> str:
-    return f"{group.vendor}/{group.device_type}/{group.device_name}"
+    return printable(f"{group.vendor}/{group.device_type}/{group.device_name}", 200)
 
 
 def problems(response: device_pb2.FingerprintResponse) -> list[str]:

@@ -2,11 +2,23 @@
 
 Only what the reconciler needs: this node's ID and its allocations with
 their device IDs, via blocking queries (``?index=N&wait=<Go duration>``; the
-answer's ``X-Nomad-Index`` is the next ``index``), and the token's own ACL
-token and policies (``visibility.py`` decides from them whether the
-allocation list is complete). Settings come from the plugin
-config, else the usual ``NOMAD_*`` environment variables. The ACL token goes
-only into the ``X-Nomad-Token`` header: never into logs or error messages.
+answer's ``X-Nomad-Index`` is the next ``index``), the node itself
+(``/v1/node/<id>``: proof that the node exists, so that an empty allocation
+list means "nothing runs here"), and the token's own ACL token and policies
+(``visibility.py`` decides from them whether the allocation list is
+complete). Settings come from the plugin config, else the usual ``NOMAD_*``
+environment variables.
+
+Every call has an overall deadline, not only httpx's per-read timeouts: an
+API that answered one byte every half second kept one call going for over a
+minute, each read well inside its timeout. ``_deadline_backend`` gives every
+socket operation of a call only the time left until the call's deadline.
+
+The ACL token goes only into the ``X-Nomad-Token`` header: never into logs
+or error messages. A trailing newline is stripped (a token read from a
+file); a token with a control character inside is never sent (every call
+fails with a ``config`` error instead), and every spelling of it is masked
+in the errors this client raises (``goplugin/logging.secret_forms``).
 """
 
 from __future__ import annotations
@@ -15,16 +27,22 @@ import os
 import ssl
 import sys
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.goplugin.logging import secret_forms
+from nomad_plugin.util.text import printable
+from nomad_plugin.util.tokens import normalise_token
 
 if TYPE_CHECKING:
+    import httpcore
     import httpx
 
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
@@ -60,13 +78,18 @@ class NomadApiSettings:
     tls_server_name: str = ""
     skip_verify: bool = False
     timeout: float = 5.0
+    #: Why the configured token cannot be sent ("" when it can); set by ``from_config``.
+    token_problem: str = ""
 
     @classmethod
     def from_config(cls, config: PluginConfig, environ: Mapping[str, str] | None = None) -> NomadApiSettings:
         env = os.environ if environ is None else environ
+        source = "nomad_token" if config.nomad_token else "NOMAD_TOKEN (environment)"
+        token, problem = normalise_token(config.nomad_token or env.get("NOMAD_TOKEN", ""))
         return cls(
             address=config.nomad_address or env.get("NOMAD_ADDR", "") or DEFAULT_ADDRESS,
-            token=config.nomad_token or env.get("NOMAD_TOKEN", ""),
+            token=token,
+            token_problem=f"the Nomad ACL token from {source} {problem}; it is not sent" if problem else "",
             ca_cert=config.nomad_ca_cert or env.get("NOMAD_CACERT", ""),
             client_cert=config.nomad_client_cert or env.get("NOMAD_CLIENT_CERT", ""),
             client_key=config.nomad_client_key or env.get("NOMAD_CLIENT_KEY", ""),
@@ -208,6 +231,135 @@ def parse_alloc(raw: Any) -> AllocView:
     )
 
 
+@dataclass(frozen=True)
+class NodeView:
+    """What the reconciler checks of the node it watches (``GET /v1/node/<id>``)."""
+
+    id: str
+    name: str
+    status: str
+    hostname: str  # Attributes["unique.hostname"]; "" when absent
+
+
+def parse_node(raw: Any) -> NodeView:
+    """One Node JSON object -> NodeView; raises ``ValueError`` on a wrong shape."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("ID"), str):
+        raise ValueError("node without an ID")
+    attributes = raw.get("Attributes") or {}
+    if not isinstance(attributes, dict):
+        raise ValueError("node Attributes is not an object")
+    hostname = attributes.get("unique.hostname", "")
+    name, status = raw.get("Name", ""), raw.get("Status", "")
+    return NodeView(
+        id=raw["ID"],
+        name=name if isinstance(name, str) else "",
+        status=status if isinstance(status, str) else "",
+        hostname=hostname if isinstance(hostname, str) else "",
+    )
+
+
+# --- the overall deadline of one call --------------------------------------------------------
+_deadlines = threading.local()
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Every socket operation on this thread, until the block ends, gets at most the time left."""
+    previous = getattr(_deadlines, "at", None)
+    _deadlines.at = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _deadlines.at = previous
+
+
+def _time_left(timeout: float | None) -> float | None:
+    """``timeout`` cut to the time left until this thread's deadline; raises when none is left."""
+    at: float | None = getattr(_deadlines, "at", None)
+    if at is None:
+        return timeout
+    import httpcore
+
+    left = at - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("the call's overall deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+def _deadline_backend() -> httpcore.NetworkBackend:
+    """httpcore's sync network backend, with every operation bounded by the call's deadline."""
+    import httpcore
+
+    class Stream(httpcore.NetworkStream):
+        def __init__(self, inner: httpcore.NetworkStream) -> None:
+            self._inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self._inner.read(max_bytes, _time_left(timeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self._inner.write(buffer, _time_left(timeout))
+
+        def close(self) -> None:
+            self._inner.close()
+
+        def start_tls(
+            self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+        ) -> httpcore.NetworkStream:
+            return Stream(self._inner.start_tls(ssl_context, server_hostname, _time_left(timeout)))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self._inner.get_extra_info(info)
+
+    class Backend(httpcore.NetworkBackend):
+        def __init__(self) -> None:
+            self._inner = httpcore.SyncBackend()
+
+        def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,
+            local_address: str | None = None,
+            socket_options: Any = None,
+        ) -> httpcore.NetworkStream:
+            stream = self._inner.connect_tcp(host, port, _time_left(timeout), local_address, socket_options)
+            return Stream(stream)
+
+        def connect_unix_socket(
+            self, path: str, timeout: float | None = None, socket_options: Any = None
+        ) -> httpcore.NetworkStream:
+            return Stream(self._inner.connect_unix_socket(path, _time_left(timeout), socket_options))
+
+        def sleep(self, seconds: float) -> None:
+            self._inner.sleep(seconds)
+
+    return Backend()
+
+
+def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.HTTPTransport:
+    """httpx's own transport over a connection pool whose sockets keep the call's deadline."""
+    import httpcore
+    import httpx
+
+    class DeadlineTransport(httpx.HTTPTransport):
+        # httpx's __init__ offers no way to pass a network backend, and would build (and load the CA
+        # bundle for) a pool only to have it replaced: this is the pool it builds with its defaults
+        # (100 connections, 20 kept alive for 5 s), over the deadline backend. handle_request and
+        # close use nothing but the pool.
+        def __init__(self) -> None:  # deliberately not calling super().__init__ (above)
+            self._pool = httpcore.ConnectionPool(
+                ssl_context=ssl_context,
+                max_connections=100,
+                max_keepalive_connections=20,
+                keepalive_expiry=5.0,
+                uds=uds,
+                network_backend=_deadline_backend(),
+            )
+
+    return DeadlineTransport()
+
+
 def required_capability(path: str) -> str:
     """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
     if path.startswith("/v1/agent/"):
@@ -252,6 +404,11 @@ def parse_node_meta(body: Any) -> NodeMetaView:
 
 class NomadClient:
     def __init__(self, settings: NomadApiSettings) -> None:
+        self._secrets = sorted(secret_forms(settings.token), key=len, reverse=True)
+        token, problem = normalise_token(settings.token)
+        if token != settings.token and not settings.token_problem:  # settings made by hand, not from_config
+            problem_text = f"the Nomad ACL token {problem}; it is not sent" if problem else ""
+            settings = replace(settings, token=token, token_problem=problem_text)
         self.settings = settings
         self._extensions: dict[str, Any] = {}
         if settings.tls_server_name:
@@ -277,17 +434,17 @@ class NomadClient:
                 import httpx
 
                 settings = self.settings
-                headers = {"X-Nomad-Token": settings.token} if settings.token else {}
-                transport: httpx.HTTPTransport | None = None
+                headers = {"X-Nomad-Token": settings.token} if settings.token and not settings.token_problem else {}
                 base = settings.address.rstrip("/")
+                uds = None
                 if base.startswith("unix://"):
-                    transport = httpx.HTTPTransport(uds=base[len("unix://") :])
+                    uds = base[len("unix://") :]
                     base = "http://nomad"
+                ssl_context = self._ssl_context() if base.startswith("https://") else None
                 self._client = httpx.Client(
                     base_url=base,
                     headers=headers,
-                    verify=self._ssl_context() if base.startswith("https://") else True,
-                    transport=transport,
+                    transport=_transport(ssl_context, uds),
                     timeout=httpx.Timeout(settings.timeout),
                     trust_env=False,
                 )
@@ -324,6 +481,19 @@ class NomadClient:
                 "bad-response",
             )
         return node_id
+
+    def node(self, node_id: str) -> NodeView | None:
+        """The node record; None when Nomad has no such node (404, ``Node.GetNode``). Needs ``node:read``."""
+        try:
+            body, _ = self._get(f"/v1/node/{quote(node_id, safe='')}", {}, self.settings.timeout)
+        except NomadApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        try:
+            return parse_node(body)
+        except ValueError as exc:
+            raise NomadApiError(f"node answer: {exc}", "bad-response") from None
 
     def node_allocations(self, node_id: str, index: int = 0, wait: float = 0.0) -> AllocPage:
         params: dict[str, str] = {}
@@ -396,8 +566,8 @@ class NomadClient:
             raise NomadApiError("node list answer is not a list of objects", "bad-response")
         return body
 
-    def node(self, node_id: str) -> dict[str, Any]:
-        """One node as the servers hold it (``GET /v1/node/:id``): Meta, Attributes, NodeResources."""
+    def node_record(self, node_id: str) -> dict[str, Any]:
+        """One node's whole record as the servers hold it (``GET /v1/node/:id``): Meta, Attributes, NodeResources."""
         body, _ = self._get(f"/v1/node/{quote(node_id, safe='')}", {}, self.settings.timeout)
         if not isinstance(body, dict):
             raise NomadApiError(f"node {node_id} answer is not an object", "bad-response")
@@ -421,45 +591,66 @@ class NomadClient:
         http = self._http
         import httpx  # loaded by ``_http``
 
+        if self.settings.token_problem:
+            raise NomadApiError(f"Nomad API POST {path}: not asked: {self.settings.token_problem}", "config")
         try:
-            resp = http.post(path, json=payload, timeout=timeout, extensions=self._extensions)
+            with _deadline(timeout):
+                resp = http.post(path, json=payload, timeout=timeout, extensions=self._extensions)
         except httpx.TimeoutException:
             raise NomadApiError(f"Nomad API POST {path}: timed out after {timeout:.1f}s", "timeout") from None
         except httpx.HTTPError as exc:
-            raise NomadApiError(f"Nomad API POST {path}: {type(exc).__name__}: {exc}", "unreachable") from None
+            detail = self._redact(f"{type(exc).__name__}: {exc}")
+            raise NomadApiError(f"Nomad API POST {path}: {detail}", "unreachable") from None
         if resp.status_code == 403:
             raise NomadApiError(
-                f"Nomad API POST {path}: 403 {resp.text.strip()[:200]} (the token needs {write_capability(path)})",
+                f"Nomad API POST {path}: 403 {self._redact(resp.text.strip()[:200])} "
+                f"(the token needs {write_capability(path)})",
                 "forbidden",
                 403,
             )
         if resp.status_code != 200:
             raise NomadApiError(
-                f"Nomad API POST {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http", resp.status_code
+                f"Nomad API POST {path}: HTTP {resp.status_code} {self._redact(resp.text.strip()[:200])}",
+                "http",
+                resp.status_code,
             )
         try:
             return resp.json()
         except ValueError:
             raise NomadApiError(f"Nomad API POST {path}: answer is not JSON", "bad-response") from None
 
+    def _redact(self, text: str) -> str:
+        """``text`` (an error, the API's answer) with every spelling of the token masked, escaped and bounded."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "<redacted>")
+        return printable(text, 400)
+
     def _get(self, path: str, params: dict[str, str], timeout: float, acl: bool = False) -> tuple[Any, int]:
+        """One GET; ``timeout`` bounds each read and the whole call (``_deadline``)."""
+        if self.settings.token_problem:
+            raise NomadApiError(f"Nomad API {path}: not asked: {self.settings.token_problem}", "config")
         http = self._http
         import httpx  # loaded by ``_http``; a dictionary lookup here
 
         try:
-            resp = http.get(path, params=params, timeout=timeout, extensions=self._extensions)
+            with _deadline(timeout):
+                resp = http.get(path, params=params, timeout=timeout, extensions=self._extensions)
         except httpx.TimeoutException:
             raise NomadApiError(f"Nomad API {path}: timed out after {timeout:.1f}s", "timeout") from None
         except httpx.HTTPError as exc:
-            raise NomadApiError(f"Nomad API {path}: {type(exc).__name__}: {exc}", "unreachable") from None
+            detail = self._redact(f"{type(exc).__name__}: {exc}")
+            raise NomadApiError(f"Nomad API {path}: {detail}", "unreachable") from None
         if resp.status_code == 403:
             need = "to be a valid ACL token" if acl else required_capability(path)
             raise NomadApiError(
-                f"Nomad API {path}: 403 {resp.text.strip()[:200]} (the token needs {need})", "forbidden"
+                f"Nomad API {path}: 403 {self._redact(resp.text.strip()[:200])} (the token needs {need})", "forbidden"
             )
         if resp.status_code != 200:
             raise NomadApiError(
-                f"Nomad API {path}: HTTP {resp.status_code} {resp.text.strip()[:200]}", "http", resp.status_code
+                f"Nomad API {path}: HTTP {resp.status_code} {self._redact(resp.text.strip()[:200])}",
+                "http",
+                resp.status_code,
             )
         try:
             body = resp.json()

@@ -1,13 +1,22 @@
 """The reconciler thread: watch this node's allocations, release ended grants.
 
 One thread. Each round: retry failed releases, re-check (at start and every
-``visibility_period``) whether the token sees every namespace, then one
+``visibility_period``) that the node exists and is this host, and whether the
+token sees every namespace, then one
 blocking query on ``/v1/node/<id>/allocations`` (returns when the
 allocations change or after ``wait``; ``wait`` shrinks so a grace deadline
 is checked on time), then ``decide``. Any API failure (down, slow, 403, odd
 answer) is logged and backed off; nothing is released without a fresh
 successful answer, and with an incomplete view nothing is released on
 absence (``decide.py``).
+
+Why the node check: Nomad answers ``200 []`` for the allocations of a node it
+does not know, so a wrong ``nomad_node_id`` looked like a node where nothing
+runs, and every grant was released after the grace period. An empty list
+means "nothing runs here" only once ``GET /v1/node/<id>`` (``node:read``, the
+capability the allocation list needs anyway) has shown the node exists and
+its ``unique.hostname`` is this host's: a 404 or another host is an error
+like an unreachable API (logged, backed off, nothing released).
 
 After each observation the thread writes ``<data_dir>/reconciler-state.json``
 (``state.py``): what ``grants`` shows while the plugin runs, and the claims
@@ -16,6 +25,7 @@ that survive a plugin restart as evidence.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +63,7 @@ class Reconciler:
         visibility_period: float = VISIBILITY_PERIOD,
         state_path: str | Path | None = None,
         wall_clock: Callable[[], float] = time.time,
+        hostname: str | None = None,
     ) -> None:
         self.reserver = reserver
         self.client = client
@@ -67,6 +78,8 @@ class Reconciler:
         self.visibility_period = visibility_period
         self.visibility: Visibility | None = None  # None: not established yet (= incomplete)
         self._next_visibility = float("-inf")
+        self._next_node_check = float("-inf")  # the node is proven until then
+        self.hostname = hostname if hostname is not None else socket.gethostname()
         self.state_path = Path(state_path) if state_path is not None else None
         self.wall_clock = wall_clock
         self.last_page: AllocPage | None = None
@@ -126,6 +139,7 @@ class Reconciler:
         if not self.node_id:
             self.node_id = self.client.node_id()
             log.info("reconciler: watching allocations of Nomad node %s", self.node_id)
+        self._prove_node()
         self._refresh_visibility()
         page = self.client.node_allocations(self.node_id, self.index, self._wait())
         self.backoff.reset()
@@ -136,6 +150,32 @@ class Reconciler:
         self.index = page.index if page.index >= self.index else 0
         page.holders  # noqa: B018 - built here, not in the first Reserve that looks a task up in this page
         self.observe(page)
+
+    def _prove_node(self) -> None:
+        """At start and every ``visibility_period``: the node exists, and it is this host (module docstring)."""
+        assert self.client is not None
+        now = self.clock()
+        if now < self._next_node_check:
+            return
+        node = self.client.node(self.node_id)
+        if node is None:
+            raise NomadApiError(
+                f"Nomad has no node {self.node_id} (GET /v1/node/{self.node_id}: 404 node not found): "
+                "nomad_node_id names no node of this cluster, and its empty allocation list proves nothing; "
+                "no grant is released until it names this node (or is left empty to ask the agent)",
+                "no-such-node",
+                404,
+            )
+        if node.hostname and self.hostname and node.hostname != self.hostname:
+            raise NomadApiError(
+                f"Nomad node {self.node_id} ({node.name!r}) runs on host {node.hostname!r}, not on this host "
+                f"{self.hostname!r}: nomad_node_id names another node, whose allocations say nothing of this "
+                "node's grants; no grant is released until it names this node (or is left empty)",
+                "wrong-node",
+            )
+        if self._next_node_check == float("-inf"):
+            log.info("reconciler: Nomad node %s (%s) is this host", self.node_id, node.name or node.hostname)
+        self._next_node_check = now + self.visibility_period
 
     def _refresh_visibility(self) -> None:
         """At start and every ``visibility_period``: can the token see every allocation?"""

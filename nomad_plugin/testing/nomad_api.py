@@ -1,13 +1,18 @@
 """A Nomad agent HTTP API double: just the endpoints the reconciler uses.
 
 Serves on 127.0.0.1 (ephemeral port) the JSON shapes of ``/v1/agent/self``,
+``/v1/node/<id>`` (``Node.GetNode``: the node, or 404 "node not found" for
+an ID Nomad does not know; ``node:read``),
 ``/v1/node/<id>/allocations`` (blocking queries: ``?index=N&wait=5s`` blocks
 until the allocations' index passes N or ``wait`` elapses; ``X-Nomad-Index``
-on every answer), ``/v1/allocation/<id>``, ``/v1/acl/token/self``,
+on every answer; an unknown node's list is ``200 []``, as in Nomad, whose
+``Node.GetAllocs`` reads ``AllocsByNode`` without looking the node up),
+``/v1/allocation/<id>``, ``/v1/acl/token/self``,
 ``/v1/acl/policy/<name>`` and ``/v1/acl/role/<id>``, and the local agent's
 dynamic node metadata ``/v1/client/metadata`` (GET and POST, see
 ``NodeMetaState``). The control methods change allocations and inject faults
-(token required, latency, down).
+(token required, latency, down, an answer dripped one byte at a time, and the
+``FAULTS`` below).
 
 With ``enable_acls()`` it enforces Nomad's ACL rules as Nomad's source and
 API docs state them (see docs/reserve.md, "What Nomad's ACLs let the plugin
@@ -132,6 +137,13 @@ def _acl_from_policies(rules: Iterable[str]) -> _Acl:
     acl.node_write = "deny" not in node and "write" in node
     return acl
 
+
+#: Ways an API can fail besides being down or slow (``set_fault``), each answered to every request:
+#: ``status-500`` (an agent that cannot reach its servers: 500 "No cluster leader"), ``status-502``
+#: (a proxy in front), ``not-json`` (200 with a body that is not JSON), ``truncated`` (the headers
+#: promise more body than comes, then the connection closes), ``reset`` (the request is read and the
+#: connection closed, no answer), ``hang`` (the request is read and never answered).
+FAULTS = ("status-500", "status-502", "not-json", "truncated", "reset", "hang")
 
 #: Go's zero ``time.Time`` as Nomad's JSON writes it (a task's StartedAt before it ever ran).
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -287,12 +299,20 @@ class NomadApiDouble:
         self,
         node_id: str | None = None,
         task: str = "task",
+        hostname: str | None = None,
         *,
         static_meta: dict[str, str] | None = None,
         meta_batch: tuple[float, float] = META_BATCH,
     ) -> None:
+        import socket
+
         self.node_id = node_id or str(uuid.uuid4())
         self.task = task
+        #: The node's ``unique.hostname`` attribute (the agent's ``os.Hostname()``).
+        self.hostname = socket.gethostname() if hostname is None else hostname
+        self._drip: float | None = None  # seconds between two bytes of an answer
+        self._fault: str | None = None
+        self.closed = threading.Event()  # set by stop(): a hung answer gives up
         self._cond = threading.Condition()
         self.meta = NodeMetaState(static_meta, meta_batch)
         self._allocs: dict[str, dict[str, Any]] = {}
@@ -323,6 +343,7 @@ class NomadApiDouble:
         return self
 
     def stop(self) -> None:
+        self.closed.set()
         with self._cond:
             self._cond.notify_all()
         self.meta.close()
@@ -467,6 +488,27 @@ class NomadApiDouble:
         with self._cond:
             self._down = down
 
+    def set_drip(self, seconds_per_byte: float | None) -> None:
+        """Answer one byte every ``seconds_per_byte`` (status line and headers too); None: at once.
+
+        Each read of a client then returns well within any per-read timeout,
+        while one answer of a few hundred bytes takes minutes.
+        """
+        with self._cond:
+            self._drip = seconds_per_byte
+
+    def set_fault(self, fault: str | None) -> None:
+        """Fail every request in one of the ``FAULTS`` ways; None: answer normally."""
+        if fault is not None and fault not in FAULTS:
+            raise ValueError(f"fault {fault!r} is not one of {', '.join(FAULTS)}")
+        with self._cond:
+            self._fault = fault
+
+    @property
+    def fault(self) -> tuple[str | None, float | None]:
+        with self._cond:
+            return self._fault, self._drip
+
     @property
     def index(self) -> int:
         with self._cond:
@@ -498,6 +540,12 @@ class NomadApiDouble:
             if acl is not None and not acl.agent_read:
                 return 403, "Permission denied", self.index
             return 200, self._agent_self(), self.index
+        if len(parts) == 3 and parts[:2] == ["v1", "node"]:
+            if acl is not None and not acl.node_read:
+                return 403, "Permission denied", self.index
+            if parts[2] != self.node_id:  # Node.GetNode: an exact ID, no prefix match
+                return 404, "node not found", self.index
+            return 200, self._node(), self.index
         if len(parts) == 4 and parts[:2] == ["v1", "node"] and parts[3] == "allocations":
             if acl is not None and not acl.node_read:
                 return 403, "Permission denied", self.index
@@ -650,6 +698,21 @@ class NomadApiDouble:
                 return 400, f"{json.dumps(key)} is invalid; metadata keys must be valid dotted hcl identifiers", None
         return 200, self.meta.apply(changes), None
 
+    def _node(self) -> dict[str, Any]:
+        """The node as ``GET /v1/node/<id>`` shows it (``structs.Node``, sanitised: no SecretID)."""
+        return {
+            "ID": self.node_id,
+            "Name": "node-1",
+            "Datacenter": "dc1",
+            "NodePool": "default",
+            "Status": "ready",
+            "SchedulingEligibility": "eligible",
+            "Attributes": {"unique.hostname": self.hostname, "kernel.name": "linux", "nomad.version": "1.10.0"},
+            "Meta": self.registered_meta(),
+            "CreateIndex": 1,
+            "ModifyIndex": self.index,
+        }
+
     def _agent_self(self) -> dict[str, Any]:
         return {
             "config": {
@@ -693,6 +756,9 @@ def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
         def do_GET(self) -> None:
+            if double.fault != (None, None):
+                self._misbehave(*double.fault)
+                return
             self._answer(double._serve(self.path, self.headers.get("X-Nomad-Token", "")))
 
         def do_POST(self) -> None:
@@ -728,6 +794,46 @@ def _handler_for(double: NomadApiDouble) -> type[BaseHTTPRequestHandler]:
                 self.send_header("X-Nomad-Index", str(index))
             self.end_headers()
             self.wfile.write(data)
+
+        def _misbehave(self, fault: str | None, drip: float | None) -> None:
+            """Answer as ``set_fault`` / ``set_drip`` say (the answer itself is ``_serve``'s)."""
+            if fault in ("reset", "hang"):
+                with double._cond:
+                    double.requests.append((self.path, self.headers.get("X-Nomad-Token", "")))
+                if fault == "hang":
+                    double.closed.wait()
+                self._hang_up()
+                return
+            result = double._serve(self.path, self.headers.get("X-Nomad-Token", ""))
+            if result is None:
+                self._hang_up()
+                return
+            status, body, index = result
+            if fault in ("status-500", "status-502"):
+                status, body = int(fault[-3:]), "No cluster leader" if fault == "status-500" else "Bad Gateway"
+            data = (json.dumps(body) if not isinstance(body, str) else body).encode()
+            if fault == "not-json" and status == 200:
+                data = b"<html>upstream error</html>"
+            length = len(data) + (100 if fault == "truncated" else 0)
+            answer = (
+                f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
+                f"Content-Type: {'application/json' if not isinstance(body, str) else 'text/plain'}\r\n"
+                f"Content-Length: {length}\r\nX-Nomad-Index: {index}\r\n\r\n"
+            ).encode() + data
+            if drip is None:
+                self.wfile.write(answer)
+            else:
+                for i in range(len(answer)):
+                    if double.closed.wait(drip):
+                        break
+                    self.wfile.write(answer[i : i + 1])
+                    self.wfile.flush()
+            if fault == "truncated":
+                self._hang_up()
+
+        def _hang_up(self) -> None:
+            self.close_connection = True
+            self.connection.close()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -132,7 +132,7 @@ class NomadClusterDouble(NomadApiDouble):
         if member is None:
             return 404, "node not found", self.index
         if len(parts) == 3:
-            return 200, self._node(member), self.index
+            return 200, self._member_node(member), self.index
         if parts[3] != "allocations":
             return 404, "Invalid URL", self.index
         return 200, self._visible(member, acl), self.index
@@ -160,7 +160,7 @@ class NomadClusterDouble(NomadApiDouble):
             stub["NodeResources"] = {"Devices": m.devices}
         return stub
 
-    def _node(self, m: ClusterMember) -> dict[str, Any]:
+    def _member_node(self, m: ClusterMember) -> dict[str, Any]:
         return {
             "ID": m.node_id,
             "Name": m.name,

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from google.protobuf.message import Message
 
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
+from nomad_plugin.model.topology import Topology
 from nomad_plugin.model.topology_parse import parse_topology
+from nomad_plugin.util import text
 from nomad_plugin.xdm.binder import Binding, MessageBinding, builtin_binding
 from nomad_plugin.xdm.drift import DriftLog, own_unknown_fields, top_level_unknown_varints
 from nomad_plugin.xdm.guards import HEALTH_UNREADABLE
@@ -226,15 +228,15 @@ def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | No
     b = binding if binding is not None else _resp("ListAndWatch", None).child["devices"]
     read = b.read
     unknown = _own_unknowns(dev)
-    extender = read["extenderResources"](dev)
+    extender = {_text(k, 128): v if k == "topology" else _text(v) for k, v in read["extenderResources"](dev).items()}
     minor = int(read["minor"](dev))
-    uuid = str(read["uuid"](dev))
-    model = str(read["model"](dev))
-    xpu = str(read["xpuType"](dev))
-    healthy, reason = _health(str(read["health"](dev)), b.number.get("health", -1), unknown, extender, drift)
+    uuid = _text(read["uuid"](dev), 128)
+    model = text.name(read["model"](dev))  # the device group's name: Nomad's vendor/type/name
+    xpu = _text(read["xpuType"](dev), 64)
+    healthy, reason = _health(_text(read["health"](dev), 64), b.number.get("health", -1), unknown, extender, drift)
     vendor = vendor_of(xpu, model)
     memory = int(read["totalMemory"](dev)) or _recovered_int(unknown, b.number.get("totalMemory", -1))
-    topology = parse_topology(extender.pop("topology", None))
+    topology = _clean_topology(parse_topology(extender.pop("topology", None)))
     if topology.error:
         drift.warn_once(f"topology:{uuid or minor}", f"card {minor} topology: {topology.error}")
     return Card(
@@ -245,12 +247,30 @@ def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | No
         xpu_type=xpu_type_of(xpu, vendor),
         memory_mib=memory,
         total_core=int(read["totalCore"](dev)) or 100,
-        pci_bus_id=str(read["pciBusId"](dev)),
+        pci_bus_id=_text(read["pciBusId"](dev), 64),
         healthy=healthy,
         health_reason=reason,
         topology=topology,
         extra=extender,
     )
+
+
+def _text(value: object, limit: int = text.MAX_TEXT) -> str:
+    """An XDM string as the plugin repeats it: control characters escaped, bounded (``util/text.py``)."""
+    return text.printable(value, limit)
+
+
+def _clean_topology(topology: Topology) -> Topology:
+    """Level names and string domains become attribute keys and values: no control characters, no '/'."""
+    levels = tuple(
+        replace(
+            lvl,
+            name=text.name(lvl.name, 64),
+            domain=text.name(lvl.domain, 256) if isinstance(lvl.domain, str) else lvl.domain,
+        )
+        for lvl in topology.levels
+    )
+    return replace(topology, levels=levels, error=_text(topology.error))
 
 
 _HEALTHY_WORDS = frozenset({"healthy", "ok", "normal", "good", "true"})
@@ -363,17 +383,17 @@ def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
         facts.append(
             GpuFacts(
                 minor=int(r["minor"](info)),
-                uuid=str(r["uuid"](info)),
-                model=str(r["model"](info)),
-                driver_version=str(r["driverVersion"](info)),
-                vendor=str(r["vendor"](info)).lower(),
-                xpu_type=str(r["xpuType"](info)),
+                uuid=_text(r["uuid"](info), 128),
+                model=text.name(r["model"](info)),
+                driver_version=_text(r["driverVersion"](info), 128),
+                vendor=_text(r["vendor"](info), 64).lower(),
+                xpu_type=_text(r["xpuType"](info), 64),
                 memory_mib=memory,
-                pci_bus_id=str(r["pciBusId"](info)),
+                pci_bus_id=_text(r["pciBusId"](info), 64),
                 numa_node=numa if numa >= 0 else None,
                 mig_enabled=bool(r["migEnabled"](info)),
-                firmware_version=str(r["firmwareVersion"](info)),
-                sdk_version=str(r["sdkVersion"](info)),
+                firmware_version=_text(r["firmwareVersion"](info), 128),
+                sdk_version=_text(r["sdkVersion"](info), 128),
             )
         )
     return facts

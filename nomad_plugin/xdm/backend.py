@@ -25,6 +25,7 @@ ends the client's binding is dropped, so a restarted XDM is bound afresh.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -165,7 +166,9 @@ class XdmBackend:
             self._client.invalidate_binding("ListAndWatch ended")  # XDM may come back with another schema
             self._mark_unreachable(error)
             delay = self._backoff.next_delay()
-            log.info("xdm unreachable: %s; resubscribing in %.1fs", error, delay)
+            # An oversized message is not an outage that ends by itself: say so where operators look.
+            level = logging.ERROR if getattr(error, "kind", "") == "message-too-large" else logging.INFO
+            log.log(level, "xdm unreachable: %s; resubscribing in %.1fs", error, delay)
             if self._sleep(delay):
                 break
 

@@ -66,7 +66,13 @@ T = TypeVar("T")
 # processes for every exporter push (issue 14). The window it would have grown
 # to, gRPC's 4 MiB receive limit, is announced up front instead
 # (tests/xdm/test_channel_wire.py reads both off the wire).
+#: The largest XDM message the plugin takes. gRPC's default (4 MiB) is already far above a real node's
+#: need (the simulator's 8-card push is 3.7 KB; a 16-card node with MIG instances and rich topology JSON
+#: stays under 1 MiB), so a message past it is malformed; the limit is raised to 16 MiB for headroom, and
+#: a message over it fails with a plain "message-too-large" error, logged at error level.
+MAX_MESSAGE_BYTES = 16 << 20
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.initial_reconnect_backoff_ms", 1000),
     ("grpc.min_reconnect_backoff_ms", 1000),
     ("grpc.max_reconnect_backoff_ms", 30000),
@@ -209,6 +215,8 @@ class XdmClient:
             )
         self.drift = drift or DriftLog()
         self._timeout = float(config.xdm_call_timeout)
+        # Allocate's own deadline: creating MIG instances on a loaded card takes seconds (xdm_allocate_timeout).
+        self._allocate_timeout = float(config.xdm_allocate_timeout)
         self._encoding = config.xdm_minor_encoding
         self._dp2mgr = _Endpoint(config.xdm_socket)
         self._config = _Endpoint(config.config_socket)
@@ -435,12 +443,9 @@ class XdmClient:
             raise ReservationRejected(f"allocation {request.grant_id} asks for no card")
         b = self._refuse_if_mismatch()
         message = adapter.allocate_request(request, self._encoding, b)
-        try:
-            response = self._call(b, "Allocate", message)
-        except BackendUnavailable as exc:
-            if exc.kind == "timeout":  # XDM may have granted it after all: undo, best effort
-                self._release_quietly(request.grant_id, "Allocate timed out")
-            raise
+        # Any failure leaves the outcome to the caller: the Reserver keeps the intent until
+        # XDM is seen not to hold the grant (nomad/reserve.py, ``outcome_known``).
+        response = self._call(b, "Allocate", message, timeout=self._allocate_timeout)
         outcome = adapter.allocate_outcome(response, request.grant_id, b)
         refusal = inband_refusal(outcome.status, outcome.message, "Allocate")
         if refusal is not None:
@@ -561,15 +566,15 @@ class XdmClient:
                 f"XDM {method}: the bound schema ({b.source}) has no such RPC", kind="unimplemented"
             ) from None
 
-    def _call(self, b: Binding, method: str, request: Message) -> Message:
+    def _call(self, b: Binding, method: str, request: Message, timeout: float | None = None) -> Message:
         spec = self._spec(b, method)
         if spec.path is not None:
-            return self._unary(self._dp2mgr, spec.path, spec, request)
+            return self._unary(self._dp2mgr, spec.path, spec, request, timeout)
         if spec.role == "exporter":
             return self._exporter_call(spec, request)
         service = self.device_service(b)
         try:
-            return self._unary(self._dp2mgr, f"/{service}/{spec.method}", spec, request)
+            return self._unary(self._dp2mgr, f"/{service}/{spec.method}", spec, request, timeout)
         except BackendUnavailable as exc:
             if exc.kind == "unimplemented" and not self._configured_service:
                 self._forget_device_service(service)  # XDM may have changed; probe again next time
@@ -614,14 +619,16 @@ class XdmClient:
     def _config_call(self, service: str, spec: RpcSpec, b: Binding) -> Message:
         return self._unary(self._config, f"/{service}/{spec.method}", spec, adapter.query_status_request(b))
 
-    def _unary(self, endpoint: _Endpoint, path: str, spec: RpcSpec, request: Message) -> Message:
+    def _unary(
+        self, endpoint: _Endpoint, path: str, spec: RpcSpec, request: Message, timeout: float | None = None
+    ) -> Message:
         deserialize = self._deserializer(spec)
         fn = endpoint.callable(
             f"{path}|{spec.response_type.DESCRIPTOR.full_name}|{id(spec.response_type)}",
             lambda ch: ch.unary_unary(path, request_serializer=adapter.serialize, response_deserializer=deserialize),
         )
         try:
-            response: Message = fn(request, timeout=self._timeout, wait_for_ready=True)
+            response: Message = fn(request, timeout=timeout or self._timeout, wait_for_ready=True)
         except grpc.RpcError as exc:
             raise self._classify(endpoint, exc, spec.method) from None
         return response

@@ -4,9 +4,13 @@ Transport trouble becomes ``BackendUnavailable`` with a ``kind`` that tells an
 operator what to do: "socket-missing" (XDM not installed or not started),
 "connection-refused" (a stale socket file: the daemon is down),
 "permission-denied" (not root), "unimplemented" (proto package/service or
-schema mismatch), "timeout", "unavailable". XDM's own refusals, in-band
-``status != 0`` or a refusal-type gRPC code, become ``BackendRefused`` with
-XDM's message passed through verbatim.
+schema mismatch), "timeout", "unavailable", "message-too-large". XDM's own
+refusals, in-band ``status != 0`` or a refusal-type gRPC code, become
+``BackendRefused`` with XDM's message passed through, escaped and bounded
+(``util/text.printable``): XDM's text reaches the agent's log and Nomad's
+task events, where a newline or ESC in it would forge lines. A stream reset
+(``RST_STREAM``, which gRPC reports as INTERNAL) is a transport failure,
+not a refusal: it says nothing about what XDM did with the call.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import stat
 import grpc
 
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, PluginError, SchemaMismatch
+from nomad_plugin.util.text import printable
 
 # gRPC codes that mean "XDM understood the request and said no".
 REFUSAL_CODES = frozenset(
@@ -32,15 +37,23 @@ REFUSAL_CODES = frozenset(
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.UNAUTHENTICATED,
         grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
         grpc.StatusCode.DATA_LOSS,
     }
 )
-# Transport-level codes (retryable; the socket is diagnosed to say why).
-TRANSPORT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED})
+# Transport-level codes (retryable; the socket is diagnosed to say why). INTERNAL is one: gRPC
+# reports a reset stream with it, and a broken transport, neither of which is XDM saying no.
+TRANSPORT_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL}
+)
 
 # grpcio reports a failing response deserializer like this (INTERNAL).
 _DECODE_FAILURE = "Exception deserializing response"
+# ...a stream the peer (or a proxy) reset like this (INTERNAL): "Received RST_STREAM with error code 2".
+_STREAM_RESET = "RST_STREAM"
+# ...and a message over the channel's receive limit like this (RESOURCE_EXHAUSTED).
+_TOO_LARGE = "larger than max"
+#: Bound of XDM text repeated in an error (a gRPC error travels in a header; the agent logs it).
+MAX_DETAILS = 1024
 
 
 class GrpcRefused(BackendRefused):
@@ -105,6 +118,15 @@ def classify_rpc_error(
 ) -> PluginError:
     """Map a failed call to a plugin error. ``diagnosis`` is ``socket_problem``'s verdict."""
     where = f"XDM {method}"
+    details = printable(details, MAX_DETAILS)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details:
+        return BackendUnavailable(
+            f"{where}: XDM's message is over the plugin's receive limit ({details}); a 16-card node needs far "
+            "less, so XDM's answer is malformed or the schema binding is wrong",
+            kind="message-too-large",
+        )
+    if code == grpc.StatusCode.INTERNAL and _STREAM_RESET in details:
+        return BackendUnavailable(f"{where} unavailable: the stream was reset ({details})", kind="unavailable")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and diagnosis is not None:
         return diagnosis
     if code == grpc.StatusCode.UNIMPLEMENTED:
@@ -127,7 +149,7 @@ def inband_refusal(status: int, message: str, method: str) -> BackendRefused | N
     """XDM's in-band ``status``/``message``: 0 is success, anything else a refusal."""
     if status == 0:
         return None
-    return BackendRefused(message or f"XDM {method} returned status {status}", status=status)
+    return BackendRefused(printable(message, MAX_DETAILS) or f"XDM {method} returned status {status}", status=status)
 
 
 def is_not_found(error: BackendRefused) -> bool:

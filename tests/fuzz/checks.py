@@ -132,8 +132,13 @@ def check_xdm_response(method: str, data: bytes) -> None:
 
 
 def _one_card_per_device(msg: Any, cards: Any) -> None:
-    """Every device of a push becomes exactly one card, same minor and UUID, same order."""
-    assert [(c.minor, c.uuid) for c in cards] == [(int(d.minor), d.uuid) for d in msg.devices]
+    """Every device of a push becomes exactly one card, same minor and UUID (escaped and bounded, as every
+    XDM string the plugin repeats: util/text.py), same order; no card carries a control character."""
+    from nomad_plugin.util.text import has_unsafe, printable
+
+    assert [(c.minor, c.uuid) for c in cards] == [(int(d.minor), printable(d.uuid, 128)) for d in msg.devices]
+    for card in cards:
+        assert not any(has_unsafe(t) for t in (card.uuid, card.model, card.health_reason, card.pci_bus_id))
     for card in cards:
         assert isinstance(card.healthy, bool) and isinstance(card.health_reason, str)
         assert card.healthy or card.health_reason, f"card {card.minor} unhealthy without a reason"

@@ -400,7 +400,7 @@ def test_number_and_string_limits_are_inclusive() -> None:
     assert decode({"tdm_shares": 100, "metrics_port": 65535}).tdm_shares == 100
     assert decode({"tdm_shares": "0" * 63 + "5"}).tdm_shares == 5  # 64 characters: still parsed
     assert "not a whole number" in rejected({"tdm_shares": "0" * 64 + "5"})
-    assert decode({"data_dir": "d" * 4096}).data_dir == "d" * 4096
+    assert decode({"data_dir": "/" + "d" * 4095}).data_dir == "/" + "d" * 4095
     assert decode({CARD_BLOCK: [{"match": str(i)} for i in range(1024)]}).cards[-1].match == "1023"
     assert "at most 1024" in rejected({CARD_BLOCK: [{"match": str(i)} for i in range(1025)]})
 
@@ -616,3 +616,66 @@ def test_xdm_mounts_with_a_different_container_mounts_is_refused_in_full() -> No
     )
     assert decode({"xdm_mounts": True, "container_mounts": "always"}).container_mounts == "always"
     assert decode({"xdm_mounts": True}).container_mounts == "always"
+
+
+# --- data_dir, nomad_node_id, metrics_bind, nomad_token, the Reserve allow lists --------------------
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "is empty"),
+        ("var/lib/x", "is relative"),
+        ("/", "system directory /"),
+        ("/etc", "system directory /etc"),
+        ("/tmp", "system directory /tmp"),
+        ("/var/tmp", "system directory /var/tmp"),
+        ("/var/lib", "system directory /var/lib"),
+        ("/var/lib/x/../y", "'..'"),
+        ("/var/lib/x\n", "control character"),
+        ("/var/lib/\x1bx", "control character"),
+        ("/dev/shm/x", "kernel or device filesystem"),
+        ("/proc/1", "kernel or device filesystem"),
+    ],
+)
+def test_a_data_dir_that_cannot_be_the_plugins_own_is_refused(value: str, problem: str) -> None:
+    message = rejected({"data_dir": value})
+    assert message.startswith('config option "data_dir": value ') and problem in message, message
+
+
+def test_a_data_dir_of_the_plugins_own_below_a_system_directory_passes() -> None:
+    assert decode({"data_dir": "/var/lib/nomad-device-lingjun"}).data_dir == "/var/lib/nomad-device-lingjun"
+    assert decode({"data_dir": "/srv/gpu/journal"}).data_dir == "/srv/gpu/journal"
+
+
+def test_nomad_node_id_is_a_uuid_or_empty() -> None:
+    node = "4C1A2B3D-5E6F-4A7B-8C9D-0E1F2A3B4C5D"
+    assert decode({"nomad_node_id": node}).nomad_node_id == node
+    assert decode({"nomad_node_id": ""}).nomad_node_id == ""
+    for bad in ("node-1", node + " ", node[:-1], "../x"):
+        assert "is not a UUID" in rejected({"nomad_node_id": bad})
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "0.0.0.0", "::", "::1", "10.1.2.3", "localhost"])
+def test_metrics_bind_takes_an_ip_address_or_localhost(bind: str) -> None:
+    assert decode({"metrics_bind": bind}).metrics_bind == bind
+
+
+@pytest.mark.parametrize("bind", ["not an address", "", "127.0.0.1:9100", "node.example.com", "300.1.1.1"])
+def test_metrics_bind_that_is_not_an_address_is_refused(bind: str) -> None:
+    assert "is not an IP address" in rejected({"metrics_bind": bind})
+
+
+def test_a_token_loses_a_trailing_newline_and_one_inside_is_refused_unseen() -> None:
+    assert decode({"nomad_token": "s3cr3t-token\n"}).nomad_token == "s3cr3t-token"
+    assert decode({"nomad_token": "s3cr3t-token\r\n"}).nomad_token == "s3cr3t-token"
+    message = rejected({"nomad_token": "s3cr3t\n-token"})
+    assert "nomad_token" in message and "control character" in message and "s3cr3t" not in message
+
+
+def test_the_reserve_allow_lists_are_checked() -> None:
+    config = decode({"xdm_env_allow": ["LD_LIBRARY_PATH"], "xdm_mount_allow": ["/run/amp/eKitC"]})
+    assert config.xdm_env_allow == ("LD_LIBRARY_PATH",) and config.xdm_mount_allow == ("/run/amp/eKitC",)
+    assert "xdm_env_allow[0]" in rejected({"xdm_env_allow": ["LD LIBRARY"]})
+    for bad in ("relative", "/", "/run/../etc", "/run/x/"):
+        assert "xdm_mount_allow[0]" in rejected({"xdm_mount_allow": [bad]})
+    assert decode({"xdm_allocate_timeout": "2m"}).xdm_allocate_timeout == 120.0
+    assert "out of range" in rejected({"xdm_allocate_timeout": "0s"})

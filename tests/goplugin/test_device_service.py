@@ -17,6 +17,8 @@ from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, devic
 from nomad_plugin.app import PluginApp
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.lifecycle import Lifecycle
+from nomad_plugin.journal.datadir import DataDirRefused
+from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import (
     BackendRefused,
     BackendUnavailable,
@@ -25,9 +27,11 @@ from nomad_plugin.model.errors import (
     ReservationRejected,
 )
 from nomad_plugin.nomad.base_service import BaseService
+from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.device_service import DeviceService, add_device_service, stats_interval
 from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.xdm.errors import GrpcRefused
 
 
 class ScriptedApp(PluginApp):
@@ -106,7 +110,18 @@ def served() -> Iterator[tuple[ScriptedApp, Lifecycle, grpc.Channel]]:
         (ConfigError("bad"), grpc.StatusCode.INVALID_ARGUMENT),
         (BackendUnavailable("socket missing", kind="socket-missing"), grpc.StatusCode.UNAVAILABLE),
         (BackendRefused("no capacity", status=3), grpc.StatusCode.FAILED_PRECONDITION),
-        (GrantMismatch("wrong card"), grpc.StatusCode.INTERNAL),
+        (GrantMismatch("wrong card"), grpc.StatusCode.FAILED_PRECONDITION),
+        (GrantRejected("XDM returned device node '/dev/sda'", "device"), grpc.StatusCode.FAILED_PRECONDITION),
+        (
+            GrpcRefused("card 1 has no free memory", grpc.StatusCode.RESOURCE_EXHAUSTED),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        ),
+        (JournalFull("the grant journal holds 4096 grants"), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (DataDirRefused("data_dir '/tmp' is the system directory /tmp"), grpc.StatusCode.FAILED_PRECONDITION),
+        (
+            BackendUnavailable("XDM Allocate unavailable: the stream was reset", "unavailable"),
+            grpc.StatusCode.UNAVAILABLE,
+        ),
         (KeyError("surprise"), grpc.StatusCode.INTERNAL),
     ],
 )
@@ -119,6 +134,18 @@ def test_reserve_maps_errors_to_codes(
         device_pb2_grpc.DevicePluginStub(channel).Reserve(device_pb2.ReserveRequest(device_ids=["x"]), timeout=5)
     assert err.value.code() == code
     assert str(error).strip("'") in err.value.details()
+
+
+def test_an_error_reaches_nomad_as_one_bounded_line(served: tuple[ScriptedApp, Lifecycle, grpc.Channel]) -> None:
+    """Under gRPC's metadata limit, and without a newline or ESC that would forge a line in the agent's log."""
+    app, _, channel = served
+    app.reserve_error = ReservationRejected("device ID(s) " + "\x1b[31mX\n[ERROR] agent: forged, " * 5000)
+    with pytest.raises(grpc.RpcError) as err:
+        device_pb2_grpc.DevicePluginStub(channel).Reserve(device_pb2.ReserveRequest(device_ids=["x"]), timeout=5)
+    details = err.value.details()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(details) < 4200 and "more characters" in details
+    assert "\n" not in details and "\x1b" not in details and "\\x1b[31m" in details
 
 
 def test_reserve_always_carries_container_res(served: tuple[ScriptedApp, Lifecycle, grpc.Channel]) -> None:

@@ -63,7 +63,9 @@ def test_fields_become_top_level_keys_and_one_line_per_record(captured: tuple[lo
     assert text.count("\n") == 2
     first, second = entries(stream)
     assert first["card"] == 3 and first["ids"] == ["a", "b"] and first["@level"] == "info"
-    assert first["@message"] == "multi\nline"
+    # A newline in a message continues as "  | ": the agent writes messages as they are, and a line
+    # starting with "[ERROR] agent:" would pass for one of its own (goplugin/logging.py).
+    assert first["@message"] == "multi\n  | line"
     assert second["@level"] == "error" and "RuntimeError: boom" in str(second["error"])
 
 
@@ -81,6 +83,27 @@ def test_configured_secret_and_token_assignments_are_redacted(captured: tuple[lo
     assert secret not in text
     assert "unconfigured-value-9" not in text
     assert text.count(hclog.REDACTED) >= 4
+
+
+def test_every_spelling_of_a_token_with_a_newline_is_redacted(captured: tuple[logging.Logger, io.StringIO]) -> None:
+    """The HTTP library once quoted a bad header as b'...\\n': the raw form alone was masked."""
+    logger, stream = captured
+    secret = "7c0ffee0-aaaa-bbbb-cccc-0123456789ab\n"
+    hclog.set_secrets([secret])
+    logger.error("LocalProtocolError: Illegal header value %r", secret.encode())
+    logger.error("value %r, json %s", secret, json.dumps(secret))
+    logger.error("url-encoded %s", "7c0ffee0-aaaa-bbbb-cccc-0123456789ab%0A")
+    text = stream.getvalue()
+    assert "7c0ffee0" not in text, text
+    assert text.count(hclog.REDACTED) >= 4
+
+
+def test_xdm_text_cannot_forge_a_line_or_rewrite_the_terminal(captured: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = captured
+    logger.error("XDM said: %s", "no\n[ERROR] agent: FORGED\x1b[31m\rhidden", extra={"fields": {"reason": "a\x1bb\nc"}})
+    (entry,) = entries(stream)
+    assert entry["@message"] == "XDM said: no\n  | [ERROR] agent: FORGED\\x1b[31m\\x0dhidden"
+    assert entry["reason"] == "a\\x1bb\nc", "a value keeps its newline (hclog prefixes it) but no ESC"
 
 
 def test_level_mapping_and_module_names() -> None:

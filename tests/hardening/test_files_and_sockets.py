@@ -78,13 +78,17 @@ def test_journal_file_0600_and_directory_0700(tmp_path):
     assert not [p for p in journal.dir.iterdir() if p.name != FILE_NAME], "temp files left behind"
 
 
-def test_world_writable_journal_directory_is_tightened(tmp_path):
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_a_shared_journal_directory_is_refused_and_its_mode_kept(tmp_path, mode):
+    """The plugin never changes the mode of a directory it did not create: a shared one is refused."""
+    from nomad_plugin.journal.datadir import DataDirRefused
+
     d = tmp_path / "data"
     d.mkdir()
-    os.chmod(d, 0o777)
-    Journal(d)
-    mode = stat.S_IMODE(d.stat().st_mode)
-    assert not mode & 0o002 and mode == 0o700, f"{mode:o}"
+    os.chmod(d, mode)
+    with pytest.raises(DataDirRefused, match=r"sticky|writable by other users"):
+        Journal(d)
+    assert stat.S_IMODE(d.stat().st_mode) == mode
 
 
 def test_journal_modes_hold_under_a_permissive_umask(tmp_path):

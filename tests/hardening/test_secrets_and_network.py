@@ -176,7 +176,11 @@ def test_every_unary_xdm_call_has_a_deadline(sim, monkeypatch):
     real = grpc.insecure_channel
     monkeypatch.setattr(client_mod.grpc, "insecure_channel", lambda *a, **k: RecordingChannel(real(*a, **k), calls))
     config = PluginConfig(
-        xdm_socket=str(s.dp2mgr_path), config_socket=str(s.config_path), xdm_call_timeout=1.5, data_dir=str(d / "x")
+        xdm_socket=str(s.dp2mgr_path),
+        config_socket=str(s.config_path),
+        xdm_call_timeout=1.5,
+        xdm_allocate_timeout=7.0,
+        data_dir=str(d / "x"),
     )
     c = client_mod.XdmClient(config)
     try:
@@ -198,7 +202,9 @@ def test_every_unary_xdm_call_has_a_deadline(sim, monkeypatch):
     assert {"Allocate", "Release", "ListGpuInfo", "QueryStatus"} <= methods, methods
     for method, kwargs in unary:
         timeout = kwargs.get("timeout")
-        assert timeout is not None and 0 < timeout <= 1.5, f"{method} called with timeout={timeout}"
+        limit = 7.0 if method.endswith("/Allocate") else 1.5  # Allocate has its own deadline
+        assert timeout is not None and 0 < timeout <= limit, f"{method} called with timeout={timeout}"
+        assert not method.endswith("/Allocate") or timeout == 7.0, "Allocate waits xdm_allocate_timeout"
 
 
 @pytest.mark.timeout(60)

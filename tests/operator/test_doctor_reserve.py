@@ -62,12 +62,17 @@ def host(tmp_path: Path, **kw: object) -> doctor.Host:
 
 
 def test_unusable_data_dir_fails_with_the_reason(sim: Simulator, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # A path that can never be the plugin's own is SetConfig's refusal, and doctor's config finding.
     code, found = findings(capsys, xdm_args(sim, "--set", 'data_dir="/proc/nope"'), host(tmp_path))
     assert code == 1
-    assert found["data dir"]["status"] == "fail" and "/proc/nope" in found["data dir"]["summary"]
-    assert "Reserve refuses every request" in found["data dir"]["next_step"]
+    assert found["config"]["status"] == "fail" and "data_dir" in found["config"]["summary"]
+    assert "/proc/nope" in found["config"]["summary"] and "kernel or device filesystem" in found["config"]["summary"]
     blocker = tmp_path / "file"
     blocker.write_text("")
+    code, found = findings(capsys, xdm_args(sim, "--set", f'data_dir="{blocker}/journal"'), host(tmp_path))
+    assert code == 1
+    assert found["data dir"]["status"] == "fail" and str(blocker) in found["data dir"]["summary"]
+    assert "Reserve refuses every request" in found["data dir"]["next_step"]
     _, found = findings(capsys, xdm_args(sim, "--set", f'data_dir="{blocker}"'), host(tmp_path))
     assert "not a directory" in found["data dir"]["summary"]
 

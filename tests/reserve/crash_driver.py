@@ -5,7 +5,11 @@
 
 ``spec.json``: data_dir, socket_dir, cards [[minor, uuid], ...], device_ids,
 nomad_address, and optionally boot_id (stands in for the kernel's boot id, so
-a test can play a reboot). With ``LINGJUN_CRASH_STOP_AT=<step>`` the Reserve stops at
+a test can play a reboot) and allocate_timeout (``xdm_allocate_timeout``,
+default 0.5 s: an intent left by a killed Reserve is kept two of them).
+``recover`` releases what the journal holds, then waits (bounded) for the
+windows in which XDM could still commit a killed Reserve's grant to close,
+and retries the releases kept for them, as the reconciler's rounds would. With ``LINGJUN_CRASH_STOP_AT=<step>`` the Reserve stops at
 that step (``nomad_plugin.nomad.reserve.STEPS``), prints ``STOPPED <step>``
 and waits to be SIGKILLed.
 """
@@ -48,6 +52,7 @@ def main(argv: list[str]) -> int:
         xdm_socket=os.path.join(spec["socket_dir"], "dp2mgr.sock"),
         config_socket=os.path.join(spec["socket_dir"], "config-daemon.sock"),
         release_grace_period=0.0,
+        xdm_allocate_timeout=float(spec.get("allocate_timeout", 0.5)),
     )
     stop_at = os.environ.get("LINGJUN_CRASH_STOP_AT", "")
 
@@ -68,6 +73,9 @@ def main(argv: list[str]) -> int:
         print("DONE", resp.container_res.envs["LINGJUN_GRANT_ID"], flush=True)
         return 0
     released = reserver.recover()
+    settle = max((e.settle_until for e in reserver.entries()), default=0.0)
+    time.sleep(max(0.0, min(10.0, settle - time.time())))
+    released += reserver.retry_pending()
     client = NomadClient(NomadApiSettings(address=spec["nomad_address"], timeout=2.0))
     rec = Reconciler(reserver, client, lambda: cat, grace=0.0, max_wait=0.2)
     rec.round()

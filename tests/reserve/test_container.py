@@ -25,6 +25,11 @@ def grant(**kw):
     return Grant(**base)
 
 
+def nv_grant(**kw):
+    """A grant on NVIDIA cards: no PPU device nodes (the family rule would refuse them)."""
+    return grant(**{"device_nodes": (), **kw})
+
+
 def never(_path: str) -> bool:
     return False
 
@@ -62,11 +67,147 @@ def test_share_limits_from_grant():
 
 
 def test_xdm_envs_pass_through_but_cannot_override_plugin_envs():
-    g = grant(envs={"AMP_VGPU_ENABLE": "1", "PPU_VISIBLE_DEVICES": "uuid-a", "LINGJUN_GRANT_ID": "evil"})
+    g = grant(envs={"AMP_VGPU_ENABLE": "1", "PPU_VISIBLE_DEVICES": "U2,U1", "LINGJUN_GRANT_ID": "evil"})
     spec = build_container(g, WHOLE, PPU, path_exists=never)
     assert spec.envs["AMP_VGPU_ENABLE"] == "1"
-    assert spec.envs["PPU_VISIBLE_DEVICES"] == "uuid-a"  # XDM knows its runtime's format best
+    assert spec.envs["PPU_VISIBLE_DEVICES"] == "U2,U1"  # XDM knows its runtime's format best (UUIDs or minors)
     assert spec.envs["LINGJUN_GRANT_ID"] == "g-1"
+
+
+# --- the Reserve content policy (docs/reserve.md, "What XDM may hand a task") ----------------------
+def rejected_rule(g, group=PPU, policy=None, instances=WHOLE) -> str:
+    from nomad_plugin.nomad.container import ReservePolicy
+
+    with pytest.raises(GrantRejected) as err:
+        build_container(g, instances, group, path_exists=never, policy=policy or ReservePolicy(data_dir="/var/lib/x"))
+    assert len(str(err.value)) < 600, "an error text stays short whatever XDM sent"
+    return err.value.rule
+
+
+@pytest.mark.parametrize(
+    "envs",
+    [
+        {"LD_PRELOAD": "/tmp/evil.so"},
+        {"LD_LIBRARY_PATH": "/opt/x"},
+        {"PATH": "/tmp/bin"},
+        {"NOMAD_ALLOC_DIR": "/etc"},
+        {"NOMAD_TOKEN": "x"},
+    ],
+)
+def test_protected_env_is_a_violation(envs):
+    assert rejected_rule(grant(envs=envs)) == "env"
+
+
+@pytest.mark.parametrize("key", ["LD_PRELOAD", "PATH", "nomad.alloc/dir"])
+def test_protected_env_through_an_annotation_is_a_violation(key):
+    assert rejected_rule(grant(annotations={key: "/etc"})) == "env"
+
+
+def test_the_operator_may_allow_a_protected_name():
+    from nomad_plugin.nomad.container import ReservePolicy
+
+    policy = ReservePolicy(env_allow=frozenset({"LD_LIBRARY_PATH"}))
+    spec = build_container(grant(envs={"LD_LIBRARY_PATH": "/usr/local/PPU_SDK/lib"}), WHOLE, PPU, policy=policy)
+    assert spec.envs["LD_LIBRARY_PATH"] == "/usr/local/PPU_SDK/lib"
+    assert rejected_rule(grant(envs={"LD_PRELOAD": "x"}), policy=policy) == "env"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_VISIBLE_DEVICES", "U1"),  # one of two granted cards
+        ("NVIDIA_VISIBLE_DEVICES", "U1,U2,U3"),
+        ("NVIDIA_VISIBLE_DEVICES", "none"),
+        ("PPU_VISIBLE_DEVICES", "1,2,3"),
+        ("NVIDIA_MIG_CONFIG_DEVICES", "all"),
+    ],
+)
+def test_visibility_variables_name_exactly_the_granted_cards(key, value):
+    assert rejected_rule(nv_grant(envs={key: value}), NV) == "visibility"
+
+
+def test_visibility_by_minor_uuid_or_mig_uuid_passes():
+    for value in ("U1,U2", "1,2", "2,U1"):
+        assert build_container(nv_grant(envs={"NVIDIA_VISIBLE_DEVICES": value}), WHOLE, NV, path_exists=never)
+    mig = nv_grant(devices=(GrantedDevice(1, "U1", 0, 10, 1, "MIG-a"),), device_nodes=())
+    insts = [Instance("U1-mig-0", Kind.MIG, "U1", 1, 0, 0, 10, 1)]
+    spec = build_container(mig, insts, NV, path_exists=never)
+    assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "MIG-a"
+    assert rejected_rule(nv_grant(devices=mig.devices, envs={"NVIDIA_VISIBLE_DEVICES": "MIG-b"}), NV, None, insts)
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        DeviceNode("/dev/sda", "/dev/sda"),
+        DeviceNode("/dev/mem", "/dev/mem"),
+        DeviceNode("/dev/alixpu3", "/dev/alixpu3"),  # a card that was not granted
+        DeviceNode("/dev/nvidia1", "/dev/nvidia1"),  # another family's node on a PPU grant
+        DeviceNode("/dev/sda", "/dev/alixpu1"),  # a granted card's node, shown as a disk in the task
+    ],
+)
+def test_device_nodes_only_of_the_family_and_the_granted_cards(node):
+    assert rejected_rule(grant(device_nodes=(node,))) == "device"
+
+
+def test_device_nodes_of_the_family_pass():
+    ppu = (DeviceNode("/dev/alixpu", "/dev/alixpu"), DeviceNode("/dev/alixpu_ctl", "/dev/alixpu_ctl"), *NODES)
+    assert build_container(grant(device_nodes=ppu), WHOLE, PPU, path_exists=never).devices == ppu
+    nv = tuple(
+        DeviceNode(p, p) for p in ("/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-caps/nvidia-cap12")
+    )
+    assert build_container(grant(device_nodes=nv), WHOLE, NV, path_exists=never).devices == nv
+    renamed = (DeviceNode("/dev/alixpu0", "/dev/alixpu2"),)  # a granted card, numbered from 0 in the task
+    assert build_container(grant(device_nodes=renamed), WHOLE, PPU, path_exists=never).devices == renamed
+
+
+@pytest.mark.parametrize(
+    "mount",
+    [
+        MountSpec("/etc", "/etc", read_only=True),  # covers the task's /etc, shows the host's
+        MountSpec("/data", "/etc", read_only=True),
+        MountSpec("/var/run/docker.sock", "/var/run/docker.sock", read_only=True),
+        MountSpec("/x", "/var", read_only=True),  # holds /var/lib and /var/run
+        MountSpec("/x", "/var/lib/x/journal.json", read_only=True),  # the plugin's own data_dir
+        MountSpec("/opt/lib", "/usr/local/lib", read_only=False),  # read-write
+        MountSpec("/usr/lib64", "/usr/local/nvidia/lib64", read_only=True),  # replaces a system directory
+        MountSpec("/usr", "/usr/local/nvidia", read_only=True),
+        MountSpec("/secrets/x", "/usr/local/nvidia", read_only=True),  # Nomad's task directory
+        MountSpec("/proc/sys", "/usr/local/nvidia", read_only=True),
+    ],
+)
+def test_mounts_read_only_and_never_over_system_paths(mount):
+    assert rejected_rule(grant(mounts=(mount,))) == "mount"
+
+
+def test_driver_mounts_pass_and_the_operator_may_allow_a_tree():
+    from nomad_plugin.nomad.container import ReservePolicy
+
+    ok = (
+        MountSpec("/usr/local/nvidia", "/usr/local/nvidia"),
+        MountSpec("/usr/lib64/libcuda.so.1", "/usr/lib64/libcuda.so.1"),
+    )
+    assert build_container(nv_grant(mounts=ok), WHOLE, NV, include_mounts=True, path_exists=never).mounts == ok
+    socket = (MountSpec("/run/amp/xdm.sock", "/run/amp/eKitC/xdm/sockets/dp2mgr.sock", read_only=False),)
+    policy = ReservePolicy(mount_allow=("/run/amp/eKitC",))
+    assert build_container(nv_grant(mounts=socket), WHOLE, PPU, include_mounts=True, path_exists=never, policy=policy)
+    assert rejected_rule(nv_grant(mounts=socket)) == "mount"
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"envs": {"BIG": "x" * (3 << 20)}},  # execve would fail with E2BIG
+        {"envs": {f"E{i}": "1" for i in range(300)}},
+        {"device_nodes": tuple(DeviceNode("/dev/alixpu1", "/dev/alixpu1") for _ in range(10_000))},
+        {"mounts": tuple(MountSpec(f"/opt/l{i}", f"/opt/l{i}") for i in range(1000))},
+        {"annotations": {f"xdm.amp.com/k{i}": "v" for i in range(1000)}},
+        {"envs": {f"E{i}": "v" * 30_000 for i in range(6)}},  # each fits, together too much
+    ],
+)
+def test_sizes_are_bounded(kw):
+    assert rejected_rule(grant(**kw)) == "size"
 
 
 def test_annotations_become_env_by_documented_mapping():
@@ -197,14 +338,14 @@ def test_derived_device_nodes_map_each_host_node_to_the_same_path_with_rwm():
 
 
 def test_card_uuid_comes_from_the_instance_on_the_same_minor_when_xdm_omits_it():
-    g = grant(devices=(GrantedDevice(2),))
+    g = nv_grant(devices=(GrantedDevice(2),))
     spec = build_container(g, WHOLE, NV, path_exists=never)
     assert spec.envs["LINGJUN_CARD_UUIDS"] == "U2"
     assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "U2"
 
 
 def test_a_granted_minor_without_an_instance_gives_no_uuid_rather_than_a_made_up_one():
-    g = grant(devices=(GrantedDevice(7),))
+    g = nv_grant(devices=(GrantedDevice(7),))
     spec = build_container(g, WHOLE, NV, path_exists=never)
     assert spec.envs["LINGJUN_CARD_UUIDS"] == ""
     assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs
@@ -229,7 +370,7 @@ def test_rejections_name_which_path_is_wrong(kw, match):
 
 
 def test_no_visible_devices_env_for_a_grant_without_devices():
-    g = grant(devices=(), envs={"X": "1"})
+    g = nv_grant(devices=(), envs={"X": "1"})
     for group in (NV, PPU):
         spec = build_container(g, WHOLE, group, path_exists=never)
         assert "NVIDIA_VISIBLE_DEVICES" not in spec.envs and "PPU_VISIBLE_DEVICES" not in spec.envs
@@ -239,7 +380,7 @@ def test_no_visible_devices_env_for_a_grant_without_devices():
 
 
 def test_uuid_xdm_names_wins_over_the_catalogs():
-    g = grant(devices=(GrantedDevice(1, "GPU-xdm-1"), GrantedDevice(2, "GPU-xdm-2")))
+    g = nv_grant(devices=(GrantedDevice(1, "GPU-xdm-1"), GrantedDevice(2, "GPU-xdm-2")))
     spec = build_container(g, WHOLE, NV, path_exists=never)
     assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-xdm-1,GPU-xdm-2"
     assert spec.envs["LINGJUN_CARD_UUIDS"] == "GPU-xdm-1,GPU-xdm-2"
@@ -298,7 +439,7 @@ def test_xdm_env_errors_name_xdm_as_the_source():
 
 
 def test_annotations_cannot_take_plugin_or_derived_env_names(caplog):
-    g = grant(annotations={"lingjun_mode": "evil", "lingjun_extra": "x", "nvidia_visible_devices": "all"})
+    g = nv_grant(annotations={"lingjun_mode": "evil", "lingjun_extra": "x", "nvidia_visible_devices": "all"})
     with caplog.at_level("WARNING", logger="nomad_plugin.nomad.container"):
         spec = build_container(g, WHOLE, NV, path_exists=never)
     assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "U1,U2" and spec.envs["LINGJUN_MODE"] == "whole"

@@ -47,12 +47,16 @@ def test_dir_0700_file_0600_and_reopen(tmp_path):
     assert [e.grant_id for e in Journal(d).entries()] == ["b"]
 
 
-def test_world_writable_dir_is_tightened(tmp_path):
+def test_a_world_writable_dir_is_refused_and_left_as_it_was(tmp_path):
+    from nomad_plugin.journal.datadir import DataDirRefused
+
     d = tmp_path / "lj"
     d.mkdir(mode=0o777)
     os.chmod(d, 0o777)
-    Journal(d)
-    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    with pytest.raises(DataDirRefused, match="writable by other users"):
+        Journal(d)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o777, "the plugin changed the mode of a directory it did not create"
+    assert list(d.iterdir()) == []
 
 
 def test_entry_round_trip_and_checksum():
@@ -1560,16 +1564,25 @@ def test_when_no_lease_could_be_written_ahead_the_switch_drops_used_up_leases(tm
     assert second not in seeds() and len(seeds()) == 1
 
 
-def test_an_open_journal_directory_is_made_owner_only_and_says_so(tmp_path, caplog):
-    """Grant ids and allocation ids are not for other users: a 0755 directory becomes 0700, with a warning."""
+def test_an_existing_readable_directory_is_used_as_it_is(tmp_path):
+    """A 0755 directory the plugin did not create keeps its mode; the journal in it is 0600 all the same."""
     directory = tmp_path / "data"
     directory.mkdir(mode=0o755)
     directory.chmod(0o755)
-    Journal(directory)
-    assert directory.stat().st_mode & 0o777 == 0o700
-    assert f"journal directory {directory} had mode 755; set to 0700" in [
-        r.getMessage() for r in caplog.records if r.levelname == "WARNING"
-    ]
+    Journal(directory).put(entry("g-1"))
+    assert directory.stat().st_mode & 0o777 == 0o755
+    assert (directory / "journal.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_missing_directory_is_created_0700_with_0755_parents_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        Journal(tmp_path / "a" / "b" / "data")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "a" / "b" / "data").stat().st_mode) == 0o700
 
 
 def test_known_count_is_this_process_view_and_exact_after_a_write(tmp_path):

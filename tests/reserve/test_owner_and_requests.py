@@ -240,3 +240,38 @@ def test_polling_before_the_requests_folder_exists_handles_nothing(tmp_path):
     watcher = RequestWatcher(None, tmp_path, lambda e: None)
     assert watcher.poll() == 0
     assert not watcher.dir.exists()
+
+
+def test_a_plugin_that_finds_the_lock_held_serves_fingerprints_refuses_reserve_and_touches_nothing(
+    tmp_path, monkeypatch
+):
+    """A second plugin on the same data_dir: no recovery, release or reconciliation until the lock is its own."""
+    from nomad_plugin import app as app_module
+    from nomad_plugin.app import JournalUnavailable, PluginApp
+    from nomad_plugin.journal import EntryState, JournalEntry
+
+    monkeypatch.setattr(app_module, "OWNER_LOCK_WAIT", 0.3)
+    holder = OwnerLock(tmp_path)
+    assert holder.acquire()
+    left = JournalEntry("left-1", (card_uuid(0),), "g", "whole", ("c0",), (), time.time(), EntryState.INTENT)
+    Journal(tmp_path).put(left)  # the other process's Reserve in flight
+    backend = FakeBackend()
+    app = PluginApp(backend_factory=lambda config: backend)
+    app.set_config(PluginConfig(data_dir=str(tmp_path), reconcile=False))
+    cancel = threading.Event()
+    try:
+        started = time.monotonic()
+        next(app.fingerprints(cancel))
+        assert time.monotonic() - started < 5, "the first fingerprint waited on the lock"
+        with pytest.raises(JournalUnavailable, match="is held by another process") as err:
+            app.reserve([card_uuid(1)])
+        assert f"pid {os.getpid()}" in str(err.value) and err.value.kind == "journal"
+        assert backend.released == [] and backend.allocate_calls == 0
+        assert [e.grant_id for e in Journal.snapshot(tmp_path)] == ["left-1"], "the journal was touched"
+        holder.release()  # the other process exits
+        wait_until(lambda: app.reserver is not None, "the plugin to take the lock")
+        wait_until(lambda: backend.released == ["left-1"], "the recovery of what the other process left")
+    finally:
+        cancel.set()
+        app.close()
+    assert OwnerLock(tmp_path).acquire(), "close() gave the lock back"

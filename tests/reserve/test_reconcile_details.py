@@ -704,11 +704,14 @@ def test_before_its_first_round_the_reconciler_knows_nothing_and_uses_the_produc
 
 
 def test_a_configured_node_id_is_used_without_asking_the_agent(tmp_path: Any, api: Scripted) -> None:
-    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock(), node_id="node-from-config")
+    node = "4c1a2b3d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+    api.answers[f"/v1/node/{node}"] = (200, {"ID": node, "Name": "n", "Attributes": {"unique.hostname": api.hostname}})
+    _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock(), node_id=node)
     rec.round()
     asked = paths(api)
     assert "/v1/agent/self" not in asked
-    assert any(p.startswith("/v1/node/node-from-config/allocations") for p in asked), asked
+    assert f"/v1/node/{node}" in asked, "the configured node is proven to exist first"
+    assert any(p.startswith(f"/v1/node/{node}/allocations") for p in asked), asked
 
 
 def test_the_node_id_learned_from_the_agent_is_logged_once(tmp_path: Any, api: Scripted, caplog: Any) -> None:

@@ -94,9 +94,15 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
         self.devices = default_devices()
         self.error_mode = "inband"  # how refusals are expressed: "inband" status/message or "grpc" codes
         self.refuse_allocate = False
+        self.refusal = "card 1 has no free memory"  # the text of that refusal
         self.grant_mode = "ok"  # ok | wrong-minor | wrong-amount | empty-success | shifted-status
         self.release_unknown = "not-found"  # or "ok"
         self.latency: dict[str, float] = {}
+        # Answer Allocate at once with this (code, details), and commit the grant ``commit_delay`` s later:
+        # an XDM whose transport gave up on a call its daemon goes on with.
+        self.allocate_abort: tuple[grpc.StatusCode, str] | None = None
+        self.commit_delay = 1.0
+        self.allocate_requests: list[str] = []  # grant ids of every Allocate received, when received
         self.raw: dict[str, Callable[[Any], bytes]] = {}  # method -> raw response bytes
         self.push_on_subscribe = True
         self.enabled = True
@@ -199,6 +205,9 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
         def call(request: Any, context: grpc.ServicerContext) -> Any:
             with self.lock:
                 self.calls[name] = self.calls.get(name, 0) + 1
+                if name == "Allocate":
+                    self.allocate_requests.append(request.id)
+                    self.lock.notify_all()
             delay = self.latency.get(name, 0.0)
             if delay:
                 time.sleep(delay)
@@ -285,10 +294,16 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
                 yield pb.ListAndWatchResponse(devices=devices)
 
     def Allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if self.allocate_abort is not None:
+            code, details = self.allocate_abort
+            timer = threading.Timer(self.commit_delay, self._commit, args=(request,))
+            timer.daemon = True
+            timer.start()
+            context.abort(code, details)
         if self.refuse_allocate and self.error_mode == "grpc":
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "card 1 has no free memory")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self.refusal)
         if self.refuse_allocate:
-            return pb.AllocateResponse(status=7, message="card 1 has no free memory")
+            return pb.AllocateResponse(status=7, message=self.refusal)
         if self.grant_mode == "empty-success":
             return pb.AllocateResponse()
         if self.grant_mode == "shifted-status":
@@ -310,6 +325,11 @@ class FakeXdm(pb_grpc.XpuDeviceManagerServiceServicer):
             envs={"NVIDIA_VISIBLE_DEVICES": ",".join(g.uuid for g in granted)},
             annotations=dict(request.annotations),
         )
+
+    def _commit(self, request: Any) -> None:
+        with self.lock:
+            self.grants[request.id] = request
+            self.lock.notify_all()
 
     def Release(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self.lock:

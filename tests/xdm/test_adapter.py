@@ -116,3 +116,27 @@ def test_unknown_varints_are_named_in_every_problem_and_absent_otherwise() -> No
     assert grant_problem(req, wrong_card, ("7=3",)) == "XDM granted card(s) [2] but [1] were requested" + hint.replace(
         "7=3, 9=1", "7=3"
     )
+
+
+def test_xdm_strings_reach_nomad_clean() -> None:
+    """A model name with a newline and ESC became a Nomad device group name; every XDM string is cleaned."""
+    import json
+
+    topology = json.dumps({"levels": [{"level": 21, "name": "leaf\nSwitch", "topo21": "asw/1\x1b[2J"}]})
+    dev = pb.Device(
+        minor=0,
+        uuid="GPU-0\r",
+        model="H800\n[ERROR] forged\x1b[31m",
+        health="unhealthy",
+        pciBusId="0000:10:00.0\n",
+        extenderResources={"topology": topology, "healthReason": "XID 79\n[ERROR] agent: forged", "k\x1b": "v\n"},
+    )
+    card = adapter.card_from_device(dev, DriftLog())
+    assert card.model == "H800 [ERROR] forged [31m", "a valid Nomad name: printable, one line, no '/'"
+    assert card.health_reason == "XID 79\\n[ERROR] agent: forged"
+    assert card.uuid == "GPU-0\\r" and card.pci_bus_id == "0000:10:00.0\\n"
+    (level,) = card.topology.levels
+    assert (level.name, level.domain) == ("leaf Switch", "asw-1 [2J")
+    assert all(k.isprintable() and v.isprintable() for k, v in card.extra.items()), card.extra
+    facts = adapter.gpu_facts(pb.ListGpuInfoResponse(gpuInfos=[pb.GpuInfo(model="A100/80G\x00", driverVersion="5\n")]))
+    assert (facts[0].model, facts[0].driver_version) == ("A100-80G", "5\\n")
