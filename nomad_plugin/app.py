@@ -28,7 +28,6 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nomad_plugin._proto.nomad import device_pb2
@@ -184,7 +183,7 @@ class PluginApp:
             config,
             refresh_period=period,
             min_interval=min(MIN_INTERVAL_S, period),  # a short period asks for quick updates
-            state_file=state_path(config.data_dir) if Path(config.data_dir).is_dir() else None,
+            state_file=state_path(config.data_dir),  # written once the journal has made data_dir
         )
         backend.subscribe(publisher.notify)
         self.node_meta = publisher
