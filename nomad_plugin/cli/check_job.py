@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from nomad_plugin.cli.helptext import help_text
 from nomad_plugin.jobspec import JobParseError, evaluate_job, parse_job_text
 from nomad_plugin.jobspec.report import verdicts_json, verdicts_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
@@ -34,7 +35,7 @@ examples:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nomad-device-lingjun check-job",
-        description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None,
+        description=help_text(__doc__, 1),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

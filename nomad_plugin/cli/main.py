@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         return self_check()
     entry = SUBCOMMANDS.get(args[0])
     if entry is None:
-        sys.stderr.write(f"unknown command {args[0]!r}\n\n{USAGE}")
+        import difflib
+
+        close = difflib.get_close_matches(args[0], list(SUBCOMMANDS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        sys.stderr.write(f"unknown command {args[0]!r}{hint}\n\n{USAGE}")
         return 2
     if args[0] == "serve":
         from nomad_plugin.goplugin.polling import choose_polling

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from nomad_plugin.cli.helptext import help_text
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
 from nomad_plugin.launcher.live import socket_overrides
@@ -34,9 +35,7 @@ from nomad_plugin.xdm.errors import socket_problem
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun xdm-probe", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
+    p = argparse.ArgumentParser(prog="nomad-device-lingjun xdm-probe", description=help_text(__doc__))
     p.add_argument("--socket-dir", help="directory with dp2mgr.sock and config-daemon.sock (default: from the config)")
     p.add_argument("--plugin-config", help="agent file with the plugin block (sockets, xdm_service, timeout)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
