@@ -87,11 +87,16 @@ class Doctor:
         try:
             user = self._user_config() if self.plugin_config else {}
             extra = dict(parse_override(o) for o in self.overrides)
-            self.config = accept_config(msgpack_config(full_config(user, extra)))
+            data = msgpack_config(full_config(user, extra))
+            self.config = accept_config(data)
         except (LauncherConfigError, PluginError) as exc:
             self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
             self.config = None
             return
+        from nomad_plugin.config.decode import deprecated_spellings
+
+        for warning in deprecated_spellings(data):
+            self.add("config", WARN, warning, "the old spelling still works; the plugin logs the same warning")
         for note in duplicate_notes(self.blocks) if self.blocks is not None else []:
             self.add(
                 "plugin block",
