@@ -419,9 +419,12 @@ class Doctor:
         except OSError as exc:
             self.add("grants", SKIP, f"data_dir {self.config.data_dir} cannot be read: {exc}")
             return
-        state = load_state(state_path(self.config.data_dir)) if running else None
-        if state is None:
+        if not running:
             self.add("grants", SKIP, "no running plugin on this data_dir (see `nomad-device-lingjun grants`)")
+            return
+        state = load_state(state_path(self.config.data_dir))
+        if state is None:
+            self.add("grants", SKIP, "a plugin runs on this data_dir; it has not reported its grants' owners yet")
             return
         if not state.unverifiable:
             self.add("grants", OK, f"the running plugin can verify every grant ({len(state.claims)} claimed)")
@@ -596,9 +599,11 @@ def _executable_file(path: Path) -> bool:
 def data_dir_problem(path: Path) -> str:
     """Why the journal cannot live in ``path`` ("" if it can), tried for real and left as found."""
     created: list[Path] = []
+    found: os.stat_result | None = None
     try:
         if path.exists() and not path.is_dir():
             return "exists but is not a directory"
+        found = path.stat() if path.exists() else None
         missing = [p for p in (path, *path.parents) if not p.exists()]
         for directory in reversed(missing):
             directory.mkdir(mode=0o700)
@@ -616,6 +621,9 @@ def data_dir_problem(path: Path) -> str:
         for directory in reversed(created):
             with contextlib.suppress(OSError):
                 directory.rmdir()
+        if found is not None:  # the probe file's coming and going changed the directory's times
+            with contextlib.suppress(OSError):
+                os.utime(path, ns=(found.st_atime_ns, found.st_mtime_ns))
     return ""
 
 

@@ -219,7 +219,7 @@ class _Walker:
                 plugin.config.update(self.body(body) if body is not None else {})  # HCL v1 merges them
                 plugin.config_blocks += 1
             elif child.data == "attribute" and kind == "config":
-                value = self.value(child.children[-1], "config")
+                value = _hcl1_shape(self.value(child.children[-1], "config"), in_list=False)
                 merged = value[0] if isinstance(value, list) and len(value) == 1 else value
                 if not isinstance(merged, dict):
                     raise self.fail(child, "config must be a block: config { ... }")

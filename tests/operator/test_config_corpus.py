@@ -64,6 +64,11 @@ ROWS = [
     Row("trailing comma in a list", '    ignored_ids = ["GPU-a", "GPU-b",]', OK),
     Row("list over lines", '    include_types = [\n      "gpu",\n      "ppu",\n    ]', OK),
     Row("config as an attribute", f'FILE:\nplugin "{PLUGIN}" {{\n  config = {{\n    tdm_shares = 5\n  }}\n}}\n', OK),
+    Row(
+        "nested object in config as an attribute",
+        f'FILE:\nplugin "{PLUGIN}" {{\n  config = {{\n    xdm_field_aliases = {{ minor = "index" }}\n  }}\n}}\n',
+        OK,
+    ),
     Row("bool literal", "    enabled = true\n    reconcile = false", OK),
     Row("bool as a string", '    enabled = "true"', OK, why="the schema's decoder converts the string"),
     Row("bool as 0/1 string", '    nvml_enrich = "0"', OK, why='go-cty converts "0" and "1" to bools'),
