@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from nomad_plugin.config.options import DEFAULT_SOCKET_DIR
-from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
+from nomad_plugin.launcher.config import load_config, msgpack_config
 from nomad_plugin.launcher.process import LaunchError
 from nomad_plugin.launcher.session import Session, launch, wait_for_devices
 from nomad_plugin.nomad_view.types import DeviceGroup
@@ -30,17 +30,17 @@ def socket_overrides(socket_dir: str | Path) -> list[str]:
 
 
 def preflight(config: dict[str, Any]) -> None:
-    """Stop before launching when the outcome is already known: the plugin's SetConfig would refuse
-    the config, or it would use XDM and XDM's socket cannot be dialled (the first clear cause, in
-    one line, instead of waiting for devices that cannot come)."""
+    """Stop before launching when the plugin would use XDM and XDM's socket cannot be dialled: the
+    first clear cause, in one line, instead of waiting for devices that cannot come. A config the
+    plugin refuses is left to the plugin: its SetConfig answers at once, in its own words."""
     from nomad_plugin.backend_select import _nvml_usable, accept_config, choose_backend_name
     from nomad_plugin.model.errors import ConfigError
     from nomad_plugin.xdm.errors import socket_problem
 
     try:
         plugin_config = accept_config(msgpack_config(config))
-    except ConfigError as exc:
-        raise LauncherConfigError(str(exc)) from None
+    except ConfigError:
+        return
     if not plugin_config.enabled or choose_backend_name(plugin_config, _nvml_usable) != "xdm":
         return
     problem = socket_problem(plugin_config.xdm_socket)
