@@ -20,15 +20,17 @@ python-hcl2's parse tree and keeps only what HCL v1 accepts, with HCL v1's value
   no variables (``hclutils.ParseHclInterface``); doctor does not evaluate templates,
   so it refuses them and asks for the value itself.
 
-Where python-hcl2 refuses what HCL v1 accepts (hex numbers, quoted attribute names,
-commas between attributes, ``1e3``-style numbers inside expressions), the file is
-reported as not valid HCL: stricter than the agent, never more lenient.
+A quoted attribute name (``"driver.raw_exec.enable" = "1"``, common in a client's
+``options`` block) is read as HCL v1 reads it. Where python-hcl2 refuses what HCL v1
+accepts (hex numbers, commas between attributes), the file is reported as not valid
+HCL: stricter than the agent, never more lenient.
 docs/operator.md lists these differences; tests/operator/test_config_corpus.py
 proves the rest against HCL v1 itself, through the conformance host.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,11 +80,12 @@ _EXPRESSIONS = {
 
 def parse_agent_text(text: str, source: str) -> AgentFile:
     """``text`` (one agent config file) -> its plugin blocks; AgentSyntaxError for what the agent refuses."""
+    spelled, quoted = _unquote_keys(text)
     try:
-        tree = hcl2.parses_to_tree(text)
+        tree = hcl2.parses_to_tree(spelled)
     except Exception as exc:  # lark raises many types; all mean "not valid HCL"
         raise AgentSyntaxError(describe_hcl_error(exc, text, source)) from None
-    walker = _Walker(text, source)
+    walker = _Walker(text, source, quoted)
     body = _first_tree(tree, "body")
     result = AgentFile(source)
     if body is None:
@@ -92,6 +95,25 @@ def parse_agent_text(text: str, source: str) -> AgentFile:
         if _block_type(block) == "plugin":
             result.plugins.append(walker.plugin_block(block))
     return result
+
+
+_QUOTED_KEY = re.compile(r'^([ \t]*)"([^"\\$%\n]*)"(?=[ \t]*=)', re.MULTILINE)
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _unquote_keys(text: str) -> tuple[str, dict[str, str]]:
+    """HCL v1 allows a quoted attribute name (``"driver.raw_exec.enable" = "1"`` in a client's
+    ``options`` block); HCL v2 does not. Each becomes a name of the same length (columns in error
+    messages stay right), mapped back to the quoted text."""
+    names: dict[str, str] = {}
+
+    def name(match: re.Match[str]) -> str:
+        key = match.group(2)
+        placeholder = "Q" + _NOT_NAME.sub("_", key) + "Q"
+        names[placeholder] = key
+        return match.group(1) + placeholder
+
+    return _QUOTED_KEY.sub(name, text), names
 
 
 # --- tree helpers ----------------------------------------------------------------------
@@ -155,9 +177,10 @@ def _source_text(node: Any) -> str:
 
 
 class _Walker:
-    def __init__(self, text: str, source: str) -> None:
+    def __init__(self, text: str, source: str, quoted: dict[str, str] | None = None) -> None:
         self.text = text
         self.source = source
+        self.quoted = quoted or {}
 
     def fail(self, node: Any, message: str) -> AgentSyntaxError:
         token = _first_token(node)
@@ -182,6 +205,7 @@ class _Walker:
             if child.data == "attribute":
                 ident = _first_tree(child, "identifier")
                 key = _name(ident) if ident is not None else ""
+                key = self.quoted.get(key, key)
                 out[key] = _hcl1_shape(self.value(child.children[-1], key), in_list=False)
             elif child.data == "block":
                 key = _block_type(child)
