@@ -389,7 +389,10 @@ class _Walker:
         return "".join(out)
 
     def heredoc(self, node: Tree[Any], key: str) -> str:
-        text = _name(node)
+        token = _first_token(node)
+        start, end = getattr(token, "start_pos", None), getattr(token, "end_pos", None)
+        # From the file as written: quoted names were respelled in the parsed copy (same offsets).
+        text = self.text[start:end] if isinstance(start, int) and isinstance(end, int) else _name(node)
         first, _, rest = text.partition("\n")
         lines = rest.split("\n")
         while len(lines) > 1 and not lines[-1].strip():

@@ -94,6 +94,7 @@ ROWS = [
         why="HCL v1 merges them; doctor warns",
     ),
     Row("heredoc for a free string", "    nomad_node_id = <<EOF\nabc\nEOF", OK),
+    Row("heredoc holding a quoted name", '    nomad_node_id = <<EOF\n"a.b" = 1\nEOF', OK),
     Row("unicode escape", '    default_mode = "t\\u0064m"', OK),
     Row("octal integer", "    tdm_shares = 010", OK, why="HCL v1 reads 8, HCL v2 reads 10: both accepted"),
     Row("field aliases with quoted keys", '    xdm_field_aliases = { "GpuInfo.uuid" = "card_uuid" }', OK),
