@@ -179,8 +179,10 @@ def full_config(user: dict[str, Any], overrides: dict[str, Any] | None = None) -
     merged = {**user, **(overrides or {})}
     config = _filled(merged, OPTIONS, "config", extra=(CARD_BLOCK,))
     cards = merged.get(CARD_BLOCK) or []
-    if not isinstance(cards, list):
-        raise LauncherConfigError(f"config: {CARD_BLOCK} must be blocks, got {cards!r}")
+    if not isinstance(cards, list) or not all(isinstance(card, dict) for card in cards):
+        raise LauncherConfigError(
+            f'config: {CARD_BLOCK} must be blocks, card {{ match = "..." mode = "..." }}, got {_brief(cards)}'
+        )
     config[CARD_BLOCK] = [_filled(card, CARD_OPTIONS, f"{CARD_BLOCK}[{i}]") for i, card in enumerate(cards)]
     return config
 

@@ -141,6 +141,7 @@ ROWS = [
         REFUSED,
     ),
     Row("card without match", "    card {\n      shares = 4\n    }", REFUSED),
+    Row("card as a list of numbers", "    card = [1]", REFUSED),
     Row("unclosed block", f'FILE:\nplugin "{PLUGIN}" {{\n  config {{\n    tdm_shares = 4\n}}\n', REFUSED),
     Row(
         "bad value in another stanza",
