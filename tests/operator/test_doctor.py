@@ -48,7 +48,8 @@ def setup(tmp_path: Path, sim: Simulator, nomad: NomadApiDouble) -> dict[str, Pa
     cfg.write_text(
         f'plugin "{PLUGIN_NAME}" {{\n  config {{\n'
         f'    xdm_socket = "{sim.dp2mgr_path}"\n    config_socket = "{sim.config_path}"\n'
-        f'    nomad_address = "{nomad.address}"\n    nomad_token = "{TOKEN}"\n  }}\n}}\n'
+        f'    nomad_address = "{nomad.address}"\n    nomad_token = "{TOKEN}"\n'
+        f'    data_dir = "{tmp_path / "data"}"\n  }}\n}}\n'
     )
     plugins = tmp_path / "plugins"
     plugins.mkdir()

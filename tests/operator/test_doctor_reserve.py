@@ -37,6 +37,8 @@ def sim() -> Iterator[Simulator]:
 
 
 def findings(capsys: pytest.CaptureFixture[str], argv: list[str], host: doctor.Host) -> tuple[int, dict[str, dict]]:
+    if not any(a.startswith("data_dir=") for a in argv):  # never the default, a real node's data dir
+        argv = [*argv, "--set", f'data_dir="{host.root.parent / "data"}"']
     code = doctor.main([*argv, "--json"], host)
     doc = json.loads(capsys.readouterr().out)
     return code, {f["check"]: f for f in doc["findings"]}
@@ -205,6 +207,7 @@ def test_nvidia_plugin_beside_ours_is_a_warning(sim: Simulator, tmp_path: Path, 
 
 def test_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "nomad_plugin", "doctor", "--set", "reconcile=false"]
+    argv += ["--set", f'data_dir="{tmp_path / "data"}"']
     argv += ["--set", f'xdm_socket="{tmp_path / "none.sock"}"', "--set", 'backend="xdm"']
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
