@@ -23,30 +23,11 @@ import msgpack
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.util.hclerrors import describe_hcl_error
-from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, labelled, plain, unlabelled
+from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, plain, unlabelled
 
 
 class LauncherConfigError(ValueError):
     """A plugin config file or override that Nomad would refuse too."""
-
-
-def read_agent_file(path: str | Path) -> dict[str, Any]:
-    """Parse an agent (or plugin.hcl) file; LauncherConfigError names the file on failure."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise LauncherConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        parsed: dict[str, Any] = hcl2.loads(text)
-    except Exception as exc:  # lark raises many types; all mean "not valid HCL"
-        raise LauncherConfigError(describe_hcl_error(exc, text, str(path))) from None
-    return parsed
-
-
-def plugin_block_names(parsed: dict[str, Any]) -> list[str]:
-    """The labels of every ``plugin "<label>"`` block in a parsed agent file."""
-    return [label for label, _ in labelled(parsed.get("plugin", []))]
 
 
 def plugin_config_from_file(path: str | Path, name: str = PLUGIN_NAME) -> dict[str, Any]:
