@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 GO_PKGS := golang-go golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev \
   golang-goprotobuf-dev protobuf-compiler golang-github-zclconf-go-cty-dev \
-  golang-github-hashicorp-hcl-v2-dev golang-github-hashicorp-go-version-dev
+  golang-github-hashicorp-hcl-v2-dev golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-dev
 
 .PHONY: demo test venv go-deps lint typecheck pytest protos dist bench clean mutate promtool
 
@@ -22,7 +22,7 @@ demo: venv
 
 # Go and HashiCorp's go-plugin library from Debian, for the conformance host.
 go-deps:
-	@if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/hashicorp/go-plugin ] || [ ! -d /usr/share/gocode/src/github.com/hashicorp/go-version ]; then \
+	@if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/hashicorp/go-plugin ] || [ ! -d /usr/share/gocode/src/github.com/hashicorp/go-version ] || [ ! -f /usr/share/gocode/src/github.com/hashicorp/hcl/decoder.go ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GO_PKGS) >/dev/null; \
 	  else echo "conformance host needs: sudo apt-get install $(GO_PKGS)"; exit 1; fi; fi
 

@@ -39,6 +39,18 @@ def _nvml_usable() -> bool:
     return nvml_available()
 
 
+def accept_config(msgpack_config: bytes) -> PluginConfig:
+    """SetConfig's verdict on ``msgpack_config``: the validated config, or ``ConfigError``.
+
+    The one code path for the plugin's SetConfig and ``doctor``'s config check,
+    so doctor can never accept what the plugin refuses."""
+    from nomad_plugin.config.decode import decode_config
+
+    config = decode_config(msgpack_config)
+    validate_config(config)
+    return config
+
+
 def validate_config(config: PluginConfig) -> None:
     """Checks that need more than the decoder: an ``xdm_schema`` path must compile
     (``ConfigError`` naming the file and the parser's message). Reads only local

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nomad_plugin.cli.helptext import help_text
 from nomad_plugin.jobspec import JobParseError, evaluate_job
 from nomad_plugin.jobspec.evaluate import OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN
 from nomad_plugin.jobspec.groups import ParsedJob, parse_job
@@ -64,7 +65,7 @@ examples:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nomad-device-lingjun check-job",
-        description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None,
+        description=help_text(__doc__, 1),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nomad_plugin.cli.helptext import help_text
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError, load_config
 from nomad_plugin.launcher.live import socket_overrides
@@ -52,9 +53,7 @@ RECOVERY_DELAY = "2s"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun demo", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
+    p = argparse.ArgumentParser(prog="nomad-device-lingjun demo", description=help_text(__doc__))
     p.add_argument("--profile", default="h800-8", help="simulated node (default h800-8; see xdm-sim --help)")
     p.add_argument("--seconds", type=float, default=3.0, help="seconds of live stats to collect (default 3)")
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")

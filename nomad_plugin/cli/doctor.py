@@ -1,4 +1,4 @@
-"""``nomad-device-lingjun doctor``: check a node's install and say what to fix.
+"""nomad-device-lingjun doctor: check a node's install and say what to fix.
 
 Each check yields a finding (ok / warn / fail) with a concrete next step:
 config decoded by the plugin's own decoder (HCL -> msgpack -> decode_config,
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
-from nomad_plugin.config.decode import decode_config
+from nomad_plugin.cli.helptext import help_text
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.launcher.agent_files import PluginBlocks, find_plugin_blocks, plugin_user_config
+from nomad_plugin.launcher.agent_files import PluginBlocks, duplicate_notes, find_plugin_blocks, plugin_user_config
 from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config, parse_override
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad_view.render import Style
@@ -71,6 +71,7 @@ class Doctor:
     findings: list[Finding] = field(default_factory=list)
     config: PluginConfig | None = None
     blocks: PluginBlocks | None = None
+    verbose: bool = False
 
     def add(self, check: str, status: str, summary: str, next_step: str = "") -> Finding:
         finding = Finding(check, status, summary, next_step)
@@ -79,17 +80,36 @@ class Doctor:
 
     # --------------------------------------------------------------- checks
     def check_config(self) -> None:
+        """The agent's verdict: its parser (HCL v1 rules), the schema's types, then the plugin's own SetConfig."""
+        from nomad_plugin.backend_select import accept_config
+
         where = self.plugin_config or "(no --plugin-config: defaults)"
         try:
             user = self._user_config() if self.plugin_config else {}
             extra = dict(parse_override(o) for o in self.overrides)
-            self.config = decode_config(msgpack_config(full_config(user, extra)))
+            data = msgpack_config(full_config(user, extra))
+            self.config = accept_config(data)
         except (LauncherConfigError, PluginError) as exc:
             self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
             self.config = None
             return
+        from nomad_plugin.config.decode import deprecated_spellings
+
+        for warning in deprecated_spellings(data):
+            self.add("config", WARN, warning, "the old spelling still works; the plugin logs the same warning")
+        for note in duplicate_notes(self.blocks) if self.blocks is not None else []:
+            self.add(
+                "plugin block",
+                WARN,
+                note,
+                f'keep one plugin "{PLUGIN_NAME}" block with one config block: what the agent drops silently is '
+                "easily edited by mistake",
+            )
         self.add(
-            "config", OK, f"{where}: decoded by the plugin's own SetConfig decoder (backend {self.config.backend})"
+            "config",
+            OK,
+            f"{where}: read as the Nomad agent reads it and accepted by the plugin's SetConfig "
+            f"(backend {self.config.backend})",
         )
         if not self.config.enabled:
             self.add(
@@ -271,16 +291,17 @@ class Doctor:
             client.close()
 
     def _schema(self, client: Any) -> None:
-        """The binding report of XDM's schema (``xdm_schema``), printed in full."""
+        """How XDM's schema (``xdm_schema``) bound; the field-by-field report with ``--verbose``."""
         try:
             client.binding()
         except PluginError as exc:
             if getattr(exc, "kind", "") != "schema-mismatch":
                 return  # XDM unreachable: the "xdm" check says why
         bound = client.last_binding
-        report = "\n".join(["", *bound.report_lines()]) if bound is not None else ""
+        report = "\n".join(["", *bound.report_lines()]) if bound is not None and self.verbose else ""
         if client.last_bind_error:
-            self.add("xdm schema", FAIL, client.last_bind_error + report, _SCHEMA_NEXT_STEP)
+            more = "" if self.verbose else " (`doctor --verbose` prints the field-by-field binding report)"
+            self.add("xdm schema", FAIL, client.last_bind_error + report, _SCHEMA_NEXT_STEP + more)
         elif bound is not None:
             self.add("xdm schema", OK, f"bound from {bound.source}{report}")
 
@@ -424,9 +445,12 @@ class Doctor:
         except OSError as exc:
             self.add("grants", SKIP, f"data_dir {self.config.data_dir} cannot be read: {exc}")
             return
-        state = load_state(state_path(self.config.data_dir)) if running else None
-        if state is None:
+        if not running:
             self.add("grants", SKIP, "no running plugin on this data_dir (see `nomad-device-lingjun grants`)")
+            return
+        state = load_state(state_path(self.config.data_dir))
+        if state is None:
+            self.add("grants", SKIP, "a plugin runs on this data_dir; it has not reported its grants' owners yet")
             return
         if not state.unverifiable:
             self.add("grants", OK, f"the running plugin can verify every grant ({len(state.claims)} claimed)")
@@ -454,9 +478,17 @@ class Doctor:
             )
             return
         blocks = self._block_names()
+        try:
+            entries = sorted(directory.iterdir())
+        except OSError as exc:
+            self.add("plugin dir", FAIL, f"{directory} cannot be listed: {exc.strerror or exc}", "run doctor as root")
+            return
         self._check_nvidia_neighbour(directory, blocks or set())
-        ours = [p for p in sorted(directory.iterdir()) if PLUGIN_NAME in p.name or "lingjun" in p.name]
-        if not ours:
+        # The agent runs every executable file of plugin_dir whose name (less ".exe") a plugin block names
+        # and skips the rest (helper/pluginutils/loader scan): our file is judged, a checksum beside it is not.
+        ours = [p for p in entries if p.name in (PLUGIN_NAME, PLUGIN_NAME + ".exe")]
+        renamed = [p for p in entries if p not in ours and "lingjun" in p.name and _executable_file(p)]
+        if not ours and not renamed:
             self.add(
                 "plugin dir",
                 FAIL,
@@ -464,11 +496,11 @@ class Doctor:
                 f"copy dist/{PLUGIN_NAME} to {directory / PLUGIN_NAME} and chmod 0755 it",
             )
             return
-        for path in ours:
+        for path in [*ours, *renamed]:
             name = path.name[:-4] if path.name.endswith(".exe") else path.name
             if path.is_dir():
                 self.add("plugin file", FAIL, f"{path} is a directory", "Nomad skips sub-directories of plugin_dir")
-            elif not os.stat(path).st_mode & 0o111:
+            elif not _executable_file(path):
                 self.add(
                     "plugin file",
                     FAIL,
@@ -539,21 +571,37 @@ class Doctor:
             "Docker's runtime option); docker/exec tasks get device nodes and env from the plugin without it",
         )
 
-    def run(self) -> list[Finding]:
-        self.check_config()
+    def run(self, config_only: bool = False) -> list[Finding]:
+        self._guard("config", self.check_config)
+        if config_only:
+            return self.findings
         if self.config is not None:
-            self.check_data_dir()
-            if self.backend_name() == "nvml":
+            self._guard("data dir", self.check_data_dir)
+            if self._guard("backend", self.backend_name) == "nvml":
                 self.add("sockets", SKIP, "the plugin would use the NVML backend: XDM sockets not used")
-                self.check_nvml()
-            elif self.check_sockets():
-                self.check_xdm()
-            self.check_nomad()
-            self.check_node_meta()
-            self.check_grants()
-        self.check_plugin_dir()
-        self.check_runtime()
+                self._guard("nvml", self.check_nvml)
+            elif self._guard("sockets", self.check_sockets):
+                self._guard("xdm", self.check_xdm)
+            self._guard("nomad api", self.check_nomad)
+            self._guard("node meta", self.check_node_meta)
+            self._guard("grants", self.check_grants)
+        self._guard("plugin dir", self.check_plugin_dir)
+        self._guard("lj-runtime", self.check_runtime)
         return self.findings
+
+    def _guard(self, check: str, step: Callable[[], Any]) -> Any:
+        """Run one check; anything it did not foresee (a permission, a vanished file) becomes a finding."""
+        try:
+            return step()
+        except PermissionError as exc:
+            self.add(
+                check, FAIL, f"permission denied: {exc.filename or exc}", "run doctor as root (sudo), as the agent runs"
+            )
+        except OSError as exc:
+            self.add(check, FAIL, f"{exc.filename or 'a file'}: {exc.strerror or exc}", "check the path named here")
+        except Exception as exc:  # the doctor must finish and say what it saw, never print a traceback
+            self.add(check, FAIL, f"doctor could not finish this check: {type(exc).__name__}: {exc}", "report this")
+        return None
 
 
 _SCHEMA_NEXT_STEP = (
@@ -568,17 +616,26 @@ def _nvml_usable() -> bool:
     return usable()
 
 
+def _executable_file(path: Path) -> bool:
+    try:
+        return path.is_file() and bool(os.stat(path).st_mode & 0o111)
+    except OSError:
+        return False
+
+
 def data_dir_problem(path: Path) -> str:
     """Why the journal cannot live in ``path`` ("" if it can), tried for real and left as found."""
-    if path.exists() and not path.is_dir():
-        return "exists but is not a directory"
-    from nomad_plugin.journal.datadir import problem  # the plugin's own rules: owner, mode, system dirs
-
-    found = problem(path)
-    if found is not None:
-        return found
     created: list[Path] = []
+    found: os.stat_result | None = None
     try:
+        if path.exists() and not path.is_dir():
+            return "exists but is not a directory"
+        from nomad_plugin.journal.datadir import problem  # the plugin's own rules: owner, mode, system dirs
+
+        rule = problem(path)
+        if rule is not None:
+            return rule
+        found = path.stat() if path.exists() else None
         missing = [p for p in (path, *path.parents) if not p.exists()]
         for directory in reversed(missing):
             directory.mkdir(mode=0o700)
@@ -596,6 +653,9 @@ def data_dir_problem(path: Path) -> str:
         for directory in reversed(created):
             with contextlib.suppress(OSError):
                 directory.rmdir()
+        if found is not None:  # the probe file's coming and going changed the directory's times
+            with contextlib.suppress(OSError):
+                os.utime(path, ns=(found.st_atime_ns, found.st_mtime_ns))
     return ""
 
 
@@ -605,6 +665,11 @@ def _config_next_step(message: str) -> str:
         return (
             "point --plugin-config at the agent config file or directory the Nomad client is started with "
             "(its -config), e.g. /etc/nomad.d"
+        )
+    if "not valid in a Nomad agent config" in message:
+        return (
+            "write the value as the agent's parser (HCL v1) expects it, as shown above: Nomad refuses to start with "
+            "this file"
         )
     if "not valid HCL" in message or "not valid JSON" in message:  # "F is not valid ..." or "F:L:C: not valid ..."
         return "fix the syntax at the place shown: Nomad refuses to start with a config file it cannot parse"
@@ -637,27 +702,45 @@ def _xdm_next_step(kind: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun doctor", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
-    p.add_argument("--plugin-config", help="agent file with the plugin block (e.g. /etc/nomad.d/plugin.hcl)")
+    p = argparse.ArgumentParser(prog="nomad-device-lingjun doctor", description=help_text(__doc__))
+    p.add_argument("--plugin-config", help="agent file or directory with the plugin block (e.g. /etc/nomad.d)")
     p.add_argument("--plugin-dir", help="the agent's plugin_dir (checks the file's name and execute bit)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where /etc and /usr/local live
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--verbose", action="store_true", help="also print XDM's field-by-field schema binding report")
+    p.add_argument(
+        "--config-only",
+        action="store_true",
+        help="check the plugin block alone: what the agent's parser and the plugin's SetConfig say (no node checks)",
+    )
     return p
 
 
 MARKS = {OK: ("[ OK ]", "green"), WARN: ("[WARN]", "yellow"), FAIL: ("[FAIL]", "red"), SKIP: ("[SKIP]", "dim")}
 
 
+def summary_line(findings: list[Finding]) -> str:
+    """One line that answers "can I restart the agent?"."""
+    counts = {status: sum(1 for f in findings if f.status == status) for status in (OK, WARN, FAIL, SKIP)}
+    tally = f"{counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failed, {counts[SKIP]} skipped"
+    if counts[FAIL]:
+        first = next(f for f in findings if f.status == FAIL)
+        return f"doctor: {tally}: fix the failures above first ({first.check}), then run doctor again"
+    if counts[WARN]:
+        return f"doctor: {tally}: this node can run the plugin; read the warnings above"
+    return f"doctor: {tally}: this node can run the plugin"
+
+
 def main(argv: list[str], host: Host | None = None) -> int:
     args = parser().parse_args(argv)
     doctor = Doctor(args.plugin_config, args.plugin_dir, args.set, host or Host(root=Path(args.root)))
-    findings = doctor.run()
+    doctor.verbose = args.verbose
+    findings = doctor.run(config_only=args.config_only)
     failed = any(f.status == FAIL for f in findings)
     if args.json:
-        sys.stdout.write(json.dumps({"ok": not failed, "findings": [f.to_json() for f in findings]}, indent=2) + "\n")
+        doc = {"ok": not failed, "summary": summary_line(findings), "findings": [f.to_json() for f in findings]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 1 if failed else 0
     style = Style(sys.stdout)
     for f in findings:
@@ -665,7 +748,5 @@ def main(argv: list[str], host: Host | None = None) -> int:
         sys.stdout.write(f"{style(mark, colour, 'bold')} {f.check}: {f.summary}\n")
         if f.next_step and f.status in (FAIL, WARN):
             sys.stdout.write(f"       next step: {f.next_step}\n")
-    sys.stdout.write(
-        style("\nall checks passed\n" if not failed else "\nsome checks failed: see the next steps above\n", "bold")
-    )
+    sys.stdout.write(style(summary_line(findings), "bold") + "\n")
     return 1 if failed else 0

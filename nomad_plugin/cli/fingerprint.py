@@ -19,7 +19,7 @@ from typing import Any
 
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
 from nomad_plugin.launcher.live import LiveNode
-from nomad_plugin.nomad_view.render import Style, fingerprint_text
+from nomad_plugin.nomad_view.render import Style, fingerprint_summary, fingerprint_text
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,6 +35,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print JSON (readable by check-job --fingerprint)")
+    p.add_argument(
+        "--detail",
+        action="store_true",
+        help="every group's attributes and every instance, as nomad node status -verbose shows them "
+        "(default: one line per group)",
+    )
     return p
 
 
@@ -61,7 +67,8 @@ def main(argv: list[str]) -> int:
             if args.json:
                 keys = _plugin_keys(dict(node.config), args.timeout)
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
-        sys.stderr.write(f"fingerprint: {exc}\n(run `nomad-device-lingjun doctor` for a step-by-step check)\n")
+        first = " ".join(str(exc).split())
+        sys.stderr.write(f"fingerprint: {first} (nomad-device-lingjun doctor checks the node step by step)\n")
         return 1
     if args.json:
         doc = {"source": source, "groups": [g.to_json() for g in groups], **keys}
@@ -70,5 +77,10 @@ def main(argv: list[str]) -> int:
     devices = sum(len(g.devices) for g in groups)
     healthy = sum(len(g.healthy_ids) for g in groups)
     header = f"{len(groups)} device group(s), {devices} instances ({healthy} healthy) from {source}"
-    sys.stdout.write("\n".join([header, "", *fingerprint_text(groups, Style(sys.stdout))]))
+    style = Style(sys.stdout)
+    if args.detail:
+        body = fingerprint_text(groups, style)
+    else:
+        body = [*fingerprint_summary(groups, style), "", "(--detail prints every attribute and instance)"]
+    sys.stdout.write("\n".join([header, "", *body]) + "\n")
     return 0

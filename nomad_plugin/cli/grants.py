@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nomad_plugin.config.decode import decode_config
+from nomad_plugin.backend_select import accept_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import EntryState, Journal, JournalCorrupt, JournalEntry, OwnerLock, plugin_running
 from nomad_plugin.launcher.config import (
@@ -74,7 +74,7 @@ def load_config(plugin_config: str | None, overrides: list[str]) -> PluginConfig
     try:
         user = plugin_config_from_file(plugin_config) if plugin_config else {}
         extra = dict(parse_override(o) for o in overrides)
-        return decode_config(msgpack_config(full_config(user, extra)))
+        return accept_config(msgpack_config(full_config(user, extra)))
     except (LauncherConfigError, PluginError) as exc:
         raise GrantsError(f"{plugin_config or '(defaults)'}: {exc}") from None
 
@@ -334,6 +334,11 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
         doc = report(config, env)
     except (GrantsError, ValueError) as exc:
         sys.stderr.write(f"grants: {exc}\n")
+        return 2
+    except OSError as exc:
+        where = exc.filename or "the data_dir"
+        why = exc.strerror or str(exc)
+        sys.stderr.write(f"grants: {where}: {why} (data_dir must be the plugin's directory; run as root)\n")
         return 2
     if opts.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -54,7 +54,25 @@ Run `nomad-device-lingjun <command> --help` for details.
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Run a command; a closed stdout ends it quietly, whatever wrote to it (argparse's --help too)."""
+    try:
+        code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return closed_pipe_exit()
+    except SystemExit:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return closed_pipe_exit()
+        raise
+    return code
+
+
+INTERNAL_ERROR = "internal error"  # tests/operator/test_dist_adverse.py fails on it: a case to handle
+
+
+def _dispatch(args: list[str]) -> int:
     if not args:
         if os.environ.get(MAGIC_COOKIE_KEY) is None:
             sys.stderr.write(USAGE)
@@ -74,18 +92,34 @@ def main(argv: list[str] | None = None) -> int:
         return self_check()
     entry = SUBCOMMANDS.get(args[0])
     if entry is None:
-        sys.stderr.write(f"unknown command {args[0]!r}\n\n{USAGE}")
+        import difflib
+
+        close = difflib.get_close_matches(args[0], list(SUBCOMMANDS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        sys.stderr.write(f"unknown command {args[0]!r}{hint}\n\n{USAGE}")
         return 2
     if args[0] == "serve":
         from nomad_plugin.goplugin.polling import choose_polling
 
         choose_polling()  # before grpc is imported: it reads GRPC_EXPERIMENTS once
     module = importlib.import_module(entry[0])
-    try:
+    if args[0] == "serve":
         result: int = module.main(args[1:])
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return closed_pipe_exit()
+        return result
+    try:
+        result = module.main(args[1:])
+    except (BrokenPipeError, SystemExit):
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return 130  # 128 + SIGINT, as a shell reports Ctrl-C
+    except Exception as exc:  # a case the command did not foresee: one line, never a traceback
+        detail = " ".join(str(exc).split())[:300]
+        sys.stderr.write(
+            f"nomad-device-lingjun {args[0]}: {INTERNAL_ERROR}: {type(exc).__name__}: {detail} "
+            "(a bug: please report it with the command line)\n"
+        )
+        return 70  # EX_SOFTWARE
     return result
 
 

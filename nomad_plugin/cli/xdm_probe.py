@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from nomad_plugin.cli.helptext import help_text
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
 from nomad_plugin.launcher.live import socket_overrides
@@ -34,9 +35,7 @@ from nomad_plugin.xdm.errors import socket_problem
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun xdm-probe", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
+    p = argparse.ArgumentParser(prog="nomad-device-lingjun xdm-probe", description=help_text(__doc__))
     p.add_argument("--socket-dir", help="directory with dp2mgr.sock and config-daemon.sock (default: from the config)")
     p.add_argument("--plugin-config", help="agent file with the plugin block (sockets, xdm_service, timeout)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
@@ -126,7 +125,13 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
             ("ListAndWatch (first push)", first_push, "dp2mgr", adapter.list_and_watch_request(), True),
             ("ExporterGetConfig", client.exporter_get_config, "dp2mgr", adapter.exporter_get_config_request(), False),
             ("ExporterGetStatus", client.exporter_get_status, "dp2mgr", adapter.exporter_get_status_request(), False),
-            ("QueryStatus", client.query_status, "config-daemon", adapter.query_status_request(), False),
+            (
+                "QueryStatus",
+                lambda: _query_status(client, config),
+                "config-daemon",
+                adapter.query_status_request(),
+                False,
+            ),
         ]
         for name, call, sock, request, streaming in steps:
             entry: dict[str, Any] = {"rpc": name, "socket": sock}
@@ -162,6 +167,28 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
         and not report["binding"]["error"]
     )
     return report
+
+
+def _query_status(client: Any, config: Any) -> Any:
+    """QueryStatus, whose failure names config-daemon.sock: the socket it goes to is checked first,
+    and a failure that came from dp2mgr.sock (where XDM's schema is bound) says so."""
+    from nomad_plugin.model.errors import BackendUnavailable
+    from nomad_plugin.xdm.errors import socket_problem
+
+    problem = socket_problem(config.config_socket)
+    if problem is not None:
+        raise problem
+    try:
+        return client.query_status()
+    except PluginError as exc:
+        text = str(exc)
+        if config.xdm_socket in text and config.config_socket not in text:
+            raise BackendUnavailable(
+                f"QueryStatus was not sent to {config.config_socket}: it needs XDM's schema, which is bound "
+                f"through {config.xdm_socket}, and that failed: {text}",
+                kind=getattr(exc, "kind", "unavailable"),
+            ) from None
+        raise
 
 
 def _text(report: dict[str, Any]) -> list[str]:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.container import STYLES
@@ -142,9 +147,81 @@ def main(argv: list[str]) -> int:
     )
     from nomad_plugin.sim import Simulator
 
+    socket_dir = Path(args.socket_dir)
+    problem = socket_dir_problem(socket_dir)
+    if problem:
+        sys.stderr.write(f"xdm-sim: {problem}\n")
+        return 2
+    lock = claim_socket_dir(socket_dir)
+    if isinstance(lock, str):
+        sys.stderr.write(f"xdm-sim: {lock}\n")
+        return 2
     try:
-        sim = Simulator(
-            Path(args.socket_dir),
+        return _serve(args, socket_dir, Simulator)
+    finally:
+        with contextlib.suppress(OSError):
+            (socket_dir / LOCK_NAME).unlink()
+        os.close(lock)
+
+
+SOCKET_NAMES = ("dp2mgr.sock", "config-daemon.sock", "xdm-sim-control.sock")
+LOCK_NAME = "xdm-sim.lock"
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its terminating NUL
+
+
+def socket_dir_problem(socket_dir: Path) -> str:
+    """Why the simulator cannot serve in ``socket_dir`` ("" if it can): a path too long for a Unix
+    socket, or a socket there that answers (a running XDM or simulator; it is never replaced)."""
+    for name in SOCKET_NAMES:
+        path = socket_dir / name
+        size = len(os.fsencode(str(path.absolute())))
+        if size > MAX_SOCKET_PATH:
+            return (
+                f"--socket-dir {socket_dir} is too long: {path} would be {size} bytes and a Unix socket path "
+                f"holds at most {MAX_SOCKET_PATH}; choose a shorter directory (e.g. /tmp/xdm)"
+            )
+    for name in SOCKET_NAMES:
+        path = socket_dir / name
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(1.0)
+            probe.connect(str(path))
+        except OSError:
+            continue  # absent or stale: the simulator may take the name
+        finally:
+            probe.close()
+        return (
+            f"{path} is served by a running process (an XDM daemon or another simulator); xdm-sim leaves it "
+            "alone: stop that process first or choose another --socket-dir"
+        )
+    return ""
+
+
+def claim_socket_dir(socket_dir: Path) -> int | str:
+    """An exclusive lock on ``socket_dir`` (its file descriptor), or why another simulator holds it."""
+    try:
+        socket_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(socket_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        return f"--socket-dir {socket_dir}: {exc.strerror or exc}"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        return (
+            f"another xdm-sim (pid {holder}) serves {socket_dir}; its sockets are left alone: stop it first or "
+            "choose another --socket-dir"
+        )
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _serve(args: argparse.Namespace, socket_dir: Path, simulator: Any) -> int:
+    try:
+        sim = simulator(
+            socket_dir,
             "nvml" if args.nvml_mirror else args.profile,
             state_file=args.state_file,
             style=args.style,
@@ -157,7 +234,7 @@ def main(argv: list[str]) -> int:
             schema=args.schema,
             reflection=args.reflection == "on",
         )
-    except (ValueError, RuntimeError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:
         sys.stderr.write(f"xdm-sim: {exc}\n")
         return 2
     done = threading.Event()
@@ -168,7 +245,12 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
-    sim.start()
+    try:
+        sim.start()
+    except (OSError, RuntimeError) as exc:
+        sim.stop()
+        sys.stderr.write(f"xdm-sim: cannot serve in {socket_dir}: {exc}\n")
+        return 2
     log = get_logger("sim")
     for card in sim.cards:
         log.info(

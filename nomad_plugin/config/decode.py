@@ -12,6 +12,7 @@ anything else, whatever the bytes.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -43,6 +44,9 @@ LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 # Nomad refuses a dynamic meta key that is not a dotted HCL identifier (NodeMetaApplyRequest.Validate).
 META_PREFIX = re.compile(r"(?:[A-Za-z][A-Za-z0-9_-]*\.){1,8}")
 SHOWN_CHARS = 60
+# Old spellings of a mode, accepted with a warning (deprecated_spellings): "share" is what
+# LINGJUN_MODE once said for a time-division share.
+DEPRECATED_MODES = {"share": "tdm"}
 REDACTED = "<redacted>"
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -159,6 +163,8 @@ def decode_string(opt: Option, value: Any, name: str) -> str:
     if len(value) > MAX_STRING or "\x00" in value:
         raise invalid(name, value, allowed, opt.secret, f"is too long or holds a NUL (max {MAX_STRING} chars)")
     text: str = value.strip().lower() if opt.name == "log_level" else value
+    if opt.name in ("default_mode", "mode"):
+        text = DEPRECATED_MODES.get(text, text)
     if opt.choices and text not in opt.choices:
         raise invalid(name, value, allowed, opt.secret, "is not one of the choices")
     return text
@@ -284,7 +290,9 @@ def _decode_object(
     for key in raw:
         if not isinstance(key, str) or (key not in known and key not in extra):
             names = ", ".join(sorted([*known, *extra]))
-            raise ConfigError(f"{where}: unknown option {show(key)}; allowed options: {names}")
+            close = difflib.get_close_matches(str(key), sorted([*known, *extra]), n=1, cutoff=0.75)
+            hint = f'; did you mean "{close[0]}"?' if close else ""
+            raise ConfigError(f"{where}: unknown option {show(key)}{hint}; allowed options: {names}")
     values: dict[str, Any] = {}
     for opt in options:
         value = raw.get(opt.name)
@@ -507,6 +515,29 @@ def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> Non
         )
     values["fingerprint_period"] = period
     values["inventory_resync_period"] = max(MIN_FINGERPRINT_PERIOD_S, period)
+
+
+def deprecated_spellings(data: bytes) -> list[str]:
+    """Warnings for deprecated spellings in ``msgpack_config`` (decoding accepts them; SetConfig logs
+    these and doctor shows them). Empty for anything that does not decode."""
+    try:
+        raw = unpack(data) if data else None
+    except ConfigError:
+        return []
+    if not isinstance(raw, dict):
+        return []
+    found: list[str] = []
+    modes = [("default_mode", raw.get("default_mode"))]
+    cards = raw.get(CARD_BLOCK)
+    for index, card in enumerate(cards if isinstance(cards, list) else []):
+        if isinstance(card, dict):
+            modes.append((f"{CARD_BLOCK}[{index}].mode", card.get("mode")))
+    for name, value in modes:
+        if isinstance(value, str) and value in DEPRECATED_MODES:
+            found.append(f'{name} = "{value}" is deprecated: write "{DEPRECATED_MODES[value]}" (same meaning)')
+    if raw.get("xdm_mounts") is True:
+        found.append('xdm_mounts = true is deprecated: write container_mounts = "always" (same meaning)')
+    return found
 
 
 def secret_values(config: PluginConfig) -> list[str]:

@@ -78,11 +78,21 @@ class OwnerLock:
 
 
 def plugin_running(data_dir: str | os.PathLike[str]) -> bool:
-    """True when another process (the plugin) holds the owner lock of ``data_dir``."""
-    if not (Path(data_dir) / LOCK_NAME).exists():
+    """True when another process (the plugin) holds the owner lock of ``data_dir``.
+
+    Read-only: the lock file is opened for reading, never created or written, so an
+    operator command that only looks (doctor, ``grants`` listing) leaves the data dir as found.
+    A shared lock conflicts with the plugin's exclusive one and with nothing else."""
+    try:
+        fd = os.open(Path(data_dir) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
         return False
-    probe = OwnerLock(data_dir)
-    if probe.acquire(timeout=0.0):
-        probe.release()
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
         return False
-    return True
+    finally:
+        os.close(fd)

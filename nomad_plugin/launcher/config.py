@@ -11,6 +11,9 @@ commands drive the plugin through exactly the bytes a Nomad agent would.
 
 from __future__ import annotations
 
+import difflib
+import json
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,43 +23,18 @@ import msgpack
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.util.hclerrors import describe_hcl_error
-from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, labelled, plain, unlabelled
+from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, plain, unlabelled
 
 
 class LauncherConfigError(ValueError):
     """A plugin config file or override that Nomad would refuse too."""
 
 
-def read_agent_file(path: str | Path) -> dict[str, Any]:
-    """Parse an agent (or plugin.hcl) file; LauncherConfigError names the file on failure."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise LauncherConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        parsed: dict[str, Any] = hcl2.loads(text)
-    except Exception as exc:  # lark raises many types; all mean "not valid HCL"
-        raise LauncherConfigError(describe_hcl_error(exc, text, str(path))) from None
-    return parsed
-
-
-def plugin_block_names(parsed: dict[str, Any]) -> list[str]:
-    """The labels of every ``plugin "<label>"`` block in a parsed agent file."""
-    return [label for label, _ in labelled(parsed.get("plugin", []))]
-
-
 def plugin_config_from_file(path: str | Path, name: str = PLUGIN_NAME) -> dict[str, Any]:
     """The user-written ``config`` attributes of ``plugin "<name>"`` in ``path`` (no defaults)."""
-    parsed = read_agent_file(path)
-    blocks = [body for label, body in labelled(parsed.get("plugin", [])) if label == name]
-    if not blocks:
-        found = ", ".join(repr(n) for n in plugin_block_names(parsed)) or "none"
-        raise LauncherConfigError(f'{path}: no plugin "{name}" block (plugin blocks found: {found})')
-    configs = unlabelled(blocks[0].get("config", []))
-    if len(configs) > 1:
-        raise LauncherConfigError(f'{path}: plugin "{name}" has {len(configs)} config blocks; allowed: one')
-    return _plain_config(configs[0] if configs else {}, str(path))
+    from nomad_plugin.launcher.agent_files import find_plugin_blocks, plugin_user_config
+
+    return plugin_user_config(find_plugin_blocks(path), path, name)
 
 
 def _plain_config(raw: dict[str, Any], where: str) -> dict[str, Any]:
@@ -98,11 +76,83 @@ def _filled(
     known = {opt.name for opt in options}
     for key in raw:
         if key not in known and key not in extra:
+            hint = did_you_mean(str(key), known | set(extra))
             raise LauncherConfigError(
-                f'{where}: unsupported argument "{key}" (Nomad refuses it: "An argument named {key!r} is not '
-                f'expected here"); allowed: {", ".join(sorted(known | set(extra)))}'
+                f'{where}: unsupported argument "{key}" (Nomad refuses it: "No argument or block type is named '
+                f'{json.dumps(str(key))}"){hint}; allowed: {", ".join(sorted(known | set(extra)))}'
             )
-    return {opt.name: raw[opt.name] if raw.get(opt.name) is not None else opt.default for opt in options}
+    return {
+        opt.name: agent_value(raw[opt.name], opt, where) if raw.get(opt.name) is not None else opt.default
+        for opt in options
+    }
+
+
+def did_you_mean(word: str, choices: set[str] | list[str] | tuple[str, ...]) -> str:
+    """``; did you mean "x"?`` for a close match (as check-job suggests), else ""."""
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.75)
+    return f'; did you mean "{close[0]}"?' if close else ""
+
+
+_NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def agent_value(value: Any, opt: Option, where: str) -> Any:
+    """``value`` converted to the option's schema type as the agent's decoder does (hcldec and
+    go-cty's conversions: a number or a bool becomes a string, a numeric string a number, "true",
+    "false", "1" or "0" a bool), or LauncherConfigError with the agent's message."""
+    try:
+        return _convert(value, opt.hcl_type)
+    except TypeError as exc:
+        label = opt.name if where == "config" else f"{where}.{opt.name}"
+        raise LauncherConfigError(
+            f'{where}: Incorrect attribute value type; Inappropriate value for attribute "{opt.name}": {exc} '
+            f"(Nomad refuses it before the plugin sees it; {label} = {_brief(value)})"
+        ) from None
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _convert(value: Any, hcl_type: str) -> Any:
+    if hcl_type.startswith("list("):
+        element = hcl_type[len("list(") : -1]
+        if not isinstance(value, list):
+            raise TypeError("list of " + element.replace("map(string)", "map of string") + " required")
+        return [_convert(v, element) for v in value]
+    if hcl_type == "map(string)":
+        if not isinstance(value, dict):
+            raise TypeError("map of string required")
+        return {k: _convert(v, "string") for k, v in value.items()}
+    if value is None:
+        return None
+    if hcl_type == "string":
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(value, float):
+            return str(int(value)) if value.is_integer() else repr(value)
+        if isinstance(value, str):
+            return value
+        raise TypeError("string required")
+    if hcl_type == "number":
+        if isinstance(value, bool):
+            raise TypeError("number required")
+        if isinstance(value, (int, float)):
+            return value
+        if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
+            number = Decimal(value)
+            return int(number) if number == number.to_integral_value() else float(number)
+        raise TypeError("a number is required")
+    if hcl_type == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value in ("true", "1", "false", "0"):
+            return value in ("true", "1")
+        raise TypeError("a bool is required")
+    return value
 
 
 def full_config(user: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -110,8 +160,10 @@ def full_config(user: dict[str, Any], overrides: dict[str, Any] | None = None) -
     merged = {**user, **(overrides or {})}
     config = _filled(merged, OPTIONS, "config", extra=(CARD_BLOCK,))
     cards = merged.get(CARD_BLOCK) or []
-    if not isinstance(cards, list):
-        raise LauncherConfigError(f"config: {CARD_BLOCK} must be blocks, got {cards!r}")
+    if not isinstance(cards, list) or not all(isinstance(card, dict) for card in cards):
+        raise LauncherConfigError(
+            f'config: {CARD_BLOCK} must be blocks, card {{ match = "..." mode = "..." }}, got {_brief(cards)}'
+        )
     config[CARD_BLOCK] = [_filled(card, CARD_OPTIONS, f"{CARD_BLOCK}[{i}]") for i, card in enumerate(cards)]
     return config
 

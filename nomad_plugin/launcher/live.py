@@ -17,7 +17,8 @@ from types import TracebackType
 from typing import Any
 
 from nomad_plugin.config.options import DEFAULT_SOCKET_DIR
-from nomad_plugin.launcher.config import load_config
+from nomad_plugin.launcher.config import load_config, msgpack_config
+from nomad_plugin.launcher.process import LaunchError
 from nomad_plugin.launcher.session import Session, launch, wait_for_devices
 from nomad_plugin.nomad_view.types import DeviceGroup
 
@@ -26,6 +27,26 @@ DP2MGR, CONFIG_DAEMON = "dp2mgr.sock", "config-daemon.sock"
 
 def socket_overrides(socket_dir: str | Path) -> list[str]:
     return [f'xdm_socket="{Path(socket_dir) / DP2MGR}"', f'config_socket="{Path(socket_dir) / CONFIG_DAEMON}"']
+
+
+def preflight(config: dict[str, Any]) -> None:
+    """Stop before launching when the plugin would use XDM and XDM's socket cannot be dialled: the
+    first clear cause, in one line, instead of waiting for devices that cannot come. A config the
+    plugin refuses is left to the plugin: its SetConfig answers at once, in its own words."""
+    from nomad_plugin.backend_select import _nvml_usable, accept_config, choose_backend_name
+    from nomad_plugin.model.errors import ConfigError
+    from nomad_plugin.xdm.errors import socket_problem
+
+    try:
+        plugin_config = accept_config(msgpack_config(config))
+    except ConfigError:
+        return
+    if not plugin_config.enabled or choose_backend_name(plugin_config, _nvml_usable) != "xdm":
+        return
+    problem = socket_problem(plugin_config.xdm_socket)
+    if problem is not None:
+        nvml = "" if plugin_config.backend == "xdm" else " and NVML is not usable here"
+        raise LaunchError(f"{problem}{nvml}")
 
 
 @dataclass
@@ -86,6 +107,8 @@ class LiveNode:
         # (``config`` keeps the node_meta asked for: check-job reads the plugin's keys from it).
         extra += [f'data_dir="{self.tmp / "data"}"', "reconcile=false", "metrics_port=0"]
         self.config = load_config(self.plugin_config, [*extra, *self.overrides])
+        if not self.profile:
+            preflight(self.config)
         self.session = launch({**self.config, "node_meta": False}, plugin=self.plugin)
 
     def devices(self) -> list[DeviceGroup]:

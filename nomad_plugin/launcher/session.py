@@ -10,6 +10,7 @@ devices.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,12 +62,23 @@ def has_devices(groups: list[DeviceGroup]) -> bool:
     return any(g.devices for g in groups)
 
 
+def log_text(line: str) -> str:
+    """A plugin log line as a person reads it: hclog's JSON reduced to level and message."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line.strip()
+    if not isinstance(entry, dict) or "@message" not in entry:
+        return line.strip()
+    return f"{entry.get('@level', 'info')}: {entry['@message']}"
+
+
 def wait_for_devices(session: Session, timeout: float) -> list[DeviceGroup]:
     """The first fingerprint holding devices; LaunchError (with the plugin's last log lines) otherwise."""
     t0 = time.monotonic()
     hit = session.fingerprints.wait_for(has_devices, timeout)
     if hit is None:
-        tail = [line for line in list(session.plugin.stderr)[-4:] if line.strip()]
+        tail = [log_text(line) for line in list(session.plugin.stderr)[-4:] if line.strip()]
         why = session.fingerprints.error or f"no devices fingerprinted within {timeout:.0f} s"
         raise LaunchError(why + ("; plugin log: " + " | ".join(tail) if tail else ""))
     session.timings["first_devices"] = hit[0] - t0

@@ -24,6 +24,7 @@ each worth floor(memory_gib / 8) GiB.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -403,8 +404,13 @@ def group_level(inventory: Inventory, config: PluginConfig) -> tuple[str, str | 
         return level, None
     if not inventory.cards:
         return level, None
+    levels = sorted({lvl.name for card in inventory.cards for lvl in card.topology.levels})
+    known = ", ".join(levels) if levels else "none (XDM reports no topology)"
+    close = difflib.get_close_matches(level, levels, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
     return "", (
-        f"group_by {config.group_by!r}: no card has a topology level named {level!r}; whole cards are grouped by model"
+        f"group_by {config.group_by!r}: no card has a topology level named {level!r}{hint} (levels on this node: "
+        f"{known}); whole cards are grouped by model"
     )
 
 

@@ -15,7 +15,7 @@ import grpc
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc
-from nomad_plugin.config.decode import decode_config, secret_values
+from nomad_plugin.config.decode import secret_values
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.config.schema import config_spec
 from nomad_plugin.goplugin import logging as hclog
@@ -64,11 +64,10 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"plugin_api_version {version[:40]!r} is not supported; allowed: {DEVICE_API_VERSION}",
             )
-        from nomad_plugin.backend_select import validate_config  # after the handshake, off the launch path
+        from nomad_plugin.backend_select import accept_config  # after the handshake, off the launch path
 
         try:
-            config = decode_config(request.msgpack_config)
-            validate_config(config)
+            config = accept_config(request.msgpack_config)
         except ConfigError as exc:
             log.error("rejected configuration: %s", exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -88,6 +87,10 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
         if failure is not None:
             context.abort(*failure)
         if changed:
+            from nomad_plugin.config.decode import deprecated_spellings
+
+            for warning in deprecated_spellings(request.msgpack_config):
+                log.warning("configuration: %s", warning)
             log.info(
                 "configuration applied",
                 extra={

@@ -38,6 +38,8 @@ ENV_DEVICE_IDS = "LINGJUN_DEVICE_IDS"
 ENV_MINORS = "LINGJUN_DEVICE_MINORS"
 ENV_CARD_UUIDS = "LINGJUN_CARD_UUIDS"
 ENV_MODE = "LINGJUN_MODE"
+# LINGJUN_MODE uses the config's names for the modes: a share of a card is "tdm", as in default_mode.
+MODE_NAMES = {Kind.SHARE: "tdm"}
 ENV_CORE = "LINGJUN_CORE_LIMIT_PERCENT"
 ENV_MEMORY = "LINGJUN_MEMORY_LIMIT_GIB"
 ENV_SLICES = "LINGJUN_MIG_SLICES"
@@ -428,7 +430,7 @@ def _own_envs(grant: Grant, instances: Sequence[Instance]) -> dict[str, str]:
         ENV_DEVICE_IDS: ",".join(i.id for i in instances),
         ENV_MINORS: ",".join(_unique(str(d.minor) for d in grant.devices)),
         ENV_CARD_UUIDS: ",".join(_unique(d.uuid or _uuid_of(d.minor, instances) for d in grant.devices)),
-        ENV_MODE: kind.value,
+        ENV_MODE: MODE_NAMES.get(kind, kind.value),
         ENV_CORE: str(core),
         ENV_MEMORY: str(memory),
     }

@@ -70,6 +70,35 @@ def fingerprint_text(groups: list[DeviceGroup], style: Style, with_devices: bool
     return lines
 
 
+SUMMARY_ATTRIBUTES = ("memory", "share_memory", "share_core_percent", "mig_slices", "numa_node", "pci_bus_id")
+
+
+def fingerprint_summary(groups: list[DeviceGroup], style: Style) -> list[str]:
+    """One line per group (instances, healthy, the attributes a job constrains on most), then
+    every unhealthy instance with its reason: the answer without the 80-instance listing."""
+    if not groups:
+        return ["(no devices fingerprinted)"]
+    shown = [a for a in SUMMARY_ATTRIBUTES if any(a in g.attributes for g in groups)]
+    header = ["GROUP", "INSTANCES", "HEALTHY", *shown]
+    rows = [
+        [
+            g.full_name,
+            str(len(g.devices)),
+            str(sum(1 for d in g.devices if d.healthy)),
+            *(g.attributes[a].render() if a in g.attributes else "-" for a in shown),
+        ]
+        for g in groups
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [style("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), "bold")]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    sick = [(g, d) for g in groups for d in g.devices if not d.healthy]
+    if sick:
+        lines += ["", style(f"{len(sick)} unhealthy instance(s):", "red")]
+        lines += [f"  {g.full_name}[{d.id}]: {d.health_description or 'no reason given'}" for g, d in sick]
+    return lines
+
+
 def stats_text(instances: list[InstanceStats], style: Style) -> list[str]:
     """Per instance: the summary line, then "Device Stats" (flattened, sorted)."""
     lines: list[str] = []

@@ -36,7 +36,7 @@ GO_IMPORT_ROOT = "lingjunconf"
 DEBIAN_PACKAGES = (
     "golang-go golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev "
     "golang-goprotobuf-dev protobuf-compiler golang-github-zclconf-go-cty-dev "
-    "golang-github-hashicorp-hcl-v2-dev golang-github-hashicorp-go-version-dev"
+    "golang-github-hashicorp-hcl-v2-dev golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-dev"
 )
 
 # One protoc run per Go package (legacy protoc-gen-go wants that).
@@ -63,6 +63,9 @@ def missing_tools() -> list[str]:
     for pkg in ("github.com/hashicorp/go-plugin", "github.com/hashicorp/hcl/v2", "github.com/hashicorp/go-version"):
         if not (SYSTEM_GOPATH / "src" / pkg).is_dir():
             missing.append(str(SYSTEM_GOPATH / "src" / pkg))
+    hcl1 = SYSTEM_GOPATH / "src" / "github.com/hashicorp/hcl" / "decoder.go"  # HCL v1, the agent's parser
+    if not hcl1.is_file():
+        missing.append(str(hcl1))
     return missing
 
 

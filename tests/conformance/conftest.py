@@ -14,7 +14,7 @@ from tests.conformance.hostlib import HostProcess, HostRun, build_host, real_plu
 GO_PACKAGES = (
     "golang-go golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev golang-goprotobuf-dev "
     "protobuf-compiler golang-github-zclconf-go-cty-dev golang-github-hashicorp-hcl-v2-dev "
-    "golang-github-hashicorp-go-version-dev"
+    "golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-dev"
 )
 
 

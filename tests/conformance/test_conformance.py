@@ -36,11 +36,14 @@ def _assert_clean_shutdowns(run: HostRun, launches: int) -> None:
 # ---------------------------------------------------------------- real plugin
 
 
-def test_real_plugin_passes_all_three_launches(interactive_host: Interactive, plugin_executable: Path) -> None:
+def test_real_plugin_passes_all_three_launches(
+    interactive_host: Interactive, plugin_executable: Path, tmp_path: Path
+) -> None:
     proc = interactive_host(
         [
             "--plugin", str(plugin_executable), "--config", str(REPO / "plugin.hcl"),
             "--phase", "all", "--duration", "0", "--stats-interval", "0.5",
+            "--set", f'data_dir="{tmp_path / "data"}"',  # never the default, a real node's journal
         ]
     )  # fmt: skip
     proc.wait_for(_is_stats(2), timeout=60)

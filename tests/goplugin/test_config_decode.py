@@ -385,7 +385,7 @@ EXACT_MESSAGES_2 = [
     ),
     (
         {"bakend": "xdm"},
-        "config: unknown option 'bakend'; allowed options: "
+        "config: unknown option 'bakend'; did you mean \"backend\"?; allowed options: "
         + ", ".join(sorted([*[o.name for o in OPTIONS], CARD_BLOCK])),
     ),
 ]

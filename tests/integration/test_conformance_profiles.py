@@ -269,7 +269,7 @@ def _check_grant(out: Outcome, tag: str, attrs: dict[GroupKey, dict[str, Any]]) 
         share_core = attr_value(attrs[key], "share_core_percent")
         share_mem = attr_value(attrs[key], "share_memory")
         assert (grant.core, grant.memory, grant.slice) == (min(100, 3 * share_core), 3 * share_mem, 0), grant
-        assert envs["LINGJUN_MODE"] == "share"
+        assert envs["LINGJUN_MODE"] == "tdm"
         assert envs["LINGJUN_CORE_LIMIT_PERCENT"] == str(grant.core)
         assert envs["LINGJUN_MEMORY_LIMIT_GIB"] == str(grant.memory)
     else:

@@ -121,7 +121,7 @@ def test_bad_inputs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_fingerprint_command_text(capsys: pytest.CaptureFixture[str]) -> None:
-    assert fingerprint.main(["--profile", "m890p-8"]) == 0
+    assert fingerprint.main(["--profile", "m890p-8", "--detail"]) == 0
     out = capsys.readouterr().out
     assert "Device Group Attributes: alibaba/ppu/PPU M890P  (8/8 healthy)" in out
     assert "memory                   = 147456 MiB" in out

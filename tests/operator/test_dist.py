@@ -115,7 +115,8 @@ def test_conformance_host_passes_the_dist_file_without_python(
         pytest.skip("`go` is not installed (the conformance host needs it; `make test` installs it)")
     host = start_host(
         ["--plugin", str(dist), "--config", str(REPO / "plugin.hcl"),
-         "--phase", "all", "--duration", "0", "--stats-interval", "0.5"],
+         "--phase", "all", "--duration", "0", "--stats-interval", "0.5",
+         "--set", f'data_dir="{tmp_path / "data"}"'],  # never plugin.hcl's default, a real node's journal
         env=no_python, binary=build_host(), cwd=tmp_path,
     )  # fmt: skip
     try:

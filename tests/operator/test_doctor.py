@@ -48,7 +48,8 @@ def setup(tmp_path: Path, sim: Simulator, nomad: NomadApiDouble) -> dict[str, Pa
     cfg.write_text(
         f'plugin "{PLUGIN_NAME}" {{\n  config {{\n'
         f'    xdm_socket = "{sim.dp2mgr_path}"\n    config_socket = "{sim.config_path}"\n'
-        f'    nomad_address = "{nomad.address}"\n    nomad_token = "{TOKEN}"\n  }}\n}}\n'
+        f'    nomad_address = "{nomad.address}"\n    nomad_token = "{TOKEN}"\n'
+        f'    data_dir = "{tmp_path / "data"}"\n  }}\n}}\n'
     )
     plugins = tmp_path / "plugins"
     plugins.mkdir()
@@ -222,12 +223,23 @@ def renumbered_sim() -> Iterator[Simulator]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_schema_binding_report_is_printed(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_schema_binding_report_only_with_verbose(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, found = run(setup, capsys)
     assert code == 0 and found["xdm schema"]["status"] == "ok"
+    assert found["xdm schema"]["summary"] == "bound from builtin"
+    code, found = run(setup, capsys, "--verbose")
     summary = found["xdm schema"]["summary"]
     assert summary.startswith("bound from builtin")
     assert "Device.totalMemory -> xdm.Device.totalMemory #6 int64" in summary
+
+
+def test_healthy_node_ends_with_one_summary_line(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--plugin-config", str(setup["config"]), "--plugin-dir", str(setup["plugins"])]
+    code = doctor.main(argv, doctor.Host(root=setup["root"]))
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert lines[-1].startswith("doctor: ") and "0 failed" in lines[-1] and "can run the plugin" in lines[-1]
+    assert len(lines) <= 30, "\n".join(lines)  # one line per check (and its next step), not the binding report
 
 
 def test_schema_mismatch_is_a_failure_with_the_next_step(

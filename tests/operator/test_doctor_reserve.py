@@ -37,6 +37,8 @@ def sim() -> Iterator[Simulator]:
 
 
 def findings(capsys: pytest.CaptureFixture[str], argv: list[str], host: doctor.Host) -> tuple[int, dict[str, dict]]:
+    if not any(a.startswith("data_dir=") for a in argv):  # never the default, a real node's data dir
+        argv = [*argv, "--set", f'data_dir="{host.root.parent / "data"}"']
     code = doctor.main([*argv, "--json"], host)
     doc = json.loads(capsys.readouterr().out)
     return code, {f["check"]: f for f in doc["findings"]}
@@ -171,13 +173,20 @@ def test_missing_plugin_block_says_nomad_will_not_run_it(tmp_path: Path, capsys)
     assert "Nomad >= 1.10 does not run" in step and f'plugin "{PLUGIN_NAME}"' in step and "restart" in step
 
 
-def test_plugin_defined_twice_across_files_is_refused(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_plugin_defined_twice_across_files_is_a_warning(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The agent merges the files' plugin blocks (PluginConfigSetMerge: the later file's config wins);
+    doctor accepts what the agent accepts and warns which block counts."""
     conf = tmp_path / "nomad.d"
     conf.mkdir()
-    for name in ("a.hcl", "b.hcl"):
-        (conf / name).write_text(f'plugin "{PLUGIN_NAME}" {{\n  config {{}}\n}}\n')
-    _, found = findings(capsys, ["--plugin-config", str(conf)], host(tmp_path))
-    assert "defined 2 times" in found["config"]["summary"]
+    for name, mode in (("a.hcl", "mig"), ("b.hcl", "tdm")):
+        (conf / name).write_text(f'plugin "{PLUGIN_NAME}" {{\n  config {{\n    default_mode = "{mode}"\n  }}\n}}\n')
+    argv = ["--plugin-config", str(conf), "--config-only", "--set", f'data_dir="{tmp_path / "data"}"']
+    code, found = findings(capsys, argv, host(tmp_path))
+    assert code == 0
+    assert found["config"]["status"] == "ok"
+    warning = found["plugin block"]
+    assert warning["status"] == "warn" and "defined 2 times" in warning["summary"], warning
+    assert str(conf / "b.hcl") + ":1" in warning["summary"].split("uses the one at")[1]
 
 
 # --- nomad-device-nvidia in the same plugin_dir --------------------------------------------------
@@ -203,6 +212,7 @@ def test_nvidia_plugin_beside_ours_is_a_warning(sim: Simulator, tmp_path: Path, 
 
 def test_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "nomad_plugin", "doctor", "--set", "reconcile=false"]
+    argv += ["--set", f'data_dir="{tmp_path / "data"}"']
     argv += ["--set", f'xdm_socket="{tmp_path / "none.sock"}"', "--set", 'backend="xdm"']
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None

@@ -63,7 +63,7 @@ def test_share_limits_from_grant():
     g = grant(devices=(GrantedDevice(1, "U1", 30, 27),))
     spec = build_container(g, insts, PPU, path_exists=never)
     assert (spec.envs["LINGJUN_CORE_LIMIT_PERCENT"], spec.envs["LINGJUN_MEMORY_LIMIT_GIB"]) == ("30", "27")
-    assert spec.envs["LINGJUN_MODE"] == "share"
+    assert spec.envs["LINGJUN_MODE"] == "tdm"
 
 
 def test_xdm_envs_pass_through_but_cannot_override_plugin_envs():

@@ -54,6 +54,7 @@ type Options struct {
 	FirstFPTimeout  float64
 	Stdin           bool
 	LogSampleMax    int
+	AgentSyntax     string
 }
 
 func parseFlags(args []string) (*Options, error) {
@@ -79,6 +80,7 @@ func parseFlags(args []string) (*Options, error) {
 	fs.Float64Var(&o.FirstFPTimeout, "first-fp-timeout", 50, "seconds to wait for the first fingerprint (Nomad batches for 50 s)")
 	fs.BoolVar(&o.Stdin, "stdin", false, "run phase: read JSON-line commands from stdin")
 	fs.IntVar(&o.LogSampleMax, "log-samples", 5, "at most this many warnings about malformed plugin log lines")
+	fs.StringVar(&o.AgentSyntax, "agent-syntax", "hcl2", "hcl1|hcl2: read --config with HCL v1 as the Nomad agent does (agent_hcl1.go), or with HCL v2 native syntax")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -92,6 +94,9 @@ func parseFlags(args []string) (*Options, error) {
 	}
 	if o.ExpectSetConfig != "ok" && o.ExpectSetConfig != "error" {
 		return nil, fmt.Errorf("--expect-set-config %q: want ok or error", o.ExpectSetConfig)
+	}
+	if o.AgentSyntax != "hcl1" && o.AgentSyntax != "hcl2" {
+		return nil, fmt.Errorf("--agent-syntax %q: want hcl1 or hcl2", o.AgentSyntax)
 	}
 	switch o.ExpectReserve {
 	case "ok", "error", "any":
@@ -132,7 +137,11 @@ func run(o *Options) int {
 		return 2
 	}
 
-	pb, err := loadPluginBlock(o.Config, o.PluginName)
+	load := loadPluginBlock
+	if o.AgentSyntax == "hcl1" {
+		load = loadPluginBlockHCL1
+	}
+	pb, err := load(o.Config, o.PluginName)
 	if err != nil {
 		return fail(err.Error())
 	}
