@@ -2,7 +2,8 @@
 # bar1 (MiB), power (W), cores_clock / memory_clock (MHz), pci_bandwidth (MB/s),
 # persistence_mode / display_state (strings "1" / "0"). Nomad reads a literal "1" as a
 # number and never compares a number with a string, so on either plugin the two modes
-# can only be tested with is_set / is_not_set.
+# can only be tested with is_set / is_not_set (in a constraint: Nomad refuses them in an
+# affinity).
 job "nvml-attributes" {
   group "g" {
     task "t" {
@@ -40,10 +41,9 @@ job "nvml-attributes" {
             attribute = "${device.attr.persistence_mode}"
             operator  = "is_set"
           }
-          affinity {
+          constraint {
             attribute = "${device.attr.display_state}"
             operator  = "is_set"
-            weight    = 10
           }
         }
       }
