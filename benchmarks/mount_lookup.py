@@ -12,7 +12,7 @@ keeps by blocking query anyway) and confirms it with
 ``GET /v1/allocation/<id>``, one allocation whatever the node holds
 (``reconcile/alloc_volumes.py``).
 
-For each level N, a Nomad API double (``nomad_plugin/testing``, its own
+For each level N, a Nomad API double (``tests/doubles``, its own
 process, real HTTP on loopback) holds N allocations shaped like Nomad's
 (embedded job, task events, placement metrics; ~4 KB of JSON each). The
 view is built the way the reconciler builds it (``node_allocations``,
@@ -76,8 +76,8 @@ def _event(kind: str, message: str, t: int) -> dict[str, object]:
 
 def serve(count: int) -> None:
     """Child process: a double with ``count`` allocations; prints address and node ID, serves until stdin closes."""
-    from nomad_plugin.testing.nomad_api import NomadApiDouble
-    from nomad_plugin.testing.nomad_jobs import add_alloc_with_job
+    from tests.doubles.nomad_api import NomadApiDouble
+    from tests.doubles.nomad_jobs import add_alloc_with_job
 
     double = NomadApiDouble(task="train").start()
     now = time.time_ns()

@@ -74,7 +74,7 @@ from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.sim import Simulator
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 
 REPO = Path(__file__).resolve().parents[1]
 CARDS = 256

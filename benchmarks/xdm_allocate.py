@@ -42,10 +42,10 @@ def start_server(sockdir: Path) -> tuple[Callable[[], None], str]:
         return sim.stop, "nomad_plugin.sim Simulator (h800-8)"
     except ImportError:
         sys.path.insert(0, str(ROOT))
-        from tests.xdm.fake_xdm import FakeXdm
+        from tests.doubles.fake_xdm import FakeXdm
 
         fake = FakeXdm(str(sockdir / "dp2mgr.sock")).start()
-        return fake.stop, "tests/xdm/fake_xdm.py"
+        return fake.stop, "tests/doubles/fake_xdm.py"
 
 
 def percentile(values: list[float], pct: float) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import time
 
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.waiting import wait_until
 
 

@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
-from nomad_plugin.testing.nomad_api import NOMAD_STATIC_META, NomadApiDouble
+from tests.doubles.nomad_api import NOMAD_STATIC_META, NomadApiDouble
 from tests.waiting import wait_until
 
 PATH = "/v1/client/metadata"

@@ -2,7 +2,7 @@
 
 ``pynvml`` (package ``nvidia-ml-py``) is optional: the XDM backend must work
 on nodes without it. Every NVML user in this package receives the module as
-a value (``Nvml``), so tests inject ``nomad_plugin.testing.fake_pynvml``.
+a value (``Nvml``), so tests inject ``tests.doubles.fake_pynvml``.
 """
 
 from __future__ import annotations

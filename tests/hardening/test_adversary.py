@@ -3,9 +3,9 @@
 Each scenario runs the shipped entry point (the venv's console script under
 the Go conformance host, or ``python -m nomad_plugin`` under a stand-in
 agent, ``agent_stub.py``, where the host's own Pdeathsig would hide what is
-tested) against the simulator or the fake XDM (``tests/xdm/fake_xdm.py``),
+tested) against the simulator or the fake XDM (``tests/doubles/fake_xdm.py``),
 with a proxy (``tests/xdm/h2_proxy.py``) or the Nomad API double
-(``nomad_plugin/testing/nomad_api.py``) where XDM or Nomad must misbehave.
+(``tests/doubles/nomad_api.py``) where XDM or Nomad must misbehave.
 
 The invariants, counted across every scenario in ``TALLY`` (printed at the
 end of the module, ``-s`` to see it) and asserted zero in each:
@@ -40,11 +40,11 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.goplugin.logging import secret_forms
 from nomad_plugin.journal import Journal
 from nomad_plugin.sim import Simulator
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, HostRun, build_host, real_plugin, run_host, start_host
+from tests.doubles.fake_xdm import FakeXdm, default_devices, short_socket_dir
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.operator.test_dist import DIST, SOURCES
 from tests.waiting import wait_until
-from tests.xdm.fake_xdm import FakeXdm, default_devices, short_socket_dir
 from tests.xdm.h2_proxy import ResettingProxy
 
 REPO = Path(__file__).resolve().parents[2]

@@ -128,7 +128,7 @@ def test_xdm_allocate_timeout_is_undone(world):
 
 @pytest.mark.timeout(60)
 def test_allocate_completed_after_deadline_is_released_eventually(tmp_path):
-    from tests.xdm.fake_xdm import FakeXdm, short_socket_dir
+    from tests.doubles.fake_xdm import FakeXdm, short_socket_dir
 
     sockets = short_socket_dir()
     fake = FakeXdm(str(sockets / "dp2mgr.sock"), str(sockets / "config-daemon.sock")).start()
@@ -239,8 +239,8 @@ def test_grace_and_health_timers_use_the_monotonic_clock(tmp_path):
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
+    from tests.doubles.reserve_fakes import FakeBackend, card_uuid, catalog, whole_group
     from tests.fingerprint.helpers import FakeBackend as FingerprintBackend
-    from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
 
     assert time.time() - time.monotonic() > 7200, "this check needs a box booted after 1970 + 2 h"
     fault, ok = {"c": (False, "XID 79")}, {"c": (True, "")}
@@ -266,8 +266,8 @@ def test_grace_and_health_timers_use_the_monotonic_clock(tmp_path):
 def test_wall_clock_jump_does_not_release_early(tmp_path, monkeypatch):
     from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
     from nomad_plugin.reconcile.reconciler import Reconciler
-    from nomad_plugin.testing.nomad_api import NomadApiDouble
-    from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+    from tests.doubles.nomad_api import NomadApiDouble
+    from tests.doubles.reserve_fakes import FakeBackend, card_uuid, catalog, whole_group
 
     cat = catalog(whole_group(2))
     backend = FakeBackend()

@@ -15,8 +15,8 @@ import pytest
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.sim import Simulator
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import build_host, real_plugin, start_host
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.waiting import wait_until
 
 TOKEN = "s3cr3t-7f1e9c4a-TOKEN"

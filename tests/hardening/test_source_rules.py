@@ -18,9 +18,9 @@ import pytest
 import nomad_plugin
 
 PACKAGE = Path(nomad_plugin.__file__).parent
-#: Code that runs inside the process Nomad launches. sim/ and testing/ are test tools,
-#: cli/ and launcher/ operator tools (run by hand, short-lived); they get the shell rules only.
-RUNTIME_EXCLUDED = ("_proto", "sim", "testing", "cli", "launcher")
+#: Code that runs inside the process Nomad launches. sim/ is the simulator, cli/ and launcher/
+#: operator tools (run by hand, short-lived); they get the shell rules only.
+RUNTIME_EXCLUDED = ("_proto", "sim", "cli", "launcher")
 
 
 def _sources(runtime_only: bool) -> list[Path]:
@@ -264,3 +264,20 @@ def test_tests_never_skip_on_a_broken_import_of_the_project():
     assert offenders == []
     planted = 'import pytest\nsim = pytest.importorskip("nomad_plugin.sim")\nnp = pytest.importorskip("numpy")\n'
     assert _own_module_skips(planted, "x.py") == ["x.py:2: importorskip('nomad_plugin.sim')"]
+
+
+def test_nothing_test_only_ships():
+    """Test doubles live in tests/doubles: no module of the package imports the test tree."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            offenders += [f"{path.relative_to(PACKAGE)}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert not (PACKAGE / "testing").exists(), "nomad_plugin/testing/ ships test doubles: they belong in tests/doubles"
+    assert not offenders, offenders

@@ -19,7 +19,7 @@ from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.xdm.client import XdmClient
-from tests.xdm.fake_xdm import FakeXdm, short_socket_dir
+from tests.doubles.fake_xdm import FakeXdm, short_socket_dir
 
 CARD = "GPU-0"
 GROUP = GroupKey("nvidia", "gpu", "H800")

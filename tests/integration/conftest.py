@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.conftest import conformance_host, plugin_executable
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.integration.harness import Node, sim_node
 
 __all__ = ["api", "conformance_host", "node", "plugin_executable"]

@@ -18,7 +18,7 @@ import grpc
 import msgpack
 
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.goplugin.goplugin_harness import Plugin, launch
 from tests.integration.harness import Node
 

@@ -23,7 +23,7 @@ import pytest
 from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
 from nomad_plugin.cli import doctor, grants
 from nomad_plugin.journal import Journal, plugin_running
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.goplugin.goplugin_harness import Plugin, launch
 from tests.integration.harness import Node
 from tests.integration.test_audit_log import DEVICE, configure, entries, first_device_ids, wait_for

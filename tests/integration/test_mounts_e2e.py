@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from nomad_plugin.sim.container import NVIDIA_DRIVER_DIR
-from nomad_plugin.testing.nomad_api import NomadApiDouble
-from nomad_plugin.testing.nomad_jobs import HostVolume, add_alloc_with_job
 from tests.conformance.hostlib import HostProcess, HostRun, start_host
+from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.nomad_jobs import HostVolume, add_alloc_with_job
 from tests.integration.harness import (
     DEADLINE_S,
     Node,

@@ -6,7 +6,7 @@ Go conformance host launches the way Nomad does:
 
 - ``backend = "auto"`` on an XDM node (NVML present too: the socket wins);
 - XDM enriched from NVML (a fake NVML imported as ``pynvml`` by the real
-  process, see tests/integration/nvml_shim/pynvml.py);
+  process, see tests/doubles/nvml_shim/pynvml.py);
 - a Reserve while the grant journal cannot be used;
 - the Prometheus metrics, whose values must move as the plugin works
   (app.py's housekeeping pump mirrors the journal size every few seconds).
@@ -31,7 +31,7 @@ from tests.e2e.agent_setup import free_port
 from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, set_of
 from tests.waiting import wait_until
 
-SHIM = Path(__file__).resolve().parent / "nvml_shim"
+SHIM = Path(__file__).resolve().parents[1] / "doubles" / "nvml_shim"
 DEADLINE_S = 60
 
 

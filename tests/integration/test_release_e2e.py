@@ -3,7 +3,7 @@ ended, so the plugin must notice through the Nomad API and release the XDM
 grant itself.
 
 The real plugin runs under the conformance host with reconcile on, pointed at
-the Nomad API double (nomad_plugin/testing/nomad_api.py) and a simulated XDM
+the Nomad API double (tests/doubles/nomad_api.py) and a simulated XDM
 node. Allocations are registered in the double the way Nomad would hold them
 (the device IDs Reserve got), then ended; the simulator's own grant table
 (sim.grants()) says whether XDM still holds the cards.
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nomad_plugin.sim.grants import GrantRecord
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, start_host
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.integration.harness import (
     Node,
     assert_conformant,

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nomad_plugin.sim.grants import GrantRecord
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, real_plugin, start_host
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, reserve, set_of
 
 GRACE_S = 1.0

@@ -9,8 +9,8 @@ import pytest
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nvml.backend import NvmlBackend
-from nomad_plugin.testing.fake_pynvml import FakeNvml
 from nomad_plugin.util.backoff import Backoff
+from tests.doubles.fake_pynvml import FakeNvml
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:

@@ -2,7 +2,7 @@
 
 ``run_plugin`` launches the real plugin executable under the Go conformance
 host with ``backend = "nvml"`` and the NVML double imported as ``pynvml``
-(tests/integration/nvml_shim), and records its first complete fingerprint,
+(tests/doubles/nvml_shim), and records its first complete fingerprint,
 its first stats with readings, and the Reserves asked for. ``expected``
 asks ``official_oracle`` the same questions of the same double. ``compare``
 turns both into items (one per group, device list, device, attribute, stat,
@@ -26,11 +26,11 @@ from typing import Any
 
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.model.catalog import normalize_pci_bus_id
-from nomad_plugin.testing.fake_pynvml import FakeNvml, fake_from_spec, write_mig_caps
 from tests.conformance.hostlib import REPO, HostProcess, HostRun, real_plugin, start_host
+from tests.doubles.fake_pynvml import FakeNvml, fake_from_spec, write_mig_caps
 from tests.nvml import official_oracle as oracle
 
-SHIM = REPO / "tests" / "integration" / "nvml_shim"
+SHIM = REPO / "tests" / "doubles" / "nvml_shim"
 DEADLINE_S = 90.0
 #: Log lines that say the NVML backend's first look at the cards is done: it read them, or NVML failed.
 READY_LINES = ("nvml reachable again", "NVML watcher failed", "NVML unavailable")

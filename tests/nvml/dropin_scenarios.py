@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nomad_plugin.testing.fake_pynvml import (
+from tests.doubles.fake_pynvml import (
     NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_SUPPORTED,
     FakeMig,

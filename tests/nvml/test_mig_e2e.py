@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nomad_plugin.testing.fake_pynvml import a100_mig, h100, write_mig_caps
 from tests.conformance.conftest import conformance_host
+from tests.doubles.fake_pynvml import a100_mig, h100, write_mig_caps
 from tests.nvml.dropin import PluginNode, Scenario, gpus
 
 __all__ = ["conformance_host"]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.nvml.enrich import CardFacts, Enricher, apply_facts, enrich, read_facts
-from nomad_plugin.testing.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_sysfs_numa
+from tests.doubles.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_sysfs_numa
 
 
 def _xdm_card(minor: int, uuid: str, **kw) -> Card:

@@ -6,7 +6,7 @@ import pytest
 
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
-from nomad_plugin.testing.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_mig_caps
+from tests.doubles.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_mig_caps
 
 
 def _nodes(grant) -> dict[str, str]:
@@ -33,7 +33,7 @@ def test_whole_cards_env_and_device_nodes(fake: FakeNvml, make_backend, tmp_path
 
 
 def test_minor_differs_from_nvml_index(make_backend, tmp_path) -> None:
-    from nomad_plugin.testing.fake_pynvml import h100
+    from tests.doubles.fake_pynvml import h100
 
     gpu = h100(0)
     gpu.minor = 5  # /dev/nvidia5 although NVML index 0

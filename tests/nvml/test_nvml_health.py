@@ -7,7 +7,7 @@ import pytest
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nvml.health import HealthBook, stamp
-from nomad_plugin.testing.fake_pynvml import NVML_ERROR_UNKNOWN, FakeNvml, h100
+from tests.doubles.fake_pynvml import NVML_ERROR_UNKNOWN, FakeNvml, h100
 
 # --- the pure state machine ---------------------------------------------------------
 
@@ -180,7 +180,7 @@ def test_driver_unloaded_underneath_marks_cards_unhealthy_then_reinitialises(
     fake: FakeNvml, make_backend, wait_for
 ) -> None:
     from nomad_plugin.model.errors import BackendUnavailable
-    from nomad_plugin.testing.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED
+    from tests.doubles.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED
 
     backend = make_backend(fake)
     assert fake.wait_registered([0, 1, 2])

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from nomad_plugin.nvml.backend import NvmlBackend
-from nomad_plugin.testing.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, a100_mig, h100, write_sysfs_numa
+from tests.doubles.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, a100_mig, h100, write_sysfs_numa
 
 
 def test_whole_cards_with_static_facts(fake: FakeNvml, make_backend) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nomad_plugin.nvml.probe import nvml_available, nvml_unavailable_reason
-from nomad_plugin.testing.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+from tests.doubles.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 
 ROOT = Path(__file__).resolve().parents[2]
 

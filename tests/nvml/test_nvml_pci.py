@@ -4,7 +4,7 @@ import pytest
 
 from nomad_plugin.nvml.devices import cuda_version_text, profile_from_name, slices_from_profile
 from nomad_plugin.nvml.pci import normalise_bus_id, sysfs_numa_node
-from nomad_plugin.testing.fake_pynvml import write_sysfs_numa
+from tests.doubles.fake_pynvml import write_sysfs_numa
 
 
 @pytest.mark.parametrize(

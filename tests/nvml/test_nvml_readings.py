@@ -7,7 +7,7 @@ import pytest
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import METRIC_IDS
 from nomad_plugin.nvml.readings import PARENT_LABEL
-from nomad_plugin.testing.fake_pynvml import FakeNvml
+from tests.doubles.fake_pynvml import FakeNvml
 
 
 def _by(samples, device):

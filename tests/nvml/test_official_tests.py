@@ -37,14 +37,14 @@ from typing import Any
 
 import pytest
 
-from nomad_plugin.testing.fake_pynvml import (
+from tests.conformance.conftest import conformance_host
+from tests.doubles.fake_pynvml import (
     NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNKNOWN,
     FakeGpu,
     FakeMig,
 )
-from tests.conformance.conftest import conformance_host
 from tests.nvml.dropin import PluginNode, Scenario
 
 __all__ = ["conformance_host"]

@@ -19,7 +19,7 @@ import pytest
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.cli import doctor
 from nomad_plugin.sim import Simulator
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 
 TOKEN = "s3cr3t-token"
 

@@ -21,7 +21,7 @@ from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.cli import doctor
 from nomad_plugin.nvml.lib import NvmlMissing
 from nomad_plugin.sim import Simulator
-from nomad_plugin.testing.fake_pynvml import NVML_ERROR_GPU_IS_LOST, FakeNvml, NVMLError, h100
+from tests.doubles.fake_pynvml import NVML_ERROR_GPU_IS_LOST, FakeNvml, NVMLError, h100
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,7 @@ from nomad_plugin.model.instances import Attr
 from nomad_plugin.nomad.fingerprint import build_response
 from nomad_plugin.nvml.backend import NvmlBackend
 from nomad_plugin.nvml.devices import FirstReadings
-from nomad_plugin.testing.fake_pynvml import FakeNvml, h100
+from tests.doubles.fake_pynvml import FakeNvml, h100
 
 JOBS = Path(__file__).parent / "official_jobs"
 XDM_JOBS = ["gpu-test.nomad.hcl", "device-docs.nomad.hcl", "common-constraints.nomad.hcl"]
@@ -277,7 +277,7 @@ def _doctor(fake: FakeNvml, *sets: str) -> dict[str, list[str]]:
 
 
 def test_doctor_warns_of_a_mig_card_without_instances_and_an_ignored_mig_parent() -> None:
-    from nomad_plugin.testing.fake_pynvml import a100_mig
+    from tests.doubles.fake_pynvml import a100_mig
 
     empty, full = a100_mig(0), a100_mig(1)
     empty.migs = []
@@ -289,7 +289,7 @@ def test_doctor_warns_of_a_mig_card_without_instances_and_an_ignored_mig_parent(
 
 
 def test_doctor_warns_of_an_unreadable_card_and_of_enabled_false() -> None:
-    from nomad_plugin.testing.fake_pynvml import NVML_ERROR_NO_PERMISSION
+    from tests.doubles.fake_pynvml import NVML_ERROR_NO_PERMISSION
 
     broken = h100(1)
     broken.errors = {"nvmlDeviceGetPciInfo": NVML_ERROR_NO_PERMISSION}

@@ -18,9 +18,9 @@ import pytest
 
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict, find_candidates, task_volume_mounts
 from nomad_plugin.reconcile.nomad_api import AllocPage, NomadApiSettings, NomadClient, parse_alloc
-from nomad_plugin.testing.nomad_api import NomadApiDouble
-from nomad_plugin.testing.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
-from tests.reserve.fakes import Clock
+from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
+from tests.doubles.reserve_fakes import Clock
 
 IDS = ["GPU-aaaa", "GPU-bbbb"]
 

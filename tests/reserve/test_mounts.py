@@ -14,8 +14,8 @@ from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.nomad.mounts import LOOKUP_WORKERS, MountDecision, MountPolicy
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
-from nomad_plugin.testing.nomad_api import NomadApiDouble
-from nomad_plugin.testing.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
+from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
 from tests.waiting import wait_until
 
 IDS = ["GPU-aaaa", "GPU-bbbb"]

@@ -18,8 +18,8 @@ from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.reconciler import Reconciler
-from nomad_plugin.testing.nomad_api import NomadApiDouble
-from tests.reserve.fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
+from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 
 CAT = catalog(whole_group(4))
 DOCUMENTED = 'namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\n'

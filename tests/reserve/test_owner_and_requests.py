@@ -21,7 +21,7 @@ from nomad_plugin.reconcile.requests import (
     wait_result,
     withdraw,
 )
-from tests.reserve.fakes import UNAVAILABLE, FakeBackend, card_uuid, catalog, whole_group
+from tests.doubles.reserve_fakes import UNAVAILABLE, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
 
 CAT = catalog(whole_group(4))

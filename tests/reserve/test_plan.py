@@ -8,7 +8,7 @@ from nomad_plugin.model.errors import ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk
 from nomad_plugin.model.instances import Instance, InstanceGroup, Kind, mig_unit_id, share_id
 from nomad_plugin.nomad.reserve import plan_request
-from tests.reserve.fakes import card_uuid, catalog, mig_group, share_group, whole_group
+from tests.doubles.reserve_fakes import card_uuid, catalog, mig_group, share_group, whole_group
 
 CAT = catalog(whole_group(4), share_group([4, 5]), mig_group([6, 7]))
 

@@ -12,9 +12,9 @@ from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient, parse_alloc
 from nomad_plugin.reconcile.reconciler import Reconciler
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.util.backoff import Backoff
-from tests.reserve.fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
+from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
 
 CAT = catalog(whole_group(8))

@@ -16,9 +16,9 @@ from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.reconciler import Reconciler
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from nomad_plugin.util.backoff import Backoff
-from tests.reserve.fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
+from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 
 CAT = catalog(whole_group(8))
 NARROW = 'namespace "default" { policy = "read" }\nnode { policy = "read" }\nagent { policy = "read" }\n'
@@ -209,7 +209,7 @@ def test_index_going_backwards_is_reset(tmp_path):
 
 def test_wait_is_sent_as_a_go_duration(tmp_path):
     from nomad_plugin.reconcile.nomad_api import go_duration
-    from nomad_plugin.testing.nomad_api import parse_wait
+    from tests.doubles.nomad_api import parse_wait
 
     assert [go_duration(x) for x in (0.3, 5, 10.0, 0.0001, 1.25)] == ["300ms", "5s", "10s", "1ms", "1250ms"]
     for text in ("300ms", "5s", "1250ms"):

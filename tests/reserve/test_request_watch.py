@@ -24,7 +24,7 @@ from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.requests import REQUEST_SUFFIX, RequestWatcher, submit_release, wait_result
 from nomad_plugin.util.dirwatch import DirWatch
-from tests.reserve.fakes import FakeBackend, card_uuid, catalog, whole_group
+from tests.doubles.reserve_fakes import FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
 
 CAT = catalog(whole_group(4))

@@ -8,7 +8,7 @@ import pytest
 
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, check_visibility, judge_policies
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 
 NODE = 'node { policy = "read" }\nagent { policy = "read" }\n'
 

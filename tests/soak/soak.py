@@ -34,8 +34,8 @@ from typing import Any
 from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.journal.store import FILE_NAME, JournalCorrupt, decode
 from nomad_plugin.sim import Simulator
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import REPO, Event, HostProcess, HostRun, build_host, real_plugin
+from tests.doubles.nomad_api import NomadApiDouble
 
 GRACE = 1.0
 #: Time the plugin may take past the grace period to release an orphaned grant

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from stats_fakes import card, mig_group, share_group, whole_group
 
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Catalog
+from tests.doubles.stats_fakes import card, mig_group, share_group, whole_group
 
 
 @pytest.fixture

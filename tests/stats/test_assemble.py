@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from stats_fakes import card, mig_group, sample, share_group, whole_group
-
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.model.card import Inventory, MigInstance
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
@@ -12,6 +10,7 @@ from nomad_plugin.stats import assemble
 from nomad_plugin.stats.assemble import StatsAssembler
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.layout import GrantInfo, build_stats
+from tests.doubles.stats_fakes import card, mig_group, sample, share_group, whole_group
 
 
 def node() -> tuple[Catalog, Inventory]:

@@ -7,12 +7,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
-from stats_fakes import FakeBackend, sample
 
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.feed import MetricsFeed
 from nomad_plugin.util.backoff import Backoff
+from tests.doubles.stats_fakes import FakeBackend, sample
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:

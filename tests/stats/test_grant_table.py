@@ -7,7 +7,7 @@ from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.stats.grants import GrantTable
 from nomad_plugin.stats.layout import GrantInfo
-from tests.reserve.fakes import FakeBackend, card_uuid, catalog, share_group
+from tests.doubles.reserve_fakes import FakeBackend, card_uuid, catalog, share_group
 
 
 def test_asks_once_per_instance_until_the_generation_moves():

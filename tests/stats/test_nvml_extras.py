@@ -10,8 +10,8 @@ import pytest
 from nomad_plugin.nvml.lib import NvmlMissing
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
-from nomad_plugin.testing.fake_pynvml import FakeNvml, h100
 from nomad_plugin.util.backoff import Backoff
+from tests.doubles.fake_pynvml import FakeNvml, h100
 
 
 def wait_for(predicate, what: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

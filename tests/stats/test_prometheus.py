@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from stats_fakes import card, sample
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.metrics.plugin import PluginMetrics
 from nomad_plugin.metrics.prometheus import MetricsEndpoint, start_endpoint
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.stats.cache import MetricsCache
+from tests.doubles.stats_fakes import card, sample
 
 
 def free_port() -> int:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
-from stats_fakes import sample
-
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.engine import StatsEngine, effective_interval
+from tests.doubles.stats_fakes import sample
 from tests.waiting import wait_until
 
 

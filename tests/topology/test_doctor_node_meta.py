@@ -13,7 +13,7 @@ import pytest
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.cli import doctor
 from nomad_plugin.sim import Simulator
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 
 READ_ONLY = 'namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\nagent { policy = "read" }'
 

@@ -20,8 +20,8 @@ import pytest
 from nomad_plugin.cli.doctor_node_meta import node_meta_rows
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.sim.profiles import PROFILES
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, start_host
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.integration.harness import (
     DEADLINE_S,
     Node,

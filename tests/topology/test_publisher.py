@@ -21,7 +21,7 @@ from nomad_plugin.model.node_meta import node_meta
 from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.reconcile.node_meta import NodeMetaPublisher, load_publisher_state
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
-from nomad_plugin.testing.nomad_api import NomadApiDouble
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.topology.test_node_meta_keys import sim_inventory
 from tests.waiting import wait_until
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.testing.nomad_api import NomadApiDouble
 from tests.conformance.hostlib import HostProcess, start_host
+from tests.doubles.nomad_api import NomadApiDouble
 from tests.integration.harness import (
     DEADLINE_S,
     Node,

@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 
 from nomad_plugin.cli import topology
-from nomad_plugin.testing.nomad_api import NomadApiDouble
-from nomad_plugin.testing.nomad_cluster import NomadClusterDouble, device_resources
 from tests.conformance.hostlib import start_host
+from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.nomad_cluster import NomadClusterDouble, device_resources
 from tests.integration.harness import DEADLINE_S, first_fingerprint_with_devices, set_of, sim_node
 from tests.waiting import wait_until
 

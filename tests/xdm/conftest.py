@@ -12,7 +12,7 @@ import pytest
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.xdm.client import XdmClient
-from tests.xdm.fake_xdm import FakeXdm, short_socket_dir
+from tests.doubles.fake_xdm import FakeXdm, short_socket_dir
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from hyperframe.frame import Frame, PingFrame, SettingsFrame
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.xdm.client import XdmClient
-from tests.xdm.fake_xdm import FakeXdm, default_devices
+from tests.doubles.fake_xdm import FakeXdm, default_devices
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FOUR_MIB = 4 << 20

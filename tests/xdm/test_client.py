@@ -1,4 +1,4 @@
-"""XdmClient against a real gRPC server on a real Unix socket (tests/xdm/fake_xdm.py)."""
+"""XdmClient against a real gRPC server on a real Unix socket (tests/doubles/fake_xdm.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantM
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.xdm.client import XdmClient
 from nomad_plugin.xdm.errors import classify_errno, classify_rpc_error
-from tests.xdm.fake_xdm import FakeXdm
+from tests.doubles.fake_xdm import FakeXdm
 
 MakeFake = Callable[..., FakeXdm]
 MakeClient = Callable[..., XdmClient]

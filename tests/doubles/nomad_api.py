@@ -248,7 +248,7 @@ class NodeMetaState:
         if self._timer is not None or self._closed:
             return  # watchNodeUpdates: already changed, this change rides along
         base, stagger = self.batch
-        delay = base + random.uniform(0.0, stagger)  # noqa: S311 - a stagger, not a secret
+        delay = base + random.uniform(0.0, stagger)
         self._timer = threading.Timer(delay, self._register)
         self._timer.daemon = True
         self._timer.start()

@@ -3,7 +3,7 @@
 Put this directory first on the plugin's PYTHONPATH and describe the node's
 GPUs in ``FAKE_NVML_GPUS`` (JSON: a list of GPUs, or an object with ``gpus``,
 ``driver_version``, ``init_error``; see ``fake_from_spec`` in
-nomad_plugin/testing/fake_pynvml.py), or in the file ``FAKE_NVML_GPUS_FILE``
+tests/doubles/fake_pynvml.py), or in the file ``FAKE_NVML_GPUS_FILE``
 names, which is re-read whenever it changes (cards coming and going). The
 import then yields a ``FakeNvml`` in place of NVIDIA's bindings, so production
 code paths that need NVML (backend "nvml" or "auto", NVML enrichment) run
@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from nomad_plugin.testing.fake_pynvml import fake_from_spec, follow
+from tests.doubles.fake_pynvml import fake_from_spec, follow
 
 _file = os.environ.get("FAKE_NVML_GPUS_FILE")
 if _file:

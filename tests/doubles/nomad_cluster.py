@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from nomad_plugin.testing.nomad_api import NomadApiDouble, _Acl
+from tests.doubles.nomad_api import NomadApiDouble, _Acl
 
 
 @dataclass

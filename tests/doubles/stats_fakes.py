@@ -1,4 +1,4 @@
-"""Fakes for the stats tests (a uniquely named module: other folders have conftest.py too)."""
+"""Fakes for the stats tests: a metrics backend and hand-built device groups."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ behaviour and where it is documented:
 
 Tests script faults with ``inject_xid``, ``inject_dbe``, ``lose_gpu``,
 ``fail_event_loop``; ``fake_from_spec`` builds a node from JSON (the
-``FAKE_NVML_GPUS`` of tests/integration/nvml_shim), and ``follow`` re-reads
+``FAKE_NVML_GPUS`` of tests/doubles/nvml_shim), and ``follow`` re-reads
 such a JSON file when it changes, as cards come and go.
 """
 

@@ -1,1 +1,0 @@
-"""Test doubles shared by the tests, the demo and the soak run."""

@@ -1,0 +1,1 @@
+"""Test doubles: Nomad's agent API, NVML, a small XDM server and in-process fakes (see tests/README.md)."""
