@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import msgpack
@@ -109,8 +110,15 @@ def test_secret_never_reaches_the_log(plugin: Plugin) -> None:
     assert token not in plugin.stderr_text()
 
 
-def test_fingerprint_stream_stays_open_and_stdio_broker_hold(plugin: Plugin) -> None:
+def _own_data_dir(channel: grpc.Channel, data_dir: Path) -> None:
+    """The engines start on the first Fingerprint: give them a data_dir of the test's own."""
+    config = msgpack.packb({"data_dir": str(data_dir)})
+    base_pb2_grpc.BasePluginStub(channel).SetConfig(base_pb2.SetConfigRequest(msgpack_config=config), timeout=5)
+
+
+def test_fingerprint_stream_stays_open_and_stdio_broker_hold(plugin: Plugin, tmp_path: Path) -> None:
     channel = plugin.channel()
+    _own_data_dir(channel, tmp_path / "data")
     call = device_pb2_grpc.DevicePluginStub(channel).Fingerprint(device_pb2.FingerprintRequest())
     first = next(call)
     assert isinstance(first, device_pb2.FingerprintResponse)
@@ -147,8 +155,9 @@ def test_sigint_is_ignored(plugin: Plugin) -> None:
     _assert_clean_exit(plugin, rc, seconds)
 
 
-def test_shutdown_during_open_fingerprint_and_stats_streams(plugin: Plugin) -> None:
+def test_shutdown_during_open_fingerprint_and_stats_streams(plugin: Plugin, tmp_path: Path) -> None:
     channel = plugin.channel()
+    _own_data_dir(channel, tmp_path / "data")
     device = device_pb2_grpc.DevicePluginStub(channel)
     fingerprint = device.Fingerprint(device_pb2.FingerprintRequest())
     next(fingerprint)
