@@ -39,7 +39,7 @@ from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
     from nomad_plugin.journal import JournalEntry
-    from nomad_plugin.journal.owner import OwnerLock
+    from nomad_plugin.journal.datadir import OwnerLock
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics.plugin import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
@@ -234,7 +234,7 @@ class PluginApp:
 
     def _take_ownership(self, config: PluginConfig) -> Journal | None:
         """Wait for ``plugin.lock`` (as long as it takes, or until close), then open the journal."""
-        from nomad_plugin.journal.owner import OwnerLock
+        from nomad_plugin.journal.datadir import OwnerLock
         from nomad_plugin.journal.store import Journal
 
         try:

@@ -7,8 +7,7 @@ across plugin, agent and node restarts. See ``docs/reserve.md``.
 
 from __future__ import annotations
 
-from nomad_plugin.journal.entry import EntryState, JournalEntry
-from nomad_plugin.journal.owner import OwnerLock, plugin_running
-from nomad_plugin.journal.store import Journal, JournalCorrupt, JournalFull
+from nomad_plugin.journal.datadir import OwnerLock, plugin_running
+from nomad_plugin.journal.store import EntryState, Journal, JournalCorrupt, JournalEntry, JournalFull
 
 __all__ = ["EntryState", "Journal", "JournalCorrupt", "JournalEntry", "JournalFull", "OwnerLock", "plugin_running"]

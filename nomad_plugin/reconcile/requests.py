@@ -1,7 +1,7 @@
 """Operator requests to the running plugin: ``grants release`` while the plugin runs.
 
 Only the process holding the journal's owner lock writes the journal
-(``journal/owner.py``). So an operator command does not touch the journal of
+(``journal/datadir.py``). So an operator command does not touch the journal of
 a running plugin: it drops ``<data_dir>/requests/<grant id>.release.json``
 (written to a temp name, then renamed: never read half-written) and waits
 for ``<grant id>.result.json``. The plugin's ``RequestWatcher`` thread sleeps
