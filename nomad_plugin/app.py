@@ -264,7 +264,7 @@ class PluginApp:
                     time.monotonic() - waited_since,
                 )
             self._owner_wait = ""
-            return Journal(config.data_dir, background_compaction=True)  # no compaction inside a Reserve
+            return Journal(config.data_dir)
         except (OSError, PluginError, ValueError) as exc:
             self._owner_wait = ""
             self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
@@ -338,7 +338,6 @@ class PluginApp:
         if reserver is None or self._closed.is_set():
             return
         try:
-            reserver.release_lost_grants()
             released = sum(
                 1 for gid in self._stale_entries if reserver.release_grant(gid, "left by the previous plugin process")
             )
@@ -569,9 +568,6 @@ class PluginApp:
             steps.append(("backend", self.backend.stop))
         if self._close_volume_lookup is not None:
             steps.append(("Nomad API client (mounts)", self._close_volume_lookup))
-        reserver = self.reserver
-        if reserver is not None:
-            steps.append(("journal compactor", lambda: reserver.journal.stop_background(timeout=0.2)))
         owner = self.owner_lock
         if owner is not None:
             steps.append(("owner lock", owner.release))

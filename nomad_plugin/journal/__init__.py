@@ -1,9 +1,4 @@
-"""The durable grant journal: every XDM grant the plugin holds, on disk.
-
-Nomad never tells a device plugin that a task ended, so the plugin must
-remember each grant it made (grant id -> device IDs) to release it later,
-across plugin, agent and node restarts. See ``docs/reserve.md``.
-"""
+"""The durable grant journal (``store.py``) and the plugin's own data directory (``datadir.py``)."""
 
 from __future__ import annotations
 
