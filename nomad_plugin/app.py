@@ -352,7 +352,7 @@ class PluginApp:
         client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
         fingerprint = self.fingerprint
         assert fingerprint is not None
-        from nomad_plugin.reconcile.state import state_path
+        from nomad_plugin.reconcile.reconciler import state_path
 
         reconciler = Reconciler(
             reserver,

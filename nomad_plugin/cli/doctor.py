@@ -437,7 +437,7 @@ class Doctor:
     def check_grants(self) -> None:
         """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
         from nomad_plugin.journal import plugin_running
-        from nomad_plugin.reconcile.state import load_state, state_path
+        from nomad_plugin.reconcile.reconciler import load_state, state_path
 
         assert self.config is not None
         try:

@@ -40,7 +40,7 @@ from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_container
 from nomad_plugin.nomad.mounts import MountDecision, MountPolicy, PendingDecision
 from nomad_plugin.nomad.ports import AfterReply
-from nomad_plugin.reconcile.counters import LifecycleCounters
+from nomad_plugin.reconcile.reconciler import LifecycleCounters
 
 log = get_logger(__name__)
 

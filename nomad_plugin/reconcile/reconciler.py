@@ -25,23 +25,353 @@ that survive a plugin restart as evidence.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.reconcile.counters import LifecycleCounters
-from nomad_plugin.reconcile.decide import Timers, decide
 from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
-from nomad_plugin.reconcile.release_port import GrantReleaser
-from nomad_plugin.reconcile.state import ReconcilerState, load_state, save_state
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
 from nomad_plugin.util.backoff import Backoff
 
 log = get_logger(__name__)
+
+
+# -- counters ----------------------------------------------------------------------------------
+# Counters the stats/Prometheus layer reads to show the release lifecycle.
+
+
+@dataclass
+class LifecycleCounters:
+    """Monotonic counters plus the current journal size (a gauge).
+
+    ``leaked_grants_found``: live allocations using this plugin's devices
+    with no journal entry (the grant id is unknown, so it cannot be
+    released; see docs/reserve.md). ``view_incomplete`` (gauge, 0/1): the
+    Nomad token cannot read every namespace; ``unverifiable_grants`` (gauge):
+    grants kept because no visible allocation ever claimed them while the
+    view is incomplete. Read with ``snapshot()``.
+    """
+
+    grants_released_by_reconcile: int = 0
+    grants_released_by_reserve: int = 0
+    grants_released_at_startup: int = 0
+    leaked_grants_found: int = 0
+    grants_released_by_hand: int = 0
+    nomad_api_errors: int = 0
+    journal_size: int = 0
+    view_incomplete: int = 0
+    unverifiable_grants: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def inc(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + by)
+
+    def set(self, name: str, value: int) -> None:
+        """Set a gauge."""
+        with self._lock:
+            setattr(self, name, value)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "grants_released_by_reconcile": self.grants_released_by_reconcile,
+                "grants_released_by_reserve": self.grants_released_by_reserve,
+                "grants_released_at_startup": self.grants_released_at_startup,
+                "leaked_grants_found": self.leaked_grants_found,
+                "grants_released_by_hand": self.grants_released_by_hand,
+                "nomad_api_errors": self.nomad_api_errors,
+                "journal_size": self.journal_size,
+                "view_incomplete": self.view_incomplete,
+                "unverifiable_grants": self.unverifiable_grants,
+            }
+
+
+# -- what the reconciler needs of the reserve layer --------------------------------------------
+# What reconcile/ needs from the reserve layer: a narrow release port.
+#
+# The reconciler and the operator-request watcher only look at journalled
+# grants and release them; they do not reserve. ``nomad.reserve.Reserver``
+# satisfies this Protocol and the composition root (``app.py``) passes it in,
+# so reconcile/ never imports the Nomad services (docs/architecture.md).
+
+
+class GrantLookup(Protocol):
+    """The journal, read one grant at a time."""
+
+    def get(self, grant_id: str) -> JournalEntry | None: ...
+
+
+class GrantReleaser(Protocol):
+    """Journalled grants: list them, release one, retry releases XDM has not confirmed."""
+
+    @property
+    def counters(self) -> LifecycleCounters: ...
+
+    @property
+    def journal(self) -> GrantLookup: ...
+
+    def entries(self) -> list[JournalEntry]: ...
+
+    def release_grant(self, grant_id: str, reason: str) -> bool:
+        """Release through the backend, journalled; False while XDM has not confirmed it."""
+        ...
+
+    def retry_pending(self) -> int: ...
+
+
+# -- the decision ------------------------------------------------------------------------------
+# Which grants to release, which allocations look leaked: pure, given one observation.
+#
+# A grant is *claimed* by a live allocation on this node that holds any of its
+# device IDs ("live" = any client status but complete, failed and lost, so
+# ``pending`` and ``unknown`` are live). The claim is remembered. A grant with
+# no live holder is *orphaned* and released once that has held in every
+# observation for ``grace`` seconds, but only on evidence:
+#
+# - its claiming allocation was seen live and is now terminal, or gone from
+#   the answer (garbage-collected): released, with that allocation as the
+#   reason; or
+# - nothing ever claimed it, and the view is *complete* (the token reads every
+#   namespace, see ``visibility.py``): absence is then evidence.
+#
+# With an incomplete view an unclaimed grant is never released: it is
+# *unverifiable* (kept and reported). A live allocation whose *started* tasks
+# use this plugin's devices without a journal entry is *leaked* once that has
+# held for ``grace`` seconds (a Reserve may be in flight for a new
+# allocation). Tasks not started yet are left out: Nomad reserves a task's
+# devices only in its prestart, after its artifacts and the group's prestart
+# tasks, so an allocation can hold IDs for minutes before it asks for them.
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The allocation last seen live holding a grant's devices."""
+
+    alloc_id: str
+    namespace: str
+    job: str
+
+    def describe(self) -> str:
+        return f"allocation {self.alloc_id} of job {self.namespace}/{self.job}"
+
+
+@dataclass
+class Timers:
+    """First time (monotonic seconds) each condition was seen; kept between observations."""
+
+    orphaned_since: dict[str, float] = field(default_factory=dict)  # grant id
+    unjournalled_since: dict[str, float] = field(default_factory=dict)  # alloc id
+    reported_leaks: set[str] = field(default_factory=set)  # alloc ids
+    claims: dict[str, Claim] = field(default_factory=dict)  # grant id -> last live holder
+
+
+@dataclass(frozen=True)
+class Decision:
+    release: tuple[tuple[str, str], ...]  # (grant id, why)
+    new_leaks: tuple[AllocView, ...]
+    next_deadline: float | None  # earliest time a pending timer expires
+    unverifiable: tuple[str, ...] = ()  # unclaimed grants kept because the view is incomplete
+
+
+def decide(
+    entries: Iterable[JournalEntry],
+    allocs: Iterable[AllocView],
+    our_ids: frozenset[str],
+    now: float,
+    grace: float,
+    timers: Timers,
+    complete: bool = True,
+    unconfirmed: frozenset[str] = frozenset(),
+) -> Decision:
+    """``unconfirmed``: claimed allocation ids missing from ``allocs`` that Nomad did not confirm gone."""
+    entries = list(entries)
+    allocs = list(allocs)
+    by_id = {a.id: a for a in allocs}
+    live = [a for a in allocs if a.live]
+    release: list[tuple[str, str]] = []
+    unverifiable: list[str] = []
+    deadlines: list[float] = []
+    for entry in (e for e in entries if e.state is EntryState.GRANTED):
+        holders = [a for a in live if a.device_ids.intersection(entry.device_ids)]
+        if holders:
+            holder = holders[0]
+            timers.claims[entry.grant_id] = Claim(holder.id, holder.namespace, holder.job)
+            timers.orphaned_since.pop(entry.grant_id, None)
+            continue
+        why = _evidence(timers.claims.get(entry.grant_id), by_id, complete, unconfirmed)
+        if why is None:
+            timers.orphaned_since.pop(entry.grant_id, None)
+            unverifiable.append(entry.grant_id)
+            continue
+        since = timers.orphaned_since.setdefault(entry.grant_id, now)
+        if now - since >= grace:
+            release.append((entry.grant_id, why))
+        else:
+            deadlines.append(since + grace)
+    known = {e.grant_id for e in entries}
+    for table in (timers.orphaned_since, timers.claims):
+        for grant_id in [g for g in table if g not in known]:
+            del table[grant_id]
+
+    journalled = frozenset().union(*(e.device_ids for e in entries)) if entries else frozenset()
+    new_leaks: list[AllocView] = []
+    live_alloc_ids = set()
+    for alloc in live:
+        live_alloc_ids.add(alloc.id)
+        # A task that has not started has not asked for its devices yet (task_started): however
+        # long its artifacts or the group's prestart tasks take, no entry is expected for them.
+        ours = (alloc.device_ids - alloc.unstarted_ids) & our_ids
+        if not ours or ours <= journalled:
+            timers.unjournalled_since.pop(alloc.id, None)
+            continue
+        since = timers.unjournalled_since.setdefault(alloc.id, now)
+        if now - since >= grace:
+            if alloc.id not in timers.reported_leaks:
+                timers.reported_leaks.add(alloc.id)
+                new_leaks.append(alloc)
+        else:
+            deadlines.append(since + grace)
+    for alloc_id in list(timers.unjournalled_since):
+        if alloc_id not in live_alloc_ids:
+            del timers.unjournalled_since[alloc_id]
+            timers.reported_leaks.discard(alloc_id)
+    return Decision(tuple(release), tuple(new_leaks), min(deadlines) if deadlines else None, tuple(unverifiable))
+
+
+def _evidence(
+    claim: Claim | None, by_id: dict[str, AllocView], complete: bool, unconfirmed: frozenset[str]
+) -> str | None:
+    """Why an orphaned grant may be released, or None when there is no evidence."""
+    if claim is not None:
+        seen = by_id.get(claim.alloc_id)
+        if seen is not None:
+            return f"{claim.describe()} ended ({seen.client_status})"
+        if claim.alloc_id in unconfirmed and not complete:
+            return None  # gone from the list, but Nomad did not say it was garbage-collected
+        return f"{claim.describe()} ended (garbage-collected)"
+    if complete:
+        return "no live allocation on this node holds its devices (the token sees every namespace)"
+    return None
+
+
+# -- the saved state ---------------------------------------------------------------------------
+# ``<data_dir>/reconciler-state.json``: what the running reconciler knows, for ``grants``.
+#
+# Written atomically (temp file + rename) after each observation. It holds the
+# claims (grant -> allocation last seen live holding it), the wall time at
+# which each orphaned grant will be released, the view's completeness and the
+# last allocation list. A restarted plugin reads the claims back: they are the
+# evidence that lets it release a grant whose allocation ended while it was
+# down, even with an incomplete view. It is a cache, never the source of
+# truth: a missing or unreadable file means "nothing known".
+
+FILE_NAME = "reconciler-state.json"
+VERSION = 1
+
+
+@dataclass
+class ReconcilerState:
+    updated_at: float  # unix seconds
+    grace: float
+    view_complete: bool
+    view_reason: str
+    claims: dict[str, Claim] = field(default_factory=dict)
+    release_at: dict[str, float] = field(default_factory=dict)  # grant id -> unix seconds
+    unverifiable: list[str] = field(default_factory=list)
+    allocs: list[AllocView] = field(default_factory=list)
+    leaked: list[str] = field(default_factory=list)  # live allocation ids using our devices without a grant
+    pid: int = field(default_factory=os.getpid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "pid": self.pid,
+            "updated_at": self.updated_at,
+            "grace": self.grace,
+            "view_complete": self.view_complete,
+            "view_reason": self.view_reason,
+            "claims": {
+                g: {"alloc_id": c.alloc_id, "namespace": c.namespace, "job": c.job} for g, c in self.claims.items()
+            },
+            "release_at": self.release_at,
+            "unverifiable": self.unverifiable,
+            "leaked": self.leaked,
+            "allocs": [
+                {
+                    "id": a.id,
+                    "namespace": a.namespace,
+                    "job": a.job,
+                    "client_status": a.client_status,
+                    "modify_time": a.modify_time,
+                    "device_ids": sorted(a.device_ids),
+                }
+                for a in self.allocs
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ReconcilerState:
+        if not isinstance(raw, dict) or raw.get("version") != VERSION:
+            raise ValueError("not a reconciler state of version 1")
+        return cls(
+            pid=int(raw["pid"]),
+            updated_at=float(raw["updated_at"]),
+            grace=float(raw["grace"]),
+            view_complete=bool(raw["view_complete"]),
+            view_reason=str(raw["view_reason"]),
+            claims={
+                str(g): Claim(str(c["alloc_id"]), str(c["namespace"]), str(c["job"]))
+                for g, c in dict(raw["claims"]).items()
+            },
+            release_at={str(g): float(t) for g, t in dict(raw["release_at"]).items()},
+            unverifiable=[str(g) for g in raw["unverifiable"]],
+            leaked=[str(a) for a in raw.get("leaked", [])],
+            allocs=[
+                AllocView(
+                    id=str(a["id"]),
+                    client_status=str(a["client_status"]),
+                    device_ids=frozenset(str(d) for d in a["device_ids"]),
+                    namespace=str(a["namespace"]),
+                    job=str(a["job"]),
+                    modify_time=float(a["modify_time"]),
+                )
+                for a in raw["allocs"]
+            ],
+        )
+
+
+def state_path(data_dir: str | os.PathLike[str]) -> Path:
+    return Path(data_dir) / FILE_NAME
+
+
+def save_state(path: Path, state: ReconcilerState) -> None:
+    data = json.dumps(state.to_json(), sort_keys=True).encode()
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def load_state(path: Path) -> ReconcilerState | None:
+    """The saved state, or None when there is none or it cannot be read."""
+    try:
+        return ReconcilerState.from_json(json.loads(path.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
 
 #: How often the token's visibility is re-checked (policies can change at any time).
 VISIBILITY_PERIOD = 300.0

@@ -25,7 +25,7 @@ from typing import Any
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import JournalEntry
 from nomad_plugin.reconcile.nomad_api import AllocView
-from nomad_plugin.reconcile.release_port import GrantReleaser
+from nomad_plugin.reconcile.reconciler import GrantReleaser
 from nomad_plugin.util.dirwatch import DirWatch
 
 log = get_logger(__name__)

@@ -401,8 +401,7 @@ def test_parse_alloc_builds_the_whole_view() -> None:
 
 
 def test_the_state_written_after_a_round(tmp_path, caplog) -> None:
-    from nomad_plugin.reconcile.decide import Claim
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import Claim, load_state
 
     with NomadApiDouble() as api:
         clock = Clock()
@@ -445,7 +444,7 @@ def test_an_unwritable_state_file_is_a_warning_not_a_failed_round(tmp_path, capl
 
 
 def test_the_state_of_an_incomplete_view_lists_the_unverifiable_grants(tmp_path) -> None:
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import load_state
 
     with NomadApiDouble() as api:
         api.enable_acls()
@@ -488,7 +487,7 @@ def test_lines_for_an_unverifiable_grant_once_and_for_a_leak(tmp_path, caplog) -
 
 
 def test_a_released_claim_leaves_the_state_in_the_same_round(tmp_path) -> None:
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import load_state
 
     with NomadApiDouble() as api:
         clock = Clock()
@@ -601,7 +600,7 @@ def test_a_parser_error_is_named_by_the_parsers_exception_type_and_its_text() ->
 
 
 def test_before_the_token_could_be_checked_the_state_says_so(tmp_path: Any, api: Scripted) -> None:
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import load_state
 
     api.answers["/v1/acl/token/self"] = (500, "boom")  # Nomad cannot say what the token sees (yet)
     path = tmp_path / "reconciler-state.json"

@@ -15,10 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.reconcile.counters import LifecycleCounters
-from nomad_plugin.reconcile.decide import Claim
 from nomad_plugin.reconcile.nomad_api import AllocView
-from nomad_plugin.reconcile.state import ReconcilerState, load_state, save_state, state_path
+from nomad_plugin.reconcile.reconciler import (
+    Claim,
+    LifecycleCounters,
+    ReconcilerState,
+    load_state,
+    save_state,
+    state_path,
+)
 
 
 def full_state() -> ReconcilerState:
