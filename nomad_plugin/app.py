@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.ports import AfterReply
     from nomad_plugin.nomad.reserve import Reserver
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
-    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
+    from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import StatsEngine
@@ -211,9 +211,7 @@ class PluginApp:
         observe = (lambda d: metrics.mount_decision(d.outcome)) if metrics is not None else None
         if mode != "auto":
             return MountPolicy(mode, observe=observe)
-        lookup = AllocVolumeLookup(
-            NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id, view=self._allocs_view
-        )
+        lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
         policy = MountPolicy(mode, lookup.lookup, observe)
 
         def close() -> None:
@@ -222,11 +220,6 @@ class PluginApp:
 
         self._close_volume_lookup = close
         return policy
-
-    def _allocs_view(self) -> AllocPage | None:
-        """The node's allocations as the reconciler last saw them (None before its first answer)."""
-        reconciler = self.reconciler
-        return reconciler.last_page if reconciler is not None else None
 
     def _grants_generation(self) -> int:
         reserver = self.reserver
@@ -352,7 +345,7 @@ class PluginApp:
         client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
         fingerprint = self.fingerprint
         assert fingerprint is not None
-        from nomad_plugin.reconcile.reconciler import state_path
+        from nomad_plugin.reconcile.reconciler import reconciler_state_path
 
         reconciler = Reconciler(
             reserver,
@@ -360,7 +353,7 @@ class PluginApp:
             fingerprint.catalog,
             grace=config.release_grace_period,
             node_id=config.nomad_node_id,
-            state_path=state_path(config.data_dir),
+            state_path=reconciler_state_path(config.data_dir),
         )
         with self._lock:
             if self._closed.is_set():

@@ -1,26 +1,21 @@
-"""The reconciler thread: watch this node's allocations, release ended grants.
+"""The reconciler: watch this node's allocations, release the grants whose allocation ended.
 
 One thread. Each round: retry failed releases, re-check (at start and every
-``visibility_period``) that the node exists and is this host, and whether the
-token sees every namespace, then one
-blocking query on ``/v1/node/<id>/allocations`` (returns when the
-allocations change or after ``wait``; ``wait`` shrinks so a grace deadline
-is checked on time), then ``decide``. Any API failure (down, slow, 403, odd
-answer) is logged and backed off; nothing is released without a fresh
-successful answer, and with an incomplete view nothing is released on
-absence (``decide.py``).
+``visibility_period``) that the node exists and is this host and whether the
+token sees every namespace, then one blocking query on
+``/v1/node/<id>/allocations`` (``wait`` shrinks so a grace deadline is checked
+on time), then ``decide``. Any API failure is logged and backed off: nothing
+is released without a fresh successful answer.
 
 Why the node check: Nomad answers ``200 []`` for the allocations of a node it
-does not know, so a wrong ``nomad_node_id`` looked like a node where nothing
-runs, and every grant was released after the grace period. An empty list
-means "nothing runs here" only once ``GET /v1/node/<id>`` (``node:read``, the
-capability the allocation list needs anyway) has shown the node exists and
-its ``unique.hostname`` is this host's: a 404 or another host is an error
-like an unreachable API (logged, backed off, nothing released).
+does not know, so a wrong ``nomad_node_id`` once made every grant look
+unused. An empty list means "nothing runs here" only once ``GET
+/v1/node/<id>`` (``node:read``, which the list needs anyway) has shown the
+node exists and its ``unique.hostname`` is this host's.
 
-After each observation the thread writes ``<data_dir>/reconciler-state.json``
-(``state.py``): what ``grants`` shows while the plugin runs, and the claims
-that survive a plugin restart as evidence.
+After each observation ``<data_dir>/reconciler-state.json`` is written: what
+``grants`` shows while the plugin runs, and the claims that survive a plugin
+restart as evidence. It is a cache, never the source of truth.
 """
 
 from __future__ import annotations
@@ -31,12 +26,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, JournalEntry
+from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
@@ -44,21 +40,16 @@ from nomad_plugin.util.backoff import Backoff
 
 log = get_logger(__name__)
 
-
-# -- counters ----------------------------------------------------------------------------------
-# Counters the stats/Prometheus layer reads to show the release lifecycle.
+#: How often the node and the token's visibility are checked again (policies can change at any time).
+VISIBILITY_PERIOD = 300.0
 
 
 @dataclass
 class LifecycleCounters:
-    """Monotonic counters plus the current journal size (a gauge).
+    """Monotonic counters, and gauges (``journal_size``, ``view_incomplete`` 0/1, ``unverifiable_grants``).
 
-    ``leaked_grants_found``: live allocations using this plugin's devices
-    with no journal entry (the grant id is unknown, so it cannot be
-    released; see docs/reserve.md). ``view_incomplete`` (gauge, 0/1): the
-    Nomad token cannot read every namespace; ``unverifiable_grants`` (gauge):
-    grants kept because no visible allocation ever claimed them while the
-    view is incomplete. Read with ``snapshot()``.
+    ``leaked_grants_found``: live allocations using this plugin's devices with
+    no journal entry (the grant id is unknown, so it cannot be released).
     """
 
     grants_released_by_reconcile: int = 0
@@ -83,42 +74,18 @@ class LifecycleCounters:
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
-            return {
-                "grants_released_by_reconcile": self.grants_released_by_reconcile,
-                "grants_released_by_reserve": self.grants_released_by_reserve,
-                "grants_released_at_startup": self.grants_released_at_startup,
-                "leaked_grants_found": self.leaked_grants_found,
-                "grants_released_by_hand": self.grants_released_by_hand,
-                "nomad_api_errors": self.nomad_api_errors,
-                "journal_size": self.journal_size,
-                "view_incomplete": self.view_incomplete,
-                "unverifiable_grants": self.unverifiable_grants,
-            }
-
-
-# -- what the reconciler needs of the reserve layer --------------------------------------------
-# What reconcile/ needs from the reserve layer: a narrow release port.
-#
-# The reconciler and the operator-request watcher only look at journalled
-# grants and release them; they do not reserve. ``nomad.reserve.Reserver``
-# satisfies this Protocol and the composition root (``app.py``) passes it in,
-# so reconcile/ never imports the Nomad services (docs/architecture.md).
-
-
-class GrantLookup(Protocol):
-    """The journal, read one grant at a time."""
-
-    def get(self, grant_id: str) -> JournalEntry | None: ...
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
 
 
 class GrantReleaser(Protocol):
-    """Journalled grants: list them, release one, retry releases XDM has not confirmed."""
+    """What reconcile/ needs of the reserve layer: the journalled grants, and releasing one.
+
+    ``nomad.reserve.Reserver`` satisfies it and ``app.py`` passes it in, so
+    reconcile/ never imports the Nomad services (docs/architecture.md).
+    """
 
     @property
     def counters(self) -> LifecycleCounters: ...
-
-    @property
-    def journal(self) -> GrantLookup: ...
 
     def entries(self) -> list[JournalEntry]: ...
 
@@ -129,28 +96,16 @@ class GrantReleaser(Protocol):
     def retry_pending(self) -> int: ...
 
 
-# -- the decision ------------------------------------------------------------------------------
-# Which grants to release, which allocations look leaked: pure, given one observation.
-#
-# A grant is *claimed* by a live allocation on this node that holds any of its
-# device IDs ("live" = any client status but complete, failed and lost, so
-# ``pending`` and ``unknown`` are live). The claim is remembered. A grant with
-# no live holder is *orphaned* and released once that has held in every
-# observation for ``grace`` seconds, but only on evidence:
-#
-# - its claiming allocation was seen live and is now terminal, or gone from
-#   the answer (garbage-collected): released, with that allocation as the
-#   reason; or
-# - nothing ever claimed it, and the view is *complete* (the token reads every
-#   namespace, see ``visibility.py``): absence is then evidence.
-#
-# With an incomplete view an unclaimed grant is never released: it is
-# *unverifiable* (kept and reported). A live allocation whose *started* tasks
-# use this plugin's devices without a journal entry is *leaked* once that has
-# held for ``grace`` seconds (a Reserve may be in flight for a new
-# allocation). Tasks not started yet are left out: Nomad reserves a task's
-# devices only in its prestart, after its artifacts and the group's prestart
-# tasks, so an allocation can hold IDs for minutes before it asks for them.
+# -- the decision: pure, given one observation -------------------------------------------------------
+# A grant is *claimed* by a live allocation on this node that holds any of its device IDs
+# ("live": any client status but complete, failed and lost). The claim is remembered. A grant with
+# no live holder is *orphaned*, and released once that has held in every observation for ``grace``
+# seconds, but only on evidence: its claiming allocation was seen live and is now terminal or gone
+# (garbage-collected), or nothing ever claimed it and the view is *complete* (``visibility.py``).
+# With an incomplete view an unclaimed grant is *unverifiable*: kept and reported. A live allocation
+# whose *started* tasks use this plugin's devices without a journal entry is *leaked* once that has
+# held for ``grace`` (a Reserve may be in flight); tasks not started yet have not asked for their
+# devices (Nomad reserves them in the task's prestart, after artifacts and prestart tasks).
 
 
 @dataclass(frozen=True)
@@ -194,17 +149,15 @@ def decide(
     unconfirmed: frozenset[str] = frozenset(),
 ) -> Decision:
     """``unconfirmed``: claimed allocation ids missing from ``allocs`` that Nomad did not confirm gone."""
-    entries = list(entries)
-    allocs = list(allocs)
+    entries, allocs = list(entries), list(allocs)
     by_id = {a.id: a for a in allocs}
     live = [a for a in allocs if a.live]
     release: list[tuple[str, str]] = []
     unverifiable: list[str] = []
     deadlines: list[float] = []
     for entry in (e for e in entries if e.state is EntryState.GRANTED):
-        holders = [a for a in live if a.device_ids.intersection(entry.device_ids)]
-        if holders:
-            holder = holders[0]
+        holder = next((a for a in live if a.device_ids.intersection(entry.device_ids)), None)
+        if holder is not None:
             timers.claims[entry.grant_id] = Claim(holder.id, holder.namespace, holder.job)
             timers.orphaned_since.pop(entry.grant_id, None)
             continue
@@ -223,28 +176,23 @@ def decide(
         for grant_id in [g for g in table if g not in known]:
             del table[grant_id]
 
-    journalled = frozenset().union(*(e.device_ids for e in entries)) if entries else frozenset()
+    journalled = frozenset().union(*(e.device_ids for e in entries))
     new_leaks: list[AllocView] = []
-    live_alloc_ids = set()
     for alloc in live:
-        live_alloc_ids.add(alloc.id)
-        # A task that has not started has not asked for its devices yet (task_started): however
-        # long its artifacts or the group's prestart tasks take, no entry is expected for them.
         ours = (alloc.device_ids - alloc.unstarted_ids) & our_ids
         if not ours or ours <= journalled:
             timers.unjournalled_since.pop(alloc.id, None)
             continue
         since = timers.unjournalled_since.setdefault(alloc.id, now)
-        if now - since >= grace:
-            if alloc.id not in timers.reported_leaks:
-                timers.reported_leaks.add(alloc.id)
-                new_leaks.append(alloc)
-        else:
+        if now - since < grace:
             deadlines.append(since + grace)
-    for alloc_id in list(timers.unjournalled_since):
-        if alloc_id not in live_alloc_ids:
-            del timers.unjournalled_since[alloc_id]
-            timers.reported_leaks.discard(alloc_id)
+        elif alloc.id not in timers.reported_leaks:
+            timers.reported_leaks.add(alloc.id)
+            new_leaks.append(alloc)
+    live_ids = {a.id for a in live}
+    for alloc_id in [a for a in timers.unjournalled_since if a not in live_ids]:
+        del timers.unjournalled_since[alloc_id]
+        timers.reported_leaks.discard(alloc_id)
     return Decision(tuple(release), tuple(new_leaks), min(deadlines) if deadlines else None, tuple(unverifiable))
 
 
@@ -264,21 +212,7 @@ def _evidence(
     return None
 
 
-# -- the saved state ---------------------------------------------------------------------------
-# ``<data_dir>/reconciler-state.json``: what the running reconciler knows, for ``grants``.
-#
-# Written atomically (temp file + rename) after each observation. It holds the
-# claims (grant -> allocation last seen live holding it), the wall time at
-# which each orphaned grant will be released, the view's completeness and the
-# last allocation list. A restarted plugin reads the claims back: they are the
-# evidence that lets it release a grant whose allocation ended while it was
-# down, even with an incomplete view. It is a cache, never the source of
-# truth: a missing or unreadable file means "nothing known".
-
-FILE_NAME = "reconciler-state.json"
-VERSION = 1
-
-
+# -- the saved state -----------------------------------------------------------------------------------
 @dataclass
 class ReconcilerState:
     updated_at: float  # unix seconds
@@ -293,35 +227,15 @@ class ReconcilerState:
     pid: int = field(default_factory=os.getpid)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": VERSION,
-            "pid": self.pid,
-            "updated_at": self.updated_at,
-            "grace": self.grace,
-            "view_complete": self.view_complete,
-            "view_reason": self.view_reason,
-            "claims": {
-                g: {"alloc_id": c.alloc_id, "namespace": c.namespace, "job": c.job} for g, c in self.claims.items()
-            },
-            "release_at": self.release_at,
-            "unverifiable": self.unverifiable,
-            "leaked": self.leaked,
-            "allocs": [
-                {
-                    "id": a.id,
-                    "namespace": a.namespace,
-                    "job": a.job,
-                    "client_status": a.client_status,
-                    "modify_time": a.modify_time,
-                    "device_ids": sorted(a.device_ids),
-                }
-                for a in self.allocs
-            ],
-        }
+        raw = {f.name: getattr(self, f.name) for f in fields(self)}
+        raw.update(version=1, claims={g: asdict(c) for g, c in self.claims.items()})
+        keys = ("id", "namespace", "job", "client_status", "modify_time")
+        raw["allocs"] = [{k: getattr(a, k) for k in keys} | {"device_ids": sorted(a.device_ids)} for a in self.allocs]
+        return raw
 
     @classmethod
     def from_json(cls, raw: Any) -> ReconcilerState:
-        if not isinstance(raw, dict) or raw.get("version") != VERSION:
+        if not isinstance(raw, dict) or raw.get("version") != 1:
             raise ValueError("not a reconciler state of version 1")
         return cls(
             pid=int(raw["pid"]),
@@ -330,8 +244,7 @@ class ReconcilerState:
             view_complete=bool(raw["view_complete"]),
             view_reason=str(raw["view_reason"]),
             claims={
-                str(g): Claim(str(c["alloc_id"]), str(c["namespace"]), str(c["job"]))
-                for g, c in dict(raw["claims"]).items()
+                str(g): Claim(*(str(c[k]) for k in ("alloc_id", "namespace", "job"))) for g, c in raw["claims"].items()
             },
             release_at={str(g): float(t) for g, t in dict(raw["release_at"]).items()},
             unverifiable=[str(g) for g in raw["unverifiable"]],
@@ -350,31 +263,20 @@ class ReconcilerState:
         )
 
 
-def state_path(data_dir: str | os.PathLike[str]) -> Path:
-    return Path(data_dir) / FILE_NAME
+def reconciler_state_path(data_dir: str | os.PathLike[str]) -> Path:
+    return Path(data_dir) / "reconciler-state.json"
 
 
 def save_state(path: Path, state: ReconcilerState) -> None:
-    data = json.dumps(state.to_json(), sort_keys=True).encode()
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_state(path, state.to_json())
 
 
 def load_state(path: Path) -> ReconcilerState | None:
     """The saved state, or None when there is none or it cannot be read."""
     try:
         return ReconcilerState.from_json(json.loads(path.read_bytes()))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-
-
-#: How often the token's visibility is re-checked (policies can change at any time).
-VISIBILITY_PERIOD = 300.0
 
 
 class Reconciler:
@@ -416,7 +318,7 @@ class Reconciler:
         self.unverifiable: tuple[str, ...] = ()
         self._warned_unverifiable: set[str] = set()
         self.index = 0
-        self.last_error: str = ""
+        self.last_error = ""
         self.rounds = 0
         self._next_deadline: float | None = None
         self._stop = threading.Event()
@@ -452,7 +354,7 @@ class Reconciler:
                 self.round()
             except NomadApiError as exc:
                 self.last_error = str(exc)
-                self.reserver.counters.inc("nomad_api_errors")
+                self.counters.inc("nomad_api_errors")
                 delay = self.backoff.next_delay()
                 log.warning("reconciler: %s; retrying in %.1fs (no grant is released meanwhile)", exc, delay)
                 self._stop.wait(delay)
@@ -474,11 +376,9 @@ class Reconciler:
         page = self.client.node_allocations(self.node_id, self.index, self._wait())
         self.backoff.reset()
         self.last_error = ""
-        # An index that goes backwards (a server restored from a snapshot, a
-        # new leader behind) would make every later blocking query wait out
-        # its full wait: start over from 0.
+        # An index that goes backwards (a server restored from a snapshot, a new leader behind) would make
+        # every later blocking query wait out its full wait: start over from 0.
         self.index = page.index if page.index >= self.index else 0
-        page.holders  # noqa: B018 - built here, not in the first Reserve that looks a task up in this page
         self.observe(page)
 
     def _prove_node(self) -> None:
@@ -523,9 +423,9 @@ class Reconciler:
             log.warning(
                 "reconciler: could not check what the Nomad token can see (%s); %s",
                 exc,
-                "until it can, grants are released only on evidence"
-                if not self.view_complete
-                else "keeping the last answer",
+                "keeping the last answer"
+                if self.view_complete
+                else "until it can, grants are released only on evidence",
             )
             return
         self._next_visibility = now + self.visibility_period
@@ -558,35 +458,25 @@ class Reconciler:
         allocs, unconfirmed = list(page.allocs), frozenset[str]()
         if not complete:
             allocs, unconfirmed = self._confirm_missing_claims(allocs)
-        decision = decide(
-            self.reserver.entries(),
-            allocs,
-            self.catalog_source().all_ids(),
-            now,
-            self.grace,
-            self.timers,
-            complete=complete,
-            unconfirmed=unconfirmed,
-        )
+        our_ids = self.catalog_source().all_ids()
+        decision = decide(self.reserver.entries(), allocs, our_ids, now, self.grace, self.timers, complete, unconfirmed)
         self._next_deadline = decision.next_deadline
         for grant_id, why in decision.release:
             if self.reserver.release_grant(grant_id, why):
-                self.reserver.counters.inc("grants_released_by_reconcile")
+                self.counters.inc("grants_released_by_reconcile")
                 self.timers.orphaned_since.pop(grant_id, None)
                 self.timers.claims.pop(grant_id, None)
         self.unverifiable = decision.unverifiable
         self.counters.set("unverifiable_grants", len(decision.unverifiable))
-        for grant_id in decision.unverifiable:
-            if grant_id not in self._warned_unverifiable:
-                self._warned_unverifiable.add(grant_id)
-                log.warning(
-                    "grant %s is kept: no allocation visible to the token has claimed its devices and the view is "
-                    "incomplete, so its end cannot be seen (check it with `nomad-device-lingjun grants`)",
-                    grant_id,
-                )
-        self._warned_unverifiable.intersection_update(decision.unverifiable)
+        for grant_id in [g for g in decision.unverifiable if g not in self._warned_unverifiable]:
+            log.warning(
+                "grant %s is kept: no allocation visible to the token has claimed its devices and the view is "
+                "incomplete, so its end cannot be seen (check it with `nomad-device-lingjun grants`)",
+                grant_id,
+            )
+        self._warned_unverifiable = set(decision.unverifiable)
         for alloc in decision.new_leaks:
-            self.reserver.counters.inc("leaked_grants_found")
+            self.counters.inc("leaked_grants_found")
             log.error(
                 "allocation %s is running with devices %s but the journal has no grant for them "
                 "(journal lost or corrupt?); its XDM grant cannot be released by the plugin",
@@ -598,9 +488,8 @@ class Reconciler:
     def _confirm_missing_claims(self, allocs: list[AllocView]) -> tuple[list[AllocView], frozenset[str]]:
         """With an incomplete view, ask Nomad about each claimed allocation missing from the list.
 
-        ``GET /v1/allocation/<id>``: 404 means garbage-collected (evidence);
-        an answer is used like a list entry; anything else (403 after a
-        policy change, an error) leaves it unconfirmed: no evidence.
+        ``GET /v1/allocation/<id>``: 404 means garbage-collected (evidence); an answer is used like a
+        list entry; anything else (403 after a policy change, an error) leaves it unconfirmed.
         """
         assert self.client is not None
         present = {a.id for a in allocs}
@@ -620,7 +509,6 @@ class Reconciler:
         if self.state_path is None:
             return
         wall = self.wall_clock()
-        page = self.last_page
         state = ReconcilerState(
             updated_at=wall,
             grace=self.grace,
@@ -629,7 +517,7 @@ class Reconciler:
             claims=dict(self.timers.claims),
             release_at={g: wall + (since + self.grace - now) for g, since in self.timers.orphaned_since.items()},
             unverifiable=list(self.unverifiable),
-            allocs=list(page.allocs) if page else [],
+            allocs=list(self.last_page.allocs) if self.last_page else [],
             leaked=sorted(self.timers.reported_leaks),
         )
         try:
@@ -638,7 +526,7 @@ class Reconciler:
             log.warning("reconciler: could not write %s: %s", self.state_path, exc)
 
     def _restore_claims(self) -> None:
-        """Claims of the previous process: evidence that survives a restart (see decide.py)."""
+        """Claims of the previous process: evidence that survives a restart."""
         assert self.state_path is not None
         state = load_state(self.state_path)
         if state is None:

@@ -21,8 +21,8 @@ from nomad_plugin.reconcile.reconciler import (
     LifecycleCounters,
     ReconcilerState,
     load_state,
+    reconciler_state_path,
     save_state,
-    state_path,
 )
 
 
@@ -81,12 +81,12 @@ DOCUMENT = {
 
 
 def test_the_file_lives_in_data_dir(tmp_path: Path) -> None:
-    assert state_path(tmp_path) == tmp_path / "reconciler-state.json"
-    assert state_path(str(tmp_path)) == tmp_path / "reconciler-state.json"
+    assert reconciler_state_path(tmp_path) == tmp_path / "reconciler-state.json"
+    assert reconciler_state_path(str(tmp_path)) == tmp_path / "reconciler-state.json"
 
 
 def test_every_field_survives_save_and_load(tmp_path: Path) -> None:
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     save_state(path, full_state())
     assert load_state(path) == full_state()
     complete = replace(full_state(), view_complete=True, view_reason="")
@@ -102,7 +102,7 @@ def test_from_json_names_what_it_refuses() -> None:
 
 def test_the_document_on_disk(tmp_path: Path) -> None:
     """Version 1, sorted keys (a stable file to diff), device ids sorted, readable by the owner only."""
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     save_state(path, full_state())
     text = path.read_text()
     assert json.loads(text) == DOCUMENT
@@ -113,7 +113,7 @@ def test_the_document_on_disk(tmp_path: Path) -> None:
 
 def test_a_longer_leftover_temp_file_is_overwritten_not_patched(tmp_path: Path) -> None:
     """A killed writer's temp file (same pid: pid 1 in a container) must not leave its tail in the new file."""
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     (tmp_path / f"reconciler-state.json.tmp-{os.getpid()}").write_text("x" * 100_000)
     save_state(path, full_state())
     assert load_state(path) == full_state()
@@ -127,7 +127,7 @@ def test_the_pid_defaults_to_the_writing_process() -> None:
 
 def test_a_file_without_leaked_reads_as_none_leaked(tmp_path: Path) -> None:
     """Files written before the leaked list existed still load."""
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     doc = {k: v for k, v in DOCUMENT.items() if k != "leaked"}
     path.write_text(json.dumps(doc))
     state = load_state(path)
@@ -160,7 +160,7 @@ def test_a_file_without_leaked_reads_as_none_leaked(tmp_path: Path) -> None:
     ],
 )
 def test_an_unreadable_file_means_nothing_known(tmp_path: Path, content: str | None) -> None:
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     if content is not None:
         path.write_text(content)
     assert load_state(path) is None
