@@ -83,14 +83,14 @@ def prepare(data_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
-LOCK_NAME = "plugin.lock"
+OWNER_LOCK = "plugin.lock"
 
 
 class OwnerLock:
     """``plugin.lock``, held by the one process that writes the journal (module docstring)."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
-        self.path = Path(data_dir) / LOCK_NAME
+        self.path = Path(data_dir) / OWNER_LOCK
         self._fd: int | None = None
 
     @property
@@ -145,7 +145,7 @@ def _try_flock(fd: int, kind: int) -> bool:
 def plugin_running(data_dir: str | os.PathLike[str]) -> bool:
     """Whether another process (the plugin) holds ``plugin.lock``; read-only, creates nothing (doctor, ``grants``)."""
     try:
-        fd = os.open(Path(data_dir) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(Path(data_dir) / OWNER_LOCK, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     try:

@@ -41,8 +41,8 @@ log = get_logger(__name__)
 VERSION = 1
 FILE_NAME = "journal.json"
 #: Far above any node's instance count (16 cards x 10 shares = 160).
-DEFAULT_MAX_ENTRIES = 4096
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+MAX_GRANTS = 4096
+MAX_BYTES = 16 * 1024 * 1024
 
 
 class EntryState(enum.Enum):
@@ -88,22 +88,22 @@ class JournalEntry:
         if not isinstance(raw, dict):
             raise ValueError(f"entry is {type(raw).__name__}, not an object")
         return cls(
-            grant_id=_field(raw, "grant_id", "a string"),
-            device_ids=tuple(_field(raw, "device_ids", "a list of strings")),
-            group=_field(raw, "group", "a string"),
-            kind=_field(raw, "kind", "a string"),
-            cards=tuple(_field(raw, "cards", "a list of strings")),
+            grant_id=_typed(raw, "grant_id", "a string"),
+            device_ids=tuple(_typed(raw, "device_ids", "a list of strings")),
+            group=_typed(raw, "group", "a string"),
+            kind=_typed(raw, "kind", "a string"),
+            cards=tuple(_typed(raw, "cards", "a list of strings")),
             asks=tuple(
-                DeviceAsk(**{n: _field(a, n, "an integer") for n in _ASK_FIELDS})
-                for a in _field(raw, "asks", "a list of objects")
+                DeviceAsk(**{n: _typed(a, n, "an integer") for n in _ASK_FIELDS})
+                for a in _typed(raw, "asks", "a list of objects")
             ),
             granted=tuple(
-                GrantedDevice(**{n: _field(d, n, kind) for n, kind in _GRANTED_FIELDS.items()})
-                for d in _field(raw, "granted", "a list of objects")
+                GrantedDevice(**{n: _typed(d, n, kind) for n, kind in _GRANTED_FIELDS.items()})
+                for d in _typed(raw, "granted", "a list of objects")
             ),
-            created_at=float(_field(raw, "created_at", "a number")),
-            state=EntryState(_field(raw, "state", "one of intent/granted/releasing")),
-            settle_until=float(_field(raw, "settle_until", "a number")) if "settle_until" in raw else 0.0,
+            created_at=float(_typed(raw, "created_at", "a number")),
+            state=EntryState(_typed(raw, "state", "one of intent/granted/releasing")),
+            settle_until=float(_typed(raw, "settle_until", "a number")) if "settle_until" in raw else 0.0,
         )
 
 
@@ -119,7 +119,7 @@ _IS = {
 }
 
 
-def _field(raw: dict[str, Any], name: str, kind: str) -> Any:
+def _typed(raw: dict[str, Any], name: str, kind: str) -> Any:
     if name not in raw:
         raise ValueError(f"field {name!r} missing")
     value = raw[name]
@@ -155,10 +155,10 @@ def encode(entries: Iterable[JournalEntry]) -> bytes:
 
 def decode(data: bytes) -> list[JournalEntry]:
     """Parse and verify a journal file's bytes, or raise ``JournalCorrupt``."""
-    return list(_decode(data)[0].values())
+    return list(_parse_file(data)[0].values())
 
 
-def _decode(data: bytes) -> tuple[dict[str, JournalEntry], bool]:
+def _parse_file(data: bytes) -> tuple[dict[str, JournalEntry], bool]:
     """The entries by grant id, and whether an earlier build's records followed the snapshot."""
     try:
         text = data.decode()
@@ -225,8 +225,8 @@ class Journal:
         self,
         data_dir: str | os.PathLike[str],
         *,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_entries: int = MAX_GRANTS,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         self.dir = datadir.prepare(data_dir)
         self.path = self.dir / FILE_NAME
@@ -329,7 +329,7 @@ class Journal:
             size = os.fstat(file.fileno()).st_size
             if size > self.max_bytes:
                 raise JournalCorrupt(f"{size} bytes, over the {self.max_bytes}-byte bound")
-            entries, legacy = _decode(file.read())
+            entries, legacy = _parse_file(file.read())
         except BaseException:
             file.close()
             raise

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClient
+from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClient, parse_alloc
 
 #: Tries when no allocation holds the IDs yet, and the pause between them.
 LOOKUP_ATTEMPTS = 3
@@ -58,43 +58,20 @@ class Candidate:
         return str(self.alloc.get("ID", ""))[:64]
 
 
-def _device_sets(alloc: dict[str, Any]) -> list[tuple[str, frozenset[str]]]:
-    """(task, device IDs of one device block) for every block of ``alloc``; ValueError on a wrong shape."""
-    resources = alloc.get("AllocatedResources") or {}
-    if not isinstance(resources, dict):
-        raise ValueError("AllocatedResources is not an object")
-    tasks = resources.get("Tasks") or {}
-    if not isinstance(tasks, dict):
-        raise ValueError("AllocatedResources.Tasks is not an object")
-    out = []
-    for task, res in tasks.items():
-        res = res or {}
-        devices = res.get("Devices") or [] if isinstance(res, dict) else None
-        if not isinstance(devices, list):
-            raise ValueError(f"task {task!r}: Devices is not a list")
-        for dev in devices:
-            dev = dev or {}
-            ids = dev.get("DeviceIDs") or [] if isinstance(dev, dict) else None
-            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-                raise ValueError(f"task {task!r}: DeviceIDs is not a list of strings")
-            out.append((str(task), frozenset(ids)))
-    return out
-
-
 def find_candidates(allocs: Sequence[Any], device_ids: Sequence[str]) -> list[Candidate]:
     """Non-terminal allocations with a device block holding exactly ``device_ids`` (pending included).
 
     When some are desired to run and others to stop (an old allocation still stopping while its
-    replacement starts with the same IDs), only those desired to run are kept.
+    replacement starts with the same IDs), only those desired to run are kept. ``ValueError`` on a
+    drifted shape of the devices (``parse_alloc``).
     """
     wanted = frozenset(device_ids)
     found: list[Candidate] = []
     for alloc in allocs:
         if not isinstance(alloc, dict) or alloc.get("ClientStatus") in TERMINAL:
             continue
-        for task, ids in _device_sets(alloc):
-            if ids == wanted:
-                found.append(Candidate(alloc, task))
+        view = parse_alloc({**alloc, "ID": str(alloc.get("ID", "")), "ClientStatus": "pending"})  # its devices
+        found += [Candidate(alloc, task) for task, ids in view.task_devices if ids == wanted]
     running = [c for c in found if c.alloc.get("DesiredStatus", "run") == "run"]
     return running or found
 

@@ -224,7 +224,7 @@ class NodeMetaPublisher:
             self._last_write = self.clock()
             self.client.apply_node_meta(changes)
             self.state.writes += 1
-            log.info("node metadata: %s", _describe(changes))
+            log.info("node metadata: %s", _describe_changes(changes))
         self._succeeded(dict(wanted.keys))
         return bool(changes)
 
@@ -264,7 +264,7 @@ class NodeMetaPublisher:
             log.debug("node metadata: could not write %s: %s", self.state_file, exc)
 
 
-def _describe(changes: Mapping[str, str | None]) -> str:
+def _describe_changes(changes: Mapping[str, str | None]) -> str:
     sets = [f"{k}={v}" for k, v in changes.items() if v is not None]
     unsets = [k for k, v in changes.items() if v is None]
     parts = []

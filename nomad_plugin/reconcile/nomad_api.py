@@ -48,7 +48,7 @@ META_PATH = "/v1/client/metadata"
 ZERO_TIME_PREFIX = "0001-01-01"
 
 
-def go_duration(seconds: float) -> str:
+def wait_duration(seconds: float) -> str:
     """A ``wait`` value Nomad parses with Go's ``time.ParseDuration`` (e.g. "300ms", "10s")."""
     ms = max(1, round(seconds * 1000))
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
@@ -205,7 +205,7 @@ class NodeView:
     hostname: str  # Attributes["unique.hostname"]; "" when absent
 
 
-def parse_node(raw: Any) -> NodeView:
+def parse_node_view(raw: Any) -> NodeView:
     """One Node JSON object -> NodeView; raises ``ValueError`` on a wrong shape."""
     if not isinstance(raw, dict) or not isinstance(raw.get("ID"), str):
         raise ValueError("node without an ID")
@@ -411,10 +411,10 @@ class NomadClient:
     def node(self, node_id: str) -> NodeView | None:
         """The node record; None when Nomad has no such node (404, ``Node.GetNode``). Needs ``node:read``."""
         found, body = self._found(f"/v1/node/{quote(node_id, safe='')}")
-        return _parsed(parse_node, body, "node answer") if found else None
+        return _parsed(parse_node_view, body, "node answer") if found else None
 
     def node_allocations(self, node_id: str, index: int = 0, wait: float = 0.0) -> AllocPage:
-        params = {"index": str(index), "wait": go_duration(wait)} if index > 0 else {}
+        params = {"index": str(index), "wait": wait_duration(wait)} if index > 0 else {}
         # Nomad adds up to wait/16 of jitter to a blocking query.
         path = f"/v1/node/{quote(node_id, safe='')}/allocations"
         body, new_index = self._get(path, params, self.settings.timeout + wait * 1.1)

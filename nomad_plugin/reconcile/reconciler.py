@@ -262,21 +262,20 @@ class ReconcilerState:
             ],
         )
 
+    def save(self, path: Path) -> None:
+        write_state(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: Path) -> ReconcilerState | None:
+        """The saved state, or None when there is none or it cannot be read."""
+        try:
+            return cls.from_json(json.loads(path.read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
 
 def reconciler_state_path(data_dir: str | os.PathLike[str]) -> Path:
     return Path(data_dir) / "reconciler-state.json"
-
-
-def save_state(path: Path, state: ReconcilerState) -> None:
-    write_state(path, state.to_json())
-
-
-def load_state(path: Path) -> ReconcilerState | None:
-    """The saved state, or None when there is none or it cannot be read."""
-    try:
-        return ReconcilerState.from_json(json.loads(path.read_bytes()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 class Reconciler:
@@ -521,14 +520,14 @@ class Reconciler:
             leaked=sorted(self.timers.reported_leaks),
         )
         try:
-            save_state(self.state_path, state)
+            state.save(self.state_path)
         except OSError as exc:
             log.warning("reconciler: could not write %s: %s", self.state_path, exc)
 
     def _restore_claims(self) -> None:
         """Claims of the previous process: evidence that survives a restart."""
         assert self.state_path is not None
-        state = load_state(self.state_path)
+        state = ReconcilerState.load(self.state_path)
         if state is None:
             return
         known = {e.grant_id for e in self.reserver.entries()}

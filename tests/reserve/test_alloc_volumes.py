@@ -88,14 +88,17 @@ def test_device_block_shapes_that_hold_nothing() -> None:
 @pytest.mark.parametrize(
     ("resources", "message"),
     [
-        (["Tasks"], "AllocatedResources is not an object"),
-        ({"Tasks": ["t"]}, "AllocatedResources.Tasks is not an object"),
-        ({"Tasks": {"t": ["GPU-aaaa"]}}, "task 't': Devices is not a list"),
-        ({"Tasks": {"t": "GPU-aaaa"}}, "task 't': Devices is not a list"),
-        ({"Tasks": {"t": {"Devices": {"DeviceIDs": IDS}}}}, "task 't': Devices is not a list"),
-        ({"Tasks": {"t": {"Devices": ["GPU-aaaa"]}}}, "task 't': DeviceIDs is not a list of strings"),
-        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": "GPU-aaaa"}]}}}, "task 't': DeviceIDs is not a list of strings"),
-        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": [1]}]}}}, "task 't': DeviceIDs is not a list of strings"),
+        (["Tasks"], "allocation 'a': AllocatedResources is not an object"),
+        ({"Tasks": ["t"]}, "allocation 'a': AllocatedResources.Tasks is not an object"),
+        ({"Tasks": {"t": ["GPU-aaaa"]}}, "allocation 'a': a task's resources are not an object"),
+        ({"Tasks": {"t": "GPU-aaaa"}}, "allocation 'a': a task's resources are not an object"),
+        ({"Tasks": {"t": {"Devices": {"DeviceIDs": IDS}}}}, "allocation 'a': a task's Devices is not a list"),
+        ({"Tasks": {"t": {"Devices": ["GPU-aaaa"]}}}, "allocation 'a': a Devices entry is not an object"),
+        (
+            {"Tasks": {"t": {"Devices": [{"DeviceIDs": "GPU-aaaa"}]}}},
+            "allocation 'a': DeviceIDs is not a list of strings",
+        ),
+        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": [1]}]}}}, "allocation 'a': DeviceIDs is not a list of strings"),
     ],
 )
 def test_a_drifted_shape_is_an_error_naming_the_part(resources: Any, message: str) -> None:
@@ -235,7 +238,7 @@ def test_shape_error_verdict_in_full(api: NomadApiDouble) -> None:
     with api._cond:
         api._allocs["a1"]["AllocatedResources"]["Tasks"]["task"]["Devices"] = "GPU-aaaa"
     assert lookup(api).lookup(IDS) == VolumeVerdict(
-        False, False, "the Nomad API answer has an unexpected shape (task 'task': Devices is not a list)"
+        False, False, "the Nomad API answer has an unexpected shape (allocation 'a1': a task's Devices is not a list)"
     )
 
 

@@ -20,9 +20,7 @@ from nomad_plugin.reconcile.reconciler import (
     Claim,
     LifecycleCounters,
     ReconcilerState,
-    load_state,
     reconciler_state_path,
-    save_state,
 )
 
 
@@ -87,11 +85,11 @@ def test_the_file_lives_in_data_dir(tmp_path: Path) -> None:
 
 def test_every_field_survives_save_and_load(tmp_path: Path) -> None:
     path = reconciler_state_path(tmp_path)
-    save_state(path, full_state())
-    assert load_state(path) == full_state()
+    full_state().save(path)
+    assert ReconcilerState.load(path) == full_state()
     complete = replace(full_state(), view_complete=True, view_reason="")
-    save_state(path, complete)
-    assert load_state(path) == complete
+    complete.save(path)
+    assert ReconcilerState.load(path) == complete
 
 
 def test_from_json_names_what_it_refuses() -> None:
@@ -103,7 +101,7 @@ def test_from_json_names_what_it_refuses() -> None:
 def test_the_document_on_disk(tmp_path: Path) -> None:
     """Version 1, sorted keys (a stable file to diff), device ids sorted, readable by the owner only."""
     path = reconciler_state_path(tmp_path)
-    save_state(path, full_state())
+    full_state().save(path)
     text = path.read_text()
     assert json.loads(text) == DOCUMENT
     assert text == json.dumps(DOCUMENT, sort_keys=True)
@@ -115,8 +113,8 @@ def test_a_longer_leftover_temp_file_is_overwritten_not_patched(tmp_path: Path) 
     """A killed writer's temp file (same pid: pid 1 in a container) must not leave its tail in the new file."""
     path = reconciler_state_path(tmp_path)
     (tmp_path / f"reconciler-state.json.tmp-{os.getpid()}").write_text("x" * 100_000)
-    save_state(path, full_state())
-    assert load_state(path) == full_state()
+    full_state().save(path)
+    assert ReconcilerState.load(path) == full_state()
 
 
 def test_the_pid_defaults_to_the_writing_process() -> None:
@@ -130,7 +128,7 @@ def test_a_file_without_leaked_reads_as_none_leaked(tmp_path: Path) -> None:
     path = reconciler_state_path(tmp_path)
     doc = {k: v for k, v in DOCUMENT.items() if k != "leaked"}
     path.write_text(json.dumps(doc))
-    state = load_state(path)
+    state = ReconcilerState.load(path)
     assert state is not None and state.leaked == [] and state.claims == full_state().claims
 
 
@@ -163,7 +161,7 @@ def test_an_unreadable_file_means_nothing_known(tmp_path: Path, content: str | N
     path = reconciler_state_path(tmp_path)
     if content is not None:
         path.write_text(content)
-    assert load_state(path) is None
+    assert ReconcilerState.load(path) is None
 
 
 def test_counter_snapshot_holds_every_counter() -> None:
