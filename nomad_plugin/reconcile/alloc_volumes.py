@@ -1,22 +1,16 @@
 """Which task is starting, and does it mount volumes? Asked of the Nomad API at Reserve.
 
-Reserve carries only device IDs. Under ``container_mounts = "auto"`` the
-plugin passes XDM's mounts only when the starting task has no
-``volume_mount``: in Nomad's task runner a non-empty mount list from the
-device hook *replaces* the mounts the volume hook stored before it
-(docs/reserve.md, "Mounts"). The task is found from the device IDs: the
-allocations on this node (pending ones included) whose
-``AllocatedResources.Tasks.<task>.Devices[].DeviceIDs`` equal the requested
-IDs, then that task's ``VolumeMounts`` in the allocation's job. Nomad's
-client calls Reserve in the task's prestart hooks, so the allocation is
-normally in the answer already. When it cannot be told (API unreachable or
-forbidden, no allocation holds the IDs yet, a drifted shape, candidates that
-disagree) the verdict is "unknown" with the reason, and the caller withholds
-the mounts: losing a task's volumes is worse than lacking XDM's driver mounts.
-
-An API that timed out is not asked again for ``TIMEOUT_BACKOFF`` seconds:
-the Reserves in between get "unknown" at once instead of each waiting out
-the client timeout. Every other failure is fast and asked again each time.
+Under ``container_mounts = "auto"`` XDM's mounts are passed only to a task
+without ``volume_mount``: in Nomad's task runner a non-empty mount list from
+the device hook *replaces* the volume hook's (docs/reserve.md, "Mounts").
+Reserve carries only device IDs, so the task is the one whose device block
+in this node's allocation list holds exactly them (Nomad calls Reserve in
+the task's prestart, so the allocation is already listed), and its
+``VolumeMounts`` come from the allocation's job. When that cannot be told,
+the verdict is "unknown" with the reason and the mounts are withheld: losing
+a task's volumes is worse than lacking XDM's driver mounts. An API that
+timed out is not asked again for ``TIMEOUT_BACKOFF`` seconds, so the
+Reserves in between do not each wait out the client timeout.
 """
 
 from __future__ import annotations

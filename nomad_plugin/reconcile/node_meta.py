@@ -1,21 +1,16 @@
 """Publish XDM's topology as Nomad dynamic node metadata (``node_meta = true``).
 
-One thread beside the reconciler. It computes the keys from the backend's
-inventory (``model/node_meta.py``), reads the agent's metadata (``GET
-/v1/client/metadata``, ``node:read``) and writes only what differs (``POST``,
-``node:write``): changed keys, and keys under the prefix no longer wanted as
-null (Nomad unsets them); keys outside the prefix are never written.
-
-It looks ``SETTLE_S`` after an inventory change (a burst is one write) and
-every ``refresh_period`` anyway (the agent may have lost its state, or
-someone changed a key). Nomad batches node updates (``client/client.go``
-``watchNodeUpdates``: 5 s plus up to 5 s of stagger), so writes are spaced
-by at least ``MIN_INTERVAL_S``. Failures never reach Nomad's calls: a 403
-is logged once and retried every ``FORBIDDEN_RETRY_S``, other errors back
-off. Nothing is published before the backend's first answer, so a restart
-while XDM is down unsets nothing; nor are level keys unset while no card
-carries topology. ``<data_dir>/node-meta-state.json`` says what it did, for
-``doctor``.
+One thread: the keys from the backend's inventory (``model/node_meta.py``)
+against the agent's metadata (``GET /v1/client/metadata``, ``node:read``);
+only what differs is written (``POST``, ``node:write``), keys under the
+prefix no longer wanted as null (Nomad unsets them), keys outside it never.
+It looks ``SETTLE_S`` after an inventory change and every ``refresh_period``,
+and writes at most every ``MIN_INTERVAL_S`` (Nomad batches node updates
+anyway: ``client/client.go`` ``watchNodeUpdates``). Failures never reach
+Nomad's calls: a 403 is logged once and retried every ``FORBIDDEN_RETRY_S``.
+Nothing is published before the backend's first answer, and level keys are
+not unset while no card carries topology, so a restart while XDM is down
+unsets nothing. ``node-meta-state.json`` in ``data_dir`` is for ``doctor``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """The reconciler: watch this node's allocations, release the grants whose allocation ended.
 
-One thread. Each round: retry failed releases, re-check (at start and every
-``visibility_period``) that the node exists and is this host and whether the
-token sees every namespace, then one blocking query on
-``/v1/node/<id>/allocations`` (``wait`` shrinks so a grace deadline is checked
-on time), then ``decide``. Any API failure is logged and backed off: nothing
-is released without a fresh successful answer.
-
-Why the node check: Nomad answers ``200 []`` for the allocations of a node it
-does not know, so a wrong ``nomad_node_id`` once made every grant look
-unused. An empty list means "nothing runs here" only once ``GET
-/v1/node/<id>`` (``node:read``, which the list needs anyway) has shown the
-node exists and its ``unique.hostname`` is this host's.
-
-After each observation ``<data_dir>/reconciler-state.json`` is written: what
-``grants`` shows while the plugin runs, and the claims that survive a plugin
-restart as evidence. It is a cache, never the source of truth.
+One thread. Each round: retry failed releases; at start and every
+``visibility_period`` prove the node (Nomad answers ``200 []`` for the
+allocations of a node it does not know, so an empty list means "nothing runs
+here" only once ``GET /v1/node/<id>`` showed the node and its
+``unique.hostname`` is this host's) and check what the token sees; then one
+blocking query on ``/v1/node/<id>/allocations`` and ``decide``. Any API
+failure is logged and backed off: nothing is released without a fresh
+answer. After each observation ``reconciler-state.json`` in ``data_dir`` is
+written: what ``grants`` shows, and the claims a restarted plugin reads back
+as evidence (a cache, never the source of truth).
 """
 
 from __future__ import annotations
