@@ -318,7 +318,7 @@ def part1(args: argparse.Namespace) -> None:
     print(
         f"Reserve while filling a {CARDS}-card x {SHARES}-share node to {args.fill} live grants, {args.repeats} fills"
     )
-    print(f"plugin: {plugin}; end to end over go-plugin gRPC; journal on /var/tmp (ext4), fdatasync per record")
+    print(f"plugin: {plugin}; end to end over go-plugin gRPC; journal on /var/tmp (ext4), a synced snapshot per change")
     print(
         f"simulator exporter interval: {args.collect_interval_ms} ms; container_mounts = {args.container_mounts}; "
         f"idle before each timed call: {args.idle_ms:g} ms"

@@ -39,7 +39,7 @@ from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
     from nomad_plugin.journal import JournalEntry
-    from nomad_plugin.journal.owner import OwnerLock
+    from nomad_plugin.journal.datadir import OwnerLock
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics.plugin import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.ports import AfterReply
     from nomad_plugin.nomad.reserve import Reserver
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
-    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
+    from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import StatsEngine
@@ -211,9 +211,7 @@ class PluginApp:
         observe = (lambda d: metrics.mount_decision(d.outcome)) if metrics is not None else None
         if mode != "auto":
             return MountPolicy(mode, observe=observe)
-        lookup = AllocVolumeLookup(
-            NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id, view=self._allocs_view
-        )
+        lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
         policy = MountPolicy(mode, lookup.lookup, observe)
 
         def close() -> None:
@@ -223,18 +221,13 @@ class PluginApp:
         self._close_volume_lookup = close
         return policy
 
-    def _allocs_view(self) -> AllocPage | None:
-        """The node's allocations as the reconciler last saw them (None before its first answer)."""
-        reconciler = self.reconciler
-        return reconciler.last_page if reconciler is not None else None
-
     def _grants_generation(self) -> int:
         reserver = self.reserver
         return reserver.journal.generation if reserver is not None else -2
 
     def _take_ownership(self, config: PluginConfig) -> Journal | None:
         """Wait for ``plugin.lock`` (as long as it takes, or until close), then open the journal."""
-        from nomad_plugin.journal.owner import OwnerLock
+        from nomad_plugin.journal.datadir import OwnerLock
         from nomad_plugin.journal.store import Journal
 
         try:
@@ -264,7 +257,7 @@ class PluginApp:
                     time.monotonic() - waited_since,
                 )
             self._owner_wait = ""
-            return Journal(config.data_dir, background_compaction=True)  # no compaction inside a Reserve
+            return Journal(config.data_dir)
         except (OSError, PluginError, ValueError) as exc:
             self._owner_wait = ""
             self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
@@ -338,7 +331,6 @@ class PluginApp:
         if reserver is None or self._closed.is_set():
             return
         try:
-            reserver.release_lost_grants()
             released = sum(
                 1 for gid in self._stale_entries if reserver.release_grant(gid, "left by the previous plugin process")
             )
@@ -353,7 +345,7 @@ class PluginApp:
         client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
         fingerprint = self.fingerprint
         assert fingerprint is not None
-        from nomad_plugin.reconcile.state import state_path
+        from nomad_plugin.reconcile.reconciler import reconciler_state_path
 
         reconciler = Reconciler(
             reserver,
@@ -361,7 +353,7 @@ class PluginApp:
             fingerprint.catalog,
             grace=config.release_grace_period,
             node_id=config.nomad_node_id,
-            state_path=state_path(config.data_dir),
+            state_path=reconciler_state_path(config.data_dir),
         )
         with self._lock:
             if self._closed.is_set():
@@ -569,9 +561,6 @@ class PluginApp:
             steps.append(("backend", self.backend.stop))
         if self._close_volume_lookup is not None:
             steps.append(("Nomad API client (mounts)", self._close_volume_lookup))
-        reserver = self.reserver
-        if reserver is not None:
-            steps.append(("journal compactor", lambda: reserver.journal.stop_background(timeout=0.2)))
         owner = self.owner_lock
         if owner is not None:
             steps.append(("owner lock", owner.release))

@@ -437,7 +437,7 @@ class Doctor:
     def check_grants(self) -> None:
         """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
         from nomad_plugin.journal import plugin_running
-        from nomad_plugin.reconcile.state import load_state, state_path
+        from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
 
         assert self.config is not None
         try:
@@ -448,7 +448,7 @@ class Doctor:
         if not running:
             self.add("grants", SKIP, "no running plugin on this data_dir (see `nomad-device-lingjun grants`)")
             return
-        state = load_state(state_path(self.config.data_dir))
+        state = ReconcilerState.load(reconciler_state_path(self.config.data_dir))
         if state is None:
             self.add("grants", SKIP, "a plugin runs on this data_dir; it has not reported its grants' owners yet")
             return

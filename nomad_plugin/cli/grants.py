@@ -41,10 +41,9 @@ from nomad_plugin.launcher.config import (
 )
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad.reserve import describe_limits
-from nomad_plugin.reconcile.decide import Claim
 from nomad_plugin.reconcile.nomad_api import AllocView, NomadApiError, NomadApiSettings, NomadClient
+from nomad_plugin.reconcile.reconciler import Claim, ReconcilerState, reconciler_state_path
 from nomad_plugin.reconcile.requests import MANUAL_REASON, check_grant_id, submit_release, wait_result, withdraw
-from nomad_plugin.reconcile.state import ReconcilerState, load_state, state_path
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
 
 LIVE, ORPHANED, PENDING, UNVERIFIABLE, LEAKED = "live", "orphaned", "pending release", "unverifiable", "leaked"
@@ -178,7 +177,7 @@ def leaked_rows(state: ReconcilerState | None, running: bool) -> list[dict[str, 
 def report(config: PluginConfig, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     entries = read_journal(config)
     running = plugin_running(config.data_dir)
-    state = load_state(state_path(config.data_dir))
+    state = ReconcilerState.load(reconciler_state_path(config.data_dir))
     view = nomad_view(config, environ)
     now = time.time()
     return {

@@ -1,14 +1,8 @@
-"""The durable grant journal: every XDM grant the plugin holds, on disk.
-
-Nomad never tells a device plugin that a task ended, so the plugin must
-remember each grant it made (grant id -> device IDs) to release it later,
-across plugin, agent and node restarts. See ``docs/reserve.md``.
-"""
+"""The durable grant journal (``store.py``) and the plugin's own data directory (``datadir.py``)."""
 
 from __future__ import annotations
 
-from nomad_plugin.journal.entry import EntryState, JournalEntry
-from nomad_plugin.journal.owner import OwnerLock, plugin_running
-from nomad_plugin.journal.store import Journal, JournalCorrupt, JournalFull
+from nomad_plugin.journal.datadir import OwnerLock, plugin_running
+from nomad_plugin.journal.store import EntryState, Journal, JournalCorrupt, JournalEntry, JournalFull
 
 __all__ = ["EntryState", "Journal", "JournalCorrupt", "JournalEntry", "JournalFull", "OwnerLock", "plugin_running"]

@@ -2,9 +2,8 @@
 
 Nomad calls Reserve once per task ``device`` block at task start and never
 again, and never says when the task ends. So every grant is journalled
-(intent before Allocate, granted after, one ``fdatasync`` for both before
-Reserve returns; the grant id comes from a durable lease, ``GrantIds``, which
-covers an intent that a power loss took) and released later by one of the
+(the intent durable before Allocate, the grant durable before Reserve
+returns) and released later by one of the
 routes in ``docs/reserve.md``: (a) a new Reserve of the same IDs, (b) the
 Nomad-API reconciler, (c) startup recovery, all idempotent (d).
 
@@ -16,18 +15,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
-from types import MappingProxyType
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
-from nomad_plugin.journal.ids import GrantIds
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import (
     BackendRefused,
@@ -42,15 +40,14 @@ from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_container
 from nomad_plugin.nomad.mounts import MountDecision, MountPolicy, PendingDecision
 from nomad_plugin.nomad.ports import AfterReply
-from nomad_plugin.reconcile.counters import LifecycleCounters
+from nomad_plugin.reconcile.reconciler import LifecycleCounters
 
 log = get_logger(__name__)
 
 #: XDM's valid MIG slice counts per card (xdm-api.md §1.3).
 VALID_SLICES = frozenset({1, 2, 3, 4, 7})
-#: Crash-test hook points, in order (see tests/reserve/crash_driver.py). "before-sync": the
-#: granted record is written but not yet synced (the intent is not synced either).
-STEPS = ("before-allocate", "after-allocate", "before-sync", "after-journal")
+#: Crash-test hook points, in order (see tests/reserve/crash_driver.py).
+STEPS = ("before-allocate", "after-allocate", "after-journal")
 
 
 @dataclass(frozen=True)
@@ -269,7 +266,6 @@ class Reserver:
         mount_policy: MountPolicy | None = None,
         step_hook: Callable[[str], None] | None = None,
         path_exists: Callable[[str], bool] = os.path.exists,
-        grant_ids: GrantIds | None = None,
     ) -> None:
         self.backend = backend
         self.catalog_source = catalog_source
@@ -284,13 +280,11 @@ class Reserver:
         self._policy = ReservePolicy.for_config(config.xdm_env_allow, config.xdm_mount_allow, config.data_dir)
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
-        self.grant_ids = grant_ids or GrantIds(journal.dir)
         self._locks_guard = threading.Lock()
         self._card_locks: dict[str, threading.Lock] = {}
         self.counters.journal_size = len(journal)
-        self._kinds_cache: tuple[Mapping[str, frozenset[str]], Mapping[str, frozenset[Kind]]] | None = None
-        # The journal's count of card -> kinds changes when the fingerprint engine was last told.
-        self._notified_changes = -1
+        # The card -> granted kinds the fingerprint engine was last told of.
+        self._notified_kinds: Mapping[str, frozenset[Kind]] | None = None
 
     # -- Reserve ------------------------------------------------------------------
     def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
@@ -307,11 +301,7 @@ class Reserver:
         try:
             with self._cards_locked(plan.card_uuids):
                 self._release_previous_holders(plan)
-                grant_id = self._take_id()
-                try:
-                    entry, spec, early = self._grant(grant_id, plan)
-                finally:
-                    self.grant_ids.settled(grant_id)
+                entry, spec, early = self._grant(str(uuid.uuid4()), plan)
         finally:
             self._changed()
         spec, mounts = self._apply_mount_policy(plan, spec, early)
@@ -338,7 +328,7 @@ class Reserver:
         return (spec if decision.passed else replace(spec, mounts=())), outcome
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec, PendingDecision | None]:
-        """Journal the intent, Allocate, journal the grant (synced); also the mount question, if started.
+        """Journal the intent, Allocate, journal the grant; also the mount question, if started.
 
         The intent names a grant id that XDM may hold, and may still come to
         hold until its ``settle_until``: the Allocate's deadline, and as long
@@ -361,10 +351,9 @@ class Reserver:
             state=EntryState.INTENT,
             settle_until=now + 2 * self._allocate_deadline(),
         )
-        # Not synced on its own: a process crash keeps it (page cache), and a
-        # power loss is covered by the grant-id lease (GrantIds). The granted
-        # record's sync below makes both durable before Reserve returns.
-        self._put(entry, durable=False)
+        # Durable before Allocate: whatever crashes next (the process, the machine), the grant
+        # id XDM may come to hold is on disk, and the next plugin releases it (route (c)).
+        self._put(entry)
         self._step("before-allocate")
         # Started here, not earlier: its Python work then runs while this thread waits on XDM
         # instead of contending for the GIL with the journal steps above (issue 14).
@@ -394,9 +383,7 @@ class Reserver:
                 policy=self._policy,
             )
             granted = replace(entry.with_state(EntryState.GRANTED, grant.devices), settle_until=0.0)
-            self._put(granted, durable=False)
-            self._step("before-sync")
-            self._sync()
+            self._put(granted)
         except BaseException as exc:
             self._abandon(entry, f"verification failed: {exc}")
             raise
@@ -405,12 +392,8 @@ class Reserver:
 
     def _release_previous_holders(self, plan: RequestPlan) -> None:
         """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
-        len(self.journal)  # catch up with changes other processes made
-        olds: dict[str, JournalEntry] = {}
-        for instance in plan.instances:
-            for old in self.journal.holders(instance.id):
-                olds.setdefault(old.grant_id, old)
-        for old in olds.values():
+        ids = {i.id for i in plan.instances}
+        for old in [e for e in self.journal.entries() if ids.intersection(e.device_ids)]:
             self._release_locked(old, "re-reserved: its device IDs were handed to a new allocation")
             self.counters.inc("grants_released_by_reserve")
 
@@ -446,7 +429,7 @@ class Reserver:
                 self._put(entry.with_state(EntryState.RELEASING))
             return False
         self.journal.remove(entry.grant_id)
-        self.counters.journal_size = self.journal.known_count()  # remove() caught up with the disk
+        self.counters.journal_size = len(self.journal)
         log.info(
             "grant %s released: %s",
             entry.grant_id,
@@ -455,40 +438,8 @@ class Reserver:
         )
         return True
 
-    def release_lost_grants(self) -> int:
-        """At startup: release the ids of grant-id leases from an earlier boot that the journal does not name.
-
-        A power loss may have taken an intent record that was never synced;
-        its grant id is in such a lease. Most of these ids were never used:
-        XDM answers "not found", which counts as released (route (d)). Then
-        the first lease of this process is written, so no Reserve waits for it.
-        Returns how many ids were released; a failure keeps the leases for the
-        next start.
-        """
-        known = {e.grant_id for e in self.journal.entries()}
-        stale = self.grant_ids.stale_ids(known.__contains__)
-        failed = 0
-        for grant_id in stale:
-            try:
-                self.backend.release(grant_id)
-            except PluginError as exc:
-                failed += 1
-                log.warning("release of possibly lost grant %s (lease of an earlier boot) failed: %s", grant_id, exc)
-        if stale:
-            log.info(
-                "startup: released %d id(s) of grant-id leases from an earlier boot that the journal does not name "
-                "(a power loss may have lost their intent records); %d failed",
-                len(stale) - failed,
-                failed,
-            )
-        if not failed:
-            self._ids_io(self.grant_ids.forget_stale)
-        self._ids_io(self.grant_ids.prepare)
-        return len(stale) - failed
-
     def recover(self) -> int:
         """Route (c), at startup before serving: release entries left mid-Reserve or mid-release."""
-        self.release_lost_grants()
         released = 0
         for entry in self.journal.entries():
             if entry.state is EntryState.GRANTED:
@@ -514,71 +465,37 @@ class Reserver:
 
     def active_kinds(self) -> Mapping[str, frozenset[Kind]]:
         """Card UUID -> kinds of grants held on it (for the fingerprint's conflict marking)."""
-        view = self.journal.kinds_by_card()
-        last = self._kinds_cache
-        if last is not None and last[0] is view:
-            return last[1]  # no card's set of kinds changed: the same object, so callers see it unchanged at once
-        kinds: Mapping[str, frozenset[Kind]] = MappingProxyType(
-            {card: frozenset(Kind(k) for k in card_kinds) for card, card_kinds in view.items()}
-        )
-        self._kinds_cache = (view, kinds)
-        return kinds
+        kinds: dict[str, set[Kind]] = {}
+        for entry in self.journal.entries():
+            for card in entry.cards:
+                kinds.setdefault(card, set()).add(Kind(entry.kind))
+        return {card: frozenset(found) for card, found in kinds.items()}
 
     def holder(self, device_id: str) -> JournalEntry | None:
         """The journalled grant that holds ``device_id`` (for the stats layout), or None."""
-        holders = self.journal.holders(device_id)
-        return holders[0] if holders else None
+        return next((e for e in self.journal.entries() if device_id in e.device_ids), None)
 
     # -- internals --------------------------------------------------------------------
-    def _take_id(self) -> str:
+    def _put(self, entry: JournalEntry) -> None:
         try:
-            return self.grant_ids.take()
-        except OSError as exc:
-            raise JournalWriteFailed(
-                f"grant-id lease write failed in {self.journal.dir}: {exc}; no grant was made"
-            ) from exc
-
-    def _ids_io(self, step: Callable[[], None]) -> None:
-        try:
-            step()
-        except OSError as exc:
-            log.warning("grant-id lease file in %s: %s; the next Reserve retries", self.journal.dir, exc)
-
-    def _put(self, entry: JournalEntry, *, durable: bool = True) -> None:
-        try:
-            self.journal.put(entry, durable=durable)
+            self.journal.put(entry)
         except OSError as exc:
             state = "no grant was made" if entry.state is EntryState.INTENT else "the grant is being released"
             raise JournalWriteFailed(f"grant journal write failed in {self.journal.dir}: {exc}; {state}") from exc
-        self.counters.journal_size = self.journal.known_count()  # put() caught up with the disk
-
-    def _sync(self) -> None:
-        try:
-            self.journal.sync()
-        except OSError as exc:
-            raise JournalWriteFailed(
-                f"grant journal sync failed in {self.journal.dir}: {exc}; the grant is being released"
-            ) from exc
+        self.counters.journal_size = len(self.journal)
 
     def _allocate_deadline(self) -> float:
         """The Allocate deadline: XDM's slowest legitimate Allocate fits in it (``xdm_allocate_timeout``)."""
         return float(self.config.xdm_allocate_timeout)
 
     def _changed(self) -> None:
-        """Tell the fingerprint engine, unless no card's set of granted kinds changed.
-
-        Conflict marking reads only that set, and the journal counts its changes;
-        most Reserves add a grant to a card that holds one of its kind already,
-        and waking the engine's thread for them cost each such Reserve a thread
-        switch and GIL contention (issue 14). The count is read without the
-        journal's lock, which a background compaction may be holding.
-        """
+        """Tell the fingerprint engine, unless no card's set of granted kinds changed (all it reads of grants)."""
         if self._on_changed is None:
             return
-        changes = self.journal.kinds_changes
-        if changes == self._notified_changes:
+        kinds = self.active_kinds()
+        if kinds == self._notified_kinds:
             return
-        self._notified_changes = changes
+        self._notified_kinds = kinds
         try:
             self._on_changed()
         except Exception:

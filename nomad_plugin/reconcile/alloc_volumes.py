@@ -1,44 +1,16 @@
 """Which task is starting, and does it mount volumes? Asked of the Nomad API at Reserve.
 
-Reserve carries only device IDs. Under ``container_mounts = "auto"`` the
-plugin passes XDM's mounts only when the starting task has no
-``volume_mount``: in Nomad's task runner a non-empty mount list from the
-device hook *replaces* the mounts the volume hook stored before it
-(docs/reserve.md, "Mounts"). This module finds the task from the device IDs:
-the allocations on this node (pending ones included) whose
-``AllocatedResources.Tasks.<task>.Devices[].DeviceIDs`` equal the requested
-IDs, then that task's ``VolumeMounts`` in the allocation's job
-(``Job.TaskGroups[Name == TaskGroup].Tasks[Name == task]``).
-
-Timing: Nomad's client calls Reserve in the task's prestart hooks, so the
-allocation is already in the servers' state (the client only learns of
-allocations from there) and the answer normally names it. When it cannot
-tell (API unreachable or forbidden, no allocation holds the IDs yet, a
-drifted shape, two candidates that disagree), the verdict is "unknown" with
-the reason, and the caller withholds the mounts: losing a task's volumes is
-worse than a task without XDM's driver mounts.
-
-Where it looks first: the node's allocation list embeds every allocation's
-job (and its task events), so one ``GET /v1/node/<id>/allocations`` grows
-with the allocations on the node, terminal ones included until Nomad
-collects them: a few MB at a thousand. The reconciler already keeps that
-list, refreshed by a blocking query whenever it changes. So when it is
-given (``view``), the lookup finds the allocation there and confirms it
-with ``GET /v1/allocation/<id>``, one allocation whatever the node holds.
-The confirmation is what makes a stale view safe: an allocation that is
-still not terminal, still desired to run and still holds exactly these
-IDs is the only one that can, since Nomad's scheduler gives a device ID
-to a new allocation only once its holder is stopped or terminal. Any
-doubt (not in the view, two there, 404, stopped, other IDs) falls back to
-the node list as before.
-
-An agent whose HTTP API timed out is not asked again for
-``TIMEOUT_BACKOFF`` seconds: the Reserves in between get the same
-"unknown" verdict at once, naming the error and its age, instead of each
-waiting out the client timeout (5 s) against a stalled agent or a
-firewalled address. Every other failure is fast (a refused connection, a
-403) and is asked again each time, so a task that starts right after an
-agent restart still gets its answer.
+Under ``container_mounts = "auto"`` XDM's mounts are passed only to a task
+without ``volume_mount``: in Nomad's task runner a non-empty mount list from
+the device hook *replaces* the volume hook's (docs/reserve.md, "Mounts").
+Reserve carries only device IDs, so the task is the one whose device block
+in this node's allocation list holds exactly them (Nomad calls Reserve in
+the task's prestart, so the allocation is already listed), and its
+``VolumeMounts`` come from the allocation's job. When that cannot be told,
+the verdict is "unknown" with the reason and the mounts are withheld: losing
+a task's volumes is worse than lacking XDM's driver mounts. An API that
+timed out is not asked again for ``TIMEOUT_BACKOFF`` seconds, so the
+Reserves in between do not each wait out the client timeout.
 """
 
 from __future__ import annotations
@@ -50,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from nomad_plugin.reconcile.nomad_api import TERMINAL, AllocPage, NomadApiError, NomadClient
+from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClient, parse_alloc
 
 #: Tries when no allocation holds the IDs yet, and the pause between them.
 LOOKUP_ATTEMPTS = 3
@@ -69,7 +41,9 @@ class VolumeVerdict:
 
 
 @dataclass(frozen=True)
-class _Candidate:
+class Candidate:
+    """An allocation (as Nomad shapes it) whose task ``task`` holds exactly the requested IDs."""
+
     alloc: dict[str, Any]
     task: str
 
@@ -78,44 +52,20 @@ class _Candidate:
         return str(self.alloc.get("ID", ""))[:64]
 
 
-def _device_sets(alloc: dict[str, Any]) -> list[tuple[str, frozenset[str]]]:
-    """(task, device IDs of one device block) for every block of ``alloc``; ValueError on a wrong shape."""
-    resources = alloc.get("AllocatedResources") or {}
-    if not isinstance(resources, dict):
-        raise ValueError("AllocatedResources is not an object")
-    tasks = resources.get("Tasks") or {}
-    if not isinstance(tasks, dict):
-        raise ValueError("AllocatedResources.Tasks is not an object")
-    out = []
-    for task, res in tasks.items():
-        res = res or {}
-        devices = res.get("Devices") or [] if isinstance(res, dict) else None
-        if not isinstance(devices, list):
-            raise ValueError(f"task {task!r}: Devices is not a list")
-        for dev in devices:
-            dev = dev or {}
-            ids = dev.get("DeviceIDs") or [] if isinstance(dev, dict) else None
-            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-                raise ValueError(f"task {task!r}: DeviceIDs is not a list of strings")
-            out.append((str(task), frozenset(ids)))
-    return out
-
-
-def find_candidates(allocs: Sequence[Any], device_ids: Sequence[str]) -> list[_Candidate]:
+def find_candidates(allocs: Sequence[Any], device_ids: Sequence[str]) -> list[Candidate]:
     """Non-terminal allocations with a device block holding exactly ``device_ids`` (pending included).
 
-    When some of them are desired to run and others to stop (an old
-    allocation still stopping while its replacement starts with the same
-    IDs), only those desired to run are kept.
+    When some are desired to run and others to stop (an old allocation still stopping while its
+    replacement starts with the same IDs), only those desired to run are kept. ``ValueError`` on a
+    drifted shape of the devices (``parse_alloc``).
     """
     wanted = frozenset(device_ids)
-    found: list[_Candidate] = []
+    found: list[Candidate] = []
     for alloc in allocs:
         if not isinstance(alloc, dict) or alloc.get("ClientStatus") in TERMINAL:
             continue
-        for task, ids in _device_sets(alloc):
-            if ids == wanted:
-                found.append(_Candidate(alloc, task))
+        view = parse_alloc({**alloc, "ID": str(alloc.get("ID", "")), "ClientStatus": "pending"})  # its devices
+        found += [Candidate(alloc, task) for task, ids in view.task_devices if ids == wanted]
     running = [c for c in found if c.alloc.get("DesiredStatus", "run") == "run"]
     return running or found
 
@@ -138,11 +88,6 @@ def task_volume_mounts(alloc: dict[str, Any], task: str) -> list[Any] | None:
     return None
 
 
-def _known(has: bool, where: str, how: str = "") -> VolumeVerdict:
-    """The verdict once the task is found: ``where`` names allocation/task, ``how`` how it was found."""
-    return VolumeVerdict(True, has, f"task {where} {'has' if has else 'has no'} volume_mount{how}")
-
-
 class AllocVolumeLookup:
     """``lookup(device_ids)`` -> ``VolumeVerdict``; thread-safe, the node ID is asked once."""
 
@@ -156,10 +101,8 @@ class AllocVolumeLookup:
         sleep: Callable[[float], None] = time.sleep,
         backoff: float = TIMEOUT_BACKOFF,
         clock: Callable[[], float] = time.monotonic,
-        view: Callable[[], AllocPage | None] | None = None,
     ) -> None:
         self._client = client
-        self._view = view
         self._node_id = node_id
         self._attempts = max(1, attempts)
         self._retry_delay = retry_delay
@@ -183,9 +126,6 @@ class AllocVolumeLookup:
                 f"asked again {self._backoff:g} s after a timeout)",
             )
         try:
-            confirmed = self._from_view(frozenset(device_ids))
-            if confirmed is not None:
-                return confirmed
             node_id = self._node()
             for attempt in range(self._attempts):
                 verdict = self._once(node_id, device_ids)
@@ -209,32 +149,8 @@ class AllocVolumeLookup:
                 self._node_id = self._client.node_id()
             return self._node_id
 
-    def _from_view(self, wanted: frozenset[str]) -> VolumeVerdict | None:
-        """The verdict from the reconciler's view, confirmed by one ``/v1/allocation/<id>``; None: ask the list."""
-        page = self._view() if self._view is not None else None
-        held = page.holders.get(wanted, ()) if page is not None else ()
-        hints = [(alloc.id, task) for alloc, task in held if alloc.live and alloc.desired_status == "run"]
-        if len(hints) != 1:
-            return None
-        alloc_id, task = hints[0]
-        try:
-            full = self._get(f"/v1/allocation/{quote(alloc_id, safe='')}")
-        except NomadApiError as exc:
-            if exc.status == 404:  # collected since the view was taken
-                return None
-            raise
-        if not isinstance(full, dict):
-            raise ValueError("allocation answer is not an object")
-        found = find_candidates([full], sorted(wanted))
-        if [c.task for c in found] != [task] or full.get("DesiredStatus", "run") != "run":
-            return None  # stopped, terminal or holding other IDs now: the view was stale
-        mounts = task_volume_mounts(full, task)
-        if mounts is None:
-            return None
-        return _known(bool(mounts), f"{alloc_id[:64]}/{task}", " (confirmed by /v1/allocation)")
-
     def _once(self, node_id: str, device_ids: Sequence[str]) -> VolumeVerdict | None:
-        body = self._get(f"/v1/node/{quote(node_id, safe='')}/allocations")
+        body = self._client.get(f"/v1/node/{quote(node_id, safe='')}/allocations")
         if not isinstance(body, list):
             raise ValueError("node allocations answer is not a list")
         candidates = find_candidates(body, device_ids)
@@ -244,7 +160,7 @@ class AllocVolumeLookup:
         for cand in candidates:
             mounts = task_volume_mounts(cand.alloc, cand.task)
             if mounts is None:  # the list form left the job out: read the allocation itself
-                full = self._get(f"/v1/allocation/{quote(cand.alloc_id, safe='')}")
+                full = self._client.get(f"/v1/allocation/{quote(cand.alloc_id, safe='')}")
                 mounts = task_volume_mounts(full, cand.task) if isinstance(full, dict) else None
             if mounts is None:
                 return VolumeVerdict(
@@ -258,8 +174,4 @@ class AllocVolumeLookup:
                 f"allocations disagree: {', '.join(answers[True])} mount volumes, {', '.join(answers[False])} do not",
             )
         has = next(iter(answers))
-        return _known(has, ", ".join(answers[has]))
-
-    def _get(self, path: str) -> Any:
-        body, _ = self._client._get(path, {}, self._client.settings.timeout)
-        return body
+        return VolumeVerdict(True, has, f"task {', '.join(answers[has])} {'has' if has else 'has no'} volume_mount")

@@ -1,33 +1,16 @@
 """Publish XDM's topology as Nomad dynamic node metadata (``node_meta = true``).
 
-One thread beside the reconciler: it talks to the same local agent API. It
-computes the keys from the backend's inventory through the domain model
-(``model/node_meta.py``), reads the agent's metadata
-(``GET /v1/client/metadata``, ``node:read``) and writes only what differs
-(``POST /v1/client/metadata``, ``node:write``): changed keys with their new
-value, keys under the prefix that are no longer wanted as null (Nomad
-unsets them). Keys outside the prefix are never written.
-
-When it runs: soon after each inventory change (after ``SETTLE_S``, so a burst
-of changes is one write), and every ``refresh_period`` anyway, because the
-agent may have lost its state (a restart with a wiped data dir) or someone
-else may have changed a key. Nomad persists dynamic metadata in its client
-state, so an agent restart normally keeps the keys and nothing is written.
-Nomad batches node updates (the first change arms a timer of 5 s plus up to
-5 s of stagger; ``client/client.go`` ``watchNodeUpdates``), so writing more
-often than ``MIN_INTERVAL_S`` would reach the servers in the same update
-anyway: writes are spaced by at least that (the plugin passes one
-``inventory_resync_period`` instead when that is shorter).
-
-Failures never reach Fingerprint, Reserve or Stats: a 403 is logged once
-(naming the capability, ``node:write`` or ``node:read``) and retried every
-``FORBIDDEN_RETRY_S``; other API errors back off like the reconciler. The
-inventory is not published before the backend's first answer, so a plugin
-restarting while XDM is down does not unset what the last process wrote; nor
-are level keys unset while no card carries any topology (XDM's first push,
-which brings it, may come after its first ListGpuInfo answer).
-What the thread knows goes into ``<data_dir>/node-meta-state.json`` for
-``doctor``.
+One thread: the keys from the backend's inventory (``model/node_meta.py``)
+against the agent's metadata (``GET /v1/client/metadata``, ``node:read``);
+only what differs is written (``POST``, ``node:write``), keys under the
+prefix no longer wanted as null (Nomad unsets them), keys outside it never.
+It looks ``SETTLE_S`` after an inventory change and every ``refresh_period``,
+and writes at most every ``MIN_INTERVAL_S`` (Nomad batches node updates
+anyway: ``client/client.go`` ``watchNodeUpdates``). Failures never reach
+Nomad's calls: a 403 is logged once and retried every ``FORBIDDEN_RETRY_S``.
+Nothing is published before the backend's first answer, and level keys are
+not unset while no card carries topology, so a restart while XDM is down
+unsets nothing. ``node-meta-state.json`` in ``data_dir`` is for ``doctor``.
 """
 
 from __future__ import annotations
@@ -37,15 +20,17 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.node_meta import meta_changes, node_meta
 from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient
+from nomad_plugin.reconcile.visibility import parse_rules
 from nomad_plugin.util.backoff import Backoff
 
 log = get_logger(__name__)
@@ -81,16 +66,7 @@ class PublisherState:
     pid: int = field(default_factory=os.getpid)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "pid": self.pid,
-            "updated_at": self.updated_at,
-            "wanted": self.wanted,
-            "in_sync": self.in_sync,
-            "writes": self.writes,
-            "last_error": self.last_error,
-            "hint": self.hint,
-        }
+        return {"version": 1, **asdict(self)}
 
 
 def state_path(data_dir: str | os.PathLike[str]) -> Path:
@@ -102,15 +78,9 @@ def load_publisher_state(path: Path) -> PublisherState | None:
         raw = json.loads(path.read_bytes())
         if not isinstance(raw, dict) or raw.get("version") != 1:
             return None
-        return PublisherState(
-            updated_at=float(raw["updated_at"]),
-            wanted={str(k): str(v) for k, v in dict(raw["wanted"]).items()},
-            in_sync=bool(raw["in_sync"]),
-            writes=int(raw["writes"]),
-            last_error=str(raw["last_error"]),
-            hint=str(raw["hint"]),
-            pid=int(raw["pid"]),
-        )
+        kinds = {"updated_at": float, "in_sync": bool, "writes": int, "last_error": str, "hint": str, "pid": int}
+        values = {name: kind(raw[name]) for name, kind in kinds.items()}
+        return PublisherState(wanted={str(k): str(v) for k, v in dict(raw["wanted"]).items()}, **values)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -118,11 +88,10 @@ def load_publisher_state(path: Path) -> PublisherState | None:
 def node_write(client: NomadClient) -> tuple[bool, str]:
     """Whether the token may write node metadata (``node:write``), and why; read-only.
 
-    ACLs off or a management token: yes. Otherwise the token's policies,
-    directly and through its roles (any token may read its own), must give
-    the node rule ``policy = "write"`` and none ``"deny"`` (acl/acl.go
-    ``AllowNodeWrite``; across policies the strongest wins, deny above all).
-    Raises ``NomadApiError`` when Nomad cannot answer.
+    ACLs off or a management token: yes. Otherwise the token's policies, directly and through its
+    roles, must give the node rule ``policy = "write"`` and none ``"deny"`` (acl/acl.go
+    ``AllowNodeWrite``; across policies the strongest wins, deny above all). ``NomadApiError`` when
+    Nomad cannot answer.
     """
     token = client.token_self()
     if token is None:
@@ -140,30 +109,19 @@ def node_write(client: NomadClient) -> tuple[bool, str]:
         return False, 'a policy of the token denies the node rules (node { policy = "deny" })'
     if "write" in levels:
         return True, 'a policy of the token has node { policy = "write" }'
-    have = ", ".join(sorted(levels)) or "none"
-    return False, f"the token's node rules grant {have}, not write"
+    return False, f"the token's node rules grant {', '.join(sorted(levels)) or 'none'}, not write"
 
 
 def node_policies(rules: str) -> set[str]:
     """The ``node { policy = ... }`` values of one policy's rules (HCL or JSON); empty if it has none."""
     try:
-        doc: Any = json.loads(rules) if rules.lstrip().startswith("{") else _hcl(rules)
+        doc = parse_rules(rules)
     except Exception:  # unreadable rules grant nothing the check can vouch for
         return set()
     blocks = doc.get("node") if isinstance(doc, dict) else None
     if isinstance(blocks, dict):
         blocks = [blocks]
-    found: set[str] = set()
-    for block in blocks or []:
-        if isinstance(block, dict):
-            found.add(str(block.get("policy", "")).strip('"'))
-    return found - {""}
-
-
-def _hcl(text: str) -> Any:
-    import hcl2
-
-    return hcl2.loads(text)
+    return {str(block.get("policy", "")).strip('"') for block in blocks or [] if isinstance(block, dict)} - {""}
 
 
 def ready(inventory: Inventory) -> bool:
@@ -261,7 +219,7 @@ class NodeMetaPublisher:
             self._last_write = self.clock()
             self.client.apply_node_meta(changes)
             self.state.writes += 1
-            log.info("node metadata: %s", _describe(changes))
+            log.info("node metadata: %s", _describe_changes(changes))
         self._succeeded(dict(wanted.keys))
         return bool(changes)
 
@@ -295,20 +253,13 @@ class NodeMetaPublisher:
         if self.state_file is None:
             return
         self.state.updated_at = time.time()
-        data = json.dumps(self.state.to_json(), sort_keys=True).encode()
-        tmp = self.state_file.with_name(f"{self.state_file.name}.tmp-{os.getpid()}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.state_file)
+            write_state(self.state_file, self.state.to_json())
         except OSError as exc:
             log.debug("node metadata: could not write %s: %s", self.state_file, exc)
 
 
-def _describe(changes: Mapping[str, str | None]) -> str:
+def _describe_changes(changes: Mapping[str, str | None]) -> str:
     sets = [f"{k}={v}" for k, v in changes.items() if v is not None]
     unsets = [k for k, v in changes.items() if v is None]
     parts = []

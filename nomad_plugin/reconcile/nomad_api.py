@@ -1,24 +1,17 @@
-"""A small typed client for the local Nomad agent's HTTP API (read-only).
+"""A small typed client for the local Nomad agent's HTTP API.
 
-Only what the reconciler needs: this node's ID and its allocations with
-their device IDs, via blocking queries (``?index=N&wait=<Go duration>``; the
-answer's ``X-Nomad-Index`` is the next ``index``), the node itself
-(``/v1/node/<id>``: proof that the node exists, so that an empty allocation
-list means "nothing runs here"), and the token's own ACL token and policies
-(``visibility.py`` decides from them whether the allocation list is
-complete). Settings come from the plugin config, else the usual ``NOMAD_*``
-environment variables.
+This node's allocations by blocking query (``?index=N&wait=<Go duration>``;
+``X-Nomad-Index`` is the next ``index``), the node itself (proof that it
+exists, so an empty list means "nothing runs here"), the token's ACL token
+and policies (``visibility.py``) and the agent's dynamic node metadata.
+Settings come from the plugin config, else the usual ``NOMAD_*`` variables.
 
-Every call has an overall deadline, not only httpx's per-read timeouts: an
-API that answered one byte every half second kept one call going for over a
-minute, each read well inside its timeout. ``_deadline_backend`` gives every
-socket operation of a call only the time left until the call's deadline.
-
-The ACL token goes only into the ``X-Nomad-Token`` header: never into logs
-or error messages. A trailing newline is stripped (a token read from a
-file); a token with a control character inside is never sent (every call
-fails with a ``config`` error instead), and every spelling of it is masked
-in the errors this client raises (``goplugin/logging.secret_forms``).
+Every call has an overall deadline, not only httpx's per-read timeouts (an
+API that answers one byte every half second keeps each read inside its
+timeout for ever): every socket operation gets only the time left. The ACL
+token goes only into the ``X-Nomad-Token`` header; a trailing newline is
+stripped, a token with a control character inside is never sent, and every
+spelling of it is masked in errors (``goplugin/logging.secret_forms``).
 """
 
 from __future__ import annotations
@@ -31,8 +24,6 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -46,21 +37,25 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
-#: Allocation client statuses after which Nomad frees the devices. Every
-#: other status (pending, running, unknown, and any new one) counts as live.
+#: Allocation client statuses after which Nomad frees the devices; every other one (pending, running,
+#: unknown, any new one) counts as live.
 TERMINAL = frozenset({"complete", "failed", "lost"})
 #: The answer of an ACL endpoint on a cluster without ACLs (nomad/acl.go aclDisabled).
 ACL_DISABLED = "ACL support disabled"
+#: The local agent's dynamic node metadata (Nomad >= 1.5; command/agent/http.go routes it to NodeMetaRequest).
+META_PATH = "/v1/client/metadata"
+#: How Nomad's JSON writes an unset time (Go's zero ``time.Time``), e.g. the StartedAt of a task not run yet.
+ZERO_TIME_PREFIX = "0001-01-01"
 
 
-def go_duration(seconds: float) -> str:
+def wait_duration(seconds: float) -> str:
     """A ``wait`` value Nomad parses with Go's ``time.ParseDuration`` (e.g. "300ms", "10s")."""
     ms = max(1, round(seconds * 1000))
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 class NomadApiError(Exception):
-    """The agent could not answer; ``kind`` is unreachable/timeout/forbidden/http/bad-response."""
+    """The agent could not answer; ``kind`` is unreachable/timeout/forbidden/http/bad-response/config."""
 
     def __init__(self, message: str, kind: str, status: int = 0) -> None:
         super().__init__(message)
@@ -100,7 +95,7 @@ class NomadApiSettings:
 
 @dataclass(frozen=True)
 class AllocView:
-    """What the reconciler needs from one allocation."""
+    """What the plugin needs from one allocation."""
 
     id: str
     client_status: str
@@ -124,32 +119,12 @@ class AllocPage:
     allocs: tuple[AllocView, ...]
     index: int
 
-    @cached_property
-    def holders(self) -> Mapping[frozenset[str], tuple[tuple[AllocView, str], ...]]:
-        """Exact device IDs of one ``device`` block -> (allocation, task) holding them, in list order.
-
-        Built once per page, so a Reserve's lookup does not scan every allocation on the node.
-        """
-        out: dict[frozenset[str], list[tuple[AllocView, str]]] = {}
-        for alloc in self.allocs:
-            for task, ids in alloc.task_devices:
-                out.setdefault(ids, []).append((alloc, task))
-        return MappingProxyType({ids: tuple(found) for ids, found in out.items()})
-
-
-#: How Nomad's JSON writes an unset time (Go's zero ``time.Time``), e.g. the StartedAt of a task not run yet.
-ZERO_TIME_PREFIX = "0001-01-01"
-
 
 def task_started(state: Any) -> bool:
-    """Whether a task (its ``TaskStates`` entry) has started at least once, so its Reserve was made.
+    """Whether a task (its ``TaskStates`` entry) has started, so its Reserve was made.
 
-    Nomad calls a device plugin's Reserve from the task's prestart hooks, after
-    its artifacts are fetched and after the group's prestart tasks have
-    finished: an allocation can be live for minutes, holding device IDs that
-    nobody has asked the plugin for yet. No entry yet means not started. An
-    entry that cannot be read counts as started, so the leak check then works
-    as it did before it read task states, instead of going quiet.
+    Nomad calls Reserve from the task's prestart hooks, after its artifacts and the group's
+    prestart tasks. An entry that cannot be read counts as started: the leak check stays on.
     """
     if state is None:
         return False
@@ -164,11 +139,10 @@ def task_started(state: Any) -> bool:
 
 
 def parse_alloc(raw: Any) -> AllocView:
-    """One Allocation JSON object -> AllocView; raises ``ValueError`` on a wrong shape.
+    """One Allocation JSON object -> AllocView; ``ValueError`` on a wrong shape at any level.
 
-    Every level is type-checked: a drifted shape (a string where Nomad sends a
-    list of device IDs, say) must fail the whole answer, never read as "this
-    allocation holds no (or other) devices", which would release its grant.
+    A drifted shape must fail the whole answer, never read as "this allocation holds no (or
+    other) devices", which would release its grant.
     """
     if not isinstance(raw, dict) or not isinstance(raw.get("ID"), str):
         raise ValueError("allocation without an ID")
@@ -182,7 +156,6 @@ def parse_alloc(raw: Any) -> AllocView:
     tasks = resources.get("Tasks") or {}
     if not isinstance(tasks, dict):
         raise ValueError(f"{where}: AllocatedResources.Tasks is not an object")
-    ids: set[str] = set()
     blocks: list[tuple[str, frozenset[str]]] = []
     for name, task in tasks.items():
         task = task or {}
@@ -198,36 +171,27 @@ def parse_alloc(raw: Any) -> AllocView:
             device_ids = dev.get("DeviceIDs") or []
             if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
                 raise ValueError(f"{where}: DeviceIDs is not a list of strings")
-            ids.update(device_ids)
             blocks.append((str(name), frozenset(device_ids)))
-    namespace = raw.get("Namespace") or "default"
-    job = raw.get("JobID") or ""
-    desired = raw.get("DesiredStatus") or "run"
-    modify = raw.get("ModifyTime") or 0
+    namespace, job = raw.get("Namespace") or "default", raw.get("JobID") or ""
     if not isinstance(namespace, str) or not isinstance(job, str):
         raise ValueError(f"{where}: Namespace/JobID is not a string")
-    if not isinstance(desired, str):
-        # Only the mount lookup reads it, to trust this allocation; releases never do, so a
-        # drifted value must not fail the whole answer: kept as unknown, never "run".
-        desired = "unknown"
-    modify_time = modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0
+    # Only the mount lookup reads DesiredStatus, to trust this allocation; releases never do, so a
+    # drifted value must not fail the whole answer: kept as unknown, never "run".
+    desired = raw.get("DesiredStatus") or "run"
+    modify = raw.get("ModifyTime") or 0
     # Only the leak check reads task states, so a drifted shape counts as started (task_started).
     states = raw.get("TaskStates") or {}
-    unstarted: set[str] = set()
-    if isinstance(states, dict):
-        for name, block in blocks:
-            if not task_started(states.get(name)):
-                unstarted.update(block)
+    unstarted = [ids for name, ids in blocks if isinstance(states, dict) and not task_started(states.get(name))]
     return AllocView(
         id=raw["ID"],
         client_status=status,
-        device_ids=frozenset(ids),
+        device_ids=frozenset().union(*(ids for _, ids in blocks)),
         namespace=namespace,
         job=job,
-        modify_time=modify_time,
-        desired_status=desired,
+        modify_time=modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0,
+        desired_status=desired if isinstance(desired, str) else "unknown",
         task_devices=tuple(blocks),
-        unstarted_ids=frozenset(unstarted),
+        unstarted_ids=frozenset().union(*unstarted),
     )
 
 
@@ -241,21 +205,49 @@ class NodeView:
     hostname: str  # Attributes["unique.hostname"]; "" when absent
 
 
-def parse_node(raw: Any) -> NodeView:
+def parse_node_view(raw: Any) -> NodeView:
     """One Node JSON object -> NodeView; raises ``ValueError`` on a wrong shape."""
     if not isinstance(raw, dict) or not isinstance(raw.get("ID"), str):
         raise ValueError("node without an ID")
     attributes = raw.get("Attributes") or {}
     if not isinstance(attributes, dict):
         raise ValueError("node Attributes is not an object")
-    hostname = attributes.get("unique.hostname", "")
-    name, status = raw.get("Name", ""), raw.get("Status", "")
-    return NodeView(
-        id=raw["ID"],
-        name=name if isinstance(name, str) else "",
-        status=status if isinstance(status, str) else "",
-        hostname=hostname if isinstance(hostname, str) else "",
-    )
+    values = (raw.get("Name", ""), raw.get("Status", ""), attributes.get("unique.hostname", ""))
+    name, status, hostname = (v if isinstance(v, str) else "" for v in values)
+    return NodeView(id=raw["ID"], name=name, status=status, hostname=hostname)
+
+
+@dataclass(frozen=True)
+class NodeMetaView:
+    """``NodeMetaResponse``: ``meta`` merged (what the scheduler gets), ``dynamic`` set through the API
+    (None = a tombstone that unsets a static key), ``static`` from the agent's configuration."""
+
+    meta: Mapping[str, str]
+    dynamic: Mapping[str, str | None]
+    static: Mapping[str, str]
+
+
+def parse_node_meta(body: Any) -> NodeMetaView:
+    """One ``NodeMetaResponse`` JSON object; ``NomadApiError`` (bad-response) on a wrong shape."""
+    if not isinstance(body, dict):
+        raise NomadApiError("node metadata answer is not an object", "bad-response")
+    parts: dict[str, dict[str, Any]] = {}
+    for name in ("Meta", "Dynamic", "Static"):
+        value = body.get(name) or {}
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise NomadApiError(f"node metadata answer: {name} is not an object", "bad-response")
+        allowed = (str, type(None)) if name == "Dynamic" else (str,)
+        if not all(isinstance(v, allowed) for v in value.values()):
+            raise NomadApiError(f"node metadata answer: {name} holds a value that is not a string", "bad-response")
+        parts[name] = dict(value)
+    return NodeMetaView(parts["Meta"], parts["Dynamic"], parts["Static"])
+
+
+def required_capability(path: str) -> str:
+    """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
+    if path.startswith("/v1/agent/"):
+        return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
+    return "node:read"
 
 
 # --- the overall deadline of one call --------------------------------------------------------
@@ -286,9 +278,10 @@ def _time_left(timeout: float | None) -> float | None:
     return left if timeout is None else min(timeout, left)
 
 
-def _deadline_backend() -> httpcore.NetworkBackend:
-    """httpcore's sync network backend, with every operation bounded by the call's deadline."""
+def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.HTTPTransport:
+    """httpx's own transport over httpcore's pool, whose every socket operation keeps the call's deadline."""
     import httpcore
+    import httpx
 
     class Stream(httpcore.NetworkStream):
         def __init__(self, inner: httpcore.NetworkStream) -> None:
@@ -311,10 +304,7 @@ def _deadline_backend() -> httpcore.NetworkBackend:
         def get_extra_info(self, info: str) -> Any:
             return self._inner.get_extra_info(info)
 
-    class Backend(httpcore.NetworkBackend):
-        def __init__(self) -> None:
-            self._inner = httpcore.SyncBackend()
-
+    class Backend(httpcore.SyncBackend):
         def connect_tcp(
             self,
             host: str,
@@ -323,30 +313,17 @@ def _deadline_backend() -> httpcore.NetworkBackend:
             local_address: str | None = None,
             socket_options: Any = None,
         ) -> httpcore.NetworkStream:
-            stream = self._inner.connect_tcp(host, port, _time_left(timeout), local_address, socket_options)
-            return Stream(stream)
+            return Stream(super().connect_tcp(host, port, _time_left(timeout), local_address, socket_options))
 
         def connect_unix_socket(
             self, path: str, timeout: float | None = None, socket_options: Any = None
         ) -> httpcore.NetworkStream:
-            return Stream(self._inner.connect_unix_socket(path, _time_left(timeout), socket_options))
-
-        def sleep(self, seconds: float) -> None:
-            self._inner.sleep(seconds)
-
-    return Backend()
-
-
-def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.HTTPTransport:
-    """httpx's own transport over a connection pool whose sockets keep the call's deadline."""
-    import httpcore
-    import httpx
+            return Stream(super().connect_unix_socket(path, _time_left(timeout), socket_options))
 
     class DeadlineTransport(httpx.HTTPTransport):
-        # httpx's __init__ offers no way to pass a network backend, and would build (and load the CA
-        # bundle for) a pool only to have it replaced: this is the pool it builds with its defaults
-        # (100 connections, 20 kept alive for 5 s), over the deadline backend. handle_request and
-        # close use nothing but the pool.
+        # httpx's __init__ offers no way to pass a network backend and would build (and load the CA bundle
+        # for) a pool only to have it replaced: this is the pool it builds with its defaults (100
+        # connections, 20 kept alive for 5 s). handle_request and close use nothing but the pool.
         def __init__(self) -> None:  # deliberately not calling super().__init__ (above)
             self._pool = httpcore.ConnectionPool(
                 ssl_context=ssl_context,
@@ -354,52 +331,10 @@ def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.HTT
                 max_keepalive_connections=20,
                 keepalive_expiry=5.0,
                 uds=uds,
-                network_backend=_deadline_backend(),
+                network_backend=Backend(),
             )
 
     return DeadlineTransport()
-
-
-def required_capability(path: str) -> str:
-    """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
-    if path.startswith("/v1/agent/"):
-        return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
-    return "node:read"
-
-
-#: The local agent's dynamic node metadata (Nomad >= 1.5; command/agent/http.go routes it to NodeMetaRequest).
-META_PATH = "/v1/client/metadata"
-
-
-def write_capability(path: str) -> str:
-    """The ACL capability a POST of ``path`` needs (client/meta_endpoint.go Apply: AllowNodeWrite)."""
-    return "node:write" if path == META_PATH else "write access"
-
-
-@dataclass(frozen=True)
-class NodeMetaView:
-    """``NodeMetaResponse``: ``meta`` merged (what the scheduler gets), ``dynamic`` set through the API
-    (None = a tombstone that unsets a static key), ``static`` from the agent's configuration."""
-
-    meta: Mapping[str, str]
-    dynamic: Mapping[str, str | None]
-    static: Mapping[str, str]
-
-
-def parse_node_meta(body: Any) -> NodeMetaView:
-    """One ``NodeMetaResponse`` JSON object; ``NomadApiError`` (bad-response) on a wrong shape."""
-    if not isinstance(body, dict):
-        raise NomadApiError("node metadata answer is not an object", "bad-response")
-    parts: dict[str, dict[str, Any]] = {}
-    for name in ("Meta", "Dynamic", "Static"):
-        value = body.get(name) or {}
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise NomadApiError(f"node metadata answer: {name} is not an object", "bad-response")
-        allowed = (str, type(None)) if name == "Dynamic" else (str,)
-        if not all(isinstance(v, allowed) for v in value.values()):
-            raise NomadApiError(f"node metadata answer: {name} holds a value that is not a string", "bad-response")
-        parts[name] = dict(value)
-    return NodeMetaView(parts["Meta"], parts["Dynamic"], parts["Static"])
 
 
 class NomadClient:
@@ -410,42 +345,33 @@ class NomadClient:
             problem_text = f"the Nomad ACL token {problem}; it is not sent" if problem else ""
             settings = replace(settings, token=token, token_problem=problem_text)
         self.settings = settings
-        self._extensions: dict[str, Any] = {}
-        if settings.tls_server_name:
-            self._extensions["sni_hostname"] = settings.tls_server_name
+        self._extensions = {"sni_hostname": settings.tls_server_name} if settings.tls_server_name else {}
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
 
     @property
     def _http(self) -> httpx.Client:
-        """The HTTP client, made on the first request.
+        """The HTTP client, made (and httpx imported) on the first request: a client may never be used.
 
-        Why: httpx (10 MiB of memory with its optional CLI packages installed) is
-        imported only then; a plugin with ``container_mounts = "auto"`` makes a
-        client at start-up but may never ask Nomad anything (issue 14).
-        And never its command-line client: httpx's package imports it whenever
-        click, rich and pygments happen to be installed beside it (5.7 MiB of a
-        60 MiB budget, never used here). A ``None`` in ``sys.modules`` makes
-        that one import fail, which httpx expects and answers with a stub.
+        Never httpx's command-line client, which its package imports whenever click, rich and
+        pygments are installed: a ``None`` in ``sys.modules`` makes that import fail, as httpx expects.
         """
         with self._client_lock:
             if self._client is None:
                 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: refused
                 import httpx
 
-                settings = self.settings
-                headers = {"X-Nomad-Token": settings.token} if settings.token and not settings.token_problem else {}
-                base = settings.address.rstrip("/")
-                uds = None
+                s = self.settings
+                headers = {"X-Nomad-Token": s.token} if s.token and not s.token_problem else {}
+                base, uds = s.address.rstrip("/"), None
                 if base.startswith("unix://"):
-                    uds = base[len("unix://") :]
-                    base = "http://nomad"
+                    base, uds = "http://nomad", base[len("unix://") :]
                 ssl_context = self._ssl_context() if base.startswith("https://") else None
                 self._client = httpx.Client(
                     base_url=base,
                     headers=headers,
                     transport=_transport(ssl_context, uds),
-                    timeout=httpx.Timeout(settings.timeout),
+                    timeout=httpx.Timeout(s.timeout),
                     trust_env=False,
                 )
             return self._client
@@ -473,7 +399,7 @@ class NomadClient:
             client.close()
 
     def node_id(self) -> str:
-        body, _ = self._get("/v1/agent/self", {}, self.settings.timeout)
+        body, _ = self._get("/v1/agent/self")
         node_id = ((body or {}).get("stats") or {}).get("client", {}).get("node_id") if isinstance(body, dict) else None
         if not isinstance(node_id, str) or not node_id:
             raise NomadApiError(
@@ -484,56 +410,28 @@ class NomadClient:
 
     def node(self, node_id: str) -> NodeView | None:
         """The node record; None when Nomad has no such node (404, ``Node.GetNode``). Needs ``node:read``."""
-        try:
-            body, _ = self._get(f"/v1/node/{quote(node_id, safe='')}", {}, self.settings.timeout)
-        except NomadApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        try:
-            return parse_node(body)
-        except ValueError as exc:
-            raise NomadApiError(f"node answer: {exc}", "bad-response") from None
+        found, body = self._found(f"/v1/node/{quote(node_id, safe='')}")
+        return _parsed(parse_node_view, body, "node answer") if found else None
 
     def node_allocations(self, node_id: str, index: int = 0, wait: float = 0.0) -> AllocPage:
-        params: dict[str, str] = {}
-        if index > 0:
-            params = {"index": str(index), "wait": go_duration(wait)}
+        params = {"index": str(index), "wait": wait_duration(wait)} if index > 0 else {}
         # Nomad adds up to wait/16 of jitter to a blocking query.
-        body, new_index = self._get(
-            f"/v1/node/{quote(node_id, safe='')}/allocations", params, self.settings.timeout + wait * 1.1
-        )
+        path = f"/v1/node/{quote(node_id, safe='')}/allocations"
+        body, new_index = self._get(path, params, self.settings.timeout + wait * 1.1)
         if not isinstance(body, list):
             raise NomadApiError("node allocations answer is not a list", "bad-response")
-        try:
-            allocs = tuple(parse_alloc(a) for a in body)
-        except ValueError as exc:
-            raise NomadApiError(f"node allocations answer: {exc}", "bad-response") from None
+        allocs = _parsed(lambda b: tuple(parse_alloc(a) for a in b), body, "node allocations answer")
         return AllocPage(allocs=allocs, index=new_index)
 
     def allocation(self, alloc_id: str) -> AllocView | None:
-        """One allocation by id; None when Nomad no longer has it (404: garbage-collected).
-
-        Raises ``NomadApiError`` (``forbidden`` when the token cannot read its namespace).
-        """
-        try:
-            body, _ = self._get(f"/v1/allocation/{quote(alloc_id, safe='')}", {}, self.settings.timeout)
-        except NomadApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        try:
-            return parse_alloc(body)
-        except ValueError as exc:
-            raise NomadApiError(f"allocation answer: {exc}", "bad-response") from None
+        """One allocation; None when Nomad no longer has it (404: garbage-collected)."""
+        found, body = self._found(f"/v1/allocation/{quote(alloc_id, safe='')}")
+        return _parsed(parse_alloc, body, "allocation answer") if found else None
 
     def token_self(self) -> dict[str, Any] | None:
-        """The token's own ACL token object; None when the cluster runs without ACLs.
-
-        Any valid token may read itself (``GET /v1/acl/token/self``).
-        """
+        """The token's own ACL token object (any valid token may read itself); None on a cluster without ACLs."""
         try:
-            body, _ = self._get("/v1/acl/token/self", {}, self.settings.timeout, acl=True)
+            body, _ = self._get("/v1/acl/token/self", acl=True)
         except NomadApiError as exc:
             if ACL_DISABLED in str(exc):
                 return None
@@ -544,7 +442,7 @@ class NomadClient:
 
     def acl_policy_rules(self, name: str) -> str:
         """The rules of one policy attached to the token (a token may read its own policies)."""
-        body, _ = self._get(f"/v1/acl/policy/{quote(name, safe='')}", {}, self.settings.timeout, acl=True)
+        body, _ = self._get(f"/v1/acl/policy/{quote(name, safe='')}", acl=True)
         rules = body.get("Rules") if isinstance(body, dict) else None
         if not isinstance(rules, str):
             raise NomadApiError(f"ACL policy {name!r}: no Rules in the answer", "bad-response")
@@ -552,7 +450,7 @@ class NomadClient:
 
     def acl_role_policies(self, role_id: str) -> list[str]:
         """The policy names of one role attached to the token."""
-        body, _ = self._get(f"/v1/acl/role/{quote(role_id, safe='')}", {}, self.settings.timeout, acl=True)
+        body, _ = self._get(f"/v1/acl/role/{quote(role_id, safe='')}", acl=True)
         policies = body.get("Policies") if isinstance(body, dict) else None
         if not isinstance(policies, list):
             raise NomadApiError(f"ACL role {role_id!r}: no Policies in the answer", "bad-response")
@@ -561,103 +459,98 @@ class NomadClient:
 
     def list_nodes(self) -> list[dict[str, Any]]:
         """Every node the servers know (``GET /v1/nodes``; needs ``node:read``): the list stubs."""
-        body, _ = self._get("/v1/nodes", {}, self.settings.timeout)
+        body, _ = self._get("/v1/nodes")
         if not isinstance(body, list) or not all(isinstance(n, dict) for n in body):
             raise NomadApiError("node list answer is not a list of objects", "bad-response")
         return body
 
     def node_record(self, node_id: str) -> dict[str, Any]:
         """One node's whole record as the servers hold it (``GET /v1/node/:id``): Meta, Attributes, NodeResources."""
-        body, _ = self._get(f"/v1/node/{quote(node_id, safe='')}", {}, self.settings.timeout)
+        body, _ = self._get(f"/v1/node/{quote(node_id, safe='')}")
         if not isinstance(body, dict):
             raise NomadApiError(f"node {node_id} answer is not an object", "bad-response")
         return body
 
     def node_meta(self) -> NodeMetaView:
         """The local agent's node metadata (``GET /v1/client/metadata``; needs ``node:read``)."""
-        body, _ = self._get(META_PATH, {}, self.settings.timeout)
-        return parse_node_meta(body)
+        return parse_node_meta(self._get(META_PATH)[0])
 
     def apply_node_meta(self, changes: Mapping[str, str | None]) -> NodeMetaView:
-        """Set (a string) or unset (None) dynamic node metadata keys on the local agent.
+        """Set (a string) or unset (None) dynamic node metadata keys; Nomad answers with the result.
 
-        ``POST /v1/client/metadata`` with ``{"Meta": {...}}``; needs ``node:write``.
-        Nomad answers with the node's metadata after the change.
+        ``POST /v1/client/metadata`` with ``{"Meta": {...}}``; needs ``node:write``
+        (client/meta_endpoint.go Apply: AllowNodeWrite).
         """
-        body = self._post(META_PATH, {"Meta": dict(changes)}, self.settings.timeout)
-        return parse_node_meta(body)
+        return parse_node_meta(self._call("POST", META_PATH, None, self.settings.timeout, payload={"Meta": changes})[0])
 
-    def _post(self, path: str, payload: Any, timeout: float) -> Any:
-        http = self._http
-        import httpx  # loaded by ``_http``
+    def get(self, path: str) -> Any:
+        """The JSON answer of one GET (the mount lookup reads allocations and jobs as Nomad shapes them)."""
+        return self._get(path)[0]
 
-        if self.settings.token_problem:
-            raise NomadApiError(f"Nomad API POST {path}: not asked: {self.settings.token_problem}", "config")
+    def _get(
+        self, path: str, params: dict[str, str] | None = None, timeout: float | None = None, *, acl: bool = False
+    ) -> tuple[Any, int]:
+        """One GET: (JSON body, X-Nomad-Index)."""
+        return self._call("GET", path, params, self.settings.timeout if timeout is None else timeout, acl=acl)
+
+    def _found(self, path: str) -> tuple[bool, Any]:
+        """One GET of an object that Nomad may no longer have: (False, None) on a 404."""
         try:
-            with _deadline(timeout):
-                resp = http.post(path, json=payload, timeout=timeout, extensions=self._extensions)
-        except httpx.TimeoutException:
-            raise NomadApiError(f"Nomad API POST {path}: timed out after {timeout:.1f}s", "timeout") from None
-        except httpx.HTTPError as exc:
-            detail = self._redact(f"{type(exc).__name__}: {exc}")
-            raise NomadApiError(f"Nomad API POST {path}: {detail}", "unreachable") from None
-        if resp.status_code == 403:
-            raise NomadApiError(
-                f"Nomad API POST {path}: 403 {self._redact(resp.text.strip()[:200])} "
-                f"(the token needs {write_capability(path)})",
-                "forbidden",
-                403,
-            )
-        if resp.status_code != 200:
-            raise NomadApiError(
-                f"Nomad API POST {path}: HTTP {resp.status_code} {self._redact(resp.text.strip()[:200])}",
-                "http",
-                resp.status_code,
-            )
-        try:
-            return resp.json()
-        except ValueError:
-            raise NomadApiError(f"Nomad API POST {path}: answer is not JSON", "bad-response") from None
+            return True, self._get(path)[0]
+        except NomadApiError as exc:
+            if exc.status == 404:
+                return False, None
+            raise
 
-    def _redact(self, text: str) -> str:
-        """``text`` (an error, the API's answer) with every spelling of the token masked, escaped and bounded."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, "<redacted>")
-        return printable(text, 400)
-
-    def _get(self, path: str, params: dict[str, str], timeout: float, acl: bool = False) -> tuple[Any, int]:
-        """One GET; ``timeout`` bounds each read and the whole call (``_deadline``)."""
+    def _call(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None,
+        timeout: float,
+        *,
+        acl: bool = False,
+        payload: Any = None,
+    ) -> tuple[Any, int]:
+        """One request; ``timeout`` bounds each read and the whole call (``_deadline``)."""
+        what = f"Nomad API {path}" if method == "GET" else f"Nomad API {method} {path}"
         if self.settings.token_problem:
-            raise NomadApiError(f"Nomad API {path}: not asked: {self.settings.token_problem}", "config")
+            raise NomadApiError(f"{what}: not asked: {self.settings.token_problem}", "config")
         http = self._http
         import httpx  # loaded by ``_http``; a dictionary lookup here
 
         try:
             with _deadline(timeout):
-                resp = http.get(path, params=params, timeout=timeout, extensions=self._extensions)
+                resp = http.request(
+                    method, path, params=params, json=payload, timeout=timeout, extensions=self._extensions
+                )
         except httpx.TimeoutException:
-            raise NomadApiError(f"Nomad API {path}: timed out after {timeout:.1f}s", "timeout") from None
+            raise NomadApiError(f"{what}: timed out after {timeout:.1f}s", "timeout") from None
         except httpx.HTTPError as exc:
-            detail = self._redact(f"{type(exc).__name__}: {exc}")
-            raise NomadApiError(f"Nomad API {path}: {detail}", "unreachable") from None
+            raise NomadApiError(f"{what}: {self._redact(f'{type(exc).__name__}: {exc}')}", "unreachable") from None
+        text = self._redact(resp.text.strip()[:200]) if resp.status_code != 200 else ""
         if resp.status_code == 403:
-            need = "to be a valid ACL token" if acl else required_capability(path)
-            raise NomadApiError(
-                f"Nomad API {path}: 403 {self._redact(resp.text.strip()[:200])} (the token needs {need})", "forbidden"
-            )
+            need = "node:write" if method == "POST" else "to be a valid ACL token" if acl else required_capability(path)
+            raise NomadApiError(f"{what}: 403 {text} (the token needs {need})", "forbidden", 403)
         if resp.status_code != 200:
-            raise NomadApiError(
-                f"Nomad API {path}: HTTP {resp.status_code} {self._redact(resp.text.strip()[:200])}",
-                "http",
-                resp.status_code,
-            )
+            raise NomadApiError(f"{what}: HTTP {resp.status_code} {text}", "http", resp.status_code)
         try:
             body = resp.json()
         except ValueError:
-            raise NomadApiError(f"Nomad API {path}: answer is not JSON", "bad-response") from None
-        try:
-            index = int(resp.headers.get("X-Nomad-Index", "0"))
-        except ValueError:
-            index = 0
-        return body, index
+            raise NomadApiError(f"{what}: answer is not JSON", "bad-response") from None
+        index = resp.headers.get("X-Nomad-Index", "0")
+        return body, int(index) if index.isdigit() else 0
+
+    def _redact(self, text: str) -> str:
+        """``text`` (an error, the API's answer) with every spelling of the token masked, escaped and bounded."""
+        for secret in self._secrets:
+            text = text.replace(secret, "<redacted>")
+        return printable(text, 400)
+
+
+def _parsed(parse: Any, body: Any, what: str) -> Any:
+    """``parse(body)``, a ``ValueError`` turned into ``NomadApiError`` (bad-response)."""
+    try:
+        return parse(body)
+    except ValueError as exc:
+        raise NomadApiError(f"{what}: {exc}", "bad-response") from None

@@ -1,50 +1,275 @@
-"""The reconciler thread: watch this node's allocations, release ended grants.
+"""The reconciler: watch this node's allocations, release the grants whose allocation ended.
 
-One thread. Each round: retry failed releases, re-check (at start and every
-``visibility_period``) that the node exists and is this host, and whether the
-token sees every namespace, then one
-blocking query on ``/v1/node/<id>/allocations`` (returns when the
-allocations change or after ``wait``; ``wait`` shrinks so a grace deadline
-is checked on time), then ``decide``. Any API failure (down, slow, 403, odd
-answer) is logged and backed off; nothing is released without a fresh
-successful answer, and with an incomplete view nothing is released on
-absence (``decide.py``).
-
-Why the node check: Nomad answers ``200 []`` for the allocations of a node it
-does not know, so a wrong ``nomad_node_id`` looked like a node where nothing
-runs, and every grant was released after the grace period. An empty list
-means "nothing runs here" only once ``GET /v1/node/<id>`` (``node:read``, the
-capability the allocation list needs anyway) has shown the node exists and
-its ``unique.hostname`` is this host's: a 404 or another host is an error
-like an unreachable API (logged, backed off, nothing released).
-
-After each observation the thread writes ``<data_dir>/reconciler-state.json``
-(``state.py``): what ``grants`` shows while the plugin runs, and the claims
-that survive a plugin restart as evidence.
+One thread. Each round: retry failed releases; at start and every
+``visibility_period`` prove the node (Nomad answers ``200 []`` for the
+allocations of a node it does not know, so an empty list means "nothing runs
+here" only once ``GET /v1/node/<id>`` showed the node and its
+``unique.hostname`` is this host's) and check what the token sees; then one
+blocking query on ``/v1/node/<id>/allocations`` and ``decide``. Any API
+failure is logged and backed off: nothing is released without a fresh
+answer. After each observation ``reconciler-state.json`` in ``data_dir`` is
+written: what ``grants`` shows, and the claims a restarted plugin reads back
+as evidence (a cache, never the source of truth).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any, Protocol
 
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.journal import EntryState, JournalEntry
+from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.reconcile.counters import LifecycleCounters
-from nomad_plugin.reconcile.decide import Timers, decide
 from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
-from nomad_plugin.reconcile.release_port import GrantReleaser
-from nomad_plugin.reconcile.state import ReconcilerState, load_state, save_state
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
 from nomad_plugin.util.backoff import Backoff
 
 log = get_logger(__name__)
 
-#: How often the token's visibility is re-checked (policies can change at any time).
+#: How often the node and the token's visibility are checked again (policies can change at any time).
 VISIBILITY_PERIOD = 300.0
+
+
+@dataclass
+class LifecycleCounters:
+    """Monotonic counters, and gauges (``journal_size``, ``view_incomplete`` 0/1, ``unverifiable_grants``).
+
+    ``leaked_grants_found``: live allocations using this plugin's devices with
+    no journal entry (the grant id is unknown, so it cannot be released).
+    """
+
+    grants_released_by_reconcile: int = 0
+    grants_released_by_reserve: int = 0
+    grants_released_at_startup: int = 0
+    leaked_grants_found: int = 0
+    grants_released_by_hand: int = 0
+    nomad_api_errors: int = 0
+    journal_size: int = 0
+    view_incomplete: int = 0
+    unverifiable_grants: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def inc(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + by)
+
+    def set(self, name: str, value: int) -> None:
+        """Set a gauge."""
+        with self._lock:
+            setattr(self, name, value)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+
+
+class GrantReleaser(Protocol):
+    """What reconcile/ needs of the reserve layer: the journalled grants, and releasing one.
+
+    ``nomad.reserve.Reserver`` satisfies it and ``app.py`` passes it in, so
+    reconcile/ never imports the Nomad services (docs/architecture.md).
+    """
+
+    @property
+    def counters(self) -> LifecycleCounters: ...
+
+    def entries(self) -> list[JournalEntry]: ...
+
+    def release_grant(self, grant_id: str, reason: str) -> bool:
+        """Release through the backend, journalled; False while XDM has not confirmed it."""
+        ...
+
+    def retry_pending(self) -> int: ...
+
+
+# -- the decision: pure, given one observation -------------------------------------------------------
+# A grant is *claimed* by a live allocation on this node that holds any of its device IDs
+# ("live": any client status but complete, failed and lost). The claim is remembered. A grant with
+# no live holder is *orphaned*, and released once that has held in every observation for ``grace``
+# seconds, but only on evidence: its claiming allocation was seen live and is now terminal or gone
+# (garbage-collected), or nothing ever claimed it and the view is *complete* (``visibility.py``).
+# With an incomplete view an unclaimed grant is *unverifiable*: kept and reported. A live allocation
+# whose *started* tasks use this plugin's devices without a journal entry is *leaked* once that has
+# held for ``grace`` (a Reserve may be in flight); tasks not started yet have not asked for their
+# devices (Nomad reserves them in the task's prestart, after artifacts and prestart tasks).
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The allocation last seen live holding a grant's devices."""
+
+    alloc_id: str
+    namespace: str
+    job: str
+
+    def describe(self) -> str:
+        return f"allocation {self.alloc_id} of job {self.namespace}/{self.job}"
+
+
+@dataclass
+class Timers:
+    """First time (monotonic seconds) each condition was seen; kept between observations."""
+
+    orphaned_since: dict[str, float] = field(default_factory=dict)  # grant id
+    unjournalled_since: dict[str, float] = field(default_factory=dict)  # alloc id
+    reported_leaks: set[str] = field(default_factory=set)  # alloc ids
+    claims: dict[str, Claim] = field(default_factory=dict)  # grant id -> last live holder
+
+
+@dataclass(frozen=True)
+class Decision:
+    release: tuple[tuple[str, str], ...]  # (grant id, why)
+    new_leaks: tuple[AllocView, ...]
+    next_deadline: float | None  # earliest time a pending timer expires
+    unverifiable: tuple[str, ...] = ()  # unclaimed grants kept because the view is incomplete
+
+
+def decide(
+    entries: Iterable[JournalEntry],
+    allocs: Iterable[AllocView],
+    our_ids: frozenset[str],
+    now: float,
+    grace: float,
+    timers: Timers,
+    complete: bool = True,
+    unconfirmed: frozenset[str] = frozenset(),
+) -> Decision:
+    """``unconfirmed``: claimed allocation ids missing from ``allocs`` that Nomad did not confirm gone."""
+    entries, allocs = list(entries), list(allocs)
+    by_id = {a.id: a for a in allocs}
+    live = [a for a in allocs if a.live]
+    release: list[tuple[str, str]] = []
+    unverifiable: list[str] = []
+    deadlines: list[float] = []
+    for entry in (e for e in entries if e.state is EntryState.GRANTED):
+        holder = next((a for a in live if a.device_ids.intersection(entry.device_ids)), None)
+        if holder is not None:
+            timers.claims[entry.grant_id] = Claim(holder.id, holder.namespace, holder.job)
+            timers.orphaned_since.pop(entry.grant_id, None)
+            continue
+        why = _evidence(timers.claims.get(entry.grant_id), by_id, complete, unconfirmed)
+        if why is None:
+            timers.orphaned_since.pop(entry.grant_id, None)
+            unverifiable.append(entry.grant_id)
+            continue
+        since = timers.orphaned_since.setdefault(entry.grant_id, now)
+        if now - since >= grace:
+            release.append((entry.grant_id, why))
+        else:
+            deadlines.append(since + grace)
+    known = {e.grant_id for e in entries}
+    for table in (timers.orphaned_since, timers.claims):
+        for grant_id in [g for g in table if g not in known]:
+            del table[grant_id]
+
+    journalled = frozenset().union(*(e.device_ids for e in entries))
+    new_leaks: list[AllocView] = []
+    for alloc in live:
+        ours = (alloc.device_ids - alloc.unstarted_ids) & our_ids
+        if not ours or ours <= journalled:
+            timers.unjournalled_since.pop(alloc.id, None)
+            continue
+        since = timers.unjournalled_since.setdefault(alloc.id, now)
+        if now - since < grace:
+            deadlines.append(since + grace)
+        elif alloc.id not in timers.reported_leaks:
+            timers.reported_leaks.add(alloc.id)
+            new_leaks.append(alloc)
+    live_ids = {a.id for a in live}
+    for alloc_id in [a for a in timers.unjournalled_since if a not in live_ids]:
+        del timers.unjournalled_since[alloc_id]
+        timers.reported_leaks.discard(alloc_id)
+    return Decision(tuple(release), tuple(new_leaks), min(deadlines) if deadlines else None, tuple(unverifiable))
+
+
+def _evidence(
+    claim: Claim | None, by_id: dict[str, AllocView], complete: bool, unconfirmed: frozenset[str]
+) -> str | None:
+    """Why an orphaned grant may be released, or None when there is no evidence."""
+    if claim is not None:
+        seen = by_id.get(claim.alloc_id)
+        if seen is not None:
+            return f"{claim.describe()} ended ({seen.client_status})"
+        if claim.alloc_id in unconfirmed and not complete:
+            return None  # gone from the list, but Nomad did not say it was garbage-collected
+        return f"{claim.describe()} ended (garbage-collected)"
+    if complete:
+        return "no live allocation on this node holds its devices (the token sees every namespace)"
+    return None
+
+
+# -- the saved state -----------------------------------------------------------------------------------
+@dataclass
+class ReconcilerState:
+    updated_at: float  # unix seconds
+    grace: float
+    view_complete: bool
+    view_reason: str
+    claims: dict[str, Claim] = field(default_factory=dict)
+    release_at: dict[str, float] = field(default_factory=dict)  # grant id -> unix seconds
+    unverifiable: list[str] = field(default_factory=list)
+    allocs: list[AllocView] = field(default_factory=list)
+    leaked: list[str] = field(default_factory=list)  # live allocation ids using our devices without a grant
+    pid: int = field(default_factory=os.getpid)
+
+    def to_json(self) -> dict[str, Any]:
+        raw = {f.name: getattr(self, f.name) for f in fields(self)}
+        raw.update(version=1, claims={g: asdict(c) for g, c in self.claims.items()})
+        keys = ("id", "namespace", "job", "client_status", "modify_time")
+        raw["allocs"] = [{k: getattr(a, k) for k in keys} | {"device_ids": sorted(a.device_ids)} for a in self.allocs]
+        return raw
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ReconcilerState:
+        if not isinstance(raw, dict) or raw.get("version") != 1:
+            raise ValueError("not a reconciler state of version 1")
+        return cls(
+            pid=int(raw["pid"]),
+            updated_at=float(raw["updated_at"]),
+            grace=float(raw["grace"]),
+            view_complete=bool(raw["view_complete"]),
+            view_reason=str(raw["view_reason"]),
+            claims={
+                str(g): Claim(*(str(c[k]) for k in ("alloc_id", "namespace", "job"))) for g, c in raw["claims"].items()
+            },
+            release_at={str(g): float(t) for g, t in dict(raw["release_at"]).items()},
+            unverifiable=[str(g) for g in raw["unverifiable"]],
+            leaked=[str(a) for a in raw.get("leaked", [])],
+            allocs=[
+                AllocView(
+                    id=str(a["id"]),
+                    client_status=str(a["client_status"]),
+                    device_ids=frozenset(str(d) for d in a["device_ids"]),
+                    namespace=str(a["namespace"]),
+                    job=str(a["job"]),
+                    modify_time=float(a["modify_time"]),
+                )
+                for a in raw["allocs"]
+            ],
+        )
+
+    def save(self, path: Path) -> None:
+        write_state(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: Path) -> ReconcilerState | None:
+        """The saved state, or None when there is none or it cannot be read."""
+        try:
+            return cls.from_json(json.loads(path.read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def reconciler_state_path(data_dir: str | os.PathLike[str]) -> Path:
+    return Path(data_dir) / "reconciler-state.json"
 
 
 class Reconciler:
@@ -86,7 +311,7 @@ class Reconciler:
         self.unverifiable: tuple[str, ...] = ()
         self._warned_unverifiable: set[str] = set()
         self.index = 0
-        self.last_error: str = ""
+        self.last_error = ""
         self.rounds = 0
         self._next_deadline: float | None = None
         self._stop = threading.Event()
@@ -122,7 +347,7 @@ class Reconciler:
                 self.round()
             except NomadApiError as exc:
                 self.last_error = str(exc)
-                self.reserver.counters.inc("nomad_api_errors")
+                self.counters.inc("nomad_api_errors")
                 delay = self.backoff.next_delay()
                 log.warning("reconciler: %s; retrying in %.1fs (no grant is released meanwhile)", exc, delay)
                 self._stop.wait(delay)
@@ -144,11 +369,9 @@ class Reconciler:
         page = self.client.node_allocations(self.node_id, self.index, self._wait())
         self.backoff.reset()
         self.last_error = ""
-        # An index that goes backwards (a server restored from a snapshot, a
-        # new leader behind) would make every later blocking query wait out
-        # its full wait: start over from 0.
+        # An index that goes backwards (a server restored from a snapshot, a new leader behind) would make
+        # every later blocking query wait out its full wait: start over from 0.
         self.index = page.index if page.index >= self.index else 0
-        page.holders  # noqa: B018 - built here, not in the first Reserve that looks a task up in this page
         self.observe(page)
 
     def _prove_node(self) -> None:
@@ -193,9 +416,9 @@ class Reconciler:
             log.warning(
                 "reconciler: could not check what the Nomad token can see (%s); %s",
                 exc,
-                "until it can, grants are released only on evidence"
-                if not self.view_complete
-                else "keeping the last answer",
+                "keeping the last answer"
+                if self.view_complete
+                else "until it can, grants are released only on evidence",
             )
             return
         self._next_visibility = now + self.visibility_period
@@ -228,35 +451,25 @@ class Reconciler:
         allocs, unconfirmed = list(page.allocs), frozenset[str]()
         if not complete:
             allocs, unconfirmed = self._confirm_missing_claims(allocs)
-        decision = decide(
-            self.reserver.entries(),
-            allocs,
-            self.catalog_source().all_ids(),
-            now,
-            self.grace,
-            self.timers,
-            complete=complete,
-            unconfirmed=unconfirmed,
-        )
+        our_ids = self.catalog_source().all_ids()
+        decision = decide(self.reserver.entries(), allocs, our_ids, now, self.grace, self.timers, complete, unconfirmed)
         self._next_deadline = decision.next_deadline
         for grant_id, why in decision.release:
             if self.reserver.release_grant(grant_id, why):
-                self.reserver.counters.inc("grants_released_by_reconcile")
+                self.counters.inc("grants_released_by_reconcile")
                 self.timers.orphaned_since.pop(grant_id, None)
                 self.timers.claims.pop(grant_id, None)
         self.unverifiable = decision.unverifiable
         self.counters.set("unverifiable_grants", len(decision.unverifiable))
-        for grant_id in decision.unverifiable:
-            if grant_id not in self._warned_unverifiable:
-                self._warned_unverifiable.add(grant_id)
-                log.warning(
-                    "grant %s is kept: no allocation visible to the token has claimed its devices and the view is "
-                    "incomplete, so its end cannot be seen (check it with `nomad-device-lingjun grants`)",
-                    grant_id,
-                )
-        self._warned_unverifiable.intersection_update(decision.unverifiable)
+        for grant_id in [g for g in decision.unverifiable if g not in self._warned_unverifiable]:
+            log.warning(
+                "grant %s is kept: no allocation visible to the token has claimed its devices and the view is "
+                "incomplete, so its end cannot be seen (check it with `nomad-device-lingjun grants`)",
+                grant_id,
+            )
+        self._warned_unverifiable = set(decision.unverifiable)
         for alloc in decision.new_leaks:
-            self.reserver.counters.inc("leaked_grants_found")
+            self.counters.inc("leaked_grants_found")
             log.error(
                 "allocation %s is running with devices %s but the journal has no grant for them "
                 "(journal lost or corrupt?); its XDM grant cannot be released by the plugin",
@@ -268,9 +481,8 @@ class Reconciler:
     def _confirm_missing_claims(self, allocs: list[AllocView]) -> tuple[list[AllocView], frozenset[str]]:
         """With an incomplete view, ask Nomad about each claimed allocation missing from the list.
 
-        ``GET /v1/allocation/<id>``: 404 means garbage-collected (evidence);
-        an answer is used like a list entry; anything else (403 after a
-        policy change, an error) leaves it unconfirmed: no evidence.
+        ``GET /v1/allocation/<id>``: 404 means garbage-collected (evidence); an answer is used like a
+        list entry; anything else (403 after a policy change, an error) leaves it unconfirmed.
         """
         assert self.client is not None
         present = {a.id for a in allocs}
@@ -290,7 +502,6 @@ class Reconciler:
         if self.state_path is None:
             return
         wall = self.wall_clock()
-        page = self.last_page
         state = ReconcilerState(
             updated_at=wall,
             grace=self.grace,
@@ -299,18 +510,18 @@ class Reconciler:
             claims=dict(self.timers.claims),
             release_at={g: wall + (since + self.grace - now) for g, since in self.timers.orphaned_since.items()},
             unverifiable=list(self.unverifiable),
-            allocs=list(page.allocs) if page else [],
+            allocs=list(self.last_page.allocs) if self.last_page else [],
             leaked=sorted(self.timers.reported_leaks),
         )
         try:
-            save_state(self.state_path, state)
+            state.save(self.state_path)
         except OSError as exc:
             log.warning("reconciler: could not write %s: %s", self.state_path, exc)
 
     def _restore_claims(self) -> None:
-        """Claims of the previous process: evidence that survives a restart (see decide.py)."""
+        """Claims of the previous process: evidence that survives a restart."""
         assert self.state_path is not None
-        state = load_state(self.state_path)
+        state = ReconcilerState.load(self.state_path)
         if state is None:
             return
         known = {e.grant_id for e in self.reserver.entries()}

@@ -1,13 +1,12 @@
 """Operator requests to the running plugin: ``grants release`` while the plugin runs.
 
-Only the process holding the journal's owner lock writes the journal
-(``journal/owner.py``). So an operator command does not touch the journal of
-a running plugin: it drops ``<data_dir>/requests/<grant id>.release.json``
-(written to a temp name, then renamed: never read half-written) and waits
-for ``<grant id>.result.json``. The plugin's ``RequestWatcher`` thread sleeps
-until a request lands (inotify; where that is unavailable it looks twice a
-second), performs the release through the ``Reserver`` (journalled like any
-release, audit line included) and writes the result.
+Only the owner of ``plugin.lock`` writes the journal (``journal/datadir.py``),
+so an operator command does not touch a running plugin's journal: it drops
+``<data_dir>/requests/<grant id>.release.json`` (written whole by a rename)
+and waits for ``<grant id>.result.json``. The plugin's ``RequestWatcher``
+lists the directory every ``period`` (half a second: an operator gets the
+answer within a second), releases through the Reserver (journalled, audit
+line included) and writes the result.
 """
 
 from __future__ import annotations
@@ -20,17 +19,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import JournalEntry
+from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.reconcile.nomad_api import AllocView
-from nomad_plugin.reconcile.release_port import GrantReleaser
-from nomad_plugin.util.dirwatch import DirWatch
+from nomad_plugin.reconcile.reconciler import GrantReleaser
 
 log = get_logger(__name__)
 
-DIR_NAME = "requests"
 REQUEST_SUFFIX = ".release.json"
 RESULT_SUFFIX = ".result.json"
 #: A grant id is a UUID; this also keeps it a safe file name.
@@ -43,12 +40,9 @@ class Result:
     ok: bool
     message: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "message": self.message}
-
 
 def requests_dir(data_dir: str | os.PathLike[str]) -> Path:
-    return Path(data_dir) / DIR_NAME
+    return Path(data_dir) / "requests"
 
 
 def check_grant_id(grant_id: str) -> str:
@@ -57,25 +51,13 @@ def check_grant_id(grant_id: str) -> str:
     return grant_id
 
 
-def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, json.dumps(doc).encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def submit_release(data_dir: str | os.PathLike[str], grant_id: str, force: bool) -> None:
     """Operator side: ask the running plugin to release ``grant_id``."""
     directory = requests_dir(data_dir)
     directory.mkdir(mode=0o700, exist_ok=True)
     (directory / f"{grant_id}{RESULT_SUFFIX}").unlink(missing_ok=True)
-    _write_atomic(
-        directory / f"{check_grant_id(grant_id)}{REQUEST_SUFFIX}",
-        {"grant_id": grant_id, "force": force, "requested_at": time.time()},
-    )
+    doc = {"grant_id": grant_id, "force": force, "requested_at": time.time()}
+    write_state(directory / f"{check_grant_id(grant_id)}{REQUEST_SUFFIX}", doc)
 
 
 def wait_result(data_dir: str | os.PathLike[str], grant_id: str, timeout: float) -> Result | None:
@@ -114,64 +96,47 @@ class RequestWatcher:
         self.period = period
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._watch: DirWatch | None = None
 
     def start(self) -> None:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._watch = DirWatch(self.dir, REQUEST_SUFFIX, self._stop, poll_period=self.period)
-        self._thread = threading.Thread(target=self._run, args=(self._watch,), name="grant-requests", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="grant-requests", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
-        if self._watch is not None:
-            self._watch.wake()
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _run(self, watch: DirWatch) -> None:
-        """Answer what is there (requests left from before a restart), then each request as it lands."""
-        try:
-            while not self._stop.is_set():
-                try:
-                    self.poll()
-                except Exception:
-                    log.exception("operator request handling failed")
-                    if self._stop.wait(self.period):  # the request stays: try it again soon
-                        return
-                    continue
-                if not watch.wait():
-                    return
-        finally:
-            watch.close()
+    def _run(self) -> None:
+        """Answer what is there (requests left from before a restart), then look every ``period``."""
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception:  # the request stays: tried again at the next look
+                log.exception("operator request handling failed")
+            self._stop.wait(self.period)
 
     def poll(self) -> int:
         """Handle every pending request once; returns how many were handled."""
-        handled = 0
-        # os.scandir, not Path.glob: where inotify is unavailable this runs twice a second for the
-        # plugin's whole life, and pathlib's glob machinery cost more than the rest of it (issue 14).
         try:
-            with os.scandir(self.dir) as found:
-                names = sorted(e.name for e in found if e.name.endswith(REQUEST_SUFFIX))
-        except FileNotFoundError:  # as glob: no folder, no requests
+            names = sorted(name for name in os.listdir(self.dir) if name.endswith(REQUEST_SUFFIX))
+        except FileNotFoundError:
             return 0
-        for path in (self.dir / name for name in names):
-            grant_id = path.name[: -len(REQUEST_SUFFIX)]
+        for name in names:
+            grant_id = name[: -len(REQUEST_SUFFIX)]
             try:
-                doc = json.loads(path.read_text())
-                force = bool(doc.get("force"))
+                force = bool(json.loads((self.dir / name).read_text()).get("force"))
                 check_grant_id(grant_id)
-            except (OSError, ValueError) as exc:
-                result = Result(False, f"unreadable request {path.name}: {exc}")
+            except (OSError, ValueError, AttributeError) as exc:
+                result = Result(False, f"unreadable request {name}: {exc}")
             else:
                 result = self.release(grant_id, force)
-            _write_atomic(self.dir / f"{grant_id}{RESULT_SUFFIX}", result.to_json())
-            path.unlink(missing_ok=True)
-            handled += 1
-        return handled
+            write_state(self.dir / f"{grant_id}{RESULT_SUFFIX}", {"ok": result.ok, "message": result.message})
+            (self.dir / name).unlink(missing_ok=True)
+        return len(names)
 
     def release(self, grant_id: str, force: bool) -> Result:
-        entry = self.reserver.journal.get(grant_id)
+        entry = next((e for e in self.reserver.entries() if e.grant_id == grant_id), None)
         if entry is None:
             return Result(True, f"grant {grant_id} is not in the journal (already released)")
         holder = self.live_holder(entry)

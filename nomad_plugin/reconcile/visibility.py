@@ -100,7 +100,7 @@ def judge_policies(rules: dict[str, str]) -> Visibility:
 def namespace_rules(text: str) -> dict[str, set[str]]:
     """Namespace label -> capabilities of one policy (HCL or JSON rules); ``ValueError`` if unreadable."""
     try:
-        doc: Any = json.loads(text) if text.lstrip().startswith("{") else _hcl(text)
+        doc = parse_rules(text)
     except ValueError:
         raise
     except Exception as exc:  # the HCL parser raises its own exception types
@@ -130,7 +130,10 @@ def namespace_rules(text: str) -> dict[str, set[str]]:
     return out
 
 
-def _hcl(text: str) -> Any:
+def parse_rules(text: str) -> Any:
+    """One ACL policy's rules, written in JSON or HCL, as a document (python-hcl2's shape for HCL)."""
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
     import hcl2
 
     return hcl2.loads(text)

@@ -3,10 +3,8 @@
 Hidden (not a subcommand in the usage text): tests/operator/test_dist.py runs
 it against ``dist/nomad-device-lingjun`` to show that the bundled interpreter,
 built for an old glibc (tools/build_python.py), still has a working ``ssl``
-(httpx to an https Nomad), ``ctypes`` (NVML through nvidia-ml-py),
-``zlib`` and inotify (operator requests, ``util/dirwatch.py``, which would
-otherwise fall back to polling without a word in the bundle), whatever the
-node has installed.
+(httpx to an https Nomad), ``ctypes`` (NVML through nvidia-ml-py) and
+``zlib``, whatever the node has installed.
 """
 
 from __future__ import annotations
@@ -51,14 +49,6 @@ def self_check() -> int:
         result["zlib"] = zlib.ZLIB_RUNTIME_VERSION
     except Exception as e:
         result["zlib_error"] = repr(e)
-        ok = False
-    try:
-        from inotify_simple import INotify
-
-        INotify().close()
-        result["inotify"] = True
-    except Exception as e:
-        result["inotify_error"] = repr(e)
         ok = False
     try:
         import re2  # check-job's regexp operator (jobspec/regex.py): RE2's C++ extension

@@ -51,7 +51,7 @@ def test_mutated_valid_journal(data):
 @given(st.lists(json_values, max_size=3))
 def test_checksummed_but_wrong_entries(body):
     # A correct checksum over wrong entries must still be refused, entry by entry.
-    from nomad_plugin.journal.store import _checksum
+    from nomad_plugin.journal.store import checksum
 
-    data = json.dumps({"version": 1, "checksum": _checksum(body), "entries": body}).encode()
+    data = json.dumps({"version": 1, "checksum": checksum(body), "entries": body}).encode()
     check_journal_bytes(data)

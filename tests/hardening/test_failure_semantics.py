@@ -206,7 +206,6 @@ def test_disk_full_after_allocate_releases_the_grant(world, monkeypatch):
     sim, config = world
     sim.start()
     reserver, client, ids = _reserver(sim, config)
-    reserver.grant_ids.prepare()  # the grant-id lease is written at startup, before the disk fills
     monkeypatch.setattr(journal_store.os, "write", _enospc_after(1))  # the intent lands, "granted" does not
     with pytest.raises(OSError):
         reserver.reserve([ids[0]])

@@ -88,7 +88,7 @@ RULES: tuple[Rule, ...] = (
     Rule("xdm", ("nomad", "app", "cli", "backend_select"), "a hardware backend serves the domain, not Nomad"),
     Rule("nvml", ("nomad", "app", "cli", "backend_select"), "a hardware backend serves the domain, not Nomad"),
     Rule("jobspec", ("launcher", "cli", "app"), "job-spec evaluation reads nomad_view/, not the launcher"),
-    Rule("reconcile", ("nomad", "app", "cli"), "reconcile/ releases through reconcile/release_port.py"),
+    Rule("reconcile", ("nomad", "app", "cli"), "reconcile/ releases through its GrantReleaser port"),
     Rule("journal", ("nomad", "reconcile", "app", "cli"), "the journal sits below whoever releases"),
     Rule("nomad_view", ("launcher", "jobspec", "cli", "app", "nomad", "_proto"), "a neutral view both sides use"),
     Rule("launcher", ("cli", "app", "nomad"), "the go-plugin client launches the plugin; it does not embed it"),

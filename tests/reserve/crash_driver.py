@@ -4,12 +4,12 @@
     python -m tests.reserve.crash_driver recover <spec.json>
 
 ``spec.json``: data_dir, socket_dir, cards [[minor, uuid], ...], device_ids,
-nomad_address, and optionally boot_id (stands in for the kernel's boot id, so
-a test can play a reboot) and allocate_timeout (``xdm_allocate_timeout``,
+nomad_address, and optionally allocate_timeout (``xdm_allocate_timeout``,
 default 0.5 s: an intent left by a killed Reserve is kept two of them).
 ``recover`` releases what the journal holds, then waits (bounded) for the
 windows in which XDM could still commit a killed Reserve's grant to close,
-and retries the releases kept for them, as the reconciler's rounds would. With ``LINGJUN_CRASH_STOP_AT=<step>`` the Reserve stops at
+and retries the releases kept for them, as the reconciler's rounds would.
+With ``LINGJUN_CRASH_STOP_AT=<step>`` the Reserve stops at
 that step (``nomad_plugin.nomad.reserve.STEPS``), prints ``STOPPED <step>``
 and waits to be SIGKILLed.
 """
@@ -24,7 +24,6 @@ from typing import Any
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import Journal
-from nomad_plugin.journal.ids import GrantIds, read_boot_id
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
@@ -63,11 +62,7 @@ def main(argv: list[str]) -> int:
                 time.sleep(60)
 
     cat = catalog(spec["cards"])
-    boot = str(spec.get("boot_id") or read_boot_id())
-    ids = GrantIds(config.data_dir, boot_id=lambda: boot)
-    reserver = Reserver(
-        make_backend(config), lambda: cat, Journal(config.data_dir), config, step_hook=hook, grant_ids=ids
-    )
+    reserver = Reserver(make_backend(config), lambda: cat, Journal(config.data_dir), config, step_hook=hook)
     if mode == "reserve":
         resp = reserver.reserve(spec["device_ids"])
         print("DONE", resp.container_res.envs["LINGJUN_GRANT_ID"], flush=True)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict, find_candidates, task_volume_mounts
-from nomad_plugin.reconcile.nomad_api import AllocPage, NomadApiSettings, NomadClient, parse_alloc
+from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient, parse_alloc
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
 from tests.doubles.reserve_fakes import Clock
@@ -88,14 +88,17 @@ def test_device_block_shapes_that_hold_nothing() -> None:
 @pytest.mark.parametrize(
     ("resources", "message"),
     [
-        (["Tasks"], "AllocatedResources is not an object"),
-        ({"Tasks": ["t"]}, "AllocatedResources.Tasks is not an object"),
-        ({"Tasks": {"t": ["GPU-aaaa"]}}, "task 't': Devices is not a list"),
-        ({"Tasks": {"t": "GPU-aaaa"}}, "task 't': Devices is not a list"),
-        ({"Tasks": {"t": {"Devices": {"DeviceIDs": IDS}}}}, "task 't': Devices is not a list"),
-        ({"Tasks": {"t": {"Devices": ["GPU-aaaa"]}}}, "task 't': DeviceIDs is not a list of strings"),
-        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": "GPU-aaaa"}]}}}, "task 't': DeviceIDs is not a list of strings"),
-        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": [1]}]}}}, "task 't': DeviceIDs is not a list of strings"),
+        (["Tasks"], "allocation 'a': AllocatedResources is not an object"),
+        ({"Tasks": ["t"]}, "allocation 'a': AllocatedResources.Tasks is not an object"),
+        ({"Tasks": {"t": ["GPU-aaaa"]}}, "allocation 'a': a task's resources are not an object"),
+        ({"Tasks": {"t": "GPU-aaaa"}}, "allocation 'a': a task's resources are not an object"),
+        ({"Tasks": {"t": {"Devices": {"DeviceIDs": IDS}}}}, "allocation 'a': a task's Devices is not a list"),
+        ({"Tasks": {"t": {"Devices": ["GPU-aaaa"]}}}, "allocation 'a': a Devices entry is not an object"),
+        (
+            {"Tasks": {"t": {"Devices": [{"DeviceIDs": "GPU-aaaa"}]}}},
+            "allocation 'a': DeviceIDs is not a list of strings",
+        ),
+        ({"Tasks": {"t": {"Devices": [{"DeviceIDs": [1]}]}}}, "allocation 'a': DeviceIDs is not a list of strings"),
     ],
 )
 def test_a_drifted_shape_is_an_error_naming_the_part(resources: Any, message: str) -> None:
@@ -235,7 +238,7 @@ def test_shape_error_verdict_in_full(api: NomadApiDouble) -> None:
     with api._cond:
         api._allocs["a1"]["AllocatedResources"]["Tasks"]["task"]["Devices"] = "GPU-aaaa"
     assert lookup(api).lookup(IDS) == VolumeVerdict(
-        False, False, "the Nomad API answer has an unexpected shape (task 'task': Devices is not a list)"
+        False, False, "the Nomad API answer has an unexpected shape (allocation 'a1': a task's Devices is not a list)"
     )
 
 
@@ -320,17 +323,7 @@ def test_fast_failures_are_asked_again_every_time(api: NomadApiDouble) -> None:
     assert "s ago" not in finder.lookup(IDS).reason
 
 
-# -- the reconciler's view first, confirmed by one /v1/allocation/<id> -------------------
-
-
-def view_of(api: NomadApiDouble) -> AllocPage:
-    """What the reconciler holds after its last blocking query: the node list, parsed."""
-    client = NomadClient(NomadApiSettings(address=api.address))
-    try:
-        return client.node_allocations(api.node_id)
-    finally:
-        client.close()
-        api.requests.clear()
+# -- parse_alloc keeps what the lookup needs ------------------------------------------
 
 
 def test_parse_alloc_keeps_each_device_block_with_its_task_and_the_desired_status() -> None:
@@ -343,152 +336,7 @@ def test_parse_alloc_keeps_each_device_block_with_its_task_and_the_desired_statu
         ("log", frozenset(["GPU-cccc"])),
         ("log", frozenset()),
     )
-    other = parse_alloc(alloc("a4", ["GPU-cccc"], "pending", task="eval"))
-    holders = AllocPage((view, other), 9).holders
-    assert dict(holders) == {
-        frozenset(IDS): ((view, "train"),),
-        frozenset(["GPU-cccc"]): ((view, "log"), (other, "eval")),
-        frozenset(): ((view, "log"),),
-    }
-    assert frozenset(["GPU-aaaa"]) not in holders, "a part of a block is not the block"
+    assert view.device_ids == frozenset([*IDS, "GPU-cccc"])
     assert parse_alloc(alloc("a2", IDS)).desired_status == "run", "Nomad always sends it; missing reads as run"
     drifted = parse_alloc(alloc("a3", IDS, desired=7))  # type: ignore[arg-type]
     assert drifted.desired_status == "unknown", "not read as run, and not an error: releases never read it"
-
-
-def test_an_allocation_in_the_view_is_confirmed_by_itself_not_the_node_list(api: NomadApiDouble) -> None:
-    add_alloc_with_job(api, "a1", IDS, "pending")
-    add_alloc_with_job(api, "b1", ["GPU-cccc"], volumes=[HostVolume()])
-    view = view_of(api)
-    finder = lookup(api, node_id=api.node_id, view=lambda: view)
-    assert finder.lookup(IDS) == VolumeVerdict(
-        True, False, "task a1/task has no volume_mount (confirmed by /v1/allocation)"
-    )
-    assert finder.lookup(["GPU-cccc"]) == VolumeVerdict(
-        True, True, "task b1/task has volume_mount (confirmed by /v1/allocation)"
-    )
-    assert paths(api) == ["/v1/allocation/a1", "/v1/allocation/b1"], "one allocation each, never the node list"
-
-
-def test_a_stale_view_is_caught_by_the_confirmation(api: NomadApiDouble) -> None:
-    """The view still shows the old allocation as running; Nomad has stopped it and placed a new one on its IDs."""
-    add_alloc_with_job(api, "old", IDS)
-    view = view_of(api)
-    with api._cond:
-        api._allocs["old"]["DesiredStatus"] = "stop"
-    add_alloc_with_job(api, "new", IDS, "pending", volumes=[HostVolume()])
-    verdict = lookup(api, node_id=api.node_id, view=lambda: view).lookup(IDS)
-    assert verdict == VolumeVerdict(True, True, "task new/task has volume_mount")
-    assert paths(api) == ["/v1/allocation/old", f"/v1/node/{api.node_id}/allocations"]
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        pytest.param(lambda api: api.remove_alloc("old"), id="collected (404)"),
-        pytest.param(lambda api: api.set_status("old", "complete"), id="terminal"),
-        pytest.param(lambda api: add_alloc_with_job(api, "old", ["GPU-zzzz"]), id="other IDs"),
-    ],
-)
-def test_a_view_allocation_that_no_longer_holds_the_ids_means_the_list_is_asked(
-    api: NomadApiDouble, change: Any
-) -> None:
-    add_alloc_with_job(api, "old", IDS)
-    view = view_of(api)
-    change(api)
-    add_alloc_with_job(api, "new", IDS, "pending")
-    assert lookup(api, node_id=api.node_id, view=lambda: view).lookup(IDS) == VolumeVerdict(
-        True, False, "task new/task has no volume_mount"
-    )
-    assert paths(api) == ["/v1/allocation/old", f"/v1/node/{api.node_id}/allocations"]
-
-
-def test_the_view_is_not_used_when_it_cannot_name_one_allocation(api: NomadApiDouble) -> None:
-    add_alloc_with_job(api, "a1", IDS)
-    add_alloc_with_job(api, "a2", IDS, "pending")
-    add_alloc_with_job(api, "stopping", ["GPU-cccc"], desired_status="stop")
-    add_alloc_with_job(api, "done", ["GPU-dddd"], "complete")
-    view = view_of(api)
-    node_list = f"/v1/node/{api.node_id}/allocations"
-    for views in (lambda: None, lambda: AllocPage((), 1), lambda: view):
-        finder = lookup(api, node_id=api.node_id, attempts=1, view=views)
-        assert finder.lookup(IDS).reason == "task a1/task, a2/task has no volume_mount"  # two in the view
-        assert finder.lookup(["GPU-cccc"]).known, "only the stopping one: the list's rules decide"
-        assert not finder.lookup(["GPU-dddd"]).known
-        assert paths(api) == [node_list] * 3, "no /v1/allocation without exactly one live, running candidate"
-        api.requests.clear()
-
-
-def test_a_task_missing_from_the_confirmed_job_falls_back_to_the_list(api: NomadApiDouble) -> None:
-    add_alloc_with_job(api, "a1", IDS)
-    view = view_of(api)
-    with api._cond:
-        api._allocs["a1"]["Job"]["TaskGroups"][0]["Tasks"][0]["Name"] = "renamed"
-    verdict = lookup(api, node_id=api.node_id, attempts=1, view=lambda: view).lookup(IDS)
-    assert verdict.reason == "allocation a1: task 'task' is not in the allocation's job"
-    assert paths(api) == ["/v1/allocation/a1", f"/v1/node/{api.node_id}/allocations", "/v1/allocation/a1"]
-
-
-def test_errors_of_the_confirmation_are_the_lookups_errors(api: NomadApiDouble) -> None:
-    add_alloc_with_job(api, "a1", IDS)
-    view = view_of(api)
-    api.require_token("secret")
-    verdict = lookup(api, node_id=api.node_id, view=lambda: view).lookup(IDS)
-    assert not verdict.known and "403" in verdict.reason
-    assert paths(api) == ["/v1/allocation/a1"], "a 403 is an answer, not a reason to ask the list"
-    api.requests.clear()
-    api.require_token(None)
-    clock = Clock()
-    finder = lookup(api, node_id=api.node_id, timeout=0.3, clock=clock, view=lambda: view)
-    api.set_latency(30.0)
-    assert "timed out" in finder.lookup(IDS).reason
-    api.set_latency(0.0)
-    assert "s ago" in finder.lookup(IDS).reason, "a timed-out confirmation starts the backoff too"
-    assert paths(api) == ["/v1/allocation/a1"]
-
-
-@pytest.mark.parametrize("body", [[], 7])
-def test_a_confirmation_of_the_wrong_shape_is_a_shape_error(body: Any) -> None:
-    class Odd(NomadApiDouble):
-        def _serve(self, path: str, token: str) -> tuple[int, Any, int] | None:
-            if path.startswith("/v1/allocation/"):
-                return 200, body, self.index
-            return super()._serve(path, token)
-
-    with Odd() as api:
-        add_alloc_with_job(api, "a1", IDS)
-        view = view_of(api)
-        verdict = lookup(api, node_id=api.node_id, view=lambda: view).lookup(IDS)
-    assert verdict == VolumeVerdict(
-        False, False, "the Nomad API answer has an unexpected shape (allocation answer is not an object)"
-    )
-
-
-def test_a_confirmation_without_a_desired_status_reads_as_run(api: NomadApiDouble) -> None:
-    """As in the node list's rules: Nomad always sends it, and an answer that leaves it out is not a stop."""
-
-    class NoDesired(NomadApiDouble):
-        def _serve(self, path: str, token: str) -> tuple[int, Any, int] | None:
-            answer = super()._serve(path, token)
-            if answer is not None and path.startswith("/v1/allocation/") and isinstance(answer[1], dict):
-                answer[1].pop("DesiredStatus", None)
-            return answer
-
-    with NoDesired() as odd:
-        add_alloc_with_job(odd, "a1", IDS)
-        view = view_of(odd)
-        verdict = lookup(odd, node_id=odd.node_id, view=lambda: view).lookup(IDS)
-        assert verdict.reason == "task a1/task has no volume_mount (confirmed by /v1/allocation)"
-        assert paths(odd) == ["/v1/allocation/a1"]
-
-
-def test_the_confirmation_quotes_the_id_and_the_reason_bounds_it(api: NomadApiDouble) -> None:
-    """An ID is put in a URL path and a log line: escaped in one, at most 64 characters in the other."""
-    long_id = "a" * 70
-    add_alloc_with_job(api, long_id, IDS)
-    add_alloc_with_job(api, "x/1", ["GPU-cccc"])
-    view = view_of(api)
-    finder = lookup(api, node_id=api.node_id, view=lambda: view)
-    assert finder.lookup(IDS).reason == f"task {'a' * 64}/task has no volume_mount (confirmed by /v1/allocation)"
-    finder.lookup(["GPU-cccc"])
-    assert "/v1/allocation/x%2F1" in paths(api), "a '/' in an ID must not change the path"

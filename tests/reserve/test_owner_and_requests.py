@@ -81,7 +81,7 @@ def test_watcher_releases_refuses_and_answers(tmp_path):
 
 
 def test_the_owner_lock_creates_its_directory_0700_and_never_waits_unless_asked(tmp_path, monkeypatch):
-    from nomad_plugin.journal import owner
+    from nomad_plugin.journal import datadir as owner
 
     slept: list[float] = []
     monkeypatch.setattr(owner.time, "sleep", slept.append)

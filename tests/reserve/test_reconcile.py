@@ -364,7 +364,7 @@ def _alloc(alloc_id, *device_ids, status="running"):
 
 
 def test_decide_reports_a_leak_exactly_at_grace_restarts_and_reports_again_after_it_went_away():
-    from nomad_plugin.reconcile.decide import Timers, decide
+    from nomad_plugin.reconcile.reconciler import Timers, decide
 
     t, ours = Timers(), frozenset({"d1"})
     leaky = [_alloc("a", "d1")]
@@ -380,8 +380,8 @@ def test_decide_reports_a_leak_exactly_at_grace_restarts_and_reports_again_after
 
 
 def test_decide_leaves_the_devices_of_tasks_not_started_out_of_the_leak_check():
-    from nomad_plugin.reconcile.decide import Timers, decide
     from nomad_plugin.reconcile.nomad_api import AllocView
+    from nomad_plugin.reconcile.reconciler import Timers, decide
 
     t, ours = Timers(), frozenset({"d1", "d2"})
     waiting = AllocView("a", "running", frozenset({"d1", "d2"}), unstarted_ids=frozenset({"d1", "d2"}))
@@ -728,7 +728,7 @@ def test_client_unreachable_and_timeout_kinds(tmp_path):
 
 
 def test_decide_by_default_trusts_the_view_as_complete():
-    from nomad_plugin.reconcile.decide import Timers, decide
+    from nomad_plugin.reconcile.reconciler import Timers, decide
 
     d = decide([_granted("g", "d1")], [], frozenset({"d1"}), 100.0, 0.0, Timers())
     assert d.release == (("g", "no live allocation on this node holds its devices (the token sees every namespace)"),)
@@ -736,7 +736,7 @@ def test_decide_by_default_trusts_the_view_as_complete():
 
 
 def test_decide_an_unverifiable_grant_drops_its_orphan_timer_and_later_grants_are_still_judged():
-    from nomad_plugin.reconcile.decide import Timers, decide
+    from nomad_plugin.reconcile.reconciler import Timers, decide
 
     t, ours = Timers(), frozenset({"d1", "d2"})
     grants = [_granted("a", "d1"), _granted("b", "d2")]

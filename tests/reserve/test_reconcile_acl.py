@@ -208,10 +208,10 @@ def test_index_going_backwards_is_reset(tmp_path):
 
 
 def test_wait_is_sent_as_a_go_duration(tmp_path):
-    from nomad_plugin.reconcile.nomad_api import go_duration
+    from nomad_plugin.reconcile.nomad_api import wait_duration
     from tests.doubles.nomad_api import parse_wait
 
-    assert [go_duration(x) for x in (0.3, 5, 10.0, 0.0001, 1.25)] == ["300ms", "5s", "10s", "1ms", "1250ms"]
+    assert [wait_duration(x) for x in (0.3, 5, 10.0, 0.0001, 1.25)] == ["300ms", "5s", "10s", "1ms", "1250ms"]
     for text in ("300ms", "5s", "1250ms"):
         assert parse_wait(text) > 0
     api = NomadApiDouble().start()

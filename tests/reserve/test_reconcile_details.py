@@ -401,8 +401,7 @@ def test_parse_alloc_builds_the_whole_view() -> None:
 
 
 def test_the_state_written_after_a_round(tmp_path, caplog) -> None:
-    from nomad_plugin.reconcile.decide import Claim
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import Claim, ReconcilerState
 
     with NomadApiDouble() as api:
         clock = Clock()
@@ -414,7 +413,7 @@ def test_the_state_written_after_a_round(tmp_path, caplog) -> None:
         api.add_alloc("a1", [card_uuid(0)], namespace="team-a", job="web")
         api.add_alloc("stray", [card_uuid(3)], job="other")  # our device, no grant: a leak
         rec.round()
-        state = load_state(path)
+        state = ReconcilerState.load(path)
         assert state is not None
         assert (state.updated_at, state.grace, state.view_complete) == (5000.0, 5.0, True)
         assert state.view_reason == "ACLs are disabled on this cluster: every allocation is visible"
@@ -424,11 +423,11 @@ def test_the_state_written_after_a_round(tmp_path, caplog) -> None:
         assert sorted(a.id for a in state.allocs) == ["a1", "stray"]
         clock.now += 2
         rec.round()
-        assert load_state(path).release_at == {orphan: 5003.0}
+        assert ReconcilerState.load(path).release_at == {orphan: 5003.0}
         clock.now += 4  # past grace: the orphan goes, the leak is reported
         with caplog.at_level("INFO"):
             rec.round()
-        state = load_state(path)
+        state = ReconcilerState.load(path)
         assert state.release_at == {} and state.leaked == ["stray"] and orphan not in backend.grants
         reason = "no live allocation on this node holds its devices (the token sees every namespace)"
         assert f"grant {orphan} released: {reason}" in [r.getMessage() for r in caplog.records]
@@ -445,7 +444,7 @@ def test_an_unwritable_state_file_is_a_warning_not_a_failed_round(tmp_path, capl
 
 
 def test_the_state_of_an_incomplete_view_lists_the_unverifiable_grants(tmp_path) -> None:
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import ReconcilerState
 
     with NomadApiDouble() as api:
         api.enable_acls()
@@ -455,7 +454,7 @@ def test_the_state_of_an_incomplete_view_lists_the_unverifiable_grants(tmp_path)
         reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, token="t", clock=Clock(), state_path=path)
         unclaimed = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
         rec.round()
-    state = load_state(path)
+    state = ReconcilerState.load(path)
     assert state is not None and not state.view_complete
     assert state.view_reason == 'no policy of the token has a namespace "*" rule, so some namespaces are unread'
     assert state.unverifiable == [unclaimed] and state.release_at == {}
@@ -488,7 +487,7 @@ def test_lines_for_an_unverifiable_grant_once_and_for_a_leak(tmp_path, caplog) -
 
 
 def test_a_released_claim_leaves_the_state_in_the_same_round(tmp_path) -> None:
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import ReconcilerState
 
     with NomadApiDouble() as api:
         clock = Clock()
@@ -497,13 +496,13 @@ def test_a_released_claim_leaves_the_state_in_the_same_round(tmp_path) -> None:
         gid = reserver.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
         api.add_alloc("a1", [card_uuid(0)], job="web")
         rec.round()
-        assert set(load_state(path).claims) == {gid}
+        assert set(ReconcilerState.load(path).claims) == {gid}
         api.set_status("a1", "complete")
         rec.round()
         clock.now += 6
         rec.round()
         assert gid not in backend.grants
-        state = load_state(path)
+        state = ReconcilerState.load(path)
         assert state.claims == {} and state.release_at == {}, state
 
 
@@ -601,14 +600,14 @@ def test_a_parser_error_is_named_by_the_parsers_exception_type_and_its_text() ->
 
 
 def test_before_the_token_could_be_checked_the_state_says_so(tmp_path: Any, api: Scripted) -> None:
-    from nomad_plugin.reconcile.state import load_state
+    from nomad_plugin.reconcile.reconciler import ReconcilerState
 
     api.answers["/v1/acl/token/self"] = (500, "boom")  # Nomad cannot say what the token sees (yet)
     path = tmp_path / "reconciler-state.json"
     _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock(), state_path=path)
     api.add_alloc("a1", [card_uuid(0)])
     rec.round()
-    state = load_state(path)
+    state = ReconcilerState.load(path)
     assert state is not None
     assert (state.view_complete, state.view_reason) == (False, "not checked yet")
     assert [a.id for a in state.allocs] == ["a1"]

@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.reconcile.counters import LifecycleCounters
-from nomad_plugin.reconcile.decide import Claim
 from nomad_plugin.reconcile.nomad_api import AllocView
-from nomad_plugin.reconcile.state import ReconcilerState, load_state, save_state, state_path
+from nomad_plugin.reconcile.reconciler import (
+    Claim,
+    LifecycleCounters,
+    ReconcilerState,
+    reconciler_state_path,
+)
 
 
 def full_state() -> ReconcilerState:
@@ -76,17 +79,17 @@ DOCUMENT = {
 
 
 def test_the_file_lives_in_data_dir(tmp_path: Path) -> None:
-    assert state_path(tmp_path) == tmp_path / "reconciler-state.json"
-    assert state_path(str(tmp_path)) == tmp_path / "reconciler-state.json"
+    assert reconciler_state_path(tmp_path) == tmp_path / "reconciler-state.json"
+    assert reconciler_state_path(str(tmp_path)) == tmp_path / "reconciler-state.json"
 
 
 def test_every_field_survives_save_and_load(tmp_path: Path) -> None:
-    path = state_path(tmp_path)
-    save_state(path, full_state())
-    assert load_state(path) == full_state()
+    path = reconciler_state_path(tmp_path)
+    full_state().save(path)
+    assert ReconcilerState.load(path) == full_state()
     complete = replace(full_state(), view_complete=True, view_reason="")
-    save_state(path, complete)
-    assert load_state(path) == complete
+    complete.save(path)
+    assert ReconcilerState.load(path) == complete
 
 
 def test_from_json_names_what_it_refuses() -> None:
@@ -97,8 +100,8 @@ def test_from_json_names_what_it_refuses() -> None:
 
 def test_the_document_on_disk(tmp_path: Path) -> None:
     """Version 1, sorted keys (a stable file to diff), device ids sorted, readable by the owner only."""
-    path = state_path(tmp_path)
-    save_state(path, full_state())
+    path = reconciler_state_path(tmp_path)
+    full_state().save(path)
     text = path.read_text()
     assert json.loads(text) == DOCUMENT
     assert text == json.dumps(DOCUMENT, sort_keys=True)
@@ -108,10 +111,10 @@ def test_the_document_on_disk(tmp_path: Path) -> None:
 
 def test_a_longer_leftover_temp_file_is_overwritten_not_patched(tmp_path: Path) -> None:
     """A killed writer's temp file (same pid: pid 1 in a container) must not leave its tail in the new file."""
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     (tmp_path / f"reconciler-state.json.tmp-{os.getpid()}").write_text("x" * 100_000)
-    save_state(path, full_state())
-    assert load_state(path) == full_state()
+    full_state().save(path)
+    assert ReconcilerState.load(path) == full_state()
 
 
 def test_the_pid_defaults_to_the_writing_process() -> None:
@@ -122,10 +125,10 @@ def test_the_pid_defaults_to_the_writing_process() -> None:
 
 def test_a_file_without_leaked_reads_as_none_leaked(tmp_path: Path) -> None:
     """Files written before the leaked list existed still load."""
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     doc = {k: v for k, v in DOCUMENT.items() if k != "leaked"}
     path.write_text(json.dumps(doc))
-    state = load_state(path)
+    state = ReconcilerState.load(path)
     assert state is not None and state.leaked == [] and state.claims == full_state().claims
 
 
@@ -155,10 +158,10 @@ def test_a_file_without_leaked_reads_as_none_leaked(tmp_path: Path) -> None:
     ],
 )
 def test_an_unreadable_file_means_nothing_known(tmp_path: Path, content: str | None) -> None:
-    path = state_path(tmp_path)
+    path = reconciler_state_path(tmp_path)
     if content is not None:
         path.write_text(content)
-    assert load_state(path) is None
+    assert ReconcilerState.load(path) is None
 
 
 def test_counter_snapshot_holds_every_counter() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -94,9 +95,9 @@ def test_other_shares_of_same_card_are_not_released(tmp_path):
     assert r.active_kinds() == {card_uuid(4): frozenset({Kind.SHARE})}
     view = r.active_kinds()
     r.reserve([share_id(card_uuid(4), 2)])
-    assert r.active_kinds() is view, "a share on a card that holds shares already changes no card's kinds"
+    assert r.active_kinds() == view, "a share on a card that holds shares already changes no card's kinds"
     r.reserve([card_uuid(0)])
-    assert r.active_kinds() is not view and r.active_kinds()[card_uuid(0)] == {Kind.WHOLE}
+    assert r.active_kinds() != view and r.active_kinds()[card_uuid(0)] == {Kind.WHOLE}
 
 
 def test_allocate_refused_releases_and_drops_intent(tmp_path):
@@ -272,7 +273,7 @@ def test_steps_are_announced_in_order_and_the_entry_names_its_group(tmp_path):
     steps = []
     r, _, _ = make(tmp_path, step_hook=steps.append)
     r.reserve([card_uuid(0)])
-    assert steps == ["before-allocate", "after-allocate", "before-sync", "after-journal"]
+    assert steps == ["before-allocate", "after-allocate", "after-journal"]
     assert [e.group for e in r.entries()] == ["alibaba/ppu/PPU 810E"]
 
 
@@ -337,90 +338,6 @@ def test_mounts_are_passed_on_only_when_configured_and_node_paths_are_checked_on
     assert [(m.task_path, m.host_path) for m in res.mounts] == [("/usr/local/lj", "/opt/lj/lib")]
 
 
-def test_startup_releases_the_unjournalled_ids_of_a_lease_from_an_earlier_boot(tmp_path, caplog):
-    import json
-    import logging
-
-    from nomad_plugin.journal.ids import GrantIds
-
-    caplog.set_level(logging.INFO, logger="nomad-device-lingjun")
-    data = tmp_path / "data"
-    before = GrantIds(data, block=4, boot_id=lambda: "boot-1")
-    r, _, _ = make(tmp_path, grant_ids=before)
-    kept = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]  # journalled: not released
-    old_ids = [g for raw in json.loads((data / "grant-ids.json").read_text())["leases"] for g in _ids_of(raw)]
-    assert kept in old_ids
-    # A reboot: the next process starts under another boot id, and XDM is down at first.
-    after = GrantIds(data, block=4, boot_id=lambda: "boot-2")
-    r2, b2, _ = make(tmp_path, grant_ids=after)
-    b2.fail_release = UNAVAILABLE
-    assert r2.release_lost_grants() == 0
-    assert "(lease of an earlier boot) failed: " in caplog.text
-    assert (
-        "startup: released 0 id(s) of grant-id leases from an earlier boot that the journal does not name "
-        "(a power loss may have lost their intent records); 3 failed" in caplog.text
-    )
-    boots = [raw["boot_id"] for raw in json.loads((data / "grant-ids.json").read_text())["leases"]]
-    assert "boot-1" in boots, "a lease whose ids could not be released is kept for the next start"
-    b2.fail_release = None
-    assert r2.release_lost_grants() == 3
-    assert sorted(b2.released) == sorted(g for g in old_ids if g != kept)
-    boots = [raw["boot_id"] for raw in json.loads((data / "grant-ids.json").read_text())["leases"]]
-    assert boots == ["boot-2"], "released leases are forgotten; this process's own first lease is written"
-    assert r2.release_lost_grants() == 0 and len(b2.released) == 3
-
-
-def test_each_lost_grant_whose_release_fails_has_its_own_warning_line(tmp_path, caplog):
-    import json
-    import logging
-
-    from nomad_plugin.journal.ids import GrantIds
-
-    data = tmp_path / "data"
-    r, _, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-1"))
-    r.grant_ids.prepare()
-    lost = [g for raw in json.loads((data / "grant-ids.json").read_text())["leases"] for g in _ids_of(raw)]
-    r2, b2, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-2"))
-    b2.fail_release = UNAVAILABLE
-    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
-    assert r2.release_lost_grants() == 0
-    assert [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING] == [
-        f"release of possibly lost grant {g} (lease of an earlier boot) failed: {UNAVAILABLE}" for g in lost
-    ]
-
-
-def test_a_lease_file_fault_at_startup_is_a_warning_and_the_next_reserve_retries(tmp_path, caplog):
-    import logging
-
-    r, _, _ = make(tmp_path)
-    blocker = tmp_path / "data" / "grant-ids.json.tmp-dead"
-    blocker.mkdir()  # a leftover temp name that cannot be unlinked
-    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
-    assert r.release_lost_grants() == 0
-    assert [rec.getMessage() for rec in caplog.records] == [
-        f"grant-id lease file in {tmp_path / 'data'}: [Errno 21] Is a directory: '{blocker}'; the next Reserve retries"
-    ]
-    assert r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
-
-
-def test_a_reserve_whose_grant_id_lease_cannot_be_written_fails_before_allocate(tmp_path):
-    from nomad_plugin.nomad.reserve import JournalWriteFailed
-
-    r, b, _ = make(tmp_path)
-    (tmp_path / "data" / "grant-ids.json").write_text("damaged")
-    with pytest.raises(JournalWriteFailed) as err:
-        r.reserve([card_uuid(0)])
-    assert str(err.value).startswith(f"grant-id lease write failed in {tmp_path / 'data'}: grant-id lease file ")
-    assert str(err.value).endswith("; no grant was made")
-    assert b.allocate_calls == 0 and r.entries() == []
-
-
-def _ids_of(raw):
-    from nomad_plugin.journal.ids import Lease
-
-    return Lease.from_json(raw).ids()
-
-
 # -- the audit and warning lines of every release route (what an operator greps for) ----------
 
 
@@ -471,7 +388,7 @@ def test_a_failed_release_warns_with_its_reason_and_is_journalled_as_releasing_o
     b.fail_release = UNAVAILABLE
     puts = []
     real_put = r.journal.put
-    r.journal.put = lambda entry, durable=True: (puts.append(entry.state), real_put(entry, durable=durable))[1]
+    r.journal.put = lambda entry: (puts.append(entry.state), real_put(entry))[1]
     with caplog.at_level("WARNING"):
         assert not r.release_grant(gid, "allocation a1 of job default/web ended (complete)")
         assert not r.release_grant(gid, "retry of an earlier failed release")
@@ -778,7 +695,7 @@ def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
     gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
     real_put = r.journal.put
 
-    def failing_put(entry, durable=True):
+    def failing_put(entry):
         raise OSError(28, "No space left on device")
 
     r.journal.put = failing_put
@@ -797,47 +714,82 @@ def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
     r.journal.put = real_put
 
 
-def test_a_failed_journal_sync_says_where_and_that_the_grant_is_released(tmp_path):
+def test_a_grant_that_cannot_be_journalled_after_allocate_is_released(tmp_path):
     from nomad_plugin.nomad.reserve import JournalWriteFailed
 
     r, b, _ = make(tmp_path)
+    real_put = r.journal.put
 
-    def failing_sync():
-        raise OSError(5, "Input/output error")
+    def put(entry):
+        if entry.state is EntryState.GRANTED:
+            raise OSError(5, "Input/output error")
+        real_put(entry)
 
-    r.journal.sync = failing_sync
+    r.journal.put = put
     with pytest.raises(JournalWriteFailed) as info:
         r.reserve([card_uuid(0)])
     assert str(info.value) == (
-        f"grant journal sync failed in {r.journal.dir}: [Errno 5] Input/output error; the grant is being released"
+        f"grant journal write failed in {r.journal.dir}: [Errno 5] Input/output error; the grant is being released"
     )
-    assert r.entries() == [] and len(b.released) == 1
+    assert r.entries() == [] and len(b.released) == 1 and b.grants == {}
 
 
-def _count_journal_syncs(monkeypatch):
+def _record_durability(monkeypatch, backend):
+    """What reaches the disk (fsyncs and renames, by name) and XDM (Allocate), in order."""
     from nomad_plugin.journal import store
 
     calls = []
-    real = store._sync
+    real_fsync, real_replace, real_allocate = os.fsync, os.replace, backend.allocate
 
-    def counting(fd):
-        calls.append(fd)
-        real(fd)
+    def fsync(fd):
+        calls.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
 
-    monkeypatch.setattr(store, "_sync", counting)
+    def replace(src, dst):
+        calls.append(("rename", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    def allocate(request):
+        calls.append(("allocate", request.grant_id))
+        return real_allocate(request)
+
+    monkeypatch.setattr(store.os, "fsync", fsync)
+    monkeypatch.setattr(store.os, "replace", replace)
+    backend.allocate = allocate
     return calls
 
 
-def test_a_reserve_syncs_the_journal_once_and_a_failed_release_syncs_its_releasing_record(tmp_path, monkeypatch):
+def test_the_intent_is_durable_before_allocate_and_the_grant_before_reserve_returns(tmp_path, monkeypatch):
+    """A power loss at any point leaves on disk every grant id XDM may hold (no lease needed to find it)."""
     r, b, _ = make(tmp_path)
-    syncs = _count_journal_syncs(monkeypatch)
+    calls = _record_durability(monkeypatch, b)
     gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
-    assert len(syncs) == 1, "the intent and granted records are made durable by one sync before Reserve returns"
-    syncs.clear()
+    durable = [("rename", "journal.json"), ("fsync", "data")]  # after the temp file's own fsync
+    assert [c for c in calls if c[0] != "fsync" or c[1] == "data"] == [*durable, ("allocate", gid), *durable]
+    assert [c[1].startswith("journal.json.tmp-") for c in calls if c[0] == "fsync"] == [True, False, True, False]
+    calls.clear()
     b.fail_release = UNAVAILABLE
     assert not r.release_grant(gid, "x")
     assert [e.state for e in r.entries()] == [EntryState.RELEASING]
-    assert len(syncs) == 1, "the releasing record is durable before the plugin relies on it"
+    assert calls[-2:] == durable, "the releasing state is durable before the plugin relies on it"
+
+
+def test_grant_ids_are_random_uuid4s(tmp_path):
+    import uuid
+
+    r, _, _ = make(tmp_path)
+    ids = [r.reserve([card_uuid(i)]).container_res.envs["LINGJUN_GRANT_ID"] for i in range(3)]
+    assert len(set(ids)) == 3 and all(uuid.UUID(g).version == 4 and str(uuid.UUID(g)) == g for g in ids)
+
+
+def test_holder_and_active_kinds_follow_every_change_including_another_process(tmp_path):
+    r, _, _ = make(tmp_path)
+    whole = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    share = r.reserve([share_id(card_uuid(4), 0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert r.holder(card_uuid(0)).grant_id == whole and r.holder(share_id(card_uuid(4), 0)).grant_id == share
+    assert r.active_kinds() == {card_uuid(0): frozenset({Kind.WHOLE}), card_uuid(4): frozenset({Kind.SHARE})}
+    Journal(tmp_path / "data").remove(whole)  # another process (an operator command) changed the journal
+    assert r.holder(card_uuid(0)) is None and r.active_kinds() == {card_uuid(4): frozenset({Kind.SHARE})}
 
 
 def test_an_allocate_failure_is_logged_as_the_reason_the_grant_was_abandoned(tmp_path, caplog):
@@ -852,17 +804,3 @@ def test_an_allocate_failure_is_logged_as_the_reason_the_grant_was_abandoned(tmp
     assert [rec.getMessage() for rec in caplog.records] == [
         f"grant {gid} abandoned (Allocate failed: {err.value}); releasing it"
     ]
-
-
-def test_reserves_settle_their_grant_ids_so_used_up_leases_leave_the_file(tmp_path):
-    import json
-
-    from nomad_plugin.journal.ids import GrantIds
-
-    data = tmp_path / "data"
-    r, _, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-1"))
-    for _ in range(12):  # six leases of two ids used up, one after the other
-        r.reserve([card_uuid(0)])
-    leases = json.loads((data / "grant-ids.json").read_text())["leases"]
-    # Kept: the lease in use, the one written ahead, and at most one retired since the last write.
-    assert len(leases) <= 3, leases

@@ -19,8 +19,7 @@ from typing import TextIO
 import pytest
 
 from nomad_plugin.cli import runtime_kit
-from nomad_plugin.journal import Journal, JournalEntry
-from nomad_plugin.journal.entry import EntryState
+from nomad_plugin.journal import EntryState, Journal, JournalEntry
 from nomad_plugin.model.grant import DeviceAsk
 from nomad_plugin.sim import Simulator
 
