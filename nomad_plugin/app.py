@@ -139,8 +139,6 @@ class PluginApp:
         from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
         from nomad_plugin.stats.engine import StatsEngine
         from nomad_plugin.stats.feed import MetricsFeed
-        from nomad_plugin.stats.grants import GrantTable
-        from nomad_plugin.stats.layout import GrantLookup
 
         if not config.enabled:
             log.warning(DISABLED_NOTE)
@@ -163,8 +161,7 @@ class PluginApp:
         self.feed = feed
         feed.start()
         self._start_nvml_extras(config, backend.name, feed)
-        grant_of: GrantLookup = GrantTable(self._grants_generation, self._grant_of)
-        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, grant_of)
+        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
@@ -227,10 +224,6 @@ class PluginApp:
         """The node's allocations as the reconciler last saw them (None before its first answer)."""
         reconciler = self.reconciler
         return reconciler.last_page if reconciler is not None else None
-
-    def _grants_generation(self) -> int:
-        reserver = self.reserver
-        return reserver.journal.generation if reserver is not None else -2
 
     def _take_ownership(self, config: PluginConfig) -> Journal | None:
         """Wait for ``plugin.lock`` (as long as it takes, or until close), then open the journal."""
@@ -531,17 +524,6 @@ class PluginApp:
                 cancel.wait(max(interval, 1.0))
             return
         yield from engine.responses(interval, cancel)
-
-    def stats_bytes(self, interval: float, cancel: threading.Event) -> Iterator[bytes]:
-        """``stats`` already serialised: what the gRPC servicer sends (encoded once per tick)."""
-        self._ensure_started()
-        engine = self.stats_engine
-        if engine is None:
-            while not cancel.is_set():
-                yield b""
-                cancel.wait(max(interval, 1.0))
-            return
-        yield from engine.serialized_responses(interval, cancel)
 
     def close(self) -> None:
         """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""

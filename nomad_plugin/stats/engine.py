@@ -13,19 +13,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.stats.assemble import StatsAssembler
 from nomad_plugin.stats.cache import Clock, MetricsCache
 from nomad_plugin.stats.layout import GrantLookup, build_stats, no_grants
 
 log = get_logger(__name__)
-
-T = TypeVar("T")
 
 MIN_INTERVAL = 1.0  # Nomad's SDK treats a zero collection interval as 1 s
 
@@ -52,7 +48,6 @@ class StatsEngine:
         self._clock = clock  # the cache's clock: ages and staleness
         self._wall_clock = wall_clock  # only for the timestamps Nomad shows
         self._empty = MetricsCache(clock=clock, max_entries=1)
-        self._assembler = StatsAssembler()
 
     def _now(self) -> tuple[float, float]:
         """(age-clock now, offset that turns age-clock times into wall time)."""
@@ -92,39 +87,12 @@ class StatsEngine:
             log.exception("building N/A stats failed; sending an empty response")
             return device_pb2.StatsResponse()
 
-    def build_bytes(self, interval: float) -> bytes:
-        """The same response serialised, assembled from parts kept between ticks (may raise)."""
-        now, offset = self._now()
-        return self._assembler.build(
-            self._catalog(),
-            self._inventory(),
-            self._cache,
-            self._grant_of,
-            now,
-            effective_interval(interval),
-            wall_offset=offset,
-        )
-
-    def _safe_build_bytes(self, interval: float) -> bytes:
-        try:
-            return self.build_bytes(interval)
-        except Exception:
-            log.exception("assembling stats failed; building them the plain way")
-        return self._safe_build(interval).SerializeToString()
-
     def responses(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]:
         """The first response at once, then one per interval, until ``cancel`` is set."""
-        return self._tick(interval, cancel, self._safe_build)
-
-    def serialized_responses(self, interval: float, cancel: threading.Event) -> Iterator[bytes]:
-        """``responses`` already serialised (what the gRPC servicer sends: encoded once, never re-encoded)."""
-        return self._tick(interval, cancel, self._safe_build_bytes)
-
-    def _tick(self, interval: float, cancel: threading.Event, build: Callable[[float], T]) -> Iterator[T]:
         period = effective_interval(interval)
         next_tick = time.monotonic()
         while not cancel.is_set():
-            yield build(interval)
+            yield self._safe_build(interval)
             next_tick += period
             delay = next_tick - time.monotonic()
             if delay < 0:  # a slow consumer: skip missed ticks rather than burst

@@ -104,8 +104,7 @@ def decode_throttle(mask: int) -> list[str]:
 # What a StatValue shows, as a hashable tuple: (unit, desc, kind, value, denominator).
 # kind "int": int_numerator_val = value, int_denominator_val = denominator when > 0; "ratio":
 # both, the denominator even when 0;
-# "bool": bool_val; "str": string_val. Both ways of building a response (``build_stats``'s
-# messages and ``assemble``'s bytes, which encodes each distinct spec once) start here.
+# "bool": bool_val; "str": string_val.
 Spec = tuple[str, str, str, int | bool | str, int]
 
 
