@@ -31,9 +31,8 @@ from nomad_plugin.metrics.prometheus import DeviceCollector
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind, share_id
 from nomad_plugin.model.metrics import GRANT_LABEL, METRIC_IDS, MetricSample
-from nomad_plugin.stats.engine import StatsEngine
+from nomad_plugin.stats.engine import GrantInfo, StatsEngine
 from nomad_plugin.stats.feed import MetricsFeed
-from nomad_plugin.stats.layout import GrantInfo
 
 CARDS = 16
 SHARES_PER_CARD = 10

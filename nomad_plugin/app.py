@@ -53,9 +53,8 @@ if TYPE_CHECKING:
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
-    from nomad_plugin.stats.engine import StatsEngine
+    from nomad_plugin.stats.engine import GrantInfo, StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
-    from nomad_plugin.stats.layout import GrantInfo
     from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
 
 log = get_logger(__name__)
@@ -430,7 +429,7 @@ class PluginApp:
 
     def _grant_of(self, instance_id: str) -> GrantInfo | None:
         """Which grant holds an instance, for the share and MIG stats layout."""
-        from nomad_plugin.stats.layout import GrantInfo
+        from nomad_plugin.stats.engine import GrantInfo
 
         reserver = self.reserver
         if reserver is None:

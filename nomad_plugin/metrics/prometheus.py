@@ -28,7 +28,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.metrics.plugin import PluginMetrics
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.stats.cache import Clock, MetricsCache, Reading
-from nomad_plugin.stats.layout import THROTTLE_REASONS
+from nomad_plugin.stats.engine import THROTTLE_REASONS
 
 MIB = 1024 * 1024
 DEVICE_LABELS = ("uuid", "minor", "model")
