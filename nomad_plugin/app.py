@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from nomad_plugin.journal import JournalEntry
     from nomad_plugin.journal.owner import OwnerLock
     from nomad_plugin.journal.store import Journal
-    from nomad_plugin.metrics.plugin import PluginMetrics
+    from nomad_plugin.metrics import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.backend_port import Backend
     from nomad_plugin.model.instances import Kind
@@ -134,7 +134,7 @@ class PluginApp:
 
     def _start(self, config: PluginConfig) -> None:
         from nomad_plugin.backend_select import select_backend
-        from nomad_plugin.metrics.plugin import PluginMetrics
+        from nomad_plugin.metrics import PluginMetrics
         from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
         from nomad_plugin.stats.engine import StatsEngine
         from nomad_plugin.stats.feed import MetricsFeed

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.metrics.plugin import PluginMetrics
+from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.stats.cache import Clock, MetricsCache, Reading
 from nomad_plugin.stats.engine import THROTTLE_REASONS

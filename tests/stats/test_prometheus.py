@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.metrics.plugin import PluginMetrics
+from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.metrics.prometheus import MetricsEndpoint, start_endpoint
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.stats.cache import MetricsCache
