@@ -1,13 +1,9 @@
-"""The plugin's own health metrics, counted by the layers that know the events.
+"""The plugin's own health metrics (here) and the ``/metrics`` endpoint (``metrics.prometheus``).
 
-Other layers hold one ``PluginMetrics`` and call its methods (a Reserve
-took N seconds, XDM went down, a leaked grant was found). With the
-Prometheus endpoint off (``metrics_port = 0``, the default) the object is
-disabled and every method returns at once, so callers never need to check.
-
-Names follow Prometheus conventions: a ``lingjun_plugin_`` prefix, base
-units in the name (``_seconds``), ``_total`` on counters (added by the
-client library), and bounded label values.
+The layers that see an event call one ``PluginMetrics`` method (a Reserve took
+N seconds, XDM went down). With the endpoint off (``metrics_port = 0``, the
+default) every method returns at once and prometheus_client is never loaded.
+Names: the ``PREFIX``, base units, ``_total`` on counters (the client library adds it).
 """
 
 from __future__ import annotations
@@ -19,14 +15,14 @@ from nomad_plugin.config.model import PluginConfig
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+PREFIX = "lingjun_plugin_"
 # Reserve spans a lock, XDM Allocate and verification: milliseconds to XDM's call timeout.
-RESERVE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-MAX_KIND_LEN = 40
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-def _kind_label(kind: str) -> str:
-    """Error kinds become label values: short, printable, never empty."""
-    clean = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in kind.strip())[:MAX_KIND_LEN]
+def _label(kind: str) -> str:
+    """Error kinds and outcomes become label values: short, printable, never empty."""
+    clean = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in kind.strip())[:40]
     return clean or "unknown"
 
 
@@ -37,75 +33,40 @@ class PluginMetrics:
         self.enabled = enabled
         self._registry = registry
         if not enabled:
-            return  # prometheus_client (4 MiB) is imported only when the endpoint is on or asked for
+            return
         from prometheus_client import Counter, Gauge, Histogram
         from prometheus_client.process_collector import ProcessCollector
 
         reg = self.registry
         ProcessCollector(registry=reg)
-        self._xdm_up = Gauge(
-            "lingjun_plugin_xdm_up", "1 while XDM answers, 0 while it cannot be reached.", registry=reg
-        )
-        self._xdm_reconnects = Counter(
-            "lingjun_plugin_xdm_reconnects", "Times the plugin re-established its XDM connection.", registry=reg
-        )
-        self._fingerprints = Counter(
-            "lingjun_plugin_fingerprints_sent", "Fingerprint responses sent to Nomad.", registry=reg
-        )
-        self._reserve_seconds = Histogram(
-            "lingjun_plugin_reserve_duration_seconds",
-            "Time to answer one Reserve call, successful or not.",
-            buckets=RESERVE_BUCKETS,
-            registry=reg,
-        )
-        self._reserve_errors = Counter(
-            "lingjun_plugin_reserve_errors", "Reserve calls answered with an error, by kind.", ["kind"], registry=reg
-        )
-        self._policy_violations = Counter(
-            "lingjun_plugin_reserve_policy_violations",
-            "Grants XDM made that broke the Reserve content policy (refused and released), by rule: path, size, "
-            "device, env, visibility, mount (docs/reserve.md).",
-            ["rule"],
-            registry=reg,
-        )
-        self._journal_entries = Gauge(
-            "lingjun_plugin_journal_entries", "Grants recorded in the plugin's journal.", registry=reg
-        )
-        self._schema_mismatch = Gauge(
-            "lingjun_plugin_xdm_schema_mismatch",
-            "1 while XDM answers UNIMPLEMENTED or undecodable data: the reconstructed proto does not match XDM.",
-            registry=reg,
-        )
-        self._reconcile_errors = Counter(
-            "lingjun_plugin_reconcile_errors",
-            "Reconciler rounds that failed to read the Nomad API (no grant is released meanwhile).",
-            registry=reg,
-        )
-        self._mounts = Counter(
-            "lingjun_plugin_container_mounts_decisions",
-            "Reserves whose grant carried XDM mounts, by outcome: passed, volumes (withheld: the task mounts "
-            "volumes), unknown (withheld: the task could not be found), never.",
-            ["outcome"],
-            registry=reg,
-        )
-        self._released = Counter(
-            "lingjun_plugin_reconcile_released_grants",
-            "Grants released because reconciliation found their allocation gone.",
-            registry=reg,
-        )
-        self._leaked = Counter(
-            "lingjun_plugin_leaked_grants_found", "Grants held in XDM that no journal entry explains.", registry=reg
-        )
-        self._view_incomplete = Gauge(
-            "lingjun_plugin_nomad_view_incomplete",
-            "1 while the Nomad token cannot read every namespace (grants are then released only on evidence).",
-            registry=reg,
-        )
-        self._unverifiable = Gauge(
-            "lingjun_plugin_unverifiable_grants",
-            "Grants kept because no allocation visible to the token claimed them while the view is incomplete.",
-            registry=reg,
-        )
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"{PREFIX}{name}", doc, registry=reg)
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(f"{PREFIX}{name}", doc, labels, registry=reg)
+
+        # Each one is described at length in docs/stats.md.
+        self._xdm_up = gauge("xdm_up", "1 while XDM answers, 0 while it cannot be reached.")
+        self._xdm_reconnects = counter("xdm_reconnects", "Times the plugin re-established its XDM connection.")
+        self._schema_mismatch = gauge("xdm_schema_mismatch", "1 while XDM answers UNIMPLEMENTED or undecodable data.")
+        self._fingerprints = counter("fingerprints_sent", "Fingerprint responses sent to Nomad.")
+        doc = "Time to answer one Reserve call, successful or not."
+        self._reserve_seconds = Histogram(f"{PREFIX}reserve_duration_seconds", doc, registry=reg, buckets=BUCKETS)
+        self._reserve_errors = counter("reserve_errors", "Reserve calls answered with an error, by kind.", "kind")
+        doc = "Grants XDM made that broke the Reserve content policy (refused and released), by rule."
+        self._policy_violations = counter("reserve_policy_violations", doc, "rule")
+        doc = "Reserves whose grant carried XDM mounts, by what became of the mounts."
+        self._mounts = counter("container_mounts_decisions", doc, "outcome")
+        self._journal_entries = gauge("journal_entries", "Grants recorded in the plugin's journal.")
+        self._reconcile_errors = counter("reconcile_errors", "Reconciler rounds that failed to read the Nomad API.")
+        doc = "Grants released because reconciliation found their allocation gone."
+        self._released = counter("reconcile_released_grants", doc)
+        self._leaked = counter("leaked_grants_found", "Grants held in XDM that no journal entry explains.")
+        doc = "1 while the Nomad token cannot read every namespace (grants are then released only on evidence)."
+        self._view_incomplete = gauge("nomad_view_incomplete", doc)
+        doc = "Grants kept because no allocation visible to the token claimed them while the view is incomplete."
+        self._unverifiable = gauge("unverifiable_grants", doc)
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -127,11 +88,11 @@ class PluginMetrics:
 
     def reserve_error(self, kind: str) -> None:
         if self.enabled:
-            self._reserve_errors.labels(kind=_kind_label(kind)).inc()
+            self._reserve_errors.labels(kind=_label(kind)).inc()
 
     def reserve_policy_violation(self, rule: str) -> None:
         if self.enabled:
-            self._policy_violations.labels(rule=_kind_label(rule)).inc()
+            self._policy_violations.labels(rule=_label(rule)).inc()
 
     def fingerprint_sent(self) -> None:
         if self.enabled:
@@ -172,4 +133,4 @@ class PluginMetrics:
 
     def mount_decision(self, outcome: str) -> None:
         if self.enabled:
-            self._mounts.labels(outcome=_kind_label(outcome)).inc()
+            self._mounts.labels(outcome=_label(outcome)).inc()

@@ -169,5 +169,6 @@ def test_endpoint_binds_loopback_only() -> None:
 
 
 def test_bad_port_is_named() -> None:
+    config = PluginConfig(metrics_port=70000)
     with pytest.raises(ValueError, match="metrics_port"):
-        MetricsEndpoint(PluginMetrics(), port=70000)
+        start_endpoint(config, PluginMetrics.for_config(config), MetricsCache(), Inventory)
