@@ -81,11 +81,11 @@ class GrantInfo:
     slices: int = 0
 
 
-GrantLookup = Callable[[str], "GrantInfo | None"]
+GrantOf = Callable[[str], "GrantInfo | None"]
 
 
 def no_grants(instance_id: str) -> GrantInfo | None:
-    """A ``GrantLookup`` for when no reserve layer is wired: nothing is granted."""
+    """A ``GrantOf`` for when no reserve layer is wired: nothing is granted."""
     return None
 
 
@@ -456,7 +456,7 @@ def build_stats(
     catalog: Catalog,
     inventory: Inventory,
     cache: MetricsCache,
-    grant_of: GrantLookup,
+    grant_of: GrantOf,
     now: float,
     interval: float,
     wall_offset: float = 0.0,
