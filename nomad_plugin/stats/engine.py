@@ -327,13 +327,23 @@ def build_stats(
 
     ``now`` is on the cache's clock (ages, staleness); ``wall_offset`` turns that
     clock into wall time for the timestamps (0 when the cache runs on wall time).
+    Each card's object is built once and copied into every instance carved from
+    it; so is the entry of an unreserved share, which has no reading of its own
+    and shows what every unreserved share of that size on the card shows.
     """
     stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
-    cards: dict[str, tuple[stats_pb2.StatObject, float | None]] = {}  # this build's card objects
+    cards: dict[str, tuple[stats_pb2.StatObject, float | None]] = {}
+    unreserved: dict[tuple[str, int, int, int], device_pb2.DeviceStats] = {}
     response = device_pb2.StatsResponse()
     for group in catalog.groups:
         out = response.groups.add(vendor=group.key.vendor, type=group.key.device_type, name=group.key.name)
         for inst in group.instances:
+            entry = out.instance_stats[inst.id]
+            grant = grant_of(inst.id) if inst.kind is not Kind.WHOLE else None
+            same = (inst.card_uuid, inst.minor, inst.core, inst.memory_gib)
+            if inst.kind is Kind.SHARE and grant is None and same in unreserved:
+                entry.CopyFrom(unreserved[same])
+                continue
             card = inventory.by_uuid(inst.card_uuid) or inventory.by_minor(inst.minor)
             if inst.card_uuid not in cards:
                 values = _Values(now, stale_after)
@@ -344,13 +354,12 @@ def build_stats(
                 obj.attributes["Stats age"].CopyFrom(stats_age(now, values.newest))
                 cards[inst.card_uuid] = obj, values.newest
             card_obj, newest = cards[inst.card_uuid]
-            entry = out.instance_stats[inst.id]
             entry.stats.CopyFrom(card_obj)
             if inst.kind is Kind.WHOLE:
                 entry.summary.CopyFrom(card_obj.attributes["Memory state"])
             else:
                 values = _Values(now, stale_after, newest)
-                allot = _allotment(inst, card, grant_of(inst.id), cache)
+                allot = _allotment(inst, card, grant, cache)
                 part = entry.stats.nested["share" if inst.kind is Kind.SHARE else "mig"]
                 fill(part.attributes, granted_stats(inst, allot, values))
                 put(entry.summary, granted_summary(inst, allot, values))
@@ -360,6 +369,8 @@ def build_stats(
             stamp = (newest if newest is not None else now) + wall_offset
             entry.timestamp.seconds = int(stamp)
             entry.timestamp.nanos = int((stamp - int(stamp)) * 1e9)
+            if inst.kind is Kind.SHARE and grant is None:
+                unreserved[same] = entry
     return response
 
 

@@ -16,6 +16,9 @@ from tests.stats import stats_oracle
 MIG = MigInstance(uuid="MIG-abc", profile="1g.10gb", slices=1, memory_mib=9856)
 CARDS = (card(0), card(1), card(2), card(3), card(4, mig=(MIG,)), card(5, memory_mib=0))
 UNLIMITED = Instance("GPU-5-share-0", Kind.SHARE, CARDS[5].uuid, 5, core=50, memory_gib=0)
+SMALLER = [
+    Instance(f"GPU-5-share-{i}", Kind.SHARE, CARDS[5].uuid, 5, core=25, memory_gib=m) for i, m in ((1, 0), (2, 8))
+]
 ORPHAN = Instance("GPU-9-share-0", Kind.SHARE, "GPU-9", 9, core=25, memory_gib=4)  # a card the inventory lacks
 CATALOG = Catalog(
     groups=(
@@ -26,7 +29,7 @@ CATALOG = Catalog(
             GroupKey("nvidia", "gpu", "H100-mig-existing"),
             (Instance("MIG-abc", Kind.MIG_INSTANCE, CARDS[4].uuid, 4, slices=1, mig_uuid="MIG-abc"),),
         ),
-        InstanceGroup(GroupKey("nvidia", "gpu", "odd"), (UNLIMITED, ORPHAN)),
+        InstanceGroup(GroupKey("nvidia", "gpu", "odd"), (UNLIMITED, *SMALLER, ORPHAN)),  # shares of two sizes
         InstanceGroup(GroupKey("nvidia", "gpu", "empty"), ()),
     )
 )
