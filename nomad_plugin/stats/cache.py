@@ -60,19 +60,20 @@ class MetricsCache:
         """Store a batch (one snapshot or one pushed message); returns how many were kept."""
         now = self._clock()
         kept = 0
+        data, by_key = self._data, self._by_key
         with self._lock:
-            for sample in samples:
-                name = sample.name or ALL_METRIC_NAMES.get(sample.metric_id, "")
+            for device, metric_id, name, value, timestamp_ms, labels in samples:
+                name = name or ALL_METRIC_NAMES.get(metric_id, "")
                 if not name:
                     continue
-                grant = sample.labels.get(GRANT_LABEL, "") if sample.labels else ""
-                owner = ("grant", grant) if grant else ("card", sample.device)
-                key = (*owner, name)
-                reading = Reading(float(sample.value), now, sample.timestamp_ms)
-                self._data.pop(key, None)
-                self._data[key] = reading
+                grant = labels.get(GRANT_LABEL, "") if labels else ""
+                owner = ("grant", grant) if grant else ("card", device)
+                key = (owner[0], owner[1], name)
+                reading = Reading(float(value), now, timestamp_ms)
+                data.pop(key, None)  # re-inserted last: the least recently updated stay first
+                data[key] = reading
                 if name in _KNOWN_NAMES:
-                    self._by_key.setdefault(owner, {})[name] = reading
+                    by_key.setdefault(owner, {})[name] = reading
                 kept += 1
             while len(self._data) > self._max:
                 scope, who, name = oldest = next(iter(self._data))
