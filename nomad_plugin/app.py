@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from nomad_plugin.journal import JournalEntry
     from nomad_plugin.journal.datadir import OwnerLock
     from nomad_plugin.journal.store import Journal
-    from nomad_plugin.metrics.plugin import PluginMetrics
+    from nomad_plugin.metrics import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.backend_port import Backend
     from nomad_plugin.model.instances import Kind
@@ -53,9 +53,8 @@ if TYPE_CHECKING:
     from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
-    from nomad_plugin.stats.engine import StatsEngine
+    from nomad_plugin.stats.engine import GrantInfo, StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
-    from nomad_plugin.stats.layout import GrantInfo
     from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
 
 log = get_logger(__name__)
@@ -135,12 +134,10 @@ class PluginApp:
 
     def _start(self, config: PluginConfig) -> None:
         from nomad_plugin.backend_select import select_backend
-        from nomad_plugin.metrics.plugin import PluginMetrics
+        from nomad_plugin.metrics import PluginMetrics
         from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
         from nomad_plugin.stats.engine import StatsEngine
         from nomad_plugin.stats.feed import MetricsFeed
-        from nomad_plugin.stats.grants import GrantTable
-        from nomad_plugin.stats.layout import GrantLookup
 
         if not config.enabled:
             log.warning(DISABLED_NOTE)
@@ -163,8 +160,7 @@ class PluginApp:
         self.feed = feed
         feed.start()
         self._start_nvml_extras(config, backend.name, feed)
-        grant_of: GrantLookup = GrantTable(self._grants_generation, self._grant_of)
-        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, grant_of)
+        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
         self._start_endpoint(config)
         self._spawn("lifecycle", self._lifecycle_startup)
         self._spawn("housekeeping", self._housekeeping)
@@ -220,10 +216,6 @@ class PluginApp:
 
         self._close_volume_lookup = close
         return policy
-
-    def _grants_generation(self) -> int:
-        reserver = self.reserver
-        return reserver.journal.generation if reserver is not None else -2
 
     def _take_ownership(self, config: PluginConfig) -> Journal | None:
         """Wait for ``plugin.lock`` (as long as it takes, or until close), then open the journal."""
@@ -429,7 +421,7 @@ class PluginApp:
 
     def _grant_of(self, instance_id: str) -> GrantInfo | None:
         """Which grant holds an instance, for the share and MIG stats layout."""
-        from nomad_plugin.stats.layout import GrantInfo
+        from nomad_plugin.stats.engine import GrantInfo
 
         reserver = self.reserver
         if reserver is None:
@@ -523,17 +515,6 @@ class PluginApp:
                 cancel.wait(max(interval, 1.0))
             return
         yield from engine.responses(interval, cancel)
-
-    def stats_bytes(self, interval: float, cancel: threading.Event) -> Iterator[bytes]:
-        """``stats`` already serialised: what the gRPC servicer sends (encoded once per tick)."""
-        self._ensure_started()
-        engine = self.stats_engine
-        if engine is None:
-            while not cancel.is_set():
-                yield b""
-                cancel.wait(max(interval, 1.0))
-            return
-        yield from engine.serialized_responses(interval, cancel)
 
     def close(self) -> None:
         """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""

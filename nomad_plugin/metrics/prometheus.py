@@ -1,15 +1,9 @@
-"""Optional Prometheus endpoint: per-device readings and the plugin's own health.
+"""The optional ``/metrics`` endpoint (``metrics_port``): per-device readings beside the plugin's own health.
 
-Off by default (``metrics_port = 0``); when on, it binds ``metrics_bind``
-(127.0.0.1 by default: the node's own scraper, not the network). It is
-served by prometheus-client's HTTP server on the plugin's private registry.
-
-Device values are pulled from the stats cache at scrape time by a custom
-collector, so nothing is pushed per sample and a scrape never calls XDM.
-Units are Prometheus base units: bytes, celsius, watts, hertz, ratio (0..1).
-Readings older than ``stale_after`` seconds are left out (Prometheus then
-marks the series stale) and ``lingjun_device_metrics_age_seconds`` says how
-old the newest reading of each card is.
+It binds ``metrics_bind`` (127.0.0.1 by default: the node's own scraper).
+Device values are read from the stats cache at scrape time, never from XDM,
+in Prometheus base units (bytes, celsius, watts, hertz, ratio 0..1); those
+older than ``STALE_AFTER`` are left out, so Prometheus marks them stale.
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
@@ -25,179 +20,129 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.metrics.plugin import PluginMetrics
+from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.stats.cache import Clock, MetricsCache, Reading
-from nomad_plugin.stats.layout import THROTTLE_REASONS
+from nomad_plugin.stats.cache import MetricsCache, Reading
+from nomad_plugin.stats.engine import THROTTLE_REASONS
 
 MIB = 1024 * 1024
-DEVICE_LABELS = ("uuid", "minor", "model")
-DEFAULT_STALE_AFTER = 60.0
-
-
-@dataclass(frozen=True)
-class _Spec:
-    cache_name: str
-    prom_name: str
-    help: str
-    scale: float = 1.0
-    counter: bool = False
-
-
-DEVICE_SPECS: tuple[_Spec, ...] = (
-    _Spec("core_util_percent", "lingjun_device_utilization_ratio", "Share of time the compute units were busy.", 0.01),
-    _Spec("memory_used_mib", "lingjun_device_memory_used_bytes", "Device memory in use.", MIB),
-    _Spec("memory_total_mib", "lingjun_device_memory_total_bytes", "Device memory in total.", MIB),
-    _Spec("memory_util_percent", "lingjun_device_memory_utilization_ratio", "Memory bandwidth in use.", 0.01),
-    _Spec("temperature_c", "lingjun_device_temperature_celsius", "Card temperature."),
-    _Spec("power_w", "lingjun_device_power_watts", "Power draw."),
-    _Spec("power_limit_w", "lingjun_device_power_limit_watts", "Power limit."),
-    _Spec("sm_clock_mhz", "lingjun_device_sm_clock_hertz", "Compute clock.", 1e6),
-    _Spec("memory_clock_mhz", "lingjun_device_memory_clock_hertz", "Memory clock.", 1e6),
-    _Spec("health", "lingjun_device_healthy", "XDM's health verdict: 1 healthy, 0 not."),
-    _Spec("remapped_rows_total", "lingjun_device_remapped_rows", "Memory rows remapped on the card."),
-    _Spec("ecc_sbe_total", "lingjun_device_ecc_corrected_errors", "Corrected (single-bit) ECC errors.", counter=True),
-    _Spec(
-        "ecc_dbe_total", "lingjun_device_ecc_uncorrected_errors", "Uncorrected (double-bit) ECC errors.", counter=True
-    ),
-    _Spec("xid_errors", "lingjun_device_xid_errors", "Driver XID error events.", counter=True),
-    _Spec("nvlink_errors_total", "lingjun_device_nvlink_errors", "NVLink errors.", counter=True),
-)
-GRANT_SPECS: tuple[_Spec, ...] = (
-    _Spec("memory_used_mib", "lingjun_grant_memory_used_bytes", "Device memory used by one grant.", MIB),
-    _Spec("core_util_percent", "lingjun_grant_utilization_ratio", "Compute used by one grant.", 0.01),
-)
+DEVICE_LABELS = ["uuid", "minor", "model"]
+STALE_AFTER = 60.0  # seconds: an older reading is left out
 SOURCES = ("stream", "poll", "nvml", "none")
 
-
-def _device_targets(cache: MetricsCache, inventory: Inventory) -> list[tuple[tuple[str, str, str], list[str]]]:
-    """(labels, cache keys) per card: inventory cards first, then keys no card explains."""
-    targets: list[tuple[tuple[str, str, str], list[str]]] = []
-    known: set[str] = set()
-    for card in inventory.cards:
-        keys = [card.uuid, str(card.minor)]
-        known.update(keys)
-        targets.append(((card.uuid, str(card.minor), card.model), keys))
-    for key in cache.devices():
-        if key not in known:
-            labels = ("", key, "") if key.isdigit() else (key, "", "")
-            targets.append((labels, [key]))
-    return targets
+# Cache name -> (Prometheus name, help, scale to base units); the COUNTERS are counters, the rest gauges.
+Series = dict[str, tuple[str, str, float]]
+DEVICE_SERIES: Series = {
+    "core_util_percent": ("lingjun_device_utilization_ratio", "Share of time the compute units were busy.", 0.01),
+    "memory_used_mib": ("lingjun_device_memory_used_bytes", "Device memory in use.", MIB),
+    "memory_total_mib": ("lingjun_device_memory_total_bytes", "Device memory in total.", MIB),
+    "memory_util_percent": ("lingjun_device_memory_utilization_ratio", "Memory bandwidth in use.", 0.01),
+    "temperature_c": ("lingjun_device_temperature_celsius", "Card temperature.", 1.0),
+    "power_w": ("lingjun_device_power_watts", "Power draw.", 1.0),
+    "power_limit_w": ("lingjun_device_power_limit_watts", "Power limit.", 1.0),
+    "sm_clock_mhz": ("lingjun_device_sm_clock_hertz", "Compute clock.", 1e6),
+    "memory_clock_mhz": ("lingjun_device_memory_clock_hertz", "Memory clock.", 1e6),
+    "health": ("lingjun_device_healthy", "XDM's health verdict: 1 healthy, 0 not.", 1.0),
+    "remapped_rows_total": ("lingjun_device_remapped_rows", "Memory rows remapped on the card.", 1.0),
+    "ecc_sbe_total": ("lingjun_device_ecc_corrected_errors", "Corrected (single-bit) ECC errors.", 1.0),
+    "ecc_dbe_total": ("lingjun_device_ecc_uncorrected_errors", "Uncorrected (double-bit) ECC errors.", 1.0),
+    "xid_errors": ("lingjun_device_xid_errors", "Driver XID error events.", 1.0),
+    "nvlink_errors_total": ("lingjun_device_nvlink_errors", "NVLink errors.", 1.0),
+}
+COUNTERS = frozenset({"ecc_sbe_total", "ecc_dbe_total", "xid_errors", "nvlink_errors_total"})
+GRANT_SERIES: Series = {
+    "memory_used_mib": ("lingjun_grant_memory_used_bytes", "Device memory used by one grant.", MIB),
+    "core_util_percent": ("lingjun_grant_utilization_ratio", "Compute used by one grant.", 0.01),
+}
+Rows = list[tuple[list[str], Mapping[str, Reading]]]  # (label values, readings) per card or grant
 
 
 class DeviceCollector(Collector):
-    """Reads the cache when Prometheus scrapes; registered on the plugin's registry."""
+    """Reads the cache (on its monotonic clock) when Prometheus scrapes; registered on the plugin's registry."""
 
     def __init__(
-        self,
-        cache: MetricsCache,
-        inventory_source: Callable[[], Inventory],
-        source: Callable[[], str] | None = None,
-        clock: Clock = time.monotonic,  # the cache's clock (ages only)
-        stale_after: float = DEFAULT_STALE_AFTER,
+        self, cache: MetricsCache, inventory_source: Callable[[], Inventory], source: Callable[[], str] | None = None
     ) -> None:
         self._cache = cache
         self._inventory = inventory_source
         self._source = source
-        self._clock = clock
-        self._stale_after = stale_after
 
     def describe(self) -> Iterable[Metric]:
         return []  # dynamic label sets: skip registration-time checks
 
-    def _family(self, spec: _Spec, labels: Iterable[str]) -> GaugeMetricFamily | CounterMetricFamily:
-        if spec.counter:
-            return CounterMetricFamily(spec.prom_name, spec.help, labels=list(labels))
-        return GaugeMetricFamily(spec.prom_name, spec.help, labels=list(labels))
+    def _cards(self) -> Rows:
+        """Inventory cards first (read by UUID and minor), then cache keys no card explains."""
+        rows: Rows = []
+        for card in self._inventory().cards:
+            keys = [card.uuid, str(card.minor)]
+            rows.append(([*keys, card.model], self._cache.card_readings(keys)))
+        known = {key for labels, _ in rows for key in labels[:2]}
+        for key in self._cache.devices():
+            if key not in known:
+                rows.append((["", key, ""] if key.isdigit() else [key, "", ""], self._cache.card_readings([key])))
+        return rows
 
     def collect(self) -> Iterator[Metric]:
-        now = self._clock()
+        now = time.monotonic()
 
-        def fresh(reading: Reading) -> bool:
-            return now - reading.received <= self._stale_after
+        def fresh(reading: Reading | None) -> TypeGuard[Reading]:
+            return reading is not None and now - reading.received <= STALE_AFTER
 
-        families = {s.cache_name: self._family(s, DEVICE_LABELS) for s in DEVICE_SPECS}
-        throttled = GaugeMetricFamily(
-            "lingjun_device_clocks_throttled",
-            "1 while this reason holds the clocks down.",
-            labels=[*DEVICE_LABELS, "reason"],
-        )
-        age = GaugeMetricFamily(
-            "lingjun_device_metrics_age_seconds",
-            "Seconds since the newest reading for the card.",
-            labels=list(DEVICE_LABELS),
-        )
-        for labels, keys in _device_targets(self._cache, self._inventory()):
-            readings: Mapping[str, Reading] = self._cache.card_readings(keys)
+        def families(series: Series, labels: list[str], rows: Rows) -> Iterator[Metric]:
+            for cache_name, (name, doc, scale) in series.items():
+                family = (CounterMetricFamily if cache_name in COUNTERS else GaugeMetricFamily)(
+                    name, doc, labels=labels
+                )
+                for values, readings in rows:
+                    if fresh(reading := readings.get(cache_name)):
+                        family.add_metric(values, reading.value * scale)
+                yield family
+
+        cards = self._cards()
+        yield from families(DEVICE_SERIES, DEVICE_LABELS, cards)
+        doc = "1 while this reason holds the clocks down."
+        throttled = GaugeMetricFamily("lingjun_device_clocks_throttled", doc, labels=[*DEVICE_LABELS, "reason"])
+        doc = "Seconds since the newest reading for the card."
+        age = GaugeMetricFamily("lingjun_device_metrics_age_seconds", doc, labels=DEVICE_LABELS)
+        for labels, readings in cards:
             if readings:
                 age.add_metric(labels, max(0.0, now - max(r.received for r in readings.values())))
-            for spec in DEVICE_SPECS:
-                reading = readings.get(spec.cache_name)
-                if reading is not None and fresh(reading):
-                    families[spec.cache_name].add_metric(labels, reading.value * spec.scale)
-            mask_reading = readings.get("throttle_reasons")
-            if mask_reading is not None and fresh(mask_reading):
-                mask = int(mask_reading.value)
-                for bit, name in THROTTLE_REASONS:
-                    throttled.add_metric([*labels, name], 1.0 if mask & bit else 0.0)
-        yield from families.values()
+            if fresh(mask := readings.get("throttle_reasons")):
+                for bit, reason in THROTTLE_REASONS:
+                    throttled.add_metric([*labels, reason], 1.0 if int(mask.value) & bit else 0.0)
         yield throttled
         yield age
-        yield from self._grant_families(now)
+        yield from families(
+            GRANT_SERIES, ["grant_id"], [([g], self._cache.grant_readings(g)) for g in self._cache.grants()]
+        )
         if self._source is not None:
             current = self._source()
-            src = GaugeMetricFamily(
-                "lingjun_plugin_metrics_source", "Where device readings come from now (1 = current).", labels=["source"]
-            )
+            doc = "Where device readings come from now (1 = current)."
+            src = GaugeMetricFamily("lingjun_plugin_metrics_source", doc, labels=["source"])
             for name in SOURCES:
                 src.add_metric([name], 1.0 if name == current else 0.0)
             yield src
 
-    def _grant_families(self, now: float) -> Iterator[Metric]:
-        families = {s.cache_name: self._family(s, ["grant_id"]) for s in GRANT_SPECS}
-        for grant_id in self._cache.grants():
-            readings = self._cache.grant_readings(grant_id)
-            for spec in GRANT_SPECS:
-                reading = readings.get(spec.cache_name)
-                if reading is not None and now - reading.received <= self._stale_after:
-                    families[spec.cache_name].add_metric([grant_id], reading.value * spec.scale)
-        yield from families.values()
 
-
+@dataclass(frozen=True)
 class MetricsEndpoint:
-    """prometheus-client's HTTP server on a private registry, with a clean stop."""
+    """prometheus-client's HTTP server and its thread, with a clean stop."""
 
-    def __init__(self, metrics: PluginMetrics, bind: str = "127.0.0.1", port: int = 0) -> None:
-        if not 0 <= port <= 65535:
-            raise ValueError(f"metrics_port must be 0..65535, got {port}")
-        self._metrics = metrics
-        self._bind = bind
-        self._want_port = port
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._server, self._thread = start_http_server(
-            self._want_port, addr=self._bind, registry=self._metrics.registry
-        )
+    server: WSGIServer
+    thread: threading.Thread
 
     @property
     def port(self) -> int:
-        """The bound port (useful when started with port 0 in tests)."""
-        return int(self._server.server_port) if self._server is not None else 0
+        return int(self.server.server_port)
 
     @property
     def address(self) -> str:
-        return str(self._server.server_address[0]) if self._server is not None else ""
+        return str(self.server.server_address[0])
 
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(5.0)
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5.0)
 
 
 def start_endpoint(
@@ -208,11 +153,12 @@ def start_endpoint(
     source: Callable[[], str] | None = None,
 ) -> MetricsEndpoint | None:
     """Serve ``/metrics`` if ``config.metrics_port`` is set; None (nothing bound) when it is 0."""
-    if config.metrics_port == 0:
+    port = config.metrics_port
+    if port == 0:
         return None
+    if not 0 < port <= 65535:
+        raise ValueError(f"metrics_port must be 0..65535, got {port}")
     if not metrics.enabled:
         raise ValueError("metrics_port is set but PluginMetrics was created disabled")
     metrics.registry.register(DeviceCollector(cache, inventory_source, source))
-    endpoint = MetricsEndpoint(metrics, config.metrics_bind, config.metrics_port)
-    endpoint.start()
-    return endpoint
+    return MetricsEndpoint(*start_http_server(port, config.metrics_bind, metrics.registry))

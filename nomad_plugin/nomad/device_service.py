@@ -118,14 +118,10 @@ class DeviceService(device_pb2_grpc.DevicePluginServicer):
     ) -> Iterator[device_pb2.FingerprintResponse]:
         return self._keep_open("fingerprint", self._app.fingerprints, context)
 
-    def Stats(  # type: ignore[override]  # may yield bytes: registered by add_device_service
+    def Stats(
         self, request: device_pb2.StatsRequest, context: grpc.ServicerContext
-    ) -> Iterator[device_pb2.StatsResponse | bytes]:
-        """Responses as messages, or as bytes already serialised (see ``add_device_service``)."""
+    ) -> Iterator[device_pb2.StatsResponse]:
         interval = stats_interval(request)
-        serialized = getattr(self._app, "stats_bytes", None)
-        if serialized is not None:
-            return self._keep_open("stats", lambda cancel: serialized(interval, cancel), context)
         return self._keep_open("stats", lambda cancel: self._app.stats(interval, cancel), context)
 
     def Reserve(self, request: device_pb2.ReserveRequest, context: grpc.ServicerContext) -> device_pb2.ReserveResponse:
@@ -164,38 +160,3 @@ class DeviceService(device_pb2_grpc.DevicePluginServicer):
                 cancel.wait(backoff.next_delay())
         finally:
             self._lifecycle.close_stream(cancel)
-
-
-def _stats_bytes(response: device_pb2.StatsResponse | bytes) -> bytes:
-    return response if isinstance(response, bytes) else response.SerializeToString()
-
-
-def add_device_service(servicer: DeviceService, server: grpc.Server) -> None:
-    """``add_DevicePluginServicer_to_server``, except that Stats may yield pre-serialised bytes.
-
-    The stats engine assembles each response as bytes (``stats/assemble.py``);
-    handing them to gRPC as they are saves parsing and re-encoding up to
-    megabytes every second.
-    """
-    handlers = {
-        "Fingerprint": grpc.unary_stream_rpc_method_handler(
-            servicer.Fingerprint,
-            request_deserializer=device_pb2.FingerprintRequest.FromString,
-            response_serializer=device_pb2.FingerprintResponse.SerializeToString,
-        ),
-        "Reserve": grpc.unary_unary_rpc_method_handler(
-            servicer.Reserve,
-            request_deserializer=device_pb2.ReserveRequest.FromString,
-            response_serializer=device_pb2.ReserveResponse.SerializeToString,
-        ),
-        "Stats": grpc.unary_stream_rpc_method_handler(
-            servicer.Stats,
-            request_deserializer=device_pb2.StatsRequest.FromString,
-            response_serializer=_stats_bytes,
-        ),
-    }
-    service = device_pb2.DESCRIPTOR.services_by_name["DevicePlugin"].full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
-    register = getattr(server, "add_registered_method_handlers", None)  # grpcio >= 1.63; not in the stubs
-    if register is not None:
-        register(service, handlers)

@@ -26,11 +26,7 @@ class ConfigTarget(Protocol):
 
 
 class DeviceEngines(Protocol):
-    """The three DevicePlugin calls, as plain iterators and values.
-
-    An implementation may also offer ``stats_bytes(interval, cancel)`` yielding
-    already serialised StatsResponses; ``DeviceService`` prefers it when present.
-    """
+    """The three DevicePlugin calls, as plain iterators and values."""
 
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]: ...
 

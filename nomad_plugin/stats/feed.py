@@ -9,8 +9,8 @@ Order of preference, re-evaluated on every resubscription:
    collection interval, so numbers keep flowing during the backoff.
 3. When both answer "unimplemented" (no XDM exporter on this node) and an
    NVML source was given, that is read at the interval instead.
-4. Otherwise nothing: the cache ages and the layout marks values stale,
-   then Nomad sees "N/A"; metrics are optional (XDM reference, R13).
+4. Otherwise nothing: the cache ages and the stats mark values stale;
+   metrics are optional, and nothing else waits for them.
 
 The thread never spins: every path either blocks in the stream or waits on
 the stop event for an interval. ``stop()`` sets that event (which is also
@@ -66,10 +66,7 @@ class MetricsFeed:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._source = SOURCE_NONE
-        self.stream_subscriptions = 0
-        self.stream_failures = 0
-
-    # -- lifecycle -------------------------------------------------------
+        self.stream_subscriptions = 0  # how many times the stream was (re)opened
 
     def start(self) -> None:
         """Start the thread once; later calls do nothing."""
@@ -99,8 +96,6 @@ class MetricsFeed:
         with self._lock:
             return self._source
 
-    # -- the thread ------------------------------------------------------
-
     def _set_source(self, source: str) -> None:
         with self._lock:
             changed = source != self._source
@@ -114,7 +109,6 @@ class MetricsFeed:
                 stream_kind = self._follow_stream()
                 if self._stop.is_set():
                     break
-                self.stream_failures += 1
                 delay = self._backoff.next_delay()
                 self._fallback(time.monotonic() + delay, stream_unimplemented=stream_kind == UNIMPLEMENTED)
         except Exception:  # the thread must not die silently; stats then go stale and say so

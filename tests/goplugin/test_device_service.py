@@ -28,7 +28,7 @@ from nomad_plugin.model.errors import (
 )
 from nomad_plugin.nomad.base_service import BaseService
 from nomad_plugin.nomad.container import GrantRejected
-from nomad_plugin.nomad.device_service import DeviceService, add_device_service, stats_interval
+from nomad_plugin.nomad.device_service import DeviceService, stats_interval
 from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.xdm.errors import GrpcRefused
@@ -70,11 +70,6 @@ class ScriptedApp(PluginApp):
             yield device_pb2.StatsResponse()
             cancel.wait(interval)
 
-    def stats_bytes(self, interval: float, cancel: threading.Event) -> Iterator[bytes]:
-        # What the servicer sends: the same stream, serialised once by the app.
-        for response in self.stats(interval, cancel):
-            yield response.SerializeToString()
-
     def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
         self.after_reply = after_reply
         for name, ran in self.run_after_reply:
@@ -89,7 +84,7 @@ def served() -> Iterator[tuple[ScriptedApp, Lifecycle, grpc.Channel]]:
     app, lifecycle = ScriptedApp(), Lifecycle()
     server = grpc.server(ThreadPoolExecutor(max_workers=8))
     fast = lambda: Backoff(initial=0.01, cap=0.05, jitter=0.0)  # noqa: E731
-    add_device_service(DeviceService(app, lifecycle, retry=fast), server)
+    device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(app, lifecycle, retry=fast), server)
     base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(app), server)
     with tempfile.TemporaryDirectory(prefix="dsvc", dir="/tmp") as directory:
         server.add_insecure_port(f"unix:{directory}/s.sock")

@@ -94,7 +94,7 @@ def test_token_not_in_settings_repr():
 
 
 def test_prometheus_endpoint_binds_loopback_by_default():
-    from nomad_plugin.metrics.plugin import PluginMetrics
+    from nomad_plugin.metrics import PluginMetrics
     from nomad_plugin.metrics.prometheus import start_endpoint
     from nomad_plugin.model.card import Inventory
     from nomad_plugin.stats.cache import MetricsCache

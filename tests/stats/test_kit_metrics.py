@@ -5,7 +5,7 @@ reconnects from the backend's inventory."""
 from __future__ import annotations
 
 from nomad_plugin.app import PluginApp
-from nomad_plugin.metrics.plugin import PluginMetrics
+from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.model.card import Inventory
 
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.metrics.plugin import PluginMetrics
+from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.metrics.prometheus import MetricsEndpoint, start_endpoint
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.stats.cache import MetricsCache
@@ -169,5 +169,6 @@ def test_endpoint_binds_loopback_only() -> None:
 
 
 def test_bad_port_is_named() -> None:
+    config = PluginConfig(metrics_port=70000)
     with pytest.raises(ValueError, match="metrics_port"):
-        MetricsEndpoint(PluginMetrics(), port=70000)
+        start_endpoint(config, PluginMetrics.for_config(config), MetricsCache(), Inventory)

@@ -21,8 +21,8 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
 from nomad_plugin.model.metrics import MetricSample
+from nomad_plugin.stats.engine import build_stats, no_grants
 from nomad_plugin.stats.feed import MetricsFeed
-from nomad_plugin.stats.layout import build_stats, no_grants
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.xdm import backend as backend_module
 from nomad_plugin.xdm import client as client_module

@@ -107,3 +107,30 @@ def test_wall_clock_jump_neither_stales_readings_nor_breaks_timestamps(three_car
     assert stats.timestamp.seconds == int(wall[0] - 0.5)  # when the reading arrived, in wall time
     mono[0] += 10.0  # and a reading that really is old is still called stale
     assert engine.build(1.0).groups[0].instance_stats["GPU-0"].stats.attributes["Temperature"].desc.startswith("stale")
+
+
+def test_share_stats_follow_the_reservers_journal_through_reserve_and_release(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Wired as the plugin wires it: the stats name the grant the journal holds now, never an older answer."""
+    from nomad_plugin.app import PluginApp
+    from nomad_plugin.config.model import PluginConfig
+    from nomad_plugin.journal import Journal
+    from nomad_plugin.nomad.reserve import Reserver
+    from tests.doubles.reserve_fakes import FakeBackend, card_uuid, catalog, share_group
+
+    cat = catalog(share_group([0], shares=4))
+    app = PluginApp()
+    reserver = app.reserver = Reserver(
+        FakeBackend(), lambda: cat, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False
+    )
+    engine = StatsEngine(MetricsCache(), lambda: cat, Inventory, app._grant_of)
+    share = f"{card_uuid(0)}-share-1"
+
+    def shown() -> str:
+        stats = next(s for g in engine.build(1.0).groups for i, s in g.instance_stats.items() if i == share)
+        return stats.stats.nested["share"].attributes["Grant"].string_val.value
+
+    assert shown() == "none"
+    grant = reserver.reserve([share]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert shown() == grant
+    assert reserver.release_grant(grant, "test")
+    assert shown() == "none"

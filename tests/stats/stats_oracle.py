@@ -1,4 +1,10 @@
-"""Cached readings -> Nomad's ``StatsResponse`` (pure: no I/O, no clock).
+"""A second, independent build of the StatsResponse: the oracle for ``stats.engine.build_stats``.
+
+The product must build the same message from the same cache, catalog,
+inventory and grants (``test_stats_oracle.py``). The two are written apart
+(here every value is first a spec tuple, then a message), so a slip in one
+shows as a difference; change this file only when what Nomad shows is meant
+to change. What Nomad shows:
 
 ``nomad node status -stats`` and ``nomad alloc status -stats`` print every
 attribute of an instance's ``StatObject`` (nested keys joined with ``.``),
@@ -75,11 +81,11 @@ class GrantInfo:
     slices: int = 0
 
 
-GrantLookup = Callable[[str], "GrantInfo | None"]
+GrantOf = Callable[[str], "GrantInfo | None"]
 
 
 def no_grants(instance_id: str) -> GrantInfo | None:
-    """A ``GrantLookup`` for when no reserve layer is wired: nothing is granted."""
+    """A ``GrantOf`` for when no reserve layer is wired: nothing is granted."""
     return None
 
 
@@ -104,8 +110,7 @@ def decode_throttle(mask: int) -> list[str]:
 # What a StatValue shows, as a hashable tuple: (unit, desc, kind, value, denominator).
 # kind "int": int_numerator_val = value, int_denominator_val = denominator when > 0; "ratio":
 # both, the denominator even when 0;
-# "bool": bool_val; "str": string_val. Both ways of building a response (``build_stats``'s
-# messages and ``assemble``'s bytes, which encodes each distinct spec once) start here.
+# "bool": bool_val; "str": string_val.
 Spec = tuple[str, str, str, int | bool | str, int]
 
 
@@ -451,7 +456,7 @@ def build_stats(
     catalog: Catalog,
     inventory: Inventory,
     cache: MetricsCache,
-    grant_of: GrantLookup,
+    grant_of: GrantOf,
     now: float,
     interval: float,
     wall_offset: float = 0.0,
