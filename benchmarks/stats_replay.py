@@ -96,7 +96,7 @@ def replay(path: Path, root: Path) -> dict[str, object]:
     from nomad_plugin.stats.cache import MetricsCache
     from nomad_plugin.stats.layout import GrantInfo
     from nomad_plugin.xdm import adapter
-    from nomad_plugin.xdm.drift import DriftLog
+    from nomad_plugin.xdm.adapter import DriftLog
 
     pushes: list[bytes] = pickle.loads(path.read_bytes())
     cards = tuple(

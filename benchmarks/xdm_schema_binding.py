@@ -42,9 +42,9 @@ from nomad_plugin.nomad.fingerprint import build_response, serialize  # noqa: E4
 from nomad_plugin.nomad.validate import sanitize  # noqa: E402
 from nomad_plugin.sim import Simulator  # noqa: E402
 from nomad_plugin.xdm import adapter, guards  # noqa: E402
+from nomad_plugin.xdm.adapter import DriftLog  # noqa: E402
+from nomad_plugin.xdm.backend import compose_cards  # noqa: E402
 from nomad_plugin.xdm.binder import Binding, bind, builtin_binding  # noqa: E402
-from nomad_plugin.xdm.drift import DriftLog  # noqa: E402
-from nomad_plugin.xdm.inventory import compose_cards  # noqa: E402
 
 
 def percentile(values: list[float], pct: float) -> float:

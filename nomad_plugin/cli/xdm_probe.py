@@ -30,8 +30,7 @@ from nomad_plugin.launcher.live import socket_overrides
 from nomad_plugin.launcher.rawproto import decode_raw
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.xdm import adapter
-from nomad_plugin.xdm.client import XdmClient
-from nomad_plugin.xdm.errors import socket_problem
+from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,7 +172,7 @@ def _query_status(client: Any, config: Any) -> Any:
     """QueryStatus, whose failure names config-daemon.sock: the socket it goes to is checked first,
     and a failure that came from dp2mgr.sock (where XDM's schema is bound) says so."""
     from nomad_plugin.model.errors import BackendUnavailable
-    from nomad_plugin.xdm.errors import socket_problem
+    from nomad_plugin.xdm.client import socket_problem
 
     problem = socket_problem(config.config_socket)
     if problem is not None:

@@ -16,12 +16,17 @@ health word is reported as such, never defaulted to healthy.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
@@ -29,9 +34,49 @@ from nomad_plugin.model.topology import Topology
 from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.util import text
 from nomad_plugin.xdm.binder import Binding, MessageBinding, builtin_binding
-from nomad_plugin.xdm.drift import DriftLog, own_unknown_fields, top_level_unknown_varints
-from nomad_plugin.xdm.guards import HEALTH_UNREADABLE
-from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """Static card data from ListGpuInfo (merged into ``Card``)."""
+
+    minor: int
+    uuid: str = ""
+    model: str = ""
+    driver_version: str = ""
+    vendor: str = ""
+    xpu_type: str = ""
+    memory_mib: int = 0
+    pci_bus_id: str = ""
+    numa_node: int | None = None
+    mig_enabled: bool = False
+    firmware_version: str = ""
+    sdk_version: str = ""
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    collect_interval_ms: int = 0
+    metric_ids: tuple[int, ...] = ()
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExporterStatus:
+    running: bool = False
+    state: str = ""
+    last_collect_ms: int = 0
+    version: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimeKitStatus:
+    """config-daemon QueryStatus. ``enabled`` False may also mean "field absent"."""
+
+    enabled: bool
+    message: str = ""
+
 
 # ---------------------------------------------------------------- names (R1, R13)
 PROTO_PACKAGE = "xdm"  # the reconstruction's package
@@ -276,6 +321,7 @@ def _clean_topology(topology: Topology) -> Topology:
 _HEALTHY_WORDS = frozenset({"healthy", "ok", "normal", "good", "true"})
 _UNHEALTHY_WORDS = frozenset({"unhealthy", "false", "bad", "error", "failed", "fault"})
 _REASON_KEYS = ("healthReason", "health_reason", "reason", "healthDescription")
+HEALTH_UNREADABLE = "health unreadable"
 HEALTH_UNKNOWN = HEALTH_UNREADABLE
 
 
@@ -500,3 +546,140 @@ def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterSta
 def runtime_kit_status(msg: Message, binding: Binding | None = None) -> RuntimeKitStatus:
     r = _resp("QueryStatus", binding).read
     return RuntimeKitStatus(bool(r["enabled"](msg)), str(r["message"](msg)))
+
+
+log = get_logger(__name__)
+
+WIRE_TYPE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "start-group", 4: "end-group", 5: "fixed32"}
+
+
+@dataclass(frozen=True)
+class UnknownField:
+    """One unknown field found in a parsed message."""
+
+    message_type: str  # full proto name, e.g. "xdm.Device"
+    number: int
+    wire_type: int
+    value: int | bytes | object
+    clash: bool  # True: the reconstruction declares this number (wire-type clash)
+
+    @property
+    def key(self) -> tuple[str, int, bool]:
+        return (self.message_type, self.number, self.clash)
+
+    def describe(self) -> str:
+        kind = "wire-type clash" if self.clash else "additive field"
+        wire = WIRE_TYPE_NAMES.get(self.wire_type, str(self.wire_type))
+        return f"{self.message_type} field {self.number} ({wire}): {kind}, value {_short(self.value)}"
+
+
+def unknown_fields(msg: Message) -> list[UnknownField]:
+    """All unknown fields of ``msg`` and of every message nested in it."""
+    found: list[UnknownField] = []
+    if has_unknown_fields(msg):
+        _walk(msg, found)
+    return found
+
+
+def has_unknown_fields(msg: Message) -> bool:
+    """Whether ``msg`` or anything nested in it holds an unknown field, decided in C.
+
+    Why: every XDM response is checked, the exporter's every second (hundreds of
+    nested samples), and walking them in Python cost more than the rest of the
+    stream path (issue 14). Unknown fields are kept when a message is serialised,
+    and each takes at least one byte, so a copy with them discarded (recursively,
+    map values included) is smaller exactly when there were any.
+    """
+    bare = type(msg)()
+    bare.CopyFrom(msg)
+    bare.DiscardUnknownFields()
+    return bare.ByteSize() != msg.ByteSize()
+
+
+def top_level_unknown_varints(msg: Message) -> list[UnknownField]:
+    """Unknown varint fields directly on ``msg`` (R3: a possible error code)."""
+    return [u for u in own_unknown_fields(msg) if u.wire_type == 0]
+
+
+def own_unknown_fields(msg: Message) -> list[UnknownField]:
+    """Unknown fields directly on ``msg`` (not in nested messages)."""
+    desc = msg.DESCRIPTOR
+    declared = {f.number for f in desc.fields}
+    out: list[UnknownField] = []
+    fields = UnknownFieldSet(msg)
+    for index in range(len(fields)):
+        item = fields[index]
+        out.append(
+            UnknownField(desc.full_name, item.field_number, item.wire_type, item.data, item.field_number in declared)
+        )
+    return out
+
+
+def _walk(msg: Message, found: list[UnknownField]) -> None:
+    found.extend(own_unknown_fields(msg))
+    for fd, value in msg.ListFields():
+        if fd.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        entry = fd.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            value_field = entry.fields_by_name["value"]
+            if value_field.type == FieldDescriptor.TYPE_MESSAGE:
+                for sub in value.values():
+                    _walk(sub, found)
+        elif fd.is_repeated:
+            for sub in value:
+                _walk(sub, found)
+        else:
+            _walk(value, found)
+
+
+class DriftLog:
+    """Remembers what was already reported so each finding is logged once.
+
+    One instance per client. ``findings()`` lets health reporting and tests
+    see what was seen (first value kept).
+    """
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._log = logger or log
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, int, bool], UnknownField] = {}
+
+    def inspect(self, msg: Message) -> list[UnknownField]:
+        """Walk ``msg``; log new findings; return every unknown field found."""
+        found = unknown_fields(msg)
+        for item in found:
+            self.note(item)
+        return found
+
+    def note(self, item: UnknownField) -> None:
+        with self._lock:
+            if item.key in self._seen:
+                return
+            self._seen[item.key] = item
+        if item.clash:
+            self._log.warning("XDM possible schema drift: %s", item.describe())
+        else:
+            self._log.info("XDM response carries a field the reconstruction lacks: %s", item.describe())
+
+    def warn_once(self, key: str, text: str) -> None:
+        """Log a free-form drift warning once per ``key`` (e.g. health unreadable)."""
+        with self._lock:
+            marker = (key, -1, True)
+            if marker in self._seen:
+                return
+            self._seen[marker] = UnknownField(key, -1, -1, text, True)
+        self._log.warning("XDM possible schema drift: %s", text)
+
+    def findings(self) -> list[UnknownField]:
+        with self._lock:
+            return list(self._seen.values())
+
+    def has_clash(self) -> bool:
+        with self._lock:
+            return any(item.clash for item in self._seen.values())
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

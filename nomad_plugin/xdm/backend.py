@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from nomad_plugin.config.model import PluginConfig
@@ -41,9 +41,8 @@ from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
+from nomad_plugin.xdm.adapter import GpuFacts, vendor_of, xpu_type_of
 from nomad_plugin.xdm.client import Subscription, XdmClient, relax_stream_waits
-from nomad_plugin.xdm.inventory import compose_cards, driver_versions
-from nomad_plugin.xdm.types import GpuFacts
 
 log = get_logger(__name__)
 
@@ -330,3 +329,56 @@ class XdmBackend:
 def _reason(error: PluginError) -> str:
     kind = getattr(error, "kind", "")
     return f"{kind}: {error}" if kind else str(error)
+
+
+HEALTH_NOT_YET_REPORTED = "health not yet reported by ListAndWatch"
+
+
+def merge_facts(card: Card, facts: GpuFacts | None) -> Card:
+    """Fill what ListAndWatch left empty from ListGpuInfo; never overrides health."""
+    if facts is None:
+        return card
+    return replace(
+        card,
+        uuid=card.uuid or facts.uuid,
+        model=card.model or facts.model,
+        memory_mib=card.memory_mib or facts.memory_mib,
+        pci_bus_id=card.pci_bus_id or facts.pci_bus_id,
+        driver_version=facts.driver_version or card.driver_version,
+        numa_node=facts.numa_node if facts.numa_node is not None else card.numa_node,
+        mig_capable=card.mig_capable or facts.mig_enabled,
+    )
+
+
+def card_from_facts(facts: GpuFacts) -> Card:
+    vendor = vendor_of(facts.xpu_type or facts.vendor, facts.model)
+    return Card(
+        minor=facts.minor,
+        uuid=facts.uuid,
+        model=facts.model,
+        vendor=vendor,
+        xpu_type=xpu_type_of(facts.xpu_type, vendor),
+        memory_mib=facts.memory_mib,
+        pci_bus_id=facts.pci_bus_id,
+        healthy=True,
+        health_reason=HEALTH_NOT_YET_REPORTED,
+        driver_version=facts.driver_version,
+        numa_node=facts.numa_node,
+        mig_capable=facts.mig_enabled,
+    )
+
+
+def compose_cards(stream_cards: Sequence[Card] | None, facts: Sequence[GpuFacts]) -> tuple[Card, ...]:
+    """The card list to publish: the last push enriched with facts, else facts alone."""
+    by_uuid: Mapping[str, GpuFacts] = {f.uuid: f for f in facts if f.uuid}
+    by_minor: Mapping[int, GpuFacts] = {f.minor: f for f in facts}
+    if stream_cards is None:
+        return tuple(sorted((card_from_facts(f) for f in facts), key=lambda c: c.minor))
+    merged = (merge_facts(c, by_uuid.get(c.uuid) or by_minor.get(c.minor)) for c in stream_cards)
+    return tuple(sorted(merged, key=lambda c: c.minor))
+
+
+def driver_versions(facts: Sequence[GpuFacts], cards: Sequence[Card] = ()) -> str:
+    versions = {f.driver_version for f in facts if f.driver_version}
+    versions |= {c.driver_version for c in cards if c.driver_version}
+    return ",".join(sorted(versions))

@@ -321,15 +321,15 @@ def bind_bundle(bundle: CaptureBundle, config: PluginConfig | None = None) -> Bi
     schema, else the builtin reconstruction. Raises ``SchemaError`` for a path
     that cannot be read.
     """
-    from nomad_plugin.xdm import binder, schema_source
+    from nomad_plugin.xdm import binder
 
     aliases = config.xdm_field_aliases if config is not None else ()
     choice = config.xdm_schema if config is not None else "auto"
     reflected = bundle.reflected_schema()
     if reflected is not None and choice in ("auto", "reflection"):
         return binder.bind(reflected, "reflection", aliases)
-    if schema_source.is_path(choice):
-        return binder.bind(schema_source.load_path(choice), choice, aliases)
+    if binder.is_path(choice):
+        return binder.bind(binder.load_path(choice), choice, aliases)
     return binder.builtin_binding(aliases)
 
 
@@ -337,7 +337,7 @@ def replay(bundle: CaptureBundle, binding: Binding) -> dict[str, Any]:
     """Decode the bundle's answers through ``binding``: the inventory (``expected-inventory.json``'s
     shape) and ``problems`` = the binding's mismatch list plus every failed plausibility guard."""
     from nomad_plugin.xdm import guards
-    from nomad_plugin.xdm.drift import DriftLog
+    from nomad_plugin.xdm.adapter import DriftLog
 
     problems = list(binding.mismatch)
 

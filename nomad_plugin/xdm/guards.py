@@ -23,7 +23,8 @@ import re
 from collections.abc import Sequence
 
 from nomad_plugin.model.card import Card
-from nomad_plugin.xdm.types import GpuFacts
+from nomad_plugin.model.grant import DeviceAsk, Grant, GrantedDevice, GrantRequest
+from nomad_plugin.xdm.adapter import HEALTH_UNREADABLE, GpuFacts
 
 MAX_MINOR = 1023
 MIN_MEMORY_MIB = 1024
@@ -32,7 +33,6 @@ UUID = re.compile(
     r"^(?:[A-Za-z][A-Za-z0-9]{0,7}-)?"
     r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})$"
 )
-HEALTH_UNREADABLE = "health unreadable"
 SHOWN = 3  # examples named per problem
 
 
@@ -86,3 +86,45 @@ def facts_problems(facts: Sequence[GpuFacts]) -> list[str]:
     if not facts:
         return []
     return identity_problems([(f.minor, f.uuid, f.memory_mib) for f in facts], "ListGpuInfo")
+
+
+def has_evidence(request: GrantRequest, grant: Grant) -> bool:
+    if grant.devices or grant.envs or grant.device_nodes or grant.mounts or grant.cdi_devices:
+        return True
+    return any(request.annotations.get(key) != value for key, value in grant.annotations.items())
+
+
+def grant_problem(request: GrantRequest, grant: Grant, unknown_varints: Sequence[str] = ()) -> str | None:
+    """Why ``grant`` does not answer ``request``, or None when it does."""
+    hint = (
+        f"; unknown varint field(s) that may carry an error code: {', '.join(unknown_varints)}"
+        if unknown_varints
+        else ""
+    )
+    if grant.grant_id and grant.grant_id != request.grant_id:
+        return f"XDM answered for allocation {grant.grant_id!r}, not {request.grant_id!r}{hint}"
+    if not has_evidence(request, grant):
+        return f"XDM reported success for allocation {request.grant_id} but granted nothing{hint}"
+    if not grant.devices:
+        return None  # annotation/env-only style: nothing per card to compare
+    asked = sorted(ask.minor for ask in request.asks)
+    got = sorted(dev.minor for dev in grant.devices)
+    if asked != got:
+        return f"XDM granted card(s) {got} but {asked} were requested{hint}"
+    by_minor = {dev.minor: dev for dev in grant.devices}
+    for ask in request.asks:
+        problem = _amount_problem(ask, by_minor[ask.minor])
+        if problem:
+            return problem + hint
+    return None
+
+
+def _amount_problem(ask: DeviceAsk, dev: GrantedDevice) -> str | None:
+    wanted = (ask.core, ask.memory_gib, ask.slices)
+    granted = (dev.core, dev.memory_gib, dev.slices)
+    if wanted == granted:
+        return None
+    return (
+        f"card {ask.minor}: asked core={ask.core}% memory={ask.memory_gib}GiB slice={ask.slices}, "
+        f"XDM granted core={dev.core}% memory={dev.memory_gib}GiB slice={dev.slices}"
+    )

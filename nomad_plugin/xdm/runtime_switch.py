@@ -28,11 +28,10 @@ from google.protobuf.message import Message
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
-from nomad_plugin.xdm import adapter, schema_source
+from nomad_plugin.xdm import adapter, binder
+from nomad_plugin.xdm.adapter import RuntimeKitStatus
 from nomad_plugin.xdm.binder import MISMATCH_PREFIX, SWITCH_RPCS, Binding, SchemaError, bind, builtin_set
-from nomad_plugin.xdm.client import CHANNEL_OPTIONS
-from nomad_plugin.xdm.errors import classify_rpc_error, socket_problem
-from nomad_plugin.xdm.types import RuntimeKitStatus
+from nomad_plugin.xdm.client import CHANNEL_OPTIONS, classify_rpc_error, socket_problem
 
 log = get_logger(__name__)
 
@@ -131,10 +130,10 @@ class RuntimeKitSwitch:
         try:
             if self.schema == "builtin":
                 return bind(builtin_set(), "builtin", self.aliases, probe_service=True, rpcs=SWITCH_RPCS)
-            if schema_source.is_path(self.schema):
-                return bind(schema_source.load_path(self.schema), self.schema, self.aliases, rpcs=SWITCH_RPCS)
+            if binder.is_path(self.schema):
+                return bind(binder.load_path(self.schema), self.schema, self.aliases, rpcs=SWITCH_RPCS)
             try:
-                fds = schema_source.reflect(self._get_channel(), timeout=self.query_timeout)
+                fds = binder.reflect(self._get_channel(), timeout=self.query_timeout)
             except grpc.RpcError as exc:
                 raise self._classify(exc, "ServerReflectionInfo") from None
             if fds is None:

@@ -32,9 +32,9 @@ from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.nomad.container import ENV_GRANT_ID, GrantRejected, build_container
 from nomad_plugin.reconcile.nomad_api import NomadApiError
 from nomad_plugin.xdm import adapter
-from nomad_plugin.xdm.drift import DriftLog
-from nomad_plugin.xdm.errors import inband_refusal
-from nomad_plugin.xdm.verify import grant_problem
+from nomad_plugin.xdm.adapter import DriftLog
+from nomad_plugin.xdm.client import inband_refusal
+from nomad_plugin.xdm.guards import grant_problem
 
 MAX_MESSAGE = 1200
 

@@ -7,11 +7,10 @@ import pytest
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.xdm import adapter
+from nomad_plugin.xdm.adapter import DriftLog, GpuFacts
+from nomad_plugin.xdm.backend import HEALTH_NOT_YET_REPORTED, compose_cards
 from nomad_plugin.xdm.client import XdmClient
-from nomad_plugin.xdm.drift import DriftLog
-from nomad_plugin.xdm.inventory import HEALTH_NOT_YET_REPORTED, compose_cards
-from nomad_plugin.xdm.types import GpuFacts
-from nomad_plugin.xdm.verify import grant_problem
+from nomad_plugin.xdm.guards import grant_problem
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,8 @@ from nomad_plugin.model.card import Card
 from nomad_plugin.model.errors import ConfigError, SchemaMismatch
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.xdm import adapter, guards
-from nomad_plugin.xdm.binder import Binding, MessageBinding, SchemaError, bind, builtin_binding, normalise
-from nomad_plugin.xdm.drift import DriftLog
-from nomad_plugin.xdm.schema_source import load_path
+from nomad_plugin.xdm.adapter import DriftLog
+from nomad_plugin.xdm.binder import Binding, MessageBinding, SchemaError, bind, builtin_binding, load_path, normalise
 from tests.xdm import schemas
 
 UUID = "GPU-402d47c0-8e22-5632-bbb8-558d37b74095"

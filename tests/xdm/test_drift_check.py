@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.nomad import stats_pb2
-from nomad_plugin.xdm.drift import _walk, has_unknown_fields, unknown_fields
+from nomad_plugin.xdm.adapter import _walk, has_unknown_fields, unknown_fields
 
 UNKNOWN_VARINT = b"\xf8\x07\x01"  # field 127, varint 1: declared nowhere here
 
