@@ -1,26 +1,20 @@
-"""Wire <-> model mapping for XDM, through a ``binder.Binding``.
+"""XDM's messages <-> the plugin's model, through a ``binder.Binding``.
 
-Nothing here knows a field number: every read and write goes through the
-binding of the schema in use (the reconstruction, XDM's reflection or the
-operator's official proto), by model field name. ``client.py`` only sees
-``RpcSpec`` objects, opaque request messages and the model types returned
-here. Every function takes an optional binding; None means the built-in
-reconstruction (the same code path, bound once per process).
-
-Every mapping degrades instead of failing: a value that arrives with another
-wire type lands in unknown fields (see ``drift.py``) and is recovered where
-the meaning is clear (health as bool/enum, numbers sent as strings). What the
-plausibility guards (``guards.py``) must see is kept visible: an unreadable
-health word is reported as such, never defaulted to healthy.
+Nothing here knows a field number: every read and write goes through the binding of the
+schema in use, by reconstruction field name. A binding of None means the reconstruction.
+Every XDM string the plugin repeats is escaped and bounded (``util/text.py``): it reaches
+the agent's log, Nomad's device names and task events, where a newline or ESC would forge
+lines. What does not decode as the schema says is kept visible for the guards and logged
+once as drift, never defaulted into something plausible.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -33,7 +27,10 @@ from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
 from nomad_plugin.model.topology import Topology
 from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.util import text
-from nomad_plugin.xdm.binder import Binding, MessageBinding, builtin_binding
+from nomad_plugin.xdm import guesses
+from nomad_plugin.xdm.binder import Binding, MessageBinding, Rpc, builtin_binding
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,8 +47,6 @@ class GpuFacts:
     pci_bus_id: str = ""
     numa_node: int | None = None
     mig_enabled: bool = False
-    firmware_version: str = ""
-    sdk_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,173 +67,132 @@ class ExporterStatus:
 
 @dataclass(frozen=True)
 class RuntimeKitStatus:
-    """config-daemon QueryStatus. ``enabled`` False may also mean "field absent"."""
+    """config-daemon's QueryStatus. ``enabled`` False may also mean the field is absent."""
 
     enabled: bool
     message: str = ""
 
 
-# ---------------------------------------------------------------- names (R1, R13)
-PROTO_PACKAGE = "xdm"  # the reconstruction's package
-DEVICE_SERVICE = "XpuDeviceManagerService"
-CONFIG_PACKAGE = "config"
-CONFIG_SERVICE = "AmpConfigService"
-
-# Proto packages tried, in order, when the schema is the reconstruction and
-# ``xdm_service`` is empty ("" = none).
-DEVICE_PACKAGE_CANDIDATES: tuple[str, ...] = ("xdm", "api", "", "grpc", "outer", "xdmapi", "dp2mgr", "amp.xdm")
-CONFIG_PACKAGE_CANDIDATES: tuple[str, ...] = ("config", "configpb", "amp.config", "")
-# Service names tried for exporter RPCs when the device service lacks them (R13).
-EXPORTER_SERVICE_CANDIDATES: tuple[str, ...] = (
-    "ExporterService",
-    "XpuExporterService",
-    "XpuDeviceExporterService",
-    "XdmExporterService",
-    "MonitorService",
-)
-
-
-def qualified(package: str, service: str) -> str:
-    return f"{package}.{service}" if package else service
-
-
+# ---------------------------------------------------------------- drift (R2, R16)
 @dataclass(frozen=True)
-class RpcSpec:
-    """One XDM RPC: its method name, message classes and shape.
+class UnknownField:
+    """A field of a parsed message that the bound schema does not read.
 
-    ``role`` says which service holds it: "device" (resource management),
-    "exporter" (monitoring; may live in its own service, R13) or "config".
-    ``path`` is the wire path from the schema; None when the service name
-    must be probed (the reconstruction's package is a guess, R1).
+    ``clash``: the schema declares the number, so the value came with another wire type
+    (the schema is wrong for it); otherwise a field the schema lacks (a newer XDM, additive).
     """
 
-    method: str
-    request_type: type[Message]
-    response_type: type[Message]
-    streaming: bool
-    role: str
-    path: str | None = None
+    message_type: str
+    number: int
+    wire_type: int
+    value: object
+    clash: bool
+
+    def describe(self) -> str:
+        kind = "wire-type clash" if self.clash else "additive field"
+        shown = repr(self.value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return f"{self.message_type} field {self.number} (wire type {self.wire_type}): {kind}, value {shown}"
 
 
-def _bb(binding: Binding | None) -> Binding:
-    return binding if binding is not None else builtin_binding()
+def unknown_fields(msg: Message) -> list[UnknownField]:
+    """The unknown fields of ``msg`` and of every message nested in it (map values included)."""
+    desc = msg.DESCRIPTOR
+    declared = {f.number for f in desc.fields}
+    unknown = UnknownFieldSet(msg)
+    found = [
+        UnknownField(desc.full_name, item.field_number, item.wire_type, item.data, item.field_number in declared)
+        for item in (unknown[i] for i in range(len(unknown)))
+    ]
+    for fd, value in msg.ListFields():
+        if fd.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            if fd.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
+                found += [u for sub in value.values() for u in unknown_fields(sub)]
+        elif fd.is_repeated:
+            found += [u for sub in value for u in unknown_fields(sub)]
+        else:
+            found += unknown_fields(value)
+    return found
 
 
-def spec(method: str, binding: Binding | None = None) -> RpcSpec:
-    """The ``RpcSpec`` of ``method`` in ``binding``; KeyError when the schema lacks it."""
-    rpc = _bb(binding).rpc(method)
-    return RpcSpec(method, rpc.request.cls, rpc.response.cls, rpc.streaming, rpc.role, rpc.path)
+class DriftLog:
+    """Logs each drift finding once per client (a clash at warning, an additive field at info)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._log = logger or log
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, int, bool], UnknownField] = {}
+
+    def inspect(self, msg: Message) -> None:
+        for item in unknown_fields(msg):
+            key = (item.message_type, item.number, item.clash)
+            with self._lock:
+                if key in self._seen:
+                    continue
+                self._seen[key] = item
+            if item.clash:
+                self._log.warning("XDM possible schema drift: %s", item.describe())
+            else:
+                self._log.info("XDM response carries a field the reconstruction lacks: %s", item.describe())
+
+    def warn_once(self, key: str, message: str) -> None:
+        with self._lock:
+            if (key, -1, True) in self._seen:
+                return
+            self._seen[(key, -1, True)] = UnknownField(key, -1, -1, message, True)
+        self._log.warning("XDM possible schema drift: %s", message)
+
+    def findings(self) -> list[UnknownField]:
+        with self._lock:
+            return list(self._seen.values())
+
+    def has_clash(self) -> bool:
+        return any(item.clash for item in self.findings())
 
 
-def _req(method: str, binding: Binding | None) -> MessageBinding:
-    return _bb(binding).rpc(method).request
-
-
-def _resp(method: str, binding: Binding | None) -> MessageBinding:
-    return _bb(binding).rpc(method).response
-
-
-LIST_SUPPORTED_XPU_TYPE = spec("ListSupportedXPUType")
-LIST_AND_WATCH = spec("ListAndWatch")
-ALLOCATE = spec("Allocate")
-RELEASE = spec("Release")
-LIST_GPU_INFO = spec("ListGpuInfo")
-EXPORTER_GET_DATA_LIST = spec("ExporterGetDataList")
-EXPORTER_DATA_STREAM = spec("ExporterDataStream")
-EXPORTER_GET_CONFIG = spec("ExporterGetConfig")
-EXPORTER_GET_STATUS = spec("ExporterGetStatus")
-QUERY_STATUS = spec("QueryStatus")
-# Enable/Disable are deliberately absent (R14): the plugin never calls them.
+# ---------------------------------------------------------------- calls
+def _rpc(method: str, binding: Binding | None) -> Rpc:
+    return (binding or builtin_binding()).rpc(method)
 
 
 def serialize(msg: Message) -> bytes:
     return msg.SerializeToString()
 
 
-def deserializer(spec: RpcSpec, drift: DriftLog) -> Callable[[bytes], Message]:
-    """A response deserializer that checks every parsed message for drift (R2)."""
-    response_type = spec.response_type
+def deserializer(rpc: Rpc, drift: DriftLog) -> Callable[[bytes], Message]:
+    """Parses a response and logs its drift."""
 
     def parse(data: bytes) -> Message:
-        msg = response_type.FromString(data)
+        msg = rpc.response.cls.FromString(data)
         drift.inspect(msg)
         return msg
 
     return parse
 
 
-def inband_status(msg: Message, binding: MessageBinding | None = None) -> tuple[int, str]:
-    """XDM's in-band (status, message); (0, "") for messages without them."""
-    if binding is not None:
-        return int(binding.read["status"](msg)) if binding.has("status") else 0, (
-            str(binding.read["message"](msg)) if binding.has("message") else ""
-        )
-    names = msg.DESCRIPTOR.fields_by_name
-    status = int(getattr(msg, "status", 0)) if "status" in names else 0
-    message = str(getattr(msg, "message", "")) if "message" in names else ""
-    return status, message
+def inband_status(msg: Message, b: MessageBinding) -> tuple[int, str]:
+    """XDM's in-band (status, message); (0, "") where the response has neither."""
+    return int(b.read["status"](msg)) if b.has("status") else 0, str(b.read["message"](msg)) if b.has("message") else ""
 
 
-# ---------------------------------------------------------------- requests
-def xpu_type_request(binding: Binding | None = None) -> Message:
-    return _req("ListSupportedXPUType", binding).new()
-
-
-def list_and_watch_request(binding: Binding | None = None) -> Message:
-    return _req("ListAndWatch", binding).new()
-
-
-def list_gpu_info_request(minors: Sequence[int] = (), binding: Binding | None = None) -> Message:
-    b = _req("ListGpuInfo", binding)
+def request(method: str, binding: Binding | None = None, **values: Any) -> Message:
+    """``method``'s request with reconstruction fields set by name (unbound ones are skipped)."""
+    b = _rpc(method, binding).request
     msg = b.new()
-    b.extend(msg, "minors", list(minors))
+    for name, value in values.items():
+        b.set(msg, name, value)
     return msg
-
-
-def exporter_data_request(
-    devices: Sequence[str] = (), metric_ids: Sequence[int] = (), binding: Binding | None = None
-) -> Message:
-    b = _req("ExporterGetDataList", binding)
-    msg = b.new()
-    b.extend(msg, "devices", list(devices))
-    b.extend(msg, "metricIds", list(metric_ids))
-    return msg
-
-
-def exporter_get_config_request(binding: Binding | None = None) -> Message:
-    return _req("ExporterGetConfig", binding).new()
-
-
-def exporter_get_status_request(binding: Binding | None = None) -> Message:
-    return _req("ExporterGetStatus", binding).new()
-
-
-def query_status_request(binding: Binding | None = None) -> Message:
-    return _req("QueryStatus", binding).new()
-
-
-def release_request(grant_id: str, binding: Binding | None = None) -> Message:
-    b = _req("Release", binding)
-    msg = b.new()
-    b.set(msg, "id", grant_id)
-    return msg
-
-
-MINOR_ENCODINGS = ("explicit", "omit-zero")
 
 
 def allocate_request(
     request: GrantRequest, minor_encoding: str = "explicit", binding: Binding | None = None
 ) -> Message:
-    """``GrantRequest`` -> AllocateRequest; the minor is always sent (R4).
-
-    ``explicit``: the minor field is present even for card 0 (proto3
-    ``optional``). ``omit-zero``: a plain int32 encoding, where card 0 leaves
-    the field off the wire; grant verification then catches an auto-assign.
-    """
-    if minor_encoding not in MINOR_ENCODINGS:
-        raise ValueError(f"xdm_minor_encoding must be one of {MINOR_ENCODINGS}, got {minor_encoding!r}")
-    b = _req("Allocate", binding)
+    """``GrantRequest`` -> AllocateRequest; the minor is always sent, as ``minor_encoding`` says (R4)."""
+    if minor_encoding not in guesses.MINOR_ENCODINGS:
+        raise ValueError(f"xdm_minor_encoding must be one of {guesses.MINOR_ENCODINGS}, got {minor_encoding!r}")
+    b = _rpc("Allocate", binding).request
     msg = b.new()
     b.set(msg, "id", request.grant_id)
     dev = b.child.get("devices")
@@ -251,36 +205,38 @@ def allocate_request(
         dev.set(item, "slice", ask.slices)
         if minor_encoding == "explicit" or ask.minor != 0:
             dev.set(item, "minor", ask.minor)
-    b.update(msg, "annotations", dict(request.annotations))
+    b.set(msg, "annotations", dict(request.annotations))
     return msg
 
 
 # ---------------------------------------------------------------- responses
+def _text(value: object, limit: int = text.MAX_TEXT) -> str:
+    return text.printable(value, limit)
+
+
 def xpu_types(msg: Message, binding: Binding | None = None) -> list[str]:
-    return [t for t in _resp("ListSupportedXPUType", binding).read["xpuTypes"](msg) if t]
+    return [t for t in _rpc("ListSupportedXPUType", binding).response.read["xpuTypes"](msg) if t]
 
 
 def cards_from_list_and_watch(msg: Message, drift: DriftLog, binding: Binding | None = None) -> list[Card]:
-    """One ListAndWatch push (the complete device list, R12) -> cards."""
-    b = _resp("ListAndWatch", binding)
+    """One ListAndWatch push, the complete device list (R12), as cards."""
+    b = _rpc("ListAndWatch", binding).response
     dev = b.child.get("devices")
-    if dev is None:
-        return []
-    return [card_from_device(d, drift, dev) for d in b.read["devices"](msg)]
+    return [card_from_device(d, drift, dev) for d in b.read["devices"](msg)] if dev is not None else []
 
 
 def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | None = None) -> Card:
-    b = binding if binding is not None else _resp("ListAndWatch", None).child["devices"]
+    b = binding or _rpc("ListAndWatch", None).response.child["devices"]
     read = b.read
-    unknown = _own_unknowns(dev)
     extender = {_text(k, 128): v if k == "topology" else _text(v) for k, v in read["extenderResources"](dev).items()}
     minor = int(read["minor"](dev))
     uuid = _text(read["uuid"](dev), 128)
-    model = text.name(read["model"](dev))  # the device group's name: Nomad's vendor/type/name
+    model = text.name(read["model"](dev))  # becomes the device group's name in Nomad
     xpu = _text(read["xpuType"](dev), 64)
-    healthy, reason = _health(_text(read["health"](dev), 64), b.number.get("health", -1), unknown, extender, drift)
-    vendor = vendor_of(xpu, model)
-    memory = int(read["totalMemory"](dev)) or _recovered_int(unknown, b.number.get("totalMemory", -1))
+    healthy, reason = guesses.health(_text(read["health"](dev), 64), dev, b.number.get("health", -1), extender)
+    if reason.startswith(guesses.HEALTH_UNREADABLE):
+        drift.warn_once("health", f"a card carries no readable health ({reason})")
+    vendor = guesses.vendor_of(xpu, model)
     topology = _clean_topology(parse_topology(extender.pop("topology", None)))
     if topology.error:
         drift.warn_once(f"topology:{uuid or minor}", f"card {minor} topology: {topology.error}")
@@ -289,8 +245,8 @@ def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | No
         uuid=uuid,
         model=model,
         vendor=vendor,
-        xpu_type=xpu_type_of(xpu, vendor),
-        memory_mib=memory,
+        xpu_type=guesses.xpu_type_of(xpu, vendor),
+        memory_mib=int(read["totalMemory"](dev)) or guesses.recovered_int(dev, b.number.get("totalMemory", -1)),
         total_core=int(read["totalCore"](dev)) or 100,
         pci_bus_id=_text(read["pciBusId"](dev), 64),
         healthy=healthy,
@@ -298,11 +254,6 @@ def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | No
         topology=topology,
         extra=extender,
     )
-
-
-def _text(value: object, limit: int = text.MAX_TEXT) -> str:
-    """An XDM string as the plugin repeats it: control characters escaped, bounded (``util/text.py``)."""
-    return text.printable(value, limit)
 
 
 def _clean_topology(topology: Topology) -> Topology:
@@ -318,113 +269,14 @@ def _clean_topology(topology: Topology) -> Topology:
     return replace(topology, levels=levels, error=_text(topology.error))
 
 
-_HEALTHY_WORDS = frozenset({"healthy", "ok", "normal", "good", "true"})
-_UNHEALTHY_WORDS = frozenset({"unhealthy", "false", "bad", "error", "failed", "fault"})
-_REASON_KEYS = ("healthReason", "health_reason", "reason", "healthDescription")
-HEALTH_UNREADABLE = "health unreadable"
-HEALTH_UNKNOWN = HEALTH_UNREADABLE
-
-
-def _health(
-    text_raw: str, number: int, unknown: Sequence[_Unknown], extender: dict[str, str], drift: DriftLog
-) -> tuple[bool, str]:
-    """R8: a word compared case-insensitively (enum names too: ``HEALTH_OK`` ->
-    ``ok``); a varint at the health number read as bool/enum (1 = healthy).
-    Anything else is *unreadable*: unhealthy with ``HEALTH_UNKNOWN``, which the
-    plausibility guards turn into a schema-mismatch finding."""
-    reason = next((extender[k] for k in _REASON_KEYS if extender.get(k)), "")
-    text = text_raw.strip().lower()
-    word = text.rsplit("_", 1)[-1] if "_" in text else text
-    if text in _HEALTHY_WORDS or word in _HEALTHY_WORDS:
-        return True, ""
-    if text in _UNHEALTHY_WORDS or word in _UNHEALTHY_WORDS:
-        return False, reason or f"XDM reports {text_raw}"
-    if not text:
-        for item in unknown:
-            if item.number == number and item.wire_type == 0 and isinstance(item.data_int, int):
-                if item.data_int == 1:
-                    return True, ""
-                return False, reason or f"XDM reports health code {item.data_int}"
-    shown = repr(text_raw[:40]) if text else "nothing"
-    drift.warn_once("health", f"a card carries no readable health ({shown})")
-    return False, f"{HEALTH_UNKNOWN}: XDM sent {shown}"
-
-
-@dataclass(frozen=True)
-class _Unknown:
-    number: int
-    wire_type: int
-    data_int: int | None
-    data_bytes: bytes | None
-
-
-def _own_unknowns(msg: Message) -> list[_Unknown]:
-    out = []
-    for item in own_unknown_fields(msg):
-        value = item.value
-        out.append(
-            _Unknown(
-                item.number,
-                item.wire_type,
-                value if isinstance(value, int) else None,
-                value if isinstance(value, bytes) else None,
-            )
-        )
-    return out
-
-
-def _recovered_int(unknown: Sequence[_Unknown], number: int) -> int:
-    """A declared integer field that arrived with another wire type (R2)."""
-    for item in unknown:
-        if item.number != number:
-            continue
-        if item.data_int is not None:
-            return item.data_int
-        if item.data_bytes is not None:
-            text = item.data_bytes.decode("utf-8", "replace").strip()
-            if text.isdigit():
-                return int(text)
-    return 0
-
-
-_NVIDIA_MODEL = re.compile(r"\b(nvidia|tesla|geforce|rtx|quadro|[ahlbv]\d{2,3}|t4|gh200|gb200)\b", re.I)
-_AMD_MODEL = re.compile(r"\b(amd|instinct|radeon|mi\d{2,3}x?)\b", re.I)
-
-
-def vendor_of(xpu_type: str, model: str) -> str:
-    """Lower-case vendor from XDM's xpuType and model name."""
-    kind = xpu_type.strip().lower()
-    if "ppu" in kind or "ppu" in model.lower() or kind in ("alibaba", "t-head", "thead", "zhenwu"):
-        return "alibaba"
-    if kind in ("amd", "rocm") or _AMD_MODEL.search(model):
-        return "amd"
-    if kind in ("nvidia", "cuda") or _NVIDIA_MODEL.search(model):
-        return "nvidia"
-    if kind == "gpu":
-        return "nvidia"
-    return kind or "unknown"
-
-
-def xpu_type_of(xpu_type: str, vendor: str) -> str:
-    """The family, lower-case: "ppu" for Alibaba PPU, "gpu" for NVIDIA/AMD."""
-    kind = xpu_type.strip().lower()
-    if vendor == "alibaba" or kind == "ppu":
-        return "ppu"
-    if vendor in ("nvidia", "amd") or kind in ("gpu", "nvidia", "amd", "cuda", "rocm", ""):
-        return "gpu"
-    return kind
-
-
 def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
-    b = _resp("ListGpuInfo", binding)
+    b = _rpc("ListGpuInfo", binding).response
     info_b = b.child.get("gpuInfos")
     if info_b is None:
         return []
     r = info_b.read
     facts = []
     for info in b.read["gpuInfos"](msg):
-        unknown = _own_unknowns(info)
-        memory = int(r["totalMemory"](info)) or _recovered_int(unknown, info_b.number.get("totalMemory", -1))
         numa = int(r["numaNode"](info)) if info_b.has("numaNode") else -1
         facts.append(
             GpuFacts(
@@ -434,12 +286,11 @@ def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
                 driver_version=_text(r["driverVersion"](info), 128),
                 vendor=_text(r["vendor"](info), 64).lower(),
                 xpu_type=_text(r["xpuType"](info), 64),
-                memory_mib=memory,
+                memory_mib=int(r["totalMemory"](info))
+                or guesses.recovered_int(info, info_b.number.get("totalMemory", -1)),
                 pci_bus_id=_text(r["pciBusId"](info), 64),
                 numa_node=numa if numa >= 0 else None,
                 mig_enabled=bool(r["migEnabled"](info)),
-                firmware_version=_text(r["firmwareVersion"](info), 128),
-                sdk_version=_text(r["sdkVersion"](info), 128),
             )
         )
     return facts
@@ -447,22 +298,26 @@ def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
 
 @dataclass(frozen=True)
 class AllocateOutcome:
-    """An AllocateResponse as plain data, plus what R3 needs to judge it."""
-
     grant: Grant
     status: int
     message: str
-    unknown_varints: tuple[str, ...]  # descriptions of top-level unknown varints (possible error codes)
+    error_code_hints: tuple[str, ...]  # unknown varints that may be a misplaced status (R3)
 
 
 def allocate_outcome(msg: Message, request_id: str, binding: Binding | None = None) -> AllocateOutcome:
-    b = _resp("Allocate", binding)
+    b = _rpc("Allocate", binding).response
     r = b.read
-    dev, mount, node = b.child.get("devices"), b.child.get("mounts"), b.child.get("deviceSpecs")
-    devices: tuple[GrantedDevice, ...] = ()
-    if dev is not None:
-        d = dev.read
-        devices = tuple(
+
+    def each(name: str) -> tuple[dict[str, Callable[[Message], Any]], list[Message]]:
+        child = b.child.get(name)
+        return (child.read, r[name](msg)) if child is not None else ({}, [])
+
+    d, granted = each("devices")
+    m, mounts = each("mounts")
+    n, nodes = each("deviceSpecs")
+    grant = Grant(
+        grant_id=str(r["id"](msg)) or request_id,
+        devices=tuple(
             GrantedDevice(
                 minor=int(d["minor"](x)),
                 uuid=str(d["uuid"](x)),
@@ -471,69 +326,48 @@ def allocate_outcome(msg: Message, request_id: str, binding: Binding | None = No
                 slices=int(d["slice"](x)),
                 mig_uuid=str(d["migUuid"](x)),
             )
-            for x in r["devices"](msg)
-        )
-    mounts: tuple[MountSpec, ...] = ()
-    if mount is not None:
-        m = mount.read
-        mounts = tuple(
-            MountSpec(str(m["containerPath"](x)), str(m["hostPath"](x)), bool(m["readOnly"](x)))
-            for x in r["mounts"](msg)
-        )
-    nodes: tuple[DeviceNode, ...] = ()
-    if node is not None:
-        n = node.read
-        nodes = tuple(
-            DeviceNode(str(n["containerPath"](x)), str(n["hostPath"](x)), str(n["permissions"](x)) or "rwm")
-            for x in r["deviceSpecs"](msg)
-        )
-    grant = Grant(
-        grant_id=str(r["id"](msg)) or request_id,
-        devices=devices,
+            for x in granted
+        ),
         envs=r["envs"](msg),
-        mounts=mounts,
-        device_nodes=nodes,
+        mounts=tuple(
+            MountSpec(str(m["containerPath"](x)), str(m["hostPath"](x)), bool(m["readOnly"](x))) for x in mounts
+        ),
+        device_nodes=tuple(
+            DeviceNode(str(n["containerPath"](x)), str(n["hostPath"](x)), str(n["permissions"](x)) or "rwm")
+            for x in nodes
+        ),
         annotations=r["annotations"](msg),
         cdi_devices=tuple(r["cdiDevices"](msg)),
     )
-    varints = tuple(u.describe() for u in top_level_unknown_varints(msg) if u.value != 0)
-    return AllocateOutcome(grant, int(r["status"](msg)), str(r["message"](msg)), varints)
-
-
-_new_sample = tuple.__new__  # MetricSample's fields without its Python-level __new__
+    return AllocateOutcome(grant, int(r["status"](msg)), str(r["message"](msg)), guesses.error_code_hints(msg))
 
 
 def metric_samples(msg: Message, binding: Binding | None = None) -> list[MetricSample]:
-    b = _resp("ExporterGetDataList", binding)
+    """One ExporterGetDataList answer or ExporterDataStream push (the same message, per the reference)."""
+    b = _rpc("ExporterGetDataList", binding).response
     data_b = b.child.get("dataList")
     if data_b is None:
         return []
-    # This runs for every sample of every push: the scalar fields are read in one call (one C-level
-    # attrgetter when the schema matches), and each sample is made without NamedTuple's Python __new__.
-    fields = data_b.reader_of("device", "metricId", "metricName", "value", "timestamp")
-    labels = data_b.read["labels"]
-    names = METRIC_NAMES
-    make = _new_sample
+    r = data_b.read
     samples = []
     for data in b.read["dataList"](msg):
-        device, metric_id, name, value, timestamp = fields(data)
-        if not metric_id:
-            metric_id = _recovered_int(_own_unknowns(data), data_b.number.get("metricId", -1))
-        if not name:
-            name = names.get(metric_id) or f"metric_{metric_id}"
-        samples.append(make(MetricSample, (device, metric_id, name, value, timestamp, labels(data))))
+        metric_id = int(r["metricId"](data)) or guesses.recovered_int(data, data_b.number.get("metricId", -1))
+        name = r["metricName"](data) or METRIC_NAMES.get(metric_id) or f"metric_{metric_id}"
+        samples.append(
+            MetricSample(r["device"](data), metric_id, name, r["value"](data), r["timestamp"](data), r["labels"](data))
+        )
     return samples
 
 
 def exporter_config(msg: Message, binding: Binding | None = None) -> ExporterConfig:
-    r = _resp("ExporterGetConfig", binding).read
+    r = _rpc("ExporterGetConfig", binding).response.read
     return ExporterConfig(
-        int(r["collectIntervalMs"](msg)), tuple(int(m) for m in r["metricIds"](msg)), r["config"](msg)
+        int(r["collectIntervalMs"](msg)), tuple(int(i) for i in r["metricIds"](msg)), r["config"](msg)
     )
 
 
 def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterStatus:
-    r = _resp("ExporterGetStatus", binding).read
+    r = _rpc("ExporterGetStatus", binding).response.read
     return ExporterStatus(
         bool(r["running"](msg)),
         str(r["state"](msg)),
@@ -544,142 +378,5 @@ def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterSta
 
 
 def runtime_kit_status(msg: Message, binding: Binding | None = None) -> RuntimeKitStatus:
-    r = _resp("QueryStatus", binding).read
+    r = _rpc("QueryStatus", binding).response.read
     return RuntimeKitStatus(bool(r["enabled"](msg)), str(r["message"](msg)))
-
-
-log = get_logger(__name__)
-
-WIRE_TYPE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "start-group", 4: "end-group", 5: "fixed32"}
-
-
-@dataclass(frozen=True)
-class UnknownField:
-    """One unknown field found in a parsed message."""
-
-    message_type: str  # full proto name, e.g. "xdm.Device"
-    number: int
-    wire_type: int
-    value: int | bytes | object
-    clash: bool  # True: the reconstruction declares this number (wire-type clash)
-
-    @property
-    def key(self) -> tuple[str, int, bool]:
-        return (self.message_type, self.number, self.clash)
-
-    def describe(self) -> str:
-        kind = "wire-type clash" if self.clash else "additive field"
-        wire = WIRE_TYPE_NAMES.get(self.wire_type, str(self.wire_type))
-        return f"{self.message_type} field {self.number} ({wire}): {kind}, value {_short(self.value)}"
-
-
-def unknown_fields(msg: Message) -> list[UnknownField]:
-    """All unknown fields of ``msg`` and of every message nested in it."""
-    found: list[UnknownField] = []
-    if has_unknown_fields(msg):
-        _walk(msg, found)
-    return found
-
-
-def has_unknown_fields(msg: Message) -> bool:
-    """Whether ``msg`` or anything nested in it holds an unknown field, decided in C.
-
-    Why: every XDM response is checked, the exporter's every second (hundreds of
-    nested samples), and walking them in Python cost more than the rest of the
-    stream path (issue 14). Unknown fields are kept when a message is serialised,
-    and each takes at least one byte, so a copy with them discarded (recursively,
-    map values included) is smaller exactly when there were any.
-    """
-    bare = type(msg)()
-    bare.CopyFrom(msg)
-    bare.DiscardUnknownFields()
-    return bare.ByteSize() != msg.ByteSize()
-
-
-def top_level_unknown_varints(msg: Message) -> list[UnknownField]:
-    """Unknown varint fields directly on ``msg`` (R3: a possible error code)."""
-    return [u for u in own_unknown_fields(msg) if u.wire_type == 0]
-
-
-def own_unknown_fields(msg: Message) -> list[UnknownField]:
-    """Unknown fields directly on ``msg`` (not in nested messages)."""
-    desc = msg.DESCRIPTOR
-    declared = {f.number for f in desc.fields}
-    out: list[UnknownField] = []
-    fields = UnknownFieldSet(msg)
-    for index in range(len(fields)):
-        item = fields[index]
-        out.append(
-            UnknownField(desc.full_name, item.field_number, item.wire_type, item.data, item.field_number in declared)
-        )
-    return out
-
-
-def _walk(msg: Message, found: list[UnknownField]) -> None:
-    found.extend(own_unknown_fields(msg))
-    for fd, value in msg.ListFields():
-        if fd.type != FieldDescriptor.TYPE_MESSAGE:
-            continue
-        entry = fd.message_type
-        if entry is not None and entry.GetOptions().map_entry:
-            value_field = entry.fields_by_name["value"]
-            if value_field.type == FieldDescriptor.TYPE_MESSAGE:
-                for sub in value.values():
-                    _walk(sub, found)
-        elif fd.is_repeated:
-            for sub in value:
-                _walk(sub, found)
-        else:
-            _walk(value, found)
-
-
-class DriftLog:
-    """Remembers what was already reported so each finding is logged once.
-
-    One instance per client. ``findings()`` lets health reporting and tests
-    see what was seen (first value kept).
-    """
-
-    def __init__(self, logger: logging.Logger | None = None) -> None:
-        self._log = logger or log
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, int, bool], UnknownField] = {}
-
-    def inspect(self, msg: Message) -> list[UnknownField]:
-        """Walk ``msg``; log new findings; return every unknown field found."""
-        found = unknown_fields(msg)
-        for item in found:
-            self.note(item)
-        return found
-
-    def note(self, item: UnknownField) -> None:
-        with self._lock:
-            if item.key in self._seen:
-                return
-            self._seen[item.key] = item
-        if item.clash:
-            self._log.warning("XDM possible schema drift: %s", item.describe())
-        else:
-            self._log.info("XDM response carries a field the reconstruction lacks: %s", item.describe())
-
-    def warn_once(self, key: str, text: str) -> None:
-        """Log a free-form drift warning once per ``key`` (e.g. health unreadable)."""
-        with self._lock:
-            marker = (key, -1, True)
-            if marker in self._seen:
-                return
-            self._seen[marker] = UnknownField(key, -1, -1, text, True)
-        self._log.warning("XDM possible schema drift: %s", text)
-
-    def findings(self) -> list[UnknownField]:
-        with self._lock:
-            return list(self._seen.values())
-
-    def has_clash(self) -> bool:
-        with self._lock:
-            return any(item.clash for item in self._seen.values())
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,26 +1,18 @@
 """XdmBackend: the ``nomad_plugin.model.backend_port.Backend`` over XDM.
 
-Two threads, both waiting on events (no busy loop):
+Two threads, both waiting on events:
 
-- the *watcher* subscribes ListAndWatch (each push is the complete list) and
-  resubscribes with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a
-  push) whenever the stream breaks;
-- the *resync* thread calls ListGpuInfo at start (a first push is not
-  guaranteed, R12) and every ``inventory_resync_period``, plus the node-wide
-  facts (xpu types, and the Runtime Kit status from config-daemon's
-  QueryStatus, so the ``runtime_kit`` attribute follows an Enable or Disable
-  within one period).
+- the *watcher* subscribes ListAndWatch (each push is the complete list) and resubscribes
+  with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a push) whenever the stream ends;
+- the *resync* thread calls ListGpuInfo at start (a first push is not guaranteed, R12) and
+  every ``inventory_resync_period``, with the node-wide facts: the xPU types and config-daemon's
+  QueryStatus, so the ``runtime_kit`` attribute follows an Enable or Disable within one period.
 
-When XDM is unreachable the last cards are kept and the inventory says
-``reachable=False`` with the classified reason and since when.
-
-An "XDM schema mismatch" (``SchemaMismatch``: the schema did not bind, or
-decoded data failed the plausibility guards) is not an outage: XDM answers,
-but the plugin cannot trust what it says. Every card is then published
-unhealthy with the mismatch text (none at all if no card was ever decoded
-plausibly: the inventory says unreachable with that reason), the streams keep
-being retried, and the client refuses Allocate. When the ListAndWatch stream
-ends the client's binding is dropped, so a restarted XDM is bound afresh.
+When XDM is unreachable the last cards are kept and the inventory says ``reachable=False``
+with the classified reason and since when. An "XDM schema mismatch" is no outage: XDM answers
+but cannot be trusted, so every card is published unhealthy with the mismatch (no card at all
+reads as unreachable with that reason), the streams keep being retried, and the client
+refuses Allocate.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from nomad_plugin.config.model import PluginConfig
@@ -41,19 +33,68 @@ from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
-from nomad_plugin.xdm.adapter import GpuFacts, vendor_of, xpu_type_of
-from nomad_plugin.xdm.client import Subscription, XdmClient, relax_stream_waits
+from nomad_plugin.xdm.adapter import GpuFacts
+from nomad_plugin.xdm.client import Subscription, XdmClient
+from nomad_plugin.xdm.guesses import vendor_of, xpu_type_of
 
 log = get_logger(__name__)
 
-# Kinds that prove XDM is down (as opposed to slow or missing an RPC).
+#: Kinds that prove XDM is down, as opposed to slow or missing an RPC.
 _DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
+HEALTH_NOT_YET_REPORTED = "health not yet reported by ListAndWatch"
+
+
+def compose_cards(stream_cards: Sequence[Card] | None, facts: Sequence[GpuFacts]) -> tuple[Card, ...]:
+    """The cards to publish: the last push filled in from ListGpuInfo, else ListGpuInfo alone.
+
+    ListAndWatch carries health and topology, ListGpuInfo the static facts (driver, NUMA
+    node, PCI address, MIG state); a fact never overrides the pushed health.
+    """
+    if stream_cards is None:
+        cards = [_card_from_facts(f) for f in facts]
+    else:
+        by_uuid = {f.uuid: f for f in facts if f.uuid}
+        by_minor = {f.minor: f for f in facts}
+        cards = [_merge(c, by_uuid.get(c.uuid) or by_minor.get(c.minor)) for c in stream_cards]
+    return tuple(sorted(cards, key=lambda c: c.minor))
+
+
+def _merge(card: Card, facts: GpuFacts | None) -> Card:
+    if facts is None:
+        return card
+    return replace(
+        card,
+        uuid=card.uuid or facts.uuid,
+        model=card.model or facts.model,
+        memory_mib=card.memory_mib or facts.memory_mib,
+        pci_bus_id=card.pci_bus_id or facts.pci_bus_id,
+        driver_version=facts.driver_version or card.driver_version,
+        numa_node=facts.numa_node if facts.numa_node is not None else card.numa_node,
+        mig_capable=card.mig_capable or facts.mig_enabled,
+    )
+
+
+def _card_from_facts(facts: GpuFacts) -> Card:
+    vendor = vendor_of(facts.xpu_type or facts.vendor, facts.model)
+    return Card(
+        minor=facts.minor,
+        uuid=facts.uuid,
+        model=facts.model,
+        vendor=vendor,
+        xpu_type=xpu_type_of(facts.xpu_type, vendor),
+        memory_mib=facts.memory_mib,
+        pci_bus_id=facts.pci_bus_id,
+        healthy=True,
+        health_reason=HEALTH_NOT_YET_REPORTED,
+        driver_version=facts.driver_version,
+        numa_node=facts.numa_node,
+        mig_capable=facts.mig_enabled,
+    )
 
 
 class XdmBackend:
-    """Inventory, grants and metrics from XDM. ``sleep(delay) -> stop?`` and
-    ``clock`` are injectable for tests; by default they wait on the stop event
-    and read ``time.time``."""
+    """Inventory, grants and metrics from XDM. ``sleep(delay) -> stop?``, ``clock`` and
+    ``backoff`` are injectable for tests."""
 
     name = "xdm"
 
@@ -71,31 +112,26 @@ class XdmBackend:
         self._clock = clock
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
-        # Start-up settling: cards are first published once both the first
-        # resync (ListGpuInfo: driver version; QueryStatus: runtime kit) and the
-        # first ListAndWatch push (health, topology) have arrived, or after a
-        # bounded wait for the one that is missing (R12: a push may never come
-        # unprompted). Nomad then never sees a half-described node.
-        self._first_resync = threading.Event()
+        self._sleep = sleep or self._stop.wait
+        # Cards are first published once the first resync (driver version, runtime kit) and
+        # the first push (health, topology) are in, or after a bounded wait for the missing
+        # one (R12: a push may never come unprompted): Nomad never sees a half-described node.
         self._first_push = threading.Event()
         self._settle_wait = max(0.1, float(config.xdm_call_timeout))
         self._settled = False
-        self._reach_hint: bool | None = None  # latest verdict, kept while publication waits
-        self._sleep = sleep or self._stop.wait
+        self._reach_hint: bool | None = None  # the latest verdict, kept while publication waits
         self._lock = threading.Lock()
         self._notify_lock = threading.RLock()
         self._listeners: Listeners[Inventory] = Listeners()
         self._threads: list[threading.Thread] = []
-        self._sub: Subscription[list[Card]] | None = None
-        self._metric_subs: set[Subscription[list[MetricSample]]] = set()
-        # state behind the published inventory
+        self._subs: set[Subscription[list[Card]] | Subscription[list[MetricSample]]] = set()
         self._stream_cards: list[Card] | None = None
         self._facts: list[GpuFacts] = []
         self._node: dict[str, str] = {"driver_version": "", "xpu_types": "", "runtime_kit": "unknown"}
         self._inventory = Inventory(reachable=False, unreachable_reason="not yet connected", node=dict(self._node))
         self._schema_problem = ""  # "XDM schema mismatch: ..." while the schema is not trusted
         self._runtime_problem = ""  # why QueryStatus last failed ("" = it answered)
-        self.resubscribes = 0  # how many times ListAndWatch was (re)opened; for tests and health
+        self.resubscribes = 0  # how many times ListAndWatch was (re)opened
 
     @property
     def client(self) -> XdmClient:
@@ -112,17 +148,14 @@ class XdmBackend:
                 threading.Thread(target=self._watch_loop, name="xdm-watch", daemon=True),
             ]
             threads = list(self._threads)
-        relax_stream_waits()  # process-wide; safe because every stream of the plugin is read by a background thread
         for thread in threads:
             thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._first_resync.set()
         self._first_push.set()
         with self._lock:
-            subs = [s for s in (self._sub, *self._metric_subs) if s is not None]
-            threads, self._threads = self._threads, []
+            subs, threads, self._threads = list(self._subs), self._threads, []
         for sub in subs:
             sub.cancel()
         for thread in threads:
@@ -140,13 +173,13 @@ class XdmBackend:
     def _watch_loop(self) -> None:
         while not self._stop.is_set():
             error: PluginError
+            sub: Subscription[list[Card]] | None = None
             try:
                 sub = self._client.list_and_watch()
                 with self._lock:
-                    self._sub = sub
+                    self._subs.add(sub)
                     self.resubscribes += 1
                 if self._stop.is_set():
-                    sub.cancel()
                     break
                 for cards in sub:
                     self._backoff.reset()
@@ -158,14 +191,16 @@ class XdmBackend:
                 log.exception("XDM ListAndWatch failed unexpectedly")
                 error = BackendUnavailable(f"unexpected error: {exc}", kind="unavailable")
             finally:
-                with self._lock:
-                    self._sub = None
+                if sub is not None:
+                    sub.cancel()
+                    with self._lock:
+                        self._subs.discard(sub)
             if self._stop.is_set():
                 break
             self._client.invalidate_binding("ListAndWatch ended")  # XDM may come back with another schema
             self._mark_unreachable(error)
             delay = self._backoff.next_delay()
-            # An oversized message is not an outage that ends by itself: say so where operators look.
+            # an oversized message is not an outage that ends by itself: say so where operators look
             level = logging.ERROR if getattr(error, "kind", "") == "message-too-large" else logging.INFO
             log.log(level, "xdm unreachable: %s; resubscribing in %.1fs", error, delay)
             if self._sleep(delay):
@@ -175,29 +210,31 @@ class XdmBackend:
         while not self._stop.is_set():
             self._resync_once()
             if not self._settled:
-                self._settle()
+                self._first_push.wait(self._settle_wait)
+                with self._notify_lock:
+                    self._settled = True
+                    self._publish(reachable=self._reach_hint)
             if self._stop.wait(self._resync_period):
                 break
 
     def _resync_once(self) -> None:
+        facts: list[GpuFacts] | None = None
         node: dict[str, str] = {}
         try:
             facts = self._client.list_gpu_info()
-            types = self._client.list_supported_xpu_types()
+            node["xpu_types"] = ",".join(self._client.list_supported_xpu_types())
         except SchemaMismatch as exc:
             self._mark_unreachable(exc)
-            facts, types = None, None
+            facts = None
         except BackendUnavailable as exc:
             if exc.kind in _DOWN_KINDS:
                 self._mark_unreachable(exc)
             else:
                 log.info("XDM resync skipped: %s", exc)
-            facts, types = None, None
+            facts = None
         except PluginError as exc:
             log.warning("XDM resync refused: %s", exc)
-            facts, types = None, None
-        if types is not None:
-            node["xpu_types"] = ",".join(types)
+            facts = None
         node["runtime_kit"] = self._runtime_kit()
         with self._notify_lock:
             with self._lock:
@@ -206,14 +243,6 @@ class XdmBackend:
                     self._schema_problem = self._client.schema_finding()
                 self._node.update(node)
             self._publish(reachable=True if facts is not None else None)
-
-    def _settle(self) -> None:
-        """End start-up: wait (bounded) for the first push, then publish what is known."""
-        self._first_resync.set()
-        self._first_push.wait(self._settle_wait)
-        with self._notify_lock:
-            self._settled = True
-            self._publish(reachable=self._reach_hint)
 
     def _runtime_kit(self) -> str:
         try:
@@ -241,13 +270,13 @@ class XdmBackend:
                     self._schema_problem = str(error)
                 self._publish(reachable=True, reason=str(error))
                 return
-            self._publish(reachable=False, reason=_reason(error))
+            kind = getattr(error, "kind", "")
+            self._publish(reachable=False, reason=f"{kind}: {error}" if kind else str(error))
 
     def _publish(self, reachable: bool | None, reason: str = "") -> None:
-        """Recompute the inventory; notify listeners if anything changed.
+        """Recompute the inventory and notify listeners if anything changed.
 
-        Before start-up has settled only an unreachable XDM is published (so an
-        outage shows at once); cards wait for ``_settle``.
+        Before start-up has settled only an unreachable XDM is published, so an outage shows at once.
         """
         with self._notify_lock:
             if reachable is not None:
@@ -257,15 +286,14 @@ class XdmBackend:
             with self._lock:
                 old = self._inventory
                 cards = compose_cards(self._stream_cards, self._facts)
-                self._node["driver_version"] = driver_versions(self._facts, cards)
+                versions = {f.driver_version for f in self._facts} | {c.driver_version for c in cards}
+                self._node["driver_version"] = ",".join(sorted(v for v in versions if v))
                 is_reachable = old.reachable if reachable is None else reachable
-                problem = self._schema_problem
-                if problem:
-                    # Never a healthy card on an untrusted schema; with no card
-                    # at all, say it where Nomad shows an outage.
-                    cards = tuple(replace(c, healthy=False, health_reason=problem) for c in cards)
+                if self._schema_problem:
+                    # never a healthy card on an untrusted schema; with no card, say it as an outage
+                    cards = tuple(replace(c, healthy=False, health_reason=self._schema_problem) for c in cards)
                     if not cards:
-                        is_reachable, reason = False, problem
+                        is_reachable, reason = False, self._schema_problem
                 since = 0.0
                 if not is_reachable:
                     since = old.unreachable_since if not old.reachable and old.unreachable_since else self._clock()
@@ -279,8 +307,7 @@ class XdmBackend:
                 )
                 if new == old:
                     return
-                new = replace(new, generation=old.generation + 1)
-                self._inventory = new
+                self._inventory = new = replace(new, generation=old.generation + 1)
             self._listeners.notify(new)
 
     # ------------------------------------------------------------ grants and metrics
@@ -294,24 +321,28 @@ class XdmBackend:
         return self._client.exporter_get_data_list()
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
+        """The exporter's pushes until ``cancel`` is set or the backend stops.
+
+        A ``CancelEvent`` cancels the stream by callback; a plain Event is watched by a thread.
+        """
         sub = self._client.exporter_data_stream()
-        done = threading.Event()
         with self._lock:
-            self._metric_subs.add(sub)
+            self._subs.add(sub)
         if self._stop.is_set():  # stopped while subscribing: ``stop`` may have missed this one
             sub.cancel()
+        done = threading.Event()
         forget: Callable[[], None] | None = None
         if isinstance(cancel, CancelEvent):
-            forget = cancel.on_set(sub.cancel)  # no watcher thread; ``stop`` cancels the rest
+            forget = cancel.on_set(sub.cancel)
         else:
 
-            def watch_cancel() -> None:
+            def watch() -> None:
                 while not done.is_set():
                     if cancel.wait(0.2) or self._stop.is_set():
                         sub.cancel()
                         return
 
-            threading.Thread(target=watch_cancel, name="xdm-metrics-cancel", daemon=True).start()
+            threading.Thread(target=watch, name="xdm-metrics-cancel", daemon=True).start()
         try:
             for batch in sub:
                 if cancel.is_set():
@@ -323,62 +354,4 @@ class XdmBackend:
                 forget()
             sub.cancel()
             with self._lock:
-                self._metric_subs.discard(sub)
-
-
-def _reason(error: PluginError) -> str:
-    kind = getattr(error, "kind", "")
-    return f"{kind}: {error}" if kind else str(error)
-
-
-HEALTH_NOT_YET_REPORTED = "health not yet reported by ListAndWatch"
-
-
-def merge_facts(card: Card, facts: GpuFacts | None) -> Card:
-    """Fill what ListAndWatch left empty from ListGpuInfo; never overrides health."""
-    if facts is None:
-        return card
-    return replace(
-        card,
-        uuid=card.uuid or facts.uuid,
-        model=card.model or facts.model,
-        memory_mib=card.memory_mib or facts.memory_mib,
-        pci_bus_id=card.pci_bus_id or facts.pci_bus_id,
-        driver_version=facts.driver_version or card.driver_version,
-        numa_node=facts.numa_node if facts.numa_node is not None else card.numa_node,
-        mig_capable=card.mig_capable or facts.mig_enabled,
-    )
-
-
-def card_from_facts(facts: GpuFacts) -> Card:
-    vendor = vendor_of(facts.xpu_type or facts.vendor, facts.model)
-    return Card(
-        minor=facts.minor,
-        uuid=facts.uuid,
-        model=facts.model,
-        vendor=vendor,
-        xpu_type=xpu_type_of(facts.xpu_type, vendor),
-        memory_mib=facts.memory_mib,
-        pci_bus_id=facts.pci_bus_id,
-        healthy=True,
-        health_reason=HEALTH_NOT_YET_REPORTED,
-        driver_version=facts.driver_version,
-        numa_node=facts.numa_node,
-        mig_capable=facts.mig_enabled,
-    )
-
-
-def compose_cards(stream_cards: Sequence[Card] | None, facts: Sequence[GpuFacts]) -> tuple[Card, ...]:
-    """The card list to publish: the last push enriched with facts, else facts alone."""
-    by_uuid: Mapping[str, GpuFacts] = {f.uuid: f for f in facts if f.uuid}
-    by_minor: Mapping[int, GpuFacts] = {f.minor: f for f in facts}
-    if stream_cards is None:
-        return tuple(sorted((card_from_facts(f) for f in facts), key=lambda c: c.minor))
-    merged = (merge_facts(c, by_uuid.get(c.uuid) or by_minor.get(c.minor)) for c in stream_cards)
-    return tuple(sorted(merged, key=lambda c: c.minor))
-
-
-def driver_versions(facts: Sequence[GpuFacts], cards: Sequence[Card] = ()) -> str:
-    versions = {f.driver_version for f in facts if f.driver_version}
-    versions |= {c.driver_version for c in cards if c.driver_version}
-    return ",".join(sorted(versions))
+                self._subs.discard(sub)

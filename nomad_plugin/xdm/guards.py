@@ -1,20 +1,14 @@
-"""Plausibility guards on decoded XDM data, whatever the schema source (R2).
+"""Whether to trust what XDM answered: plausibility of decoded data (R2), evidence of a grant (R3, R4).
 
-A schema that is wrong but wire-compatible decodes *silently* into wrong
-values: a PCI address where the UUID belongs, a minor where the memory size
-belongs. These checks are the last line: each failure is phrased for the
-"XDM schema mismatch: ..." finding (cards unhealthy with it, Reserve refused
-with it). They are pure, and loose enough for any real card:
+A schema that is wrong but wire-compatible decodes *silently* into wrong values: a PCI
+address where the UUID belongs, a minor where the memory size belongs. The plausibility
+checks are loose enough for any real card (a UUID with an optional short prefix, minors in
+0..1023, 1 GiB..4 TiB of memory, a readable health word, topology JSON that parses on some
+card) and each failure is phrased for the "XDM schema mismatch: ..." finding.
 
-- a UUID looks like one (optionally prefixed: ``GPU-``, ``PPU-``, ``MIG-``),
-  32 hex digits in the 8-4-4-4-12 or plain form;
-- minors are unique and within 0..MAX_MINOR;
-- memory is within MIN_MEMORY_MIB..MAX_MEMORY_MIB (1 GiB .. 4 TiB);
-- the health word is known (an unreadable one is never defaulted);
-- topology JSON parses (a failure on every card that has one is systematic,
-  i.e. the schema; a single bad card only loses its topology, R9).
-
-Grant verification (granted minors == requested ones) lives in ``verify.py``.
+An Allocate success ``{status: 0, message: ""}`` is zero bytes on the wire and parses as
+success into any message, so a grant counts only with positive evidence, matching the
+request card for card; the caller releases it at once otherwise.
 """
 
 from __future__ import annotations
@@ -23,8 +17,9 @@ import re
 from collections.abc import Sequence
 
 from nomad_plugin.model.card import Card
-from nomad_plugin.model.grant import DeviceAsk, Grant, GrantedDevice, GrantRequest
-from nomad_plugin.xdm.adapter import HEALTH_UNREADABLE, GpuFacts
+from nomad_plugin.model.grant import Grant, GrantRequest
+from nomad_plugin.xdm.adapter import GpuFacts
+from nomad_plugin.xdm.guesses import HEALTH_UNREADABLE
 
 MAX_MINOR = 1023
 MIN_MEMORY_MIB = 1024
@@ -37,13 +32,13 @@ SHOWN = 3  # examples named per problem
 
 
 def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 48 else text[:45] + "...'"
+    shown = repr(value)
+    return shown if len(shown) <= 48 else shown[:45] + "...'"
 
 
-def identity_problems(items: Sequence[tuple[int, str, int]], what: str) -> list[str]:
+def _identity_problems(items: Sequence[tuple[int, str, int]], what: str) -> list[str]:
     """(minor, uuid, memory MiB) triples -> problems, each naming a few examples."""
-    problems: list[str] = []
+    problems = []
     bad_uuid = [u for _, u, _ in items if not UUID.match(u)]
     if bad_uuid:
         problems.append(
@@ -67,7 +62,7 @@ def card_problems(cards: Sequence[Card]) -> list[str]:
     """What is implausible about one ListAndWatch push (empty = plausible)."""
     if not cards:
         return []
-    problems = identity_problems([(c.minor, c.uuid, c.memory_mib) for c in cards], "ListAndWatch")
+    problems = _identity_problems([(c.minor, c.uuid, c.memory_mib) for c in cards], "ListAndWatch")
     unreadable = [c for c in cards if c.health_reason.startswith(HEALTH_UNREADABLE)]
     if unreadable:
         problems.append(
@@ -76,34 +71,29 @@ def card_problems(cards: Sequence[Card]) -> list[str]:
         )
     with_topology = [c for c in cards if c.topology.error or c.topology.levels]
     broken = [c for c in with_topology if c.topology.error]
-    if with_topology and len(broken) == len(with_topology) and len(broken) > 1:
+    if len(broken) == len(with_topology) > 1:  # one bad card only loses its topology (R9)
         problems.append(f"ListAndWatch: no card's topology JSON parses ({broken[0].topology.error})")
     return problems
 
 
 def facts_problems(facts: Sequence[GpuFacts]) -> list[str]:
     """What is implausible about one ListGpuInfo answer (empty = plausible)."""
-    if not facts:
-        return []
-    return identity_problems([(f.minor, f.uuid, f.memory_mib) for f in facts], "ListGpuInfo")
+    return _identity_problems([(f.minor, f.uuid, f.memory_mib) for f in facts], "ListGpuInfo") if facts else []
 
 
-def has_evidence(request: GrantRequest, grant: Grant) -> bool:
-    if grant.devices or grant.envs or grant.device_nodes or grant.mounts or grant.cdi_devices:
-        return True
-    return any(request.annotations.get(key) != value for key, value in grant.annotations.items())
+def grant_problem(request: GrantRequest, grant: Grant, error_code_hints: Sequence[str] = ()) -> str | None:
+    """Why ``grant`` does not answer ``request``, or None when it does.
 
-
-def grant_problem(request: GrantRequest, grant: Grant, unknown_varints: Sequence[str] = ()) -> str | None:
-    """Why ``grant`` does not answer ``request``, or None when it does."""
-    hint = (
-        f"; unknown varint field(s) that may carry an error code: {', '.join(unknown_varints)}"
-        if unknown_varints
-        else ""
-    )
+    Evidence is granted devices, envs, device nodes, mounts, CDI names, or annotations XDM
+    added (echoed request annotations do not count). Granted minors must equal the requested
+    ones, each card's core/memory/slice the request's, an echoed id ours.
+    """
+    hint = f"; unknown varint field(s) that may carry an error code: {', '.join(error_code_hints)}"
+    hint = hint if error_code_hints else ""
     if grant.grant_id and grant.grant_id != request.grant_id:
         return f"XDM answered for allocation {grant.grant_id!r}, not {request.grant_id!r}{hint}"
-    if not has_evidence(request, grant):
+    added = any(request.annotations.get(key) != value for key, value in grant.annotations.items())
+    if not (grant.devices or grant.envs or grant.device_nodes or grant.mounts or grant.cdi_devices or added):
         return f"XDM reported success for allocation {request.grant_id} but granted nothing{hint}"
     if not grant.devices:
         return None  # annotation/env-only style: nothing per card to compare
@@ -113,18 +103,10 @@ def grant_problem(request: GrantRequest, grant: Grant, unknown_varints: Sequence
         return f"XDM granted card(s) {got} but {asked} were requested{hint}"
     by_minor = {dev.minor: dev for dev in grant.devices}
     for ask in request.asks:
-        problem = _amount_problem(ask, by_minor[ask.minor])
-        if problem:
-            return problem + hint
+        dev = by_minor[ask.minor]
+        if (ask.core, ask.memory_gib, ask.slices) != (dev.core, dev.memory_gib, dev.slices):
+            return (
+                f"card {ask.minor}: asked core={ask.core}% memory={ask.memory_gib}GiB slice={ask.slices}, "
+                f"XDM granted core={dev.core}% memory={dev.memory_gib}GiB slice={dev.slices}{hint}"
+            )
     return None
-
-
-def _amount_problem(ask: DeviceAsk, dev: GrantedDevice) -> str | None:
-    wanted = (ask.core, ask.memory_gib, ask.slices)
-    granted = (dev.core, dev.memory_gib, dev.slices)
-    if wanted == granted:
-        return None
-    return (
-        f"card {ask.minor}: asked core={ask.core}% memory={ask.memory_gib}GiB slice={ask.slices}, "
-        f"XDM granted core={dev.core}% memory={dev.memory_gib}GiB slice={dev.slices}"
-    )
