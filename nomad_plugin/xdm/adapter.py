@@ -1,16 +1,13 @@
-"""XDM's messages <-> the plugin's model, through a ``binder.Binding``.
+"""XDM's messages <-> the plugin's model, through a ``binder.Binding`` (None: the reconstruction).
 
-Nothing here knows a field number: every read and write goes through the binding of the
-schema in use, by reconstruction field name. A binding of None means the reconstruction.
-Every XDM string the plugin repeats is escaped and bounded (``util/text.py``): it reaches
-the agent's log, Nomad's device names and task events, where a newline or ESC would forge
-lines. What does not decode as the schema says is kept visible for the guards and logged
-once as drift, never defaulted into something plausible.
+Nothing here knows a field number: reads and writes go by reconstruction field name. Every XDM
+string the plugin repeats is escaped and bounded (``util/text.py``): it reaches the agent's log
+and Nomad's device names and task events, where a newline or ESC would forge lines. What does
+not decode as the schema says is logged once as drift and kept visible for the guards.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -76,11 +73,8 @@ class RuntimeKitStatus:
 # ---------------------------------------------------------------- drift (R2, R16)
 @dataclass(frozen=True)
 class UnknownField:
-    """A field of a parsed message that the bound schema does not read.
-
-    ``clash``: the schema declares the number, so the value came with another wire type
-    (the schema is wrong for it); otherwise a field the schema lacks (a newer XDM, additive).
-    """
+    """A field the bound schema did not read. ``clash``: the schema declares its number, so the value
+    came with another wire type (the schema is wrong for it); else an additive field (a newer XDM)."""
 
     message_type: str
     number: int
@@ -105,23 +99,20 @@ def unknown_fields(msg: Message) -> list[UnknownField]:
         for item in (unknown[i] for i in range(len(unknown)))
     ]
     for fd, value in msg.ListFields():
-        if fd.type != FieldDescriptor.TYPE_MESSAGE:
-            continue
-        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
-            if fd.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
-                found += [u for sub in value.values() for u in unknown_fields(sub)]
-        elif fd.is_repeated:
-            found += [u for sub in value for u in unknown_fields(sub)]
-        else:
-            found += unknown_fields(value)
+        entry = fd.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            if entry.fields_by_name["value"].type != FieldDescriptor.TYPE_MESSAGE:
+                continue
+            value = value.values()
+        if entry is not None:
+            found += [u for sub in (value if fd.is_repeated else [value]) for u in unknown_fields(sub)]
     return found
 
 
 class DriftLog:
     """Logs each drift finding once per client (a clash at warning, an additive field at info)."""
 
-    def __init__(self, logger: logging.Logger | None = None) -> None:
-        self._log = logger or log
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, int, bool], UnknownField] = {}
 
@@ -133,16 +124,16 @@ class DriftLog:
                     continue
                 self._seen[key] = item
             if item.clash:
-                self._log.warning("XDM possible schema drift: %s", item.describe())
+                log.warning("XDM possible schema drift: %s", item.describe())
             else:
-                self._log.info("XDM response carries a field the reconstruction lacks: %s", item.describe())
+                log.info("XDM response carries a field the reconstruction lacks: %s", item.describe())
 
     def warn_once(self, key: str, message: str) -> None:
         with self._lock:
             if (key, -1, True) in self._seen:
                 return
             self._seen[(key, -1, True)] = UnknownField(key, -1, -1, message, True)
-        self._log.warning("XDM possible schema drift: %s", message)
+        log.warning("XDM possible schema drift: %s", message)
 
     def findings(self) -> list[UnknownField]:
         with self._lock:

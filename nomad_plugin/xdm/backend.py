@@ -1,18 +1,13 @@
 """XdmBackend: the ``nomad_plugin.model.backend_port.Backend`` over XDM.
 
-Two threads, both waiting on events:
+The *watcher* thread subscribes ListAndWatch (each push is the complete list) and resubscribes
+with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a push). The *resync* thread calls
+ListGpuInfo at start (a first push is not guaranteed, R12) and every ``inventory_resync_period``,
+with the xPU types and QueryStatus, so ``runtime_kit`` follows a switch within one period.
 
-- the *watcher* subscribes ListAndWatch (each push is the complete list) and resubscribes
-  with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a push) whenever the stream ends;
-- the *resync* thread calls ListGpuInfo at start (a first push is not guaranteed, R12) and
-  every ``inventory_resync_period``, with the node-wide facts: the xPU types and config-daemon's
-  QueryStatus, so the ``runtime_kit`` attribute follows an Enable or Disable within one period.
-
-When XDM is unreachable the last cards are kept and the inventory says ``reachable=False``
-with the classified reason and since when. An "XDM schema mismatch" is no outage: XDM answers
-but cannot be trusted, so every card is published unhealthy with the mismatch (no card at all
-reads as unreachable with that reason), the streams keep being retried, and the client
-refuses Allocate.
+An unreachable XDM keeps the last cards, ``reachable=False`` with the reason and since when. An
+"XDM schema mismatch" is no outage: every card is published unhealthy with it (with no card, it
+reads as unreachable), the streams keep being retried, and Allocate is refused.
 """
 
 from __future__ import annotations
@@ -45,13 +40,10 @@ HEALTH_NOT_YET_REPORTED = "health not yet reported by ListAndWatch"
 
 
 def compose_cards(stream_cards: Sequence[Card] | None, facts: Sequence[GpuFacts]) -> tuple[Card, ...]:
-    """The cards to publish: the last push filled in from ListGpuInfo, else ListGpuInfo alone.
-
-    ListAndWatch carries health and topology, ListGpuInfo the static facts (driver, NUMA
-    node, PCI address, MIG state); a fact never overrides the pushed health.
-    """
+    """The cards to publish: the last push (health, topology) filled in from ListGpuInfo (driver,
+    NUMA node, PCI address, MIG state), else ListGpuInfo alone; a fact never overrides health."""
     if stream_cards is None:
-        cards = [_card_from_facts(f) for f in facts]
+        cards = [_merge(_blank(f), f) for f in facts]
     else:
         by_uuid = {f.uuid: f for f in facts if f.uuid}
         by_minor = {f.minor: f for f in facts}
@@ -74,42 +66,24 @@ def _merge(card: Card, facts: GpuFacts | None) -> Card:
     )
 
 
-def _card_from_facts(facts: GpuFacts) -> Card:
+def _blank(facts: GpuFacts) -> Card:
+    """A card known from ListGpuInfo alone, before any push: healthy until told otherwise."""
     vendor = vendor_of(facts.xpu_type or facts.vendor, facts.model)
     return Card(
-        minor=facts.minor,
-        uuid=facts.uuid,
-        model=facts.model,
-        vendor=vendor,
-        xpu_type=xpu_type_of(facts.xpu_type, vendor),
-        memory_mib=facts.memory_mib,
-        pci_bus_id=facts.pci_bus_id,
-        healthy=True,
-        health_reason=HEALTH_NOT_YET_REPORTED,
-        driver_version=facts.driver_version,
-        numa_node=facts.numa_node,
-        mig_capable=facts.mig_enabled,
+        facts.minor, "", "", vendor, xpu_type_of(facts.xpu_type, vendor), 0, health_reason=HEALTH_NOT_YET_REPORTED
     )
 
 
 class XdmBackend:
-    """Inventory, grants and metrics from XDM. ``sleep(delay) -> stop?``, ``clock`` and
-    ``backoff`` are injectable for tests."""
+    """Inventory, grants and metrics from XDM; ``backoff`` and ``sleep(delay) -> stop?`` may be replaced."""
 
     name = "xdm"
 
     def __init__(
-        self,
-        config: PluginConfig,
-        client: XdmClient | None = None,
-        *,
-        clock: Callable[[], float] = time.time,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], bool] | None = None,
+        self, config: PluginConfig, *, backoff: Backoff | None = None, sleep: Callable[[float], bool] | None = None
     ) -> None:
-        self._client = client or XdmClient(config)
+        self.client = self._client = XdmClient(config)
         self._resync_period = max(0.05, float(config.inventory_resync_period))
-        self._clock = clock
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
@@ -133,23 +107,16 @@ class XdmBackend:
         self._runtime_problem = ""  # why QueryStatus last failed ("" = it answered)
         self.resubscribes = 0  # how many times ListAndWatch was (re)opened
 
-    @property
-    def client(self) -> XdmClient:
-        return self._client
-
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
         with self._lock:
             if self._threads:
                 return
             self._stop.clear()
-            self._threads = [
-                threading.Thread(target=self._resync_loop, name="xdm-resync", daemon=True),
-                threading.Thread(target=self._watch_loop, name="xdm-watch", daemon=True),
-            ]
-            threads = list(self._threads)
-        for thread in threads:
-            thread.start()
+            loops = ((self._resync_loop, "xdm-resync"), (self._watch_loop, "xdm-watch"))
+            self._threads = [threading.Thread(target=loop, name=name, daemon=True) for loop, name in loops]
+            for thread in self._threads:
+                thread.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -221,20 +188,18 @@ class XdmBackend:
         facts: list[GpuFacts] | None = None
         node: dict[str, str] = {}
         try:
-            facts = self._client.list_gpu_info()
+            found = self._client.list_gpu_info()
             node["xpu_types"] = ",".join(self._client.list_supported_xpu_types())
+            facts = found
         except SchemaMismatch as exc:
             self._mark_unreachable(exc)
-            facts = None
         except BackendUnavailable as exc:
             if exc.kind in _DOWN_KINDS:
                 self._mark_unreachable(exc)
             else:
                 log.info("XDM resync skipped: %s", exc)
-            facts = None
         except PluginError as exc:
             log.warning("XDM resync refused: %s", exc)
-            facts = None
         node["runtime_kit"] = self._runtime_kit()
         with self._notify_lock:
             with self._lock:
@@ -296,7 +261,7 @@ class XdmBackend:
                         is_reachable, reason = False, self._schema_problem
                 since = 0.0
                 if not is_reachable:
-                    since = old.unreachable_since if not old.reachable and old.unreachable_since else self._clock()
+                    since = old.unreachable_since if not old.reachable and old.unreachable_since else time.time()
                 new = Inventory(
                     cards=cards,
                     reachable=is_reachable,
@@ -323,33 +288,20 @@ class XdmBackend:
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
         """The exporter's pushes until ``cancel`` is set or the backend stops.
 
-        A ``CancelEvent`` cancels the stream by callback; a plain Event is watched by a thread.
+        A ``CancelEvent`` cancels the stream the moment it is set; a plain Event is seen between pushes.
         """
         sub = self._client.exporter_data_stream()
         with self._lock:
             self._subs.add(sub)
         if self._stop.is_set():  # stopped while subscribing: ``stop`` may have missed this one
             sub.cancel()
-        done = threading.Event()
-        forget: Callable[[], None] | None = None
-        if isinstance(cancel, CancelEvent):
-            forget = cancel.on_set(sub.cancel)
-        else:
-
-            def watch() -> None:
-                while not done.is_set():
-                    if cancel.wait(0.2) or self._stop.is_set():
-                        sub.cancel()
-                        return
-
-            threading.Thread(target=watch, name="xdm-metrics-cancel", daemon=True).start()
+        forget = cancel.on_set(sub.cancel) if isinstance(cancel, CancelEvent) else None
         try:
             for batch in sub:
                 if cancel.is_set():
                     break
                 yield batch
         finally:
-            done.set()
             if forget is not None:
                 forget()
             sub.cancel()

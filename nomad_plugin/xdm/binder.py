@@ -1,34 +1,27 @@
 """Bind XDM's real schema by meaning, never by number (R1, R2).
 
-The plugin's model of XDM is the reconstruction in ``proto/lingjun/``: its names (RPCs,
-messages, fields) come from the API reference, its numbers are guesses. ``xdm_schema``
-says where XDM's actual schema comes from, as a ``FileDescriptorSet``:
+The reconstruction in ``proto/lingjun/`` is the plugin's model of XDM: its names come from the
+API reference, its numbers are guesses. ``xdm_schema`` names XDM's actual schema: ``builtin``
+(the reconstruction), ``reflection`` (gRPC server reflection), ``auto`` (reflection when served,
+else the reconstruction), or a path (a ``.proto`` file, a directory of them, compiled by
+grpcio-tools only then, after the handshake; or a descriptor set).
 
-- ``"builtin"``: the reconstruction itself;
-- ``"reflection"``: gRPC server reflection on XDM's socket;
-- ``"auto"`` (default): reflection when XDM serves it, else the reconstruction;
-- a path: a ``.proto`` file, a directory of them (compiled in-process by grpcio-tools,
-  imported only then, so never before the go-plugin handshake), or a descriptor set.
-
-``bind`` finds each of the plugin's RPCs in that schema by method name whatever the
-package, takes the message types from the method descriptors, and matches each field by
-normalised name (``totalMemory`` = ``total_memory``), then ``xdm_field_aliases``, then the
-synonyms in ``guesses``. The reconstruction goes through the same code. The resulting
-``Binding`` holds message classes made by protobuf's own factory, a reader per field, a
-report, and the *mismatch* list: what is required and did not bind.
+``bind`` finds each RPC by method name whatever the package, and each field by normalised name,
+then ``xdm_field_aliases``, then the synonyms in ``guesses``; the reconstruction takes the same
+path. A ``Binding`` holds protobuf's own message classes, a reader per field, a report, and the
+*mismatch* list: what is required and did not bind.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.resources
 import os
-import queue
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,19 +64,9 @@ REQUIRED_RPCS = ("ListAndWatch", "Allocate", "Release")
 SWITCH_RPCS: RpcTable = (("QueryStatus", "config", False), ("Enable", "config", False), ("Disable", "config", False))
 
 #: Model fields without which a card or a grant would be wrong ("a|b" = at least one).
-REQUIRED_FIELDS = (
-    "ListAndWatchResponse.devices",
-    "Device.minor",
-    "Device.uuid",
-    "Device.health",
-    "Device.totalMemory",
-    "AllocateRequest.id",
-    "AllocateRequest.devices",
-    "DeviceRequest.minor",
-    "AllocateResponse.status",
-    "AllocateResponse.envs|AllocateResponse.deviceSpecs",
-    "ReleaseRequest.id",
-)
+REQUIRED_FIELDS = """ListAndWatchResponse.devices Device.minor Device.uuid Device.health Device.totalMemory
+AllocateRequest.id AllocateRequest.devices DeviceRequest.minor AllocateResponse.status
+AllocateResponse.envs|AllocateResponse.deviceSpecs ReleaseRequest.id""".split()
 
 _INTS = {getattr(FieldDescriptor, f"TYPE_{t}") for t in ("INT32", "INT64", "UINT32", "UINT64", "SINT32", "SINT64")}
 _INTS |= {getattr(FieldDescriptor, f"TYPE_{t}") for t in ("FIXED32", "FIXED64", "SFIXED32", "SFIXED64")}
@@ -136,11 +119,8 @@ Reader = Callable[[Message], Any]
 
 @dataclass
 class MessageBinding:
-    """One reconstruction message bound to one XDM message type.
-
-    ``read[f](msg)``: model field ``f`` converted to the model's type (its empty value when
-    unbound); ``name[f]`` / ``number[f]``: the XDM field; ``child[f]``: a message field's binding.
-    """
+    """One reconstruction message bound to one XDM message type: ``read[f](msg)`` gives model field
+    ``f`` in the model's type (empty when unbound); ``name``, ``number``, ``child``: the XDM side."""
 
     model: str
     cls: type[Message]
@@ -296,11 +276,8 @@ _cache_lock = threading.Lock()
 def bind(
     fds: FileSet, source: str, aliases: Aliases = (), *, probe_service: bool = False, rpcs: RpcTable = RPCS
 ) -> Binding:
-    """Bind ``fds``; raises ``SchemaError`` only when it cannot form a descriptor pool.
-
-    Cached per schema bytes and aliases, so re-binding after every reconnect to an
-    unchanged XDM makes no new pool or classes.
-    """
+    """Bind ``fds``; ``SchemaError`` only when it cannot form a descriptor pool. Cached per schema
+    bytes and aliases: re-binding to an unchanged XDM after a reconnect makes no new pool or classes."""
     pairs = tuple(sorted(dict(aliases).items()))
     digest = hashlib.sha256(fds.SerializeToString(deterministic=True)).hexdigest()
     key = (digest, pairs, source, probe_service, rpcs)
@@ -315,14 +292,9 @@ def bind(
     return binding
 
 
-@functools.lru_cache(maxsize=8)
-def _builtin(pairs: tuple[tuple[str, str], ...], rpcs: RpcTable) -> Binding:
-    return bind(builtin_set(), "builtin", pairs, probe_service=True, rpcs=rpcs)
-
-
 def builtin_binding(aliases: Aliases = (), rpcs: RpcTable = RPCS) -> Binding:
     """The reconstruction, bound by the same binder."""
-    return _builtin(tuple(sorted(dict(aliases).items())), rpcs)
+    return bind(builtin_set(), "builtin", aliases, probe_service=True, rpcs=rpcs)
 
 
 def choose(
@@ -334,19 +306,17 @@ def choose(
     rpcs: RpcTable = RPCS,
     needs: tuple[str, ...] = ("ListAndWatch", "Allocate"),
     label: str = "reflection",
-    load: Callable[[str], FileSet] | None = None,
 ) -> Binding:
     """The binding ``xdm_schema`` asks for; ``SchemaMismatch`` when that schema cannot be read.
 
-    ``reflect()`` asks the daemon (None: it serves no reflection; its ``grpc.RpcError`` is the
-    caller's to classify); ``unserved`` says so when ``xdm_schema`` insists on reflection. With
-    ``auto``, reflection that describes none of ``needs`` falls back to the reconstruction.
+    ``reflect()`` asks the daemon (None: no reflection served; ``unserved`` says so when it is
+    insisted on). With ``auto``, reflection describing none of ``needs`` gives the reconstruction.
     """
     try:
         if schema == "builtin":
             return builtin_binding(aliases, rpcs)
         if is_path(schema):
-            return bind((load or load_path)(schema), schema, aliases, rpcs=rpcs)
+            return bind(load_path(schema), schema, aliases, rpcs=rpcs)
         fds = reflect()
         if fds is None:
             if schema == "reflection":
@@ -385,8 +355,9 @@ class _Binder:
                 continue
             service, target = found
             if bool(target.server_streaming) != streaming or target.client_streaming:
-                shape = "server-streaming" if target.server_streaming else "unary"
-                shape += ", client-streaming" if target.client_streaming else ""
+                shape = ("server-streaming" if target.server_streaming else "unary") + (
+                    ", client-streaming" if target.client_streaming else ""
+                )
                 needed = "server-streaming" if streaming else "unary"
                 self.mismatch.append(f"rpc {service.full_name}.{target.name} is {shape}; the plugin needs {needed}")
                 continue
@@ -625,84 +596,54 @@ REFLECTION_SERVICES = ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v
 
 
 def reflect(channel: grpc.Channel, timeout: float) -> FileSet | None:
-    """XDM's schema through server reflection (v1, then v1alpha); None when it serves neither.
-
-    Lists the services, asks for the file defining each, and follows imports by file name.
-    Garbage answers raise ``SchemaError``; a transport failure raises ``grpc.RpcError``.
-    """
+    """XDM's schema through server reflection (v1, then v1alpha), within ``timeout``; None when it
+    serves neither. Garbage answers raise ``SchemaError``; a transport failure ``grpc.RpcError``."""
     from grpc_reflection.v1alpha import reflection_pb2 as rpb  # v1's messages are wire-identical
 
+    deadline = time.monotonic() + timeout
     for service in REFLECTION_SERVICES:
         call = channel.stream_stream(
             f"/{service}/ServerReflectionInfo",
             request_serializer=rpb.ServerReflectionRequest.SerializeToString,
             response_deserializer=lambda data: data,
         )
+
+        def ask(call: Any = call, **request: Any) -> Any:
+            left = max(0.01, deadline - time.monotonic())
+            stream = call(iter([rpb.ServerReflectionRequest(**request)]), timeout=left, wait_for_ready=True)
+            try:
+                raw = next(stream, None)
+            finally:
+                stream.cancel()
+            if raw is None:
+                raise SchemaError("server reflection closed the stream before answering")
+            try:
+                answer = rpb.ServerReflectionResponse.FromString(raw)
+            except DecodeError as exc:
+                raise SchemaError(f"server reflection answered garbage ({len(raw)} bytes): {exc}") from None
+            if answer.HasField("error_response"):
+                err = answer.error_response
+                raise SchemaError(f"server reflection error {err.error_code}: {err.error_message}")
+            return answer
+
         try:
-            return _Reflector(call, timeout, rpb).run()
+            return _reflected_files(ask)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
     return None
 
 
-class _Reflector:
-    """One reflection conversation: one request at a time over one stream."""
+def _reflected_files(ask: Callable[..., Any]) -> FileSet:
+    """Lists the services, asks for the file defining each, then for their imports by file name."""
+    listed = ask(list_services="")
+    if not listed.HasField("list_services_response"):
+        raise SchemaError("server reflection did not answer list_services")
+    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
 
-    def __init__(self, call: Any, timeout: float, rpb: Any) -> None:
-        self._rpb = rpb
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)  # one request in flight + the end marker
-        self._responses: Iterator[bytes] = call(iter(self._queue.get, None), timeout=timeout, wait_for_ready=True)
-
-    def _ask(self, **kwargs: Any) -> Any:
-        self._queue.put(self._rpb.ServerReflectionRequest(**kwargs))
-        try:
-            raw = next(self._responses)
-        except StopIteration:
-            raise SchemaError("server reflection closed the stream before answering") from None
-        try:
-            answer = self._rpb.ServerReflectionResponse.FromString(raw)
-        except DecodeError as exc:
-            raise SchemaError(f"server reflection answered garbage ({len(raw)} bytes): {exc}") from None
-        if answer.HasField("error_response"):
-            err = answer.error_response
-            raise SchemaError(f"server reflection error {err.error_code}: {err.error_message}")
-        return answer
-
-    def run(self) -> FileSet:
-        try:
-            listed = self._ask(list_services="")
-            if not listed.HasField("list_services_response"):
-                raise SchemaError("server reflection did not answer list_services")
-            files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-            for s in listed.list_services_response.service:
-                if not s.name.startswith(("grpc.reflection.", "grpc.health.")):
-                    self._add(self._ask(file_containing_symbol=s.name), files)
-            pending = [dep for f in files.values() for dep in f.dependency]
-            while pending:
-                dep = pending.pop()
-                if dep in files:
-                    continue
-                try:
-                    answer = self._ask(file_by_filename=dep)
-                except SchemaError:
-                    continue  # e.g. a well-known type the pool supplies itself
-                pending += [d for new in self._add(answer, files) for d in new.dependency]
-            fds = FileSet(file=list(files.values()))
-            pool_from_set(fds)
-            return fds
-        finally:
-            self._queue.put(None)
-            cancel = getattr(self._responses, "cancel", None)
-            if callable(cancel):
-                cancel()  # done or given up: end the stream now, whatever the server does
-
-    def _add(
-        self, answer: Any, files: dict[str, descriptor_pb2.FileDescriptorProto]
-    ) -> list[descriptor_pb2.FileDescriptorProto]:
+    def add(answer: Any) -> None:
         if not answer.HasField("file_descriptor_response"):
             raise SchemaError("server reflection did not answer with file descriptors")
-        added = []
         for raw in answer.file_descriptor_response.file_descriptor_proto:
             try:
                 proto = descriptor_pb2.FileDescriptorProto.FromString(raw)
@@ -710,9 +651,21 @@ class _Reflector:
                 raise SchemaError(f"server reflection sent an unparsable file descriptor: {exc}") from None
             if not proto.name:
                 raise SchemaError("server reflection sent a file descriptor without a name")
-            if proto.name not in files:
-                if len(files) >= MAX_PROTO_FILES:
-                    raise SchemaError(f"server reflection sent more than {MAX_PROTO_FILES} files")
-                files[proto.name] = proto
-                added.append(proto)
-        return added
+            if proto.name not in files and len(files) >= MAX_PROTO_FILES:
+                raise SchemaError(f"server reflection sent more than {MAX_PROTO_FILES} files")
+            files.setdefault(proto.name, proto)
+
+    for s in listed.list_services_response.service:
+        if not s.name.startswith(("grpc.reflection.", "grpc.health.")):
+            add(ask(file_containing_symbol=s.name))
+    asked: set[str] = set()
+    while missing := {d for f in files.values() for d in f.dependency} - set(files) - asked:
+        for dep in sorted(missing):
+            asked.add(dep)
+            try:
+                add(ask(file_by_filename=dep))
+            except SchemaError:
+                pass  # e.g. a well-known type the pool supplies itself
+    fds = FileSet(file=list(files.values()))
+    pool_from_set(fds)
+    return fds

@@ -1,14 +1,12 @@
 """Capture bundles (``xdm-probe --capture DIR``): what an operator attaches to a bug report.
 
-A bundle holds XDM's own schema (server reflection, when served), the raw bytes of every
-read-only RPC's answer, versions and the binding report. Raw bytes need no schema, so a
-bundle can be made even when every field number the plugin guesses is wrong, and it replays
-offline (``tests/captures/``) through whatever binds schemas. Layout of DIR::
+Raw answers need no schema, so a bundle can be made even when every guessed field number is
+wrong, and replays offline (``tests/captures/``) through whatever binds schemas. DIR holds::
 
     manifest.json              format, versions, sockets, services, one entry per call
     reflection/<socket>.pb     FileDescriptorSet from server reflection (when served)
     raw/<Rpc>.bin              response bytes (streams: the first message)
-    raw/<Rpc>.txt              the same, decoded like ``protoc --decode_raw``
+    raw/<Rpc>.txt              the same, as ``protoc --decode_raw`` shows it
     binding-report.json        the binding the plugin would use, and its findings
 
 Only :data:`CAPTURED_RPCS` are called, each with an empty request (the "all" filters);
@@ -35,7 +33,6 @@ from google.protobuf.message import Message
 from nomad_plugin import __version__
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.errors import SchemaMismatch
-from nomad_plugin.util.protowire import WireError, iter_fields
 from nomad_plugin.xdm import adapter, binder, guards, guesses
 from nomad_plugin.xdm.binder import Binding, FileSet
 
@@ -135,8 +132,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[str]] | None = None) -> dict[str, Any]:
-    """Call every read-only RPC on both sockets and write a bundle to ``out``; returns the manifest."""
+def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[str]]) -> dict[str, Any]:
+    """Call every read-only RPC on both sockets and write a bundle to ``out``; returns the manifest.
+
+    ``render_raw`` writes the bytes as ``protoc --decode_raw`` would (``raw/<Rpc>.txt``)."""
     (out / "raw").mkdir(parents=True, exist_ok=True)
     timeout = float(config.xdm_call_timeout)
     paths = {"dp2mgr": config.xdm_socket, "config-daemon": config.config_socket}
@@ -172,8 +171,7 @@ def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[
                 record.file, record.size = f"raw/{rpc}.bin", len(data)
                 record.sha256 = hashlib.sha256(data).hexdigest()
                 (out / record.file).write_bytes(data)
-                lines = render_raw(data) if render_raw is not None else _decode_raw_brief(data)
-                (out / f"raw/{rpc}.txt").write_text("\n".join(lines) + "\n")
+                (out / f"raw/{rpc}.txt").write_text("\n".join(render_raw(data)) + "\n")
                 if record.path:
                     manifest["services"][rpc] = record.path.split("/")[1]
             manifest["calls"].append(asdict(record))
@@ -185,13 +183,6 @@ def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[
     report = binding_report(CaptureBundle(out), config)
     (out / BINDING_REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return manifest
-
-
-def _decode_raw_brief(data: bytes) -> list[str]:
-    try:
-        return [f"{n} (wire {w}): {v.hex() if isinstance(v, bytes) else v}" for n, w, v in iter_fields(data)]
-    except WireError as exc:
-        return [f"<not a protobuf message: {exc}>"]
 
 
 def bind_bundle(bundle: CaptureBundle, config: PluginConfig | None = None) -> Binding:

@@ -1,16 +1,13 @@
 """XdmClient: gRPC to XDM over its Unix sockets, answering in the plugin's model types.
 
-Before the first call the client binds XDM's schema (``binder``) and logs the binding report
-once. A binding that misses what the plugin needs, a schema that cannot be read, or an answer
-that fails the guards is an "XDM schema mismatch": calls raise ``SchemaMismatch``, pushes come
-back with every card unhealthy for that reason, and ``allocate`` refuses before sending
-anything. The binding is dropped when the connection breaks or XDM's socket file is replaced
-(an upgraded XDM may serve another schema) and made again on the next call.
-
-Calls go through ``channel.unary_unary(path, ...)`` with the binding's message classes, so the
-service name is data: the schema's own or, with the reconstruction, probed (``guesses``).
-Unary calls have a deadline and wait for the channel within it; streams have neither, so a
-dead socket fails a subscription at once. Enable and Disable are not here (R14).
+The first call binds XDM's schema (``binder``); a binding that misses what the plugin needs, a
+schema that cannot be read, or an answer failing the guards is an "XDM schema mismatch": calls
+raise ``SchemaMismatch``, pushed cards are all unhealthy with it, ``allocate`` sends nothing.
+The binding is made again after the connection breaks or the socket file is replaced (an
+upgraded XDM may serve another schema). Wire paths come from the schema or, under the
+reconstruction, from probing (``guesses``). Unary calls have a deadline and wait for the channel
+within it; streams do neither, so a dead socket fails a subscription at once. Enable and
+Disable are not here (R14).
 """
 
 from __future__ import annotations
@@ -50,23 +47,9 @@ log = get_logger(__name__)
 T = TypeVar("T")
 
 # ---------------------------------------------------------------- failures (R7, R15)
-#: gRPC codes that mean "XDM understood the request and said no".
-REFUSAL_CODES = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.ALREADY_EXISTS,
-        grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.OUT_OF_RANGE,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.DATA_LOSS,
-    }
-)
 #: Transport codes: retryable, and say nothing about what XDM did with the call. INTERNAL is
-#: one: grpcio reports a reset stream (RST_STREAM) and a broken transport with it.
+#: one: grpcio reports a reset stream (RST_STREAM) and a broken transport with it. Every other
+#: code but UNIMPLEMENTED and DEADLINE_EXCEEDED is XDM saying no.
 TRANSPORT_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL}
 )
@@ -144,11 +127,9 @@ def classify_rpc_error(
         return BackendUnavailable(f"{where} timed out ({details})", kind="timeout")
     if code == grpc.StatusCode.INTERNAL and "Exception deserializing response" in details:
         return SchemaMismatch(f"{MISMATCH_PREFIX}: {where}: the response does not decode with the bound schema")
-    if code in TRANSPORT_CODES or code is None:
+    if code in TRANSPORT_CODES or code is None or code == grpc.StatusCode.OK:
         return BackendUnavailable(f"{where} unavailable: {details or code}", kind="unavailable")
-    if code in REFUSAL_CODES:
-        return GrpcRefused(details or f"{where} failed with {code.name}", code)
-    return BackendUnavailable(f"{where} failed: {code}: {details}", kind="unavailable")
+    return GrpcRefused(details or f"{where} failed with {code.name}", code)
 
 
 def inband_refusal(status: int, message: str, method: str) -> BackendRefused | None:
@@ -163,12 +144,6 @@ def is_not_found(error: BackendRefused) -> bool:
     if isinstance(error, GrpcRefused):
         return error.code == grpc.StatusCode.NOT_FOUND
     return guesses.says_not_found(str(error))
-
-
-def _code_and_details(exc: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
-    code = exc.code() if callable(getattr(exc, "code", None)) else None
-    details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
-    return code, str(details or "")
 
 
 # ---------------------------------------------------------------- channels
@@ -221,11 +196,8 @@ class Endpoint:
             return self.channel
 
     def replaced(self) -> bool:
-        """True, with the channel dropped, when the socket file is not the one the channel dialled.
-
-        Without a call or stream under way to fail, gRPC would redial a restarted daemon on
-        the next call as if nothing happened.
-        """
+        """True, with the channel dropped, when the socket file is not the one the channel dialled
+        (gRPC would redial a restarted daemon as if nothing happened)."""
         with self.lock:
             now = _socket_id(self.path)
             if self.channel is None or now is None or now == self.socket_id:
@@ -242,11 +214,8 @@ class Endpoint:
 
 
 class Subscription(Generic[T]):
-    """One server-streaming call: iterate it, ``cancel()`` from any thread.
-
-    Iteration ends when the server closes the stream or on ``cancel()``; any other failure
-    raises a classified ``PluginError``.
-    """
+    """One server-streaming call: iterate it, ``cancel()`` it from any thread. Iteration ends when
+    the server closes the stream or on ``cancel()``; any other failure raises a ``PluginError``."""
 
     def __init__(self, call: Any, convert: Callable[[Message], T], classify: Callable[[grpc.RpcError], PluginError]):
         self._call = call
@@ -271,8 +240,8 @@ class Subscription(Generic[T]):
 class XdmClient:
     """Typed access to XDM's dp2mgr and config-daemon services."""
 
-    def __init__(self, config: PluginConfig, drift: DriftLog | None = None) -> None:
-        self.drift = drift or DriftLog()
+    def __init__(self, config: PluginConfig) -> None:
+        self.drift = DriftLog()
         self._timeout = float(config.xdm_call_timeout)
         # creating MIG instances on a loaded card takes seconds: Allocate has its own deadline
         self._allocate_timeout = float(config.xdm_allocate_timeout)
@@ -295,26 +264,25 @@ class XdmClient:
         # guard findings per RPC, with the digest of the schema that produced them: a re-bind to
         # another schema drops them; to the same one keeps them until that RPC answers plausibly
         self._findings: dict[str, tuple[str, str]] = {}
-        self._path_cache: tuple[tuple[str, float, int], FileSet] | None = None
         self.binds = 0  # successful (re)binds
 
     # ------------------------------------------------------------ schema binding
     def binding(self) -> Binding:
-        """The bound schema, bound on first use and after ``invalidate_binding``.
-
-        ``SchemaMismatch`` when it cannot bind what the plugin needs; ``BackendUnavailable``
-        when XDM cannot be reached to ask.
-        """
+        """The bound schema; ``SchemaMismatch`` when it lacks what the plugin needs,
+        ``BackendUnavailable`` when XDM cannot be reached to ask."""
         with self._bind_lock:
-            if self._binding is not None and not self._restarted():
-                return self._binding
+            if self._binding is not None:
+                # A new socket file: XDM restarted, maybe with another schema. This catches the
+                # restarts that no call or stream saw (the watch stream between resubscribes).
+                if not (self._dp2mgr.replaced() | self._config.replaced()):
+                    return self._binding
+                self.invalidate_binding("XDM's socket was replaced: XDM restarted")
             try:
                 found = binder.choose(
                     self._schema,
                     self._aliases,
                     lambda: self._reflect(self._dp2mgr),
                     f"XDM does not serve gRPC server reflection on {self._dp2mgr.path}",
-                    load=self._load_path,
                 )
             except SchemaMismatch as exc:
                 self.last_bind_error = str(exc)
@@ -329,17 +297,6 @@ class XdmClient:
             self._binding = found
             self.binds += 1
             return found
-
-    def _restarted(self) -> bool:
-        """XDM restarted since its channel dialled (a new socket file), so it may serve another schema.
-
-        Checked before each call, so that a restart no stream or call saw (the watch stream
-        between resubscribes, say) is not read with the old schema (R1).
-        """
-        if self._dp2mgr.replaced() | self._config.replaced():
-            self.invalidate_binding("XDM's socket was replaced: XDM restarted")
-            return True
-        return False
 
     def invalidate_binding(self, why: str) -> None:
         """Forget the binding: the next call binds afresh."""
@@ -368,17 +325,6 @@ class XdmClient:
             log.info("%s", "\n".join(found.report_lines()))
         if found is None or not found.ok:
             log.error("%s", self.last_bind_error)
-
-    def _load_path(self, path: str) -> FileSet:
-        """The operator's schema file, compiled again only when its mtime or size changes."""
-        try:
-            st = os.stat(path)
-            key = (path, st.st_mtime, st.st_size)
-        except OSError:
-            key = (path, 0.0, -1)
-        if self._path_cache is None or self._path_cache[0] != key:
-            self._path_cache = (key, binder.load_path(path))
-        return self._path_cache[1]
 
     def _reflect(self, endpoint: Endpoint) -> FileSet | None:
         try:
@@ -428,12 +374,11 @@ class XdmClient:
     # ------------------------------------------------------------ public API
     def list_supported_xpu_types(self) -> list[str]:
         b = self.binding()
-        return adapter.xpu_types(self._call(b, "ListSupportedXPUType", adapter.request("ListSupportedXPUType", b)), b)
+        return adapter.xpu_types(self._call(b, "ListSupportedXPUType"), b)
 
-    def list_gpu_info(self, minors: tuple[int, ...] = ()) -> list[GpuFacts]:
+    def list_gpu_info(self) -> list[GpuFacts]:
         b = self.binding()
-        answer = self._call(b, "ListGpuInfo", adapter.request("ListGpuInfo", b, minors=list(minors)))
-        facts = adapter.gpu_facts(answer, b)
+        facts = adapter.gpu_facts(self._call(b, "ListGpuInfo"), b)
         finding = self._judge("ListGpuInfo", guards.facts_problems(facts))
         if finding:
             raise SchemaMismatch(finding)
@@ -450,7 +395,7 @@ class XdmClient:
             return [replace(c, healthy=False, health_reason=finding) for c in found] if finding else found
 
         path = rpc.path or f"/{self.device_service(b)}/{rpc.method}"
-        return self._stream(path, rpc, adapter.request("ListAndWatch", b), cards)
+        return self._stream(path, rpc, cards)
 
     def allocate(self, request: GrantRequest) -> Grant:
         """Allocate and verify the grant (R3, R4); on a mismatch release it at once and raise
@@ -497,7 +442,7 @@ class XdmClient:
 
     def exporter_get_data_list(self) -> list[MetricSample]:
         b = self.binding()
-        return adapter.metric_samples(self._checked(b, "ExporterGetDataList"), b)
+        return adapter.metric_samples(self._call(b, "ExporterGetDataList", inband=True), b)
 
     def exporter_data_stream(self) -> Subscription[list[MetricSample]]:
         b = self.binding()
@@ -508,20 +453,20 @@ class XdmClient:
                 self.exporter_get_data_list()  # finds the exporter service (R13)
             service = self._services.get(rpc.method) or self._services.get("ExporterGetDataList")
             path = f"/{service or self.device_service(b)}/{rpc.method}"
-        return self._stream(path, rpc, adapter.request(rpc.method, b), lambda m: adapter.metric_samples(m, b))
+        return self._stream(path, rpc, lambda m: adapter.metric_samples(m, b))
 
     def exporter_get_config(self) -> ExporterConfig:
         b = self.binding()
-        return adapter.exporter_config(self._checked(b, "ExporterGetConfig"), b)
+        return adapter.exporter_config(self._call(b, "ExporterGetConfig", inband=True), b)
 
     def exporter_get_status(self) -> ExporterStatus:
         b = self.binding()
-        return adapter.exporter_status(self._call(b, "ExporterGetStatus", adapter.request("ExporterGetStatus", b)), b)
+        return adapter.exporter_status(self._call(b, "ExporterGetStatus"), b)
 
     def query_status(self) -> RuntimeKitStatus:
         """config-daemon's QueryStatus, from the bound schema when it has the config service."""
         b = self._config_binding()
-        return adapter.runtime_kit_status(self._call(b, "QueryStatus", adapter.request("QueryStatus", b)), b)
+        return adapter.runtime_kit_status(self._call(b, "QueryStatus"), b)
 
     def device_service(self, b: Binding | None = None) -> str:
         """The fully-qualified device service: the schema's, else ``xdm_service``, else probed once (R1)."""
@@ -553,31 +498,37 @@ class XdmClient:
             raise BackendUnavailable(f"XDM {method}: the bound schema ({b.source}) has no such RPC", "unimplemented")
         return rpc
 
-    def _checked(self, b: Binding, method: str) -> Message:
-        """A call whose in-band refusal is raised."""
-        response = self._call(b, method, adapter.request(method, b))
-        refusal = inband_refusal(*adapter.inband_status(response, b.rpc(method).response), method)
+    def _call(
+        self,
+        b: Binding,
+        method: str,
+        request: Message | None = None,
+        timeout: float | None = None,
+        inband: bool = False,
+    ) -> Message:
+        """One unary call (an empty request by default); ``inband``: raise XDM's in-band refusal."""
+        rpc = self._rpc(b, method)
+        request = request if request is not None else rpc.request.new()
+        endpoint = self._config if rpc.role == "config" else self._dp2mgr
+        if rpc.path is not None:
+            response = self._unary(endpoint, rpc.path, rpc, request, timeout)
+        elif rpc.role != "device":
+            response = self._probed(b, rpc, endpoint, request)
+        else:
+            service = self.device_service(b)
+            try:
+                response = self._unary(endpoint, f"/{service}/{method}", rpc, request, timeout)
+            except BackendUnavailable as exc:
+                if exc.kind == "unimplemented" and not self._configured_service:
+                    with self._probe_lock:  # XDM may have changed: probe again next time
+                        if self._device_service == service:
+                            self._device_service = None
+                            self._services.clear()
+                raise
+        refusal = inband_refusal(*adapter.inband_status(response, rpc.response), method) if inband else None
         if refusal is not None:
             raise refusal
         return response
-
-    def _call(self, b: Binding, method: str, request: Message, timeout: float | None = None) -> Message:
-        rpc = self._rpc(b, method)
-        endpoint = self._config if rpc.role == "config" else self._dp2mgr
-        if rpc.path is not None:
-            return self._unary(endpoint, rpc.path, rpc, request, timeout)
-        if rpc.role != "device":
-            return self._probed(b, rpc, endpoint, request)
-        service = self.device_service(b)
-        try:
-            return self._unary(endpoint, f"/{service}/{method}", rpc, request, timeout)
-        except BackendUnavailable as exc:
-            if exc.kind == "unimplemented" and not self._configured_service:
-                with self._probe_lock:  # XDM may have changed: probe again next time
-                    if self._device_service == service:
-                        self._device_service = None
-                        self._services.clear()
-            raise
 
     def _probed(self, b: Binding, rpc: Rpc, endpoint: Endpoint, request: Message) -> Message:
         """A monitoring or config RPC under the reconstruction: its service is found per RPC (R13)."""
@@ -630,16 +581,19 @@ class XdmClient:
             raise self._classify(endpoint, exc, rpc.method) from None
         return response
 
-    def _stream(self, path: str, rpc: Rpc, request: Message, convert: Callable[[Message], T]) -> Subscription[T]:
+    def _stream(self, path: str, rpc: Rpc, convert: Callable[[Message], T]) -> Subscription[T]:
         call = self._dp2mgr.get().unary_stream(
             path, request_serializer=adapter.serialize, response_deserializer=adapter.deserializer(rpc, self.drift)
         )
         return Subscription(
-            call(request, wait_for_ready=False), convert, lambda exc: self._classify(self._dp2mgr, exc, rpc.method)
+            call(rpc.request.new(), wait_for_ready=False),
+            convert,
+            lambda exc: self._classify(self._dp2mgr, exc, rpc.method),
         )
 
     def _classify(self, endpoint: Endpoint, exc: grpc.RpcError, method: str) -> PluginError:
-        code, details = _code_and_details(exc)
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        details = str((exc.details() if callable(getattr(exc, "details", None)) else exc) or "")
         diagnosis = None
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             diagnosis = socket_problem(endpoint.path)

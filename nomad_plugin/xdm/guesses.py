@@ -1,15 +1,11 @@
 """What the plugin guesses about XDM, fenced off from what it knows.
 
-XDM's official ``api_outer.proto`` and ``config_service.proto`` are not public. Lingjun's
-gRPC API reference gives the RPC names, the streaming shapes, the units, the topology JSON
-and, in its JSON and Go examples, a few names (``id``, ``devices[].minor``, ``status`` /
-``message``, ``XpuDeviceManagerService``, ``AmpConfigService``). That is the contract, and
-``binder`` binds it by name against whatever schema XDM really serves. Everything in this
-module is a guess the plugin needs only while it cannot read that schema, or when an answer
-does not match the schema it has: service names to try, synonyms of field names, the health
-vocabulary, values that arrive with another wire type, vendors from model names, and how an
-in-band "not found" is worded. ``docs/xdm-risks.md`` lists what goes when the official proto
-is bound.
+XDM's official ``api_outer.proto`` is not public. Lingjun's gRPC API reference gives the RPC
+names, streaming shapes, units, the topology JSON and, in its examples, a few field and service
+names: that is the contract, which ``binder`` binds by name. Everything here is a guess, needed
+while the plugin cannot read XDM's schema or an answer does not match it: service names to try,
+field synonyms, health words, values with another wire type, vendors from model names, how an
+in-band "not found" reads. ``docs/xdm-risks.md`` lists what goes when the official proto is bound.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """config-daemon's Enable, Disable and QueryStatus, for the operator's ``runtime-kit`` command only.
 
-The plugin never switches Runtime Kit (R14: it may restart containerd or flip node
-features): ``XdmClient`` has no such method and the plugin's bindings hold no Enable or
-Disable. This module is the one place that calls them, and only ``cli/runtime_kit.py``
-imports it (``tests/hardening/test_layers.py``). Like the Controller's Job Agent on
-Kubernetes, a person or a sysbatch job runs it, once.
-
-The schema is bound as the plugin binds it (``xdm_schema``); under the reconstruction the
-service name is probed with the read-only QueryStatus, never with a call that changes
-anything. Enable and Disable get a long deadline, and the outcome is judged by QueryStatus
-afterwards, so a ``success`` field the schema lacks, or guesses wrong, cannot pass a failure
-off as success.
+The plugin never switches Runtime Kit (R14: it may restart containerd or flip node features);
+this is the one module that can, and only ``cli/runtime_kit.py`` imports it
+(``tests/hardening/test_layers.py``), run like the Controller's Job Agent: once, by a person or
+a sysbatch job. The schema is bound as the plugin binds it; under the reconstruction the service
+is probed with the read-only QueryStatus. Enable and Disable get a long deadline, and QueryStatus
+judges the outcome, so a missing or misread ``success`` field cannot pass a failure off.
 """
 
 from __future__ import annotations
