@@ -206,17 +206,11 @@ def replay(bundle: CaptureBundle, binding: Binding) -> dict[str, Any]:
     cards = adapter.cards_from_list_and_watch(law, adapter.DriftLog(), binding) if law is not None else []
     facts = {f.minor: f for f in (adapter.gpu_facts(infos, binding) if infos is not None else [])}
     xpu, status = decode("ListSupportedXPUType"), decode("QueryStatus")
+    shown = ("minor", "uuid", "model", "xpu_type", "memory_mib", "total_core", "pci_bus_id", "healthy")
     return {
         "cards": [
-            {
-                "minor": c.minor,
-                "uuid": c.uuid,
-                "model": c.model,
-                "xpu_type": c.xpu_type,
-                "memory_mib": c.memory_mib,
-                "total_core": c.total_core,
-                "pci_bus_id": c.pci_bus_id,
-                "healthy": c.healthy,
+            {k: getattr(c, k) for k in shown}
+            | {
                 "vendor": facts[c.minor].vendor if c.minor in facts else c.vendor,
                 "driver_version": facts[c.minor].driver_version if c.minor in facts else "",
             }

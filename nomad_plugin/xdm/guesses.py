@@ -29,12 +29,8 @@ CONFIG_SERVICE = "AmpConfigService"
 DEVICE_PACKAGES = ("xdm", "api", "", "grpc", "outer", "xdmapi", "dp2mgr", "amp.xdm")
 CONFIG_PACKAGES = ("config", "configpb", "amp.config", "")
 #: Where the monitoring RPCs may live when the device service lacks them.
-EXPORTER_SERVICES = (
-    "ExporterService",
-    "XpuExporterService",
-    "XpuDeviceExporterService",
-    "XdmExporterService",
-    "MonitorService",
+EXPORTER_SERVICES = tuple(
+    "ExporterService XpuExporterService XpuDeviceExporterService XdmExporterService MonitorService".split()
 )
 
 
@@ -139,24 +135,22 @@ def health(word: str, device: Message, number: int, extender: Mapping[str, str])
         return True, ""
     if text in UNHEALTHY_WORDS or last in UNHEALTHY_WORDS:
         return False, reason or f"XDM reports {word}"
-    if not text:
-        for item in _unknown(device, number):
-            if item.wire_type == 0:
-                return (True, "") if item.data == 1 else (False, reason or f"XDM reports health code {item.data}")
+    for item in _unknown(device) if not text else ():
+        if item.field_number == number and item.wire_type == 0:
+            return (True, "") if item.data == 1 else (False, reason or f"XDM reports health code {item.data}")
     shown = repr(word[:40]) if text else "nothing"
     return False, f"{HEALTH_UNREADABLE}: XDM sent {shown}"
 
 
 # ---------------------------------------------------------------- values with another wire type (R2, R3)
-def _unknown(msg: Message, number: int) -> list[Any]:
+def _unknown(msg: Message) -> list[Any]:
     fields = UnknownFieldSet(msg)
-    return [item for item in (fields[i] for i in range(len(fields))) if item.field_number == number]
+    return [fields[i] for i in range(len(fields))]
 
 
 def recovered_int(msg: Message, number: int) -> int:
     """A declared integer field that arrived as another wire type (a varint, or digits as a string)."""
-    for item in _unknown(msg, number):
-        data = item.data
+    for data in (item.data for item in _unknown(msg) if item.field_number == number):
         if isinstance(data, int):
             return data
         if isinstance(data, bytes) and data.decode("utf-8", "replace").strip().isdigit():
@@ -166,13 +160,8 @@ def recovered_int(msg: Message, number: int) -> int:
 
 def error_code_hints(msg: Message) -> tuple[str, ...]:
     """Non-zero unknown varints on a response: where ``status`` would be if its number is wrong."""
-    fields = UnknownFieldSet(msg)
     name = msg.DESCRIPTOR.full_name
-    return tuple(
-        f"{name} field {item.field_number} = {item.data}"
-        for item in (fields[i] for i in range(len(fields)))
-        if item.wire_type == 0 and item.data != 0
-    )
+    return tuple(f"{name} field {u.field_number} = {u.data}" for u in _unknown(msg) if u.wire_type == 0 and u.data)
 
 
 # ---------------------------------------------------------------- vendors
