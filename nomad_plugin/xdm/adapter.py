@@ -1,15 +1,22 @@
-"""XDM's messages <-> the plugin's model, through a ``binder.Binding`` (None: the reconstruction).
+"""XDM's messages <-> the plugin's model, through a ``binder.Binding`` (None: the reconstruction),
+and whether to trust what was decoded.
 
 Nothing here knows a field number: reads and writes go by reconstruction field name. Every XDM
 string the plugin repeats is escaped and bounded (``util/text.py``): it reaches the agent's log
 and Nomad's device names and task events, where a newline or ESC would forge lines. What does
-not decode as the schema says is logged once as drift and kept visible for the guards.
+not decode as the schema says is logged once as drift.
+
+A wrong but wire-compatible schema decodes *silently* into wrong values (a PCI address where the
+UUID belongs), so decoded cards must look plausible for any real card, or the answer is an "XDM
+schema mismatch". And an Allocate success ``{status: 0}`` is zero bytes, which parses as success
+into any message: a grant counts only with positive evidence, matching the request card for card.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -371,3 +378,95 @@ def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterSta
 def runtime_kit_status(msg: Message, binding: Binding | None = None) -> RuntimeKitStatus:
     r = _rpc("QueryStatus", binding).response.read
     return RuntimeKitStatus(bool(r["enabled"](msg)), str(r["message"](msg)))
+
+
+# ---------------------------------------------------------------- trust (R2, R3, R4)
+MAX_MINOR = 1023
+MIN_MEMORY_MIB = 1024
+MAX_MEMORY_MIB = 4 * 1024 * 1024
+UUID = re.compile(
+    r"^(?:[A-Za-z][A-Za-z0-9]{0,7}-)?"
+    r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})$"
+)
+SHOWN = 3  # examples named per problem
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 48 else shown[:45] + "...'"
+
+
+def _identity_problems(items: Sequence[tuple[int, str, int]], what: str) -> list[str]:
+    """(minor, uuid, memory MiB) triples -> problems, each naming a few examples."""
+    problems = []
+    bad_uuid = [u for _, u, _ in items if not UUID.match(u)]
+    if bad_uuid:
+        problems.append(
+            f"{what}: {len(bad_uuid)} of {len(items)} UUIDs do not look like UUIDs "
+            f"(e.g. {', '.join(_short(u) for u in bad_uuid[:SHOWN])})"
+        )
+    minors = [m for m, _, _ in items]
+    out_of_range = [m for m in minors if not 0 <= m <= MAX_MINOR]
+    if out_of_range:
+        problems.append(f"{what}: minors out of range 0..{MAX_MINOR}: {out_of_range[:SHOWN]}")
+    duplicates = sorted({m for m in minors if minors.count(m) > 1})
+    if duplicates:
+        problems.append(f"{what}: minors are not unique (repeated: {duplicates[:SHOWN]})")
+    bad_memory = [mib for _, _, mib in items if not MIN_MEMORY_MIB <= mib <= MAX_MEMORY_MIB]
+    if bad_memory:
+        problems.append(f"{what}: memory sizes outside {MIN_MEMORY_MIB}..{MAX_MEMORY_MIB} MiB: {bad_memory[:SHOWN]}")
+    return problems
+
+
+def card_problems(cards: Sequence[Card]) -> list[str]:
+    """What is implausible about one ListAndWatch push (empty = plausible)."""
+    if not cards:
+        return []
+    problems = _identity_problems([(c.minor, c.uuid, c.memory_mib) for c in cards], "ListAndWatch")
+    unreadable = [c for c in cards if c.health_reason.startswith(guesses.HEALTH_UNREADABLE)]
+    if unreadable:
+        problems.append(
+            f"ListAndWatch: {len(unreadable)} of {len(cards)} cards have no known health word "
+            f"({unreadable[0].health_reason})"
+        )
+    with_topology = [c for c in cards if c.topology.error or c.topology.levels]
+    broken = [c for c in with_topology if c.topology.error]
+    if len(broken) == len(with_topology) > 1:  # one bad card only loses its topology (R9)
+        problems.append(f"ListAndWatch: no card's topology JSON parses ({broken[0].topology.error})")
+    return problems
+
+
+def facts_problems(facts: Sequence[GpuFacts]) -> list[str]:
+    """What is implausible about one ListGpuInfo answer (empty = plausible)."""
+    return _identity_problems([(f.minor, f.uuid, f.memory_mib) for f in facts], "ListGpuInfo") if facts else []
+
+
+def grant_problem(request: GrantRequest, grant: Grant, error_code_hints: Sequence[str] = ()) -> str | None:
+    """Why ``grant`` does not answer ``request``, or None when it does.
+
+    Evidence is granted devices, envs, device nodes, mounts, CDI names, or annotations XDM
+    added (echoed request annotations do not count). Granted minors must equal the requested
+    ones, each card's core/memory/slice the request's, an echoed id ours.
+    """
+    hint = f"; unknown varint field(s) that may carry an error code: {', '.join(error_code_hints)}"
+    hint = hint if error_code_hints else ""
+    if grant.grant_id and grant.grant_id != request.grant_id:
+        return f"XDM answered for allocation {grant.grant_id!r}, not {request.grant_id!r}{hint}"
+    added = any(request.annotations.get(key) != value for key, value in grant.annotations.items())
+    if not (grant.devices or grant.envs or grant.device_nodes or grant.mounts or grant.cdi_devices or added):
+        return f"XDM reported success for allocation {request.grant_id} but granted nothing{hint}"
+    if not grant.devices:
+        return None  # annotation/env-only style: nothing per card to compare
+    asked = sorted(ask.minor for ask in request.asks)
+    got = sorted(dev.minor for dev in grant.devices)
+    if asked != got:
+        return f"XDM granted card(s) {got} but {asked} were requested{hint}"
+    by_minor = {dev.minor: dev for dev in grant.devices}
+    for ask in request.asks:
+        dev = by_minor[ask.minor]
+        if (ask.core, ask.memory_gib, ask.slices) != (dev.core, dev.memory_gib, dev.slices):
+            return (
+                f"card {ask.minor}: asked core={ask.core}% memory={ask.memory_gib}GiB slice={ask.slices}, "
+                f"XDM granted core={dev.core}% memory={dev.memory_gib}GiB slice={dev.slices}{hint}"
+            )
+    return None

@@ -33,7 +33,7 @@ from google.protobuf.message import Message
 from nomad_plugin import __version__
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.errors import SchemaMismatch
-from nomad_plugin.xdm import adapter, binder, guards, guesses
+from nomad_plugin.xdm import adapter, binder, guesses
 from nomad_plugin.xdm.binder import Binding, FileSet
 
 FORMAT = "xdm-capture/1"
@@ -218,7 +218,7 @@ def replay(bundle: CaptureBundle, binding: Binding) -> dict[str, Any]:
         ],
         "xpu_types": sorted(adapter.xpu_types(xpu, binding)) if xpu is not None else [],
         "runtime_kit_enabled": adapter.runtime_kit_status(status, binding).enabled if status is not None else None,
-        "problems": [*binding.mismatch, *guards.card_problems(cards), *guards.facts_problems(list(facts.values()))],
+        "problems": [*binding.mismatch, *adapter.card_problems(cards), *adapter.facts_problems(list(facts.values()))],
     }
 
 

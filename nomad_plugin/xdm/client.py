@@ -38,7 +38,7 @@ from nomad_plugin.model.errors import (
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.text import printable
-from nomad_plugin.xdm import adapter, binder, guards, guesses
+from nomad_plugin.xdm import adapter, binder, guesses
 from nomad_plugin.xdm.adapter import DriftLog, ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
 from nomad_plugin.xdm.binder import MISMATCH_PREFIX, Binding, FileSet, Rpc
 
@@ -379,19 +379,19 @@ class XdmClient:
     def list_gpu_info(self) -> list[GpuFacts]:
         b = self.binding()
         facts = adapter.gpu_facts(self._call(b, "ListGpuInfo"), b)
-        finding = self._judge("ListGpuInfo", guards.facts_problems(facts))
+        finding = self._judge("ListGpuInfo", adapter.facts_problems(facts))
         if finding:
             raise SchemaMismatch(finding)
         return facts
 
     def list_and_watch(self) -> Subscription[list[Card]]:
-        """Subscribe once; each item is the complete card list (R12), judged by the guards."""
+        """Subscribe once; each item is the complete card list (R12), judged by the adapter."""
         b = self.binding()
         rpc = self._rpc(b, "ListAndWatch")
 
         def cards(msg: Message) -> list[Card]:
             found = adapter.cards_from_list_and_watch(msg, self.drift, b)
-            finding = self._judge("ListAndWatch", guards.card_problems(found))
+            finding = self._judge("ListAndWatch", adapter.card_problems(found))
             return [replace(c, healthy=False, health_reason=finding) for c in found] if finding else found
 
         path = rpc.path or f"/{self.device_service(b)}/{rpc.method}"
@@ -416,7 +416,7 @@ class XdmClient:
         refusal = inband_refusal(outcome.status, outcome.message, "Allocate")
         if refusal is not None:
             raise refusal
-        problem = guards.grant_problem(request, outcome.grant, outcome.error_code_hints)
+        problem = adapter.grant_problem(request, outcome.grant, outcome.error_code_hints)
         if problem is not None:
             try:
                 self.release(request.grant_id)

@@ -32,10 +32,9 @@ from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.nomad.container import ENV_GRANT_ID, GrantRejected, build_container
 from nomad_plugin.reconcile.nomad_api import NomadApiError
 from nomad_plugin.xdm import adapter
-from nomad_plugin.xdm.adapter import DriftLog
+from nomad_plugin.xdm.adapter import DriftLog, grant_problem
 from nomad_plugin.xdm.binder import builtin_binding
 from nomad_plugin.xdm.client import inband_refusal
-from nomad_plugin.xdm.guards import grant_problem
 
 MAX_MESSAGE = 1200
 

@@ -1,4 +1,4 @@
-"""Pure wire <-> model mapping (adapter), grant verification (guards) and the inventory merge (backend)."""
+"""Pure wire <-> model mapping, plausibility and grant verification (adapter) and the inventory merge (backend)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.xdm import adapter, guesses
-from nomad_plugin.xdm.adapter import DriftLog, GpuFacts
+from nomad_plugin.xdm.adapter import DriftLog, GpuFacts, card_problems, grant_problem
 from nomad_plugin.xdm.backend import HEALTH_NOT_YET_REPORTED, compose_cards
 from nomad_plugin.xdm.client import XdmClient
-from nomad_plugin.xdm.guards import card_problems, grant_problem
 
 
 @pytest.mark.parametrize(
