@@ -123,24 +123,20 @@ class DriftLog:
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, int, bool], UnknownField] = {}
 
+    def _first(self, item: UnknownField) -> bool:
+        with self._lock:
+            return self._seen.setdefault((item.message_type, item.number, item.clash), item) is item
+
     def inspect(self, msg: Message) -> None:
-        for item in unknown_fields(msg):
-            key = (item.message_type, item.number, item.clash)
-            with self._lock:
-                if key in self._seen:
-                    continue
-                self._seen[key] = item
+        for item in (u for u in unknown_fields(msg) if self._first(u)):
             if item.clash:
                 log.warning("XDM possible schema drift: %s", item.describe())
             else:
                 log.info("XDM response carries a field the reconstruction lacks: %s", item.describe())
 
     def warn_once(self, key: str, message: str) -> None:
-        with self._lock:
-            if (key, -1, True) in self._seen:
-                return
-            self._seen[(key, -1, True)] = UnknownField(key, -1, -1, message, True)
-        log.warning("XDM possible schema drift: %s", message)
+        if self._first(UnknownField(key, -1, -1, message, True)):
+            log.warning("XDM possible schema drift: %s", message)
 
     def findings(self) -> list[UnknownField]:
         with self._lock:
@@ -208,10 +204,6 @@ def allocate_request(
 
 
 # ---------------------------------------------------------------- responses
-def _text(value: object, limit: int = text.MAX_TEXT) -> str:
-    return text.printable(value, limit)
-
-
 def xpu_types(msg: Message, binding: Binding | None = None) -> list[str]:
     return [t for t in _rpc("ListSupportedXPUType", binding).response.read["xpuTypes"](msg) if t]
 
@@ -226,12 +218,15 @@ def cards_from_list_and_watch(msg: Message, drift: DriftLog, binding: Binding | 
 def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | None = None) -> Card:
     b = binding or _rpc("ListAndWatch", None).response.child["devices"]
     read = b.read
-    extender = {_text(k, 128): v if k == "topology" else _text(v) for k, v in read["extenderResources"](dev).items()}
+    extender = {
+        text.printable(k, 128): v if k == "topology" else text.printable(v)
+        for k, v in read["extenderResources"](dev).items()
+    }
     minor = int(read["minor"](dev))
-    uuid = _text(read["uuid"](dev), 128)
+    uuid = text.printable(read["uuid"](dev), 128)
     model = text.name(read["model"](dev))  # becomes the device group's name in Nomad
-    xpu = _text(read["xpuType"](dev), 64)
-    healthy, reason = guesses.health(_text(read["health"](dev), 64), dev, b.number.get("health", -1), extender)
+    xpu = text.printable(read["xpuType"](dev), 64)
+    healthy, reason = guesses.health(text.printable(read["health"](dev), 64), dev, b.number.get("health", -1), extender)
     if reason.startswith(guesses.HEALTH_UNREADABLE):
         drift.warn_once("health", f"a card carries no readable health ({reason})")
     vendor = guesses.vendor_of(xpu, model)
@@ -246,7 +241,7 @@ def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | No
         xpu_type=guesses.xpu_type_of(xpu, vendor),
         memory_mib=int(read["totalMemory"](dev)) or guesses.recovered_int(dev, b.number.get("totalMemory", -1)),
         total_core=int(read["totalCore"](dev)) or 100,
-        pci_bus_id=_text(read["pciBusId"](dev), 64),
+        pci_bus_id=text.printable(read["pciBusId"](dev), 64),
         healthy=healthy,
         health_reason=reason,
         topology=topology,
@@ -264,7 +259,7 @@ def _clean_topology(topology: Topology) -> Topology:
         )
         for lvl in topology.levels
     )
-    return replace(topology, levels=levels, error=_text(topology.error))
+    return replace(topology, levels=levels, error=text.printable(topology.error))
 
 
 def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
@@ -279,14 +274,14 @@ def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
         facts.append(
             GpuFacts(
                 minor=int(r["minor"](info)),
-                uuid=_text(r["uuid"](info), 128),
+                uuid=text.printable(r["uuid"](info), 128),
                 model=text.name(r["model"](info)),
-                driver_version=_text(r["driverVersion"](info), 128),
-                vendor=_text(r["vendor"](info), 64).lower(),
-                xpu_type=_text(r["xpuType"](info), 64),
+                driver_version=text.printable(r["driverVersion"](info), 128),
+                vendor=text.printable(r["vendor"](info), 64).lower(),
+                xpu_type=text.printable(r["xpuType"](info), 64),
                 memory_mib=int(r["totalMemory"](info))
                 or guesses.recovered_int(info, info_b.number.get("totalMemory", -1)),
-                pci_bus_id=_text(r["pciBusId"](info), 64),
+                pci_bus_id=text.printable(r["pciBusId"](info), 64),
                 numa_node=numa if numa >= 0 else None,
                 mig_enabled=bool(r["migEnabled"](info)),
             )

@@ -239,10 +239,8 @@ class XdmBackend:
             self._publish(reachable=False, reason=f"{kind}: {error}" if kind else str(error))
 
     def _publish(self, reachable: bool | None, reason: str = "") -> None:
-        """Recompute the inventory and notify listeners if anything changed.
-
-        Before start-up has settled only an unreachable XDM is published, so an outage shows at once.
-        """
+        """Recompute the inventory and notify listeners of a change; before start-up has settled,
+        only an unreachable XDM is published (so an outage shows at once)."""
         with self._notify_lock:
             if reachable is not None:
                 self._reach_hint = reachable
@@ -259,14 +257,12 @@ class XdmBackend:
                     cards = tuple(replace(c, healthy=False, health_reason=self._schema_problem) for c in cards)
                     if not cards:
                         is_reachable, reason = False, self._schema_problem
-                since = 0.0
-                if not is_reachable:
-                    since = old.unreachable_since if not old.reachable and old.unreachable_since else time.time()
+                since = old.unreachable_since if not old.reachable and old.unreachable_since else time.time()
                 new = Inventory(
                     cards=cards,
                     reachable=is_reachable,
                     unreachable_reason="" if is_reachable else (reason or old.unreachable_reason),
-                    unreachable_since=since,
+                    unreachable_since=0.0 if is_reachable else since,
                     node=dict(self._node),
                     generation=old.generation,
                 )

@@ -355,11 +355,12 @@ class _Binder:
                 continue
             service, target = found
             if bool(target.server_streaming) != streaming or target.client_streaming:
-                shape = ("server-streaming" if target.server_streaming else "unary") + (
-                    ", client-streaming" if target.client_streaming else ""
+                shape = ["server-streaming" if target.server_streaming else "unary"]
+                shape += ["client-streaming"] if target.client_streaming else []
+                needs = "server-streaming" if streaming else "unary"
+                self.mismatch.append(
+                    f"rpc {service.full_name}.{target.name} is {', '.join(shape)}; the plugin needs {needs}"
                 )
-                needed = "server-streaming" if streaming else "unary"
-                self.mismatch.append(f"rpc {service.full_name}.{target.name} is {shape}; the plugin needs {needed}")
                 continue
             spec: MethodDescriptor = model[method]
             request = self._message(spec.input_type, target.input_type, write=True)
@@ -408,16 +409,13 @@ class _Binder:
         # exact names and the operator's aliases first, then the guessed synonyms for fields still free
         matches = {f.name: self._match(model.name, f, target, by_norm) for f in model.fields}
         taken = {t.name for t, _ in matches.values() if t is not None}
-        model_names = {normalise(f.name) for f in model.fields}
+        own = {normalise(f.name) for f in model.fields}
         for mfield in model.fields:
-            if matches[mfield.name] != (None, ""):
-                continue
-            for alias in FIELD_ALIASES.get(mfield.name, ()):
-                synonym = by_norm.get(normalise(alias))
-                if synonym is not None and synonym.name not in taken and normalise(synonym.name) not in model_names:
-                    taken.add(synonym.name)
-                    matches[mfield.name] = (synonym, "alias")
-                    break
+            synonyms = [by_norm.get(normalise(alias)) for alias in FIELD_ALIASES.get(mfield.name, ())]
+            free = [s for s in synonyms if s is not None and s.name not in taken and normalise(s.name) not in own]
+            if matches[mfield.name] == (None, "") and free:
+                taken.add(free[0].name)
+                matches[mfield.name] = (free[0], "alias")
         for mfield in model.fields:
             label = f"{model.name}.{mfield.name}"
             tfield, how = matches[mfield.name]

@@ -21,7 +21,6 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -53,19 +52,6 @@ CAPTURED_RPCS: tuple[tuple[str, str, str, bool], ...] = (
 WRITING_RPCS = frozenset({"Allocate", "Release", "Enable", "Disable"})
 if {r[0] for r in CAPTURED_RPCS} & WRITING_RPCS:
     raise AssertionError("a capture must never call a writing RPC")
-
-
-@dataclass
-class CallRecord:
-    rpc: str
-    socket: str
-    path: str | None = None
-    ok: bool = False
-    file: str | None = None
-    size: int = 0
-    sha256: str = ""
-    error: str = ""
-    tried: int = 0
 
 
 def _reflect(channel: grpc.Channel, timeout: float) -> tuple[FileSet | None, str]:
@@ -101,35 +87,22 @@ def _raw(channel: grpc.Channel, path: str, streaming: bool, timeout: float) -> b
 
 
 def _capture_call(
-    channel: grpc.Channel, rpc: str, streaming: bool, candidates: list[str], timeout: float, record: CallRecord
-) -> bytes | None:
+    channel: grpc.Channel, rpc: str, streaming: bool, candidates: list[str], timeout: float
+) -> dict[str, Any]:
+    """The manifest entry of one RPC, tried under each candidate service; its bytes under "data"."""
+    record: dict[str, Any] = {"path": None, "ok": False, "file": None, "size": 0, "sha256": "", "error": "", "tried": 0}
     for service in candidates:
-        path = f"/{service}/{rpc}"
-        record.tried += 1
+        record["tried"] += 1
+        record["path"] = f"/{service}/{rpc}"
         try:
-            data = _raw(channel, path, streaming, timeout)
+            return record | {"ok": True, "error": "", "data": _raw(channel, record["path"], streaming, timeout)}
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                record.error = f"UNIMPLEMENTED under every candidate service ({len(candidates)} tried)"
-                continue
-            record.path, record.error = path, f"{exc.code().name}: {exc.details()}"
-            return None
+            record["error"] = f"{exc.code().name}: {exc.details()}"
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                return record
         except ValueError as exc:
-            record.path, record.error = path, str(exc)
-            return None
-        record.path, record.ok, record.error = path, True, ""
-        return data
-    return None
-
-
-def versions() -> dict[str, str]:
-    out = {"plugin": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
-    for dist in ("grpcio", "protobuf", "grpcio-reflection"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+            return record | {"error": str(exc)}
+    return record | {"path": None, "error": f"UNIMPLEMENTED under every candidate service ({len(candidates)} tried)"}
 
 
 def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[str]]) -> dict[str, Any]:
@@ -139,15 +112,14 @@ def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[
     (out / "raw").mkdir(parents=True, exist_ok=True)
     timeout = float(config.xdm_call_timeout)
     paths = {"dp2mgr": config.xdm_socket, "config-daemon": config.config_socket}
-    manifest: dict[str, Any] = {
-        "format": FORMAT,
-        "created_unix": int(time.time()),
-        "versions": versions(),
-        "sockets": paths,
-        "reflection": {},
-        "services": {},
-        "calls": [],
-    }
+    versions = {"plugin": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
+    for dist in ("grpcio", "protobuf", "grpcio-reflection"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    manifest: dict[str, Any] = {"format": FORMAT, "created_unix": int(time.time()), "versions": versions}
+    manifest.update(sockets=paths, reflection={}, services={}, calls=[])
     channels = {name: grpc.insecure_channel(f"unix:{path}") for name, path in paths.items()}
     try:
         reflected: dict[str, FileSet | None] = {}
@@ -156,25 +128,20 @@ def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[
             reflected[name] = fds
             entry: dict[str, Any] = {"served": fds is not None}
             if fds is not None:
-                rel = f"reflection/{name}.pb"
                 (out / "reflection").mkdir(exist_ok=True)
-                (out / rel).write_bytes(fds.SerializeToString())
-                entry.update(file=rel, files=[f.name for f in fds.file])
-            else:
-                entry["why"] = why
-            manifest["reflection"][name] = entry
+                (out / f"reflection/{name}.pb").write_bytes(fds.SerializeToString())
+                entry.update(file=f"reflection/{name}.pb", files=[f.name for f in fds.file])
+            manifest["reflection"][name] = entry if fds is not None else entry | {"why": why}
         for rpc, sock, role, streaming in CAPTURED_RPCS:
-            record = CallRecord(rpc=rpc, socket=sock)
             candidates = _candidates(role, rpc, config, reflected[sock])
-            data = _capture_call(channels[sock], rpc, streaming, candidates, timeout, record)
+            record = {"rpc": rpc, "socket": sock} | _capture_call(channels[sock], rpc, streaming, candidates, timeout)
+            data = record.pop("data", None)
             if data is not None:
-                record.file, record.size = f"raw/{rpc}.bin", len(data)
-                record.sha256 = hashlib.sha256(data).hexdigest()
-                (out / record.file).write_bytes(data)
+                record.update(file=f"raw/{rpc}.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest())
+                (out / record["file"]).write_bytes(data)
                 (out / f"raw/{rpc}.txt").write_text("\n".join(render_raw(data)) + "\n")
-                if record.path:
-                    manifest["services"][rpc] = record.path.split("/")[1]
-            manifest["calls"].append(asdict(record))
+                manifest["services"][rpc] = record["path"].split("/")[1]
+            manifest["calls"].append(record)
     finally:
         for channel in channels.values():
             channel.close()
@@ -247,10 +214,10 @@ class CaptureBundle:
             raise ValueError(f"{root / MANIFEST}: format {self.manifest.get('format')!r} is not {FORMAT!r}")
 
     def call(self, rpc: str) -> dict[str, Any]:
-        for entry in self.manifest["calls"]:
-            if entry["rpc"] == rpc:
-                return dict(entry)
-        raise KeyError(f"{self.root}: no call {rpc!r} in the bundle")
+        found = [dict(entry) for entry in self.manifest["calls"] if entry["rpc"] == rpc]
+        if not found:
+            raise KeyError(f"{self.root}: no call {rpc!r} in the bundle")
+        return found[0]
 
     def raw(self, rpc: str) -> bytes | None:
         """The captured response bytes of ``rpc`` (None when the call failed)."""

@@ -199,12 +199,11 @@ class Endpoint:
         """True, with the channel dropped, when the socket file is not the one the channel dialled
         (gRPC would redial a restarted daemon as if nothing happened)."""
         with self.lock:
-            now = _socket_id(self.path)
-            if self.channel is None or now is None or now == self.socket_id:
-                return False  # gone: the call fails and says why; unchanged: the same daemon
-            channel, self.channel = self.channel, None
-        channel.close()
-        return True
+            now = _socket_id(self.path)  # None: gone, and the call fails saying why
+            stale = self.channel is not None and now is not None and now != self.socket_id
+        if stale:
+            self.reset()
+        return stale
 
     def reset(self) -> None:
         with self.lock:
@@ -259,10 +258,9 @@ class XdmClient:
         self._binding: Binding | None = None  # usable (no mismatch); None = bind on the next call
         self._config_bound: Binding | None = None  # config-daemon's, when the main schema lacks it
         self.last_binding: Binding | None = None  # the latest attempt, usable or not (doctor, xdm-probe)
-        self.last_bind_error = ""
-        self._logged_bind = ""
-        # guard findings per RPC, with the digest of the schema that produced them: a re-bind to
-        # another schema drops them; to the same one keeps them until that RPC answers plausibly
+        self.last_bind_error = self._logged_bind = ""
+        # guard findings per RPC with the digest of their schema: a re-bind to another schema
+        # drops them; to the same one keeps them until that RPC answers plausibly
         self._findings: dict[str, tuple[str, str]] = {}
         self.binds = 0  # successful (re)binds
 
@@ -301,10 +299,9 @@ class XdmClient:
     def invalidate_binding(self, why: str) -> None:
         """Forget the binding: the next call binds afresh."""
         with self._bind_lock:
-            had = self._binding is not None
+            if self._binding is not None:
+                log.debug("XDM schema binding dropped (%s); binding again on the next call", why)
             self._binding = self._config_bound = None
-        if had:
-            log.debug("XDM schema binding dropped (%s); binding again on the next call", why)
 
     def schema_finding(self) -> str:
         """The current "XDM schema mismatch: ..." finding, or "" while the schema is trusted."""
@@ -499,12 +496,7 @@ class XdmClient:
         return rpc
 
     def _call(
-        self,
-        b: Binding,
-        method: str,
-        request: Message | None = None,
-        timeout: float | None = None,
-        inband: bool = False,
+        self, b: Binding, method: str, request: Message | None = None, timeout: float = 0.0, inband: bool = False
     ) -> Message:
         """One unary call (an empty request by default); ``inband``: raise XDM's in-band refusal."""
         rpc = self._rpc(b, method)
@@ -572,9 +564,7 @@ class XdmClient:
     def _unary(
         self, endpoint: Endpoint, path: str, rpc: Rpc, request: Message, timeout: float | None = None
     ) -> Message:
-        call = endpoint.get().unary_unary(
-            path, request_serializer=adapter.serialize, response_deserializer=adapter.deserializer(rpc, self.drift)
-        )
+        call = endpoint.get().unary_unary(path, adapter.serialize, adapter.deserializer(rpc, self.drift))
         try:
             response: Message = call(request, timeout=timeout or self._timeout, wait_for_ready=True)
         except grpc.RpcError as exc:
@@ -582,14 +572,9 @@ class XdmClient:
         return response
 
     def _stream(self, path: str, rpc: Rpc, convert: Callable[[Message], T]) -> Subscription[T]:
-        call = self._dp2mgr.get().unary_stream(
-            path, request_serializer=adapter.serialize, response_deserializer=adapter.deserializer(rpc, self.drift)
-        )
-        return Subscription(
-            call(rpc.request.new(), wait_for_ready=False),
-            convert,
-            lambda exc: self._classify(self._dp2mgr, exc, rpc.method),
-        )
+        call = self._dp2mgr.get().unary_stream(path, adapter.serialize, adapter.deserializer(rpc, self.drift))
+        classify = lambda exc: self._classify(self._dp2mgr, exc, rpc.method)  # noqa: E731
+        return Subscription(call(rpc.request.new(), wait_for_ready=False), convert, classify)
 
     def _classify(self, endpoint: Endpoint, exc: grpc.RpcError, method: str) -> PluginError:
         code = exc.code() if callable(getattr(exc, "code", None)) else None

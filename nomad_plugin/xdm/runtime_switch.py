@@ -37,7 +37,6 @@ class SwitchOutcome:
     action: str
     before: RuntimeKitStatus
     after: RuntimeKitStatus
-    called: bool  # False when the status already was the wanted one (nothing sent)
     success: bool | None = None  # the answer's ``success``; None when the schema has no such field
     message: str = ""
 
@@ -67,13 +66,13 @@ class RuntimeKitSwitch:
             raise ValueError(f"action: {action!r} is not Enable or Disable")
         before = self.status()
         if before.enabled == (action == "Enable"):
-            return SwitchOutcome(action, before, before, called=False)
+            return SwitchOutcome(action, before, before)  # nothing sent
         response = self.binding().rpc(action).response
         log.info("calling config-daemon %s on %s", action, self.path)
         answer = self._call(action, self.switch_timeout)
         success = bool(response.read["success"](answer)) if response.has("success") else None
         message = str(response.read["message"](answer)) if response.has("message") else ""
-        return SwitchOutcome(action, before, self.status(), True, success, message)
+        return SwitchOutcome(action, before, self.status(), success, message)
 
     def describe(self) -> str:
         """Where the calls go: socket, service and schema source."""
