@@ -38,9 +38,7 @@ log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class GpuFacts:
-    """Static card data from ListGpuInfo (merged into ``Card``)."""
-
+class GpuFacts:  # static card data from ListGpuInfo, merged into ``Card``
     minor: int
     uuid: str = ""
     model: str = ""
@@ -70,9 +68,7 @@ class ExporterStatus:
 
 
 @dataclass(frozen=True)
-class RuntimeKitStatus:
-    """config-daemon's QueryStatus. ``enabled`` False may also mean the field is absent."""
-
+class RuntimeKitStatus:  # config-daemon's QueryStatus; ``enabled`` False may also mean "field absent"
     enabled: bool
     message: str = ""
 
@@ -437,12 +433,8 @@ def facts_problems(facts: Sequence[GpuFacts]) -> list[str]:
 
 
 def grant_problem(request: GrantRequest, grant: Grant, error_code_hints: Sequence[str] = ()) -> str | None:
-    """Why ``grant`` does not answer ``request``, or None when it does.
-
-    Evidence is granted devices, envs, device nodes, mounts, CDI names, or annotations XDM
-    added (echoed request annotations do not count). Granted minors must equal the requested
-    ones, each card's core/memory/slice the request's, an echoed id ours.
-    """
+    """Why ``grant`` does not answer ``request`` (None when it does): evidence is granted devices, envs,
+    device nodes, mounts, CDI names or annotations XDM added; minors, amounts and an echoed id must match."""
     hint = f"; unknown varint field(s) that may carry an error code: {', '.join(error_code_hints)}"
     hint = hint if error_code_hints else ""
     if grant.grant_id and grant.grant_id != request.grant_id:

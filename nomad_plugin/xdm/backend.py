@@ -282,10 +282,8 @@ class XdmBackend:
         return self._client.exporter_get_data_list()
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        """The exporter's pushes until ``cancel`` is set or the backend stops.
-
-        A ``CancelEvent`` cancels the stream the moment it is set; a plain Event is seen between pushes.
-        """
+        """The exporter's pushes until ``cancel`` is set or the backend stops; a ``CancelEvent`` cancels
+        the stream the moment it is set, a plain Event is seen between pushes."""
         sub = self._client.exporter_data_stream()
         with self._lock:
             self._subs.add(sub)

@@ -59,7 +59,6 @@ RPCS: RpcTable = (
     ("ExporterGetStatus", "exporter", False),
     ("QueryStatus", "config", False),
 )
-REQUIRED_RPCS = ("ListAndWatch", "Allocate", "Release")
 #: The Runtime Kit switch, bound only by ``runtime_switch`` for the operator's command.
 SWITCH_RPCS: RpcTable = (("QueryStatus", "config", False), ("Enable", "config", False), ("Disable", "config", False))
 
@@ -307,11 +306,8 @@ def choose(
     needs: tuple[str, ...] = ("ListAndWatch", "Allocate"),
     label: str = "reflection",
 ) -> Binding:
-    """The binding ``xdm_schema`` asks for; ``SchemaMismatch`` when that schema cannot be read.
-
-    ``reflect()`` asks the daemon (None: no reflection served; ``unserved`` says so when it is
-    insisted on). With ``auto``, reflection describing none of ``needs`` gives the reconstruction.
-    """
+    """The binding ``xdm_schema`` asks for (``SchemaMismatch``: unreadable). ``reflect()`` asks the daemon
+    (None: not served; ``unserved`` says so); under ``auto``, reflection lacking ``needs`` gives the builtin."""
     try:
         if schema == "builtin":
             return builtin_binding(aliases, rpcs)
@@ -368,7 +364,9 @@ class _Binder:
             path = None if probe_service else f"/{service.full_name}/{target.name}"
             rpcs[method] = Rpc(method, role, streaming, request, response, path)
         if table is RPCS:
-            self.mismatch += [f"no service has the {m} RPC" for m in REQUIRED_RPCS if m in missing]
+            self.mismatch += [
+                f"no service has the {m} RPC" for m in ("ListAndWatch", "Allocate", "Release") if m in missing
+            ]
         self._check_required()
         unused = [
             f"{name}.{fname}"
@@ -480,11 +478,10 @@ def _incompatible(mfield: FieldDescriptor, tfield: FieldDescriptor, write: bool)
 
 
 def _empty_reader(mfield: FieldDescriptor) -> Reader:
-    cat = _category(mfield)
-    empty: Any = {"map": {}, "message": None, "string": "", "float": 0.0, "bool": False, "bytes": b""}.get(cat, 0)
-    if mfield.is_repeated and cat != "map":
-        return lambda _m: []
-    return lambda _m: type(empty)() if empty is not None else None
+    if mfield.is_repeated:
+        return (lambda _m: {}) if _category(mfield) == "map" else (lambda _m: [])
+    default = mfield.default_value  # "", 0, 0.0, False, b"", or None for a message
+    return lambda _m: default
 
 
 def _reader(mfield: FieldDescriptor, tfield: FieldDescriptor) -> Reader:

@@ -13,6 +13,7 @@ Disable are not here (R14).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import socket
 import stat
@@ -45,6 +46,7 @@ from nomad_plugin.xdm.binder import MISMATCH_PREFIX, Binding, FileSet, Rpc
 log = get_logger(__name__)
 
 T = TypeVar("T")
+CONFIG_LABEL = "reflection (config-daemon)"
 
 # ---------------------------------------------------------------- failures (R7, R15)
 #: Transport codes: retryable, and say nothing about what XDM did with the call. INTERNAL is
@@ -340,12 +342,10 @@ class XdmClient:
                 return self._config_bound
         found = binder.builtin_binding(self._aliases)
         if main.source == "reflection":
+            reflect = functools.partial(self._reflect, self._config)
             try:
-                fds = self._reflect(self._config)
-                reflected = binder.bind(fds, "reflection (config-daemon)", self._aliases) if fds else None
-                if reflected is not None and "QueryStatus" in reflected.rpcs:
-                    found = reflected
-            except binder.SchemaError as exc:
+                found = binder.choose("auto", self._aliases, reflect, "", needs=("QueryStatus",), label=CONFIG_LABEL)
+            except SchemaMismatch as exc:
                 log.warning("XDM config-daemon reflection unusable (%s); QueryStatus uses the reconstruction", exc)
         with self._bind_lock:
             self._config_bound = found
@@ -395,12 +395,9 @@ class XdmClient:
         return self._stream(path, rpc, cards)
 
     def allocate(self, request: GrantRequest) -> Grant:
-        """Allocate and verify the grant (R3, R4); on a mismatch release it at once and raise
-        ``GrantMismatch``. Refused before anything is sent while the schema is not trusted.
-
-        Any other failure leaves the outcome unknown: the caller keeps its intent until XDM
-        is seen not to hold the grant (``nomad/reserve.py``).
-        """
+        """Allocate and verify the grant (R3, R4), refused unsent on an untrusted schema; a mismatch is
+        released at once (``GrantMismatch``). Any other failure leaves the outcome to the caller, who
+        keeps its intent until XDM is seen not to hold the grant (``nomad/reserve.py``)."""
         if not request.asks:
             raise ReservationRejected(f"allocation {request.grant_id} asks for no card")
         b = self.binding()

@@ -40,30 +40,28 @@ def qualified(package: str, service: str) -> str:
 
 def device_services(configured: str = "", reflected: Sequence[str] = ()) -> list[str]:
     """Candidates for the device service: ``xdm_service``, reflected ones, then the package guesses."""
-    names = [configured] if configured else []
-    return list(dict.fromkeys([*names, *reflected, *(qualified(p, DEVICE_SERVICE) for p in DEVICE_PACKAGES)]))
+    return _unique(configured, *reflected, *(qualified(p, DEVICE_SERVICE) for p in DEVICE_PACKAGES))
 
 
 def exporter_services(devices: Sequence[str], reflected: Sequence[str] = ()) -> list[str]:
     """Candidates for one monitoring RPC: the device service(s), reflected ones, then exporter-like names."""
-    packages = dict.fromkeys(d.rpartition(".")[0] for d in devices)
-    guessed = [qualified(p, s) for p in packages for s in EXPORTER_SERVICES]
-    return list(dict.fromkeys([*devices, *reflected, *guessed]))
+    guessed = (qualified(d.rpartition(".")[0], s) for d in devices for s in EXPORTER_SERVICES)
+    return _unique(*devices, *reflected, *guessed)
 
 
 def config_services(reflected: Sequence[str] = ()) -> list[str]:
-    return list(dict.fromkeys([*reflected, *(qualified(p, CONFIG_SERVICE) for p in CONFIG_PACKAGES)]))
+    return _unique(*reflected, *(qualified(p, CONFIG_SERVICE) for p in CONFIG_PACKAGES))
+
+
+def _unique(*names: str) -> list[str]:
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def probe(
     candidates: Sequence[str], attempt: Callable[[str], T], what: str, hint: str = ""
 ) -> tuple[str, T | BackendRefused]:
-    """The first candidate service that implements an RPC, with its answer.
-
-    ``attempt(service)`` makes the call; UNIMPLEMENTED moves on to the next candidate. A
-    refusal proves the service exists (it understood the call), so it ends the search too
-    and is returned for the caller to raise.
-    """
+    """The first candidate service that implements an RPC, with its answer: ``attempt(service)`` calls,
+    UNIMPLEMENTED moves on; a refusal proves the service exists and is returned for the caller to raise."""
     for service in candidates:
         try:
             return service, attempt(service)
@@ -106,9 +104,8 @@ FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
     "readOnly": ("readonly", "ro"),
 }
 
-#: How Allocate may encode "minor" (R4): ``explicit`` sets the field even for card 0 (proto3
-#: ``optional``); ``omit-zero`` is a plain int32, where card 0 is absent on the wire and XDM
-#: may read it as "assign any card" (grant verification then catches it).
+#: How Allocate may encode "minor" (R4): ``explicit`` sets it even for card 0 (proto3 ``optional``);
+#: ``omit-zero`` is a plain int32, card 0 absent on the wire (read as "any card": verification catches it).
 MINOR_ENCODINGS = ("explicit", "omit-zero")
 
 
@@ -122,12 +119,9 @@ HEALTH_UNREADABLE = "health unreadable"
 
 
 def health(word: str, device: Message, number: int, extender: Mapping[str, str]) -> tuple[bool, str]:
-    """(healthy, reason) from XDM's health text, compared case-insensitively.
-
-    An enum-style name reads by its last word (``HEALTH_OK`` -> ok). An empty text with a
-    varint at the health field's ``number`` among the unknown fields is a bool or an enum
-    (1 = healthy). Anything else is unreadable, never healthy.
-    """
+    """(healthy, reason) from XDM's health text, case-insensitive; an enum name reads by its last word
+    (``HEALTH_OK``), an empty text with a varint at ``number`` among the unknown fields as a bool or
+    enum (1 = healthy). Anything else is unreadable, never healthy."""
     reason = next((extender[k] for k in REASON_KEYS if extender.get(k)), "")
     text = word.strip().lower()
     last = text.rsplit("_", 1)[-1]

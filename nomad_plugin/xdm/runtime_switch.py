@@ -21,7 +21,7 @@ from nomad_plugin.model.errors import BackendRefused, PluginError, SchemaMismatc
 from nomad_plugin.xdm import adapter, binder, guesses
 from nomad_plugin.xdm.adapter import RuntimeKitStatus
 from nomad_plugin.xdm.binder import MISMATCH_PREFIX, SWITCH_RPCS, Binding, FileSet, Rpc
-from nomad_plugin.xdm.client import Endpoint, classify_rpc_error, socket_problem
+from nomad_plugin.xdm.client import CONFIG_LABEL, Endpoint, classify_rpc_error, socket_problem
 
 log = get_logger(__name__)
 
@@ -92,7 +92,7 @@ class RuntimeKitSwitch:
                 f"config-daemon does not serve gRPC server reflection on {self.path}",
                 rpcs=SWITCH_RPCS,
                 needs=("QueryStatus",),
-                label="reflection (config-daemon)",
+                label=CONFIG_LABEL,
             )
             missing = [m for m, _, _ in SWITCH_RPCS if m not in found.rpcs]
             if missing:
