@@ -14,6 +14,7 @@ into any message: a grant counts only with positive evidence, matching the reque
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -147,8 +148,7 @@ def _rpc(method: str, binding: Binding | None) -> Rpc:
     return (binding or builtin_binding()).rpc(method)
 
 
-def serialize(msg: Message) -> bytes:
-    return msg.SerializeToString()
+serialize = operator.methodcaller("SerializeToString")
 
 
 def deserializer(rpc: Rpc, drift: DriftLog) -> Callable[[bytes], Message]:

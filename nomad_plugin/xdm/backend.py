@@ -87,9 +87,8 @@ class XdmBackend:
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
-        # Cards are first published once the first resync (driver version, runtime kit) and
-        # the first push (health, topology) are in, or after a bounded wait for the missing
-        # one (R12: a push may never come unprompted): Nomad never sees a half-described node.
+        # Cards are first published once the first resync and the first push are in, or after a bounded
+        # wait (R12: a push may never come unprompted): Nomad never sees a half-described node.
         self._first_push = threading.Event()
         self._settle_wait = max(0.1, float(config.xdm_call_timeout))
         self._settled = False

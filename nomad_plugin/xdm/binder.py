@@ -67,8 +67,7 @@ REQUIRED_FIELDS = """ListAndWatchResponse.devices Device.minor Device.uuid Devic
 AllocateRequest.id AllocateRequest.devices DeviceRequest.minor AllocateResponse.status
 AllocateResponse.envs|AllocateResponse.deviceSpecs ReleaseRequest.id""".split()
 
-_INTS = {getattr(FieldDescriptor, f"TYPE_{t}") for t in ("INT32", "INT64", "UINT32", "UINT64", "SINT32", "SINT64")}
-_INTS |= {getattr(FieldDescriptor, f"TYPE_{t}") for t in ("FIXED32", "FIXED64", "SFIXED32", "SFIXED64")}
+_INTS = {v for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_") and ("INT" in k or "FIXED" in k)}
 _TYPE_NAMES = {v: k[5:].lower() for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_")}
 # What a model field of one category may bind to when the plugin reads it (converted) or
 # writes it (as is).
@@ -226,8 +225,7 @@ def builtin_set() -> FileSet:
 
 
 def pool_from_set(fds: FileSet) -> descriptor_pool.DescriptorPool:
-    """A fresh pool holding every file of ``fds``, dependencies first, in any order; missing
-    well-known imports come from protobuf's default pool."""
+    """A fresh pool with every file of ``fds`` in any order; missing well-known imports from the default pool."""
     pool = descriptor_pool.DescriptorPool()
     by_name = {f.name: f for f in fds.file}
     added: set[str] = set()
@@ -377,8 +375,7 @@ class _Binder:
         return Binding(source, digest, rpcs, self.rows, unused, missing, self.mismatch, probe_service)
 
     def _device_service(self) -> ServiceDescriptor | None:
-        """The service holding most device RPCs: a kubelet-style ``DevicePlugin`` with only
-        ListAndWatch and Allocate loses to XDM's own."""
+        """The service with most device RPCs: a kubelet-style ``DevicePlugin`` loses to XDM's own."""
         wanted = {normalise(m) for m, role, _ in RPCS if role == "device"}
         scored = [(sum(normalise(m.name) in wanted for m in s.methods), -i, s) for i, s in enumerate(self.services)]
         best = max(scored, default=None, key=lambda t: t[:2])

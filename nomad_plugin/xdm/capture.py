@@ -38,7 +38,6 @@ from nomad_plugin.xdm.binder import Binding, FileSet
 FORMAT = "xdm-capture/1"
 MANIFEST = "manifest.json"
 BINDING_REPORT = "binding-report.json"
-SOCKETS = ("dp2mgr", "config-daemon")
 # (rpc, socket, role, server-streaming); the role picks the service candidates.
 CAPTURED_RPCS: tuple[tuple[str, str, str, bool], ...] = (
     ("ListSupportedXPUType", "dp2mgr", "device", False),
@@ -231,7 +230,7 @@ class CaptureBundle:
     def reflected_schema(self) -> FileSet | None:
         """Both sockets' reflected descriptors as one set (files deduplicated by name)."""
         files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-        for socket in SOCKETS:
+        for socket in ("dp2mgr", "config-daemon"):
             fds = self.descriptor_set(socket)
             for fdp in fds.file if fds is not None else ():
                 files.setdefault(fdp.name, fdp)
@@ -248,5 +247,4 @@ class CaptureBundle:
         return message_factory.GetMessageClass(method.output_type).FromString(data)
 
 
-def load_bundle(root: Path) -> CaptureBundle:
-    return CaptureBundle(root)
+load_bundle = CaptureBundle

@@ -198,8 +198,7 @@ class Endpoint:
             return self.channel
 
     def replaced(self) -> bool:
-        """True, with the channel dropped, when the socket file is not the one the channel dialled
-        (gRPC would redial a restarted daemon as if nothing happened)."""
+        """Whether (then dropping the channel) the socket file is not the one the channel dialled."""
         with self.lock:
             now = _socket_id(self.path)  # None: gone, and the call fails saying why
             stale = self.channel is not None and now is not None and now != self.socket_id
@@ -219,9 +218,7 @@ class Subscription(Generic[T]):
     the server closes the stream or on ``cancel()``; any other failure raises a ``PluginError``."""
 
     def __init__(self, call: Any, convert: Callable[[Message], T], classify: Callable[[grpc.RpcError], PluginError]):
-        self._call = call
-        self._convert = convert
-        self._classify = classify
+        self._call, self._convert, self._classify = call, convert, classify
         self._cancelled = threading.Event()
 
     def __iter__(self) -> Iterator[T]:
@@ -268,8 +265,8 @@ class XdmClient:
 
     # ------------------------------------------------------------ schema binding
     def binding(self) -> Binding:
-        """The bound schema; ``SchemaMismatch`` when it lacks what the plugin needs,
-        ``BackendUnavailable`` when XDM cannot be reached to ask."""
+        """The bound schema; ``SchemaMismatch`` if it lacks what the plugin needs, ``BackendUnavailable``
+        if XDM cannot be reached to ask."""
         with self._bind_lock:
             if self._binding is not None:
                 # A new socket file: XDM restarted, maybe with another schema. This catches the
@@ -313,8 +310,7 @@ class XdmClient:
             return next((text for _, text in self._findings.values()), "")
 
     def _log_bind(self, key: str, found: Binding | None) -> None:
-        """The full report when the schema or the verdict changed; one line for a re-bind to
-        the same schema; a failure that repeats is not logged again."""
+        """The full report when the schema or verdict changed, one line for the same schema again."""
         if key == self._logged_bind:
             if found is not None and found.ok:
                 log.info("XDM schema re-bound: source %s, sha256 %s, unchanged", found.source, found.digest[:12])
@@ -332,8 +328,7 @@ class XdmClient:
             raise self._classify(endpoint, exc, "ServerReflectionInfo") from None
 
     def _config_binding(self) -> Binding:
-        """config-daemon's schema: the bound one when it holds QueryStatus; with reflection,
-        what config-daemon itself reflects; else the reconstruction."""
+        """config-daemon's schema: the bound one with QueryStatus, its own reflection, or the builtin."""
         main = self.binding()
         if "QueryStatus" in main.rpcs:
             return main

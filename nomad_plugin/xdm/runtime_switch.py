@@ -27,7 +27,6 @@ log = get_logger(__name__)
 
 #: Enable and Disable may restart services on the node: wait long (R14).
 SWITCH_TIMEOUT_S = 120.0
-ACTIONS = ("Enable", "Disable")
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class RuntimeKitSwitch:
 
     def switch(self, action: str) -> SwitchOutcome:
         """Call ``action`` unless the status already is the wanted one; then read the status again."""
-        if action not in ACTIONS:
+        if action not in ("Enable", "Disable"):
             raise ValueError(f"action: {action!r} is not Enable or Disable")
         before = self.status()
         if before.enabled == (action == "Enable"):
