@@ -1,4 +1,4 @@
-"""XdmClient against the simulator's schema-drift and error modes (xdm-api.md §5.8)."""
+"""XdmClient against the simulator's schema-drift and error modes (docs/xdm-risks.md)."""
 
 from __future__ import annotations
 
