@@ -21,8 +21,8 @@ This script measures that floor on the same box, in the same run, for:
   idle stream for it (ListAndWatch).
 
 The payloads are opaque bytes: nothing is parsed, converted or built. Each
-process runs with the plugin's own settings (its ``GRPC_EXPERIMENTS`` default)
-and is measured over ``--seconds`` after a warm-up,
+process runs with the plugin's own settings (its ``GRPC_EXPERIMENTS`` default,
+its relaxed stream waits) and is measured over ``--seconds`` after a warm-up,
 as a share of one core. ``plugin traffic`` against ``plugin_load.py``'s
 whole-plugin CPU is what is left for our code; ``plugin traffic ÷ simulator
 traffic`` is the ratio a plugin with no code of its own would reach.
@@ -54,6 +54,7 @@ choose_polling()  # before grpc is imported, as the plugin does
 import grpc  # noqa: E402
 
 from nomad_plugin.goplugin.serve import WORKERS  # noqa: E402
+from nomad_plugin.xdm.client import relax_stream_waits  # noqa: E402
 
 SERVICE = "floor.Floor"
 SCENARIOS = ("server idle", "server + idle stream", "plugin traffic", "simulator traffic")
@@ -104,6 +105,7 @@ def follow(address: str, method: str) -> grpc.Channel:
 
 def measured(scenario: str, tmp: str, stats_bytes: int, push_bytes: int) -> list[Any]:
     """Set up ``scenario`` in this process; its peers live in the parent's peer process."""
+    relax_stream_waits()
     payload = {"plugin traffic": stats_bytes, "simulator traffic": push_bytes}.get(scenario, 0)
     keep: list[Any] = [serve(f"unix://{tmp}/own.sock", payload)]
     if scenario in ("server + idle stream", "plugin traffic"):  # the plugin's client streams to XDM

@@ -1,15 +1,11 @@
-"""XDM's messages <-> the plugin's model, through a ``binder.Binding`` (None: the reconstruction),
-and whether to trust what was decoded.
-
-Nothing here knows a field number: reads and writes go by reconstruction field name. Every XDM
-string the plugin repeats is escaped and bounded (``util/text.py``): it reaches the agent's log
-and Nomad's device names and task events, where a newline or ESC would forge lines. What does
-not decode as the schema says is logged once as drift.
-
-A wrong but wire-compatible schema decodes *silently* into wrong values (a PCI address where the
-UUID belongs), so decoded cards must look plausible for any real card, or the answer is an "XDM
-schema mismatch". And an Allocate success ``{status: 0}`` is zero bytes, which parses as success
-into any message: a grant counts only with positive evidence, matching the request card for card.
+"""XDM's messages <-> the plugin's model through a ``binder.Binding`` (None: the reconstruction), and
+whether to trust them. Reads and writes go by reconstruction field name, never number. Every XDM
+string repeated is escaped and bounded (``util/text.py``): it reaches the agent's log and Nomad's
+device names, where a newline or ESC would forge lines. What does not decode as the schema says is
+logged once as drift. A wrong but wire-compatible schema decodes *silently* into wrong values (a PCI
+address for a UUID), so cards must look plausible or the answer is an "XDM schema mismatch"; and an
+Allocate success ``{status: 0}`` is zero bytes, which parses into any message, so a grant counts
+only with positive evidence that matches the request card for card.
 """
 
 from __future__ import annotations
@@ -94,7 +90,16 @@ class UnknownField:
 
 
 def unknown_fields(msg: Message) -> list[UnknownField]:
-    """The unknown fields of ``msg`` and of every message nested in it (map values included)."""
+    """The unknown fields of ``msg`` and every message nested in it (map values too). The Python walk
+    of an exporter push costs many times its parse, so it runs only when a copy with unknown fields
+    discarded (in C, recursively) is smaller: exactly when there are some (the CPU guard, BENCHMARKS.md)."""
+    bare = type(msg)()
+    bare.CopyFrom(msg)
+    bare.DiscardUnknownFields()
+    return _walk(msg) if bare.ByteSize() != msg.ByteSize() else []
+
+
+def _walk(msg: Message) -> list[UnknownField]:
     desc = msg.DESCRIPTOR
     declared = {f.number for f in desc.fields}
     unknown = UnknownFieldSet(msg)
@@ -109,7 +114,7 @@ def unknown_fields(msg: Message) -> list[UnknownField]:
                 continue
             value = value.values()
         if entry is not None:
-            found += [u for sub in (value if fd.is_repeated else [value]) for u in unknown_fields(sub)]
+            found += [u for sub in (value if fd.is_repeated else [value]) for u in _walk(sub)]
     return found
 
 
@@ -138,9 +143,6 @@ class DriftLog:
     def findings(self) -> list[UnknownField]:
         with self._lock:
             return list(self._seen.values())
-
-    def has_clash(self) -> bool:
-        return any(item.clash for item in self.findings())
 
 
 # ---------------------------------------------------------------- calls

@@ -29,13 +29,12 @@ from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
 from nomad_plugin.xdm.adapter import GpuFacts
-from nomad_plugin.xdm.client import Subscription, XdmClient
+from nomad_plugin.xdm.client import Subscription, XdmClient, relax_stream_waits
 from nomad_plugin.xdm.guesses import vendor_of, xpu_type_of
 
 log = get_logger(__name__)
 
-#: Kinds that prove XDM is down, as opposed to slow or missing an RPC.
-_DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
+_DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})  # XDM is down, not slow
 HEALTH_NOT_YET_REPORTED = "health not yet reported by ListAndWatch"
 
 
@@ -114,6 +113,7 @@ class XdmBackend:
             self._stop.clear()
             loops = ((self._resync_loop, "xdm-resync"), (self._watch_loop, "xdm-watch"))
             self._threads = [threading.Thread(target=loop, name=name, daemon=True) for loop, name in loops]
+            relax_stream_waits()  # process-wide: every stream of the plugin is read by a background thread
             for thread in self._threads:
                 thread.start()
 
@@ -180,8 +180,7 @@ class XdmBackend:
                 with self._notify_lock:
                     self._settled = True
                     self._publish(reachable=self._reach_hint)
-            if self._stop.wait(self._resync_period):
-                break
+            self._stop.wait(self._resync_period)
 
     def _resync_once(self) -> None:
         facts: list[GpuFacts] | None = None

@@ -1,15 +1,12 @@
 """Bind XDM's real schema by meaning, never by number (R1, R2).
 
-The reconstruction in ``proto/lingjun/`` is the plugin's model of XDM: its names come from the
-API reference, its numbers are guesses. ``xdm_schema`` names XDM's actual schema: ``builtin``
-(the reconstruction), ``reflection`` (gRPC server reflection), ``auto`` (reflection when served,
-else the reconstruction), or a path (a ``.proto`` file, a directory of them, compiled by
-grpcio-tools only then, after the handshake; or a descriptor set).
-
-``bind`` finds each RPC by method name whatever the package, and each field by normalised name,
-then ``xdm_field_aliases``, then the synonyms in ``guesses``; the reconstruction takes the same
-path. A ``Binding`` holds protobuf's own message classes, a reader per field, a report, and the
-*mismatch* list: what is required and did not bind.
+The reconstruction in ``proto/lingjun/`` models XDM: its names come from the API reference, its
+numbers are guesses. ``xdm_schema`` names XDM's actual schema: ``builtin``, ``reflection``, ``auto``
+(reflection when served, else builtin), or a path (``.proto`` files, compiled by grpcio-tools
+only then, after the handshake; or a descriptor set). ``bind`` finds each RPC by method name in any
+package and each field by normalised name, then ``xdm_field_aliases``, then ``guesses``' synonyms;
+the reconstruction takes the same path. A ``Binding`` holds protobuf's own message classes, a
+reader per field, a report, and the *mismatch* list: what is required and did not bind.
 """
 
 from __future__ import annotations
@@ -69,8 +66,7 @@ AllocateResponse.envs|AllocateResponse.deviceSpecs ReleaseRequest.id""".split()
 
 _INTS = {v for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_") and ("INT" in k or "FIXED" in k)}
 _TYPE_NAMES = {v: k[5:].lower() for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_")}
-# What a model field of one category may bind to when the plugin reads it (converted) or
-# writes it (as is).
+# What a model field of one category may bind to when read (converted); writes need the same category.
 _READ_OK = {
     "string": {"string", "enum", "bool", "int", "bytes"},
     "int": {"int", "enum", "string"},
@@ -159,15 +155,13 @@ class ReportRow:
 
 
 @dataclass(frozen=True)
-class Rpc:
-    """One bound RPC; ``path`` is None when its service name must be probed (the reconstruction)."""
-
+class Rpc:  # one bound RPC
     method: str
     role: str
     streaming: bool
     request: MessageBinding
     response: MessageBinding
-    path: str | None
+    path: str | None  # None: the service name is probed (the reconstruction)
 
 
 @dataclass

@@ -106,7 +106,6 @@ def _capture_call(
 
 def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[str]]) -> dict[str, Any]:
     """Call every read-only RPC on both sockets and write a bundle to ``out``; returns the manifest.
-
     ``render_raw`` writes the bytes as ``protoc --decode_raw`` would (``raw/<Rpc>.txt``)."""
     (out / "raw").mkdir(parents=True, exist_ok=True)
     timeout = float(config.xdm_call_timeout)

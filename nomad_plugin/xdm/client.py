@@ -1,13 +1,11 @@
 """XdmClient: gRPC to XDM over its Unix sockets, answering in the plugin's model types.
 
-The first call binds XDM's schema (``binder``); a binding that misses what the plugin needs, a
-schema that cannot be read, or an answer failing the guards is an "XDM schema mismatch": calls
-raise ``SchemaMismatch``, pushed cards are all unhealthy with it, ``allocate`` sends nothing.
-The binding is made again after the connection breaks or the socket file is replaced (an
-upgraded XDM may serve another schema). Wire paths come from the schema or, under the
-reconstruction, from probing (``guesses``). Unary calls have a deadline and wait for the channel
-within it; streams do neither, so a dead socket fails a subscription at once. Enable and
-Disable are not here (R14).
+The first call binds XDM's schema (``binder``); a binding lacking what the plugin needs, a schema
+that cannot be read, or an answer failing the guards is an "XDM schema mismatch": calls raise it,
+pushed cards are unhealthy with it, ``allocate`` sends nothing. It is bound again after the
+connection breaks or the socket file is replaced (an upgraded XDM may serve another schema). Paths
+come from the schema or, under the reconstruction, from probing (``guesses``). Unary calls have a
+deadline and wait for the channel; streams do neither. Enable and Disable are not here (R14).
 """
 
 from __future__ import annotations
@@ -213,6 +211,23 @@ class Endpoint:
             channel.close()
 
 
+#: grpcio's blocking iterators wait in 0.1 s slices (``grpc._common.MAXIMUM_WAIT_TIMEOUT``) so that a main
+#: thread still runs signal handlers (grpc/grpc#19464); the plugin's streams are read by background
+#: threads, for which a slice is only a wake-up, ten a second per stream: a good share of the CPU guard
+#: (BENCHMARKS.md). A cancel wakes a reader at once. When grpcio drops the constant this does nothing.
+STREAM_WAIT_SLICE_S = 5.0
+
+
+def relax_stream_waits(seconds: float = STREAM_WAIT_SLICE_S) -> bool:
+    """Let grpcio's blocking iterators wait ``seconds`` per slice; False when grpcio has no such knob."""
+    from grpc import _common
+
+    if not isinstance(getattr(_common, "MAXIMUM_WAIT_TIMEOUT", None), float):
+        return False
+    _common.MAXIMUM_WAIT_TIMEOUT = max(seconds, _common.MAXIMUM_WAIT_TIMEOUT)
+    return True
+
+
 class Subscription(Generic[T]):
     """One server-streaming call: iterate it, ``cancel()`` it from any thread. Iteration ends when
     the server closes the stream or on ``cancel()``; any other failure raises a ``PluginError``."""
@@ -252,7 +267,6 @@ class XdmClient:
         self._probe_lock = threading.Lock()
         self._device_service: str | None = self._configured_service or None
         self._services: dict[str, str] = {}  # probed exporter/config RPC -> its service (R13)
-        self._reflected: FileSet | None = None  # XDM's reflection, when probing under the reconstruction
         self._bind_lock = threading.RLock()
         self._binding: Binding | None = None  # usable (no mismatch); None = bind on the next call
         self._config_bound: Binding | None = None  # config-daemon's, when the main schema lacks it
@@ -524,11 +538,8 @@ class XdmClient:
                 if exc.kind == "unimplemented":
                     self._services.pop(rpc.method, None)
                 raise
-        if rpc.role == "config":
-            candidates = guesses.config_services()
-        else:
-            reflected = binder.services_with(self._reflected, rpc.method) if self._reflected else []
-            candidates = guesses.exporter_services([self.device_service(b)], reflected)
+        role_config = rpc.role == "config"
+        candidates = guesses.config_services() if role_config else guesses.exporter_services([self.device_service(b)])
         service, answer = guesses.probe(
             candidates, lambda s: self._unary(endpoint, f"/{s}/{rpc.method}", rpc, request), f"XDM {rpc.method}"
         )
@@ -539,14 +550,9 @@ class XdmClient:
         return answer
 
     def _probe_device_service(self, b: Binding) -> str:
-        try:  # reflection may name the service even where its schema is not used
-            self._reflected = binder.reflect(self._dp2mgr.get(), timeout=min(self._timeout, 2.0))
-        except (grpc.RpcError, binder.SchemaError):
-            self._reflected = None
         rpc = b.rpc("ListSupportedXPUType")  # read-only: safe to send to a wrong guess
-        reflected = binder.services_with(self._reflected, rpc.method) if self._reflected else []
         service, _ = guesses.probe(
-            guesses.device_services("", reflected),
+            guesses.device_services(),
             lambda s: self._unary(self._dp2mgr, f"/{s}/{rpc.method}", rpc, rpc.request.new()),
             "XDM's device service",
             "; set xdm_service to the fully-qualified name from the official proto",

@@ -25,8 +25,7 @@ from nomad_plugin.xdm.client import CONFIG_LABEL, Endpoint, classify_rpc_error, 
 
 log = get_logger(__name__)
 
-#: Enable and Disable may restart services on the node: wait long (R14).
-SWITCH_TIMEOUT_S = 120.0
+SWITCH_TIMEOUT_S = 120.0  # Enable and Disable may restart services on the node: wait long (R14)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""The metrics stream is cancelled by callback, not watched by a polling thread.
+"""The plugin's idle streams do not wake it up.
 
-A consumer that owns a ``CancelEvent`` lets the stream register its ``cancel``, so no
-thread wakes to poll for the consumer's stop. Here: ``CancelEvent`` semantics, and the
-real ``XdmBackend`` and ``MetricsFeed`` against the simulator (no watcher thread, and
-``stop`` still ends the stream).
+A consumer that owns a ``CancelEvent`` lets the exporter stream register its ``cancel``, so no
+thread polls for the consumer's stop; and the backend widens grpcio's wait slice, so a blocked
+stream reader is not woken ten times a second. Here: ``CancelEvent`` semantics, and the real
+``XdmBackend`` and ``MetricsFeed`` against the simulator (no watcher thread, and ``stop`` still
+ends the stream).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc import _common as grpc_common
 
 from nomad_plugin import sim as sim_module
 from nomad_plugin.config.model import PluginConfig
@@ -22,6 +25,7 @@ from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.stats.feed import MetricsFeed
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.xdm import backend as backend_module
+from nomad_plugin.xdm.client import STREAM_WAIT_SLICE_S, relax_stream_waits
 from tests.waiting import wait_until
 
 
@@ -40,6 +44,22 @@ def test_callbacks_run_once_when_set_and_at_once_when_already_set() -> None:
     assert isinstance(event, threading.Event) and event.wait(0)
 
 
+def test_grpc_still_has_the_wait_slice_we_widen() -> None:
+    # When this fails, grpcio renamed or dropped the constant: relax_stream_waits now does nothing
+    # and the plugin's idle streams wake ten times a second again; find grpcio's new knob.
+    assert isinstance(grpc_common.MAXIMUM_WAIT_TIMEOUT, float), grpc.__version__
+
+
+def test_relax_never_narrows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grpc_common, "MAXIMUM_WAIT_TIMEOUT", 0.1)
+    assert relax_stream_waits()
+    assert grpc_common.MAXIMUM_WAIT_TIMEOUT == STREAM_WAIT_SLICE_S
+    wider = STREAM_WAIT_SLICE_S * 3
+    monkeypatch.setattr(grpc_common, "MAXIMUM_WAIT_TIMEOUT", wider)
+    assert relax_stream_waits()
+    assert grpc_common.MAXIMUM_WAIT_TIMEOUT == wider
+
+
 @pytest.fixture
 def sim() -> Iterator[sim_module.Simulator]:
     folder = Path(tempfile.mkdtemp(prefix="sw", dir="/tmp"))
@@ -50,7 +70,10 @@ def sim() -> Iterator[sim_module.Simulator]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_feed_over_the_backend_needs_no_watcher_thread(sim: sim_module.Simulator) -> None:
+def test_feed_over_the_backend_needs_no_watcher_thread(
+    sim: sim_module.Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grpc_common, "MAXIMUM_WAIT_TIMEOUT", 0.1)
     backend = backend_module.XdmBackend(
         PluginConfig(xdm_socket=str(sim.dp2mgr_path), config_socket=str(sim.config_path))
     )
@@ -58,6 +81,7 @@ def test_feed_over_the_backend_needs_no_watcher_thread(sim: sim_module.Simulator
     feed = MetricsFeed(backend, 0.05, backoff=Backoff(initial=0.1, cap=0.5, jitter=0.0))
     feed.start()
     try:
+        assert grpc_common.MAXIMUM_WAIT_TIMEOUT == STREAM_WAIT_SLICE_S, "the backend widens grpcio's wait slice"
         wait_until(lambda: feed.source == "stream" and feed.cache.update_count >= 3, "the exporter stream feeding")
         names = [t.name for t in threading.enumerate()]
         assert "xdm-metrics-cancel" not in names, names
