@@ -41,10 +41,10 @@ from nomad_plugin.model.health import HealthTracker, conflict_reasons, instance_
 from nomad_plugin.nomad.fingerprint import build_response, serialize  # noqa: E402
 from nomad_plugin.nomad.validate import sanitize  # noqa: E402
 from nomad_plugin.sim import Simulator  # noqa: E402
-from nomad_plugin.xdm import adapter, guards  # noqa: E402
+from nomad_plugin.xdm import adapter  # noqa: E402
+from nomad_plugin.xdm.adapter import DriftLog  # noqa: E402
+from nomad_plugin.xdm.backend import compose_cards  # noqa: E402
 from nomad_plugin.xdm.binder import Binding, bind, builtin_binding  # noqa: E402
-from nomad_plugin.xdm.drift import DriftLog  # noqa: E402
-from nomad_plugin.xdm.inventory import compose_cards  # noqa: E402
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -164,7 +164,7 @@ def fingerprint_build(builds: int, block: int) -> float:
         def run() -> bytes:
             cards = adapter.cards_from_list_and_watch(law_cls.FromString(law), drift, binding)
             facts = adapter.gpu_facts(info_cls.FromString(facts_bytes), binding)
-            assert not guards.card_problems(cards) and not guards.facts_problems(facts)
+            assert not adapter.card_problems(cards) and not adapter.facts_problems(facts)
             inventory = Inventory(cards=compose_cards(cards, facts), node={"runtime_kit": "enabled"})
             catalog = build_catalog(inventory, config)
             verdicts = instance_verdicts(catalog, tracker.verdicts(), conflict_reasons(catalog, {}), None)

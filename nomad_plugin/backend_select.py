@@ -55,13 +55,12 @@ def validate_config(config: PluginConfig) -> None:
     """Checks that need more than the decoder: an ``xdm_schema`` path must compile
     (``ConfigError`` naming the file and the parser's message). Reads only local
     files, never XDM; grpcio-tools is imported here, after the handshake."""
-    from nomad_plugin.xdm.schema_source import is_path
+    from nomad_plugin.xdm.binder import is_path
 
     if not is_path(config.xdm_schema):
         return
     from nomad_plugin.model.errors import ConfigError
-    from nomad_plugin.xdm.binder import SchemaError
-    from nomad_plugin.xdm.schema_source import load_path
+    from nomad_plugin.xdm.binder import SchemaError, load_path
 
     try:
         load_path(config.xdm_schema)

@@ -40,7 +40,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "nomad/validate": ("nomad_plugin/nomad/validate.py",),
     "nomad/container": ("nomad_plugin/nomad/container.py",),
     "nomad/reserve": ("nomad_plugin/nomad/reserve.py",),
-    "xdm/verify": ("nomad_plugin/xdm/verify.py",),
+    "xdm/adapter": ("nomad_plugin/xdm/adapter.py",),
     "model/health": ("nomad_plugin/model/health.py",),
     "goplugin/handshake": ("nomad_plugin/goplugin/handshake.py",),
     "config/decode": ("nomad_plugin/config/decode.py",),

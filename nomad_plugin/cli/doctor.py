@@ -276,8 +276,7 @@ class Doctor:
         return True
 
     def check_xdm(self) -> None:
-        from nomad_plugin.xdm.client import XdmClient
-        from nomad_plugin.xdm.errors import socket_problem
+        from nomad_plugin.xdm.client import XdmClient, socket_problem
 
         assert self.config is not None
         problem = socket_problem(self.config.xdm_socket)

@@ -30,8 +30,7 @@ from nomad_plugin.launcher.live import socket_overrides
 from nomad_plugin.launcher.rawproto import decode_raw
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.xdm import adapter
-from nomad_plugin.xdm.client import XdmClient
-from nomad_plugin.xdm.errors import socket_problem
+from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 
 def parser() -> argparse.ArgumentParser:
@@ -109,8 +108,6 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
         except PluginError as exc:
             report["device_service"] = None
             report["device_service_error"] = str(exc)
-        service = report["device_service"]
-        exporter_of: dict[str, str] = getattr(client, "_exporter_services", {})
 
         def first_push() -> Any:
             sub = client.list_and_watch()
@@ -120,16 +117,22 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
                 sub.cancel()
 
         steps: list[tuple[str, Callable[[], Any], str, Any, bool]] = [
-            ("ListSupportedXPUType", client.list_supported_xpu_types, "dp2mgr", adapter.xpu_type_request(), False),
-            ("ListGpuInfo", client.list_gpu_info, "dp2mgr", adapter.list_gpu_info_request(), False),
-            ("ListAndWatch (first push)", first_push, "dp2mgr", adapter.list_and_watch_request(), True),
-            ("ExporterGetConfig", client.exporter_get_config, "dp2mgr", adapter.exporter_get_config_request(), False),
-            ("ExporterGetStatus", client.exporter_get_status, "dp2mgr", adapter.exporter_get_status_request(), False),
+            (
+                "ListSupportedXPUType",
+                client.list_supported_xpu_types,
+                "dp2mgr",
+                adapter.request("ListSupportedXPUType"),
+                False,
+            ),
+            ("ListGpuInfo", client.list_gpu_info, "dp2mgr", adapter.request("ListGpuInfo"), False),
+            ("ListAndWatch (first push)", first_push, "dp2mgr", adapter.request("ListAndWatch"), True),
+            ("ExporterGetConfig", client.exporter_get_config, "dp2mgr", adapter.request("ExporterGetConfig"), False),
+            ("ExporterGetStatus", client.exporter_get_status, "dp2mgr", adapter.request("ExporterGetStatus"), False),
             (
                 "QueryStatus",
                 lambda: _query_status(client, config),
                 "config-daemon",
-                adapter.query_status_request(),
+                adapter.request("QueryStatus"),
                 False,
             ),
         ]
@@ -143,10 +146,7 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
             except StopIteration:
                 entry.update(ok=False, error="the stream ended without a message")
             method = name.split(" ")[0]
-            if sock == "config-daemon":
-                owner = getattr(client, "_config_service", None)
-            else:
-                owner = exporter_of.get(method) or service
+            owner = client.service_of(method)
             entry["path"] = f"/{owner}/{method}" if owner else None
             if raw and owner:
                 target = config.config_socket if sock == "config-daemon" else config.xdm_socket
@@ -173,7 +173,7 @@ def _query_status(client: Any, config: Any) -> Any:
     """QueryStatus, whose failure names config-daemon.sock: the socket it goes to is checked first,
     and a failure that came from dp2mgr.sock (where XDM's schema is bound) says so."""
     from nomad_plugin.model.errors import BackendUnavailable
-    from nomad_plugin.xdm.errors import socket_problem
+    from nomad_plugin.xdm.client import socket_problem
 
     problem = socket_problem(config.config_socket)
     if problem is not None:

@@ -35,7 +35,7 @@ def preflight(config: dict[str, Any]) -> None:
     plugin refuses is left to the plugin: its SetConfig answers at once, in its own words."""
     from nomad_plugin.backend_select import _nvml_usable, accept_config, choose_backend_name
     from nomad_plugin.model.errors import ConfigError
-    from nomad_plugin.xdm.errors import socket_problem
+    from nomad_plugin.xdm.client import socket_problem
 
     try:
         plugin_config = accept_config(msgpack_config(config))

@@ -85,7 +85,7 @@ def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, BackendUnavailable):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     if isinstance(exc, BackendRefused):
-        code = getattr(exc, "code", None)  # xdm.errors.GrpcRefused: the code XDM answered with
+        code = getattr(exc, "code", None)  # xdm.client.GrpcRefused: the code XDM answered with
         return (code if code in PASSED_ON else grpc.StatusCode.FAILED_PRECONDITION), str(exc)
     if isinstance(exc, (GrantMismatch, GrantRejected, DataDirRefused)):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)

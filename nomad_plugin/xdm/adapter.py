@@ -1,199 +1,190 @@
-"""Wire <-> model mapping for XDM, through a ``binder.Binding``.
-
-Nothing here knows a field number: every read and write goes through the
-binding of the schema in use (the reconstruction, XDM's reflection or the
-operator's official proto), by model field name. ``client.py`` only sees
-``RpcSpec`` objects, opaque request messages and the model types returned
-here. Every function takes an optional binding; None means the built-in
-reconstruction (the same code path, bound once per process).
-
-Every mapping degrades instead of failing: a value that arrives with another
-wire type lands in unknown fields (see ``drift.py``) and is recovered where
-the meaning is clear (health as bool/enum, numbers sent as strings). What the
-plausibility guards (``guards.py``) must see is kept visible: an unreadable
-health word is reported as such, never defaulted to healthy.
+"""XDM's messages <-> the plugin's model through a ``binder.Binding`` (None: the reconstruction), and
+whether to trust them. Reads and writes go by reconstruction field name, never number. Every XDM
+string repeated is escaped and bounded (``util/text.py``): it reaches the agent's log and Nomad's
+device names, where a newline or ESC would forge lines. What does not decode as the schema says is
+logged once as drift. A wrong but wire-compatible schema decodes *silently* into wrong values (a PCI
+address for a UUID), so cards must look plausible or the answer is an "XDM schema mismatch"; and an
+Allocate success ``{status: 0}`` is zero bytes, which parses into any message, so a grant counts
+only with positive evidence that matches the request card for card.
 """
 
 from __future__ import annotations
 
+import operator
 import re
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
+from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
 from nomad_plugin.model.topology import Topology
 from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.util import text
-from nomad_plugin.xdm.binder import Binding, MessageBinding, builtin_binding
-from nomad_plugin.xdm.drift import DriftLog, own_unknown_fields, top_level_unknown_varints
-from nomad_plugin.xdm.guards import HEALTH_UNREADABLE
-from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
+from nomad_plugin.xdm import guesses
+from nomad_plugin.xdm.binder import Binding, MessageBinding, Rpc, builtin_binding
 
-# ---------------------------------------------------------------- names (R1, R13)
-PROTO_PACKAGE = "xdm"  # the reconstruction's package
-DEVICE_SERVICE = "XpuDeviceManagerService"
-CONFIG_PACKAGE = "config"
-CONFIG_SERVICE = "AmpConfigService"
-
-# Proto packages tried, in order, when the schema is the reconstruction and
-# ``xdm_service`` is empty ("" = none).
-DEVICE_PACKAGE_CANDIDATES: tuple[str, ...] = ("xdm", "api", "", "grpc", "outer", "xdmapi", "dp2mgr", "amp.xdm")
-CONFIG_PACKAGE_CANDIDATES: tuple[str, ...] = ("config", "configpb", "amp.config", "")
-# Service names tried for exporter RPCs when the device service lacks them (R13).
-EXPORTER_SERVICE_CANDIDATES: tuple[str, ...] = (
-    "ExporterService",
-    "XpuExporterService",
-    "XpuDeviceExporterService",
-    "XdmExporterService",
-    "MonitorService",
-)
-
-
-def qualified(package: str, service: str) -> str:
-    return f"{package}.{service}" if package else service
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class RpcSpec:
-    """One XDM RPC: its method name, message classes and shape.
-
-    ``role`` says which service holds it: "device" (resource management),
-    "exporter" (monitoring; may live in its own service, R13) or "config".
-    ``path`` is the wire path from the schema; None when the service name
-    must be probed (the reconstruction's package is a guess, R1).
-    """
-
-    method: str
-    request_type: type[Message]
-    response_type: type[Message]
-    streaming: bool
-    role: str
-    path: str | None = None
+class GpuFacts:  # static card data from ListGpuInfo, merged into ``Card``
+    minor: int
+    uuid: str = ""
+    model: str = ""
+    driver_version: str = ""
+    vendor: str = ""
+    xpu_type: str = ""
+    memory_mib: int = 0
+    pci_bus_id: str = ""
+    numa_node: int | None = None
+    mig_enabled: bool = False
 
 
-def _bb(binding: Binding | None) -> Binding:
-    return binding if binding is not None else builtin_binding()
+@dataclass(frozen=True)
+class ExporterConfig:
+    collect_interval_ms: int = 0
+    metric_ids: tuple[int, ...] = ()
+    config: dict[str, str] = field(default_factory=dict)
 
 
-def spec(method: str, binding: Binding | None = None) -> RpcSpec:
-    """The ``RpcSpec`` of ``method`` in ``binding``; KeyError when the schema lacks it."""
-    rpc = _bb(binding).rpc(method)
-    return RpcSpec(method, rpc.request.cls, rpc.response.cls, rpc.streaming, rpc.role, rpc.path)
+@dataclass(frozen=True)
+class ExporterStatus:
+    running: bool = False
+    state: str = ""
+    last_collect_ms: int = 0
+    version: str = ""
+    message: str = ""
 
 
-def _req(method: str, binding: Binding | None) -> MessageBinding:
-    return _bb(binding).rpc(method).request
+@dataclass(frozen=True)
+class RuntimeKitStatus:  # config-daemon's QueryStatus; ``enabled`` False may also mean "field absent"
+    enabled: bool
+    message: str = ""
 
 
-def _resp(method: str, binding: Binding | None) -> MessageBinding:
-    return _bb(binding).rpc(method).response
+# ---------------------------------------------------------------- drift (R2, R16)
+@dataclass(frozen=True)
+class UnknownField:
+    """A field the bound schema did not read. ``clash``: the schema declares its number, so the value
+    came with another wire type (the schema is wrong for it); else an additive field (a newer XDM)."""
+
+    message_type: str
+    number: int
+    wire_type: int
+    value: object
+    clash: bool
+
+    def describe(self) -> str:
+        kind = "wire-type clash" if self.clash else "additive field"
+        shown = repr(self.value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return f"{self.message_type} field {self.number} (wire type {self.wire_type}): {kind}, value {shown}"
 
 
-LIST_SUPPORTED_XPU_TYPE = spec("ListSupportedXPUType")
-LIST_AND_WATCH = spec("ListAndWatch")
-ALLOCATE = spec("Allocate")
-RELEASE = spec("Release")
-LIST_GPU_INFO = spec("ListGpuInfo")
-EXPORTER_GET_DATA_LIST = spec("ExporterGetDataList")
-EXPORTER_DATA_STREAM = spec("ExporterDataStream")
-EXPORTER_GET_CONFIG = spec("ExporterGetConfig")
-EXPORTER_GET_STATUS = spec("ExporterGetStatus")
-QUERY_STATUS = spec("QueryStatus")
-# Enable/Disable are deliberately absent (R14): the plugin never calls them.
+def unknown_fields(msg: Message) -> list[UnknownField]:
+    """The unknown fields of ``msg`` and every message nested in it (map values too). The Python walk
+    of an exporter push costs many times its parse, so it runs only when a copy with unknown fields
+    discarded (in C, recursively) is smaller: exactly when there are some (the CPU guard, BENCHMARKS.md)."""
+    bare = type(msg)()
+    bare.CopyFrom(msg)
+    bare.DiscardUnknownFields()
+    return _walk(msg) if bare.ByteSize() != msg.ByteSize() else []
 
 
-def serialize(msg: Message) -> bytes:
-    return msg.SerializeToString()
+def _walk(msg: Message) -> list[UnknownField]:
+    desc = msg.DESCRIPTOR
+    declared = {f.number for f in desc.fields}
+    unknown = UnknownFieldSet(msg)
+    found = [
+        UnknownField(desc.full_name, item.field_number, item.wire_type, item.data, item.field_number in declared)
+        for item in (unknown[i] for i in range(len(unknown)))
+    ]
+    for fd, value in msg.ListFields():
+        entry = fd.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            if entry.fields_by_name["value"].type != FieldDescriptor.TYPE_MESSAGE:
+                continue
+            value = value.values()
+        if entry is not None:
+            found += [u for sub in (value if fd.is_repeated else [value]) for u in _walk(sub)]
+    return found
 
 
-def deserializer(spec: RpcSpec, drift: DriftLog) -> Callable[[bytes], Message]:
-    """A response deserializer that checks every parsed message for drift (R2)."""
-    response_type = spec.response_type
+class DriftLog:
+    """Logs each drift finding once per client (a clash at warning, an additive field at info)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, int, bool], UnknownField] = {}
+
+    def _first(self, item: UnknownField) -> bool:
+        with self._lock:
+            return self._seen.setdefault((item.message_type, item.number, item.clash), item) is item
+
+    def inspect(self, msg: Message) -> None:
+        for item in (u for u in unknown_fields(msg) if self._first(u)):
+            if item.clash:
+                log.warning("XDM possible schema drift: %s", item.describe())
+            else:
+                log.info("XDM response carries a field the reconstruction lacks: %s", item.describe())
+
+    def warn_once(self, key: str, message: str) -> None:
+        if self._first(UnknownField(key, -1, -1, message, True)):
+            log.warning("XDM possible schema drift: %s", message)
+
+    def findings(self) -> list[UnknownField]:
+        with self._lock:
+            return list(self._seen.values())
+
+
+# ---------------------------------------------------------------- calls
+def _rpc(method: str, binding: Binding | None) -> Rpc:
+    return (binding or builtin_binding()).rpc(method)
+
+
+serialize = operator.methodcaller("SerializeToString")
+
+
+def deserializer(rpc: Rpc, drift: DriftLog) -> Callable[[bytes], Message]:
+    """Parses a response and logs its drift."""
 
     def parse(data: bytes) -> Message:
-        msg = response_type.FromString(data)
+        msg = rpc.response.cls.FromString(data)
         drift.inspect(msg)
         return msg
 
     return parse
 
 
-def inband_status(msg: Message, binding: MessageBinding | None = None) -> tuple[int, str]:
-    """XDM's in-band (status, message); (0, "") for messages without them."""
-    if binding is not None:
-        return int(binding.read["status"](msg)) if binding.has("status") else 0, (
-            str(binding.read["message"](msg)) if binding.has("message") else ""
-        )
-    names = msg.DESCRIPTOR.fields_by_name
-    status = int(getattr(msg, "status", 0)) if "status" in names else 0
-    message = str(getattr(msg, "message", "")) if "message" in names else ""
-    return status, message
+def inband_status(msg: Message, b: MessageBinding) -> tuple[int, str]:
+    """XDM's in-band (status, message); (0, "") where the response has neither."""
+    return int(b.read["status"](msg)) if b.has("status") else 0, str(b.read["message"](msg)) if b.has("message") else ""
 
 
-# ---------------------------------------------------------------- requests
-def xpu_type_request(binding: Binding | None = None) -> Message:
-    return _req("ListSupportedXPUType", binding).new()
-
-
-def list_and_watch_request(binding: Binding | None = None) -> Message:
-    return _req("ListAndWatch", binding).new()
-
-
-def list_gpu_info_request(minors: Sequence[int] = (), binding: Binding | None = None) -> Message:
-    b = _req("ListGpuInfo", binding)
+def request(method: str, binding: Binding | None = None, **values: Any) -> Message:
+    """``method``'s request with reconstruction fields set by name (unbound ones are skipped)."""
+    b = _rpc(method, binding).request
     msg = b.new()
-    b.extend(msg, "minors", list(minors))
+    for name, value in values.items():
+        b.set(msg, name, value)
     return msg
-
-
-def exporter_data_request(
-    devices: Sequence[str] = (), metric_ids: Sequence[int] = (), binding: Binding | None = None
-) -> Message:
-    b = _req("ExporterGetDataList", binding)
-    msg = b.new()
-    b.extend(msg, "devices", list(devices))
-    b.extend(msg, "metricIds", list(metric_ids))
-    return msg
-
-
-def exporter_get_config_request(binding: Binding | None = None) -> Message:
-    return _req("ExporterGetConfig", binding).new()
-
-
-def exporter_get_status_request(binding: Binding | None = None) -> Message:
-    return _req("ExporterGetStatus", binding).new()
-
-
-def query_status_request(binding: Binding | None = None) -> Message:
-    return _req("QueryStatus", binding).new()
-
-
-def release_request(grant_id: str, binding: Binding | None = None) -> Message:
-    b = _req("Release", binding)
-    msg = b.new()
-    b.set(msg, "id", grant_id)
-    return msg
-
-
-MINOR_ENCODINGS = ("explicit", "omit-zero")
 
 
 def allocate_request(
     request: GrantRequest, minor_encoding: str = "explicit", binding: Binding | None = None
 ) -> Message:
-    """``GrantRequest`` -> AllocateRequest; the minor is always sent (R4).
-
-    ``explicit``: the minor field is present even for card 0 (proto3
-    ``optional``). ``omit-zero``: a plain int32 encoding, where card 0 leaves
-    the field off the wire; grant verification then catches an auto-assign.
-    """
-    if minor_encoding not in MINOR_ENCODINGS:
-        raise ValueError(f"xdm_minor_encoding must be one of {MINOR_ENCODINGS}, got {minor_encoding!r}")
-    b = _req("Allocate", binding)
+    """``GrantRequest`` -> AllocateRequest; the minor is always sent, as ``minor_encoding`` says (R4)."""
+    if minor_encoding not in guesses.MINOR_ENCODINGS:
+        raise ValueError(f"xdm_minor_encoding must be one of {guesses.MINOR_ENCODINGS}, got {minor_encoding!r}")
+    b = _rpc("Allocate", binding).request
     msg = b.new()
     b.set(msg, "id", request.grant_id)
     dev = b.child.get("devices")
@@ -206,36 +197,37 @@ def allocate_request(
         dev.set(item, "slice", ask.slices)
         if minor_encoding == "explicit" or ask.minor != 0:
             dev.set(item, "minor", ask.minor)
-    b.update(msg, "annotations", dict(request.annotations))
+    b.set(msg, "annotations", dict(request.annotations))
     return msg
 
 
 # ---------------------------------------------------------------- responses
 def xpu_types(msg: Message, binding: Binding | None = None) -> list[str]:
-    return [t for t in _resp("ListSupportedXPUType", binding).read["xpuTypes"](msg) if t]
+    return [t for t in _rpc("ListSupportedXPUType", binding).response.read["xpuTypes"](msg) if t]
 
 
 def cards_from_list_and_watch(msg: Message, drift: DriftLog, binding: Binding | None = None) -> list[Card]:
-    """One ListAndWatch push (the complete device list, R12) -> cards."""
-    b = _resp("ListAndWatch", binding)
+    """One ListAndWatch push, the complete device list (R12), as cards."""
+    b = _rpc("ListAndWatch", binding).response
     dev = b.child.get("devices")
-    if dev is None:
-        return []
-    return [card_from_device(d, drift, dev) for d in b.read["devices"](msg)]
+    return [card_from_device(d, drift, dev) for d in b.read["devices"](msg)] if dev is not None else []
 
 
 def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | None = None) -> Card:
-    b = binding if binding is not None else _resp("ListAndWatch", None).child["devices"]
+    b = binding or _rpc("ListAndWatch", None).response.child["devices"]
     read = b.read
-    unknown = _own_unknowns(dev)
-    extender = {_text(k, 128): v if k == "topology" else _text(v) for k, v in read["extenderResources"](dev).items()}
+    extender = {
+        text.printable(k, 128): v if k == "topology" else text.printable(v)
+        for k, v in read["extenderResources"](dev).items()
+    }
     minor = int(read["minor"](dev))
-    uuid = _text(read["uuid"](dev), 128)
-    model = text.name(read["model"](dev))  # the device group's name: Nomad's vendor/type/name
-    xpu = _text(read["xpuType"](dev), 64)
-    healthy, reason = _health(_text(read["health"](dev), 64), b.number.get("health", -1), unknown, extender, drift)
-    vendor = vendor_of(xpu, model)
-    memory = int(read["totalMemory"](dev)) or _recovered_int(unknown, b.number.get("totalMemory", -1))
+    uuid = text.printable(read["uuid"](dev), 128)
+    model = text.name(read["model"](dev))  # becomes the device group's name in Nomad
+    xpu = text.printable(read["xpuType"](dev), 64)
+    healthy, reason = guesses.health(text.printable(read["health"](dev), 64), dev, b.number.get("health", -1), extender)
+    if reason.startswith(guesses.HEALTH_UNREADABLE):
+        drift.warn_once("health", f"a card carries no readable health ({reason})")
+    vendor = guesses.vendor_of(xpu, model)
     topology = _clean_topology(parse_topology(extender.pop("topology", None)))
     if topology.error:
         drift.warn_once(f"topology:{uuid or minor}", f"card {minor} topology: {topology.error}")
@@ -244,20 +236,15 @@ def card_from_device(dev: Message, drift: DriftLog, binding: MessageBinding | No
         uuid=uuid,
         model=model,
         vendor=vendor,
-        xpu_type=xpu_type_of(xpu, vendor),
-        memory_mib=memory,
+        xpu_type=guesses.xpu_type_of(xpu, vendor),
+        memory_mib=int(read["totalMemory"](dev)) or guesses.recovered_int(dev, b.number.get("totalMemory", -1)),
         total_core=int(read["totalCore"](dev)) or 100,
-        pci_bus_id=_text(read["pciBusId"](dev), 64),
+        pci_bus_id=text.printable(read["pciBusId"](dev), 64),
         healthy=healthy,
         health_reason=reason,
         topology=topology,
         extra=extender,
     )
-
-
-def _text(value: object, limit: int = text.MAX_TEXT) -> str:
-    """An XDM string as the plugin repeats it: control characters escaped, bounded (``util/text.py``)."""
-    return text.printable(value, limit)
 
 
 def _clean_topology(topology: Topology) -> Topology:
@@ -270,130 +257,31 @@ def _clean_topology(topology: Topology) -> Topology:
         )
         for lvl in topology.levels
     )
-    return replace(topology, levels=levels, error=_text(topology.error))
-
-
-_HEALTHY_WORDS = frozenset({"healthy", "ok", "normal", "good", "true"})
-_UNHEALTHY_WORDS = frozenset({"unhealthy", "false", "bad", "error", "failed", "fault"})
-_REASON_KEYS = ("healthReason", "health_reason", "reason", "healthDescription")
-HEALTH_UNKNOWN = HEALTH_UNREADABLE
-
-
-def _health(
-    text_raw: str, number: int, unknown: Sequence[_Unknown], extender: dict[str, str], drift: DriftLog
-) -> tuple[bool, str]:
-    """R8: a word compared case-insensitively (enum names too: ``HEALTH_OK`` ->
-    ``ok``); a varint at the health number read as bool/enum (1 = healthy).
-    Anything else is *unreadable*: unhealthy with ``HEALTH_UNKNOWN``, which the
-    plausibility guards turn into a schema-mismatch finding."""
-    reason = next((extender[k] for k in _REASON_KEYS if extender.get(k)), "")
-    text = text_raw.strip().lower()
-    word = text.rsplit("_", 1)[-1] if "_" in text else text
-    if text in _HEALTHY_WORDS or word in _HEALTHY_WORDS:
-        return True, ""
-    if text in _UNHEALTHY_WORDS or word in _UNHEALTHY_WORDS:
-        return False, reason or f"XDM reports {text_raw}"
-    if not text:
-        for item in unknown:
-            if item.number == number and item.wire_type == 0 and isinstance(item.data_int, int):
-                if item.data_int == 1:
-                    return True, ""
-                return False, reason or f"XDM reports health code {item.data_int}"
-    shown = repr(text_raw[:40]) if text else "nothing"
-    drift.warn_once("health", f"a card carries no readable health ({shown})")
-    return False, f"{HEALTH_UNKNOWN}: XDM sent {shown}"
-
-
-@dataclass(frozen=True)
-class _Unknown:
-    number: int
-    wire_type: int
-    data_int: int | None
-    data_bytes: bytes | None
-
-
-def _own_unknowns(msg: Message) -> list[_Unknown]:
-    out = []
-    for item in own_unknown_fields(msg):
-        value = item.value
-        out.append(
-            _Unknown(
-                item.number,
-                item.wire_type,
-                value if isinstance(value, int) else None,
-                value if isinstance(value, bytes) else None,
-            )
-        )
-    return out
-
-
-def _recovered_int(unknown: Sequence[_Unknown], number: int) -> int:
-    """A declared integer field that arrived with another wire type (R2)."""
-    for item in unknown:
-        if item.number != number:
-            continue
-        if item.data_int is not None:
-            return item.data_int
-        if item.data_bytes is not None:
-            text = item.data_bytes.decode("utf-8", "replace").strip()
-            if text.isdigit():
-                return int(text)
-    return 0
-
-
-_NVIDIA_MODEL = re.compile(r"\b(nvidia|tesla|geforce|rtx|quadro|[ahlbv]\d{2,3}|t4|gh200|gb200)\b", re.I)
-_AMD_MODEL = re.compile(r"\b(amd|instinct|radeon|mi\d{2,3}x?)\b", re.I)
-
-
-def vendor_of(xpu_type: str, model: str) -> str:
-    """Lower-case vendor from XDM's xpuType and model name."""
-    kind = xpu_type.strip().lower()
-    if "ppu" in kind or "ppu" in model.lower() or kind in ("alibaba", "t-head", "thead", "zhenwu"):
-        return "alibaba"
-    if kind in ("amd", "rocm") or _AMD_MODEL.search(model):
-        return "amd"
-    if kind in ("nvidia", "cuda") or _NVIDIA_MODEL.search(model):
-        return "nvidia"
-    if kind == "gpu":
-        return "nvidia"
-    return kind or "unknown"
-
-
-def xpu_type_of(xpu_type: str, vendor: str) -> str:
-    """The family, lower-case: "ppu" for Alibaba PPU, "gpu" for NVIDIA/AMD."""
-    kind = xpu_type.strip().lower()
-    if vendor == "alibaba" or kind == "ppu":
-        return "ppu"
-    if vendor in ("nvidia", "amd") or kind in ("gpu", "nvidia", "amd", "cuda", "rocm", ""):
-        return "gpu"
-    return kind
+    return replace(topology, levels=levels, error=text.printable(topology.error))
 
 
 def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
-    b = _resp("ListGpuInfo", binding)
+    b = _rpc("ListGpuInfo", binding).response
     info_b = b.child.get("gpuInfos")
     if info_b is None:
         return []
     r = info_b.read
     facts = []
     for info in b.read["gpuInfos"](msg):
-        unknown = _own_unknowns(info)
-        memory = int(r["totalMemory"](info)) or _recovered_int(unknown, info_b.number.get("totalMemory", -1))
         numa = int(r["numaNode"](info)) if info_b.has("numaNode") else -1
         facts.append(
             GpuFacts(
                 minor=int(r["minor"](info)),
-                uuid=_text(r["uuid"](info), 128),
+                uuid=text.printable(r["uuid"](info), 128),
                 model=text.name(r["model"](info)),
-                driver_version=_text(r["driverVersion"](info), 128),
-                vendor=_text(r["vendor"](info), 64).lower(),
-                xpu_type=_text(r["xpuType"](info), 64),
-                memory_mib=memory,
-                pci_bus_id=_text(r["pciBusId"](info), 64),
+                driver_version=text.printable(r["driverVersion"](info), 128),
+                vendor=text.printable(r["vendor"](info), 64).lower(),
+                xpu_type=text.printable(r["xpuType"](info), 64),
+                memory_mib=int(r["totalMemory"](info))
+                or guesses.recovered_int(info, info_b.number.get("totalMemory", -1)),
+                pci_bus_id=text.printable(r["pciBusId"](info), 64),
                 numa_node=numa if numa >= 0 else None,
                 mig_enabled=bool(r["migEnabled"](info)),
-                firmware_version=_text(r["firmwareVersion"](info), 128),
-                sdk_version=_text(r["sdkVersion"](info), 128),
             )
         )
     return facts
@@ -401,22 +289,26 @@ def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
 
 @dataclass(frozen=True)
 class AllocateOutcome:
-    """An AllocateResponse as plain data, plus what R3 needs to judge it."""
-
     grant: Grant
     status: int
     message: str
-    unknown_varints: tuple[str, ...]  # descriptions of top-level unknown varints (possible error codes)
+    error_code_hints: tuple[str, ...]  # unknown varints that may be a misplaced status (R3)
 
 
 def allocate_outcome(msg: Message, request_id: str, binding: Binding | None = None) -> AllocateOutcome:
-    b = _resp("Allocate", binding)
+    b = _rpc("Allocate", binding).response
     r = b.read
-    dev, mount, node = b.child.get("devices"), b.child.get("mounts"), b.child.get("deviceSpecs")
-    devices: tuple[GrantedDevice, ...] = ()
-    if dev is not None:
-        d = dev.read
-        devices = tuple(
+
+    def each(name: str) -> tuple[dict[str, Callable[[Message], Any]], list[Message]]:
+        child = b.child.get(name)
+        return (child.read, r[name](msg)) if child is not None else ({}, [])
+
+    d, granted = each("devices")
+    m, mounts = each("mounts")
+    n, nodes = each("deviceSpecs")
+    grant = Grant(
+        grant_id=str(r["id"](msg)) or request_id,
+        devices=tuple(
             GrantedDevice(
                 minor=int(d["minor"](x)),
                 uuid=str(d["uuid"](x)),
@@ -425,69 +317,48 @@ def allocate_outcome(msg: Message, request_id: str, binding: Binding | None = No
                 slices=int(d["slice"](x)),
                 mig_uuid=str(d["migUuid"](x)),
             )
-            for x in r["devices"](msg)
-        )
-    mounts: tuple[MountSpec, ...] = ()
-    if mount is not None:
-        m = mount.read
-        mounts = tuple(
-            MountSpec(str(m["containerPath"](x)), str(m["hostPath"](x)), bool(m["readOnly"](x)))
-            for x in r["mounts"](msg)
-        )
-    nodes: tuple[DeviceNode, ...] = ()
-    if node is not None:
-        n = node.read
-        nodes = tuple(
-            DeviceNode(str(n["containerPath"](x)), str(n["hostPath"](x)), str(n["permissions"](x)) or "rwm")
-            for x in r["deviceSpecs"](msg)
-        )
-    grant = Grant(
-        grant_id=str(r["id"](msg)) or request_id,
-        devices=devices,
+            for x in granted
+        ),
         envs=r["envs"](msg),
-        mounts=mounts,
-        device_nodes=nodes,
+        mounts=tuple(
+            MountSpec(str(m["containerPath"](x)), str(m["hostPath"](x)), bool(m["readOnly"](x))) for x in mounts
+        ),
+        device_nodes=tuple(
+            DeviceNode(str(n["containerPath"](x)), str(n["hostPath"](x)), str(n["permissions"](x)) or "rwm")
+            for x in nodes
+        ),
         annotations=r["annotations"](msg),
         cdi_devices=tuple(r["cdiDevices"](msg)),
     )
-    varints = tuple(u.describe() for u in top_level_unknown_varints(msg) if u.value != 0)
-    return AllocateOutcome(grant, int(r["status"](msg)), str(r["message"](msg)), varints)
-
-
-_new_sample = tuple.__new__  # MetricSample's fields without its Python-level __new__
+    return AllocateOutcome(grant, int(r["status"](msg)), str(r["message"](msg)), guesses.error_code_hints(msg))
 
 
 def metric_samples(msg: Message, binding: Binding | None = None) -> list[MetricSample]:
-    b = _resp("ExporterGetDataList", binding)
+    """One ExporterGetDataList answer or ExporterDataStream push (the same message, per the reference)."""
+    b = _rpc("ExporterGetDataList", binding).response
     data_b = b.child.get("dataList")
     if data_b is None:
         return []
-    # This runs for every sample of every push: the scalar fields are read in one call (one C-level
-    # attrgetter when the schema matches), and each sample is made without NamedTuple's Python __new__.
-    fields = data_b.reader_of("device", "metricId", "metricName", "value", "timestamp")
-    labels = data_b.read["labels"]
-    names = METRIC_NAMES
-    make = _new_sample
+    r = data_b.read
     samples = []
     for data in b.read["dataList"](msg):
-        device, metric_id, name, value, timestamp = fields(data)
-        if not metric_id:
-            metric_id = _recovered_int(_own_unknowns(data), data_b.number.get("metricId", -1))
-        if not name:
-            name = names.get(metric_id) or f"metric_{metric_id}"
-        samples.append(make(MetricSample, (device, metric_id, name, value, timestamp, labels(data))))
+        metric_id = int(r["metricId"](data)) or guesses.recovered_int(data, data_b.number.get("metricId", -1))
+        name = r["metricName"](data) or METRIC_NAMES.get(metric_id) or f"metric_{metric_id}"
+        samples.append(
+            MetricSample(r["device"](data), metric_id, name, r["value"](data), r["timestamp"](data), r["labels"](data))
+        )
     return samples
 
 
 def exporter_config(msg: Message, binding: Binding | None = None) -> ExporterConfig:
-    r = _resp("ExporterGetConfig", binding).read
+    r = _rpc("ExporterGetConfig", binding).response.read
     return ExporterConfig(
-        int(r["collectIntervalMs"](msg)), tuple(int(m) for m in r["metricIds"](msg)), r["config"](msg)
+        int(r["collectIntervalMs"](msg)), tuple(int(i) for i in r["metricIds"](msg)), r["config"](msg)
     )
 
 
 def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterStatus:
-    r = _resp("ExporterGetStatus", binding).read
+    r = _rpc("ExporterGetStatus", binding).response.read
     return ExporterStatus(
         bool(r["running"](msg)),
         str(r["state"](msg)),
@@ -498,5 +369,93 @@ def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterSta
 
 
 def runtime_kit_status(msg: Message, binding: Binding | None = None) -> RuntimeKitStatus:
-    r = _resp("QueryStatus", binding).read
+    r = _rpc("QueryStatus", binding).response.read
     return RuntimeKitStatus(bool(r["enabled"](msg)), str(r["message"](msg)))
+
+
+# ---------------------------------------------------------------- trust (R2, R3, R4)
+MAX_MINOR = 1023
+MIN_MEMORY_MIB = 1024
+MAX_MEMORY_MIB = 4 * 1024 * 1024
+UUID = re.compile(
+    r"^(?:[A-Za-z][A-Za-z0-9]{0,7}-)?"
+    r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})$"
+)
+SHOWN = 3  # examples named per problem
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 48 else shown[:45] + "...'"
+
+
+def _identity_problems(items: Sequence[tuple[int, str, int]], what: str) -> list[str]:
+    """(minor, uuid, memory MiB) triples -> problems, each naming a few examples."""
+    problems = []
+    bad_uuid = [u for _, u, _ in items if not UUID.match(u)]
+    if bad_uuid:
+        problems.append(
+            f"{what}: {len(bad_uuid)} of {len(items)} UUIDs do not look like UUIDs "
+            f"(e.g. {', '.join(_short(u) for u in bad_uuid[:SHOWN])})"
+        )
+    minors = [m for m, _, _ in items]
+    out_of_range = [m for m in minors if not 0 <= m <= MAX_MINOR]
+    if out_of_range:
+        problems.append(f"{what}: minors out of range 0..{MAX_MINOR}: {out_of_range[:SHOWN]}")
+    duplicates = sorted({m for m in minors if minors.count(m) > 1})
+    if duplicates:
+        problems.append(f"{what}: minors are not unique (repeated: {duplicates[:SHOWN]})")
+    bad_memory = [mib for _, _, mib in items if not MIN_MEMORY_MIB <= mib <= MAX_MEMORY_MIB]
+    if bad_memory:
+        problems.append(f"{what}: memory sizes outside {MIN_MEMORY_MIB}..{MAX_MEMORY_MIB} MiB: {bad_memory[:SHOWN]}")
+    return problems
+
+
+def card_problems(cards: Sequence[Card]) -> list[str]:
+    """What is implausible about one ListAndWatch push (empty = plausible)."""
+    if not cards:
+        return []
+    problems = _identity_problems([(c.minor, c.uuid, c.memory_mib) for c in cards], "ListAndWatch")
+    unreadable = [c for c in cards if c.health_reason.startswith(guesses.HEALTH_UNREADABLE)]
+    if unreadable:
+        problems.append(
+            f"ListAndWatch: {len(unreadable)} of {len(cards)} cards have no known health word "
+            f"({unreadable[0].health_reason})"
+        )
+    with_topology = [c for c in cards if c.topology.error or c.topology.levels]
+    broken = [c for c in with_topology if c.topology.error]
+    if len(broken) == len(with_topology) > 1:  # one bad card only loses its topology (R9)
+        problems.append(f"ListAndWatch: no card's topology JSON parses ({broken[0].topology.error})")
+    return problems
+
+
+def facts_problems(facts: Sequence[GpuFacts]) -> list[str]:
+    """What is implausible about one ListGpuInfo answer (empty = plausible)."""
+    return _identity_problems([(f.minor, f.uuid, f.memory_mib) for f in facts], "ListGpuInfo") if facts else []
+
+
+def grant_problem(request: GrantRequest, grant: Grant, error_code_hints: Sequence[str] = ()) -> str | None:
+    """Why ``grant`` does not answer ``request`` (None when it does): evidence is granted devices, envs,
+    device nodes, mounts, CDI names or annotations XDM added; minors, amounts and an echoed id must match."""
+    hint = f"; unknown varint field(s) that may carry an error code: {', '.join(error_code_hints)}"
+    hint = hint if error_code_hints else ""
+    if grant.grant_id and grant.grant_id != request.grant_id:
+        return f"XDM answered for allocation {grant.grant_id!r}, not {request.grant_id!r}{hint}"
+    added = any(request.annotations.get(key) != value for key, value in grant.annotations.items())
+    if not (grant.devices or grant.envs or grant.device_nodes or grant.mounts or grant.cdi_devices or added):
+        return f"XDM reported success for allocation {request.grant_id} but granted nothing{hint}"
+    if not grant.devices:
+        return None  # annotation/env-only style: nothing per card to compare
+    asked = sorted(ask.minor for ask in request.asks)
+    got = sorted(dev.minor for dev in grant.devices)
+    if asked != got:
+        return f"XDM granted card(s) {got} but {asked} were requested{hint}"
+    by_minor = {dev.minor: dev for dev in grant.devices}
+    for ask in request.asks:
+        dev = by_minor[ask.minor]
+        if (ask.core, ask.memory_gib, ask.slices) != (dev.core, dev.memory_gib, dev.slices):
+            return (
+                f"card {ask.minor}: asked core={ask.core}% memory={ask.memory_gib}GiB slice={ask.slices}, "
+                f"XDM granted core={dev.core}% memory={dev.memory_gib}GiB slice={dev.slices}{hint}"
+            )
+    return None

@@ -1,26 +1,13 @@
 """XdmBackend: the ``nomad_plugin.model.backend_port.Backend`` over XDM.
 
-Two threads, both waiting on events (no busy loop):
+The *watcher* thread subscribes ListAndWatch (each push is the complete list) and resubscribes
+with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a push). The *resync* thread calls
+ListGpuInfo at start (a first push is not guaranteed, R12) and every ``inventory_resync_period``,
+with the xPU types and QueryStatus, so ``runtime_kit`` follows a switch within one period.
 
-- the *watcher* subscribes ListAndWatch (each push is the complete list) and
-  resubscribes with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a
-  push) whenever the stream breaks;
-- the *resync* thread calls ListGpuInfo at start (a first push is not
-  guaranteed, R12) and every ``inventory_resync_period``, plus the node-wide
-  facts (xpu types, and the Runtime Kit status from config-daemon's
-  QueryStatus, so the ``runtime_kit`` attribute follows an Enable or Disable
-  within one period).
-
-When XDM is unreachable the last cards are kept and the inventory says
-``reachable=False`` with the classified reason and since when.
-
-An "XDM schema mismatch" (``SchemaMismatch``: the schema did not bind, or
-decoded data failed the plausibility guards) is not an outage: XDM answers,
-but the plugin cannot trust what it says. Every card is then published
-unhealthy with the mismatch text (none at all if no card was ever decoded
-plausibly: the inventory says unreachable with that reason), the streams keep
-being retried, and the client refuses Allocate. When the ListAndWatch stream
-ends the client's binding is dropped, so a restarted XDM is bound afresh.
+An unreachable XDM keeps the last cards, ``reachable=False`` with the reason and since when. An
+"XDM schema mismatch" is no outage: every card is published unhealthy with it (with no card, it
+reads as unreachable), the streams keep being retried, and Allocate is refused.
 """
 
 from __future__ import annotations
@@ -41,66 +28,82 @@ from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
+from nomad_plugin.xdm.adapter import GpuFacts
 from nomad_plugin.xdm.client import Subscription, XdmClient, relax_stream_waits
-from nomad_plugin.xdm.inventory import compose_cards, driver_versions
-from nomad_plugin.xdm.types import GpuFacts
+from nomad_plugin.xdm.guesses import vendor_of, xpu_type_of
 
 log = get_logger(__name__)
 
-# Kinds that prove XDM is down (as opposed to slow or missing an RPC).
-_DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})
+_DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})  # XDM is down, not slow
+HEALTH_NOT_YET_REPORTED = "health not yet reported by ListAndWatch"
+
+
+def compose_cards(stream_cards: Sequence[Card] | None, facts: Sequence[GpuFacts]) -> tuple[Card, ...]:
+    """The cards to publish: the last push (health, topology) filled in from ListGpuInfo (driver,
+    NUMA node, PCI address, MIG state), else ListGpuInfo alone; a fact never overrides health."""
+    if stream_cards is None:
+        cards = [_merge(_blank(f), f) for f in facts]
+    else:
+        by_uuid = {f.uuid: f for f in facts if f.uuid}
+        by_minor = {f.minor: f for f in facts}
+        cards = [_merge(c, by_uuid.get(c.uuid) or by_minor.get(c.minor)) for c in stream_cards]
+    return tuple(sorted(cards, key=lambda c: c.minor))
+
+
+def _merge(card: Card, facts: GpuFacts | None) -> Card:
+    if facts is None:
+        return card
+    return replace(
+        card,
+        uuid=card.uuid or facts.uuid,
+        model=card.model or facts.model,
+        memory_mib=card.memory_mib or facts.memory_mib,
+        pci_bus_id=card.pci_bus_id or facts.pci_bus_id,
+        driver_version=facts.driver_version or card.driver_version,
+        numa_node=facts.numa_node if facts.numa_node is not None else card.numa_node,
+        mig_capable=card.mig_capable or facts.mig_enabled,
+    )
+
+
+def _blank(facts: GpuFacts) -> Card:
+    """A card known from ListGpuInfo alone, before any push: healthy until told otherwise."""
+    vendor = vendor_of(facts.xpu_type or facts.vendor, facts.model)
+    return Card(
+        facts.minor, "", "", vendor, xpu_type_of(facts.xpu_type, vendor), 0, health_reason=HEALTH_NOT_YET_REPORTED
+    )
 
 
 class XdmBackend:
-    """Inventory, grants and metrics from XDM. ``sleep(delay) -> stop?`` and
-    ``clock`` are injectable for tests; by default they wait on the stop event
-    and read ``time.time``."""
+    """Inventory, grants and metrics from XDM; ``backoff`` and ``sleep(delay) -> stop?`` may be replaced."""
 
     name = "xdm"
 
     def __init__(
-        self,
-        config: PluginConfig,
-        client: XdmClient | None = None,
-        *,
-        clock: Callable[[], float] = time.time,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], bool] | None = None,
+        self, config: PluginConfig, *, backoff: Backoff | None = None, sleep: Callable[[float], bool] | None = None
     ) -> None:
-        self._client = client or XdmClient(config)
+        self.client = self._client = XdmClient(config)
         self._resync_period = max(0.05, float(config.inventory_resync_period))
-        self._clock = clock
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
-        # Start-up settling: cards are first published once both the first
-        # resync (ListGpuInfo: driver version; QueryStatus: runtime kit) and the
-        # first ListAndWatch push (health, topology) have arrived, or after a
-        # bounded wait for the one that is missing (R12: a push may never come
-        # unprompted). Nomad then never sees a half-described node.
-        self._first_resync = threading.Event()
+        self._sleep = sleep or self._stop.wait
+        # Cards are first published once the first resync and the first push are in, or after a bounded
+        # wait (R12: a push may never come unprompted): Nomad never sees a half-described node.
         self._first_push = threading.Event()
         self._settle_wait = max(0.1, float(config.xdm_call_timeout))
         self._settled = False
-        self._reach_hint: bool | None = None  # latest verdict, kept while publication waits
-        self._sleep = sleep or self._stop.wait
+        self._reach_hint: bool | None = None  # the latest verdict, kept while publication waits
         self._lock = threading.Lock()
         self._notify_lock = threading.RLock()
         self._listeners: Listeners[Inventory] = Listeners()
         self._threads: list[threading.Thread] = []
-        self._sub: Subscription[list[Card]] | None = None
-        self._metric_subs: set[Subscription[list[MetricSample]]] = set()
-        # state behind the published inventory
+        self._subs: set[Subscription[list[Card]] | Subscription[list[MetricSample]]] = set()
         self._stream_cards: list[Card] | None = None
         self._facts: list[GpuFacts] = []
         self._node: dict[str, str] = {"driver_version": "", "xpu_types": "", "runtime_kit": "unknown"}
         self._inventory = Inventory(reachable=False, unreachable_reason="not yet connected", node=dict(self._node))
         self._schema_problem = ""  # "XDM schema mismatch: ..." while the schema is not trusted
         self._runtime_problem = ""  # why QueryStatus last failed ("" = it answered)
-        self.resubscribes = 0  # how many times ListAndWatch was (re)opened; for tests and health
-
-    @property
-    def client(self) -> XdmClient:
-        return self._client
+        self.resubscribes = 0  # how many times ListAndWatch was (re)opened
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -108,22 +111,17 @@ class XdmBackend:
             if self._threads:
                 return
             self._stop.clear()
-            self._threads = [
-                threading.Thread(target=self._resync_loop, name="xdm-resync", daemon=True),
-                threading.Thread(target=self._watch_loop, name="xdm-watch", daemon=True),
-            ]
-            threads = list(self._threads)
-        relax_stream_waits()  # process-wide; safe because every stream of the plugin is read by a background thread
-        for thread in threads:
-            thread.start()
+            loops = ((self._resync_loop, "xdm-resync"), (self._watch_loop, "xdm-watch"))
+            self._threads = [threading.Thread(target=loop, name=name, daemon=True) for loop, name in loops]
+            relax_stream_waits()  # process-wide: every stream of the plugin is read by a background thread
+            for thread in self._threads:
+                thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._first_resync.set()
         self._first_push.set()
         with self._lock:
-            subs = [s for s in (self._sub, *self._metric_subs) if s is not None]
-            threads, self._threads = self._threads, []
+            subs, threads, self._threads = list(self._subs), self._threads, []
         for sub in subs:
             sub.cancel()
         for thread in threads:
@@ -141,13 +139,13 @@ class XdmBackend:
     def _watch_loop(self) -> None:
         while not self._stop.is_set():
             error: PluginError
+            sub: Subscription[list[Card]] | None = None
             try:
                 sub = self._client.list_and_watch()
                 with self._lock:
-                    self._sub = sub
+                    self._subs.add(sub)
                     self.resubscribes += 1
                 if self._stop.is_set():
-                    sub.cancel()
                     break
                 for cards in sub:
                     self._backoff.reset()
@@ -159,14 +157,16 @@ class XdmBackend:
                 log.exception("XDM ListAndWatch failed unexpectedly")
                 error = BackendUnavailable(f"unexpected error: {exc}", kind="unavailable")
             finally:
-                with self._lock:
-                    self._sub = None
+                if sub is not None:
+                    sub.cancel()
+                    with self._lock:
+                        self._subs.discard(sub)
             if self._stop.is_set():
                 break
             self._client.invalidate_binding("ListAndWatch ended")  # XDM may come back with another schema
             self._mark_unreachable(error)
             delay = self._backoff.next_delay()
-            # An oversized message is not an outage that ends by itself: say so where operators look.
+            # an oversized message is not an outage that ends by itself: say so where operators look
             level = logging.ERROR if getattr(error, "kind", "") == "message-too-large" else logging.INFO
             log.log(level, "xdm unreachable: %s; resubscribing in %.1fs", error, delay)
             if self._sleep(delay):
@@ -176,29 +176,28 @@ class XdmBackend:
         while not self._stop.is_set():
             self._resync_once()
             if not self._settled:
-                self._settle()
-            if self._stop.wait(self._resync_period):
-                break
+                self._first_push.wait(self._settle_wait)
+                with self._notify_lock:
+                    self._settled = True
+                    self._publish(reachable=self._reach_hint)
+            self._stop.wait(self._resync_period)
 
     def _resync_once(self) -> None:
+        facts: list[GpuFacts] | None = None
         node: dict[str, str] = {}
         try:
-            facts = self._client.list_gpu_info()
-            types = self._client.list_supported_xpu_types()
+            found = self._client.list_gpu_info()
+            node["xpu_types"] = ",".join(self._client.list_supported_xpu_types())
+            facts = found
         except SchemaMismatch as exc:
             self._mark_unreachable(exc)
-            facts, types = None, None
         except BackendUnavailable as exc:
             if exc.kind in _DOWN_KINDS:
                 self._mark_unreachable(exc)
             else:
                 log.info("XDM resync skipped: %s", exc)
-            facts, types = None, None
         except PluginError as exc:
             log.warning("XDM resync refused: %s", exc)
-            facts, types = None, None
-        if types is not None:
-            node["xpu_types"] = ",".join(types)
         node["runtime_kit"] = self._runtime_kit()
         with self._notify_lock:
             with self._lock:
@@ -207,14 +206,6 @@ class XdmBackend:
                     self._schema_problem = self._client.schema_finding()
                 self._node.update(node)
             self._publish(reachable=True if facts is not None else None)
-
-    def _settle(self) -> None:
-        """End start-up: wait (bounded) for the first push, then publish what is known."""
-        self._first_resync.set()
-        self._first_push.wait(self._settle_wait)
-        with self._notify_lock:
-            self._settled = True
-            self._publish(reachable=self._reach_hint)
 
     def _runtime_kit(self) -> str:
         try:
@@ -242,14 +233,12 @@ class XdmBackend:
                     self._schema_problem = str(error)
                 self._publish(reachable=True, reason=str(error))
                 return
-            self._publish(reachable=False, reason=_reason(error))
+            kind = getattr(error, "kind", "")
+            self._publish(reachable=False, reason=f"{kind}: {error}" if kind else str(error))
 
     def _publish(self, reachable: bool | None, reason: str = "") -> None:
-        """Recompute the inventory; notify listeners if anything changed.
-
-        Before start-up has settled only an unreachable XDM is published (so an
-        outage shows at once); cards wait for ``_settle``.
-        """
+        """Recompute the inventory and notify listeners of a change; before start-up has settled,
+        only an unreachable XDM is published (so an outage shows at once)."""
         with self._notify_lock:
             if reachable is not None:
                 self._reach_hint = reachable
@@ -258,30 +247,26 @@ class XdmBackend:
             with self._lock:
                 old = self._inventory
                 cards = compose_cards(self._stream_cards, self._facts)
-                self._node["driver_version"] = driver_versions(self._facts, cards)
+                versions = {f.driver_version for f in self._facts} | {c.driver_version for c in cards}
+                self._node["driver_version"] = ",".join(sorted(v for v in versions if v))
                 is_reachable = old.reachable if reachable is None else reachable
-                problem = self._schema_problem
-                if problem:
-                    # Never a healthy card on an untrusted schema; with no card
-                    # at all, say it where Nomad shows an outage.
-                    cards = tuple(replace(c, healthy=False, health_reason=problem) for c in cards)
+                if self._schema_problem:
+                    # never a healthy card on an untrusted schema; with no card, say it as an outage
+                    cards = tuple(replace(c, healthy=False, health_reason=self._schema_problem) for c in cards)
                     if not cards:
-                        is_reachable, reason = False, problem
-                since = 0.0
-                if not is_reachable:
-                    since = old.unreachable_since if not old.reachable and old.unreachable_since else self._clock()
+                        is_reachable, reason = False, self._schema_problem
+                since = old.unreachable_since if not old.reachable and old.unreachable_since else time.time()
                 new = Inventory(
                     cards=cards,
                     reachable=is_reachable,
                     unreachable_reason="" if is_reachable else (reason or old.unreachable_reason),
-                    unreachable_since=since,
+                    unreachable_since=0.0 if is_reachable else since,
                     node=dict(self._node),
                     generation=old.generation,
                 )
                 if new == old:
                     return
-                new = replace(new, generation=old.generation + 1)
-                self._inventory = new
+                self._inventory = new = replace(new, generation=old.generation + 1)
             self._listeners.notify(new)
 
     # ------------------------------------------------------------ grants and metrics
@@ -295,38 +280,22 @@ class XdmBackend:
         return self._client.exporter_get_data_list()
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
+        """The exporter's pushes until ``cancel`` is set or the backend stops; a ``CancelEvent`` cancels
+        the stream the moment it is set, a plain Event is seen between pushes."""
         sub = self._client.exporter_data_stream()
-        done = threading.Event()
         with self._lock:
-            self._metric_subs.add(sub)
+            self._subs.add(sub)
         if self._stop.is_set():  # stopped while subscribing: ``stop`` may have missed this one
             sub.cancel()
-        forget: Callable[[], None] | None = None
-        if isinstance(cancel, CancelEvent):
-            forget = cancel.on_set(sub.cancel)  # no watcher thread; ``stop`` cancels the rest
-        else:
-
-            def watch_cancel() -> None:
-                while not done.is_set():
-                    if cancel.wait(0.2) or self._stop.is_set():
-                        sub.cancel()
-                        return
-
-            threading.Thread(target=watch_cancel, name="xdm-metrics-cancel", daemon=True).start()
+        forget = cancel.on_set(sub.cancel) if isinstance(cancel, CancelEvent) else None
         try:
             for batch in sub:
                 if cancel.is_set():
                     break
                 yield batch
         finally:
-            done.set()
             if forget is not None:
                 forget()
             sub.cancel()
             with self._lock:
-                self._metric_subs.discard(sub)
-
-
-def _reason(error: PluginError) -> str:
-    kind = getattr(error, "kind", "")
-    return f"{kind}: {error}" if kind else str(error)
+                self._subs.discard(sub)

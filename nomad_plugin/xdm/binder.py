@@ -1,51 +1,50 @@
-"""Bind XDM's real schema by meaning, not by number (R1, R2).
+"""Bind XDM's real schema by meaning, never by number (R1, R2).
 
-The plugin's model of XDM is the reconstruction in ``proto/lingjun/``: its
-*names* (RPC names, message shapes, field names) come from the seed
-documents, its *numbers* are guesses. A schema source (``schema_source``)
-yields a ``FileDescriptorSet``: the reconstruction itself, XDM's server
-reflection, or the operator's official ``.proto`` files. ``bind`` walks the
-reconstruction's RPCs and finds each one in that schema:
-
-- services are found by their method names, whatever the package;
-- request/response types come from the method descriptors;
-- fields are matched by normalised name (``totalMemory`` = ``total_memory``
-  = ``TotalMemory``), then a small alias table, then the operator's
-  ``xdm_field_aliases`` (``"Device.totalMemory" = "mem_mib"``).
-
-The result, a ``Binding``, holds message classes made by protobuf's own
-factory (decoding stays in the C/upb implementation) and, per model field, a
-reader/writer closure computed once. It carries a report (model field ->
-``Message.field #n type``; missing; unused) and the *mismatch* list: what is
-required but did not bind. The built-in reconstruction goes through exactly
-this code (one path), so a binding is cached per schema (hash of the
-descriptor set bytes plus the aliases).
+The reconstruction in ``proto/lingjun/`` models XDM: its names come from the API reference, its
+numbers are guesses. ``xdm_schema`` names XDM's actual schema: ``builtin``, ``reflection``, ``auto``
+(reflection when served, else builtin), or a path (``.proto`` files, compiled by grpcio-tools
+only then, after the handshake; or a descriptor set). ``bind`` finds each RPC by method name in any
+package and each field by normalised name, then ``xdm_field_aliases``, then ``guesses``' synonyms;
+the reconstruction takes the same path. A ``Binding`` holds protobuf's own message classes, a
+reader per field, a report, and the *mismatch* list: what is required and did not bind.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import operator
+import importlib.resources
+import os
 import re
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor, ServiceDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as _pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as _cpb
+from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.model.errors import SchemaMismatch
+from nomad_plugin.xdm.guesses import FIELD_ALIASES
+
+log = get_logger(__name__)
 
 MISMATCH_PREFIX = "XDM schema mismatch"
+FileSet = descriptor_pb2.FileDescriptorSet
+Aliases = Mapping[str, str] | Sequence[tuple[str, str]]
+RpcTable = tuple[tuple[str, str, bool], ...]
 
-# (method, role, streaming) for every RPC the plugin may call; Enable/Disable
-# are absent on purpose (R14). Roles: device (must be one service), exporter
-# (may live in another service, R13), config (config-daemon.sock).
-RPCS: tuple[tuple[str, str, bool], ...] = (
+#: (method, role, server-streaming) of every RPC the plugin may call. Roles: "device" (one
+#: service), "exporter" (may live in another service, R13), "config" (config-daemon.sock).
+#: Enable and Disable are absent on purpose (R14).
+RPCS: RpcTable = (
     ("ListSupportedXPUType", "device", False),
     ("ListAndWatch", "device", True),
     ("Allocate", "device", False),
@@ -57,76 +56,27 @@ RPCS: tuple[tuple[str, str, bool], ...] = (
     ("ExporterGetStatus", "exporter", False),
     ("QueryStatus", "config", False),
 )
-REQUIRED_RPCS = ("ListAndWatch", "Allocate", "Release")
-# The Runtime Kit switch, for the operator's ``runtime-kit`` command alone (xdm/runtime_switch.py):
-# the plugin's bindings never hold Enable or Disable (R14).
-SWITCH_RPCS: tuple[tuple[str, str, bool], ...] = (
-    ("QueryStatus", "config", False),
-    ("Enable", "config", False),
-    ("Disable", "config", False),
-)
+#: The Runtime Kit switch, bound only by ``runtime_switch`` for the operator's command.
+SWITCH_RPCS: RpcTable = (("QueryStatus", "config", False), ("Enable", "config", False), ("Disable", "config", False))
 
-# Model fields without which a card or a grant would be wrong ("Message.field";
-# "a|b" = at least one of them). Everything else degrades (empty value).
-REQUIRED_FIELDS: tuple[str, ...] = (
-    "ListAndWatchResponse.devices",
-    "Device.minor",
-    "Device.uuid",
-    "Device.health",
-    "Device.totalMemory",
-    "AllocateRequest.id",
-    "AllocateRequest.devices",
-    "DeviceRequest.minor",
-    "AllocateResponse.status",
-    "AllocateResponse.envs|AllocateResponse.deviceSpecs",
-    "ReleaseRequest.id",
-)
+#: Model fields without which a card or a grant would be wrong ("a|b" = at least one).
+REQUIRED_FIELDS = """ListAndWatchResponse.devices Device.minor Device.uuid Device.health Device.totalMemory
+AllocateRequest.id AllocateRequest.devices DeviceRequest.minor AllocateResponse.status
+AllocateResponse.envs|AllocateResponse.deviceSpecs ReleaseRequest.id""".split()
 
-# Plausible synonyms for model fields (normalised form is applied to both sides).
-ALIASES: Mapping[str, tuple[str, ...]] = {
-    "totalMemory": ("memory", "memoryTotal", "totalMem", "memTotal", "memoryMiB", "totalMemoryMiB", "memorySize"),
-    "totalCore": ("core", "cores", "totalCores", "coreTotal"),
-    "minor": ("minorNumber", "deviceMinor", "index", "deviceIndex", "gpuIndex"),
-    "uuid": ("deviceUuid", "gpuUuid", "xpuUuid", "deviceId"),
-    "health": ("healthStatus", "healthState", "deviceHealth"),
-    "pciBusId": ("busId", "pciAddress", "pciBus", "pci"),
-    "extenderResources": ("extendedResources", "extender", "extenderResource", "attributes"),
-    "xpuType": ("type", "deviceType", "kind"),
-    "xpuTypes": ("types", "supportedTypes", "xpuType"),
-    "deviceSpecs": ("deviceNodes", "deviceSpec", "nodes"),
-    "envs": ("env", "envVars", "environment", "envs"),
-    "gpuInfos": ("gpuInfo", "gpus", "infos", "devices"),
-    "dataList": ("data", "metrics", "datas"),
-    "metricIds": ("metricId", "metrics", "ids"),
-    "cdiDevices": ("cdi", "cdiNames"),
-    "migUuid": ("migDeviceUuid", "migId"),
-    "driverVersion": ("driver",),
-    "annotations": ("annotation",),
-    "message": ("msg", "errorMessage", "errMsg", "reason"),
-    "status": ("code", "statusCode", "errorCode", "retCode"),
-    "permissions": ("permission", "perm", "perms"),
-    "readOnly": ("readonly", "ro"),
+_INTS = {v for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_") and ("INT" in k or "FIXED" in k)}
+_TYPE_NAMES = {v: k[5:].lower() for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_")}
+# What a model field of one category may bind to when read (converted); writes need the same category.
+_READ_OK = {
+    "string": {"string", "enum", "bool", "int", "bytes"},
+    "int": {"int", "enum", "string"},
+    "float": {"float", "int"},
+    "bool": {"bool", "int", "enum"},
 }
 
-_INT_TYPES = frozenset(
-    {
-        FieldDescriptor.TYPE_INT32,
-        FieldDescriptor.TYPE_INT64,
-        FieldDescriptor.TYPE_UINT32,
-        FieldDescriptor.TYPE_UINT64,
-        FieldDescriptor.TYPE_SINT32,
-        FieldDescriptor.TYPE_SINT64,
-        FieldDescriptor.TYPE_FIXED32,
-        FieldDescriptor.TYPE_FIXED64,
-        FieldDescriptor.TYPE_SFIXED32,
-        FieldDescriptor.TYPE_SFIXED64,
-    }
-)
-_TYPE_NAMES = {
-    value: name[len("TYPE_") :].lower()
-    for name, value in vars(FieldDescriptor).items()
-    if name.startswith("TYPE_") and isinstance(value, int)
-}
+
+class SchemaError(ValueError):
+    """A schema source that cannot be read (bad path, unparsable file, garbage reflection)."""
 
 
 def normalise(name: str) -> str:
@@ -136,60 +86,25 @@ def normalise(name: str) -> str:
 
 def _category(fd: FieldDescriptor) -> str:
     if fd.type == FieldDescriptor.TYPE_MESSAGE:
-        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
-            return "map"
-        return "message"
-    if fd.type in _INT_TYPES:
+        return "map" if fd.message_type is not None and fd.message_type.GetOptions().map_entry else "message"
+    if fd.type in _INTS:
         return "int"
     if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return "float"
-    if fd.type == FieldDescriptor.TYPE_BOOL:
-        return "bool"
-    if fd.type == FieldDescriptor.TYPE_ENUM:
-        return "enum"
-    if fd.type == FieldDescriptor.TYPE_BYTES:
-        return "bytes"
-    return "string"
-
-
-# What a model field of category X may bind to when the plugin *reads* it
-# (converted to X) or *writes* it (must take X as is).
-_READ_OK: Mapping[str, frozenset[str]] = {
-    "string": frozenset({"string", "enum", "bool", "int", "bytes"}),
-    "int": frozenset({"int", "enum", "string"}),
-    "float": frozenset({"float", "int"}),
-    "bool": frozenset({"bool", "int", "enum"}),
-    "map": frozenset({"map"}),
-    "message": frozenset({"message"}),
-}
-_WRITE_OK: Mapping[str, frozenset[str]] = {
-    "string": frozenset({"string"}),
-    "int": frozenset({"int"}),
-    "float": frozenset({"float"}),
-    "bool": frozenset({"bool"}),
-    "map": frozenset({"map"}),
-    "message": frozenset({"message"}),
-}
+    return {FieldDescriptor.TYPE_BOOL: "bool", FieldDescriptor.TYPE_ENUM: "enum"}.get(
+        fd.type, "bytes" if fd.type == FieldDescriptor.TYPE_BYTES else "string"
+    )
 
 
 def type_name(fd: FieldDescriptor) -> str:
     """``int64``, ``repeated string``, ``map<string,string>``, ``repeated xdm.Device``."""
-    cat = _category(fd)
-    if cat == "map":
+    if _category(fd) == "map":
         entry = fd.message_type
         assert entry is not None
         return f"map<{type_name(entry.fields_by_name['key'])},{type_name(entry.fields_by_name['value'])}>"
-    base = ""
-    if cat == "message" and fd.message_type is not None:
-        base = fd.message_type.full_name
-    elif cat == "enum" and fd.enum_type is not None:
-        base = fd.enum_type.full_name
-    base = base or _TYPE_NAMES.get(fd.type, str(fd.type))
+    named = fd.message_type or fd.enum_type
+    base = named.full_name if named is not None else _TYPE_NAMES.get(fd.type, str(fd.type))
     return f"repeated {base}" if fd.is_repeated else base
-
-
-class SchemaError(ValueError):
-    """A schema source that cannot be read (bad path, unparsable file, garbage reflection)."""
 
 
 # ------------------------------------------------------------------ the binding
@@ -198,23 +113,15 @@ Reader = Callable[[Message], Any]
 
 @dataclass
 class MessageBinding:
-    """One model message bound to one XDM message type.
+    """One reconstruction message bound to one XDM message type: ``read[f](msg)`` gives model field
+    ``f`` in the model's type (empty when unbound); ``name``, ``number``, ``child``: the XDM side."""
 
-    ``read[f](msg)`` returns model field ``f`` converted to the model's type
-    (empty value when unbound); ``name[f]`` is the XDM field name; ``child[f]``
-    the binding of a message-typed field; ``number[f]`` the XDM field number.
-    """
-
-    model: str  # the reconstruction's message name, e.g. "Device"
+    model: str
     cls: type[Message]
     read: dict[str, Reader] = field(default_factory=dict)
     name: dict[str, str] = field(default_factory=dict)
     number: dict[str, int] = field(default_factory=dict)
     child: dict[str, MessageBinding] = field(default_factory=dict)
-
-    @property
-    def full_name(self) -> str:
-        return str(self.cls.DESCRIPTOR.full_name)
 
     def new(self) -> Message:
         return self.cls()
@@ -222,33 +129,17 @@ class MessageBinding:
     def has(self, model_field: str) -> bool:
         return model_field in self.name
 
-    def reader_of(self, *model_fields: str) -> Callable[[Message], tuple[Any, ...]]:
-        """One reader for several fields at once: ``reader_of("a", "b")(msg) == (read["a"](msg), read["b"](msg))``.
-
-        Why: the exporter's samples are read field by field, hundreds a second
-        (issue 14). When every field is a plain attribute of the XDM message
-        (no conversion, bound), one C-level ``attrgetter`` reads them all.
-        """
-        readers = [self.read[f] for f in model_fields]
-        if len(readers) > 1 and all(isinstance(r, operator.attrgetter) for r in readers):
-            return operator.attrgetter(*(self.name[f] for f in model_fields))
-        return lambda msg: tuple([read(msg) for read in readers])
-
     def set(self, msg: Message, model_field: str, value: Any) -> None:
-        """Write a scalar/optional field; an unbound model field is skipped (checked at bind time)."""
+        """Write a field (a list extends, a dict updates); an unbound field is skipped."""
         name = self.name.get(model_field)
-        if name is not None:
+        if name is None:
+            return
+        if isinstance(value, (list, tuple)):
+            getattr(msg, name).extend(value)
+        elif isinstance(value, dict):
+            getattr(msg, name).update(value)
+        else:
             setattr(msg, name, value)
-
-    def extend(self, msg: Message, model_field: str, values: Sequence[Any]) -> None:
-        name = self.name.get(model_field)
-        if name is not None and values:
-            getattr(msg, name).extend(values)
-
-    def update(self, msg: Message, model_field: str, values: Mapping[Any, Any]) -> None:
-        name = self.name.get(model_field)
-        if name is not None and values:
-            getattr(msg, name).update(values)
 
     def add(self, msg: Message, model_field: str) -> Message | None:
         """Append an element to a repeated message field; None when unbound."""
@@ -260,25 +151,21 @@ class MessageBinding:
 class ReportRow:
     model: str  # "Device.totalMemory"
     bound: str  # "xdm.Device.totalMemory #6 int64", or "" when missing
-    note: str = ""  # "alias", "xdm_field_aliases", why it is missing
+    note: str = ""  # "alias", "xdm_field_aliases", or why it is missing
 
 
 @dataclass(frozen=True)
-class Rpc:
-    """One bound RPC: the wire path (None = probe the service name) and message bindings."""
-
+class Rpc:  # one bound RPC
     method: str
     role: str
     streaming: bool
     request: MessageBinding
     response: MessageBinding
-    path: str | None
+    path: str | None  # None: the service name is probed (the reconstruction)
 
 
 @dataclass
 class Binding:
-    """A whole bound schema. ``mismatch`` lists what is required and did not bind."""
-
     source: str  # "builtin", "reflection", or the path
     digest: str
     rpcs: dict[str, Rpc]
@@ -286,13 +173,10 @@ class Binding:
     unused: list[str]
     missing_rpcs: list[str]
     mismatch: list[str]
-    probe_service: bool  # True for the built-in reconstruction: the package is a guess too (R1)
+    probe_service: bool  # the reconstruction: its package is a guess too (R1)
 
     def rpc(self, method: str) -> Rpc:
-        found = self.rpcs.get(method)
-        if found is None:
-            raise KeyError(method)
-        return found
+        return self.rpcs[method]
 
     @property
     def ok(self) -> bool:
@@ -302,19 +186,14 @@ class Binding:
         return f"{MISMATCH_PREFIX}: " + "; ".join(self.mismatch) if self.mismatch else ""
 
     def report_lines(self) -> list[str]:
-        """The binding report, one line per model field, then what is missing and unused."""
+        """The binding report: one line per RPC and per model field, then what is unused."""
         lines = [f"XDM schema binding (source {self.source}, sha256 {self.digest[:12]}):"]
-        for rpc in self.rpcs.values():
-            lines.append(f"  rpc {rpc.method} -> {rpc.path or '(service name probed at run time)'}")
-        for method in self.missing_rpcs:
-            lines.append(f"  rpc {method} -> MISSING")
-        for row in self.rows:
-            target = row.bound or "MISSING"
-            note = f" ({row.note})" if row.note else ""
-            lines.append(f"  {row.model} -> {target}{note}")
+        lines += [f"  rpc {r.method} -> {r.path or '(service name probed at run time)'}" for r in self.rpcs.values()]
+        lines += [f"  rpc {method} -> MISSING" for method in self.missing_rpcs]
+        lines += [f"  {r.model} -> {r.bound or 'MISSING'}" + (f" ({r.note})" if r.note else "") for r in self.rows]
         if self.unused:
             lines.append("  unused XDM fields: " + ", ".join(self.unused))
-        lines.append("  verdict: " + (self.mismatch_text() if self.mismatch else "ok"))
+        lines.append("  verdict: " + (self.mismatch_text() or "ok"))
         return lines
 
     def report(self) -> dict[str, Any]:
@@ -330,29 +209,17 @@ class Binding:
         }
 
 
-# ------------------------------------------------------------------ the model (reconstruction)
-def builtin_set() -> descriptor_pb2.FileDescriptorSet:
+# ------------------------------------------------------------------ binding
+def builtin_set() -> FileSet:
     """The reconstruction as a FileDescriptorSet: what ``xdm_schema = "builtin"`` binds."""
-    out = descriptor_pb2.FileDescriptorSet()
+    out = FileSet()
     for module in (_pb, _cpb):
-        proto = out.file.add()
-        module.DESCRIPTOR.CopyToProto(proto)
+        module.DESCRIPTOR.CopyToProto(out.file.add())
     return out
 
 
-def _model_methods() -> dict[str, MethodDescriptor]:
-    methods: dict[str, MethodDescriptor] = {}
-    for module in (_pb, _cpb):
-        for service in module.DESCRIPTOR.services_by_name.values():
-            for method in service.methods:
-                methods[method.name] = method
-    return methods
-
-
-# ------------------------------------------------------------------ building a pool
-def pool_from_set(fds: descriptor_pb2.FileDescriptorSet) -> descriptor_pool.DescriptorPool:
-    """A fresh pool holding every file of ``fds`` (dependencies first); missing
-    well-known imports are taken from protobuf's default pool."""
+def pool_from_set(fds: FileSet) -> descriptor_pool.DescriptorPool:
+    """A fresh pool with every file of ``fds`` in any order; missing well-known imports from the default pool."""
     pool = descriptor_pool.DescriptorPool()
     by_name = {f.name: f for f in fds.file}
     added: set[str] = set()
@@ -367,9 +234,7 @@ def pool_from_set(fds: descriptor_pb2.FileDescriptorSet) -> descriptor_pool.Desc
             try:
                 known = descriptor_pool.Default().FindFileByName(name)
             except KeyError:
-                raise SchemaError(
-                    f"{trail[-1] if trail else name} imports {name}, which the schema does not hold"
-                ) from None
+                raise SchemaError(f"{trail[-1]} imports {name}, which the schema does not hold") from None
             proto = descriptor_pb2.FileDescriptorProto()
             known.CopyToProto(proto)
         for dep in proto.dependency:
@@ -385,73 +250,89 @@ def pool_from_set(fds: descriptor_pb2.FileDescriptorSet) -> descriptor_pool.Desc
     return pool
 
 
-def digest_of(fds: descriptor_pb2.FileDescriptorSet) -> str:
-    return hashlib.sha256(fds.SerializeToString(deterministic=True)).hexdigest()
+def services_with(fds: FileSet, method: str) -> list[str]:
+    """Fully-qualified names of the services in ``fds`` that have ``method``."""
+    return [
+        f"{f.package}.{s.name}" if f.package else s.name
+        for f in fds.file
+        for s in f.service
+        if any(m.name == method for m in s.method)
+    ]
 
 
-# ------------------------------------------------------------------ binding
-_cache: dict[tuple[str, tuple[tuple[str, str], ...], str, bool, tuple[tuple[str, str, bool], ...]], Binding] = {}
+_cache: dict[tuple[Any, ...], Binding] = {}
 _cache_lock = threading.Lock()
-CACHE_LIMIT = 16
 
 
 def bind(
-    fds: descriptor_pb2.FileDescriptorSet,
-    source: str,
-    aliases: Mapping[str, str] | Sequence[tuple[str, str]] = (),
-    *,
-    probe_service: bool = False,
-    rpcs: tuple[tuple[str, str, bool], ...] = RPCS,
+    fds: FileSet, source: str, aliases: Aliases = (), *, probe_service: bool = False, rpcs: RpcTable = RPCS
 ) -> Binding:
-    """Bind ``fds`` (cached per schema bytes + aliases). Raises ``SchemaError``
-    only when ``fds`` cannot form a descriptor pool; everything else that is
-    wrong ends up in ``Binding.mismatch``. ``rpcs`` is the plugin's table;
-    only the ``runtime-kit`` command passes ``SWITCH_RPCS``."""
+    """Bind ``fds``; ``SchemaError`` only when it cannot form a descriptor pool. Cached per schema
+    bytes and aliases: re-binding to an unchanged XDM after a reconnect makes no new pool or classes."""
     pairs = tuple(sorted(dict(aliases).items()))
-    digest = digest_of(fds)
+    digest = hashlib.sha256(fds.SerializeToString(deterministic=True)).hexdigest()
     key = (digest, pairs, source, probe_service, rpcs)
     with _cache_lock:
-        cached = _cache.get(key)
-    if cached is not None:
-        return cached
+        if key in _cache:
+            return _cache[key]
     binding = _Binder(pool_from_set(fds), fds, dict(pairs)).run(source, digest, probe_service, rpcs)
     with _cache_lock:
-        if len(_cache) >= CACHE_LIMIT:
+        if len(_cache) >= 16:
             _cache.clear()
         _cache[key] = binding
     return binding
 
 
-def builtin_binding(aliases: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> Binding:
-    """The reconstruction, bound by the same binder (computed once per alias set)."""
-    return _builtin(tuple(sorted(dict(aliases).items())))
+def builtin_binding(aliases: Aliases = (), rpcs: RpcTable = RPCS) -> Binding:
+    """The reconstruction, bound by the same binder."""
+    return bind(builtin_set(), "builtin", aliases, probe_service=True, rpcs=rpcs)
 
 
-@functools.lru_cache(maxsize=8)
-def _builtin(pairs: tuple[tuple[str, str], ...]) -> Binding:
-    return bind(builtin_set(), "builtin", pairs, probe_service=True)
+def choose(
+    schema: str,
+    aliases: Aliases,
+    reflect: Callable[[], FileSet | None],
+    unserved: str,
+    *,
+    rpcs: RpcTable = RPCS,
+    needs: tuple[str, ...] = ("ListAndWatch", "Allocate"),
+    label: str = "reflection",
+) -> Binding:
+    """The binding ``xdm_schema`` asks for (``SchemaMismatch``: unreadable). ``reflect()`` asks the daemon
+    (None: not served; ``unserved`` says so); under ``auto``, reflection lacking ``needs`` gives the builtin."""
+    try:
+        if schema == "builtin":
+            return builtin_binding(aliases, rpcs)
+        if is_path(schema):
+            return bind(load_path(schema), schema, aliases, rpcs=rpcs)
+        fds = reflect()
+        if fds is None:
+            if schema == "reflection":
+                raise SchemaMismatch(f'{MISMATCH_PREFIX}: xdm_schema is "reflection" but {unserved}')
+            return builtin_binding(aliases, rpcs)
+        found = bind(fds, label, aliases, rpcs=rpcs)
+    except SchemaError as exc:
+        raise SchemaMismatch(f"{MISMATCH_PREFIX}: {exc}") from None
+    if schema == "auto" and not any(m in found.rpcs for m in needs):
+        log.info("XDM reflection describes none of %s; using the built-in reconstruction", ", ".join(needs))
+        return builtin_binding(aliases, rpcs)
+    return found
 
 
 class _Binder:
-    def __init__(
-        self, pool: descriptor_pool.DescriptorPool, fds: descriptor_pb2.FileDescriptorSet, aliases: dict[str, str]
-    ) -> None:
-        self.pool = pool
+    def __init__(self, pool: descriptor_pool.DescriptorPool, fds: FileSet, aliases: dict[str, str]) -> None:
         self.aliases = aliases
-        self.services: list[ServiceDescriptor] = []
-        for proto in fds.file:
-            desc = pool.FindFileByName(proto.name)
-            self.services.extend(desc.services_by_name.values())
+        self.services: list[ServiceDescriptor] = [
+            s for proto in fds.file for s in pool.FindFileByName(proto.name).services_by_name.values()
+        ]
         self.rows: list[ReportRow] = []
-        self.bound: dict[tuple[str, str, str], MessageBinding] = {}
+        self.bound: dict[tuple[str, str, bool], MessageBinding] = {}
         self.used: dict[str, set[str]] = {}  # XDM message full name -> bound field names
-        self.seen_targets: dict[str, Descriptor] = {}
+        self.targets: dict[str, Descriptor] = {}
         self.mismatch: list[str] = []
 
-    def run(
-        self, source: str, digest: str, probe_service: bool, table: tuple[tuple[str, str, bool], ...] = RPCS
-    ) -> Binding:
-        model = _model_methods()
+    def run(self, source: str, digest: str, probe_service: bool, table: RpcTable) -> Binding:
+        model = {m.name: m for mod in (_pb, _cpb) for s in mod.DESCRIPTOR.services_by_name.values() for m in s.methods}
         rpcs: dict[str, Rpc] = {}
         missing: list[str] = []
         device_service = self._device_service()
@@ -462,89 +343,76 @@ class _Binder:
                 continue
             service, target = found
             if bool(target.server_streaming) != streaming or target.client_streaming:
+                shape = ["server-streaming" if target.server_streaming else "unary"]
+                shape += ["client-streaming"] if target.client_streaming else []
+                needs = "server-streaming" if streaming else "unary"
                 self.mismatch.append(
-                    f"rpc {service.full_name}.{target.name} is "
-                    f"{'server-streaming' if target.server_streaming else 'unary'}"
-                    f"{', client-streaming' if target.client_streaming else ''}; "
-                    f"the plugin needs {'server-streaming' if streaming else 'unary'}"
+                    f"rpc {service.full_name}.{target.name} is {', '.join(shape)}; the plugin needs {needs}"
                 )
                 continue
-            spec = model[method]
+            spec: MethodDescriptor = model[method]
             request = self._message(spec.input_type, target.input_type, write=True)
             response = self._message(spec.output_type, target.output_type, write=False)
             path = None if probe_service else f"/{service.full_name}/{target.name}"
             rpcs[method] = Rpc(method, role, streaming, request, response, path)
-        for method in REQUIRED_RPCS if table is RPCS else ():
-            if method in missing:
-                self.mismatch.append(f"no service has the {method} RPC")
+        if table is RPCS:
+            self.mismatch += [
+                f"no service has the {m} RPC" for m in ("ListAndWatch", "Allocate", "Release") if m in missing
+            ]
         self._check_required()
         unused = [
             f"{name}.{fname}"
-            for name, desc in self.seen_targets.items()
+            for name, desc in self.targets.items()
             for fname in desc.fields_by_name
             if fname not in self.used.get(name, set())
         ]
         return Binding(source, digest, rpcs, self.rows, unused, missing, self.mismatch, probe_service)
 
-    # -------------------------------------------------------------- services
-    def _methods_named(self, method: str) -> list[tuple[ServiceDescriptor, MethodDescriptor]]:
-        want = normalise(method)
-        return [(s, m) for s in self.services for m in s.methods if normalise(m.name) == want]
-
     def _device_service(self) -> ServiceDescriptor | None:
-        """The service holding most of the device RPCs (a kubelet-style ``DevicePlugin``
-        with only ListAndWatch/Allocate loses to XDM's own service)."""
+        """The service with most device RPCs: a kubelet-style ``DevicePlugin`` loses to XDM's own."""
         wanted = {normalise(m) for m, role, _ in RPCS if role == "device"}
-        best: tuple[int, ServiceDescriptor] | None = None
-        for service in self.services:
-            score = sum(1 for m in service.methods if normalise(m.name) in wanted)
-            if score and (best is None or score > best[0]):
-                best = (score, service)
-        return best[1] if best else None
+        scored = [(sum(normalise(m.name) in wanted for m in s.methods), -i, s) for i, s in enumerate(self.services)]
+        best = max(scored, default=None, key=lambda t: t[:2])
+        return best[2] if best is not None and best[0] else None
 
     def _find_method(
-        self, method: str, role: str, device_service: ServiceDescriptor | None
+        self, method: str, role: str, device: ServiceDescriptor | None
     ) -> tuple[ServiceDescriptor, MethodDescriptor] | None:
-        found = self._methods_named(method)
-        if not found:
-            return None
-        if role in ("device", "exporter") and device_service is not None:
-            same = [(s, m) for s, m in found if s.full_name == device_service.full_name]
-            if same:
-                return same[0]
-            if role == "device":
-                return None  # a device RPC in another service than ListAndWatch's is not ours
-        return found[0]
+        found = [(s, m) for s in self.services for m in s.methods if normalise(m.name) == normalise(method)]
+        if found and role != "config" and device is not None:
+            same = [(s, m) for s, m in found if s.full_name == device.full_name]
+            if same or role == "device":  # a device RPC beside another service's ListAndWatch is not ours
+                return same[0] if same else None
+        return found[0] if found else None
 
-    # -------------------------------------------------------------- messages
     def _message(self, model: Descriptor, target: Descriptor, write: bool) -> MessageBinding:
-        key = (model.full_name, target.full_name, "w" if write else "r")
-        existing = self.bound.get(key)
-        if existing is not None:
-            return existing
-        binding = MessageBinding(model.name, message_factory.GetMessageClass(target))
-        self.bound[key] = binding
-        self.seen_targets.setdefault(target.full_name, target)
+        key = (model.full_name, target.full_name, write)
+        if key in self.bound:
+            return self.bound[key]
+        binding = self.bound[key] = MessageBinding(model.name, message_factory.GetMessageClass(target))
+        self.targets.setdefault(target.full_name, target)
         used = self.used.setdefault(target.full_name, set())
-        matches: dict[str, tuple[FieldDescriptor | None, str]] = {}
-        for mfield in model.fields:  # exact names and configured aliases first ...
-            matches[mfield.name] = self._match(model.name, mfield, target)
+        by_norm: dict[str, FieldDescriptor] = {}
+        for candidate in target.fields:
+            by_norm.setdefault(normalise(candidate.name), candidate)
+        # exact names and the operator's aliases first, then the guessed synonyms for fields still free
+        matches = {f.name: self._match(model.name, f, target, by_norm) for f in model.fields}
         taken = {t.name for t, _ in matches.values() if t is not None}
-        for mfield in model.fields:  # ... then the synonym table, for fields still free
-            if matches[mfield.name][0] is None and not matches[mfield.name][1]:
-                hit = self._alias(mfield, target, taken)
-                if hit is not None:
-                    taken.add(hit.name)
-                    matches[mfield.name] = (hit, "alias")
+        own = {normalise(f.name) for f in model.fields}
+        for mfield in model.fields:
+            synonyms = [by_norm.get(normalise(alias)) for alias in FIELD_ALIASES.get(mfield.name, ())]
+            free = [s for s in synonyms if s is not None and s.name not in taken and normalise(s.name) not in own]
+            if matches[mfield.name] == (None, "") and free:
+                taken.add(free[0].name)
+                matches[mfield.name] = (free[0], "alias")
         for mfield in model.fields:
             label = f"{model.name}.{mfield.name}"
             tfield, how = matches[mfield.name]
-            if tfield is None:
-                self._row(label, "", how or "no field of that name")
-                continue
-            problem = _compatible(mfield, tfield, write)
-            if problem:
-                self._row(label, "", f"{target.full_name}.{tfield.name} is {type_name(tfield)}: {problem}")
+            problem = _incompatible(mfield, tfield, write) if tfield is not None else ""
+            if tfield is None or problem:
+                where = f"{target.full_name}.{tfield.name} is {type_name(tfield)}: " if tfield is not None else ""
+                self._row(label, "", where + (problem or how or "no field of that name"))
+                binding.read[mfield.name] = _empty_reader(mfield)
                 continue
             used.add(tfield.name)
             binding.name[mfield.name] = tfield.name
@@ -554,121 +422,236 @@ class _Binder:
                 assert mfield.message_type is not None and tfield.message_type is not None
                 binding.child[mfield.name] = self._message(mfield.message_type, tfield.message_type, write)
             binding.read[mfield.name] = _reader(mfield, tfield)
-        for mfield in model.fields:
-            if mfield.name not in binding.read:
-                binding.read[mfield.name] = _empty_reader(mfield)
         return binding
 
     def _row(self, label: str, bound: str, note: str) -> None:
         if all(r.model != label for r in self.rows):
             self.rows.append(ReportRow(label, bound, note))
 
-    def _match(self, model_msg: str, mfield: FieldDescriptor, target: Descriptor) -> tuple[FieldDescriptor | None, str]:
-        by_norm: dict[str, FieldDescriptor] = {}
-        for tfield in target.fields:
-            by_norm.setdefault(normalise(tfield.name), tfield)
-        configured = self.aliases.get(f"{model_msg}.{mfield.name}") or self.aliases.get(mfield.name)
-        if configured:
-            hit = target.fields_by_name.get(configured) or by_norm.get(normalise(configured))
-            if hit is not None:
-                return hit, "xdm_field_aliases"
-            return None, f"xdm_field_aliases names {configured!r}, which {target.full_name} lacks"
-        hit = by_norm.get(normalise(mfield.name))
+    def _match(
+        self, message: str, mfield: FieldDescriptor, target: Descriptor, by_norm: dict[str, FieldDescriptor]
+    ) -> tuple[FieldDescriptor | None, str]:
+        configured = self.aliases.get(f"{message}.{mfield.name}") or self.aliases.get(mfield.name)
+        if not configured:
+            return by_norm.get(normalise(mfield.name)), ""
+        hit = target.fields_by_name.get(configured) or by_norm.get(normalise(configured))
         if hit is not None:
-            return hit, ""
-        return None, ""
-
-    def _alias(self, mfield: FieldDescriptor, target: Descriptor, taken: set[str]) -> FieldDescriptor | None:
-        owner = mfield.containing_type
-        model_names = {normalise(f.name) for f in owner.fields} if owner is not None else set()
-        for alias in ALIASES.get(mfield.name, ()):
-            for tfield in target.fields:
-                norm = normalise(tfield.name)
-                if norm == normalise(alias) and tfield.name not in taken and norm not in model_names:
-                    return tfield
-        return None
+            return hit, "xdm_field_aliases"
+        return None, f"xdm_field_aliases names {configured!r}, which {target.full_name} lacks"
 
     def _check_required(self) -> None:
         rows = {r.model: r for r in self.rows}
         for spec in REQUIRED_FIELDS:
             options = spec.split("|")
-            if any(rows.get(o) is not None and rows[o].bound for o in options):
-                continue
-            seen = [o for o in options if o in rows]
-            if not seen:
-                continue  # never reached: its RPC or parent field is missing, reported on its own
-            why = "; ".join(f"{o}: {rows[o].note}" for o in seen if rows[o].note)
+            seen = [rows[o] for o in options if o in rows]
+            if not seen or any(r.bound for r in seen):
+                continue  # bound, or never reached (its RPC or parent is missing, reported on its own)
+            why = "; ".join(f"{r.model}: {r.note}" for r in seen if r.note)
             self.mismatch.append(f"required {' or '.join(options)} not bound" + (f" ({why})" if why else ""))
 
 
-def _compatible(mfield: FieldDescriptor, tfield: FieldDescriptor, write: bool) -> str:
+def _incompatible(mfield: FieldDescriptor, tfield: FieldDescriptor, write: bool) -> str:
+    """Why ``tfield`` cannot stand for ``mfield`` (empty when it can). Reads convert; writes need the same kind."""
     mcat, tcat = _category(mfield), _category(tfield)
     if mcat != "map" and bool(mfield.is_repeated) != bool(tfield.is_repeated):
         return "repeated" if tfield.is_repeated else "not repeated"
-    allowed = (_WRITE_OK if write else _READ_OK).get(mcat, frozenset({mcat}))
-    if tcat not in allowed:
+    if tcat != mcat and (write or tcat not in _READ_OK.get(mcat, ())):
         return f"the plugin needs {type_name(mfield)}"
     if mcat == "map":
         assert mfield.message_type is not None and tfield.message_type is not None
         for part in ("key", "value"):
-            sub = _compatible(mfield.message_type.fields_by_name[part], tfield.message_type.fields_by_name[part], write)
+            sub = _incompatible(
+                mfield.message_type.fields_by_name[part], tfield.message_type.fields_by_name[part], write
+            )
             if sub:
                 return f"map {part}: {sub}"
     return ""
 
 
-# ------------------------------------------------------------------ readers
 def _empty_reader(mfield: FieldDescriptor) -> Reader:
-    cat = _category(mfield)
-    if cat == "map":
-        return lambda _m: {}
     if mfield.is_repeated:
-        return lambda _m: []
-    if cat == "message":
-        return lambda _m: None
-    empty: Any = {"string": "", "int": 0, "float": 0.0, "bool": False, "bytes": b"", "enum": 0}.get(cat, None)
-    return lambda _m: empty
+        return (lambda _m: {}) if _category(mfield) == "map" else (lambda _m: [])
+    default = mfield.default_value  # "", 0, 0.0, False, b"", or None for a message
+    return lambda _m: default
 
 
 def _reader(mfield: FieldDescriptor, tfield: FieldDescriptor) -> Reader:
-    """A closure reading ``tfield`` converted to ``mfield``'s model type."""
+    """A reader of ``tfield`` converted to ``mfield``'s model type."""
     name = tfield.name
     mcat, tcat = _category(mfield), _category(tfield)
     if mcat == "map":
-        # Copied by iterating the keys: dict(container) goes through protobuf's Python-level
-        # Mapping mixins (keys views), twice the cost, for every exporter sample every second.
-        return lambda m: {key: found[key] for key in found} if (found := getattr(m, name)) else {}
+        return lambda m: dict(getattr(m, name))
     if mcat == "message":
         if mfield.is_repeated:
             return lambda m: list(getattr(m, name))
         return lambda m: getattr(m, name) if m.HasField(name) else None
     convert = _converter(mcat, tcat, tfield)
     if mfield.is_repeated:
-        if convert is None:
-            return lambda m: list(getattr(m, name))
         return lambda m: [convert(v) for v in getattr(m, name)]
-    if convert is None:
-        return operator.attrgetter(name)  # C-level: read for every exporter sample every second
     return lambda m: convert(getattr(m, name))
 
 
-def _converter(mcat: str, tcat: str, tfield: FieldDescriptor) -> Callable[[Any], Any] | None:
+def _converter(mcat: str, tcat: str, tfield: FieldDescriptor) -> Callable[[Any], Any]:
     if mcat == tcat or (mcat == "int" and tcat == "enum"):
-        return None
-    if mcat == "string":
-        if tcat == "enum":
-            enum = tfield.enum_type
-            values = {v.number: v.name for v in enum.values} if enum is not None else {}
-            return lambda v: values.get(v, str(v))
-        if tcat == "bool":
-            return lambda v: "true" if v else "false"
-        if tcat == "bytes":
-            return lambda v: bytes(v).decode("utf-8", "replace")
-        return str
+        return lambda v: v
+    if mcat == "string" and tcat == "enum":
+        values = {v.number: v.name for v in tfield.enum_type.values} if tfield.enum_type is not None else {}
+        return lambda v: values.get(v, str(v))
+    if mcat == "string" and tcat == "bool":
+        return lambda v: "true" if v else "false"
+    if mcat == "string" and tcat == "bytes":
+        return lambda v: bytes(v).decode("utf-8", "replace")
     if mcat == "int" and tcat == "string":
         return lambda v: int(v) if v.strip().isdigit() else 0
-    if mcat == "float":
-        return float
-    if mcat == "bool":
-        return bool
+    return {"string": str, "float": float, "bool": bool}.get(mcat, lambda v: v)
+
+
+# ------------------------------------------------------------------ schema sources
+KEYWORDS = ("auto", "reflection", "builtin")
+MAX_SCHEMA_BYTES = 16 << 20
+MAX_PROTO_FILES = 256
+
+
+def is_path(value: str) -> bool:
+    return value.strip() not in KEYWORDS
+
+
+def load_path(path: str) -> FileSet:
+    """A ``.proto`` file, a directory of them, or a descriptor set file; ``SchemaError`` names the file."""
+    target = Path(path).expanduser()
+    if not target.exists():
+        raise SchemaError(f"{path}: no such file or directory")
+    if target.is_dir():
+        files = sorted(p for p in target.rglob("*.proto") if p.is_file())
+        if not files:
+            raise SchemaError(f"{path}: the directory holds no .proto file")
+        if len(files) > MAX_PROTO_FILES:
+            raise SchemaError(f"{path}: {len(files)} .proto files (at most {MAX_PROTO_FILES})")
+        fds = compile_protos(target, [p.relative_to(target) for p in files])
+    elif target.suffix == ".proto":
+        fds = compile_protos(target.parent, [Path(target.name)])
+    else:
+        fds = read_descriptor_set(target)
+    try:
+        pool_from_set(fds)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
+    return fds
+
+
+def read_descriptor_set(path: Path) -> FileSet:
+    try:
+        size = path.stat().st_size
+        if size > MAX_SCHEMA_BYTES:
+            raise SchemaError(f"{path}: {size} bytes (at most {MAX_SCHEMA_BYTES})")
+        fds = FileSet.FromString(path.read_bytes())
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except DecodeError as exc:
+        raise SchemaError(f"{path}: not a FileDescriptorSet (nor a .proto file or directory): {exc}") from None
+    if not fds.file or any(not f.name for f in fds.file):
+        raise SchemaError(f"{path}: not a FileDescriptorSet (no named file descriptors in it)")
+    return fds
+
+
+def compile_protos(root: Path, files: list[Path]) -> FileSet:
+    """protoc in-process (grpcio-tools) with its bundled well-known types; errors name the file."""
+    from grpc_tools import protoc  # several MB that only a path schema needs
+
+    well_known = str(importlib.resources.files("grpc_tools") / "_proto")
+    with tempfile.TemporaryDirectory(prefix="xdm-schema-") as tmp:
+        out, errors = Path(tmp) / "schema.pb", Path(tmp) / "errors.txt"
+        args = ["protoc", f"-I{root}", f"-I{well_known}", "--include_imports", f"--descriptor_set_out={out}"]
+        saved = os.dup(2)  # protoc writes its errors to fd 2, never to stdout
+        fd = os.open(errors, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+        try:
+            code = protoc.main([*args, *(str(f) for f in files)])
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        if code != 0 or not out.exists():
+            message = errors.read_text(errors="replace").strip() or f"protoc exited with {code}"
+            shown = message if len(message) <= 2000 else message[:2000] + " ..."
+            raise SchemaError(f"{root / files[0] if len(files) == 1 else root}: {shown}")
+        return read_descriptor_set(out)
+
+
+REFLECTION_SERVICES = ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection")
+
+
+def reflect(channel: grpc.Channel, timeout: float) -> FileSet | None:
+    """XDM's schema through server reflection (v1, then v1alpha), within ``timeout``; None when it
+    serves neither. Garbage answers raise ``SchemaError``; a transport failure ``grpc.RpcError``."""
+    from grpc_reflection.v1alpha import reflection_pb2 as rpb  # v1's messages are wire-identical
+
+    deadline = time.monotonic() + timeout
+    for service in REFLECTION_SERVICES:
+        call = channel.stream_stream(
+            f"/{service}/ServerReflectionInfo",
+            request_serializer=rpb.ServerReflectionRequest.SerializeToString,
+            response_deserializer=lambda data: data,
+        )
+
+        def ask(call: Any = call, **request: Any) -> Any:
+            left = max(0.01, deadline - time.monotonic())
+            stream = call(iter([rpb.ServerReflectionRequest(**request)]), timeout=left, wait_for_ready=True)
+            try:
+                raw = next(stream, None)
+            finally:
+                stream.cancel()
+            if raw is None:
+                raise SchemaError("server reflection closed the stream before answering")
+            try:
+                answer = rpb.ServerReflectionResponse.FromString(raw)
+            except DecodeError as exc:
+                raise SchemaError(f"server reflection answered garbage ({len(raw)} bytes): {exc}") from None
+            if answer.HasField("error_response"):
+                err = answer.error_response
+                raise SchemaError(f"server reflection error {err.error_code}: {err.error_message}")
+            return answer
+
+        try:
+            return _reflected_files(ask)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
     return None
+
+
+def _reflected_files(ask: Callable[..., Any]) -> FileSet:
+    """Lists the services, asks for the file defining each, then for their imports by file name."""
+    listed = ask(list_services="")
+    if not listed.HasField("list_services_response"):
+        raise SchemaError("server reflection did not answer list_services")
+    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+
+    def add(answer: Any) -> None:
+        if not answer.HasField("file_descriptor_response"):
+            raise SchemaError("server reflection did not answer with file descriptors")
+        for raw in answer.file_descriptor_response.file_descriptor_proto:
+            try:
+                proto = descriptor_pb2.FileDescriptorProto.FromString(raw)
+            except DecodeError as exc:
+                raise SchemaError(f"server reflection sent an unparsable file descriptor: {exc}") from None
+            if not proto.name:
+                raise SchemaError("server reflection sent a file descriptor without a name")
+            if proto.name not in files and len(files) >= MAX_PROTO_FILES:
+                raise SchemaError(f"server reflection sent more than {MAX_PROTO_FILES} files")
+            files.setdefault(proto.name, proto)
+
+    for s in listed.list_services_response.service:
+        if not s.name.startswith(("grpc.reflection.", "grpc.health.")):
+            add(ask(file_containing_symbol=s.name))
+    asked: set[str] = set()
+    while missing := {d for f in files.values() for d in f.dependency} - set(files) - asked:
+        for dep in sorted(missing):
+            asked.add(dep)
+            try:
+                add(ask(file_by_filename=dep))
+            except SchemaError:
+                pass  # e.g. a well-known type the pool supplies itself
+    fds = FileSet(file=list(files.values()))
+    pool_from_set(fds)
+    return fds

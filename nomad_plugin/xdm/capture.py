@@ -1,22 +1,16 @@
 """Capture bundles (``xdm-probe --capture DIR``): what an operator attaches to a bug report.
 
-A bundle holds XDM's own schema (server reflection descriptors, if served), the
-raw wire bytes of every read-only RPC, versions, and the binding report. Raw
-bytes need no schema to be captured, so a bundle can be made even when every
-field number the plugin guesses is wrong; and a bundle replays offline
-(``tests/captures/``) through whatever binds schemas.
-
-Layout of DIR::
+Raw answers need no schema, so a bundle can be made even when every guessed field number is
+wrong, and replays offline (``tests/captures/``) through whatever binds schemas. DIR holds::
 
     manifest.json              format, versions, sockets, services, one entry per call
     reflection/<socket>.pb     FileDescriptorSet from server reflection (when served)
     raw/<Rpc>.bin              response bytes (streams: the first message)
-    raw/<Rpc>.txt              the same, decoded like ``protoc --decode_raw``
-    binding-report.json        from :func:`binding_report_hook` (the schema binder's report)
+    raw/<Rpc>.txt              the same, as ``protoc --decode_raw`` shows it
+    binding-report.json        the binding the plugin would use, and its findings
 
-Only the RPCs in :data:`CAPTURED_RPCS` are called, each with an empty request
-(the default "all" filters). Allocate, Release, Enable and Disable are never
-called (:data:`WRITING_RPCS`; enforced by :func:`_check_read_only`).
+Only :data:`CAPTURED_RPCS` are called, each with an empty request (the "all" filters);
+Allocate, Release, Enable and Disable never are.
 """
 
 from __future__ import annotations
@@ -26,33 +20,25 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import Message
 
 from nomad_plugin import __version__
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.util.protowire import WireError, iter_fields
-from nomad_plugin.xdm import adapter
-
-if TYPE_CHECKING:
-    from nomad_plugin.xdm.binder import Binding
+from nomad_plugin.model.errors import SchemaMismatch
+from nomad_plugin.xdm import adapter, binder, guesses
+from nomad_plugin.xdm.binder import Binding, FileSet
 
 FORMAT = "xdm-capture/1"
 MANIFEST = "manifest.json"
 BINDING_REPORT = "binding-report.json"
-SOCKETS = ("dp2mgr", "config-daemon")
-REFLECTION_PATHS = (
-    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-)
-# (rpc, socket, role, server-streaming); role picks the service candidates.
+# (rpc, socket, role, server-streaming); the role picks the service candidates.
 CAPTURED_RPCS: tuple[tuple[str, str, str, bool], ...] = (
     ("ListSupportedXPUType", "dp2mgr", "device", False),
     ("ListGpuInfo", "dp2mgr", "exporter", False),
@@ -63,307 +49,133 @@ CAPTURED_RPCS: tuple[tuple[str, str, str, bool], ...] = (
     ("QueryStatus", "config-daemon", "config", False),
 )
 WRITING_RPCS = frozenset({"Allocate", "Release", "Enable", "Disable"})
+if {r[0] for r in CAPTURED_RPCS} & WRITING_RPCS:
+    raise AssertionError("a capture must never call a writing RPC")
 
 
-@dataclass
-class CallRecord:
-    rpc: str
-    socket: str
-    path: str | None = None
-    ok: bool = False
-    file: str | None = None
-    size: int = 0
-    sha256: str = ""
-    error: str = ""
-    tried: int = 0
-
-
-def _check_read_only(rpcs: Iterable[str]) -> None:
-    bad = sorted(set(rpcs) & WRITING_RPCS)
-    if bad:
-        raise AssertionError(f"capture must never call a writing RPC: {bad}")
-
-
-_check_read_only(r[0] for r in CAPTURED_RPCS)
-
-
-# ---------------------------------------------------------------- reflection
-def _reflection_call(channel: grpc.Channel, path: str, request: Any, timeout: float) -> Any:
-    from grpc_reflection.v1alpha import reflection_pb2
-
-    call = channel.stream_stream(
-        path,
-        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
-        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
-    )
-    stream = call(iter([request]), timeout=timeout)
+def _reflect(channel: grpc.Channel, timeout: float) -> tuple[FileSet | None, str]:
+    """(XDM's reflected schema, "") or (None, why not); never raises for a bad answer."""
     try:
-        return next(iter(stream))
-    finally:
-        stream.cancel()  # type: ignore[no-untyped-call]
+        fds = binder.reflect(channel, timeout)
+    except grpc.RpcError as exc:
+        return None, f"{exc.code().name}: {exc.details()}"
+    except binder.SchemaError as exc:
+        return None, f"bad reflection answer: {exc}"
+    return (fds, "") if fds is not None else (None, "UNIMPLEMENTED: no reflection service")
 
 
-def reflect(channel: grpc.Channel, timeout: float) -> tuple[descriptor_pb2.FileDescriptorSet | None, str]:
-    """XDM's descriptors from server reflection: (set, "") or (None, why not). Never raises for bad answers."""
-    from grpc_reflection.v1alpha import reflection_pb2
-
-    req = reflection_pb2.ServerReflectionRequest
-    why = "not served"
-    for path in REFLECTION_PATHS:
-        try:
-            listed = _reflection_call(channel, path, req(list_services=""), timeout)
-        except grpc.RpcError as exc:
-            why = f"{exc.code().name}: {exc.details()}"
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                continue
-            return None, why
-        except Exception as exc:  # garbage answers must not crash a capture
-            return None, f"bad reflection answer: {exc}"
-        try:
-            files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-            pending = [s.name for s in listed.list_services_response.service if "ServerReflection" not in s.name]
-            for symbol in pending:
-                answer = _reflection_call(channel, path, req(file_containing_symbol=symbol), timeout)
-                _add_files(answer, files)
-            missing = _missing_deps(files)
-            while missing:
-                for name in missing:
-                    _add_files(_reflection_call(channel, path, req(file_by_filename=name), timeout), files)
-                still = _missing_deps(files)
-                if still & missing:
-                    return None, f"reflection does not serve {sorted(still & missing)}"
-                missing = still
-        except (grpc.RpcError, ValueError) as exc:
-            return None, f"reflection failed: {exc}"
-        return descriptor_pb2.FileDescriptorSet(file=_ordered(files)), ""
-    return None, why
-
-
-def _add_files(answer: Any, files: dict[str, descriptor_pb2.FileDescriptorProto]) -> None:
-    if answer.HasField("error_response"):
-        raise ValueError(f"reflection error {answer.error_response.error_code}: {answer.error_response.error_message}")
-    for raw in answer.file_descriptor_response.file_descriptor_proto:
-        fdp = descriptor_pb2.FileDescriptorProto.FromString(raw)
-        files[fdp.name] = fdp
-
-
-def _missing_deps(files: dict[str, descriptor_pb2.FileDescriptorProto]) -> set[str]:
-    return {dep for f in files.values() for dep in f.dependency if dep not in files}
-
-
-def _ordered(files: dict[str, descriptor_pb2.FileDescriptorProto]) -> list[descriptor_pb2.FileDescriptorProto]:
-    """Dependencies first (what ``protoc --include_imports`` writes)."""
-    out: list[descriptor_pb2.FileDescriptorProto] = []
-    seen: set[str] = set()
-
-    def visit(name: str) -> None:
-        if name in seen or name not in files:
-            return
-        seen.add(name)
-        for dep in files[name].dependency:
-            visit(dep)
-        out.append(files[name])
-
-    for name in sorted(files):
-        visit(name)
-    return out
-
-
-def pool_of(fds: descriptor_pb2.FileDescriptorSet) -> descriptor_pool.DescriptorPool:
-    pool = descriptor_pool.DescriptorPool()
-    for fdp in fds.file:
-        pool.Add(fdp)
-    return pool
-
-
-def services_with(fds: descriptor_pb2.FileDescriptorSet, method: str) -> list[str]:
-    """Fully-qualified names of the services in ``fds`` that have ``method`` (any package)."""
-    return [
-        f"{f.package}.{s.name}" if f.package else s.name
-        for f in fds.file
-        for s in f.service
-        if any(m.name == method for m in s.method)
-    ]
-
-
-# ---------------------------------------------------------------- raw calls
-def _candidates(
-    role: str, rpc: str, config: PluginConfig, reflected: descriptor_pb2.FileDescriptorSet | None
-) -> list[str]:
-    names = services_with(reflected, rpc) if reflected is not None else []
+def _candidates(role: str, rpc: str, config: PluginConfig, reflected: FileSet | None) -> list[str]:
+    found = binder.services_with(reflected, rpc) if reflected is not None else []
     if role == "config":
-        names += [adapter.qualified(p, adapter.CONFIG_SERVICE) for p in adapter.CONFIG_PACKAGE_CANDIDATES]
-    else:
-        device = [config.xdm_service] if config.xdm_service else []
-        device += [adapter.qualified(p, adapter.DEVICE_SERVICE) for p in adapter.DEVICE_PACKAGE_CANDIDATES]
-        names += device
-        if role == "exporter":
-            packages = [d.rsplit(".", 1)[0] if "." in d else "" for d in device]
-            names += [adapter.qualified(p, s) for p in packages for s in adapter.EXPORTER_SERVICE_CANDIDATES]
-    return list(dict.fromkeys(names))
+        return guesses.config_services(found)
+    devices = guesses.device_services(config.xdm_service.strip(), found)
+    return guesses.exporter_services(devices) if role == "exporter" else devices
 
 
 def _raw(channel: grpc.Channel, path: str, streaming: bool, timeout: float) -> bytes:
     if not streaming:
-        data: bytes = channel.unary_unary(path, request_serializer=None, response_deserializer=None)(
-            b"", timeout=timeout
-        )
+        data: bytes = channel.unary_unary(path, None, None)(b"", timeout=timeout)
         return data
-    stream = channel.unary_stream(path, request_serializer=None, response_deserializer=None)(b"", timeout=timeout)
+    stream = channel.unary_stream(path, None, None)(b"", timeout=timeout)
     try:
-        for item in stream:
-            first: bytes = item
-            return first
+        for first in stream:
+            return bytes(first)
     finally:
         stream.cancel()  # type: ignore[no-untyped-call]
     raise ValueError("the stream ended without a message")
 
 
 def _capture_call(
-    channel: grpc.Channel, rpc: str, streaming: bool, candidates: list[str], timeout: float, record: CallRecord
-) -> bytes | None:
+    channel: grpc.Channel, rpc: str, streaming: bool, candidates: list[str], timeout: float
+) -> dict[str, Any]:
+    """The manifest entry of one RPC, tried under each candidate service; its bytes under "data"."""
+    record: dict[str, Any] = {"path": None, "ok": False, "file": None, "size": 0, "sha256": "", "error": "", "tried": 0}
     for service in candidates:
-        path = f"/{service}/{rpc}"
-        record.tried += 1
+        record["tried"] += 1
+        record["path"] = f"/{service}/{rpc}"
         try:
-            data = _raw(channel, path, streaming, timeout)
+            return record | {"ok": True, "error": "", "data": _raw(channel, record["path"], streaming, timeout)}
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                record.error = f"UNIMPLEMENTED under every candidate service ({len(candidates)} tried)"
-                continue
-            record.path, record.error = path, f"{exc.code().name}: {exc.details()}"
-            return None
+            record["error"] = f"{exc.code().name}: {exc.details()}"
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                return record
         except ValueError as exc:
-            record.path, record.error = path, str(exc)
-            return None
-        record.path, record.ok, record.error = path, True, ""
-        return data
-    return None
+            return record | {"error": str(exc)}
+    return record | {"path": None, "error": f"UNIMPLEMENTED under every candidate service ({len(candidates)} tried)"}
 
 
-# ---------------------------------------------------------------- the bundle
-def versions() -> dict[str, str]:
-    out = {"plugin": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
-    for dist in ("grpcio", "protobuf", "grpcio-reflection"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
-
-
-def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[str]] | None = None) -> dict[str, Any]:
-    """Call every read-only RPC on both sockets and write a bundle to ``out``; returns the manifest."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "raw").mkdir(exist_ok=True)
+def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[str]]) -> dict[str, Any]:
+    """Call every read-only RPC on both sockets and write a bundle to ``out``; returns the manifest.
+    ``render_raw`` writes the bytes as ``protoc --decode_raw`` would (``raw/<Rpc>.txt``)."""
+    (out / "raw").mkdir(parents=True, exist_ok=True)
     timeout = float(config.xdm_call_timeout)
     paths = {"dp2mgr": config.xdm_socket, "config-daemon": config.config_socket}
-    manifest: dict[str, Any] = {
-        "format": FORMAT,
-        "created_unix": int(time.time()),
-        "versions": versions(),
-        "sockets": paths,
-        "reflection": {},
-        "services": {},
-        "calls": [],
-    }
+    versions = {"plugin": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
+    for dist in ("grpcio", "protobuf", "grpcio-reflection"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    manifest: dict[str, Any] = {"format": FORMAT, "created_unix": int(time.time()), "versions": versions}
+    manifest.update(sockets=paths, reflection={}, services={}, calls=[])
     channels = {name: grpc.insecure_channel(f"unix:{path}") for name, path in paths.items()}
     try:
-        reflected: dict[str, descriptor_pb2.FileDescriptorSet | None] = {}
+        reflected: dict[str, FileSet | None] = {}
         for name, channel in channels.items():
-            fds, why = reflect(channel, timeout)
+            fds, why = _reflect(channel, timeout)
             reflected[name] = fds
             entry: dict[str, Any] = {"served": fds is not None}
             if fds is not None:
-                rel = f"reflection/{name}.pb"
                 (out / "reflection").mkdir(exist_ok=True)
-                (out / rel).write_bytes(fds.SerializeToString())
-                entry.update(file=rel, files=[f.name for f in fds.file])
-            else:
-                entry["why"] = why
-            manifest["reflection"][name] = entry
+                (out / f"reflection/{name}.pb").write_bytes(fds.SerializeToString())
+                entry.update(file=f"reflection/{name}.pb", files=[f.name for f in fds.file])
+            manifest["reflection"][name] = entry if fds is not None else entry | {"why": why}
         for rpc, sock, role, streaming in CAPTURED_RPCS:
-            record = CallRecord(rpc=rpc, socket=sock)
             candidates = _candidates(role, rpc, config, reflected[sock])
-            data = _capture_call(channels[sock], rpc, streaming, candidates, timeout, record)
+            record = {"rpc": rpc, "socket": sock} | _capture_call(channels[sock], rpc, streaming, candidates, timeout)
+            data = record.pop("data", None)
             if data is not None:
-                record.file, record.size = f"raw/{rpc}.bin", len(data)
-                record.sha256 = hashlib.sha256(data).hexdigest()
-                (out / record.file).write_bytes(data)
-                lines = render_raw(data) if render_raw is not None else _decode_raw_brief(data)
-                (out / f"raw/{rpc}.txt").write_text("\n".join(lines) + "\n")
-                if record.path:
-                    manifest["services"][rpc] = record.path.split("/")[1]
-            manifest["calls"].append(asdict(record))
+                record.update(file=f"raw/{rpc}.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest())
+                (out / record["file"]).write_bytes(data)
+                (out / f"raw/{rpc}.txt").write_text("\n".join(render_raw(data)) + "\n")
+                manifest["services"][rpc] = record["path"].split("/")[1]
+            manifest["calls"].append(record)
     finally:
         for channel in channels.values():
             channel.close()
     manifest["ok"] = all(c["ok"] for c in manifest["calls"])
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    bundle = load_bundle(out)
-    report = binding_report_hook(bundle, config)
+    report = binding_report(CaptureBundle(out), config)
     (out / BINDING_REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
-def _decode_raw_brief(data: bytes) -> list[str]:
-    try:
-        return [f"{n} (wire {w}): {v.hex() if isinstance(v, bytes) else v}" for n, w, v in iter_fields(data)]
-    except WireError as exc:
-        return [f"<not a protobuf message: {exc}>"]
-
-
 def bind_bundle(bundle: CaptureBundle, config: PluginConfig | None = None) -> Binding:
-    """The binding a plugin with ``config`` would use for the bundle's XDM.
-
-    As the client chooses: the bundle's reflection descriptors unless
-    ``xdm_schema`` says otherwise (``builtin`` or a path), else a path's
-    schema, else the builtin reconstruction. Raises ``SchemaError`` for a path
-    that cannot be read.
-    """
-    from nomad_plugin.xdm import binder, schema_source
-
-    aliases = config.xdm_field_aliases if config is not None else ()
-    choice = config.xdm_schema if config is not None else "auto"
-    reflected = bundle.reflected_schema()
-    if reflected is not None and choice in ("auto", "reflection"):
-        return binder.bind(reflected, "reflection", aliases)
-    if schema_source.is_path(choice):
-        return binder.bind(schema_source.load_path(choice), choice, aliases)
-    return binder.builtin_binding(aliases)
+    """The binding a plugin with ``config`` would use for the bundle's XDM (``SchemaMismatch``
+    when its schema cannot be read)."""
+    if config is None:
+        return binder.choose("auto", (), bundle.reflected_schema, "")
+    schema = config.xdm_schema.strip() or "auto"
+    return binder.choose(schema, config.xdm_field_aliases, bundle.reflected_schema, "the bundle holds no reflection")
 
 
 def replay(bundle: CaptureBundle, binding: Binding) -> dict[str, Any]:
-    """Decode the bundle's answers through ``binding``: the inventory (``expected-inventory.json``'s
-    shape) and ``problems`` = the binding's mismatch list plus every failed plausibility guard."""
-    from nomad_plugin.xdm import guards
-    from nomad_plugin.xdm.drift import DriftLog
-
-    problems = list(binding.mismatch)
+    """The bundle's answers decoded through ``binding``: the inventory (``expected-inventory.json``'s
+    shape) and ``problems``, the binding's mismatch list plus every failed plausibility guard."""
 
     def decode(rpc: str) -> Message | None:
         data = bundle.raw(rpc)
-        if data is None or rpc not in binding.rpcs:
-            return None
-        return binding.rpc(rpc).response.cls.FromString(data)
+        return binding.rpc(rpc).response.cls.FromString(data) if data is not None and rpc in binding.rpcs else None
 
     law, infos = decode("ListAndWatch"), decode("ListGpuInfo")
-    cards = adapter.cards_from_list_and_watch(law, DriftLog(), binding) if law is not None else []
+    cards = adapter.cards_from_list_and_watch(law, adapter.DriftLog(), binding) if law is not None else []
     facts = {f.minor: f for f in (adapter.gpu_facts(infos, binding) if infos is not None else [])}
-    problems += guards.card_problems(cards) + guards.facts_problems(list(facts.values()))
-    xpu = decode("ListSupportedXPUType")
-    status = decode("QueryStatus")
+    xpu, status = decode("ListSupportedXPUType"), decode("QueryStatus")
+    shown = ("minor", "uuid", "model", "xpu_type", "memory_mib", "total_core", "pci_bus_id", "healthy")
     return {
         "cards": [
-            {
-                "minor": c.minor,
-                "uuid": c.uuid,
-                "model": c.model,
-                "xpu_type": c.xpu_type,
-                "memory_mib": c.memory_mib,
-                "total_core": c.total_core,
-                "pci_bus_id": c.pci_bus_id,
-                "healthy": c.healthy,
+            {k: getattr(c, k) for k in shown}
+            | {
                 "vendor": facts[c.minor].vendor if c.minor in facts else c.vendor,
                 "driver_version": facts[c.minor].driver_version if c.minor in facts else "",
             }
@@ -371,23 +183,18 @@ def replay(bundle: CaptureBundle, binding: Binding) -> dict[str, Any]:
         ],
         "xpu_types": sorted(adapter.xpu_types(xpu, binding)) if xpu is not None else [],
         "runtime_kit_enabled": adapter.runtime_kit_status(status, binding).enabled if status is not None else None,
-        "problems": problems,
+        "problems": [*binding.mismatch, *adapter.card_problems(cards), *adapter.facts_problems(list(facts.values()))],
     }
 
 
-def binding_report_hook(bundle: CaptureBundle, config: PluginConfig | None) -> dict[str, Any]:
-    """The binding report stored in a bundle: the binding the plugin would use
-    (:func:`bind_bundle`), its report lines, and the plausibility findings of
-    the captured answers decoded through it. Never raises."""
-    from nomad_plugin.xdm.binder import SchemaError
-
+def binding_report(bundle: CaptureBundle, config: PluginConfig | None) -> dict[str, Any]:
+    """The binding report stored in a bundle, with the findings of its answers; never raises."""
     try:
         binding = bind_bundle(bundle, config)
-    except SchemaError as exc:
+    except SchemaMismatch as exc:
         return {"available": False, "why": str(exc)}
     report = binding.report()
-    report["available"] = True
-    report["lines"] = binding.report_lines()
+    report.update(available=True, lines=binding.report_lines())
     try:
         report["findings"] = replay(bundle, binding)["problems"]
     except Exception as exc:  # a bug report must still be written
@@ -395,7 +202,6 @@ def binding_report_hook(bundle: CaptureBundle, config: PluginConfig | None) -> d
     return report
 
 
-# ---------------------------------------------------------------- reading bundles
 class CaptureBundle:
     """A bundle on disk: manifest, raw bytes per RPC, reflected descriptors per socket."""
 
@@ -406,30 +212,28 @@ class CaptureBundle:
             raise ValueError(f"{root / MANIFEST}: format {self.manifest.get('format')!r} is not {FORMAT!r}")
 
     def call(self, rpc: str) -> dict[str, Any]:
-        for entry in self.manifest["calls"]:
-            if entry["rpc"] == rpc:
-                return dict(entry)
-        raise KeyError(f"{self.root}: no call {rpc!r} in the bundle")
+        found = [dict(entry) for entry in self.manifest["calls"] if entry["rpc"] == rpc]
+        if not found:
+            raise KeyError(f"{self.root}: no call {rpc!r} in the bundle")
+        return found[0]
 
     def raw(self, rpc: str) -> bytes | None:
         """The captured response bytes of ``rpc`` (None when the call failed)."""
         entry = self.call(rpc)
         return (self.root / entry["file"]).read_bytes() if entry.get("file") else None
 
-    def descriptor_set(self, socket: str) -> descriptor_pb2.FileDescriptorSet | None:
+    def descriptor_set(self, socket: str) -> FileSet | None:
         entry = self.manifest["reflection"].get(socket, {})
-        if not entry.get("file"):
-            return None
-        return descriptor_pb2.FileDescriptorSet.FromString((self.root / entry["file"]).read_bytes())
+        return FileSet.FromString((self.root / entry["file"]).read_bytes()) if entry.get("file") else None
 
-    def reflected_schema(self) -> descriptor_pb2.FileDescriptorSet | None:
+    def reflected_schema(self) -> FileSet | None:
         """Both sockets' reflected descriptors as one set (files deduplicated by name)."""
         files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-        for socket in SOCKETS:
+        for socket in ("dp2mgr", "config-daemon"):
             fds = self.descriptor_set(socket)
             for fdp in fds.file if fds is not None else ():
                 files.setdefault(fdp.name, fdp)
-        return descriptor_pb2.FileDescriptorSet(file=_ordered(files)) if files else None
+        return FileSet(file=list(files.values())) if files else None
 
     def decode(self, rpc: str) -> Message | None:
         """``rpc``'s response decoded with the bundle's own reflected schema (None without reflection)."""
@@ -438,11 +242,8 @@ class CaptureBundle:
         data = self.raw(rpc)
         if fds is None or data is None or not entry.get("path"):
             return None
-        service = entry["path"].split("/")[1]
-        pool = pool_of(fds)
-        method = pool.FindServiceByName(service).methods_by_name[rpc]
+        method = binder.pool_from_set(fds).FindServiceByName(entry["path"].split("/")[1]).methods_by_name[rpc]
         return message_factory.GetMessageClass(method.output_type).FromString(data)
 
 
-def load_bundle(root: Path) -> CaptureBundle:
-    return CaptureBundle(root)
+load_bundle = CaptureBundle

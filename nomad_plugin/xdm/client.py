@@ -1,36 +1,26 @@
-"""XdmClient: gRPC to XDM over its Unix sockets, returning model types.
+"""XdmClient: gRPC to XDM over its Unix sockets, answering in the plugin's model types.
 
-Before the first call the client *binds* XDM's schema (``xdm_schema``:
-server reflection, the operator's official proto, or the reconstruction;
-see ``schema_source`` and ``binder``) and logs the binding report once. A
-binding that misses what the plugin needs, a schema that cannot be read, or
-decoded data that fails the plausibility guards (``guards``) is an "XDM
-schema mismatch" finding: calls raise ``SchemaMismatch``, pushes come back
-with every card unhealthy for that reason, and ``allocate`` refuses before
-sending anything. The binding is dropped (and made again on the next call)
-whenever the connection to XDM breaks: an XDM restarted after an upgrade may
-serve another schema.
-
-Calls go through ``channel.unary_unary(path, ...)`` with the binding's
-message classes, so the service name is data, not code (R1): the schema's
-own service, or for the reconstruction ``xdm_service`` or probing (the
-reflected service list, then the known package candidates). Exporter RPCs
-fall back per RPC to ``<pkg>.ExporterService``-style names when the device
-service does not implement them (R13). Every unary call has a deadline and
-waits for the channel to be ready within it. Enable/Disable are not exposed
-(R14).
+The first call binds XDM's schema (``binder``); a binding lacking what the plugin needs, a schema
+that cannot be read, or an answer failing the guards is an "XDM schema mismatch": calls raise it,
+pushed cards are unhealthy with it, ``allocate`` sends nothing. It is bound again after the
+connection breaks or the socket file is replaced (an upgraded XDM may serve another schema). Paths
+come from the schema or, under the reconstruction, from probing (``guesses``). Unary calls have a
+deadline and wait for the channel; streams do neither. Enable and Disable are not here (R14).
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
+import socket
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 import grpc
-from google.protobuf.descriptor_pb2 import FileDescriptorSet
 from google.protobuf.message import Message
 
 from nomad_plugin.config.model import PluginConfig
@@ -46,51 +36,139 @@ from nomad_plugin.model.errors import (
 )
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.util.protowire import WireError, encode_len_field, iter_fields
-from nomad_plugin.xdm import adapter, guards, schema_source
-from nomad_plugin.xdm.adapter import RpcSpec
-from nomad_plugin.xdm.binder import MISMATCH_PREFIX, Binding, SchemaError, bind, builtin_binding
-from nomad_plugin.xdm.drift import DriftLog
-from nomad_plugin.xdm.errors import classify_rpc_error, inband_refusal, is_not_found, socket_problem
-from nomad_plugin.xdm.types import ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
-from nomad_plugin.xdm.verify import grant_problem
+from nomad_plugin.util.text import printable
+from nomad_plugin.xdm import adapter, binder, guesses
+from nomad_plugin.xdm.adapter import DriftLog, ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
+from nomad_plugin.xdm.binder import MISMATCH_PREFIX, Binding, FileSet, Rpc
 
-log = get_logger(__name__)  # routed at the plugin's log_level (the binding report is info)
+log = get_logger(__name__)
 
 T = TypeVar("T")
+CONFIG_LABEL = "reflection (config-daemon)"
 
-# XDM's documented reconnect rule (1 s initial, 30 s max); keepalive kept at
-# 5 min because gRPC servers (Go's default policy) punish more frequent pings.
-# No bandwidth-delay probes: gRPC's client pings after data arrives to size its
-# receive window, which on a local socket measures nothing and woke both
-# processes for every exporter push (issue 14). The window it would have grown
-# to, gRPC's 4 MiB receive limit, is announced up front instead
-# (tests/xdm/test_channel_wire.py reads both off the wire).
-#: The largest XDM message the plugin takes. gRPC's default (4 MiB) is already far above a real node's
-#: need (the simulator's 8-card push is 3.7 KB; a 16-card node with MIG instances and rich topology JSON
-#: stays under 1 MiB), so a message past it is malformed; the limit is raised to 16 MiB for headroom, and
-#: a message over it fails with a plain "message-too-large" error, logged at error level.
+# ---------------------------------------------------------------- failures (R7, R15)
+#: Transport codes: retryable, and say nothing about what XDM did with the call. INTERNAL is
+#: one: grpcio reports a reset stream (RST_STREAM) and a broken transport with it. Every other
+#: code but UNIMPLEMENTED and DEADLINE_EXCEEDED is XDM saying no.
+TRANSPORT_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL}
+)
+#: Bound of XDM text repeated in an error: a gRPC error travels in a header, and the agent logs it.
+MAX_DETAILS = 1024
+
+
+class GrpcRefused(BackendRefused):
+    """A refusal XDM expressed as a gRPC status code (``code`` keeps which)."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message, status=int(code.value[0]))
+        self.code = code
+
+
+def socket_problem(path: str) -> BackendUnavailable | None:
+    """Why ``path`` cannot be dialled now (a ``stat`` and a raw connect), or None when it can."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return classify_errno(exc.errno or 0, path)
+    if not stat.S_ISSOCK(mode):
+        return BackendUnavailable(f"XDM socket path {path} exists but is not a socket", kind="socket-missing")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError as exc:
+        return classify_errno(exc.errno or 0, path)
+    finally:
+        probe.close()
+    return None
+
+
+def classify_errno(err: int, path: str) -> BackendUnavailable:
+    if err in (errno.ENOENT, errno.ENOTDIR):
+        return BackendUnavailable(f"XDM socket {path} does not exist (is XDM running?)", kind="socket-missing")
+    if err == errno.ECONNREFUSED:
+        return BackendUnavailable(
+            f"XDM socket {path} refuses connections: a stale socket file, the XDM daemon is down",
+            kind="connection-refused",
+        )
+    if err in (errno.EACCES, errno.EPERM):
+        return BackendUnavailable(
+            f"no permission to connect to XDM socket {path} (XDM sockets are root-only; run the plugin as root)",
+            kind="permission-denied",
+        )
+    if err in (errno.ETIMEDOUT, errno.EAGAIN):
+        return BackendUnavailable(f"connecting to XDM socket {path} timed out", kind="timeout")
+    return BackendUnavailable(f"cannot connect to XDM socket {path}: {os.strerror(err)}", kind="unavailable")
+
+
+def classify_rpc_error(
+    code: grpc.StatusCode | None, details: str, method: str, diagnosis: BackendUnavailable | None
+) -> PluginError:
+    """A failed call as a plugin error; ``diagnosis`` is ``socket_problem``'s verdict."""
+    where = f"XDM {method}"
+    details = printable(details, MAX_DETAILS)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        return BackendUnavailable(
+            f"{where}: XDM's message is over the plugin's receive limit ({details}); a 16-card node needs far "
+            "less, so XDM's answer is malformed or the schema binding is wrong",
+            kind="message-too-large",
+        )
+    if code == grpc.StatusCode.INTERNAL and "RST_STREAM" in details:
+        return BackendUnavailable(f"{where} unavailable: the stream was reset ({details})", kind="unavailable")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and diagnosis is not None:
+        return diagnosis
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return BackendUnavailable(
+            f"{where} is not implemented by XDM ({details}): proto package/service name or schema mismatch",
+            kind="unimplemented",
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return BackendUnavailable(f"{where} timed out ({details})", kind="timeout")
+    if code == grpc.StatusCode.INTERNAL and "Exception deserializing response" in details:
+        return SchemaMismatch(f"{MISMATCH_PREFIX}: {where}: the response does not decode with the bound schema")
+    if code in TRANSPORT_CODES or code is None or code == grpc.StatusCode.OK:
+        return BackendUnavailable(f"{where} unavailable: {details or code}", kind="unavailable")
+    return GrpcRefused(details or f"{where} failed with {code.name}", code)
+
+
+def inband_refusal(status: int, message: str, method: str) -> BackendRefused | None:
+    """XDM's in-band ``status``/``message``: 0 is success, anything else a refusal."""
+    if status == 0:
+        return None
+    return BackendRefused(printable(message, MAX_DETAILS) or f"XDM {method} returned status {status}", status=status)
+
+
+def is_not_found(error: BackendRefused) -> bool:
+    """Did XDM refuse because the id is unknown (Release is idempotent, R6)? A gRPC code is preferred."""
+    if isinstance(error, GrpcRefused):
+        return error.code == grpc.StatusCode.NOT_FOUND
+    return guesses.says_not_found(str(error))
+
+
+# ---------------------------------------------------------------- channels
+#: The largest XDM message the plugin takes: a 16-card node's push stays far under gRPC's 4 MiB
+#: default, so more is malformed; 16 MiB leaves headroom and a plain "message-too-large" past it.
 MAX_MESSAGE_BYTES = 16 << 20
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # the reference's reconnect rule: 1 s initial, 30 s at most
     ("grpc.initial_reconnect_backoff_ms", 1000),
     ("grpc.min_reconnect_backoff_ms", 1000),
     ("grpc.max_reconnect_backoff_ms", 30000),
+    # keepalive no more often than Go gRPC servers accept by default (5 min)
     ("grpc.keepalive_time_ms", 300000),
     ("grpc.keepalive_timeout_ms", 20000),
     ("grpc.keepalive_permit_without_calls", 0),
+    # a receive window that holds gRPC's default 4 MiB message from the start, so the client
+    # never pings XDM to measure a local socket (tests/xdm/test_channel_wire.py)
     ("grpc.http2.bdp_probe", 0),
     ("grpc.http2.lookahead_bytes", 4 << 20),
 )
-REFLECTION_PATHS = (
-    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-)
-_LIST_SERVICES = encode_len_field(7, b"")  # ServerReflectionRequest{list_services: ""}
 
 
 def _socket_id(path: str) -> tuple[int, int] | None:
-    """(inode, ctime) of the socket file: a daemon that restarts binds a new one; None when absent."""
+    """(inode, ctime) of the socket file: a restarted daemon binds a new one; None when absent."""
     try:
         st = os.stat(path)
     except OSError:
@@ -98,69 +176,45 @@ def _socket_id(path: str) -> tuple[int, int] | None:
     return st.st_ino, st.st_ctime_ns
 
 
-class _Endpoint:
-    """One socket: its channel (created lazily, dropped when the socket breaks or is replaced)."""
+class Endpoint:
+    """One socket's channel: dialled on first use, dropped when the socket breaks or is replaced."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = threading.Lock()
         self.channel: grpc.Channel | None = None
-        self.callables: dict[str, Any] = {}
         self.socket_id: tuple[int, int] | None = None  # of the socket file the channel dialled
 
     def get(self) -> grpc.Channel:
         with self.lock:
             if self.channel is None:
-                problem = socket_problem(self.path)  # socket-missing / refused / EACCES before dialling
+                problem = socket_problem(self.path)
                 if problem is not None:
                     raise problem
                 self.channel = grpc.insecure_channel(f"unix://{self.path}", options=list(CHANNEL_OPTIONS))
-                self.callables = {}
                 self.socket_id = _socket_id(self.path)
             return self.channel
 
     def replaced(self) -> bool:
-        """True (and the channel dropped) when the socket file is not the one the channel dialled.
-
-        A daemon that restarts binds a new socket. When no call or stream was under way to fail
-        on the way, gRPC would redial the new daemon on the next call as if nothing happened.
-        """
+        """Whether (then dropping the channel) the socket file is not the one the channel dialled."""
         with self.lock:
-            if self.channel is None or self.socket_id is None:
-                return False
-            now = _socket_id(self.path)
-            if now is None or now == self.socket_id:
-                return False  # gone: the call fails and says why; unchanged: the same daemon
-            channel, self.channel, self.callables = self.channel, None, {}
-        channel.close()
-        return True
-
-    def callable(self, key: str, make: Callable[[grpc.Channel], Any]) -> Any:
-        channel = self.get()
-        with self.lock:
-            fn = self.callables.get(key)
-            if fn is None:
-                fn = self.callables[key] = make(channel)
-            return fn
-
-    def drop_callables(self) -> None:
-        with self.lock:
-            self.callables = {}
+            now = _socket_id(self.path)  # None: gone, and the call fails saying why
+            stale = self.channel is not None and now is not None and now != self.socket_id
+        if stale:
+            self.reset()
+        return stale
 
     def reset(self) -> None:
         with self.lock:
-            channel, self.channel, self.callables = self.channel, None, {}
+            channel, self.channel = self.channel, None
         if channel is not None:
             channel.close()
 
 
-# grpcio's blocking iterators wait in slices of ``grpc._common.MAXIMUM_WAIT_TIMEOUT`` (0.1 s) so
-# that a *main* thread blocked on a stream still runs its signal handlers (grpc/grpc#19464).
-# The plugin's streams are read by background threads only, which get no signals; their slices
-# only cost wake-ups: ten a second per open stream, idle or not, about a fifth of the whole
-# plugin's steady-state CPU (issue 14). Cancelling a stream wakes its reader at once whatever the
-# slice, so 5 s costs no latency. A private constant: when grpcio drops it, this does nothing
-# (tests/stats/test_stream_wakeups.py says so).
+#: grpcio's blocking iterators wait in 0.1 s slices (``grpc._common.MAXIMUM_WAIT_TIMEOUT``) so that a main
+#: thread still runs signal handlers (grpc/grpc#19464); the plugin's streams are read by background
+#: threads, for which a slice is only a wake-up, ten a second per stream: a good share of the CPU guard
+#: (BENCHMARKS.md). A cancel wakes a reader at once. When grpcio drops the constant this does nothing.
 STREAM_WAIT_SLICE_S = 5.0
 
 
@@ -175,16 +229,11 @@ def relax_stream_waits(seconds: float = STREAM_WAIT_SLICE_S) -> bool:
 
 
 class Subscription(Generic[T]):
-    """One server-streaming subscription: iterate it, ``cancel()`` from any thread.
-
-    Iteration ends when the server closes the stream or ``cancel()`` is called;
-    any other failure raises a classified ``PluginError``.
-    """
+    """One server-streaming call: iterate it, ``cancel()`` it from any thread. Iteration ends when
+    the server closes the stream or on ``cancel()``; any other failure raises a ``PluginError``."""
 
     def __init__(self, call: Any, convert: Callable[[Message], T], classify: Callable[[grpc.RpcError], PluginError]):
-        self._call = call
-        self._convert = convert
-        self._classify = classify
+        self._call, self._convert, self._classify = call, convert, classify
         self._cancelled = threading.Event()
 
     def __iter__(self) -> Iterator[T]:
@@ -192,118 +241,90 @@ class Subscription(Generic[T]):
             for msg in self._call:
                 yield self._convert(msg)
         except grpc.RpcError as exc:
-            if self._cancelled.is_set():
-                return
-            raise self._classify(exc) from None
+            if not self._cancelled.is_set():
+                raise self._classify(exc) from None
 
     def cancel(self) -> None:
         self._cancelled.set()
         self._call.cancel()
 
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
 
-
+# ---------------------------------------------------------------- the client
 class XdmClient:
     """Typed access to XDM's dp2mgr and config-daemon services."""
 
-    def __init__(self, config: PluginConfig, drift: DriftLog | None = None) -> None:
-        if config.xdm_minor_encoding not in adapter.MINOR_ENCODINGS:
-            raise ValueError(
-                f"xdm_minor_encoding must be one of {adapter.MINOR_ENCODINGS}, got {config.xdm_minor_encoding!r}"
-            )
-        self.drift = drift or DriftLog()
+    def __init__(self, config: PluginConfig) -> None:
+        self.drift = DriftLog()
         self._timeout = float(config.xdm_call_timeout)
-        # Allocate's own deadline: creating MIG instances on a loaded card takes seconds (xdm_allocate_timeout).
+        # creating MIG instances on a loaded card takes seconds: Allocate has its own deadline
         self._allocate_timeout = float(config.xdm_allocate_timeout)
         self._encoding = config.xdm_minor_encoding
-        self._dp2mgr = _Endpoint(config.xdm_socket)
-        self._config = _Endpoint(config.config_socket)
+        self._dp2mgr = Endpoint(config.xdm_socket)
+        self._config = Endpoint(config.config_socket)
+        self._schema = config.xdm_schema.strip() or "auto"
+        self._aliases = tuple(config.xdm_field_aliases)
         self._configured_service = config.xdm_service.strip()
         self._probe_lock = threading.Lock()
         self._device_service: str | None = self._configured_service or None
-        self._config_service: str | None = None
-        self._exporter_services: dict[str, str] = {}  # RPC method -> service that implements it (R13)
-        self._reflected: list[str] = []
-        self._deserializers: dict[tuple[str, type[Message]], Callable[[bytes], Message]] = {}
-        self._schema = config.xdm_schema.strip() or "auto"
-        self._aliases = dict(config.xdm_field_aliases)
+        self._services: dict[str, str] = {}  # probed exporter/config RPC -> its service (R13)
         self._bind_lock = threading.RLock()
-        self._binding: Binding | None = None  # a usable binding (no mismatch), None = bind on next use
+        self._binding: Binding | None = None  # usable (no mismatch); None = bind on the next call
         self._config_bound: Binding | None = None  # config-daemon's, when the main schema lacks it
         self.last_binding: Binding | None = None  # the latest attempt, usable or not (doctor, xdm-probe)
-        self.last_bind_error = ""
-        self._logged_bind = ""
-        # guard findings per RPC, with the digest of the schema that produced them: a
-        # re-bind to another schema drops them, a re-bind to the same one keeps them
-        # until the RPC answers plausibly (a Reserve in between is still refused)
+        self.last_bind_error = self._logged_bind = ""
+        # guard findings per RPC with the digest of their schema: a re-bind to another schema
+        # drops them; to the same one keeps them until that RPC answers plausibly
         self._findings: dict[str, tuple[str, str]] = {}
-        self._path_cache: tuple[tuple[str, float, int], FileDescriptorSet] | None = None
-        self.binds = 0  # successful (re)binds; for tests and health
+        self.binds = 0  # successful (re)binds
 
     # ------------------------------------------------------------ schema binding
     def binding(self) -> Binding:
-        """The bound schema; binds on first use (and after ``invalidate_binding``).
-
-        Raises ``SchemaMismatch`` when it cannot bind what the plugin needs, and
-        ``BackendUnavailable`` when XDM cannot be reached to ask (reflection).
-        """
+        """The bound schema; ``SchemaMismatch`` if it lacks what the plugin needs, ``BackendUnavailable``
+        if XDM cannot be reached to ask."""
         with self._bind_lock:
-            if self._binding is not None and not self._restarted():
-                return self._binding
+            if self._binding is not None:
+                # A new socket file: XDM restarted, maybe with another schema. This catches the
+                # restarts that no call or stream saw (the watch stream between resubscribes).
+                if not (self._dp2mgr.replaced() | self._config.replaced()):
+                    return self._binding
+                self.invalidate_binding("XDM's socket was replaced: XDM restarted")
             try:
-                found = self._bind()
+                found = binder.choose(
+                    self._schema,
+                    self._aliases,
+                    lambda: self._reflect(self._dp2mgr),
+                    f"XDM does not serve gRPC server reflection on {self._dp2mgr.path}",
+                )
             except SchemaMismatch as exc:
                 self.last_bind_error = str(exc)
                 self._log_bind(str(exc), None)
                 raise
             self.last_binding = found
+            self.last_bind_error = found.mismatch_text()
+            self._log_bind(found.digest + (self.last_bind_error or found.source), found)
             if not found.ok:
-                self.last_bind_error = found.mismatch_text()
-                self._log_bind(found.digest + found.mismatch_text(), found)
-                raise SchemaMismatch(found.mismatch_text())
-            self.last_bind_error = ""
-            self._log_bind(found.digest + found.source, found)
+                raise SchemaMismatch(self.last_bind_error)
             self._findings = {k: v for k, v in self._findings.items() if v[0] == found.digest}
             self._binding = found
             self.binds += 1
             return found
 
-    def _restarted(self) -> bool:
-        """XDM restarted since its channel dialled (a new socket file): bind afresh, it may serve another schema.
-
-        Checked before each call uses the binding, so a restart that no stream or call saw
-        (the watch stream between resubscribes, say) is not read with the old schema (R1).
-        """
-        dp2mgr, config = self._dp2mgr.replaced(), self._config.replaced()
-        if dp2mgr or config:
-            self.invalidate_binding("XDM's socket was replaced: XDM restarted")
-            return True
-        return False
-
     def invalidate_binding(self, why: str) -> None:
-        """Forget the binding: the next call binds afresh (R1, item 5)."""
+        """Forget the binding: the next call binds afresh."""
         with self._bind_lock:
-            had = self._binding is not None
-            self._binding = None
-            self._config_bound = None
-            self._deserializers.clear()
-        self._dp2mgr.drop_callables()
-        self._config.drop_callables()
-        if had:
-            log.debug("XDM schema binding dropped (%s); binding again on the next call", why)
+            if self._binding is not None:
+                log.debug("XDM schema binding dropped (%s); binding again on the next call", why)
+            self._binding = self._config_bound = None
 
     def schema_finding(self) -> str:
-        """The current "XDM schema mismatch: ..." finding, or "" when the schema is trusted."""
+        """The current "XDM schema mismatch: ..." finding, or "" while the schema is trusted."""
         with self._bind_lock:
             if self._binding is None and self.last_bind_error:
                 return self.last_bind_error
             return next((text for _, text in self._findings.values()), "")
 
     def _log_bind(self, key: str, found: Binding | None) -> None:
-        """The full report when the schema (or the verdict) changed; one line for a
-        re-bind to the same schema; a failing bind that repeats is not logged again."""
+        """The full report when the schema or verdict changed, one line for the same schema again."""
         if key == self._logged_bind:
             if found is not None and found.ok:
                 log.info("XDM schema re-bound: source %s, sha256 %s, unchanged", found.source, found.digest[:12])
@@ -314,68 +335,26 @@ class XdmClient:
         if found is None or not found.ok:
             log.error("%s", self.last_bind_error)
 
-    def _bind(self) -> Binding:
-        source = self._schema
+    def _reflect(self, endpoint: Endpoint) -> FileSet | None:
         try:
-            if source == "builtin":
-                return builtin_binding(self._aliases)
-            if schema_source.is_path(source):
-                return bind(self._load_path(source), source, self._aliases)
-            fds = self._reflect_schema()
-            if fds is None:
-                if source == "reflection":
-                    raise SchemaMismatch(
-                        f'{MISMATCH_PREFIX}: xdm_schema is "reflection" but XDM does not serve gRPC server '
-                        f"reflection on {self._dp2mgr.path}"
-                    )
-                return builtin_binding(self._aliases)
-            found = bind(fds, "reflection", self._aliases)
-        except SchemaError as exc:
-            raise SchemaMismatch(f"{MISMATCH_PREFIX}: {exc}") from None
-        if source == "auto" and "ListAndWatch" not in found.rpcs and "Allocate" not in found.rpcs:
-            log.info("XDM reflection describes no device service; using the built-in reconstruction")
-            return builtin_binding(self._aliases)
-        return found
-
-    def _load_path(self, path: str) -> FileDescriptorSet:
-        """The operator's schema file, compiled once per (path, mtime, size)."""
-        try:
-            st = os.stat(path)
-            key = (path, st.st_mtime, st.st_size)
-        except OSError:
-            key = (path, 0.0, -1)
-        if self._path_cache is not None and self._path_cache[0] == key:
-            return self._path_cache[1]
-        fds = schema_source.load_path(path)
-        self._path_cache = (key, fds)
-        return fds
-
-    def _reflect_schema(self, endpoint: _Endpoint | None = None) -> FileDescriptorSet | None:
-        endpoint = endpoint or self._dp2mgr
-        channel = endpoint.get()
-        try:
-            return schema_source.reflect(channel, timeout=max(self._timeout, 1.0))
+            return binder.reflect(endpoint.get(), timeout=max(self._timeout, 1.0))
         except grpc.RpcError as exc:
             raise self._classify(endpoint, exc, "ServerReflectionInfo") from None
 
     def _config_binding(self) -> Binding:
-        """The schema for config-daemon.sock: the bound schema when it holds QueryStatus;
-        with reflection, what config-daemon itself reflects; else the reconstruction."""
+        """config-daemon's schema: the bound one with QueryStatus, its own reflection, or the builtin."""
         main = self.binding()
         if "QueryStatus" in main.rpcs:
             return main
         with self._bind_lock:
             if self._config_bound is not None:
                 return self._config_bound
-        found = builtin_binding(self._aliases)
+        found = binder.builtin_binding(self._aliases)
         if main.source == "reflection":
+            reflect = functools.partial(self._reflect, self._config)
             try:
-                fds = self._reflect_schema(self._config)
-                if fds is not None:
-                    reflected = bind(fds, "reflection (config-daemon)", self._aliases)
-                    if "QueryStatus" in reflected.rpcs:
-                        found = reflected
-            except SchemaError as exc:
+                found = binder.choose("auto", self._aliases, reflect, "", needs=("QueryStatus",), label=CONFIG_LABEL)
+            except SchemaMismatch as exc:
                 log.warning("XDM config-daemon reflection unusable (%s); QueryStatus uses the reconstruction", exc)
         with self._bind_lock:
             self._config_bound = found
@@ -398,259 +377,206 @@ class XdmClient:
             log.info("XDM %s answers plausibly again", rpc)
         return text
 
-    def _refuse_if_mismatch(self) -> Binding:
-        found = self.binding()
-        finding = self.schema_finding()
-        if finding:
-            raise SchemaMismatch(finding)
-        return found
-
     # ------------------------------------------------------------ public API
     def list_supported_xpu_types(self) -> list[str]:
         b = self.binding()
-        return adapter.xpu_types(self._call(b, "ListSupportedXPUType", adapter.xpu_type_request(b)), b)
+        return adapter.xpu_types(self._call(b, "ListSupportedXPUType"), b)
 
-    def list_gpu_info(self, minors: tuple[int, ...] = ()) -> list[GpuFacts]:
+    def list_gpu_info(self) -> list[GpuFacts]:
         b = self.binding()
-        facts = adapter.gpu_facts(self._call(b, "ListGpuInfo", adapter.list_gpu_info_request(minors, b)), b)
-        finding = self._judge("ListGpuInfo", guards.facts_problems(facts))
+        facts = adapter.gpu_facts(self._call(b, "ListGpuInfo"), b)
+        finding = self._judge("ListGpuInfo", adapter.facts_problems(facts))
         if finding:
             raise SchemaMismatch(finding)
         return facts
 
     def list_and_watch(self) -> Subscription[list[Card]]:
-        """Subscribe once; each item is the complete card list (R12), judged by the guards."""
+        """Subscribe once; each item is the complete card list (R12), judged by the adapter."""
         b = self.binding()
-        spec = self._spec(b, "ListAndWatch")
-        path = spec.path or f"/{self.device_service(b)}/{spec.method}"
+        rpc = self._rpc(b, "ListAndWatch")
 
         def cards(msg: Message) -> list[Card]:
             found = adapter.cards_from_list_and_watch(msg, self.drift, b)
-            finding = self._judge("ListAndWatch", guards.card_problems(found))
-            if finding:
-                return [replace(c, healthy=False, health_reason=finding) for c in found]
-            return found
+            finding = self._judge("ListAndWatch", adapter.card_problems(found))
+            return [replace(c, healthy=False, health_reason=finding) for c in found] if finding else found
 
-        return self._stream(path, spec, adapter.list_and_watch_request(b), cards)
+        path = rpc.path or f"/{self.device_service(b)}/{rpc.method}"
+        return self._stream(path, rpc, cards)
 
     def allocate(self, request: GrantRequest) -> Grant:
-        """Allocate and verify (R3/R4); on mismatch release at once and raise ``GrantMismatch``.
-
-        Refused with ``SchemaMismatch`` before anything is sent while the
-        schema is not trusted.
-        """
+        """Allocate and verify the grant (R3, R4), refused unsent on an untrusted schema; a mismatch is
+        released at once (``GrantMismatch``). Any other failure leaves the outcome to the caller, who
+        keeps its intent until XDM is seen not to hold the grant (``nomad/reserve.py``)."""
         if not request.asks:
             raise ReservationRejected(f"allocation {request.grant_id} asks for no card")
-        b = self._refuse_if_mismatch()
+        b = self.binding()
+        finding = self.schema_finding()
+        if finding:
+            raise SchemaMismatch(finding)
         message = adapter.allocate_request(request, self._encoding, b)
-        # Any failure leaves the outcome to the caller: the Reserver keeps the intent until
-        # XDM is seen not to hold the grant (nomad/reserve.py, ``outcome_known``).
         response = self._call(b, "Allocate", message, timeout=self._allocate_timeout)
         outcome = adapter.allocate_outcome(response, request.grant_id, b)
         refusal = inband_refusal(outcome.status, outcome.message, "Allocate")
         if refusal is not None:
             raise refusal
-        problem = grant_problem(request, outcome.grant, outcome.unknown_varints)
+        problem = adapter.grant_problem(request, outcome.grant, outcome.error_code_hints)
         if problem is not None:
-            released = self._release_quietly(request.grant_id, "grant mismatch")
-            suffix = " (allocation released)" if released else " (release failed; it stays recorded for retry)"
-            raise GrantMismatch(problem + suffix)
-        if outcome.unknown_varints:  # the grant verified: additive fields, already logged by DriftLog
-            log.debug("Allocate %s verified despite unknown varints %s", request.grant_id, outcome.unknown_varints)
+            try:
+                self.release(request.grant_id)
+            except PluginError as exc:
+                log.error("XDM Release(%s) after a grant mismatch failed: %s", request.grant_id, exc)
+                raise GrantMismatch(problem + " (release failed; it stays recorded for retry)") from None
+            log.warning("released XDM allocation %s after a grant mismatch", request.grant_id)
+            raise GrantMismatch(problem + " (allocation released)")
         return outcome.grant
 
     def release(self, grant_id: str) -> None:
         """Release; "not found" counts as released (R6)."""
         b = self.binding()
         try:
-            response = self._call(b, "Release", adapter.release_request(grant_id, b))
+            response = self._call(b, "Release", adapter.request("Release", b, id=grant_id))
         except BackendRefused as exc:
             if is_not_found(exc):
                 return
             raise
-        status, text = adapter.inband_status(response, b.rpc("Release").response)
-        refusal = inband_refusal(status, text, "Release")
+        refusal = inband_refusal(*adapter.inband_status(response, b.rpc("Release").response), "Release")
         if refusal is not None and not is_not_found(refusal):
             raise refusal
 
-    def exporter_get_data_list(
-        self, devices: tuple[str, ...] = (), metric_ids: tuple[int, ...] = ()
-    ) -> list[MetricSample]:
+    def exporter_get_data_list(self) -> list[MetricSample]:
         b = self.binding()
-        response = self._call(b, "ExporterGetDataList", adapter.exporter_data_request(devices, metric_ids, b))
-        self._raise_inband(response, b, "ExporterGetDataList")
-        return adapter.metric_samples(response, b)
+        return adapter.metric_samples(self._call(b, "ExporterGetDataList", inband=True), b)
 
-    def exporter_data_stream(
-        self, devices: tuple[str, ...] = (), metric_ids: tuple[int, ...] = ()
-    ) -> Subscription[list[MetricSample]]:
+    def exporter_data_stream(self) -> Subscription[list[MetricSample]]:
         b = self.binding()
-        spec = self._spec(b, "ExporterDataStream")
-        path = spec.path
+        rpc = self._rpc(b, "ExporterDataStream")
+        path = rpc.path
         if path is None:
-            service = self._exporter_services.get(spec.method) or self._exporter_services.get(
-                adapter.EXPORTER_GET_DATA_LIST.method
-            )
-            if service is None:
-                self.exporter_get_data_list(devices, metric_ids)  # resolves the exporter service (R13)
-                service = self._exporter_services.get(adapter.EXPORTER_GET_DATA_LIST.method, self.device_service(b))
-            path = f"/{service}/{spec.method}"
-        return self._stream(
-            path, spec, adapter.exporter_data_request(devices, metric_ids, b), lambda m: adapter.metric_samples(m, b)
-        )
+            if not {"ExporterDataStream", "ExporterGetDataList"} & set(self._services):
+                self.exporter_get_data_list()  # finds the exporter service (R13)
+            service = self._services.get(rpc.method) or self._services.get("ExporterGetDataList")
+            path = f"/{service or self.device_service(b)}/{rpc.method}"
+        return self._stream(path, rpc, lambda m: adapter.metric_samples(m, b))
 
     def exporter_get_config(self) -> ExporterConfig:
         b = self.binding()
-        response = self._call(b, "ExporterGetConfig", adapter.exporter_get_config_request(b))
-        self._raise_inband(response, b, "ExporterGetConfig")
-        return adapter.exporter_config(response, b)
+        return adapter.exporter_config(self._call(b, "ExporterGetConfig", inband=True), b)
 
     def exporter_get_status(self) -> ExporterStatus:
         b = self.binding()
-        return adapter.exporter_status(self._call(b, "ExporterGetStatus", adapter.exporter_get_status_request(b)), b)
+        return adapter.exporter_status(self._call(b, "ExporterGetStatus"), b)
 
     def query_status(self) -> RuntimeKitStatus:
-        """config-daemon QueryStatus, from the bound schema when it has the config service,
-        else the reconstruction (probing the config service name on first use)."""
+        """config-daemon's QueryStatus, from the bound schema when it has the config service."""
         b = self._config_binding()
-        spec = self._spec(b, "QueryStatus")
-        if spec.path is not None:
-            return adapter.runtime_kit_status(
-                self._unary(self._config, spec.path, spec, adapter.query_status_request(b)), b
-            )
-        if self._config_service is not None:
-            return adapter.runtime_kit_status(self._config_call(self._config_service, spec, b), b)
-        last: BackendUnavailable | None = None
-        for package in adapter.CONFIG_PACKAGE_CANDIDATES:
-            service = adapter.qualified(package, adapter.CONFIG_SERVICE)
-            try:
-                response = self._config_call(service, spec, b)
-            except BackendUnavailable as exc:
-                if exc.kind != "unimplemented":
-                    raise
-                last = exc
-                continue
-            self._config_service = service
-            log.info("XDM config service is %s", service)
-            return adapter.runtime_kit_status(response, b)
-        raise BackendUnavailable(
-            f"no config service answers QueryStatus (tried {', '.join(adapter.CONFIG_PACKAGE_CANDIDATES)}): {last}",
-            kind="unimplemented",
-        )
+        return adapter.runtime_kit_status(self._call(b, "QueryStatus"), b)
 
     def device_service(self, b: Binding | None = None) -> str:
-        """The fully-qualified device service name: the schema's, else probed once if not configured (R1).
-
-        ``b``: the binding the caller already holds for this call (one restart check per call).
-        """
-        b = b if b is not None else self.binding()
-        rpc = b.rpcs.get("ListAndWatch")
+        """The fully-qualified device service: the schema's, else ``xdm_service``, else probed once (R1)."""
+        rpc = (b or self.binding()).rpcs.get("ListAndWatch")
         if rpc is not None and rpc.path:
             return rpc.path.split("/")[1]
         with self._probe_lock:
             if self._device_service is None:
-                self._device_service = self._probe_device_service()
+                self._device_service = self._probe_device_service(b or self.binding())
                 log.info("XDM device service is %s", self._device_service)
             return self._device_service
+
+    def service_of(self, method: str) -> str | None:
+        """The service ``method`` goes to, as far as it is known yet (for xdm-probe)."""
+        for b in (self._config_bound, self._binding, self.last_binding):
+            rpc = b.rpcs.get(method) if b is not None else None
+            if rpc is not None and rpc.path:
+                return rpc.path.split("/")[1]
+        return self._services.get(method) or (None if method == "QueryStatus" else self._device_service)
 
     def close(self) -> None:
         self._dp2mgr.reset()
         self._config.reset()
 
-    # ------------------------------------------------------------ internals
-    def _spec(self, b: Binding, method: str) -> RpcSpec:
-        try:
-            return adapter.spec(method, b)
-        except KeyError:
-            raise BackendUnavailable(
-                f"XDM {method}: the bound schema ({b.source}) has no such RPC", kind="unimplemented"
-            ) from None
+    # ------------------------------------------------------------ calls
+    def _rpc(self, b: Binding, method: str) -> Rpc:
+        rpc = b.rpcs.get(method)
+        if rpc is None:
+            raise BackendUnavailable(f"XDM {method}: the bound schema ({b.source}) has no such RPC", "unimplemented")
+        return rpc
 
-    def _call(self, b: Binding, method: str, request: Message, timeout: float | None = None) -> Message:
-        spec = self._spec(b, method)
-        if spec.path is not None:
-            return self._unary(self._dp2mgr, spec.path, spec, request, timeout)
-        if spec.role == "exporter":
-            return self._exporter_call(spec, request)
-        service = self.device_service(b)
-        try:
-            return self._unary(self._dp2mgr, f"/{service}/{spec.method}", spec, request, timeout)
-        except BackendUnavailable as exc:
-            if exc.kind == "unimplemented" and not self._configured_service:
-                self._forget_device_service(service)  # XDM may have changed; probe again next time
-            raise
-
-    def _exporter_call(self, spec: RpcSpec, request: Message) -> Message:
-        known = self._exporter_services.get(spec.method)
-        if known is not None:
-            try:
-                return self._unary(self._dp2mgr, f"/{known}/{spec.method}", spec, request)
-            except BackendUnavailable as exc:
-                if exc.kind == "unimplemented":
-                    self._exporter_services.pop(spec.method, None)
-                raise
-        first: BackendUnavailable | None = None
-        for service in self._exporter_candidates():
-            try:
-                response = self._unary(self._dp2mgr, f"/{service}/{spec.method}", spec, request)
-            except BackendRefused:
-                self._exporter_services[spec.method] = service  # it exists and refused
-                raise
-            except BackendUnavailable as exc:
-                if exc.kind != "unimplemented":
-                    raise
-                first = first or exc
-                continue
-            if service != self.device_service():
-                log.info("XDM %s is served by %s (R13)", spec.method, service)
-            self._exporter_services[spec.method] = service
-            return response
-        assert first is not None
-        raise first
-
-    def _exporter_candidates(self) -> list[str]:
-        device = self.device_service()
-        package = device.rpartition(".")[0]
-        names = [device]
-        names += [n for n in self._reflected if "export" in n.lower() or "monitor" in n.lower()]
-        names += [adapter.qualified(package, name) for name in adapter.EXPORTER_SERVICE_CANDIDATES]
-        return list(dict.fromkeys(names))
-
-    def _config_call(self, service: str, spec: RpcSpec, b: Binding) -> Message:
-        return self._unary(self._config, f"/{service}/{spec.method}", spec, adapter.query_status_request(b))
-
-    def _unary(
-        self, endpoint: _Endpoint, path: str, spec: RpcSpec, request: Message, timeout: float | None = None
+    def _call(
+        self, b: Binding, method: str, request: Message | None = None, timeout: float = 0.0, inband: bool = False
     ) -> Message:
-        deserialize = self._deserializer(spec)
-        fn = endpoint.callable(
-            f"{path}|{spec.response_type.DESCRIPTOR.full_name}|{id(spec.response_type)}",
-            lambda ch: ch.unary_unary(path, request_serializer=adapter.serialize, response_deserializer=deserialize),
-        )
-        try:
-            response: Message = fn(request, timeout=timeout or self._timeout, wait_for_ready=True)
-        except grpc.RpcError as exc:
-            raise self._classify(endpoint, exc, spec.method) from None
+        """One unary call (an empty request by default); ``inband``: raise XDM's in-band refusal."""
+        rpc = self._rpc(b, method)
+        request = request if request is not None else rpc.request.new()
+        endpoint = self._config if rpc.role == "config" else self._dp2mgr
+        if rpc.path is not None:
+            response = self._unary(endpoint, rpc.path, rpc, request, timeout)
+        elif rpc.role != "device":
+            response = self._probed(b, rpc, endpoint, request)
+        else:
+            service = self.device_service(b)
+            try:
+                response = self._unary(endpoint, f"/{service}/{method}", rpc, request, timeout)
+            except BackendUnavailable as exc:
+                if exc.kind == "unimplemented" and not self._configured_service:
+                    with self._probe_lock:  # XDM may have changed: probe again next time
+                        if self._device_service == service:
+                            self._device_service = None
+                            self._services.clear()
+                raise
+        refusal = inband_refusal(*adapter.inband_status(response, rpc.response), method) if inband else None
+        if refusal is not None:
+            raise refusal
         return response
 
-    def _stream(self, path: str, spec: RpcSpec, request: Message, convert: Callable[[Message], T]) -> Subscription[T]:
-        deserialize = self._deserializer(spec)
-        fn = self._dp2mgr.callable(
-            f"{path}|{spec.response_type.DESCRIPTOR.full_name}|{id(spec.response_type)}",
-            lambda ch: ch.unary_stream(path, request_serializer=adapter.serialize, response_deserializer=deserialize),
+    def _probed(self, b: Binding, rpc: Rpc, endpoint: Endpoint, request: Message) -> Message:
+        """A monitoring or config RPC under the reconstruction: its service is found per RPC (R13)."""
+        known = self._services.get(rpc.method)
+        if known is not None:
+            try:
+                return self._unary(endpoint, f"/{known}/{rpc.method}", rpc, request)
+            except BackendUnavailable as exc:
+                if exc.kind == "unimplemented":
+                    self._services.pop(rpc.method, None)
+                raise
+        role_config = rpc.role == "config"
+        candidates = guesses.config_services() if role_config else guesses.exporter_services([self.device_service(b)])
+        service, answer = guesses.probe(
+            candidates, lambda s: self._unary(endpoint, f"/{s}/{rpc.method}", rpc, request), f"XDM {rpc.method}"
         )
-        call = fn(request, wait_for_ready=False)
-        return Subscription(call, convert, lambda exc: self._classify(self._dp2mgr, exc, spec.method))
+        self._services[rpc.method] = service
+        log.info("XDM %s is served by %s", rpc.method, service)
+        if isinstance(answer, BackendRefused):
+            raise answer
+        return answer
 
-    def _deserializer(self, spec: RpcSpec) -> Callable[[bytes], Message]:
-        key = (spec.method, spec.response_type)
-        fn = self._deserializers.get(key)
-        if fn is None:
-            fn = self._deserializers[key] = adapter.deserializer(spec, self.drift)
-        return fn
+    def _probe_device_service(self, b: Binding) -> str:
+        rpc = b.rpc("ListSupportedXPUType")  # read-only: safe to send to a wrong guess
+        service, _ = guesses.probe(
+            guesses.device_services(),
+            lambda s: self._unary(self._dp2mgr, f"/{s}/{rpc.method}", rpc, rpc.request.new()),
+            "XDM's device service",
+            "; set xdm_service to the fully-qualified name from the official proto",
+        )
+        return service
 
-    def _classify(self, endpoint: _Endpoint, exc: grpc.RpcError, method: str) -> PluginError:
-        code, details = _code_and_details(exc)
+    def _unary(
+        self, endpoint: Endpoint, path: str, rpc: Rpc, request: Message, timeout: float | None = None
+    ) -> Message:
+        call = endpoint.get().unary_unary(path, adapter.serialize, adapter.deserializer(rpc, self.drift))
+        try:
+            response: Message = call(request, timeout=timeout or self._timeout, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            raise self._classify(endpoint, exc, rpc.method) from None
+        return response
+
+    def _stream(self, path: str, rpc: Rpc, convert: Callable[[Message], T]) -> Subscription[T]:
+        call = self._dp2mgr.get().unary_stream(path, adapter.serialize, adapter.deserializer(rpc, self.drift))
+        classify = lambda exc: self._classify(self._dp2mgr, exc, rpc.method)  # noqa: E731
+        return Subscription(call(rpc.request.new(), wait_for_ready=False), convert, classify)
+
+    def _classify(self, endpoint: Endpoint, exc: grpc.RpcError, method: str) -> PluginError:
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        details = str((exc.details() if callable(getattr(exc, "details", None)) else exc) or "")
         diagnosis = None
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             diagnosis = socket_problem(endpoint.path)
@@ -662,93 +588,3 @@ class XdmClient:
         if isinstance(error, SchemaMismatch):
             self._judge(method, [str(error).removeprefix(f"{MISMATCH_PREFIX}: ")])
         return error
-
-    def _raise_inband(self, response: Message, b: Binding, method: str) -> None:
-        status, text = adapter.inband_status(response, b.rpc(method).response)
-        refusal = inband_refusal(status, text, method)
-        if refusal is not None:
-            raise refusal
-
-    def _release_quietly(self, grant_id: str, why: str) -> bool:
-        try:
-            self.release(grant_id)
-        except PluginError as exc:
-            log.error("XDM Release(%s) after %s failed: %s", grant_id, why, exc)
-            return False
-        log.warning("released XDM allocation %s after %s", grant_id, why)
-        return True
-
-    def _forget_device_service(self, service: str) -> None:
-        with self._probe_lock:
-            if self._device_service == service:
-                self._device_service = None
-                self._exporter_services.clear()
-
-    def _probe_device_service(self) -> str:
-        reflected = self._reflect(self._dp2mgr)
-        self._reflected = reflected or []
-        wanted = adapter.DEVICE_SERVICE
-        candidates = [n for n in self._reflected if n.rpartition(".")[2] == wanted]
-        candidates += [adapter.qualified(p, wanted) for p in adapter.DEVICE_PACKAGE_CANDIDATES]
-        spec = adapter.LIST_SUPPORTED_XPU_TYPE
-        tried = list(dict.fromkeys(candidates))
-        for service in tried:
-            try:
-                self._unary(self._dp2mgr, f"/{service}/{spec.method}", spec, adapter.xpu_type_request())
-            except BackendRefused:
-                return service  # it exists (and refused a read-only call)
-            except BackendUnavailable as exc:
-                if exc.kind == "unimplemented":
-                    continue
-                raise
-            return service
-        raise BackendUnavailable(
-            f"XDM implements none of the known device service names ({', '.join(tried)}); "
-            "set xdm_service to the fully-qualified name from the official proto",
-            kind="unimplemented",
-        )
-
-    def _reflect(self, endpoint: _Endpoint) -> list[str] | None:
-        """Service names from gRPC server reflection, or None if XDM has none (cheap: one call)."""
-        for path in REFLECTION_PATHS:
-            fn = endpoint.callable(path, _bytes_stream_stream(path))
-            try:
-                responses = fn(iter([_LIST_SERVICES]), timeout=min(self._timeout, 2.0), wait_for_ready=True)
-                for raw in responses:
-                    responses.cancel()
-                    return _reflected_services(raw)
-            except grpc.RpcError as exc:
-                code, _ = _code_and_details(exc)
-                if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                    raise self._classify(endpoint, exc, "ServerReflectionInfo") from None
-                continue
-        return None
-
-
-def _bytes_stream_stream(path: str) -> Callable[[grpc.Channel], Any]:
-    """A raw-bytes bidi callable (no serializers): reflection has no generated code here."""
-    return lambda channel: channel.stream_stream(path, request_serializer=None, response_deserializer=None)
-
-
-def _reflected_services(raw: bytes) -> list[str] | None:
-    """ServerReflectionResponse -> list_services_response.service[].name."""
-    names: list[str] = []
-    try:
-        for number, wire, value in iter_fields(raw):
-            if number == 6 and wire == 2 and isinstance(value, bytes):
-                for n2, w2, service in iter_fields(value):
-                    if n2 == 1 and w2 == 2 and isinstance(service, bytes):
-                        for n3, w3, name in iter_fields(service):
-                            if n3 == 1 and w3 == 2 and isinstance(name, bytes):
-                                names.append(name.decode("utf-8", "replace"))
-    except WireError:
-        return None
-    return names or None
-
-
-def _code_and_details(exc: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
-    code_fn = getattr(exc, "code", None)
-    details_fn = getattr(exc, "details", None)
-    code = code_fn() if callable(code_fn) else None
-    details = details_fn() if callable(details_fn) else str(exc)
-    return code, str(details or "")

@@ -1,4 +1,4 @@
-"""Replay every capture bundle under tests/captures/ through the schema binder (issue 12 item 6).
+"""Replay every capture bundle under tests/captures/ through the schema binder.
 
 Each bundle directory holds what ``xdm-probe --capture`` wrote plus
 ``expected-inventory.json``, whose ``expect`` says what the default config

@@ -32,9 +32,9 @@ from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.nomad.container import ENV_GRANT_ID, GrantRejected, build_container
 from nomad_plugin.reconcile.nomad_api import NomadApiError
 from nomad_plugin.xdm import adapter
-from nomad_plugin.xdm.drift import DriftLog
-from nomad_plugin.xdm.errors import inband_refusal
-from nomad_plugin.xdm.verify import grant_problem
+from nomad_plugin.xdm.adapter import DriftLog, grant_problem
+from nomad_plugin.xdm.binder import builtin_binding
+from nomad_plugin.xdm.client import inband_refusal
 
 MAX_MESSAGE = 1200
 
@@ -95,28 +95,14 @@ MAPPERS = {
     "ExporterGetConfig": lambda m, d: adapter.exporter_config(m),
     "ExporterGetStatus": lambda m, d: adapter.exporter_status(m),
     "QueryStatus": lambda m, d: adapter.runtime_kit_status(m),
-    "Release": lambda m, d: adapter.inband_status(m),
-}
-SPECS = {
-    s.method: s
-    for s in (
-        adapter.LIST_SUPPORTED_XPU_TYPE,
-        adapter.LIST_AND_WATCH,
-        adapter.ALLOCATE,
-        adapter.RELEASE,
-        adapter.LIST_GPU_INFO,
-        adapter.EXPORTER_GET_DATA_LIST,
-        adapter.EXPORTER_GET_CONFIG,
-        adapter.EXPORTER_GET_STATUS,
-        adapter.QUERY_STATUS,
-    )
+    "Release": lambda m, d: adapter.inband_status(m, builtin_binding().rpc("Release").response),
 }
 
 
 def parse_response(method: str, data: bytes) -> Any | None:
     """The adapter's deserializer: a message, or None for DecodeError (gRPC turns that into INTERNAL)."""
     try:
-        return adapter.deserializer(SPECS[method], DriftLog())(data)
+        return adapter.deserializer(builtin_binding().rpc(method), DriftLog())(data)
     except DecodeError:
         return None
 
@@ -125,7 +111,7 @@ def check_xdm_response(method: str, data: bytes) -> None:
     msg = parse_response(method, data)
     if msg is None:
         return
-    status, text = adapter.inband_status(msg)
+    status, text = adapter.inband_status(msg, builtin_binding().rpc(method).response)
     assert isinstance(status, int) and isinstance(text, str)
     out = MAPPERS[method](msg, DriftLog())
     RESULT_CHECKS.get(method, lambda m, o: None)(msg, out)
@@ -203,7 +189,7 @@ def check_allocate_response(data: bytes) -> str:
     outcome = adapter.allocate_outcome(msg, GRANT_ID)
     if inband_refusal(outcome.status, outcome.message, "Allocate") is not None:
         return "refused"
-    if grant_problem(REQUEST, outcome.grant, outcome.unknown_varints) is not None:
+    if grant_problem(REQUEST, outcome.grant, outcome.error_code_hints) is not None:
         return "mismatch"  # the client releases it at once
     grant = outcome.grant
     assert grant.grant_id in ("", GRANT_ID)

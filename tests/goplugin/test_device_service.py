@@ -31,7 +31,7 @@ from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.device_service import DeviceService, stats_interval
 from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.util.backoff import Backoff
-from nomad_plugin.xdm.errors import GrpcRefused
+from nomad_plugin.xdm.client import GrpcRefused
 
 
 class ScriptedApp(PluginApp):

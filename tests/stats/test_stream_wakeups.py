@@ -1,11 +1,10 @@
-"""The metrics stream is cancelled by callback, not watched by a polling thread (issue 14).
+"""The plugin's idle streams do not wake it up.
 
-Before, every open exporter stream had a thread that woke five times a second
-to see whether its consumer had stopped, and grpcio's blocking iterator woke
-ten times a second in the consumer; the plugin's steady-state CPU was largely
-these wake-ups. Here: ``CancelEvent`` semantics, the real ``XdmBackend`` and
-``MetricsFeed`` against the simulator (no watcher thread, and ``stop`` still
-ends the stream), and grpcio's wait slice widened by the backend.
+A consumer that owns a ``CancelEvent`` lets the exporter stream register its ``cancel``, so no
+thread polls for the consumer's stop; and the backend widens grpcio's wait slice, so a blocked
+stream reader is not woken ten times a second. Here: ``CancelEvent`` semantics, and the real
+``XdmBackend`` and ``MetricsFeed`` against the simulator (no watcher thread, and ``stop`` still
+ends the stream).
 """
 
 from __future__ import annotations

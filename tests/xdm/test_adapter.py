@@ -1,17 +1,16 @@
-"""Pure wire <-> model mapping (adapter, verify, inventory merge)."""
+"""Pure wire <-> model mapping, plausibility and grant verification (adapter) and the inventory merge (backend)."""
 
 from __future__ import annotations
 
 import pytest
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
+from nomad_plugin.model.card import Card
 from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
-from nomad_plugin.xdm import adapter
+from nomad_plugin.xdm import adapter, guesses
+from nomad_plugin.xdm.adapter import DriftLog, GpuFacts, card_problems, grant_problem
+from nomad_plugin.xdm.backend import HEALTH_NOT_YET_REPORTED, compose_cards
 from nomad_plugin.xdm.client import XdmClient
-from nomad_plugin.xdm.drift import DriftLog
-from nomad_plugin.xdm.inventory import HEALTH_NOT_YET_REPORTED, compose_cards
-from nomad_plugin.xdm.types import GpuFacts
-from nomad_plugin.xdm.verify import grant_problem
 
 
 @pytest.mark.parametrize(
@@ -26,8 +25,8 @@ from nomad_plugin.xdm.verify import grant_problem
     ],
 )
 def test_vendor_and_family(xpu_type: str, model: str, vendor: str, family: str) -> None:
-    assert adapter.vendor_of(xpu_type, model) == vendor
-    assert adapter.xpu_type_of(xpu_type, vendor) == family
+    assert guesses.vendor_of(xpu_type, model) == vendor
+    assert guesses.xpu_type_of(xpu_type, vendor) == family
 
 
 @pytest.mark.parametrize(("mib", "gib"), [(81920, 80), (98304, 96), (147456, 144), (81559, 79)])
@@ -140,3 +139,23 @@ def test_xdm_strings_reach_nomad_clean() -> None:
     assert all(k.isprintable() and v.isprintable() for k, v in card.extra.items()), card.extra
     facts = adapter.gpu_facts(pb.ListGpuInfoResponse(gpuInfos=[pb.GpuInfo(model="A100/80G\x00", driverVersion="5\n")]))
     assert (facts[0].model, facts[0].driver_version) == ("A100-80G", "5\\n")
+
+
+UUID = "GPU-402d47c0-8e22-5632-bbb8-558d37b74095"
+
+
+def card(**kw: object) -> Card:
+    base = {"minor": 0, "uuid": UUID, "model": "NVIDIA H800", "vendor": "nvidia", "xpu_type": "gpu"}
+    base.update({"memory_mib": 81559, **kw})
+    return Card(**base)  # type: ignore[arg-type]
+
+
+def test_guards_accept_real_looking_cards_and_name_each_implausibility() -> None:
+    good = [card(minor=0), card(minor=1, uuid="PPU-" + "a" * 32)]
+    assert card_problems(good) == []
+    assert "do not look like UUIDs" in card_problems([card(uuid="0000:18:00.0")])[0]
+    assert "not unique" in card_problems([card(), card(uuid=UUID.replace("4", "5"))])[0]
+    assert "out of range" in card_problems([card(minor=5000)])[0]
+    assert "memory sizes" in card_problems([card(memory_mib=7)])[0]
+    unreadable = card(healthy=False, health_reason=f"{guesses.HEALTH_UNREADABLE}: XDM sent 'PPU M890P'")
+    assert "no known health word" in card_problems([unreadable])[0]

@@ -1,16 +1,12 @@
 """What the plugin's XDM channel says on the wire, read frame by frame between it and XDM.
 
-Why: the plugin reads XDM's exporter stream every second for as long as it
-runs. gRPC's client by default measures the link's bandwidth-delay product
-with a PING after data arrives, and grows its receive window from the
-answers. On a local Unix socket that measures nothing, and each ping woke
-both processes (about a twentieth of the plugin's steady-state CPU; issue
-14), while Go gRPC servers count pings against a client. So the channel
-announces a window that holds any message XDM may send (gRPC's 4 MiB
-receive limit) up front and never probes.
+gRPC's client by default measures the link's bandwidth-delay product with a PING after data
+arrives, and grows its receive window from the answers. On a local Unix socket that measures
+nothing and wakes both processes for every exporter push. The channel announces a window that
+holds any message a real node sends (gRPC's default 4 MiB) up front and never probes.
 
-A proxy on a Unix socket passes the bytes through unchanged and parses the
-client's side with ``hyperframe``.
+A proxy on a Unix socket passes the bytes through unchanged and parses the client's side with
+``hyperframe``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ import pytest
 
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
-from nomad_plugin.xdm.client import XdmClient
-from nomad_plugin.xdm.errors import classify_errno, classify_rpc_error
+from nomad_plugin.xdm.client import XdmClient, classify_errno, classify_rpc_error
 from tests.doubles.fake_xdm import FakeXdm
 
 MakeFake = Callable[..., FakeXdm]
@@ -122,7 +121,7 @@ def test_permission_denied_classifier() -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to an unprivileged user")
 def test_permission_denied_for_unprivileged_user(make_fake: MakeFake, sockdir: Path) -> None:
     """Real EACCES: a forked child drops to uid 65534 and runs the pre-dial check."""
-    from nomad_plugin.xdm.errors import socket_problem
+    from nomad_plugin.xdm.client import socket_problem
 
     make_fake()
     os.chmod(sockdir, 0o755)
@@ -306,14 +305,14 @@ def test_additive_and_clashing_fields_logged_once_never_fatal(
     fake = make_fake()
     fake.raw["ListSupportedXPUType"] = lambda _req: base + additive + clash
     client = make_client()
-    with caplog.at_level(logging.INFO, logger="nomad-device-lingjun.xdm.drift"):
+    with caplog.at_level(logging.INFO, logger="nomad-device-lingjun.xdm.adapter"):
         for _ in range(3):
             assert client.list_supported_xpu_types() == ["ppu"]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "schema drift" in r.getMessage()]
     infos = [r for r in caplog.records if r.levelno == logging.INFO and "field 40" in r.getMessage()]
     assert len(warnings) == 1 and "xdm.XPUTypeResponse field 2" in warnings[0].getMessage()
     assert len(infos) == 1
-    assert client.drift.has_clash()
+    assert any(f.clash for f in client.drift.findings())
 
 
 def test_health_as_bool_and_memory_as_string_recovered(make_fake: MakeFake, make_client: MakeClient) -> None:

@@ -1,4 +1,4 @@
-"""parse_topology: golden seed examples (xdm-api.md §1.5) and property tests (R9)."""
+"""parse_topology: the API reference's topology examples (GPU 0 of M890P and 810E) and property tests (R9)."""
 
 from __future__ import annotations
 
