@@ -7,7 +7,7 @@ inject faults and schema drift. See ``nomad-device-lingjun xdm-sim --help``.
 
 from __future__ import annotations
 
-from nomad_plugin.sim.grants import GrantedSlot, GrantRecord
+from nomad_plugin.sim.allocation import GrantedSlot, GrantRecord
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
 from nomad_plugin.sim.simulator import Simulator
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.sim.grants import GrantRecord
+from nomad_plugin.sim.allocation import GrantRecord
 
 log = get_logger("sim")
 

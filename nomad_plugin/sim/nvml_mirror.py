@@ -13,8 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nomad_plugin.model.metrics import METRIC_IDS
-from nomad_plugin.sim.profiles import CardSpec, render_topology
-from nomad_plugin.sim.topology import nvidia_topology
+from nomad_plugin.sim.profiles import CardSpec, nvidia_topology, render_topology
 
 
 class MirrorUnavailable(RuntimeError):

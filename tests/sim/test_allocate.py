@@ -340,8 +340,7 @@ def test_the_usage_index_equals_a_scan_of_the_grants_after_any_grants_and_releas
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from nomad_plugin.sim.allocate import UsageIndex
-    from nomad_plugin.sim.grants import GrantRecord
+    from nomad_plugin.sim.allocation import GrantRecord, UsageIndex
 
     shape = st.sampled_from([(0, 0, 0), (20, 5, 0), (50, 0, 0), (0, 8, 0), (0, 10, 1), (0, 20, 3), (0, 40, 7)])
     grant = st.builds(

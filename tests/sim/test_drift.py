@@ -8,7 +8,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.sim.wire import LEN, VARINT, decode_raw
+from nomad_plugin.sim.schema import LEN, VARINT, decode_raw
 
 GPU_INFO = "/xdm.XpuDeviceManagerService/ListGpuInfo"
 

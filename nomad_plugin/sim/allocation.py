@@ -9,10 +9,15 @@ in-band ``status`` (the code's number) or a real gRPC status.
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
-from nomad_plugin.sim.grants import GrantRecord
+from nomad_plugin.sim.profiles import CardSpec
 
 VALID_SLICES = (0, 1, 2, 3, 4, 7)
 MAX_SLICES = 7
@@ -252,3 +257,166 @@ def plan(
             detail = "; ".join(r.message for r in reasons[:4]) or "no free card"
             raise Refusal(code, f"devices[{i}]: auto-assign found no card that fits ({detail})")
     return [chosen[i] for i in range(len(asks))]
+
+
+# ------------------------------------------------------------ (from grants.py)
+# The simulator's own record of allocations, and its JSON state file.
+#
+# The state file stands in for XDM's persistent allocation store: grants (and
+# the config-daemon's enabled flag) survive a simulated restart because they
+# are written on every change and read back when the service comes back.
+
+
+@dataclass(frozen=True)
+class GrantedSlot:
+    """One card's part of a grant. ``memory`` is GiB, ``core`` percent, ``slice`` MIG slices."""
+
+    minor: int
+    uuid: str
+    core: int = 0
+    memory: int = 0
+    slice: int = 0
+    mig_uuid: str = ""
+
+
+@dataclass(frozen=True)
+class GrantRecord:
+    """One allocation as the simulator holds it (homogeneous: one core/memory/slice for all cards)."""
+
+    id: str
+    minors: tuple[int, ...]
+    core: int
+    memory: int
+    slice: int
+    created: float
+    devices: tuple[GrantedSlot, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+    request_key: str = ""
+
+    @property
+    def kind(self) -> str:
+        """ "cpu" (no card), "whole", "mig" or "tdm"."""
+        if not self.minors:
+            return "cpu"
+        if self.slice > 0:
+            return "mig"
+        if self.core == 0 and self.memory == 0:
+            return "whole"
+        return "tdm"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["minors"] = list(self.minors)
+        data["devices"] = [asdict(d) for d in self.devices]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GrantRecord:
+        return cls(
+            id=str(data["id"]),
+            minors=tuple(int(m) for m in data.get("minors", [])),
+            core=int(data.get("core", 0)),
+            memory=int(data.get("memory", 0)),
+            slice=int(data.get("slice", 0)),
+            created=float(data.get("created", 0.0)),
+            devices=tuple(GrantedSlot(**d) for d in data.get("devices", [])),
+            annotations={str(k): str(v) for k, v in dict(data.get("annotations", {})).items()},
+            request_key=str(data.get("request_key", "")),
+        )
+
+
+@dataclass
+class PersistentState:
+    """What survives a restart: grants and the config-daemon flag."""
+
+    grants: dict[str, GrantRecord] = field(default_factory=dict)
+    enabled: bool = True
+
+
+def load_state(path: Path | None, default_enabled: bool = True) -> PersistentState:
+    """Read a state file; a missing file is a fresh node. A corrupt file is an error naming it."""
+    if path is None or not path.exists():
+        return PersistentState(enabled=default_enabled)
+    try:
+        data = json.loads(path.read_text())
+        grants = {g["id"]: GrantRecord.from_json(g) for g in data.get("grants", [])}
+        return PersistentState(grants=grants, enabled=bool(data.get("enabled", default_enabled)))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"state_file: {path} is not a simulator state file: {exc}") from exc
+
+
+def save_state(path: Path | None, state: PersistentState) -> None:
+    """Write the state file atomically (temp file + rename)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"version": 1, "enabled": state.enabled, "grants": [g.to_json() for g in state.grants.values()]}
+    fd, tmp = tempfile.mkstemp(prefix=".xdm-sim-state.", dir=str(path.parent))
+    with os.fdopen(fd, "w") as fh:
+        json.dump(body, fh, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------ (from container.py)
+# The container spec an Allocate response carries, in one of three styles.
+#
+# What real XDM returns is unknown (R5). The simulator can answer the way a
+# k8s-style device plugin would ("env+devices": env vars, device nodes and a
+# read-only driver mount), the way an annotation-driven OCI shim would
+# ("annotations": only ``xdm.amp.com/...`` keys), or both. All names are GUESS.
+
+
+STYLES = ("env+devices", "annotations", "both")
+ANNOTATION_PREFIX = "xdm.amp.com/"
+NVIDIA_CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+PPU_NODES = ("/dev/alixpu", "/dev/alixpu_ctl")
+NVIDIA_DRIVER_DIR = "/usr/local/nvidia"
+PPU_DRIVER_DIR = "/usr/local/PPU_SDK"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    envs: dict[str, str] = field(default_factory=dict)
+    device_nodes: tuple[str, ...] = ()
+    mounts: tuple[tuple[str, str, bool], ...] = ()  # (container path, host path, read only)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def build_spec(style: str, grant_id: str, slots: list[GrantedSlot], cards: dict[int, CardSpec]) -> ContainerSpec:
+    """Container spec for granted ``slots`` (empty for a CPU container)."""
+    if style not in STYLES:
+        raise ValueError(f"style: {style!r} is not one of {', '.join(STYLES)}")
+    if not slots:
+        return ContainerSpec()
+    envs: dict[str, str] = {}
+    nodes: list[str] = []
+    mounts: list[tuple[str, str, bool]] = []
+    annotations: dict[str, str] = {}
+    first = slots[0]
+    nvidia = cards[first.minor].is_nvidia if first.minor in cards else True
+    if style in ("env+devices", "both"):
+        visible = ",".join(s.mig_uuid or s.uuid for s in slots)
+        envs["NVIDIA_VISIBLE_DEVICES" if nvidia else "PPU_VISIBLE_DEVICES"] = visible
+        if first.slice == 0 and (first.core > 0 or first.memory > 0):
+            envs["AMP_VGPU_ENABLE"] = "1"
+            if first.memory > 0:
+                envs["GPU_MEM_PER_DEVICE"] = str(first.memory * 1024**3)
+            if first.core > 0:
+                envs["GPU_UTIL_PER_DEVICE"] = str(first.core)
+        if nvidia:
+            nodes.extend(f"/dev/nvidia{s.minor}" for s in slots)
+            nodes.extend(NVIDIA_CONTROL_NODES)
+            mounts.append((NVIDIA_DRIVER_DIR, NVIDIA_DRIVER_DIR, True))
+        else:
+            nodes.extend(PPU_NODES)
+            mounts.append((PPU_DRIVER_DIR, PPU_DRIVER_DIR, True))
+    if style in ("annotations", "both"):
+        annotations[ANNOTATION_PREFIX + "allocation-id"] = grant_id
+        annotations[ANNOTATION_PREFIX + "devices"] = ",".join(s.uuid for s in slots)
+        annotations[ANNOTATION_PREFIX + "minors"] = ",".join(str(s.minor) for s in slots)
+        annotations[ANNOTATION_PREFIX + "core"] = str(first.core)
+        annotations[ANNOTATION_PREFIX + "memory"] = str(first.memory)
+        if first.slice:
+            annotations[ANNOTATION_PREFIX + "slice"] = str(first.slice)
+            annotations[ANNOTATION_PREFIX + "mig-devices"] = ",".join(s.mig_uuid for s in slots)
+    return ContainerSpec(envs=envs, device_nodes=tuple(nodes), mounts=tuple(mounts), annotations=annotations)
