@@ -1,9 +1,4 @@
-"""The XDM simulator: a stand-in for Lingjun's XDM service on Unix sockets.
-
-``Simulator(socket_dir, profile)`` serves the reconstructed ``xdm`` and
-``config`` protos, enforces XDM's allocation rules, produces metrics and can
-inject faults and schema drift. See ``nomad-device-lingjun xdm-sim --help``.
-"""
+"""The XDM simulator: a stand-in for Lingjun's XDM service on real Unix sockets (README.md here)."""
 
 from __future__ import annotations
 

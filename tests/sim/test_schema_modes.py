@@ -137,7 +137,7 @@ def test_builtin_client_on_renumbered_schema_decodes_wrong_values_silently(make_
         cfg_grpc.AmpConfigServiceStub(c.config_channel).QueryStatus(cfg.QueryStatusRequest(), timeout=5).enabled
         is False
     )
-    assert sim.core.state.enabled is True
+    assert sim.state.enabled is True
     with pytest.raises(grpc.RpcError) as err:
         c.allocate("trap", {"minor": 1})
     assert err.value.code() == grpc.StatusCode.INTERNAL and "deserializing request" in err.value.details()
