@@ -104,32 +104,30 @@ def mig_profile_gib(card_gib: int, slices: int) -> int:
 
 @dataclass
 class _Usage:
-    whole: str = ""
+    """What a card holds already."""
+
+    whole: str = ""  # the id of the grant holding it whole
     count: int = 0
-    core: int = 0
+    core: int = 0  # time-division shares: their sums and count
     memory: int = 0
     tdm: int = 0
-    mig: int = 0
+    mig: int = 0  # MIG instances: their count, slices and memory eighths
     slices: int = 0
     eighths: int = 0
 
 
 def _usage(grants: Iterable[GrantRecord]) -> dict[int, _Usage]:
     out: dict[int, _Usage] = defaultdict(_Usage)
-    for grant in grants:
-        for minor in grant.minors:
-            use = out[minor]
-            use.count += 1
-            if grant.kind == "whole":
-                use.whole = grant.id
-            elif grant.kind == "mig":
-                use.mig += 1
-                use.slices += grant.slice
-                use.eighths += MIG_EIGHTHS.get(grant.slice, grant.slice)
-            else:
-                use.tdm += 1
-                use.core += grant.core
-                use.memory += grant.memory
+    for grant, minor in ((g, m) for g in grants for m in g.minors):
+        use = out[minor]
+        use.count += 1
+        if grant.kind == "whole":
+            use.whole = grant.id
+        elif grant.kind == "mig":
+            use.mig, use.slices = use.mig + 1, use.slices + grant.slice
+            use.eighths += MIG_EIGHTHS.get(grant.slice, grant.slice)
+        else:
+            use.tdm, use.core, use.memory = use.tdm + 1, use.core + grant.core, use.memory + grant.memory
     return out
 
 

@@ -137,7 +137,7 @@ class SimCore:
         self.samples_gen = 0
         self._last_collect_ms = 0
         self._samples_stale = True  # health or grants changed since the last collection
-        self._subscribers: set[queue.Queue[object]] = set()
+        self._subscribers: set[queue.Queue[Any]] = set()
 
     # ------------------------------------------------------------ state changes
     def reload(self) -> None:
@@ -154,24 +154,23 @@ class SimCore:
 
     def set_health(self, minor: int, healthy: bool, reason: str = "") -> None:
         with self.lock:
-            self._card(minor)
-            self.health[minor] = (healthy, reason)
-            self._samples_stale = True
-        log.info("card %d -> %s%s", minor, "Healthy" if healthy else "Unhealthy", f" ({reason})" if reason else "")
-        self.push()
+            self.health[self._card(minor).minor] = (healthy, reason)
+        self._changed("card %d -> %s%s", minor, "Healthy" if healthy else "Unhealthy", f" ({reason})" if reason else "")
 
     def remove_device(self, minor: int) -> None:
-        self._set_present(minor, False)
+        with self.lock:
+            self.present.discard(self._card(minor).minor)
+        self._changed("card %d removed", minor)
 
     def add_device(self, minor: int) -> None:
-        self._set_present(minor, True)
-
-    def _set_present(self, minor: int, present: bool) -> None:
         with self.lock:
-            self._card(minor)
-            (self.present.add if present else self.present.discard)(minor)
-            self._samples_stale = True
-        log.info("card %d %s", minor, "added" if present else "removed")
+            self.present.add(self._card(minor).minor)
+        self._changed("card %d added", minor)
+
+    def _changed(self, what: str, *args: object) -> None:
+        """Log a change of the node and push the device list."""
+        self._samples_stale = True
+        log.info(what, *args)
         self.push()
 
     def set_topology_level(self, name: str, value: str | None, minors: list[int] | None = None) -> None:
@@ -182,8 +181,7 @@ class SimCore:
             chosen = [self._card(m).minor for m in minors] if minors else list(range(len(self.cards)))
             for minor in chosen:
                 self.cards[minor] = with_level(self.cards[minor], name, value)
-        log.info("topology level %s -> %s on cards %s", name, value if value is not None else "(removed)", chosen)
-        self.push()
+        self._changed("topology level %s -> %s on cards %s", name, "(removed)" if value is None else value, chosen)
 
     def set_drift(self, mode: str | None) -> None:
         drift = parse_drift(mode)
@@ -232,28 +230,20 @@ class SimCore:
                 extender = {"topology": card.topology_json}
                 if not healthy and reason:
                     extender["healthReason"] = reason
-                devices.append(
-                    pb.Device(
-                        minor=minor,
-                        uuid=card.uuid,
-                        model=card.model,
-                        xpuType=card.xpu_type,
-                        health="Healthy" if healthy else "Unhealthy",
-                        totalMemory=card.memory_mib,
-                        totalCore=card.total_core,
-                        pciBusId=card.pci_bus_id,
-                        extenderResources=extender,
-                    )
-                )
+                devices.append(pb.Device(
+                    minor=minor, uuid=card.uuid, model=card.model, xpuType=card.xpu_type,
+                    health="Healthy" if healthy else "Unhealthy", totalMemory=card.memory_mib,
+                    totalCore=card.total_core, pciBusId=card.pci_bus_id, extenderResources=extender,
+                ))  # fmt: skip
             return pb.ListAndWatchResponse(devices=devices)
 
-    def subscribe(self) -> queue.Queue[object]:
-        q: queue.Queue[object] = queue.Queue()
+    def subscribe(self) -> queue.Queue[Any]:
+        q: queue.Queue[Any] = queue.Queue()
         with self.lock:
             self._subscribers.add(q)
         return q
 
-    def unsubscribe(self, q: queue.Queue[object]) -> None:
+    def unsubscribe(self, q: queue.Queue[Any]) -> None:
         with self.lock:
             self._subscribers.discard(q)
 
@@ -346,23 +336,14 @@ class SimCore:
         with self.lock:
             infos = [
                 pb.GpuInfo(
-                    minor=c.minor,
-                    uuid=c.uuid,
-                    model=c.model,
-                    driverVersion=c.driver_version,
-                    vendor=c.vendor,
-                    xpuType=c.xpu_type,
-                    totalMemory=c.memory_mib,
-                    pciBusId=c.pci_bus_id,
-                    numaNode=c.numa_node,
-                    firmwareVersion=f"fw-{c.driver_version}",
-                    sdkVersion=c.sdk_version,
-                    serialNumber=c.serial_number,
-                    migEnabled=c.mig_capable,
+                    minor=c.minor, uuid=c.uuid, model=c.model, driverVersion=c.driver_version, vendor=c.vendor,
+                    xpuType=c.xpu_type, totalMemory=c.memory_mib, pciBusId=c.pci_bus_id, numaNode=c.numa_node,
+                    firmwareVersion=f"fw-{c.driver_version}", sdkVersion=c.sdk_version,
+                    serialNumber=c.serial_number, migEnabled=c.mig_capable,
                 )
                 for c in self.cards
                 if c.minor in self.present and (not wanted or c.minor in wanted)
-            ]
+            ]  # fmt: skip
         return pb.ListGpuInfoResponse(gpuInfos=infos)
 
     def collect(self) -> None:
@@ -459,18 +440,12 @@ class SimCore:
 
 @dataclass
 class _CardState:
+    temp: float
     util: float = 2.0
     overhead_mib: float = 512.0
-    temp: float = 34.0
     xid: int = 0
     ecc_sbe: int = 0
     was_healthy: bool = True
-
-
-@dataclass
-class _GrantState:
-    util: float
-    used_fraction: float = 0.3
 
 
 class MetricsModel:
@@ -487,7 +462,7 @@ class MetricsModel:
         self.real_reader = real_reader
         self._rng = random.Random(seed)  # noqa: S311 - simulated readings, not secrets
         self._cards: dict[int, _CardState] = {}
-        self._grants: dict[tuple[str, int], _GrantState] = {}
+        self._grants: dict[tuple[str, int], list[float]] = {}  # (grant, minor) -> [util %, memory used fraction]
 
     def _walk(self, value: float, step: float, low: float, high: float) -> float:
         return min(high, max(low, value + self._rng.uniform(-step, step)))
@@ -501,83 +476,61 @@ class MetricsModel:
         live: set[tuple[str, int]] = set()
 
         def sample(minor: int, mid: int, value: float, labels: dict[str, str]) -> None:
-            samples.append(
-                pb.MetricData(
-                    device=str(minor), metricId=mid, value=value, timestamp=now_ms, metricName=METRIC_NAMES[mid],
-                    labels=labels,
-                )
-            )  # fmt: skip
+            samples.append(pb.MetricData(
+                device=str(minor), metricId=mid, value=value, timestamp=now_ms, metricName=METRIC_NAMES[mid],
+                labels=labels,
+            ))  # fmt: skip
 
         for minor in sorted(present):
-            card = self.cards[minor]
+            card, healthy = self.cards[minor], health.get(minor, True)
             state = self._cards.setdefault(minor, _CardState(temp=30.0 + self._rng.uniform(0, 8)))
-            healthy = health.get(minor, True)
-            if state.was_healthy and not healthy:
-                state.xid += 1
+            state.xid += state.was_healthy and not healthy
             state.was_healthy = healthy
             on_card = [g for g in grants if minor in g.minors]
+            unlimited = sum(1 for g in on_card if g.kind == "tdm" and g.memory == 0)
             grant_util = grant_mem = 0.0
-            for grant in on_card:
-                if grant.kind not in ("tdm", "mig"):
-                    continue
-                key = (grant.id, minor)
-                live.add(key)
-                gs = self._grants.setdefault(key, _GrantState(util=self._rng.uniform(20, 60)))
-                gs.util = self._walk(gs.util, 8.0, 0.0, float(grant.core) if grant.core > 0 else 100.0)
-                gs.used_fraction = self._walk(gs.used_fraction, 0.05, 0.05, 0.95)
+            for grant in (g for g in on_card if g.kind in ("tdm", "mig")):
+                live.add((grant.id, minor))
+                walk = self._grants.setdefault((grant.id, minor), [self._rng.uniform(20, 60), 0.3])
+                walk[0] = self._walk(walk[0], 8.0, 0.0, float(grant.core) if grant.core > 0 else 100.0)
+                walk[1] = self._walk(walk[1], 0.05, 0.05, 0.95)
                 if grant.memory > 0:
                     cap_mib = grant.memory * 1024
                 elif grant.slice > 0:
                     cap_mib = mig_profile_gib(card.memory_gib, grant.slice) * 1024
                 else:  # unlimited memory: the card is split among such shares
-                    cap_mib = card.memory_mib // max(1, sum(1 for g in on_card if g.kind == "tdm" and g.memory == 0))
-                used = round(cap_mib * gs.used_fraction, 1)
-                grant_util += gs.util * (grant.slice / 7.0 if grant.slice else 1.0)
+                    cap_mib = card.memory_mib // unlimited
+                used = round(cap_mib * walk[1], 1)
+                grant_util += walk[0] * (grant.slice / 7.0 if grant.slice else 1.0)
                 grant_mem += used
                 labels = {GRANT_LABEL: grant.id, "uuid": card.uuid}
-                sample(minor, 1, round(gs.util, 1), labels)
-                sample(minor, 2, used, labels)
-                sample(minor, 3, float(cap_mib), labels)
+                for mid, value in ((1, round(walk[0], 1)), (2, used), (3, float(cap_mib))):
+                    sample(minor, mid, value, labels)
             if any(g.kind == "whole" for g in on_card):
                 state.util = self._walk(max(state.util, 50.0), 10.0, 30.0, 100.0)
                 state.overhead_mib = self._walk(state.overhead_mib, 512.0, 1024.0, card.memory_mib * 0.9)
             else:
                 state.util = min(100.0, grant_util + self._rng.uniform(0.0, 3.0))
                 state.overhead_mib = self._walk(state.overhead_mib, 32.0, 256.0, 768.0)
-            values = self._card_values(card, state, healthy, grant_mem)
-            if self.real_reader is not None:
-                values.update(self.real_reader(card))
-            for mid in sorted(values):
-                sample(minor, mid, values[mid], {"uuid": card.uuid})
+            total = float(card.memory_mib)
+            used = round(min(total, state.overhead_mib + grant_mem), 1)
+            util = round(state.util, 1)
+            state.temp = self._walk(0.8 * state.temp + 0.2 * (32.0 + util * 0.45), 1.0, 25.0, 89.0)
+            limit = float(card.power_limit_w)
+            power = min(limit, limit * 0.12 + util / 100.0 * limit * 0.88 * 0.9)
+            state.ecc_sbe += self._rng.random() < 0.01
+            values = {
+                "core_util_percent": util, "memory_used_mib": used, "memory_total_mib": total,
+                "temperature_c": round(state.temp, 1), "power_w": round(power, 1), "health": float(healthy),
+                "xid_errors": float(state.xid), "power_limit_w": limit, "memory_util_percent": round(used / total * 100, 2),
+                "ecc_sbe_total": float(state.ecc_sbe), "ecc_dbe_total": 0.0, "sm_clock_mhz": float(int(210 + util * 17.7)),
+                "memory_clock_mhz": 2619.0 if card.is_nvidia else 1600.0, "nvlink_errors_total": 0.0,
+                "throttle_reasons": 0.0 if power < limit * 0.98 else 4.0, "remapped_rows_total": 0.0,
+            }  # fmt: skip
+            readings = {METRIC_IDS[name]: value for name, value in values.items()}
+            readings.update(self.real_reader(card) if self.real_reader is not None else {})
+            for mid in sorted(readings):
+                sample(minor, mid, readings[mid], {"uuid": card.uuid})
         for key in set(self._grants) - live:
             del self._grants[key]
         return samples
-
-    def _card_values(self, card: CardSpec, state: _CardState, healthy: bool, grant_mem: float) -> dict[int, float]:
-        total = float(card.memory_mib)
-        used = round(min(total, state.overhead_mib + grant_mem), 1)
-        util = round(state.util, 1)
-        state.temp = self._walk(0.8 * state.temp + 0.2 * (32.0 + util * 0.45), 1.0, 25.0, 89.0)
-        idle_w = card.power_limit_w * 0.12
-        power = min(float(card.power_limit_w), idle_w + util / 100.0 * (card.power_limit_w - idle_w) * 0.9)
-        if self._rng.random() < 0.01:
-            state.ecc_sbe += 1
-        values = {
-            "core_util_percent": util,
-            "memory_used_mib": used,
-            "memory_total_mib": total,
-            "temperature_c": round(state.temp, 1),
-            "power_w": round(power, 1),
-            "health": 1.0 if healthy else 0.0,
-            "xid_errors": float(state.xid),
-            "power_limit_w": float(card.power_limit_w),
-            "memory_util_percent": round(used / total * 100.0, 2),
-            "ecc_sbe_total": float(state.ecc_sbe),
-            "ecc_dbe_total": 0.0,
-            "sm_clock_mhz": float(int(210 + util * 17.7)),
-            "memory_clock_mhz": 2619.0 if card.is_nvidia else 1600.0,
-            "nvlink_errors_total": 0.0,
-            "throttle_reasons": 0.0 if power < card.power_limit_w * 0.98 else 4.0,
-            "remapped_rows_total": 0.0,
-        }
-        return {METRIC_IDS[name]: value for name, value in values.items()}

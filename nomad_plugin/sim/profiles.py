@@ -120,25 +120,13 @@ def build_cards(spec: ProfileSpec, topology_variant: str = "normal") -> list[Car
         bus = spec.pci_buses[minor] if minor < len(spec.pci_buses) else 0x80 + minor
         serial = int(uuid.uuid5(_UUID_NAMESPACE, f"serial/{spec.name}/{minor}")) % 10**13
         prefix = "GPU" if spec.vendor == "nvidia" else "PPU"
-        cards.append(
-            CardSpec(
-                minor=minor,
-                uuid=f"{prefix}-{uuid.uuid5(_UUID_NAMESPACE, f'{spec.name}/{minor}')}",
-                model=spec.model,
-                vendor=spec.vendor,
-                xpu_type=spec.xpu_type,
-                memory_mib=spec.memory_mib,
-                total_core=100,
-                pci_bus_id=f"0000:{bus:02x}:00.0",
-                mig_capable=spec.mig_capable,
-                driver_version=spec.driver_version,
-                sdk_version=spec.sdk_version,
-                serial_number=str(serial).zfill(13),
-                numa_node=int(numa),
-                power_limit_w=spec.power_limit_w,
-                topology_json=render_topology(topo, topology_variant),
-            )
-        )
+        cards.append(CardSpec(
+            minor=minor, uuid=f"{prefix}-{uuid.uuid5(_UUID_NAMESPACE, f'{spec.name}/{minor}')}", model=spec.model,
+            vendor=spec.vendor, xpu_type=spec.xpu_type, memory_mib=spec.memory_mib, total_core=100,
+            pci_bus_id=f"0000:{bus:02x}:00.0", mig_capable=spec.mig_capable, driver_version=spec.driver_version,
+            sdk_version=spec.sdk_version, serial_number=str(serial).zfill(13), numa_node=int(numa),
+            power_limit_w=spec.power_limit_w, topology_json=render_topology(topo, topology_variant),
+        ))  # fmt: skip
     return cards
 
 
@@ -151,9 +139,6 @@ def render_topology(topo: dict[str, Any], variant: str) -> str:
         levels.insert(len(levels) // 2, {"level": 15, "name": "rack2", "topo15": "rack2-01", "weight": 3.5})
         topo = {**topo, "levels": levels}
     return json.dumps(topo)
-
-
-# ---------------------------------------------------------------- topology families
 
 
 def _intra(level: int, name: str, domain: int, peers: list[int] | None) -> Level:
@@ -247,33 +232,3 @@ def with_level(card: CardSpec, name: str, value: str | None) -> CardSpec:
         kept.append({"level": number, "name": name, f"topo{number}": value})
         kept.sort(key=lambda lvl: lvl["level"] if isinstance(lvl.get("level"), int) else 0)
     return replace(card, topology_json=json.dumps({"levels": kept}))
-
-
-def check_invariants(topologies: dict[int, dict[str, Any]]) -> list[str]:
-    """Problems in a node's topology ([] = consistent): per level name, no level is null, every card
-    is in its own ``peers``, peer sets are symmetric and peers share the card's ``topoN`` value."""
-    problems: list[str] = []
-    by_name: dict[str, dict[int, Level]] = {}
-    for minor, topo in topologies.items():
-        for lvl in topo.get("levels", []):
-            if lvl.get(f"topo{lvl.get('level')}") is None:
-                problems.append(f"card {minor}: level {lvl.get('name')} has no topo{lvl.get('level')}")
-            else:
-                by_name.setdefault(str(lvl["name"]), {})[minor] = lvl
-    for name, levels in by_name.items():
-        for minor, lvl in levels.items():
-            peers = lvl.get("peers")
-            if peers is None:
-                continue
-            if minor not in peers:
-                problems.append(f"card {minor}: {name} peers {peers} do not include the card itself")
-            for peer in peers:
-                other = levels.get(peer)
-                if other is None:
-                    problems.append(f"card {minor}: {name} peer {peer} has no such level")
-                    continue
-                if minor not in other.get("peers", []):
-                    problems.append(f"card {minor}: {name} peer {peer} does not list {minor} back")
-                if other[f"topo{other['level']}"] != lvl[f"topo{lvl['level']}"]:
-                    problems.append(f"card {minor}: {name} peer {peer} is in another domain")
-    return problems

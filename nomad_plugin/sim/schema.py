@@ -1,37 +1,29 @@
 """What the simulator puts on the wire: the served schema, and schema drift on top of it.
 
 Every field number of the reconstructed proto (``proto/lingjun/``) is a guess
-(docs/xdm-risks.md). A real XDM that keeps the names but numbers the fields
-differently decodes silently wrong in a client that trusts the guess; the served
-schemas make that trap reproducible:
-
-- ``builtin``: the reconstruction, as generated in ``nomad_plugin/_proto/lingjun``.
-- ``renumbered``: the same packages, services, messages and field names, numbers
-  permuted per message (:data:`RENUMBER`).
-- ``foreign``: the renumbering under other packages (:data:`FOREIGN_PACKAGES`), so
-  even the service paths differ.
-
-They are built at run time from the reconstruction's descriptors. The simulator's
-logic keeps the builtin classes; messages are converted by field name at the gRPC
-edge (:meth:`ServedSchema.to_served`, :meth:`ServedSchema.decoder`).
+(docs/xdm-risks.md): a real XDM that keeps the names but numbers the fields
+otherwise decodes silently wrong in a client that trusts the guess. The served
+schemas make that trap reproducible: ``builtin`` (the reconstruction),
+``renumbered`` (the same names, numbers permuted per message: :data:`RENUMBER`)
+and ``foreign`` (the renumbering under :data:`FOREIGN_PACKAGES`, so that even the
+service paths differ). They are built at run time from the reconstruction's
+descriptors; the simulator's logic keeps the builtin classes and messages are
+converted by field name at the gRPC edge.
 
 Drift modes (``--drift``, comma separated) answer in shapes no schema declares:
-
-- ``package=<name>``: serve the dp2mgr service under package ``<name>`` (``none``: no package);
-- ``split-services``: the five monitoring RPCs move to ``<pkg>.XpuExporterService``;
-- ``extra-fields``: every response message, nested ones too, gets unknown fields
-  1000 (varint 1) and 1001 (string "xdm-sim-extra");
-- ``type-clash``: ``Device.health`` as a bool varint, ``Device.totalMemory``,
-  ``GpuInfo.totalMemory`` and ``MetricData.metricId`` as decimal strings;
-- ``status-shift``: a failure carries its status and message at fields 15 and 16,
-  so that it looks like success;
-- ``minor-omit-zero``: Allocate reads ``minor: 0`` as "left empty" (auto-assign).
+``package=<name>`` (``none``: no package), ``split-services`` (the five monitoring
+RPCs under ``<pkg>.XpuExporterService``), ``extra-fields`` (unknown fields 1000 and
+1001 in every response message, nested ones too), ``type-clash`` (``Device.health``
+as a bool varint; ``totalMemory`` and ``MetricData.metricId`` as decimal strings),
+``status-shift`` (a failure's status and message at fields 15 and 16, so that it
+looks like success) and ``minor-omit-zero`` (Allocate reads ``minor: 0`` as "left
+empty").
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +40,6 @@ CONFIG_FILE = "config_service.proto"
 DESCRIPTOR_SET_FILE = "descriptor_set.pb"
 BUILTIN_PACKAGES = ("xdm", "config")
 FOREIGN_PACKAGES = ("ljrk.dp2mgr.v1", "ljrk.controller.v1")  # not among the plugin's probed package names
-CONFIG_MESSAGES = ("EnableResponse", "DisableResponse", "QueryStatusResponse")
 
 # message -> field -> served number. Each row is a permutation of that message's
 # builtin numbers (one-field messages move instead) (tests/sim/test_schema_modes.py checks it). Comments: what a
@@ -208,14 +199,6 @@ class ServedSchema:
 def served_schema(name: str) -> ServedSchema:
     """The (immutable, shared) schema called ``name``; ValueError if unknown."""
     return ServedSchema(name)
-
-
-def field_numbers(schema: ServedSchema, messages: Iterable[str] = RENUMBER) -> dict[str, dict[str, int]]:
-    """message -> field -> number in ``schema``."""
-    return {
-        name: {f.name: f.number for f in schema.message_class(name, config=name in CONFIG_MESSAGES).DESCRIPTOR.fields}
-        for name in messages
-    }
 
 
 def render_proto(fdp: descriptor_pb2.FileDescriptorProto, origin: str) -> str:

@@ -11,7 +11,6 @@ so the node's logic (:class:`~nomad_plugin.sim.core.SimCore`) never changes.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import queue
 import socket
@@ -24,6 +23,7 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 import grpc
+from google.protobuf import text_format
 from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
@@ -31,7 +31,7 @@ from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.allocation import Refusal
 from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
-from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, check_invariants, resolve_profile
+from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
 from nomad_plugin.sim.schema import ServedSchema, served_schema
 
 log = get_logger("sim")
@@ -94,11 +94,6 @@ class Simulator(SimCore):
         else:
             spec = resolve_profile(profile)
             profile, cards = spec.name, build_cards(spec, opts.topology_variant)
-            problems = [] if opts.topology_variant != "normal" else check_invariants(
-                {c.minor: json.loads(c.topology_json) for c in cards}
-            )  # fmt: skip
-            if problems:
-                raise ValueError(f"profile {profile}: topology self-check failed: {problems[0]}")
         super().__init__(profile, cards, opts, Path(state_file) if state_file is not None else None, reader)
         self.socket_dir = Path(socket_dir)
         self.schema: ServedSchema = served_schema(opts.schema)
@@ -362,26 +357,20 @@ class Simulator(SimCore):
         context.add_callback(lambda: q.put(_CANCELLED))
         log.info("ListAndWatch subscribed (%d subscribers)", self.subscriber_count())
         try:
-            last_sent = time.monotonic()
             if self.options.initial_push:
                 yield self.device_list()
-            while True:
-                repush = self.options.repush_interval
+            while context.is_active():
+                repush = self.options.repush_interval  # the list again after this long without a push
                 try:
-                    item = q.get(timeout=min(repush, 0.5) if repush > 0 else 0.5)
+                    item = q.get(timeout=repush or 0.5)
                 except queue.Empty:
-                    if not context.is_active():
-                        return
-                    if repush > 0 and time.monotonic() - last_sent >= repush:
-                        last_sent = time.monotonic()
+                    if repush:
                         yield self.device_list()
                     continue
                 if item is _CANCELLED:
                     return
                 if item is CLOSE:
                     context.abort(grpc.StatusCode.UNAVAILABLE, "xdm-sim: stream closed (service restart or stop)")
-                last_sent = time.monotonic()
-                assert isinstance(item, Message)
                 yield item
         finally:
             self.unsubscribe(q)
@@ -413,18 +402,9 @@ class Simulator(SimCore):
 
 
 def _summary(msg: Message) -> str:
-    """What the log says about a request or a response."""
-    if isinstance(msg, pb.AllocateRequest):
-        devices = [
-            {k: v for k, v in (("minor", d.minor if d.HasField("minor") else None), ("core", d.core),
-                               ("memory", d.memory), ("slice", d.slice)) if v}
-            for d in msg.devices
-        ]  # fmt: skip
-        return f"id={msg.id or '-'} devices={devices}"
-    if isinstance(msg, pb.ReleaseRequest):
-        return f"id={msg.id or '-'}"
+    """What the log says of a request, or of a successful answer."""
     if isinstance(msg, pb.AllocateResponse):
         return f" minors={[d.minor for d in msg.devices]}"
     if isinstance(msg, pb.ExporterDataResponse):
         return f" samples={len(msg.dataList)}"
-    return ""
+    return "" if msg.DESCRIPTOR.name.endswith("Response") else text_format.MessageToString(msg, as_one_line=True)

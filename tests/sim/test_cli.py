@@ -71,7 +71,7 @@ def test_foreground_run_serves_and_stops_on_sigterm(running):
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0
     assert out == ""  # the log goes to stderr only
-    assert "card 7 PPU-" in err and "Allocate id=cli" in err and "SIGTERM" in err
+    assert "card 7 PPU-" in err and 'Allocate id: "cli"' in err and "SIGTERM" in err
     assert not (sock_dir / "dp2mgr.sock").exists()
 
 

@@ -29,7 +29,7 @@ from nomad_plugin.sim.schema import (
     FOREIGN_PACKAGES,
     RENUMBER,
     SCHEMAS,
-    field_numbers,
+    ServedSchema,
     served_schema,
 )
 from tests.sim.schema_client import PoolClient, pool_from_descriptor_set, pool_from_reflection, services_in
@@ -87,6 +87,15 @@ def _check_decodes_right(sim, device: PoolClient, config: PoolClient) -> None:
     assert config.call("QueryStatus").enabled is True
     assert device.call("ExporterGetConfig").collectIntervalMs == sim.options.collect_interval_ms
     assert device.call("ExporterGetStatus").running is True
+
+
+def field_numbers(schema: ServedSchema) -> dict[str, dict[str, int]]:
+    """message -> field -> number in ``schema``, for the messages RENUMBER names."""
+    config = ("EnableResponse", "DisableResponse", "QueryStatusResponse")
+    return {
+        name: {f.name: f.number for f in schema.message_class(name, config=name in config).DESCRIPTOR.fields}
+        for name in RENUMBER
+    }
 
 
 def test_renumber_tables_are_permutations_of_the_builtin_numbers():
