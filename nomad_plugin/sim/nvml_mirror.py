@@ -33,9 +33,10 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _or(default: Any, read: Callable[..., Any], *args: Any) -> Any:
+def _or(default: Any, nvml: Any, function: str, *args: Any) -> Any:
+    """``nvml.function(*args)``, or ``default`` where this card, driver or binding cannot answer."""
     try:
-        return read(*args)
+        return getattr(nvml, function)(*args)
     except Exception:  # an NVMLError: the reading is not supported on this card or driver
         return default
 
@@ -51,7 +52,7 @@ def load_cards(topology_variant: str = "normal") -> tuple[list[CardSpec], dict[s
     if count == 0:
         raise MirrorUnavailable("nvml mirror: NVML found no NVIDIA GPU on this machine")
     driver = _text(nvml.nvmlSystemGetDriverVersion())
-    cuda = _or(None, nvml.nvmlSystemGetCudaDriverVersion)
+    cuda = _or(None, nvml, "nvmlSystemGetCudaDriverVersion")
     sdk = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}" if cuda is not None else ""
     cards: list[CardSpec] = []
     handles: dict[str, Any] = {}
@@ -69,12 +70,12 @@ def load_cards(topology_variant: str = "normal") -> tuple[list[CardSpec], dict[s
                 memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
                 total_core=100,
                 pci_bus_id=f"{int(domain, 16):04x}:{rest}" if rest else domain,
-                mig_capable=_or(None, nvml.nvmlDeviceGetMigMode, handle) is not None,
+                mig_capable=_or(None, nvml, "nvmlDeviceGetMigMode", handle) is not None,
                 driver_version=driver,
                 sdk_version=sdk,
-                serial_number=_text(_or("", nvml.nvmlDeviceGetSerial, handle)),
+                serial_number=_text(_or("", nvml, "nvmlDeviceGetSerial", handle)),
                 numa_node=0,
-                power_limit_w=int(_or(300_000, nvml.nvmlDeviceGetEnforcedPowerLimit, handle)) // 1000,
+                power_limit_w=int(_or(300_000, nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)) // 1000,
                 topology_json=render_topology(topology_for("nvidia", index, count), topology_variant),
             )
         )
@@ -96,11 +97,12 @@ def make_reader(handles: Mapping[str, Any]) -> Callable[[CardSpec], dict[int, fl
             "sm_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
             "memory_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
         }
-        out = {
-            METRIC_IDS[name]: round(value, 1)
-            for name, probe in probes.items()
-            if (value := _or(None, probe)) is not None
-        }
+        out: dict[int, float] = {}
+        for name, probe in probes.items():
+            try:
+                out[METRIC_IDS[name]] = round(probe(), 1)
+            except Exception:  # noqa: S112 - a reading NVML cannot give stays simulated
+                continue
         used = out.get(METRIC_IDS["memory_used_mib"])
         if used is not None:
             out[METRIC_IDS["memory_util_percent"]] = round(used / card.memory_mib * 100, 2)
