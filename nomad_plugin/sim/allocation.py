@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,35 +101,6 @@ def mig_profile_gib(card_gib: int, slices: int) -> int:
     return card_gib * MIG_EIGHTHS.get(slices, slices) // 8
 
 
-@dataclass
-class _Usage:
-    """What a card holds already."""
-
-    whole: str = ""  # the id of the grant holding it whole
-    count: int = 0
-    core: int = 0  # time-division shares: their sums and count
-    memory: int = 0
-    tdm: int = 0
-    mig: int = 0  # MIG instances: their count, slices and memory eighths
-    slices: int = 0
-    eighths: int = 0
-
-
-def _usage(grants: Iterable[GrantRecord]) -> dict[int, _Usage]:
-    out: dict[int, _Usage] = defaultdict(_Usage)
-    for grant, minor in ((g, m) for g in grants for m in g.minors):
-        use = out[minor]
-        use.count += 1
-        if grant.kind == "whole":
-            use.whole = grant.id
-        elif grant.kind == "mig":
-            use.mig, use.slices = use.mig + 1, use.slices + grant.slice
-            use.eighths += MIG_EIGHTHS.get(grant.slice, grant.slice)
-        else:
-            use.tdm, use.core, use.memory = use.tdm + 1, use.core + grant.core, use.memory + grant.memory
-    return out
-
-
 def _check_elements(asks: list[Ask]) -> None:
     for i, ask in enumerate(asks):
         where = f"devices[{i}]"
@@ -158,9 +128,14 @@ def _check_elements(asks: list[Ask]) -> None:
             )
 
 
-def _fit(card: CardSpec, healthy: bool, ask: Ask, use: _Usage, mig_placement: bool) -> None:
-    """Raise if ``ask`` cannot go on ``card`` next to what it already holds."""
+def _fit(card: CardSpec, healthy: bool, ask: Ask, held: list[GrantRecord], mig_placement: bool) -> None:
+    """Raise if ``ask`` cannot go on ``card`` next to the grants it ``held`` already."""
     name = f"card {card.minor}"
+    whole = next((g.id for g in held if g.kind == "whole"), "")
+    shares = [g for g in held if g.kind == "tdm"]
+    migs = [g for g in held if g.kind == "mig"]
+    core, memory = sum(g.core for g in shares), sum(g.memory for g in shares)
+    slices, eighths = sum(g.slice for g in migs), sum(MIG_EIGHTHS.get(g.slice, g.slice) for g in migs)
     if not healthy:
         raise Refusal("FAILED_PRECONDITION", f"{name} is unhealthy")
     if ask.slice > 0 and not card.mig_capable:
@@ -169,39 +144,39 @@ def _fit(card: CardSpec, healthy: bool, ask: Ask, use: _Usage, mig_placement: bo
     if ask.memory > cap:
         what = "the card" if ask.slice == 0 else f"a {ask.slice}-slice MIG instance"
         raise Refusal("INVALID_ARGUMENT", f"memory: {ask.memory} GiB exceeds {what} on {name} ({cap} GiB)")
-    if use.whole:
-        raise Refusal("RESOURCE_EXHAUSTED", f"{name} is held whole by allocation {use.whole}")
+    if whole:
+        raise Refusal("RESOURCE_EXHAUSTED", f"{name} is held whole by allocation {whole}")
     if ask.core == ask.memory == ask.slice == 0:
-        if use.count:
-            raise Refusal("RESOURCE_EXHAUSTED", f"{name} has {use.count} allocation(s); a whole card needs it free")
+        if held:
+            raise Refusal("RESOURCE_EXHAUSTED", f"{name} has {len(held)} allocation(s); a whole card needs it free")
     elif ask.slice > 0:
-        if use.tdm:
+        if shares:
             raise Refusal("FAILED_PRECONDITION", f"{name} has time-division grants; TDM and MIG cannot share a card")
-        if use.slices + ask.slice > MAX_SLICES:
+        if slices + ask.slice > MAX_SLICES:
             raise Refusal(
                 "RESOURCE_EXHAUSTED",
-                f"{name}: {use.slices} of {MAX_SLICES} MIG slices used, {ask.slice} more do not fit",
+                f"{name}: {slices} of {MAX_SLICES} MIG slices used, {ask.slice} more do not fit",
             )
-        if mig_placement and use.eighths + MIG_EIGHTHS[ask.slice] > 8:
+        if mig_placement and eighths + MIG_EIGHTHS[ask.slice] > 8:
             raise Refusal(
                 "RESOURCE_EXHAUSTED",
                 f"{name}: no MIG placement for a {ask.slice}-slice instance next to the existing ones",
             )
-    elif use.mig:
+    elif migs:
         raise Refusal("FAILED_PRECONDITION", f"{name} has MIG grants; TDM and MIG cannot share a card")
-    elif use.core + ask.core > 100:
-        raise Refusal("RESOURCE_EXHAUSTED", f"{name}: core {use.core}% used, {ask.core}% more exceeds 100%")
-    elif use.memory + ask.memory > card.memory_gib:
+    elif core + ask.core > 100:
+        raise Refusal("RESOURCE_EXHAUSTED", f"{name}: core {core}% used, {ask.core}% more exceeds 100%")
+    elif memory + ask.memory > card.memory_gib:
         raise Refusal(
             "RESOURCE_EXHAUSTED",
-            f"{name}: memory {use.memory} GiB used, {ask.memory} GiB more exceeds {card.memory_gib} GiB",
+            f"{name}: memory {memory} GiB used, {ask.memory} GiB more exceeds {card.memory_gib} GiB",
         )
 
 
 def plan(
     cards: Mapping[int, CardSpec],
     healthy: Mapping[int, bool],
-    grants: Iterable[GrantRecord],
+    grants: Collection[GrantRecord],
     asks: list[Ask],
     *,
     mig_placement: bool = True,
@@ -217,13 +192,13 @@ def plan(
     dupes = sorted({m for m in explicit if explicit.count(m) > 1})
     if dupes:
         raise Refusal("INVALID_ARGUMENT", f"devices: minor {dupes[0]} appears more than once")
-    usage = _usage(grants)
+    held = {m: [g for g in grants if m in g.minors] for m in cards}
     chosen: dict[int, int] = {}
     for i, ask in enumerate(asks):
         if ask.minor is not None:
             if ask.minor not in cards:
                 raise Refusal("NOT_FOUND", f"devices[{i}].minor: no card {ask.minor} on this node")
-            _fit(cards[ask.minor], healthy[ask.minor], ask, usage[ask.minor], mig_placement)
+            _fit(cards[ask.minor], healthy[ask.minor], ask, held[ask.minor], mig_placement)
             chosen[i] = ask.minor
     for i, ask in enumerate(asks):
         if ask.minor is not None:
@@ -231,7 +206,7 @@ def plan(
         reasons = []
         for minor in sorted(set(cards) - set(chosen.values())):
             try:
-                _fit(cards[minor], healthy[minor], ask, usage[minor], mig_placement)
+                _fit(cards[minor], healthy[minor], ask, held[minor], mig_placement)
             except Refusal as why:
                 reasons.append(why)
                 continue

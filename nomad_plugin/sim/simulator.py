@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 import grpc
-from google.protobuf import text_format
+from google.protobuf import message_factory, text_format
 from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
@@ -44,23 +44,17 @@ REFLECTION_PATHS = (  # v1 has the same wire format as v1alpha
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
 )
-# RPC -> (request, response, the SimCore method that answers it)
-DP2MGR_RPCS: dict[str, tuple[type[Message], type[Message], Callable[[SimCore, Any], Message]]] = {
-    "ListSupportedXPUType": (pb.XPUTypeRequest, pb.XPUTypeResponse, SimCore.list_xpu_types),
-    "Allocate": (pb.AllocateRequest, pb.AllocateResponse, SimCore.allocate),
-    "Release": (pb.ReleaseRequest, pb.ReleaseResponse, SimCore.release),
-    "ListGpuInfo": (pb.ListGpuInfoRequest, pb.ListGpuInfoResponse, SimCore.gpu_info),
-    "ExporterGetDataList": (pb.ExporterDataRequest, pb.ExporterDataResponse, SimCore.data_list),
-    "ExporterGetConfig": (pb.ExporterGetConfigRequest, pb.ExporterGetConfigResponse, SimCore.exporter_config),
-    "ExporterGetStatus": (pb.ExporterGetStatusRequest, pb.ExporterGetStatusResponse, SimCore.exporter_status),
-}
-CONFIG_RPCS: dict[str, tuple[type[Message], type[Message], Callable[[SimCore, Any], Message]]] = {
-    "Enable": (cfg.EnableRequest, cfg.EnableResponse, SimCore.enable),
-    "Disable": (cfg.DisableRequest, cfg.DisableResponse, SimCore.disable),
-    "QueryStatus": (cfg.QueryStatusRequest, cfg.QueryStatusResponse, SimCore.query_status),
-}
+DP2MGR = pb.DESCRIPTOR.services_by_name["XpuDeviceManagerService"]
+CONFIG = cfg.DESCRIPTOR.services_by_name["AmpConfigService"]
+RPC_NAMES = tuple(m.name for service in (DP2MGR, CONFIG) for m in service.methods)
+# The SimCore method answering each unary RPC (its message types come from the service descriptors).
+UNARY: dict[str, Callable[[SimCore, Any], Message]] = {
+    "ListSupportedXPUType": SimCore.list_xpu_types, "Allocate": SimCore.allocate, "Release": SimCore.release,
+    "ListGpuInfo": SimCore.gpu_info, "ExporterGetDataList": SimCore.data_list,
+    "ExporterGetConfig": SimCore.exporter_config, "ExporterGetStatus": SimCore.exporter_status,
+    "Enable": SimCore.enable, "Disable": SimCore.disable, "QueryStatus": SimCore.query_status,
+}  # fmt: skip
 EXPORTER_RPCS = ("ListGpuInfo", "ExporterGetDataList", "ExporterDataStream", "ExporterGetConfig", "ExporterGetStatus")
-RPC_NAMES = (*DP2MGR_RPCS, "ListAndWatch", "ExporterDataStream", *CONFIG_RPCS)
 _CANCELLED = object()
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
@@ -289,21 +283,22 @@ class Simulator(SimCore):
     def _table(self, config: bool) -> dict[str, Handler]:
         """Method path -> handler, as served right now."""
         schema, drift = self.schema, self.drift
+        main = drift.service(schema, DP2MGR.name)
+        exporter = drift.service(schema, "XpuExporterService") if drift.split_services else main
+        streams: dict[str, Callable[[Any, grpc.ServicerContext], Iterator[Message]]] = {
+            "ListAndWatch": self._list_and_watch, "ExporterDataStream": self._data_stream,
+        }  # fmt: skip
         table: dict[str, Handler] = {}
-        if config:
-            for name, (req, resp, fn) in CONFIG_RPCS.items():
-                table[f"/{schema.config_service}/{name}"] = self._unary(name, req, resp, fn)
-        else:
-            main = drift.service(schema, "XpuDeviceManagerService")
-            exporter = drift.service(schema, "XpuExporterService") if drift.split_services else main
-            for name, (req, resp, fn) in DP2MGR_RPCS.items():
-                table[f"/{exporter if name in EXPORTER_RPCS else main}/{name}"] = self._unary(name, req, resp, fn)
-            table[f"/{main}/ListAndWatch"] = grpc.unary_stream_rpc_method_handler(
-                self._list_and_watch, schema.decoder(pb.ListAndWatchRequest), self._serialize
-            )
-            table[f"/{exporter}/ExporterDataStream"] = grpc.unary_stream_rpc_method_handler(
-                self._data_stream, schema.decoder(pb.ExporterDataRequest), self._serialize
-            )
+        for method in (CONFIG if config else DP2MGR).methods:
+            name = method.name
+            service = schema.config_service if config else exporter if name in EXPORTER_RPCS else main
+            decoder = schema.decoder(message_factory.GetMessageClass(method.input_type))
+            if method.server_streaming:
+                handler = grpc.unary_stream_rpc_method_handler(streams[name], decoder, self._serialize)
+            else:
+                answer = self._unary(name, message_factory.GetMessageClass(method.output_type), UNARY[name])
+                handler = grpc.unary_unary_rpc_method_handler(answer, decoder, self._serialize)
+            table[f"/{service}/{name}"] = handler
         if self.options.reflection:
             from grpc_reflection.v1alpha import reflection, reflection_pb2
 
@@ -334,8 +329,8 @@ class Simulator(SimCore):
             self._stopping.wait(min(0.05, max(0.0, until - time.monotonic())))
 
     def _unary(
-        self, rpc: str, req_cls: type[Message], resp_cls: type[Message], fn: Callable[[SimCore, Any], Message]
-    ) -> Handler:
+        self, rpc: str, resp_cls: type[Message], fn: Callable[[SimCore, Any], Message]
+    ) -> Callable[[Any, grpc.ServicerContext], Message]:
         def handler(request: Any, context: grpc.ServicerContext) -> Message:
             self._gate(rpc, context)
             try:
@@ -349,7 +344,7 @@ class Simulator(SimCore):
             log.info("%s %s -> ok%s", rpc, _summary(request), _summary(response))
             return response
 
-        return grpc.unary_unary_rpc_method_handler(handler, self.schema.decoder(req_cls), self._serialize)
+        return handler
 
     def _list_and_watch(self, request: pb.ListAndWatchRequest, context: grpc.ServicerContext) -> Iterator[Message]:
         self._gate("ListAndWatch", context)
