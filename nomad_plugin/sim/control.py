@@ -150,14 +150,8 @@ def run_command(sim: ControlTarget, argv: list[str]) -> Any:
     return "ok" if result is None else result
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
-    sim: ControlTarget
-
-
 class _Handler(socketserver.StreamRequestHandler):
-    server: _Server
+    server: ControlServer
 
     def handle(self) -> None:
         for raw in self.rfile:
@@ -173,26 +167,25 @@ class _Handler(socketserver.StreamRequestHandler):
             self.wfile.flush()
 
 
-class ControlServer:
-    def __init__(self, sim: ControlTarget, path: Path) -> None:
-        self.path = path
-        self.sim = sim
-        self._server: _Server | None = None
+class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """Serves ``path`` on a thread of its own from construction until :meth:`stop`."""
 
-    def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)
-        self._server = _Server(str(self.path), _Handler)
-        self._server.sim = self.sim
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, sim: ControlTarget, path: Path) -> None:
+        self.sim = sim
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        super().__init__(str(path), _Handler)
         threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="xdm-sim-control", daemon=True
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="xdm-sim-control", daemon=True
         ).start()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        self.shutdown()
+        self.server_close()
         self.path.unlink(missing_ok=True)
 
 

@@ -153,9 +153,6 @@ class ServedSchema:
     def config_service(self) -> str:
         return f"{self.config_package}.AmpConfigService"
 
-    def service_names(self) -> list[str]:
-        return [self.device_service, self.config_service]
-
     def message_class(self, short_name: str, config: bool = False) -> type[Message]:
         """The served class of a message named as in the reconstruction (e.g. ``"Device"``)."""
         full = f"{self.config_package if config else self.device_package}.{short_name}"

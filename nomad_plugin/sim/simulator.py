@@ -30,6 +30,7 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.allocation import Refusal
+from nomad_plugin.sim.control import ControlServer
 from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
 from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
 from nomad_plugin.sim.schema import ServedSchema, served_schema
@@ -100,7 +101,7 @@ class Simulator(SimCore):
         self._stopping = threading.Event()  # set while the servers stop: gated calls end UNAVAILABLE
         self._collector_stop = threading.Event()
         self._collector: threading.Thread | None = None
-        self._control: Any = None
+        self._control: ControlServer | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> Simulator:
@@ -133,10 +134,7 @@ class Simulator(SimCore):
         self.stop()
 
     def _start_control(self) -> None:
-        from nomad_plugin.sim.control import ControlServer
-
         self._control = ControlServer(self, self.control_path)
-        self._control.start()
 
     def _collect_loop(self) -> None:
         while not self._collector_stop.wait(self.options.collect_interval_ms / 1000.0):
@@ -263,7 +261,7 @@ class Simulator(SimCore):
                 "drift": self.drift.describe(),
                 "schema": self.options.schema,
                 "reflection": self.options.reflection,
-                "services": self.schema.service_names(),
+                "services": [self.schema.device_service, self.schema.config_service],
                 "error_mode": self.options.error_mode,
                 "exporter": self.exporter_state,
                 "latency": dict(self.latency),
