@@ -231,22 +231,12 @@ def grant_response(style: str, grant: GrantRecord, nvidia: bool) -> pb.AllocateR
     shim would (``xdm.amp.com/...`` keys only), ``both`` with both.
     """
     slots = grant.devices
-    response = pb.AllocateResponse(
-        status=0,
-        id=grant.id,
-        devices=[
-            pb.AllocatedDevice(
-                minor=s.minor, uuid=s.uuid, core=s.core, memory=s.memory, slice=s.slice, migUuid=s.mig_uuid
-            )
-            for s in slots
-        ],
-        annotations=grant.annotations,
-    )
-    if not slots:
-        return response
-    first = slots[0]
-    if style in ("env+devices", "both"):
-        envs = response.envs
+    envs: dict[str, str] = {}
+    nodes: list[str] = []
+    mounts: list[pb.Mount] = []
+    annotations = dict(grant.annotations)
+    first = slots[0] if slots else GrantedSlot(-1, "")
+    if slots and style in ("env+devices", "both"):
         envs["NVIDIA_VISIBLE_DEVICES" if nvidia else "PPU_VISIBLE_DEVICES"] = ",".join(
             s.mig_uuid or s.uuid for s in slots
         )
@@ -256,14 +246,10 @@ def grant_response(style: str, grant: GrantRecord, nvidia: bool) -> pb.AllocateR
                 envs["GPU_MEM_PER_DEVICE"] = str(first.memory * 1024**3)
             if first.core > 0:
                 envs["GPU_UTIL_PER_DEVICE"] = str(first.core)
-        if nvidia:
-            nodes = [*(f"/dev/nvidia{s.minor}" for s in slots), *NVIDIA_CONTROL_NODES]
-        else:
-            nodes = list(PPU_NODES)
-        response.deviceSpecs.extend(pb.DeviceSpec(containerPath=n, hostPath=n, permissions="rw") for n in nodes)
+        nodes = [*(f"/dev/nvidia{s.minor}" for s in slots), *NVIDIA_CONTROL_NODES] if nvidia else list(PPU_NODES)
         driver = NVIDIA_DRIVER_DIR if nvidia else PPU_DRIVER_DIR
-        response.mounts.add(containerPath=driver, hostPath=driver, readOnly=True)
-    if style in ("annotations", "both"):
+        mounts.append(pb.Mount(containerPath=driver, hostPath=driver, readOnly=True))
+    if slots and style in ("annotations", "both"):
         keys = {
             "allocation-id": grant.id,
             "devices": ",".join(s.uuid for s in slots),
@@ -273,8 +259,15 @@ def grant_response(style: str, grant: GrantRecord, nvidia: bool) -> pb.AllocateR
         }
         if first.slice:
             keys |= {"slice": str(first.slice), "mig-devices": ",".join(s.mig_uuid for s in slots)}
-        response.annotations.update({ANNOTATION_PREFIX + k: v for k, v in keys.items()})
-    return response
+        annotations |= {ANNOTATION_PREFIX + k: v for k, v in keys.items()}
+    return pb.AllocateResponse(
+        status=0, id=grant.id, envs=envs, mounts=mounts, annotations=annotations,
+        devices=[
+            pb.AllocatedDevice(minor=s.minor, uuid=s.uuid, core=s.core, memory=s.memory, slice=s.slice, migUuid=s.mig_uuid)
+            for s in slots
+        ],
+        deviceSpecs=[pb.DeviceSpec(containerPath=n, hostPath=n, permissions="rw") for n in nodes],
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- the state file

@@ -109,6 +109,9 @@ def _transform(
         table = RENUMBER.get(msg.name, {}) if renumber else {}
         for fd in msg.field:
             fd.number = table.get(fd.name, fd.number)
+        ordered = [type(fd).FromString(fd.SerializeToString()) for fd in sorted(msg.field, key=lambda f: f.number)]
+        del msg.field[:]
+        msg.field.extend(ordered)  # declared in number order, as protoc would list them
         for fd in [*msg.field, *(f for nested in msg.nested_type for f in nested.field)]:
             if fd.type_name:
                 fd.type_name = retype(fd.type_name)
@@ -291,10 +294,10 @@ def _clash(msg: Message) -> None:
     numbers = {f.name: f.number for f in msg.DESCRIPTOR.fields}
     moved: dict[str, bytes] = {}
     name = msg.DESCRIPTOR.name
-    if name in ("Device", "GpuInfo"):
-        moved["totalMemory"] = encode_len_field(numbers["totalMemory"], str(getattr(msg, "totalMemory", 0)).encode())
     if name == "Device":
         moved["health"] = tag(numbers["health"], VARINT) + varint(int(getattr(msg, "health", "") == "Healthy"))
+    if name in ("Device", "GpuInfo"):
+        moved["totalMemory"] = encode_len_field(numbers["totalMemory"], str(getattr(msg, "totalMemory", 0)).encode())
     if name == "MetricData":
         moved["metricId"] = encode_len_field(numbers["metricId"], str(getattr(msg, "metricId", 0)).encode())
     for field_name, raw in moved.items():
