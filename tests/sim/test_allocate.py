@@ -1,4 +1,4 @@
-"""Allocate and Release rules (xdm-api.md §5.4, §5.5), over a real Unix socket."""
+"""Allocate and Release rules (the XDM API reference's, docs/xdm-risks.md), over a real Unix socket."""
 
 from __future__ import annotations
 

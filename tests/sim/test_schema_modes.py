@@ -1,4 +1,4 @@
-"""Served-schema modes (issue 12 item 7): builtin, renumbered, foreign; reflection on/off; --emit-schema.
+"""Served-schema modes: builtin, renumbered, foreign; reflection on/off; --emit-schema.
 
 The trap must be real (a client on the builtin numbers decodes wrong values
 without an error) and escapable (a client built from the emitted .proto, the
@@ -185,7 +185,7 @@ def test_reflection_off_answers_unimplemented_and_toggles_live(make_sim):
         "config.AmpConfigService",
         "grpc.reflection.v1alpha.ServerReflection",
     ]
-    # the v1 path answers too (same wire format), which is what the plugin's R1 probe tries second
+    # the v1 path answers too (same wire format), which the plugin's reflection probe tries second
     v1 = c.channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
     from grpc_reflection.v1alpha import reflection_pb2
 
@@ -293,5 +293,5 @@ def test_drift_modes_apply_on_top_of_the_served_schema(make_sim):
     assert listed.devices[1].uuid == sim.cards[1].uuid
     assert {f.field_number for f in UnknownFieldSet(listed.devices[1])} == {1000, 1001}
     refused = device.call("Allocate", device.request("Allocate", id=""))
-    assert refused.status == 0 and refused.message == ""  # moved to 15/16: looks like success (R3)
+    assert refused.status == 0 and refused.message == ""  # moved to 15/16: looks like success
     assert {f.field_number for f in UnknownFieldSet(refused)} >= {15, 16}
