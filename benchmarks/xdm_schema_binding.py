@@ -144,8 +144,8 @@ def fingerprint_build(builds: int, block: int) -> float:
             sim.start()
             try:
                 served = sim.schema
-                law = served.to_served(sim.core.device_list()).SerializeToString()
-                facts = served.to_served(sim.core.gpu_info(_gpu_request())).SerializeToString()
+                law = served.to_served(sim.device_list()).SerializeToString()
+                facts = served.to_served(sim.gpu_info(_gpu_request())).SerializeToString()
                 binding = builtin_binding() if schema == "builtin" else bind(served.descriptor_set(), "bench")
                 pushes[schema] = (binding, law, facts)
             finally:

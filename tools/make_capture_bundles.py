@@ -55,7 +55,7 @@ def expected_inventory(sim: Any, spec: BundleSpec) -> dict[str, Any]:
         "source": {"kind": "simulator", "profile": sim.profile, "schema": spec.schema, "reflection": spec.reflection},
         "expect": "mismatch" if mismatch else "inventory",
         "xpu_types": sorted({c.xpu_type for c in sim.cards}),
-        "runtime_kit_enabled": bool(sim.core.state.enabled),
+        "runtime_kit_enabled": bool(sim.state.enabled),
         "exporter": {"collect_interval_ms": sim.options.collect_interval_ms, "version": sim.options.version},
         "cards": [
             {

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import Any
 
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.sim.container import STYLES
+from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
 from nomad_plugin.sim.schema import SCHEMAS, served_schema

@@ -1,9 +1,9 @@
-"""Control channel: a JSON-lines Unix socket (``<socket_dir>/xdm-sim-control.sock``)
-so a person can flip health or force a restart from another terminal.
+"""The control channel: a JSON-lines Unix socket (``<socket_dir>/xdm-sim-control.sock``), so that a
+person or a test in another process can flip health or force a restart.
 
-Each request is one line ``{"argv": ["health", "3", "unhealthy", "XID 79"]}``;
-each answer one line ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
-The commands are those of ``nomad-device-lingjun xdm-sim ctl`` (see :data:`COMMANDS`).
+A request is one line ``{"argv": ["health", "3", "unhealthy", "XID 79"]}``; the answer one line
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``. The commands are those of
+``nomad-device-lingjun xdm-sim ctl`` (:data:`COMMANDS`).
 """
 
 from __future__ import annotations
@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.sim.grants import GrantRecord
+from nomad_plugin.sim.allocation import GrantRecord
 
 log = get_logger("sim")
 
 
 class ControlTarget(Protocol):
-    """What the control channel drives: ``sim.simulator.Simulator`` satisfies it.
-
-    A Protocol here, so that the simulator imports its control channel and
-    not the other way round (docs/architecture.md).
-    """
+    """What the channel drives (``sim.simulator.Simulator``): a Protocol, so that the simulator
+    imports its control channel and not the other way round (docs/architecture.md)."""
 
     def status(self) -> dict[str, Any]: ...
     def grants(self) -> Mapping[str, GrantRecord]: ...
@@ -88,66 +85,62 @@ def _seconds(text: str) -> float:
         raise ValueError(f"seconds: {text!r} is not a number") from None
 
 
-def _health(sim: ControlTarget, args: list[str]) -> Any:
+def _args(args: list[str], count: int, usage: str) -> list[str]:
+    if len(args) != count:
+        raise ValueError(f"usage: {usage}")
+    return args
+
+
+def _health(sim: ControlTarget, args: list[str]) -> None:
     if len(args) < 2 or args[1].lower() not in ("healthy", "unhealthy"):
         raise ValueError("usage: health MINOR healthy|unhealthy [REASON]")
     sim.set_health(_minor(args[0]), args[1].lower() == "healthy", " ".join(args[2:]))
-    return "ok"
 
 
-def _topology(sim: ControlTarget, args: list[str]) -> Any:
+def _topology(sim: ControlTarget, args: list[str]) -> None:
     if len(args) < 2:
         raise ValueError("usage: topology LEVEL VALUE|none [MINOR...]")
     sim.set_topology_level(args[0], None if args[1] == "none" else args[1], [_minor(m) for m in args[2:]] or None)
-    return "ok"
 
 
-def _on_off(text: str) -> bool:
-    if text not in ("on", "off"):
-        raise ValueError(f"reflection: {text!r} is not on or off")
-    return text == "on"
+def _reflection(sim: ControlTarget, args: list[str]) -> None:
+    (word,) = _args(args, 1, "reflection on|off")
+    if word not in ("on", "off"):
+        raise ValueError(f"reflection: {word!r} is not on or off")
+    sim.set_reflection(word == "on")
 
 
-def _arg(args: list[str], usage: str) -> str:
-    if len(args) != 1:
-        raise ValueError(f"usage: {usage}")
-    return args[0]
-
-
-def _grants(sim: ControlTarget) -> dict[str, Any]:
-    return {gid: g.to_json() for gid, g in sim.grants().items()}
+def _latency(sim: ControlTarget, args: list[str]) -> None:
+    rpc, seconds = _args(args, 2, "latency RPC SECONDS")
+    sim.set_latency(rpc, _seconds(seconds))
 
 
 _HANDLERS: dict[str, Callable[[ControlTarget, list[str]], Any]] = {
     "status": lambda sim, a: sim.status(),
-    "grants": lambda sim, a: _grants(sim),
+    "grants": lambda sim, a: {gid: g.to_json() for gid, g in sim.grants().items()},
     "health": _health,
-    "remove": lambda sim, a: sim.remove_device(_minor(_arg(a, "remove MINOR"))),
-    "add": lambda sim, a: sim.add_device(_minor(_arg(a, "add MINOR"))),
+    "remove": lambda sim, a: sim.remove_device(_minor(_args(a, 1, "remove MINOR")[0])),
+    "add": lambda sim, a: sim.add_device(_minor(_args(a, 1, "add MINOR")[0])),
     "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5, schema=a[1] if len(a) > 1 else None),
-    "reflection": lambda sim, a: sim.set_reflection(_on_off(_arg(a, "reflection on|off"))),
+    "reflection": _reflection,
     "crash": lambda sim, a: sim.crash(),
     "revive": lambda sim, a: sim.revive(),
-    "slow-start": lambda sim, a: sim.slow_start(_seconds(_arg(a, "slow-start SECONDS"))),
-    "latency": lambda sim, a: (
-        sim.set_latency(a[0], _seconds(a[1]))
-        if len(a) == 2
-        else (_ for _ in ()).throw(ValueError("usage: latency RPC SECONDS"))
-    ),
-    "drift": lambda sim, a: sim.set_drift(_arg(a, "drift MODE|none")),
-    "error-mode": lambda sim, a: sim.set_error_mode(_arg(a, "error-mode inband|grpc")),
-    "topology": lambda sim, a: _topology(sim, a),
+    "slow-start": lambda sim, a: sim.slow_start(_seconds(_args(a, 1, "slow-start SECONDS")[0])),
+    "latency": _latency,
+    "drift": lambda sim, a: sim.set_drift(_args(a, 1, "drift MODE|none")[0]),
+    "error-mode": lambda sim, a: sim.set_error_mode(_args(a, 1, "error-mode inband|grpc")[0]),
+    "topology": _topology,
     "enable": lambda sim, a: sim.set_enabled(True),
     "disable": lambda sim, a: sim.set_enabled(False),
-    "duplicate-id": lambda sim, a: sim.set_duplicate_id_mode(_arg(a, "duplicate-id reject|idempotent")),
-    "release-unknown": lambda sim, a: sim.set_release_unknown(_arg(a, "release-unknown not-found|ok")),
-    "exporter": lambda sim, a: sim.set_exporter_state(_arg(a, "exporter running|stopped|error")),
+    "duplicate-id": lambda sim, a: sim.set_duplicate_id_mode(_args(a, 1, "duplicate-id reject|idempotent")[0]),
+    "release-unknown": lambda sim, a: sim.set_release_unknown(_args(a, 1, "release-unknown not-found|ok")[0]),
+    "exporter": lambda sim, a: sim.set_exporter_state(_args(a, 1, "exporter running|stopped|error")[0]),
     "close-streams": lambda sim, a: sim.close_streams(),
 }
 
 
 def run_command(sim: ControlTarget, argv: list[str]) -> Any:
-    """Apply one control command to ``sim``; ValueError for bad input."""
+    """Apply one command to ``sim`` ("ok" unless it has a result); ValueError for bad input."""
     if not argv:
         raise ValueError("empty command")
     handler = _HANDLERS.get(argv[0])
@@ -157,20 +150,13 @@ def run_command(sim: ControlTarget, argv: list[str]) -> Any:
     return "ok" if result is None else result
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
-    sim: ControlTarget
-
-
 class _Handler(socketserver.StreamRequestHandler):
-    server: _Server
+    server: ControlServer
 
     def handle(self) -> None:
         for raw in self.rfile:
             try:
-                request = json.loads(raw)
-                argv = request["argv"]
+                argv = json.loads(raw)["argv"]
                 if not isinstance(argv, list):
                     raise ValueError("argv must be a list")
                 log.info("control: %s", " ".join(str(a) for a in argv))
@@ -181,32 +167,26 @@ class _Handler(socketserver.StreamRequestHandler):
             self.wfile.flush()
 
 
-class ControlServer:
-    def __init__(self, sim: ControlTarget, path: Path) -> None:
-        self.path = path
-        self.sim = sim
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """Serves ``path`` on a thread of its own from construction until :meth:`stop`."""
 
-    def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            self.path.unlink()
-        server = _Server(str(self.path), _Handler)
-        server.sim = self.sim
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="xdm-sim-control", daemon=True
-        )
-        self._thread.start()
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, sim: ControlTarget, path: Path) -> None:
+        self.sim = sim
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        super().__init__(str(path), _Handler)
+        threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="xdm-sim-control", daemon=True
+        ).start()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self.path.exists():
-            self.path.unlink()
+        self.shutdown()
+        self.server_close()
+        self.path.unlink(missing_ok=True)
 
 
 def send_command(path: Path, argv: list[str], timeout: float = 60.0) -> Any:
@@ -218,13 +198,7 @@ def send_command(path: Path, argv: list[str], timeout: float = 60.0) -> Any:
         except OSError as exc:
             raise ConnectionError(f"control socket {path}: {exc.strerror or exc} (is xdm-sim running?)") from exc
         sock.sendall(json.dumps({"argv": argv}).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    reply = json.loads(buf)
+        reply = json.loads(sock.makefile("rb").readline())
     if not reply.get("ok"):
         raise RuntimeError(str(reply.get("error")))
     return reply.get("result")

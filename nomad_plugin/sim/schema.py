@@ -1,52 +1,45 @@
-"""Served-schema modes: the simulator answers in a schema other than the reconstruction.
+"""What the simulator puts on the wire: the served schema, and schema drift on top of it.
 
-Every field number in ``proto/lingjun/`` is a guess (xdm-api.md R2). A real XDM
-that keeps the names but numbers the fields differently decodes *silently* wrong
-in a client that trusts the guess. These modes make that trap reproducible:
+Every field number of the reconstructed proto (``proto/lingjun/``) is a guess
+(docs/xdm-risks.md): a real XDM that keeps the names but numbers the fields
+otherwise decodes silently wrong in a client that trusts the guess. The served
+schemas make that trap reproducible: ``builtin`` (the reconstruction),
+``renumbered`` (the same names, numbers permuted per message: :data:`RENUMBER`)
+and ``foreign`` (the renumbering under :data:`FOREIGN_PACKAGES`, so that even the
+service paths differ). They are built at run time from the reconstruction's
+descriptors; the simulator's logic keeps the builtin classes and messages are
+converted by field name at the gRPC edge.
 
-- ``builtin``: the reconstruction as generated in ``nomad_plugin/_proto/lingjun``.
-- ``renumbered``: same packages, services, messages and field names; field
-  numbers permuted per message (:data:`RENUMBER`). Most swaps keep the wire type,
-  so a builtin client reads UUIDs as PCI bus ids, ``totalCore`` as ``minor``,
-  ``migEnabled`` as ``totalMemory``, container paths as host paths; the rest
-  clash in wire type and vanish into unknown fields (health, memory, Allocate's
-  status, QueryStatus.enabled); AllocateRequest fails to deserialise.
-- ``foreign``: the same renumbering under other proto packages
-  (:data:`FOREIGN_PACKAGES`), so even the service paths differ.
-
-The schemas are built at run time from the reconstruction's descriptors
-(``descriptor_pb2`` edits, a fresh :class:`DescriptorPool`, message classes from
-``message_factory.GetMessageClass``). The simulator's logic keeps using the
-builtin classes; :meth:`ServedSchema.to_served` / :meth:`ServedSchema.to_builtin`
-convert at the gRPC edge by copying fields by name.
-
-Public API (also for tests and the schema binder): :func:`served_schema`,
-:data:`SCHEMAS`, :meth:`ServedSchema.descriptor_set`,
-:meth:`ServedSchema.render_protos`, :meth:`ServedSchema.emit`.
+Drift modes (``--drift``, comma separated) answer in shapes no schema declares:
+``package=<name>`` (``none``: no package), ``split-services`` (the five monitoring
+RPCs under ``<pkg>.XpuExporterService``), ``extra-fields`` (unknown fields 1000 and
+1001 in every response message, nested ones too), ``type-clash`` (``Device.health``
+as a bool varint; ``totalMemory`` and ``MetricData.metricId`` as decimal strings),
+``status-shift`` (a failure's status and message at fields 15 and 16, so that it
+looks like success) and ``minor-omit-zero`` (Allocate reads ``minor: 0`` as "left
+empty").
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
+from nomad_plugin.util.protowire import VARINT, encode_len_field, tag, varint
 
 SCHEMAS = ("builtin", "renumbered", "foreign")
 DEVICE_FILE = "api_outer.proto"
 CONFIG_FILE = "config_service.proto"
 DESCRIPTOR_SET_FILE = "descriptor_set.pb"
 BUILTIN_PACKAGES = ("xdm", "config")
-FOREIGN_PACKAGES = ("ljrk.dp2mgr.v1", "ljrk.controller.v1")  # in no R1 probe candidate list
-DEVICE_SERVICE = "XpuDeviceManagerService"
-CONFIG_SERVICE = "AmpConfigService"
+FOREIGN_PACKAGES = ("ljrk.dp2mgr.v1", "ljrk.controller.v1")  # not among the plugin's probed package names
 
 # message -> field -> served number. Each row is a permutation of that message's
 # builtin numbers (one-field messages move instead) (tests/sim/test_schema_modes.py checks it). Comments: what a
@@ -101,85 +94,52 @@ RENUMBER: dict[str, dict[str, int]] = {
 # fmt: on
 
 
-def _builtin_files() -> tuple[descriptor_pb2.FileDescriptorProto, descriptor_pb2.FileDescriptorProto]:
-    device = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
-    config = descriptor_pb2.FileDescriptorProto.FromString(cfg.DESCRIPTOR.serialized_pb)
-    return device, config
-
-
-def _retype(name: str, old: str, new: str) -> str:
-    prefix = f".{old}."
-    return f".{new}." + name[len(prefix) :] if name.startswith(prefix) else name
-
-
 def _transform(
     fdp: descriptor_pb2.FileDescriptorProto, filename: str, package: str, renumber: bool
 ) -> descriptor_pb2.FileDescriptorProto:
     out = descriptor_pb2.FileDescriptorProto()
     out.CopyFrom(fdp)
-    old = fdp.package
-    out.name = filename
-    out.package = package
+    out.name, out.package = filename, package
+    old, new = f".{fdp.package}.", f".{package}."
+
+    def retype(name: str) -> str:
+        return new + name[len(old) :] if name.startswith(old) else name
+
     for msg in out.message_type:
-        table = RENUMBER.get(msg.name) if renumber else None
-        for field in msg.field:
-            if field.type_name:
-                field.type_name = _retype(field.type_name, old, package)
-            if table is not None:
-                field.number = table[field.name]
-        if table is not None:
-            ordered = sorted(msg.field, key=lambda f: f.number)
-            copies = [descriptor_pb2.FieldDescriptorProto() for _ in ordered]
-            for dst, src in zip(copies, ordered, strict=True):
-                dst.CopyFrom(src)
-            del msg.field[:]
-            msg.field.extend(copies)
-            _reindex_oneofs(msg)
-        for nested in msg.nested_type:  # map entries
-            for field in nested.field:
-                if field.type_name:
-                    field.type_name = _retype(field.type_name, old, package)
-    for service in out.service:
-        for method in service.method:
-            method.input_type = _retype(method.input_type, old, package)
-            method.output_type = _retype(method.output_type, old, package)
+        table = RENUMBER.get(msg.name, {}) if renumber else {}
+        for fd in msg.field:
+            fd.number = table.get(fd.name, fd.number)
+        ordered = [type(fd).FromString(fd.SerializeToString()) for fd in sorted(msg.field, key=lambda f: f.number)]
+        del msg.field[:]
+        msg.field.extend(ordered)  # declared in number order, as protoc would list them
+        for fd in [*msg.field, *(f for nested in msg.nested_type for f in nested.field)]:
+            if fd.type_name:
+                fd.type_name = retype(fd.type_name)
+    for method in (m for service in out.service for m in service.method):
+        method.input_type, method.output_type = retype(method.input_type), retype(method.output_type)
     return out
 
 
-def _reindex_oneofs(msg: descriptor_pb2.DescriptorProto) -> None:
-    """Synthetic oneofs (proto3 ``optional``) must follow their field's new position."""
-    if not msg.oneof_decl:
-        return
-    names = {i: d.name for i, d in enumerate(msg.oneof_decl)}
-    order: list[str] = []
-    for field in msg.field:
-        if field.HasField("oneof_index"):
-            name = names[field.oneof_index]
-            if name not in order:
-                order.append(name)
-    decls = {d.name: descriptor_pb2.OneofDescriptorProto(name=d.name) for d in msg.oneof_decl}
-    del msg.oneof_decl[:]
-    msg.oneof_decl.extend(decls[n] for n in order)
-    for field in msg.field:
-        if field.HasField("oneof_index"):
-            field.oneof_index = order.index(names[field.oneof_index])
+def _copy(msg: Message, cls: type[Message]) -> Message:
+    """``msg`` as a ``cls``, field by field by name (protobuf's JSON mapping does the walk)."""
+    return json_format.ParseDict(json_format.MessageToDict(msg, preserving_proto_field_name=True), cls())
 
 
 class ServedSchema:
-    """One served schema: its descriptors, pool, message classes and edge conversions."""
+    """One served schema: its file descriptors, descriptor pool and the conversions at the gRPC edge."""
 
     def __init__(self, name: str) -> None:
         if name not in SCHEMAS:
             raise ValueError(f"schema: {name!r} is not one of {', '.join(SCHEMAS)}")
         self.name = name
-        device, config = _builtin_files()
-        packages = FOREIGN_PACKAGES if name == "foreign" else BUILTIN_PACKAGES
+        self.device_package, self.config_package = FOREIGN_PACKAGES if name == "foreign" else BUILTIN_PACKAGES
         renumber = name != "builtin"
         self.files = (
-            _transform(device, DEVICE_FILE, packages[0], renumber),
-            _transform(config, CONFIG_FILE, packages[1], renumber),
-        )
-        self.device_package, self.config_package = packages
+            _transform(descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb), DEVICE_FILE,
+                       self.device_package, renumber),
+            _transform(descriptor_pb2.FileDescriptorProto.FromString(cfg.DESCRIPTOR.serialized_pb), CONFIG_FILE,
+                       self.config_package, renumber),
+        )  # fmt: skip
         self.pool = descriptor_pool.DescriptorPool()
         for fdp in self.files:
             self.pool.Add(fdp)
@@ -187,216 +147,177 @@ class ServedSchema:
         from grpc_reflection.v1alpha import reflection_pb2
 
         self.pool.AddSerializedFile(reflection_pb2.DESCRIPTOR.serialized_pb)
-        self._classes: dict[str, type[Message]] = {}
-        self._by_builtin: dict[type[Message], type[Message]] = {}
-
-    @property
-    def builtin(self) -> bool:
-        return self.name == "builtin"
 
     @property
     def device_service(self) -> str:
-        return f"{self.device_package}.{DEVICE_SERVICE}"
+        return f"{self.device_package}.XpuDeviceManagerService"
 
     @property
     def config_service(self) -> str:
-        return f"{self.config_package}.{CONFIG_SERVICE}"
-
-    def service_names(self) -> list[str]:
-        return [self.device_service, self.config_service]
+        return f"{self.config_package}.AmpConfigService"
 
     def message_class(self, short_name: str, config: bool = False) -> type[Message]:
-        """The served class for a message named as in the reconstruction (e.g. ``"Device"``)."""
+        """The served class of a message named as in the reconstruction (e.g. ``"Device"``)."""
         full = f"{self.config_package if config else self.device_package}.{short_name}"
-        cls = self._classes.get(full)
-        if cls is None:
-            cls = message_factory.GetMessageClass(self.pool.FindMessageTypeByName(full))
-            self._classes[full] = cls
-        return cls
+        return message_factory.GetMessageClass(self.pool.FindMessageTypeByName(full))
 
-    def served_class(self, builtin_cls: type[Message]) -> type[Message]:
-        cls = self._by_builtin.get(builtin_cls)
-        if cls is None:
-            desc = builtin_cls.DESCRIPTOR
-            cls = self.message_class(desc.name, config=desc.file.package == BUILTIN_PACKAGES[1])
-            self._by_builtin[builtin_cls] = cls
-        return cls
+    def _served_class(self, builtin_cls: type[Message]) -> type[Message]:
+        desc = builtin_cls.DESCRIPTOR
+        return self.message_class(desc.name, config=desc.file.package == BUILTIN_PACKAGES[1])
 
     def to_served(self, msg: Message) -> Message:
-        """A builtin message as the served schema's message (copied by field name)."""
-        if self.builtin:
-            return msg
-        out = self.served_class(type(msg))()
-        copy_by_name(msg, out)
-        return out
-
-    def to_builtin(self, msg: Message, builtin_cls: type[Message]) -> Message:
-        if self.builtin:
-            return msg
-        out = builtin_cls()
-        copy_by_name(msg, out)
-        return out
+        """A builtin message as the served schema's message."""
+        return msg if self.name == "builtin" else _copy(msg, self._served_class(type(msg)))
 
     def decoder(self, builtin_cls: type[Message]) -> Callable[[bytes], Message]:
         """A request deserialiser: served wire bytes -> builtin message."""
-        if self.builtin:
+        if self.name == "builtin":
             return builtin_cls.FromString
-        return functools.partial(_decode, self, builtin_cls, self.served_class(builtin_cls))
+        served_cls = self._served_class(builtin_cls)
+        return lambda data: _copy(served_cls.FromString(data), builtin_cls)
 
-    # ------------------------------------------------------------ emission
     def descriptor_set(self) -> descriptor_pb2.FileDescriptorSet:
-        """Like ``protoc --include_imports --descriptor_set_out`` (the files import nothing)."""
+        """As ``protoc --include_imports --descriptor_set_out`` writes it (the files import nothing)."""
         return descriptor_pb2.FileDescriptorSet(file=list(self.files))
 
     def render_protos(self) -> dict[str, str]:
-        """File name -> ``.proto`` source rendered from the descriptors (compiles with protoc)."""
+        """File name -> ``.proto`` source rendered from the descriptors (it compiles with protoc)."""
         return {fdp.name: render_proto(fdp, f"xdm-sim served schema {self.name!r}") for fdp in self.files}
 
     def emit(self, directory: Path) -> list[Path]:
         """Write the ``.proto`` files and ``descriptor_set.pb`` into ``directory``."""
         directory.mkdir(parents=True, exist_ok=True)
-        written: list[Path] = []
+        written = []
         for name, text in self.render_protos().items():
-            path = directory / name
-            path.write_text(text)
-            written.append(path)
-        path = directory / DESCRIPTOR_SET_FILE
-        path.write_bytes(self.descriptor_set().SerializeToString())
-        written.append(path)
-        return written
-
-
-def _decode(schema: ServedSchema, builtin_cls: type[Message], served_cls: type[Message], data: bytes) -> Message:
-    return schema.to_builtin(served_cls.FromString(data), builtin_cls)
+            (directory / name).write_text(text)
+            written.append(directory / name)
+        (directory / DESCRIPTOR_SET_FILE).write_bytes(self.descriptor_set().SerializeToString())
+        return [*written, directory / DESCRIPTOR_SET_FILE]
 
 
 @functools.cache
 def served_schema(name: str) -> ServedSchema:
-    """The (cached, immutable) :class:`ServedSchema` called ``name``; ValueError if unknown."""
+    """The (immutable, shared) schema called ``name``; ValueError if unknown."""
     return ServedSchema(name)
 
 
-_SCALAR, _SCALAR_LIST, _SCALAR_MAP, _MESSAGE_MAP, _MESSAGE_LIST, _MESSAGE = range(6)
-_kinds: dict[str, int] = {}  # field full name -> how to copy it (descriptor options are slow to ask)
-
-
-def _kind(fd: FieldDescriptor) -> int:
-    kind = _kinds.get(fd.full_name)
-    if kind is None:
-        msg = fd.message_type
-        if msg is None:
-            kind = _SCALAR_LIST if fd.is_repeated else _SCALAR
-        elif msg.GetOptions().map_entry:
-            kind = _SCALAR_MAP if msg.fields_by_name["value"].message_type is None else _MESSAGE_MAP
-        else:
-            kind = _MESSAGE_LIST if fd.is_repeated else _MESSAGE
-        _kinds[fd.full_name] = kind
-    return kind
-
-
-def copy_by_name(src: Message, dst: Message) -> None:
-    """Copy every set field of ``src`` into ``dst`` by field name (types must agree)."""
-    for fd, value in src.ListFields():
-        kind = _kind(fd)
-        if kind == _SCALAR:
-            setattr(dst, fd.name, value)
-            continue
-        target: Any = getattr(dst, fd.name)
-        if kind == _SCALAR_LIST:
-            target.extend(value)
-        elif kind == _SCALAR_MAP:
-            target.update(value)
-        elif kind == _MESSAGE_LIST:
-            for item in value:
-                copy_by_name(item, target.add())
-        elif kind == _MESSAGE:
-            target.SetInParent()
-            copy_by_name(value, target)
-        else:
-            for key, item in value.items():
-                copy_by_name(item, target[key])
-
-
-# ---------------------------------------------------------------- .proto rendering
-_SCALARS = {
-    FieldDescriptor.TYPE_DOUBLE: "double", FieldDescriptor.TYPE_FLOAT: "float", FieldDescriptor.TYPE_INT64: "int64",
-    FieldDescriptor.TYPE_UINT64: "uint64", FieldDescriptor.TYPE_INT32: "int32", FieldDescriptor.TYPE_FIXED64: "fixed64",
-    FieldDescriptor.TYPE_FIXED32: "fixed32", FieldDescriptor.TYPE_BOOL: "bool", FieldDescriptor.TYPE_STRING: "string",
-    FieldDescriptor.TYPE_BYTES: "bytes", FieldDescriptor.TYPE_UINT32: "uint32", FieldDescriptor.TYPE_SFIXED32: "sfixed32",
-    FieldDescriptor.TYPE_SFIXED64: "sfixed64", FieldDescriptor.TYPE_SINT32: "sint32", FieldDescriptor.TYPE_SINT64: "sint64",
-}  # fmt: skip
-
-
-def _type_ref(field: descriptor_pb2.FieldDescriptorProto, package: str) -> str:
-    if field.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_ENUM):
-        prefix = f".{package}."
-        name = field.type_name
-        return name[len(prefix) :] if name.startswith(prefix) else name
-    return _SCALARS[field.type]
-
-
-def _render_message(msg: descriptor_pb2.DescriptorProto, package: str, indent: str) -> list[str]:
-    entries = {n.name: n for n in msg.nested_type if n.options.map_entry}
-    lines = [f"{indent}message {msg.name} {{"]
-    for nested in msg.nested_type:
-        if not nested.options.map_entry:
-            lines.extend(_render_message(nested, package, indent + "  "))
-    for enum in msg.enum_type:
-        lines.extend(_render_enum(enum, indent + "  "))
-    for field in msg.field:
-        entry_name = field.type_name.rsplit(".", 1)[-1]
-        if field.type == FieldDescriptor.TYPE_MESSAGE and entry_name in entries and field.label == field.LABEL_REPEATED:
-            key, value = entries[entry_name].field
-            decl = f"map<{_type_ref(key, package)}, {_type_ref(value, package)}>"
-        else:
-            label = "repeated " if field.label == field.LABEL_REPEATED else ""
-            if field.proto3_optional:
-                label = "optional "
-            elif field.HasField("oneof_index"):
-                raise ValueError(f"{msg.name}.{field.name}: real oneofs are not rendered")
-            decl = label + _type_ref(field, package)
-        lines.append(f"{indent}  {decl} {field.name} = {field.number};")
-    lines.append(f"{indent}}}")
-    return lines
-
-
-def _render_enum(enum: descriptor_pb2.EnumDescriptorProto, indent: str) -> list[str]:
-    body = [f"{indent}  {v.name} = {v.number};" for v in enum.value]
-    return [f"{indent}enum {enum.name} {{", *body, f"{indent}}}"]
-
-
 def render_proto(fdp: descriptor_pb2.FileDescriptorProto, origin: str) -> str:
-    """``.proto`` source for a proto3 file descriptor without options beyond go_package."""
-    lines = [f"// Generated from descriptors: {origin}.", 'syntax = "proto3";', ""]
-    if fdp.package:
-        lines += [f"package {fdp.package};", ""]
-    lines += [f'import "{dep}";' for dep in fdp.dependency]
+    """``.proto`` source of a proto3 file of services and flat messages (maps, optional, repeated)."""
+
+    def short(type_name: str) -> str:
+        return type_name.removeprefix(f".{fdp.package}.")
+
+    def type_of(fd: descriptor_pb2.FieldDescriptorProto) -> str:
+        return short(fd.type_name) if fd.type_name else fd.Type.Name(fd.type).removeprefix("TYPE_").lower()
+
+    lines = [f"// Generated from descriptors: {origin}.", 'syntax = "proto3";', "", f"package {fdp.package};", ""]
     if fdp.options.HasField("go_package"):
         lines += [f'option go_package = "{fdp.options.go_package}";', ""]
     for service in fdp.service:
         lines.append(f"service {service.name} {{")
         for m in service.method:
-            req = ("stream " if m.client_streaming else "") + _short(m.input_type, fdp.package)
-            resp = ("stream " if m.server_streaming else "") + _short(m.output_type, fdp.package)
-            lines.append(f"  rpc {m.name}({req}) returns ({resp});")
+            stream = "stream " if m.server_streaming else ""
+            lines.append(f"  rpc {m.name}({short(m.input_type)}) returns ({stream}{short(m.output_type)});")
         lines += ["}", ""]
-    for enum in fdp.enum_type:
-        lines += [*_render_enum(enum, ""), ""]
     for msg in fdp.message_type:
-        lines += [*_render_message(msg, fdp.package, ""), ""]
+        entries = {f".{fdp.package}.{msg.name}.{n.name}": n for n in msg.nested_type if n.options.map_entry}
+        lines.append(f"message {msg.name} {{")
+        for fd in msg.field:
+            if fd.type_name in entries:
+                key, value = entries[fd.type_name].field
+                decl = f"map<{type_of(key)}, {type_of(value)}>"
+            else:
+                label = "optional " if fd.proto3_optional else "repeated " if fd.label == fd.LABEL_REPEATED else ""
+                decl = label + type_of(fd)
+            lines.append(f"  {decl} {fd.name} = {fd.number};")
+        lines += ["}", ""]
     return "\n".join(lines)
 
 
-def _short(type_name: str, package: str) -> str:
-    prefix = f".{package}."
-    return type_name[len(prefix) :] if type_name.startswith(prefix) else type_name
+# ---------------------------------------------------------------- drift
+
+DEFAULT_PACKAGE = "xdm"
+_FLAGS = ("split-services", "extra-fields", "type-clash", "status-shift", "minor-omit-zero")
+EXTRA_FIELDS = tag(1000, VARINT) + varint(1) + encode_len_field(1001, b"xdm-sim-extra")
+SHIFTED_STATUS_FIELD, SHIFTED_MESSAGE_FIELD = 15, 16
 
 
-def field_numbers(schema: ServedSchema, messages: Iterable[str] = RENUMBER) -> dict[str, dict[str, int]]:
-    """message -> field -> number in ``schema`` (for reports and tests)."""
-    out: dict[str, dict[str, int]] = {}
-    for name in messages:
-        config = name in ("EnableResponse", "DisableResponse", "QueryStatusResponse")
-        desc = schema.message_class(name, config=config).DESCRIPTOR
-        out[name] = {f.name: f.number for f in desc.fields}
-    return out
+@dataclass(frozen=True)
+class Drift:
+    package: str = DEFAULT_PACKAGE
+    split_services: bool = False
+    extra_fields: bool = False
+    type_clash: bool = False
+    status_shift: bool = False
+    minor_omit_zero: bool = False
+
+    def describe(self) -> str:
+        flags = [name for name in _FLAGS if getattr(self, name.replace("-", "_"))]
+        return ",".join(([f"package={self.package}"] if self.package != DEFAULT_PACKAGE else []) + flags) or "none"
+
+    def service(self, schema: ServedSchema, name: str) -> str:
+        """The full name of dp2mgr service ``name``: drift's package, else the served schema's."""
+        if self.package == DEFAULT_PACKAGE:
+            return f"{schema.device_package}.{name}"
+        return f"{self.package}.{name}" if self.package else name
+
+    def serialize(self, msg: Message) -> bytes:
+        """``msg`` on the wire with the drift applied (the message itself is left untouched)."""
+        if not (self.extra_fields or self.type_clash or self.status_shift):
+            return msg.SerializeToString()
+        out = type(msg)()
+        out.CopyFrom(msg)
+        declared = out.DESCRIPTOR.fields_by_name
+        if self.status_shift and "status" in declared and getattr(out, "status", 0) != 0:
+            shifted = tag(SHIFTED_STATUS_FIELD, VARINT) + varint(getattr(out, "status", 0))
+            shifted += encode_len_field(SHIFTED_MESSAGE_FIELD, str(getattr(out, "message", "")).encode())
+            out.ClearField("status")
+            if "message" in declared:
+                out.ClearField("message")
+            out.MergeFromString(shifted)
+        self._walk(out)
+        return out.SerializeToString()
+
+    def _walk(self, msg: Message) -> None:
+        for fd, value in msg.ListFields():
+            if fd.message_type is not None and not fd.message_type.GetOptions().map_entry:
+                for child in value if fd.is_repeated else [value]:
+                    self._walk(child)
+        if self.type_clash:
+            _clash(msg)
+        if self.extra_fields:
+            msg.MergeFromString(EXTRA_FIELDS)
+
+
+def _clash(msg: Message) -> None:
+    """Move a declared value into an unknown field of the other wire type (clear it, merge hand-made bytes)."""
+    numbers = {f.name: f.number for f in msg.DESCRIPTOR.fields}
+    moved: dict[str, bytes] = {}
+    name = msg.DESCRIPTOR.name
+    if name == "Device":
+        moved["health"] = tag(numbers["health"], VARINT) + varint(int(getattr(msg, "health", "") == "Healthy"))
+    if name in ("Device", "GpuInfo"):
+        moved["totalMemory"] = encode_len_field(numbers["totalMemory"], str(getattr(msg, "totalMemory", 0)).encode())
+    if name == "MetricData":
+        moved["metricId"] = encode_len_field(numbers["metricId"], str(getattr(msg, "metricId", 0)).encode())
+    for field_name, raw in moved.items():
+        msg.ClearField(field_name)
+        msg.MergeFromString(raw)
+
+
+def parse_drift(spec: str | None) -> Drift:
+    """``"extra-fields,package=api"`` -> Drift; None, "" or "none": no drift; an unknown mode: ValueError."""
+    if spec is None or spec.strip() in ("", "none"):
+        return Drift()
+    changes: dict[str, str | bool] = {}
+    for raw in spec.split(","):
+        item = raw.strip()
+        if item.startswith("package="):
+            package = item.split("=", 1)[1].strip()
+            changes["package"] = "" if package in ("", "none") else package
+        elif item in _FLAGS:
+            changes[item.replace("-", "_")] = True
+        else:
+            known = ", ".join(("package=<name>", *_FLAGS))
+            raise ValueError(f"drift: unknown mode {item!r} (known: {known})")
+    return Drift(**changes)  # type: ignore[arg-type]

@@ -1,108 +1,120 @@
-"""The simulator's public face: :class:`Simulator` (lifecycle, faults, control)."""
+"""The simulator's public face: :class:`Simulator`, its lifecycle, its faults and its two gRPC servers.
+
+Methods are looked up per call, so drift modes (another package, the exporter RPCs
+in a second service), the served schema and reflection take effect at once, even
+on a running server. Every call first passes the fault gate (slow start, per-RPC
+latency or hang). The served schema is applied at this edge only: requests are
+decoded with the served classes into builtin ones and responses the other way,
+so the node's logic (:class:`~nomad_plugin.sim.core.SimCore`) never changes.
+"""
 
 from __future__ import annotations
 
-import json
+import functools
 import math
+import queue
+import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeAlias
 
+import grpc
+from google.protobuf import message_factory, text_format
+from google.protobuf.message import Message
+
+from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
+from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.sim.core import SimCore
-from nomad_plugin.sim.drift import parse_drift
-from nomad_plugin.sim.grants import GrantRecord
-from nomad_plugin.sim.options import (
-    DUPLICATE_ID_MODES,
-    ERROR_MODES,
-    RELEASE_UNKNOWN_MODES,
-    SimOptions,
-    check_choice,
-)
-from nomad_plugin.sim.profiles import NVML_PROFILE, CardSpec, build_cards, resolve_profile
-from nomad_plugin.sim.schema import SCHEMAS, ServedSchema
-from nomad_plugin.sim.server import XdmServers, make_stale_socket
-from nomad_plugin.sim.topology import check_invariants
+from nomad_plugin.sim.allocation import Refusal
+from nomad_plugin.sim.control import ControlServer
+from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
+from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
+from nomad_plugin.sim.schema import ServedSchema, served_schema
 
 log = get_logger("sim")
 
 DP2MGR_SOCKET = "dp2mgr.sock"
 CONFIG_SOCKET = "config-daemon.sock"
 CONTROL_SOCKET = "xdm-sim-control.sock"
-RPC_NAMES = (
-    "ListSupportedXPUType", "ListAndWatch", "Allocate", "Release", "ListGpuInfo", "ExporterGetDataList",
-    "ExporterDataStream", "ExporterGetConfig", "ExporterGetStatus", "Enable", "Disable", "QueryStatus",
-)  # fmt: skip
+MAX_WORKERS = 256  # every open stream holds one worker thread (created lazily)
+REFLECTION_PATHS = (  # v1 has the same wire format as v1alpha
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+)
+DP2MGR = pb.DESCRIPTOR.services_by_name["XpuDeviceManagerService"]
+CONFIG = cfg.DESCRIPTOR.services_by_name["AmpConfigService"]
+RPC_NAMES = tuple(m.name for service in (DP2MGR, CONFIG) for m in service.methods)
+# The SimCore method answering each unary RPC (its message types come from the service descriptors).
+UNARY: dict[str, Callable[[SimCore, Any], Message]] = {
+    "ListSupportedXPUType": SimCore.list_xpu_types, "Allocate": SimCore.allocate, "Release": SimCore.release,
+    "ListGpuInfo": SimCore.gpu_info, "ExporterGetDataList": SimCore.data_list,
+    "ExporterGetConfig": SimCore.exporter_config, "ExporterGetStatus": SimCore.exporter_status,
+    "Enable": SimCore.enable, "Disable": SimCore.disable, "QueryStatus": SimCore.query_status,
+}  # fmt: skip
+EXPORTER_RPCS = ("ListGpuInfo", "ExporterGetDataList", "ExporterDataStream", "ExporterGetConfig", "ExporterGetStatus")
+_CANCELLED = object()
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
-class Simulator:
+class _Dispatch(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    def __init__(self, table: Callable[[], dict[str, Handler]]) -> None:
+        self._table = table
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Handler | None:
+        method: str = handler_call_details.method
+        return self._table().get(method)
+
+
+class Simulator(SimCore):
     """A simulated XDM node serving ``dp2mgr.sock`` and ``config-daemon.sock`` in ``socket_dir``.
 
-    Options are :class:`~nomad_plugin.sim.options.SimOptions` fields. Use as a
-    context manager or call :meth:`start` / :meth:`stop`.
+    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields. Use it as a
+    context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     def __init__(
         self, socket_dir: Path | str, profile: str = "h800-8", state_file: Path | str | None = None, **options: Any
     ) -> None:
+        opts = SimOptions.from_kwargs(options)
+        reader = None
+        if profile == NVML_PROFILE or opts.nvml_mirror:
+            from nomad_plugin.sim import nvml_mirror
+
+            cards, handles = nvml_mirror.load_cards(opts.topology_variant)
+            profile, reader = NVML_PROFILE, nvml_mirror.make_reader(handles)
+        else:
+            spec = resolve_profile(profile)
+            profile, cards = spec.name, build_cards(spec, opts.topology_variant)
+        super().__init__(profile, cards, opts, Path(state_file) if state_file is not None else None, reader)
         self.socket_dir = Path(socket_dir)
-        self.options = SimOptions.from_kwargs(options)
-        self.profile = profile
-        cards, reader = self._load_cards(profile)
-        if self.options.topology_variant == "normal":
-            problems = check_invariants({c.minor: json.loads(c.topology_json) for c in cards})
-            if problems:
-                raise ValueError(f"profile {profile}: topology self-check failed: {problems[0]}")
-        self.cards: list[CardSpec] = cards
-        self.state_file = Path(state_file) if state_file is not None else None
-        self.core = SimCore(profile, cards, self.options, self.state_file, reader)
+        self.schema: ServedSchema = served_schema(opts.schema)
         self.dp2mgr_path = self.socket_dir / DP2MGR_SOCKET
         self.config_path = self.socket_dir / CONFIG_SOCKET
         self.control_path = self.socket_dir / CONTROL_SOCKET
-        self._servers = XdmServers(
-            self.core, self.dp2mgr_path, self.config_path, self.options.schema, self.options.reflection
-        )
+        self.crashed = False
         self._lifecycle = threading.RLock()
+        self._servers: list[grpc.Server] = []
+        self._stopping = threading.Event()  # set while the servers stop: gated calls end UNAVAILABLE
         self._collector_stop = threading.Event()
         self._collector: threading.Thread | None = None
-        self._control: Any = None
-        self.crashed = False
-
-    def _load_cards(self, profile: str) -> tuple[list[CardSpec], Any]:
-        if profile == NVML_PROFILE or self.options.nvml_mirror:
-            from nomad_plugin.sim import nvml_mirror
-
-            cards, handles = nvml_mirror.load_cards(self.options.topology_variant)
-            self.profile = NVML_PROFILE
-            return cards, nvml_mirror.make_reader(handles)
-        spec = resolve_profile(profile)
-        self.profile = spec.name
-        return build_cards(spec, self.options.topology_variant), None
+        self._control: ControlServer | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> Simulator:
         with self._lifecycle:
-            self._servers.start()
-            self.crashed = False
+            self._serve()
             if self._collector is None:
                 self._collector_stop.clear()
                 self._collector = threading.Thread(target=self._collect_loop, name="xdm-sim-collector", daemon=True)
                 self._collector.start()
             if self.options.control and self._control is None:
                 self._start_control()
-        log.info(
-            "xdm-sim %s: %d cards on %s (%s)",
-            self.profile, len(self.cards), self.socket_dir, ", ".join(f"{c.minor}:{c.model}" for c in self.cards[:1]),
-        )  # fmt: skip
+        log.info("xdm-sim %s: %d x %s on %s", self.profile, len(self.cards), self.cards[0].model, self.socket_dir)
         return self
-
-    def _start_control(self) -> None:
-        from nomad_plugin.sim.control import ControlServer
-
-        self._control = ControlServer(self, self.control_path)
-        self._control.start()
 
     def stop(self) -> None:
         with self._lifecycle:
@@ -113,10 +125,7 @@ class Simulator:
             if self._collector is not None:
                 self._collector.join(5.0)
                 self._collector = None
-            self._servers.stop()
-            for path in (self.dp2mgr_path, self.config_path):
-                if path.exists():
-                    path.unlink()  # also a crash's stale files
+            self._unserve()
 
     def __enter__(self) -> Simulator:
         return self.start()
@@ -124,95 +133,104 @@ class Simulator:
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
 
+    def _start_control(self) -> None:
+        self._control = ControlServer(self, self.control_path)
+
     def _collect_loop(self) -> None:
-        interval = self.options.collect_interval_ms / 1000.0
-        while not self._collector_stop.wait(interval):
+        while not self._collector_stop.wait(self.options.collect_interval_ms / 1000.0):
             try:
-                self.core.collect()
-            except Exception:  # never let the collector die silently
+                self.collect()
+            except Exception:  # the collector must not die silently
                 log.exception("metrics collection failed")
+
+    def _serve(self) -> None:
+        self._stopping.clear()
+        for path, config in ((self.dp2mgr_path, False), (self.config_path, True)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)  # a stale socket from a crash
+            server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="xdm-sim"),
+                handlers=[_Dispatch(functools.partial(self._table, config))],
+                maximum_concurrent_rpcs=None,
+            )
+            server.add_insecure_port(f"unix:{path}")
+            server.start()
+            self._servers.append(server)
+
+    def _unserve(self, grace: float = 0.1) -> None:
+        """End the streams with UNAVAILABLE, stop serving, remove the socket files."""
+        self.close_streams()
+        self._stopping.set()
+        servers, self._servers = self._servers, []
+        for event in [s.stop(grace) for s in servers]:
+            event.wait(5.0)
+        self.dp2mgr_path.unlink(missing_ok=True)
+        self.config_path.unlink(missing_ok=True)
 
     # ------------------------------------------------------------ faults
     def restart(
-        self,
-        downtime: float = 0.5,
-        remove_dir: bool = False,
-        schema: str | None = None,
-        reflection: bool | None = None,
+        self, downtime: float = 0.5, remove_dir: bool = False, schema: str | None = None, reflection: bool | None = None
     ) -> None:
-        """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, re-bind.
+        """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, bind again.
 
-        Grants survive: read back from the state file, or kept in memory.
-        ``remove_dir`` also removes the socket directory during the downtime
-        (only when nothing but the simulator's own sockets is in it).
-        ``schema`` / ``reflection``: come back serving another schema (an
-        upgraded XDM), with or without server reflection.
+        Grants survive (read back from the state file, or kept in memory). ``remove_dir``
+        also removes the socket directory during the downtime (only when nothing but the
+        simulator's own sockets is in it). ``schema`` and ``reflection``: come back as an
+        upgraded XDM serving another schema, with or without server reflection.
         """
         if schema is not None:
-            check_choice("schema", schema, SCHEMAS)
+            check_choice("schema", schema, CHOICES["schema"])
         with self._lifecycle:
             log.info("restart: down for %.2fs", downtime)
-            self._servers.stop()
+            self._unserve()
             if schema is not None:
                 self.options.schema = schema
-                self._servers.set_schema(schema)
+                self.schema = served_schema(schema)
             if reflection is not None:
                 self.set_reflection(reflection)
             control_was_up = self._control is not None
             if remove_dir:
-                self._remove_socket_dir()
+                if self._control is not None:
+                    self._control.stop()
+                    self._control = None
+                leftovers = sorted(p.name for p in self.socket_dir.iterdir()) if self.socket_dir.exists() else []
+                if leftovers:
+                    raise RuntimeError(f"restart(remove_dir=True): {self.socket_dir} still holds {leftovers}")
+                if self.socket_dir.exists():
+                    self.socket_dir.rmdir()
             time.sleep(downtime)
-            self.core.reload()
-            self._servers.start()
+            self.reload()
+            self._serve()
             self.crashed = False
-            if remove_dir and control_was_up and self._control is None:
+            if remove_dir and control_was_up:
                 self._start_control()
-            log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self._reflection_word())
-
-    def _remove_socket_dir(self) -> None:
-        if self._control is not None:
-            self._control.stop()
-            self._control = None
-        leftovers = [p.name for p in self.socket_dir.iterdir()] if self.socket_dir.exists() else []
-        if leftovers:
-            raise RuntimeError(f"restart(remove_dir=True): {self.socket_dir} still holds {leftovers}")
-        if self.socket_dir.exists():
-            self.socket_dir.rmdir()
+            log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self.options.reflection)
 
     def crash(self) -> None:
-        """Stop serving and leave stale socket files behind (connects get ECONNREFUSED)."""
+        """Stop serving and leave socket files nobody listens on (connects get ECONNREFUSED)."""
         with self._lifecycle:
-            self._servers.stop(grace=0.0)
-            make_stale_socket(self.dp2mgr_path)
-            make_stale_socket(self.config_path)
+            self._unserve(grace=0.0)
+            for path in (self.dp2mgr_path, self.config_path):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
+                    stale.bind(str(path))
             self.crashed = True
             log.info("crash: sockets left stale")
 
     def revive(self) -> None:
-        """Come back after :meth:`crash` (grants read back as after a restart)."""
+        """Come back after :meth:`crash`; grants are read back as after a restart."""
         with self._lifecycle:
-            if self._servers.running:
+            if self._servers:
                 return
-            self.core.reload()
-            self._servers.start()
+            self.reload()
+            self._serve()
             self.crashed = False
             log.info("revive: serving again")
 
     def slow_start(self, seconds: float) -> None:
-        """Every RPC hangs for ``seconds`` from now (starting the servers if they are down)."""
-        with self.core.lock:
-            self.core.hang_until = time.monotonic() + seconds
-        if not self._servers.running:
-            self.revive()
-
-    def set_health(self, minor: int, healthy: bool, reason: str = "") -> None:
-        self.core.set_health(minor, healthy, reason)
-
-    def remove_device(self, minor: int) -> None:
-        self.core.remove_device(minor)
-
-    def add_device(self, minor: int) -> None:
-        self.core.add_device(minor)
+        """Every RPC hangs for ``seconds`` from now (the servers start if they are down)."""
+        with self.lock:
+            self.hang_until = time.monotonic() + seconds
+        self.revive()
 
     def set_latency(self, rpc: str, seconds: float) -> None:
         """Delay every call of ``rpc`` ("*" = all) by ``seconds``; ``math.inf`` hangs; 0 clears."""
@@ -220,100 +238,166 @@ class Simulator:
             raise ValueError(f"rpc: unknown RPC {rpc!r} (known: *, {', '.join(RPC_NAMES)})")
         if seconds < 0 or math.isnan(seconds):
             raise ValueError(f"seconds: {seconds} must be >= 0")
-        with self.core.lock:
+        with self.lock:
             if seconds == 0:
-                self.core.latency.pop(rpc, None)
+                self.latency.pop(rpc, None)
             else:
-                self.core.latency[rpc] = seconds
-
-    @property
-    def schema(self) -> ServedSchema:
-        """The schema served now (descriptors, pool, ``emit``)."""
-        return self._servers.schema
+                self.latency[rpc] = seconds
 
     def set_reflection(self, on: bool) -> None:
-        """Serve gRPC server reflection (the served schema's descriptors) from the next call on."""
+        """Serve gRPC server reflection of the served schema from the next call on."""
         self.options.reflection = on
-        self._servers.reflection = on
-        log.info("reflection: %s", self._reflection_word())
-
-    def _reflection_word(self) -> str:
-        return "on" if self.options.reflection else "off"
-
-    def set_drift(self, mode: str | None) -> None:
-        drift = parse_drift(mode)
-        with self.core.lock:
-            self.core.drift = drift
-        log.info("drift: %s", drift.describe())
-
-    def set_error_mode(self, mode: str) -> None:
-        check_choice("error_mode", mode, ERROR_MODES)
-        self.options.error_mode = mode
-
-    def set_enabled(self, enabled: bool) -> None:
-        self.core.set_enabled(enabled)
-
-    def set_topology_level(self, name: str, value: str | None, minors: list[int] | None = None) -> None:
-        """Set a string topology level (``leafSwitch``, ``pointOfDelivery``, ...) on cards, or remove it."""
-        self.core.set_topology_level(name, value, minors)
-        self.cards = [self.core.cards[c.minor] for c in self.cards]
-
-    def calls(self) -> dict[str, int]:
-        """How many times each RPC was called (streams count once per subscription)."""
-        with self.core.lock:
-            return dict(self.core.calls)
-
-    def set_duplicate_id_mode(self, mode: str) -> None:
-        check_choice("duplicate_id_mode", mode, DUPLICATE_ID_MODES)
-        self.options.duplicate_id_mode = mode
-
-    def set_release_unknown(self, mode: str) -> None:
-        check_choice("release_unknown", mode, RELEASE_UNKNOWN_MODES)
-        self.options.release_unknown = mode
-
-    def set_exporter_state(self, state: str) -> None:
-        """ExporterGetStatus reports ``running``, ``stopped`` or ``error`` (not running: no collections)."""
-        self.core.set_exporter_state(state)
-
-    def set_config_failure(self, fail: bool) -> None:
-        """Enable/Disable answer ``success: false`` while set."""
-        self.core.config_fail = fail
-
-    def grants(self) -> dict[str, GrantRecord]:
-        return self.core.grants()
-
-    def close_streams(self) -> None:
-        """End every open ListAndWatch / ExporterDataStream with UNAVAILABLE."""
-        self._servers.close_streams()
+        log.info("reflection: %s", "on" if on else "off")
 
     def status(self) -> dict[str, Any]:
         """A summary for the control channel and logs."""
-        with self.core.lock:
+        with self.lock:
             return {
                 "profile": self.profile,
                 "socket_dir": str(self.socket_dir),
-                "serving": self._servers.running,
+                "serving": bool(self._servers),
                 "crashed": self.crashed,
-                "enabled": self.core.state.enabled,
-                "drift": self.core.drift.describe(),
+                "enabled": self.state.enabled,
+                "drift": self.drift.describe(),
                 "schema": self.options.schema,
                 "reflection": self.options.reflection,
-                "services": self._servers.schema.service_names(),
+                "services": [self.schema.device_service, self.schema.config_service],
                 "error_mode": self.options.error_mode,
-                "exporter": self.core.exporter_state,
-                "latency": dict(self.core.latency),
+                "exporter": self.exporter_state,
+                "latency": dict(self.latency),
                 "cards": [
-                    {
-                        "minor": c.minor,
-                        "uuid": c.uuid,
-                        "model": c.model,
-                        "present": c.minor in self.core.present,
-                        "healthy": self.core.health[c.minor][0],
-                        "reason": self.core.health[c.minor][1],
-                    }
+                    dict(
+                        minor=c.minor, uuid=c.uuid, model=c.model, present=c.minor in self.present, healthy=h, reason=r
+                    )
                     for c in self.cards
+                    for h, r in [self.health[c.minor]]
                 ],
-                "grants": len(self.core.state.grants),
-                "calls": dict(self.core.calls),
-                "subscribers": self.core.subscriber_count(),
+                "grants": len(self.state.grants),
+                "calls": self.calls(),
+                "subscribers": self.subscriber_count(),
             }
+
+    # ------------------------------------------------------------ gRPC
+    def _table(self, config: bool) -> dict[str, Handler]:
+        """Method path -> handler, as served right now."""
+        schema, drift = self.schema, self.drift
+        main = drift.service(schema, DP2MGR.name)
+        exporter = drift.service(schema, "XpuExporterService") if drift.split_services else main
+        streams: dict[str, Callable[[Any, grpc.ServicerContext], Iterator[Message]]] = {
+            "ListAndWatch": self._list_and_watch, "ExporterDataStream": self._data_stream,
+        }  # fmt: skip
+        table: dict[str, Handler] = {}
+        for method in (CONFIG if config else DP2MGR).methods:
+            name = method.name
+            service = schema.config_service if config else exporter if name in EXPORTER_RPCS else main
+            decoder = schema.decoder(message_factory.GetMessageClass(method.input_type))
+            if method.server_streaming:
+                handler = grpc.unary_stream_rpc_method_handler(streams[name], decoder, self._serialize)
+            else:
+                answer = self._unary(name, message_factory.GetMessageClass(method.output_type), UNARY[name])
+                handler = grpc.unary_unary_rpc_method_handler(answer, decoder, self._serialize)
+            table[f"/{service}/{name}"] = handler
+        if self.options.reflection:
+            from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+            services = sorted({path.split("/")[1] for path in table})
+            servicer = reflection.ReflectionServicer([*services, reflection.SERVICE_NAME], pool=schema.pool)
+            handler = grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                reflection_pb2.ServerReflectionRequest.FromString,
+                reflection_pb2.ServerReflectionResponse.SerializeToString,
+            )
+            table.update(dict.fromkeys(REFLECTION_PATHS, handler))
+        return table
+
+    def _serialize(self, msg: Message) -> bytes:
+        return self.drift.serialize(self.schema.to_served(msg))
+
+    def _gate(self, rpc: str, context: grpc.ServicerContext) -> None:
+        """Count the call, then hold it during slow start and injected latency (inf: until the client gives up)."""
+        self.count_call(rpc)
+        with self.lock:
+            delay = self.latency.get(rpc, self.latency.get("*", 0.0))
+            until = math.inf if math.isinf(delay) else max(self.hang_until, time.monotonic() + delay)
+        while time.monotonic() < until:
+            if self._stopping.is_set():
+                context.abort(grpc.StatusCode.UNAVAILABLE, "xdm-sim: service stopping")
+            if not context.is_active():
+                context.abort(grpc.StatusCode.CANCELLED, "client went away")
+            self._stopping.wait(min(0.05, max(0.0, until - time.monotonic())))
+
+    def _unary(
+        self, rpc: str, resp_cls: type[Message], fn: Callable[[SimCore, Any], Message]
+    ) -> Callable[[Any, grpc.ServicerContext], Message]:
+        def handler(request: Any, context: grpc.ServicerContext) -> Message:
+            self._gate(rpc, context)
+            try:
+                response = fn(self, request)
+            except Refusal as why:
+                code = grpc.StatusCode[why.code]
+                log.info("%s %s -> refused %s: %s", rpc, _summary(request), why.code, why.message)
+                if self.options.error_mode == "grpc":
+                    context.abort(code, why.message)
+                return resp_cls(status=code.value[0], message=why.message)
+            log.info("%s %s -> ok%s", rpc, _summary(request), _summary(response))
+            return response
+
+        return handler
+
+    def _list_and_watch(self, request: pb.ListAndWatchRequest, context: grpc.ServicerContext) -> Iterator[Message]:
+        self._gate("ListAndWatch", context)
+        q = self.subscribe()
+        context.add_callback(lambda: q.put(_CANCELLED))
+        log.info("ListAndWatch subscribed (%d subscribers)", self.subscriber_count())
+        try:
+            if self.options.initial_push:
+                yield self.device_list()
+            while context.is_active():
+                repush = self.options.repush_interval  # the list again after this long without a push
+                try:
+                    item = q.get(timeout=repush or 0.5)
+                except queue.Empty:
+                    if repush:
+                        yield self.device_list()
+                    continue
+                if item is _CANCELLED:
+                    return
+                if item is CLOSE:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "xdm-sim: stream closed (service restart or stop)")
+                yield item
+        finally:
+            self.unsubscribe(q)
+            log.info("ListAndWatch stream ended")
+
+    def _data_stream(self, request: pb.ExporterDataRequest, context: grpc.ServicerContext) -> Iterator[Message]:
+        self._gate("ExporterDataStream", context)
+        epoch = self.stream_epoch
+        gen, samples = self.snapshot()
+        try:
+            first = self.filter_metrics(request, samples)
+        except Refusal as why:
+            context.abort(grpc.StatusCode[why.code], why.message)
+        log.info(
+            "ExporterDataStream subscribed (devices=%s metricIds=%s)", list(request.devices), list(request.metricIds)
+        )
+        yield first
+        while True:
+            with self.metrics_cond:
+                while self.stream_epoch == epoch and self.samples_gen == gen and context.is_active():
+                    self.metrics_cond.wait(0.25)
+                closed = self.stream_epoch != epoch
+                gen, samples = self.samples_gen, self.samples
+            if closed:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "xdm-sim: stream closed (service restart or stop)")
+            if not context.is_active():
+                return
+            yield self.filter_metrics(request, samples)
+
+
+def _summary(msg: Message) -> str:
+    """What the log says of a request, or of a successful answer."""
+    if isinstance(msg, pb.AllocateResponse):
+        return f" minors={[d.minor for d in msg.devices]}"
+    if isinstance(msg, pb.ExporterDataResponse):
+        return f" samples={len(msg.dataList)}"
+    return "" if msg.DESCRIPTOR.name.endswith("Response") else text_format.MessageToString(msg, as_one_line=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from nomad_plugin.sim.grants import GrantRecord
+from nomad_plugin.sim import GrantRecord
 from nomad_plugin.sim.profiles import CardSpec
 from tests.conformance.hostlib import Event, HostRun, start_host
 from tests.integration.harness import (

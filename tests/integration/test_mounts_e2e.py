@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nomad_plugin.sim.container import NVIDIA_DRIVER_DIR
+from nomad_plugin.sim.allocation import NVIDIA_DRIVER_DIR
 from tests.conformance.hostlib import HostProcess, HostRun, start_host
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.nomad_jobs import HostVolume, add_alloc_with_job

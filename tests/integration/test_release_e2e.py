@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nomad_plugin.sim.grants import GrantRecord
+from nomad_plugin.sim import GrantRecord
 from tests.conformance.hostlib import HostProcess, start_host
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.integration.harness import (

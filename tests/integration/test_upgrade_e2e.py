@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nomad_plugin.sim.grants import GrantRecord
+from nomad_plugin.sim import GrantRecord
 from tests.conformance.hostlib import HostProcess, real_plugin, start_host
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.integration.harness import Node, assert_conformant, first_fingerprint_with_devices, reserve, set_of

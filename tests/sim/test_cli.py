@@ -71,7 +71,7 @@ def test_foreground_run_serves_and_stops_on_sigterm(running):
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0
     assert out == ""  # the log goes to stderr only
-    assert "card 7 PPU-" in err and "Allocate id=cli" in err and "SIGTERM" in err
+    assert "card 7 PPU-" in err and 'Allocate id: "cli"' in err and "SIGTERM" in err
     assert not (sock_dir / "dp2mgr.sock").exists()
 
 
@@ -116,6 +116,6 @@ def test_control_socket_in_process(sim_client):
                  ["exporter", "stopped"], ["disable"], ["remove", "7"], ["slow-start", "0"], ["close-streams"]):  # fmt: skip
         assert send_command(sim.control_path, argv) == "ok", argv
     assert sim.options.error_mode == "grpc" and sim.options.duplicate_id_mode == "idempotent"
-    assert sim.core.exporter_state == "stopped" and not sim.core.state.enabled and 7 not in sim.core.present
+    assert sim.exporter_state == "stopped" and not sim.state.enabled and 7 not in sim.present
     with pytest.raises(RuntimeError, match="error_mode: 'loud'"):
         send_command(sim.control_path, ["error-mode", "loud"])

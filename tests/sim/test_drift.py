@@ -1,16 +1,18 @@
-"""Schema-drift modes produce the intended wire shapes (checked on raw bytes)."""
+"""Schema-drift modes produce the intended wire shapes (checked on raw bytes, read with protobuf's own
+unknown-field parser: every field of a message parsed as ``Empty`` is unknown)."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
+from google.protobuf import empty_pb2
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.sim.wire import LEN, VARINT, decode_raw
 
 GPU_INFO = "/xdm.XpuDeviceManagerService/ListGpuInfo"
+VARINT, LEN = 0, 2  # protobuf wire types
 
 
 def _first_stream_message(client, path: str, request: bytes = b"") -> bytes:
@@ -22,7 +24,7 @@ def _first_stream_message(client, path: str, request: bytes = b"") -> bytes:
 
 
 def _fields(data: bytes, number: int) -> list:
-    return [f for f in decode_raw(data) if f.number == number]
+    return [f for f in UnknownFieldSet(empty_pb2.Empty.FromString(data)) if f.field_number == number]
 
 
 def test_no_drift_baseline(sim_client):
@@ -61,14 +63,14 @@ def test_split_services(sim_client):
 def test_extra_fields_everywhere(make_sim):
     _sim, c = make_sim(drift="extra-fields")
     raw = c.raw(GPU_INFO)
-    assert [f.value for f in _fields(raw, 1000)] == [1]
-    assert [f.value for f in _fields(raw, 1001)] == [b"xdm-sim-extra"]
+    assert [f.data for f in _fields(raw, 1000)] == [1]
+    assert [f.data for f in _fields(raw, 1001)] == [b"xdm-sim-extra"]
     for info in _fields(raw, 3):
-        assert _fields(info.value, 1000) and _fields(info.value, 1001)
+        assert _fields(info.data, 1000) and _fields(info.data, 1001)
     parsed = pb.ListGpuInfoResponse.FromString(raw)  # the stubs still parse it
     assert len(parsed.gpuInfos) == 8 and len(UnknownFieldSet(parsed)) == 2
     law = _first_stream_message(c, "/xdm.XpuDeviceManagerService/ListAndWatch")
-    assert _fields(law, 1000) and all(_fields(d.value, 1001) for d in _fields(law, 1))
+    assert _fields(law, 1000) and all(_fields(d.data, 1001) for d in _fields(law, 1))
     alloc = c.allocate("e", {"minor": 1})
     assert alloc.status == 0 and len(UnknownFieldSet(alloc)) == 2
     assert len(UnknownFieldSet(alloc.devices[0])) == 2
@@ -80,22 +82,22 @@ def test_type_clash(make_sim):
     sim, c = make_sim(drift="type-clash")
     sim.set_health(1, False, "XID 79")
     law = _first_stream_message(c, "/xdm.XpuDeviceManagerService/ListAndWatch")
-    devices = [d.value for d in _fields(law, 1)]
+    devices = [d.data for d in _fields(law, 1)]
     health = [_fields(d, 5)[0] for d in devices]
     assert all(h.wire_type == VARINT for h in health)
-    assert [h.value for h in health[:3]] == [1, 0, 1]
+    assert [h.data for h in health[:3]] == [1, 0, 1]
     total = _fields(devices[0], 6)[0]
-    assert (total.wire_type, total.value) == (LEN, b"81559")
+    assert (total.wire_type, total.data) == (LEN, b"81559")
     parsed = pb.ListAndWatchResponse.FromString(law)  # declared fields come back empty
     assert parsed.devices[0].health == "" and parsed.devices[0].totalMemory == 0
     assert {u.field_number for u in UnknownFieldSet(parsed.devices[0])} == {5, 6}
-    info = _fields(c.raw(GPU_INFO), 3)[0].value
-    assert _fields(info, 7)[0].value == b"81559"
+    info = _fields(c.raw(GPU_INFO), 3)[0].data
+    assert _fields(info, 7)[0].data == b"81559"
     data = c.raw(
         "/xdm.XpuDeviceManagerService/ExporterGetDataList", pb.ExporterDataRequest(metricIds=[4]).SerializeToString()
     )
-    sample = _fields(data, 3)[0].value
-    assert (_fields(sample, 2)[0].wire_type, _fields(sample, 2)[0].value) == (LEN, b"4")
+    sample = _fields(data, 3)[0].data
+    assert (_fields(sample, 2)[0].wire_type, _fields(sample, 2)[0].data) == (LEN, b"4")
 
 
 def test_status_shift_makes_failure_look_like_success(make_sim):
@@ -106,8 +108,8 @@ def test_status_shift_makes_failure_look_like_success(make_sim):
     bad = pb.AllocateRequest(id="x", devices=[pb.DeviceRequest(minor=42)]).SerializeToString()
     raw = call(bad, timeout=5)
     assert not _fields(raw, 1) and not _fields(raw, 2)
-    assert _fields(raw, 15)[0].value == grpc.StatusCode.NOT_FOUND.value[0]
-    assert b"no card 42" in _fields(raw, 16)[0].value
+    assert _fields(raw, 15)[0].data == grpc.StatusCode.NOT_FOUND.value[0]
+    assert b"no card 42" in _fields(raw, 16)[0].data
     parsed = pb.AllocateResponse.FromString(raw)
     assert parsed.status == 0 and not parsed.devices  # "success" without a grant
     assert c.allocate("ok", {"minor": 0}).devices[0].minor == 0  # successes are unchanged
@@ -125,6 +127,6 @@ def test_minor_omit_zero(make_sim):
 def test_combined_modes_and_bad_mode(sim_client):
     sim, _ = sim_client
     sim.set_drift("split-services, extra-fields, package=amp.xdm")
-    assert sim.core.drift.describe() == "package=amp.xdm,split-services,extra-fields"
+    assert sim.drift.describe() == "package=amp.xdm,split-services,extra-fields"
     with pytest.raises(ValueError, match="drift: unknown mode 'shuffle'"):
         sim.set_drift("shuffle")

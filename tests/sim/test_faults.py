@@ -66,7 +66,7 @@ def test_restart_reloads_state_file(sock_dir, tmp_path):
     with Simulator(sock_dir, state_file=state, control=False) as sim:
         c = Client(sim)
         assert c.allocate("g", {"minor": 2}).status == 0
-        sim.core.state.grants.clear()  # lose memory: only the file can bring it back
+        sim.state.grants.clear()  # lose memory: only the file can bring it back
         sim.restart(downtime=0.05)
         assert set(sim.grants()) == {"g"}
         c.close()

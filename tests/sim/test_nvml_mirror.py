@@ -59,3 +59,29 @@ def test_mirror_presents_real_gpus(sock_dir):
         assert resp.status == 0 and resp.devices[0].uuid == infos[0].uuid
         print("NVML MIRROR", [(i.minor, i.model, i.totalMemory, i.pciBusId, i.migEnabled) for i in infos], values)
         c.close()
+
+
+def test_mirror_maps_what_nvml_reports(sock_dir, monkeypatch):
+    """The mirror's mapping without a GPU: the shared NVML double (tests/doubles/fake_pynvml.py) is pynvml."""
+    from tests.doubles.fake_pynvml import FakeNvml, h100, l40s
+
+    fake = FakeNvml([h100(0), l40s(1)])
+    fake.gpus[0].memory_used_mib = 2048
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with Simulator(sock_dir, "nvml", control=False, collect_interval_ms=100) as sim:
+        c = Client(sim)
+        infos = c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=5).gpuInfos
+        assert [(i.minor, i.uuid, i.model, i.totalMemory, i.pciBusId, i.migEnabled) for i in infos] == [
+            (0, fake.gpus[0].uuid, "NVIDIA H100 80GB HBM3", 81559, "0000:18:00.0", True),
+            (1, fake.gpus[1].uuid, "NVIDIA L40S", 46068, "0000:42:00.0", False),
+        ]
+        assert sim.profile == "nvml" and {i.driverVersion for i in infos} == {"550.54.15"}
+        data = c.xdm.ExporterGetDataList(pb.ExporterDataRequest(devices=["1"]), timeout=5).dataList
+        values = {d.metricId: d.value for d in data}
+        assert values[METRIC_IDS["temperature_c"]] == 34 and values[METRIC_IDS["power_w"]] == 36.0
+        assert values[METRIC_IDS["power_limit_w"]] == 350 and values[METRIC_IDS["sm_clock_mhz"]] == 2520
+        used = {d.metricId: d.value for d in c.xdm.ExporterGetDataList(pb.ExporterDataRequest(devices=["0"])).dataList}
+        assert used[METRIC_IDS["memory_used_mib"]] == 2048 and used[METRIC_IDS["memory_util_percent"]] == round(
+            2048 / 81559 * 100, 2
+        )
+        c.close()

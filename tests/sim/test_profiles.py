@@ -9,9 +9,9 @@ import pytest
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.sim import ALIASES, PROFILES, Simulator
 from nomad_plugin.sim.profiles import build_cards, resolve_profile
-from nomad_plugin.sim.topology import check_invariants
 from tests.seed_topologies import E810_GPU0 as GOLDEN_810E_GPU0
 from tests.seed_topologies import M890P_GPU0 as GOLDEN_M890P_GPU0
+from tests.sim.topology_invariants import check_invariants
 
 
 def _devices(client) -> list[pb.Device]:

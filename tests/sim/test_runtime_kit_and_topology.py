@@ -11,7 +11,7 @@ import pytest
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.sim.control import run_command
-from nomad_plugin.sim.topology import check_invariants
+from tests.sim.topology_invariants import check_invariants
 
 
 def first_push(c: Any) -> pb.ListAndWatchResponse:
@@ -63,16 +63,17 @@ def test_topology_levels_change_and_push(sim_client) -> None:  # type: ignore[no
     devices = {d.minor: d for d in first_push(c).devices}
     assert _level(devices[3], "rack") == "r9" and _level(devices[0], "pointOfDelivery") is None
     assert _level(devices[1], "pointOfDelivery") == "pod-a01-p1"
-    assert sim.cards[6].topology_json == sim.core.cards[6].topology_json  # the public list follows
-    assert not check_invariants({m: json.loads(c2.topology_json) for m, c2 in sim.core.cards.items()})
+    assert _level(sim.cards[6], "leafSwitch") == "asw-107"  # the cards' own record follows
+    assert not check_invariants({c2.minor: json.loads(c2.topology_json) for c2 in sim.cards})
     with pytest.raises(ValueError, match="usage"):
         run_command(sim, ["topology", "rack"])
     with pytest.raises(ValueError, match="no card 99"):
         run_command(sim, ["topology", "rack", "x", "99"])
 
 
-def _level(device: pb.Device, name: str) -> Any:
-    for level in json.loads(device.extenderResources["topology"])["levels"]:
+def _level(device: Any, name: str) -> Any:
+    topology = device.extenderResources["topology"] if isinstance(device, pb.Device) else device.topology_json
+    for level in json.loads(topology)["levels"]:
         if level["name"] == name:
             return level[f"topo{level['level']}"]
     return None

@@ -1,4 +1,4 @@
-"""Served-schema modes (issue 12 item 7): builtin, renumbered, foreign; reflection on/off; --emit-schema.
+"""Served-schema modes: builtin, renumbered, foreign; reflection on/off; --emit-schema.
 
 The trap must be real (a client on the builtin numbers decodes wrong values
 without an error) and escapable (a client built from the emitted .proto, the
@@ -29,7 +29,7 @@ from nomad_plugin.sim.schema import (
     FOREIGN_PACKAGES,
     RENUMBER,
     SCHEMAS,
-    field_numbers,
+    ServedSchema,
     served_schema,
 )
 from tests.sim.schema_client import PoolClient, pool_from_descriptor_set, pool_from_reflection, services_in
@@ -89,6 +89,15 @@ def _check_decodes_right(sim, device: PoolClient, config: PoolClient) -> None:
     assert device.call("ExporterGetStatus").running is True
 
 
+def field_numbers(schema: ServedSchema) -> dict[str, dict[str, int]]:
+    """message -> field -> number in ``schema``, for the messages RENUMBER names."""
+    config = ("EnableResponse", "DisableResponse", "QueryStatusResponse")
+    return {
+        name: {f.name: f.number for f in schema.message_class(name, config=name in config).DESCRIPTOR.fields}
+        for name in RENUMBER
+    }
+
+
 def test_renumber_tables_are_permutations_of_the_builtin_numbers():
     builtin = field_numbers(served_schema("builtin"))
     renumbered = field_numbers(served_schema("renumbered"))
@@ -137,7 +146,7 @@ def test_builtin_client_on_renumbered_schema_decodes_wrong_values_silently(make_
         cfg_grpc.AmpConfigServiceStub(c.config_channel).QueryStatus(cfg.QueryStatusRequest(), timeout=5).enabled
         is False
     )
-    assert sim.core.state.enabled is True
+    assert sim.state.enabled is True
     with pytest.raises(grpc.RpcError) as err:
         c.allocate("trap", {"minor": 1})
     assert err.value.code() == grpc.StatusCode.INTERNAL and "deserializing request" in err.value.details()
@@ -176,7 +185,7 @@ def test_reflection_off_answers_unimplemented_and_toggles_live(make_sim):
         "config.AmpConfigService",
         "grpc.reflection.v1alpha.ServerReflection",
     ]
-    # the v1 path answers too (same wire format), which is what the plugin's R1 probe tries second
+    # the v1 path answers too (same wire format), which the plugin's reflection probe tries second
     v1 = c.channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
     from grpc_reflection.v1alpha import reflection_pb2
 
@@ -284,5 +293,5 @@ def test_drift_modes_apply_on_top_of_the_served_schema(make_sim):
     assert listed.devices[1].uuid == sim.cards[1].uuid
     assert {f.field_number for f in UnknownFieldSet(listed.devices[1])} == {1000, 1001}
     refused = device.call("Allocate", device.request("Allocate", id=""))
-    assert refused.status == 0 and refused.message == ""  # moved to 15/16: looks like success (R3)
+    assert refused.status == 0 and refused.message == ""  # moved to 15/16: looks like success
     assert {f.field_number for f in UnknownFieldSet(refused)} >= {15, 16}

@@ -46,7 +46,7 @@ def test_many_subscribers_get_every_push(sim_client):
     for r in readers:
         assert len(r.next().devices) == 8  # full list immediately
     deadline = time.monotonic() + 3
-    while sim.core.subscriber_count() < 5 and time.monotonic() < deadline:
+    while sim.subscriber_count() < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     sim.set_health(3, False, "XID 79")
     sim.set_health(3, True)
