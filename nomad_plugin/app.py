@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.ports import AfterReply
     from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.nvml.companion import NvmlExtrasFeed
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
     from nomad_plugin.stats.engine import StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
     from nomad_plugin.stats.layout import GrantInfo
-    from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
 
 log = get_logger(__name__)
 
@@ -195,7 +195,7 @@ class PluginApp:
 
         if backend_name != "xdm" or not config.nvml_enrich or not config.enabled or not _nvml_usable():
             return
-        from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
+        from nomad_plugin.nvml.companion import NvmlExtrasFeed
 
         self.nvml_extras = NvmlExtrasFeed(feed.cache)
         self.nvml_extras.start()

@@ -11,15 +11,11 @@ Backends are imported lazily: pynvml is only imported when NVML is in play.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.model.backend_port import Backend, InventoryListener
-from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.grant import Grant, GrantRequest
-from nomad_plugin.model.metrics import MetricSample
+from nomad_plugin.model.backend_port import Backend
 
 log = get_logger(__name__)
 
@@ -34,7 +30,7 @@ def choose_backend_name(config: PluginConfig, nvml_usable: Callable[[], bool]) -
 
 
 def _nvml_usable() -> bool:
-    from nomad_plugin.nvml.probe import nvml_available
+    from nomad_plugin.nvml.lib import nvml_available
 
     return nvml_available()
 
@@ -81,45 +77,9 @@ def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml
 
     xdm: Backend = XdmBackend(config)
     if config.nvml_enrich and nvml_usable():
-        from nomad_plugin.nvml.enrich import Enricher
+        from nomad_plugin.nvml.companion import EnrichedBackend, Enricher
 
         log.info("backend: xdm, enriched from NVML")
         return EnrichedBackend(xdm, Enricher())
     log.info("backend: xdm (socket %s)", config.xdm_socket)
     return xdm
-
-
-class EnrichedBackend:
-    """An XDM backend whose inventories pass through an enrichment function."""
-
-    def __init__(self, inner: Backend, enrich: Callable[[Inventory], Inventory]) -> None:
-        self._inner = inner
-        self._enrich = enrich
-        self.name = inner.name
-
-    def start(self) -> None:
-        self._inner.start()
-
-    def stop(self) -> None:
-        self._inner.stop()
-        close = getattr(self._enrich, "close", None)
-        if callable(close):
-            close()
-
-    def inventory(self) -> Inventory:
-        return self._enrich(self._inner.inventory())
-
-    def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
-        return self._inner.subscribe(lambda inv: listener(self._enrich(inv)))
-
-    def allocate(self, request: GrantRequest) -> Grant:
-        return self._inner.allocate(request)
-
-    def release(self, grant_id: str) -> None:
-        self._inner.release(grant_id)
-
-    def metrics_snapshot(self) -> Sequence[MetricSample]:
-        return self._inner.metrics_snapshot()
-
-    def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        return self._inner.metrics_stream(cancel)

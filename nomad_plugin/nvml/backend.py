@@ -13,22 +13,29 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
-from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.card import Card, Inventory, MigInstance
 from nomad_plugin.model.catalog import NODE_SOURCE, SOURCE_NVML
-from nomad_plugin.model.errors import BackendUnavailable
-from nomad_plugin.model.grant import Grant, GrantRequest
+from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
+from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.nvml import grants, lib
-from nomad_plugin.nvml.devices import HOST_MEMORY_KEY, DeviceRef, FirstReadings, list_devices, node_facts, read_card
-from nomad_plugin.nvml.events import Event, EventSet
-from nomad_plugin.nvml.grants import build_grant
-from nomad_plugin.nvml.health import HealthBook
+from nomad_plugin.nvml import lib
+from nomad_plugin.nvml.devices import (
+    HOST_MEMORY_KEY,
+    DeviceRef,
+    FirstReadings,
+    list_devices,
+    node_facts,
+    poll,
+    read_card,
+    sample,
+)
+from nomad_plugin.nvml.health import Event, EventSet, HealthBook
 from nomad_plugin.nvml.lib import Nvml
-from nomad_plugin.nvml.readings import poll, sample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
 
@@ -69,7 +76,7 @@ class NvmlBackend:
         self._nvml_injected = nvml
         self._loader = loader
         self._nvml: Nvml | None = None
-        # proc_root None: ``grants.PROC_ROOT`` when a grant is built (/proc; a test shim may move it)
+        # proc_root None: ``PROC_ROOT`` when a grant is built (/proc; a test shim may move it)
         self.sysfs_root, self.proc_root, self.dev_root = sysfs_root, proc_root, dev_root
         self._timeout_ms = event_timeout_ms
         self._probe_period = probe_period_s
@@ -128,7 +135,7 @@ class NvmlBackend:
         snapshot = self.inventory()
         if not snapshot.reachable:
             raise BackendUnavailable(f"NVML is not available: {snapshot.unreachable_reason}")
-        proc_root = self.proc_root if self.proc_root is not None else grants.PROC_ROOT
+        proc_root = self.proc_root if self.proc_root is not None else PROC_ROOT
         return build_grant(request, snapshot, proc_root, self.dev_root)
 
     def release(self, grant_id: str) -> None:
@@ -400,4 +407,125 @@ def _placeholder(nvml: Nvml, ref: DeviceRef, node: dict[str, str]) -> Card:
         xpu_type="gpu",
         memory_mib=0,
         driver_version=node.get("driver_version", ""),
+    )
+
+
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+#: Where the driver's capability files are; a test shim may point this elsewhere.
+PROC_ROOT = "/proc"
+_CONTROL_NODES = ("nvidiactl",)
+_OPTIONAL_NODES = ("nvidia-uvm", "nvidia-uvm-tools")
+
+
+def _card_of(ask: DeviceAsk, inventory: Inventory) -> Card:
+    card = inventory.by_minor(ask.minor)
+    if card is None:
+        minors = sorted(c.minor for c in inventory.cards)
+        raise ReservationRejected(f"minor: card {ask.minor} is not on this node (NVML sees {minors})")
+    return card
+
+
+def _mig_of(ask: DeviceAsk, card: Card, inventory: Inventory) -> MigInstance:
+    for mig in card.mig_instances:
+        if mig.uuid == ask.mig_uuid:
+            return mig
+    elsewhere = [c.minor for c in inventory.cards for m in c.mig_instances if m.uuid == ask.mig_uuid]
+    if elsewhere:
+        raise ReservationRejected(
+            f"mig_uuid: MIG instance {ask.mig_uuid} is on card {elsewhere[0]}, not on card {card.minor} as asked"
+        )
+    raise ReservationRejected(
+        f"mig_uuid: unknown MIG instance {ask.mig_uuid} on card {card.minor} "
+        f"(NVML sees {', '.join(m.uuid for m in card.mig_instances) or 'none'}); it was removed since the job was placed"
+    )
+
+
+def _refuse_share(ask: DeviceAsk) -> None:
+    if ask.core or ask.memory_gib:
+        raise BackendRefused(
+            f"card {ask.minor}: shares are not available with the NVML backend "
+            f"(asked core={ask.core}%, memory_gib={ask.memory_gib}); NVML has no time-division "
+            "sharing, ask for a whole card or an existing MIG instance, or use the XDM backend"
+        )
+    if ask.slices:
+        raise BackendRefused(
+            f"card {ask.minor}: asked for {ask.slices} MIG slice(s) without naming an existing MIG "
+            "instance; NVML cannot create MIG instances (create them with nvidia-smi mig)"
+        )
+
+
+def read_cap_minor(path: Path) -> int:
+    """The ``DeviceFileMinor:`` value of one NVIDIA capability ``access`` file."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise GrantMismatch(f"MIG capability file {path} cannot be read: {exc.strerror or exc}") from exc
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "DeviceFileMinor":
+            try:
+                return int(value.strip())
+            except ValueError:
+                break
+    raise GrantMismatch(f"MIG capability file {path} has no DeviceFileMinor line")
+
+
+def mig_cap_nodes(card: Card, mig: MigInstance, proc_root: str, dev_root: str) -> list[DeviceNode]:
+    """The two ``/dev/nvidia-caps`` nodes (GPU instance, compute instance) one MIG instance needs."""
+    base = Path(proc_root) / "driver" / "nvidia" / "capabilities" / f"gpu{card.minor}" / "mig"
+    gi_dir = base / f"gi{mig.gpu_instance_id}"
+    nodes = []
+    for access in (gi_dir / "access", gi_dir / f"ci{mig.compute_instance_id}" / "access"):
+        name = f"nvidia-caps/nvidia-cap{read_cap_minor(access)}"
+        nodes.append(DeviceNode(container_path=f"/dev/{name}", host_path=f"{dev_root}/{name}"))
+    return nodes
+
+
+def _node(dev_root: str, name: str) -> DeviceNode:
+    return DeviceNode(container_path=f"/dev/{name}", host_path=f"{dev_root}/{name}")
+
+
+def build_grant(
+    request: GrantRequest, inventory: Inventory, proc_root: str = PROC_ROOT, dev_root: str = "/dev"
+) -> Grant:
+    """Exactly what was asked, in the asks' order, or a ``PluginError`` naming the offending field."""
+    if not request.asks:
+        return Grant(grant_id=request.grant_id)
+    devices: list[GrantedDevice] = []
+    visible: list[str] = []
+    nodes: list[DeviceNode] = []
+    for ask in request.asks:
+        card = _card_of(ask, inventory)
+        nodes.append(_node(dev_root, f"nvidia{card.minor}"))
+        if ask.mig_uuid:
+            mig = _mig_of(ask, card, inventory)
+            if mig.uuid in visible:
+                continue
+            devices.append(
+                GrantedDevice(
+                    minor=card.minor,
+                    uuid=card.uuid,
+                    memory_gib=mig.memory_mib // 1024,
+                    slices=mig.slices,
+                    mig_uuid=mig.uuid,
+                )
+            )
+            visible.append(mig.uuid)
+            nodes.extend(mig_cap_nodes(card, mig, proc_root, dev_root))
+            continue
+        _refuse_share(ask)
+        if card.mig_enabled:
+            raise BackendRefused(
+                f"card {card.minor} ({card.uuid}) is in MIG mode: only its MIG instances can be handed out"
+            )
+        if card.uuid not in visible:
+            devices.append(GrantedDevice(minor=card.minor, uuid=card.uuid))
+            visible.append(card.uuid)
+    nodes.extend(_node(dev_root, name) for name in _CONTROL_NODES)
+    nodes.extend(_node(dev_root, name) for name in _OPTIONAL_NODES if Path(dev_root, name).exists())
+    return Grant(
+        grant_id=request.grant_id,
+        devices=tuple(devices),
+        envs={VISIBLE_DEVICES_ENV: ",".join(visible)},
+        device_nodes=tuple(dict.fromkeys(nodes)),
     )

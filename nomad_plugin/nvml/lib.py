@@ -143,3 +143,36 @@ def optional(nvml: Nvml, function: str, *args: Any) -> Any:
         if error_code(nvml, exc) in MISSING_CODES:
             return None
         raise
+
+
+def nvml_available(nvml: Nvml | None = None) -> bool:
+    """True when the bindings import and ``nvmlInit`` succeeds (then shut down again).
+
+    Cheap and side-effect free: never raises, prints nothing.
+    """
+    return nvml_unavailable_reason(nvml) == ""
+
+
+def nvml_unavailable_reason(nvml: Nvml | None = None) -> str:
+    """ "" if NVML works, else why not (for logs and ``doctor``-style output).
+
+    Without ``nvml``, the bindings are imported only once NVML's library is
+    known to open (``library_missing``).
+    """
+    if nvml is None and bindings_installed():
+        missing = library_missing()
+        if missing:
+            return missing
+    try:
+        module = nvml if nvml is not None else load()
+    except NvmlMissing as exc:
+        return str(exc)
+    try:
+        module.nvmlInit()
+    except Exception as exc:
+        return f"nvmlInit failed: {describe(module, exc)}"
+    try:
+        module.nvmlShutdown()
+    except Exception:  # a failed shutdown does not make NVML unusable
+        return ""
+    return ""

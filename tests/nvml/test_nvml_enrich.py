@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.nvml.enrich import CardFacts, Enricher, apply_facts, enrich, read_facts
+from nomad_plugin.nvml.companion import CardFacts, Enricher, apply_facts, enrich, read_facts
 from tests.doubles.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_sysfs_numa
 
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from nomad_plugin.nvml.companion import NvmlExtrasFeed
 from nomad_plugin.nvml.lib import NvmlMissing
 from nomad_plugin.stats.cache import MetricsCache
-from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
 from nomad_plugin.util.backoff import Backoff
 from tests.doubles.fake_pynvml import FakeNvml, h100
 

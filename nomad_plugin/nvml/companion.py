@@ -11,14 +11,30 @@ backend's resync loop and turns every NVML failure into "no enrichment".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from nomad_plugin.goplugin.logging import get_logger
+from nomad_plugin.model.backend_port import Backend, InventoryListener
 from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.grant import Grant, GrantRequest
+from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import lib
-from nomad_plugin.nvml.devices import FirstReadings, bus_id, card_extras, list_devices, numa_node
+from nomad_plugin.nvml.devices import (
+    DeviceRef,
+    FirstReadings,
+    bus_id,
+    card_extras,
+    list_devices,
+    numa_node,
+    official_values,
+    sample,
+)
 from nomad_plugin.nvml.lib import Nvml
+from nomad_plugin.stats.cache import MetricsCache
+from nomad_plugin.util.backoff import Backoff
 
 log = get_logger(__name__)
 
@@ -131,3 +147,121 @@ class Enricher:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError as exc:
                 log.warning("nvmlShutdown failed: %s", exc)
+
+
+log = get_logger(__name__)
+
+SOURCE = "nvml-extras"
+RESCAN_EVERY = 60  # intervals between re-enumerating cards (hot-plug is rare)
+
+
+class NvmlExtrasFeed:
+    """One daemon thread; ``stop()`` ends it within one interval."""
+
+    def __init__(
+        self,
+        cache: MetricsCache,
+        interval: float = 1.0,
+        loader: Callable[[], Nvml] = lib.load,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self._cache = cache
+        self._interval = interval
+        self._loader = loader
+        self._backoff = backoff or Backoff(initial=interval, cap=300.0)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_error = ""
+        self.polls = 0
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lingjun-nvml-extras", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        nvml: Nvml | None = None
+        refs: list[DeviceRef] = []
+        polls_since_scan = 0
+        while not self._stop.is_set():
+            try:
+                if nvml is None:
+                    nvml = self._loader()
+                    nvml.nvmlInit()
+                    refs, polls_since_scan = [], RESCAN_EVERY
+                if polls_since_scan >= RESCAN_EVERY:
+                    refs, _ = list_devices(nvml)
+                    polls_since_scan = 0
+                self._poll(nvml, refs)
+                polls_since_scan += 1
+                self._backoff.reset()
+                self._last_error = ""
+                self._stop.wait(self._interval)
+            except Exception as exc:  # NVML gone, a card lost: retry later, never die
+                message = lib.describe(nvml, exc) if nvml is not None else str(exc)
+                if message != self._last_error:
+                    log.warning("NVML extras for stats (encoder, decoder, BAR1, ECC) unavailable: %s", message)
+                    self._last_error = message
+                nvml = self._shutdown(nvml)
+                self._stop.wait(self._backoff.next_delay())
+        self._shutdown(nvml)
+
+    def _poll(self, nvml: Nvml, refs: list[DeviceRef]) -> None:
+        ts_ms = int(time.time() * 1000)
+        samples = []
+        for ref in refs:
+            for name, value in official_values(nvml, ref.handle).items():
+                samples.append(sample(ref.uuid, name, value, ts_ms))
+        self._cache.update(samples, SOURCE)
+        self.polls += 1
+
+    @staticmethod
+    def _shutdown(nvml: Nvml | None) -> None:
+        if nvml is not None:
+            try:
+                nvml.nvmlShutdown()
+            except Exception as exc:  # shutting down a broken NVML may fail too; nothing to do
+                log.debug("nvmlShutdown: %s", exc)
+        return None
+
+
+class EnrichedBackend:
+    """An XDM backend whose inventories pass through an enrichment function."""
+
+    def __init__(self, inner: Backend, enrich: Callable[[Inventory], Inventory]) -> None:
+        self._inner = inner
+        self._enrich = enrich
+        self.name = inner.name
+
+    def start(self) -> None:
+        self._inner.start()
+
+    def stop(self) -> None:
+        self._inner.stop()
+        close = getattr(self._enrich, "close", None)
+        if callable(close):
+            close()
+
+    def inventory(self) -> Inventory:
+        return self._enrich(self._inner.inventory())
+
+    def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
+        return self._inner.subscribe(lambda inv: listener(self._enrich(inv)))
+
+    def allocate(self, request: GrantRequest) -> Grant:
+        return self._inner.allocate(request)
+
+    def release(self, grant_id: str) -> None:
+        self._inner.release(grant_id)
+
+    def metrics_snapshot(self) -> Sequence[MetricSample]:
+        return self._inner.metrics_snapshot()
+
+    def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
+        return self._inner.metrics_stream(cancel)
