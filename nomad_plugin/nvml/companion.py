@@ -1,12 +1,15 @@
-"""Enriching the XDM backend's cards with what only NVML knows.
+"""NVML beside XDM: one session serving enrichment, the metrics fallback and the extra stats.
 
-XDM reports NVIDIA cards without PCI bus IDs, NUMA nodes or clocks. With
-NVML on the node we fill those gaps, matching cards by UUID (fallback: the
-minor number), and never overwrite what XDM already gave.
-
-``read_facts`` does the NVML I/O; ``apply_facts`` is pure; ``enrich`` is the
-two together. ``Enricher`` keeps NVML initialised between calls for the XDM
-backend's resync loop and turns every NVML failure into "no enrichment".
+XDM reports NVIDIA cards without PCI bus IDs, NUMA nodes or clocks, and its
+exporter (as reconstructed) lacks some of nomad-device-nvidia's stats
+(encoder, decoder, BAR1, ECC by location). With ``nvml_enrich`` on and NVML
+on the node, ``NvmlCompanion`` fills those gaps from one NVML session: it
+enriches inventories (cards matched by UUID, else, for NVIDIA cards only, by
+minor; XDM's own values always win), reads the cards when XDM has no exporter
+at all, and feeds the extra stats once per interval. Any NVML failure shuts
+the session down; it is opened again after a ``Backoff``, and each distinct
+failure is logged once. Meanwhile inventories pass unchanged, the fallback
+raises ``BackendUnavailable`` and the extra stats show "N/A".
 """
 
 from __future__ import annotations
@@ -15,28 +18,34 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend, InventoryListener
 from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import lib
 from nomad_plugin.nvml.devices import (
-    DeviceRef,
     FirstReadings,
     bus_id,
     card_extras,
     list_devices,
+    mig_mode,
     numa_node,
     official_values,
+    poll,
     sample,
 )
 from nomad_plugin.nvml.lib import Nvml
-from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.util.backoff import Backoff
 
 log = get_logger(__name__)
+
+#: The cache source the extra stats are filed under.
+EXTRAS_SOURCE = "nvml-extras"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,17 +69,11 @@ def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: FirstReadings | None
         try:
             pci = bus_id(nvml, ref.handle)
             extras = card_extras(nvml, ref.handle)
-            facts.append(
-                CardFacts(
-                    uuid=ref.uuid,
-                    minor=ref.minor,
-                    pci_bus_id=pci,
-                    numa_node=numa_node(nvml, ref.handle, pci, sysfs_root),
-                    extra=first.apply(ref.uuid, extras) if first is not None else extras,
-                )
-            )
+            numa = numa_node(nvml, ref.handle, pci, sysfs_root)
         except (nvml.NVMLError, ValueError) as exc:
             log.warning("enrichment skips %s: %s", ref.uuid, exc)
+            continue
+        facts.append(CardFacts(ref.uuid, ref.minor, pci, numa, first.apply(ref.uuid, extras) if first else extras))
     return facts
 
 
@@ -87,96 +90,62 @@ def apply_facts(inventory: Inventory, facts: Sequence[CardFacts]) -> Inventory:
     by_uuid = {f.uuid: f for f in facts}
     by_minor = {f.minor: f for f in facts}
     cards = []
-    changed = False
     for card in inventory.cards:
         found = _match(card, by_uuid, by_minor)
-        if found is None:
-            cards.append(card)
-            continue
-        extra = {**found.extra, **card.extra}
-        new = replace(
-            card,
-            pci_bus_id=card.pci_bus_id or found.pci_bus_id,
-            numa_node=card.numa_node if card.numa_node is not None else found.numa_node,
-            extra=extra,
-        )
-        changed |= new != card
-        cards.append(new)
-    return replace(inventory, cards=tuple(cards)) if changed else inventory
+        if found is not None:
+            card = replace(
+                card,
+                pci_bus_id=card.pci_bus_id or found.pci_bus_id,
+                numa_node=card.numa_node if card.numa_node is not None else found.numa_node,
+                extra={**found.extra, **card.extra},
+            )
+        cards.append(card)
+    return inventory if tuple(cards) == inventory.cards else replace(inventory, cards=tuple(cards))
 
 
-def enrich(inventory: Inventory, nvml: Nvml, sysfs_root: str = "/sys", first: FirstReadings | None = None) -> Inventory:
-    """``inventory`` with NVML's facts applied (``nvml`` already initialised)."""
-    return apply_facts(inventory, read_facts(nvml, sysfs_root, first))
-
-
-class Enricher:
-    """Keeps NVML open for repeated enrichment; a failure returns the input unchanged."""
-
-    def __init__(self, nvml: Nvml | None = None, loader: Callable[[], Nvml] = lib.load, sysfs_root: str = "/sys"):
-        self._nvml = nvml
-        self._loader = loader
-        self._sysfs_root = sysfs_root
-        self._open = False
-        self._first = FirstReadings()
-        self.last_error = ""
-
-    def __call__(self, inventory: Inventory) -> Inventory:
-        try:
-            if not self._open:
-                if self._nvml is None:
-                    self._nvml = self._loader()
-                self._nvml.nvmlInit()
-                self._open = True
-            result = enrich(inventory, self._nvml, self._sysfs_root, self._first)
-        except lib.NvmlMissing as exc:
-            self.last_error = str(exc)
-            return inventory
-        except Exception as exc:
-            nvml = self._nvml
-            self.last_error = lib.describe(nvml, exc) if nvml is not None else str(exc)
-            log.warning("NVML enrichment failed: %s", self.last_error)
-            return inventory
-        self.last_error = ""
-        return result
-
-    def close(self) -> None:
-        if self._open and self._nvml is not None:
-            self._open = False
-            try:
-                self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError as exc:
-                log.warning("nvmlShutdown failed: %s", exc)
-
-
-log = get_logger(__name__)
-
-SOURCE = "nvml-extras"
-RESCAN_EVERY = 60  # intervals between re-enumerating cards (hot-plug is rare)
-
-
-class NvmlExtrasFeed:
-    """One daemon thread; ``stop()`` ends it within one interval."""
+class NvmlCompanion:
+    """The one NVML session of an XDM node; every NVML call goes through ``_use``, one at a time."""
 
     def __init__(
         self,
-        cache: MetricsCache,
+        loader: Callable[[], Nvml] = lib.load_if_library,
+        sysfs_root: str = "/sys",
         interval: float = 1.0,
-        loader: Callable[[], Nvml] = lib.load,
         backoff: Backoff | None = None,
     ) -> None:
-        self._cache = cache
-        self._interval = interval
         self._loader = loader
+        self._sysfs_root = sysfs_root
+        self._interval = interval
         self._backoff = backoff or Backoff(initial=interval, cap=300.0)
+        self._first = FirstReadings()
+        self._lock = threading.Lock()
+        self._nvml: Nvml | None = None  # the open session
+        self._retry_at = 0.0
+        self._logged = ""
+        self.last_error = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_error = ""
-        self.polls = 0
 
-    def start(self) -> None:
+    def open(self) -> str:
+        """Open the session now (the probe): "" when NVML works here, else why not (not logged)."""
+        with self._lock:
+            return "" if self._session() is not None else self.last_error
+
+    def enrich(self, inventory: Inventory) -> Inventory:
+        facts = self._use(lambda nvml: read_facts(nvml, self._sysfs_root, self._first))
+        return inventory if facts is None else apply_facts(inventory, facts)
+
+    def metrics_snapshot(self) -> list[MetricSample]:
+        """NVML's readings of every card: the stats when XDM has no exporter."""
+        samples = self._use(self._readings)
+        if samples is None:
+            raise BackendUnavailable(f"NVML is not available: {self.last_error}")
+        return samples
+
+    def start_extras(self, sink: Callable[[list[MetricSample]], object]) -> None:
+        """Hand ``sink`` the stats only NVML has, once per interval, until ``stop``."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="lingjun-nvml-extras", daemon=True)
+            self._thread = threading.Thread(target=self._feed, args=(sink,), name="lingjun-nvml-extras", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 1.0) -> None:
@@ -184,59 +153,81 @@ class NvmlExtrasFeed:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        with self._lock:
+            self._close()
 
-    def _run(self) -> None:
-        nvml: Nvml | None = None
-        refs: list[DeviceRef] = []
-        polls_since_scan = 0
+    def _feed(self, sink: Callable[[list[MetricSample]], object]) -> None:
         while not self._stop.is_set():
-            try:
-                if nvml is None:
-                    nvml = self._loader()
-                    nvml.nvmlInit()
-                    refs, polls_since_scan = [], RESCAN_EVERY
-                if polls_since_scan >= RESCAN_EVERY:
-                    refs, _ = list_devices(nvml)
-                    polls_since_scan = 0
-                self._poll(nvml, refs)
-                polls_since_scan += 1
-                self._backoff.reset()
-                self._last_error = ""
-                self._stop.wait(self._interval)
-            except Exception as exc:  # NVML gone, a card lost: retry later, never die
-                message = lib.describe(nvml, exc) if nvml is not None else str(exc)
-                if message != self._last_error:
-                    log.warning("NVML extras for stats (encoder, decoder, BAR1, ECC) unavailable: %s", message)
-                    self._last_error = message
-                nvml = self._shutdown(nvml)
-                self._stop.wait(self._backoff.next_delay())
-        self._shutdown(nvml)
-
-    def _poll(self, nvml: Nvml, refs: list[DeviceRef]) -> None:
-        ts_ms = int(time.time() * 1000)
-        samples = []
-        for ref in refs:
-            for name, value in official_values(nvml, ref.handle).items():
-                samples.append(sample(ref.uuid, name, value, ts_ms))
-        self._cache.update(samples, SOURCE)
-        self.polls += 1
+            samples = self._use(self._extras)
+            if samples is not None:
+                sink(samples)
+            self._stop.wait(self._interval)
 
     @staticmethod
-    def _shutdown(nvml: Nvml | None) -> None:
+    def _extras(nvml: Nvml) -> list[MetricSample]:
+        ts_ms = int(time.time() * 1000)
+        refs, _ = list_devices(nvml)
+        return [sample(r.uuid, k, v, ts_ms) for r in refs for k, v in official_values(nvml, r.handle).items()]
+
+    @staticmethod
+    def _readings(nvml: Nvml) -> list[MetricSample]:
+        refs, _ = list_devices(nvml)
+        result = poll(nvml, [(ref, mig_mode(nvml, ref.handle)[1]) for ref in refs], int(time.time() * 1000))
+        if result.fatal:
+            raise BackendUnavailable(result.fatal)
+        return result.samples
+
+    def _use(self, read: Callable[[Nvml], T]) -> T | None:
+        """``read`` on the open session; None while NVML cannot be had (then every failure is logged once)."""
+        with self._lock:
+            nvml = self._session()
+            result = None
+            if nvml is not None:
+                try:
+                    result = read(nvml)
+                except Exception as exc:  # NVML gone, a card lost mid-call: close, retry later, never raise
+                    self._failed(nvml, exc)
+            if result is not None:
+                self._backoff.reset()
+                if self._logged:
+                    log.info("NVML on this XDM node works again")
+                self._logged = ""
+            elif self.last_error != self._logged:
+                log.warning("NVML on this XDM node (enrichment, extra stats) unavailable: %s", self.last_error)
+                self._logged = self.last_error
+            return result
+
+    def _session(self) -> Nvml | None:
+        if self._nvml is None and time.monotonic() >= self._retry_at:
+            nvml = None
+            try:
+                nvml = self._loader()
+                nvml.nvmlInit()
+                self._nvml, self.last_error = nvml, ""
+            except Exception as exc:
+                self._failed(nvml, exc)
+        return self._nvml
+
+    def _failed(self, nvml: Nvml | None, exc: Exception) -> None:
+        self.last_error = lib.describe(nvml, exc) if nvml is not None else str(exc)
+        self._close()
+        self._retry_at = time.monotonic() + self._backoff.next_delay()
+
+    def _close(self) -> None:
+        nvml, self._nvml = self._nvml, None
         if nvml is not None:
             try:
                 nvml.nvmlShutdown()
             except Exception as exc:  # shutting down a broken NVML may fail too; nothing to do
                 log.debug("nvmlShutdown: %s", exc)
-        return None
 
 
 class EnrichedBackend:
-    """An XDM backend whose inventories pass through an enrichment function."""
+    """An XDM backend whose inventories pass through the companion's enrichment."""
 
-    def __init__(self, inner: Backend, enrich: Callable[[Inventory], Inventory]) -> None:
+    def __init__(self, inner: Backend, companion: NvmlCompanion) -> None:
         self._inner = inner
-        self._enrich = enrich
+        self.companion = companion
         self.name = inner.name
 
     def start(self) -> None:
@@ -244,15 +235,13 @@ class EnrichedBackend:
 
     def stop(self) -> None:
         self._inner.stop()
-        close = getattr(self._enrich, "close", None)
-        if callable(close):
-            close()
+        self.companion.stop()
 
     def inventory(self) -> Inventory:
-        return self._enrich(self._inner.inventory())
+        return self.companion.enrich(self._inner.inventory())
 
     def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
-        return self._inner.subscribe(lambda inv: listener(self._enrich(inv)))
+        return self._inner.subscribe(lambda inv: listener(self.companion.enrich(inv)))
 
     def allocate(self, request: GrantRequest) -> Grant:
         return self._inner.allocate(request)

@@ -1,14 +1,14 @@
-"""Reading cards, MIG instances and node facts out of an initialised NVML.
+"""Reading cards, MIG instances, node facts and readings out of an initialised NVML.
 
-Functions here only read; they hold no state and start no threads, so the
-backend, the enricher and the GPU check share them.
+Functions here only read: they hold no state and start no threads, so the
+backend, the XDM-node companion and the GPU check share them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,39 @@ _PCIE_LANE_MBPS = {3: 1024, 4: 2048, 5: 3072, 6: 4096}
 _MIB = 1024 * 1024
 #: Readings nomad-device-nvidia takes once, when it fingerprints a card (see ``FirstReadings``).
 VOLATILE_EXTRAS = ("power", "cores_clock", "memory_clock")
+#: ``Card.extra`` key set when the card's memory is the host's RAM (a unified-memory iGPU).
+HOST_MEMORY_KEY = "memory_source"
+PARENT_LABEL = "parent_uuid"
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
 _GPU_SLICES = re.compile(r"(?:^|\.)(\d+)g\.")
+_BUS_ID = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
+)
+#: What ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for a slot that holds no MIG device.
+_EMPTY_SLOT = lib.MISSING_CODES | {lib.ERROR_INVALID_ARGUMENT}
+
+
+def normalise_bus_id(raw: str) -> str:
+    """``00000000:3B:00.0`` (NVML: 8-digit domain, upper case) -> ``0000:3b:00.0``, the form sysfs and Nomad use."""
+    match = _BUS_ID.match(raw.strip())
+    if match is None:
+        raise ValueError(f"pci_bus_id: {raw!r} is not a PCI address like 0000:18:00.0")
+    domain = int(match["domain"] or "0", 16)
+    if domain > 0xFFFF:
+        raise ValueError(f"pci_bus_id: {raw!r} has a domain above ffff")
+    bus, dev, fn = int(match["bus"], 16), int(match["dev"], 16), int(match["fn"])
+    if dev > 0x1F:
+        raise ValueError(f"pci_bus_id: {raw!r} has a device number above 1f")
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
+
+
+def sysfs_numa_node(bus_id: str, sysfs_root: str = "/sys") -> int | None:
+    """The NUMA node the kernel assigns to a PCI device; None if unknown (-1 or absent)."""
+    try:
+        value = int((Path(sysfs_root) / "bus" / "pci" / "devices" / bus_id / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -37,31 +68,21 @@ class MemoryReading:
     host: bool = False
 
 
-def host_memory_mib() -> tuple[int, int]:
-    """The host's RAM as sysinfo(2) counts it: (total, total - free) in MiB.
-
-    glibc derives ``SC_PHYS_PAGES`` and ``SC_AVPHYS_PAGES`` from sysinfo's
-    ``totalram`` and ``freeram``, the two nomad-device-nvidia reads.
-    """
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = os.sysconf("SC_PHYS_PAGES") * page
-    free = os.sysconf("SC_AVPHYS_PAGES") * page
-    return total // _MIB, (total - free) // _MIB
-
-
 def memory_reading(nvml: Nvml, handle: Any) -> MemoryReading:
     """Framebuffer memory, or the host's RAM where NVML has none (GB10: NotSupported).
 
-    nomad-device-nvidia falls back the same way (its nvml/driver_linux.go,
-    ``determineMemoryInfo``); any other NVML error propagates.
+    nomad-device-nvidia falls back the same way (nvml/driver_linux.go,
+    ``determineMemoryInfo``) to sysinfo(2)'s ``totalram`` and ``freeram``,
+    which glibc's ``SC_PHYS_PAGES`` and ``SC_AVPHYS_PAGES`` report.
     """
     try:
         info = nvml.nvmlDeviceGetMemoryInfo(handle)
     except nvml.NVMLError as exc:
         if lib.error_code(nvml, exc) != lib.ERROR_NOT_SUPPORTED:
             raise
-        total, used = host_memory_mib()
-        return MemoryReading(total, used, host=True)
+        page = os.sysconf("SC_PAGE_SIZE")
+        total, free = os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
+        return MemoryReading(total // _MIB, (total - free) // _MIB, host=True)
     return MemoryReading(int(info.total) // _MIB, int(info.used) // _MIB)
 
 
@@ -76,11 +97,7 @@ class DeviceRef:
 
 
 def list_devices(nvml: Nvml) -> tuple[list[DeviceRef], dict[int, str]]:
-    """Every physical GPU NVML sees, in index order, and the indexes it could not read.
-
-    A card that fell off the bus can fail here while the others work; it is
-    reported by index so the caller can keep its last known identity.
-    """
+    """Every physical GPU NVML sees, in index order, and the indexes it could not read (a card off the bus)."""
     refs, failed = [], {}
     for index in range(int(nvml.nvmlDeviceGetCount())):
         try:
@@ -100,7 +117,7 @@ def cuda_version_text(raw: int) -> str:
 
 
 def node_facts(nvml: Nvml) -> dict[str, str]:
-    """Node-wide facts: driver and CUDA versions (best effort, never raises for gaps)."""
+    """Driver and CUDA versions."""
     facts = {"driver_version": lib.text(nvml.nvmlSystemGetDriverVersion())}
     cuda = lib.optional(nvml, "nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
@@ -119,21 +136,11 @@ def bus_id(nvml: Nvml, handle: Any) -> str:
 
 def numa_node(nvml: Nvml, handle: Any, pci_bus_id: str, sysfs_root: str) -> int | None:
     """CPU-side NUMA node: sysfs first (what the kernel schedules by), then NVML."""
-    if pci_bus_id:
-        node = sysfs_numa_node(pci_bus_id, sysfs_root)
-        if node is not None:
-            return node
+    node = sysfs_numa_node(pci_bus_id, sysfs_root) if pci_bus_id else None
+    if node is not None:
+        return node
     value = lib.optional(nvml, "nvmlDeviceGetNumaNodeId", handle)
     return int(value) if value is not None and int(value) >= 0 else None
-
-
-def _state(value: Any) -> str:
-    """NVML's enable state as nomad-device-nvidia sends it: the number, "1" (enabled) or "0".
-
-    Its driver formats go-nvml's ``EnableState`` with ``%v``, which prints the
-    enum's value (its docs and unit-test mocks show "Enabled"; its builds do not).
-    """
-    return str(int(value))
 
 
 def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
@@ -142,26 +149,23 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
     ``power`` is the power *draw* in whole W and ``cores_clock``/``memory_clock``
     the *current* clocks in MHz (its driver_linux.go reads nvmlDeviceGetPowerUsage
     and nvmlDeviceGetClockInfo); ``bar1`` the BAR1 total in MiB; ``pci_bandwidth``
-    max link width x its per-lane table in MB/s. ``power_limit`` (W) is ours.
+    max link width x its per-lane table in MB/s; ``display_state`` and
+    ``persistence_mode`` go-nvml's ``EnableState`` printed with ``%v``: "1" or "0".
+    ``power_limit`` (W) and ``compute_capability`` are ours.
 
-    A reading the card does not support (NotSupported) shows as that plugin
-    shows it: ``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock``
-    absent. Where it would fail the whole fingerprint (clocks, display and
-    persistence mode unsupported, or any other NVML error) the attribute is
-    left out and the card is still offered.
+    A reading the card does not support shows as that plugin shows it:
+    ``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock`` absent.
+    Where it would fail the whole fingerprint (any other missing reading) the
+    attribute is left out and the card is still offered.
     """
     extras: dict[str, str] = {}
-    graphics = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_GRAPHICS)
-    if graphics is not None:
-        extras["cores_clock"] = str(int(graphics))
-    memory = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
-    if memory is not None:
-        extras["memory_clock"] = str(int(memory))
+    for key, clock in (("cores_clock", nvml.NVML_CLOCK_GRAPHICS), ("memory_clock", nvml.NVML_CLOCK_MEM)):
+        mhz = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, clock)
+        if mhz is not None:
+            extras[key] = str(int(mhz))
     draw, why = lib.read(nvml, "nvmlDeviceGetPowerUsage", handle)
-    if draw is not None:
-        extras["power"] = str(int(draw) // 1000)
-    elif why == lib.ERROR_NOT_SUPPORTED:
-        extras["power"] = "0"
+    if draw is not None or why == lib.ERROR_NOT_SUPPORTED:
+        extras["power"] = str(int(draw or 0) // 1000)
     limit = lib.optional(nvml, "nvmlDeviceGetPowerManagementLimit", handle)
     if limit is not None:
         extras["power_limit"] = str(int(limit) // 1000)
@@ -170,17 +174,17 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
         extras["bar1"] = str(int(bar1.bar1Total) // _MIB)
     gen, gen_why = lib.read(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
     width, width_why = lib.read(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
-    gen_known = gen is not None or gen_why == lib.ERROR_NOT_SUPPORTED
-    width_known = width is not None or width_why == lib.ERROR_NOT_SUPPORTED
-    if gen_known and width_known:
-        lanes = int(width) if width is not None else 0
-        extras["pci_bandwidth"] = str(_PCIE_LANE_MBPS.get(int(gen or 0), 0) * lanes)
-    display = lib.optional(nvml, "nvmlDeviceGetDisplayMode", handle)
-    if display is not None:
-        extras["display_state"] = _state(display)
-    persistence = lib.optional(nvml, "nvmlDeviceGetPersistenceMode", handle)
-    if persistence is not None:
-        extras["persistence_mode"] = _state(persistence)
+    if (gen is not None or gen_why == lib.ERROR_NOT_SUPPORTED) and (
+        width is not None or width_why == lib.ERROR_NOT_SUPPORTED
+    ):
+        extras["pci_bandwidth"] = str(_PCIE_LANE_MBPS.get(int(gen or 0), 0) * int(width or 0))
+    for key, function in (
+        ("display_state", "nvmlDeviceGetDisplayMode"),
+        ("persistence_mode", "nvmlDeviceGetPersistenceMode"),
+    ):
+        state = lib.optional(nvml, function, handle)
+        if state is not None:
+            extras[key] = str(int(state))
     capability = lib.optional(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
     if capability is not None:
         extras["compute_capability"] = f"{capability[0]}.{capability[1]}"
@@ -191,8 +195,8 @@ class FirstReadings:
     """Keeps the first power draw and clocks read per card, as nomad-device-nvidia does.
 
     It reads them when it fingerprints and re-sends only when cards come or
-    go, so Nomad keeps the first values. Re-reading them every resync would
-    change the fingerprint (and re-send it) on every load swing.
+    go, so Nomad keeps the first values; re-reading them every resync would
+    re-send the fingerprint on every load swing.
     """
 
     def __init__(self) -> None:
@@ -226,48 +230,33 @@ def slices_from_profile(profile: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-#: Codes ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for a slot that holds no MIG device.
-_EMPTY_SLOT = (lib.ERROR_NOT_FOUND, lib.ERROR_INVALID_ARGUMENT, lib.ERROR_NOT_SUPPORTED)
-
-
-def mig_instances(nvml: Nvml, handle: Any) -> tuple[MigInstance, ...]:
+def mig_handles(nvml: Nvml, handle: Any) -> Iterator[Any]:
     """The MIG devices that exist on a MIG-enabled card (NVML cannot create them)."""
-    found = []
     for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
         try:
-            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
         except nvml.NVMLError as exc:
-            if lib.error_code(nvml, exc) in _EMPTY_SLOT:
-                continue  # an empty slot
-            raise
-        name = lib.text(nvml.nvmlDeviceGetName(mig))
-        profile = profile_from_name(name)
-        attrs = lib.optional(nvml, "nvmlDeviceGetAttributes", mig)
-        slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else slices_from_profile(profile)
-        found.append(
-            MigInstance(
-                uuid=lib.text(nvml.nvmlDeviceGetUUID(mig)),
-                profile=profile,
-                slices=slices,
-                memory_mib=memory_reading(nvml, mig).total_mib,
-                gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
-                compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
-                name=name,
-            )
-        )
-    return tuple(found)
+            if lib.error_code(nvml, exc) not in _EMPTY_SLOT:
+                raise
 
 
-#: ``Card.extra`` key set when the card's memory is the host's RAM (a unified-memory iGPU).
-HOST_MEMORY_KEY = "memory_source"
+def mig_instance(nvml: Nvml, mig: Any) -> MigInstance:
+    name = lib.text(nvml.nvmlDeviceGetName(mig))
+    profile = profile_from_name(name)
+    attrs = lib.optional(nvml, "nvmlDeviceGetAttributes", mig)
+    return MigInstance(
+        uuid=lib.text(nvml.nvmlDeviceGetUUID(mig)),
+        profile=profile,
+        slices=int(attrs.gpuInstanceSliceCount) if attrs is not None else slices_from_profile(profile),
+        memory_mib=memory_reading(nvml, mig).total_mib,
+        gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+        compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+        name=name,
+    )
 
 
 def read_card(
-    nvml: Nvml,
-    ref: DeviceRef,
-    node: Mapping[str, str],
-    sysfs_root: str = "/sys",
-    first: FirstReadings | None = None,
+    nvml: Nvml, ref: DeviceRef, node: Mapping[str, str], sysfs_root: str = "/sys", first: FirstReadings | None = None
 ) -> Card:
     """One whole card with its static facts; health is overlaid by the backend."""
     handle = ref.handle
@@ -293,75 +282,29 @@ def read_card(
         numa_node=numa_node(nvml, handle, pci, sysfs_root),
         mig_capable=capable,
         mig_enabled=enabled,
-        mig_instances=mig_instances(nvml, handle) if enabled else (),
+        mig_instances=tuple(mig_instance(nvml, mig) for mig in mig_handles(nvml, handle)) if enabled else (),
         extra=extras,
     )
 
 
-_BUS_ID = re.compile(
-    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
-)
-
-
-def normalise_bus_id(raw: str) -> str:
-    """``00000000:18:00.0`` (NVML) or ``18:00.0`` -> ``0000:18:00.0`` (sysfs form).
-
-    NVML pads the domain to 8 hex digits and upper-cases; sysfs, Nomad's
-    ``hw_locality`` and every other tool use a 4-digit lower-case domain.
-    """
-    value = raw.strip()
-    match = _BUS_ID.match(value)
-    if match is None:
-        raise ValueError(f"pci_bus_id: {raw!r} is not a PCI address like 0000:18:00.0")
-    domain = int(match["domain"] or "0", 16)
-    if domain > 0xFFFF:
-        raise ValueError(f"pci_bus_id: {raw!r} has a domain above ffff")
-    bus, dev, fn = int(match["bus"], 16), int(match["dev"], 16), int(match["fn"])
-    if dev > 0x1F:
-        raise ValueError(f"pci_bus_id: {raw!r} has a device number above 1f")
-    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
-
-
-def sysfs_numa_node(bus_id: str, sysfs_root: str = "/sys") -> int | None:
-    """The NUMA node the kernel assigns to a PCI device; None if unknown (-1 or absent)."""
-    path = Path(sysfs_root) / "bus" / "pci" / "devices" / bus_id / "numa_node"
-    try:
-        value = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return value if value >= 0 else None
-
-
-PARENT_LABEL = "parent_uuid"
-#: What ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for a slot without a MIG device.
-_EMPTY_MIG_SLOT = lib.MISSING_CODES | {lib.ERROR_INVALID_ARGUMENT}
-
-
-@dataclass
-class Poll:
-    """The result of one poll: samples, plus cards found lost and per-card errors."""
-
-    samples: list[MetricSample] = field(default_factory=list)
-    lost: dict[str, str] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    #: set when NVML itself is gone (uninitialised, driver unloaded): the poll is void
-    fatal: str = ""
+# --- readings (NVML has no push: these are polled) -------------------------------------------------
 
 
 def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, str] | None = None) -> MetricSample:
-    return MetricSample(
-        device=device,
-        metric_id=METRIC_IDS[name],
-        name=name,
-        value=float(value),
-        timestamp_ms=ts_ms,
-        labels=labels or {},
-    )
+    return MetricSample(device, METRIC_IDS[name], name, float(value), ts_ms, labels or {})
 
 
-def _card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
+def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
+    """One card's readings: the official plugin's (utilisation, memory, temperature, power, ECC, clocks)
+    plus throttle reasons and remapped rows.
+
+    A reading the card does not have is left out, never faked as 0; which of
+    the official ones NVML answered NotSupported for goes in the
+    ``nvml_unsupported`` bit mask, from which the stats layout shows 0 as the
+    official plugin does. An iGPU's memory utilisation is used / total of the
+    host's RAM, as the official plugin derives it.
+    """
     values: dict[str, float] = {}
-    unsupported = 0
     util = lib.optional(nvml, "nvmlDeviceGetUtilizationRates", handle)
     if util is not None:
         values["core_util_percent"] = util.gpu
@@ -374,8 +317,9 @@ def _card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     else:
         values["memory_used_mib"] = mem.used_mib
         values["memory_total_mib"] = mem.total_mib
-        if mem.host and mem.total_mib > 0:  # NVML's memory utilisation is not reported for an iGPU
+        if mem.host and mem.total_mib > 0:
             values["memory_util_percent"] = mem.used_mib * 100 // mem.total_mib
+    unsupported = 0
     temp, why = lib.read(nvml, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
     if temp is not None:
         values["temperature_c"] = temp
@@ -420,10 +364,10 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     """The readings only nomad-device-nvidia's stats show: encoder/decoder, BAR1, ECC by location.
 
     ECC counts are corrected errors since the last driver load (volatile), per
-    location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) call
-    reads them (here through nvmlDeviceGetMemoryErrorCounter, which NVML keeps
-    in place of that deprecated call). Locations NVML answers NotSupported
-    for are set in ``nvml_unsupported``.
+    location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) reads
+    them (here through nvmlDeviceGetMemoryErrorCounter, which NVML keeps in
+    place of that deprecated call). Locations NVML answers NotSupported for
+    are set in ``nvml_unsupported``.
     """
     values: dict[str, float] = {}
     for name, function in (
@@ -443,14 +387,8 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
         ("ecc_l2_corrected", lib.LOCATION_L2_CACHE),
         ("ecc_memory_corrected", lib.LOCATION_DEVICE_MEMORY),
     ):
-        count, why = lib.read(
-            nvml,
-            "nvmlDeviceGetMemoryErrorCounter",
-            handle,
-            nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-            nvml.NVML_VOLATILE_ECC,
-            location,
-        )
+        corrected, ecc = nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC
+        count, why = lib.read(nvml, "nvmlDeviceGetMemoryErrorCounter", handle, corrected, ecc, location)
         if count is not None:
             values[name] = count
         elif why == lib.ERROR_NOT_SUPPORTED:
@@ -460,15 +398,19 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     return values
 
 
-def _mig_samples(nvml: Nvml, ref: DeviceRef, ts_ms: int) -> list[MetricSample]:
-    out: list[MetricSample] = []
-    for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(ref.handle))):
-        try:
-            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(ref.handle, slot)
-        except nvml.NVMLError as exc:
-            if lib.error_code(nvml, exc) in _EMPTY_MIG_SLOT:
-                continue
-            raise
+@dataclass
+class Poll:
+    """One poll: samples, plus cards found lost and per-card errors; ``fatal`` voids it (NVML itself is gone)."""
+
+    samples: list[MetricSample] = field(default_factory=list)
+    lost: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    fatal: str = ""
+
+
+def _mig_samples(nvml: Nvml, ref: DeviceRef, ts_ms: int) -> Iterator[MetricSample]:
+    labels = {PARENT_LABEL: ref.uuid}
+    for mig in mig_handles(nvml, ref.handle):
         uuid = lib.text(nvml.nvmlDeviceGetUUID(mig))
         try:
             mem = memory_reading(nvml, mig)
@@ -476,30 +418,27 @@ def _mig_samples(nvml: Nvml, ref: DeviceRef, ts_ms: int) -> list[MetricSample]:
             if lib.error_code(nvml, exc) in lib.MISSING_CODES:
                 continue
             raise
-        labels = {PARENT_LABEL: ref.uuid}
-        out.append(sample(uuid, "memory_used_mib", mem.used_mib, ts_ms, labels))
-        out.append(sample(uuid, "memory_total_mib", mem.total_mib, ts_ms, labels))
-    return out
+        yield sample(uuid, "memory_used_mib", mem.used_mib, ts_ms, labels)
+        yield sample(uuid, "memory_total_mib", mem.total_mib, ts_ms, labels)
 
 
 def poll(nvml: Nvml, refs: Iterable[tuple[DeviceRef, bool]], ts_ms: int) -> Poll:
-    """Read every card (and its MIG instances when ``mig_enabled``); never raises per card.
+    """Read every card, and its MIG instances' memory when MIG is on; never raises per card.
 
     NVML errors that mean the card is gone land in ``lost``; other per-card
-    NVML errors land in ``errors`` and that card's readings are skipped.
+    NVML errors in ``errors``, and that card's readings are skipped.
     """
     result = Poll()
     for ref, mig_enabled in refs:
         try:
-            values = _card_values(nvml, ref.handle)
-            migs = _mig_samples(nvml, ref, ts_ms) if mig_enabled else []
+            values = card_values(nvml, ref.handle)
+            migs = list(_mig_samples(nvml, ref, ts_ms)) if mig_enabled else []
         except nvml.NVMLError as exc:
             code = lib.error_code(nvml, exc)
             if code in lib.NVML_GONE_CODES:
                 result.fatal = lib.describe(nvml, exc)
                 return result
-            target = result.lost if code in lib.CARD_FAULT_CODES else result.errors
-            target[ref.uuid] = lib.describe(nvml, exc)
+            (result.lost if code in lib.CARD_FAULT_CODES else result.errors)[ref.uuid] = lib.describe(nvml, exc)
             continue
         result.samples.extend(sample(ref.uuid, name, value, ts_ms) for name, value in values.items())
         result.samples.extend(migs)

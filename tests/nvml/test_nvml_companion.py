@@ -1,8 +1,20 @@
+"""Enrichment of XDM's cards by the NVML companion, through its public calls."""
+
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.nvml.companion import CardFacts, Enricher, apply_facts, enrich, read_facts
+from nomad_plugin.model.errors import BackendUnavailable
+from nomad_plugin.nvml.companion import CardFacts, NvmlCompanion, apply_facts, read_facts
+from nomad_plugin.util.backoff import Backoff
 from tests.doubles.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_sysfs_numa
+
+
+def _companion(fake: FakeNvml, sysfs_root: str = "/nonexistent", **kw) -> NvmlCompanion:
+    return NvmlCompanion(loader=lambda: fake, sysfs_root=sysfs_root, **kw)
 
 
 def _xdm_card(minor: int, uuid: str, **kw) -> Card:
@@ -11,10 +23,9 @@ def _xdm_card(minor: int, uuid: str, **kw) -> Card:
 
 
 def test_fills_pci_numa_and_clocks_matching_by_uuid(fake: FakeNvml, tmp_path) -> None:
-    fake.nvmlInit()
     write_sysfs_numa(tmp_path, "0000:39:00.0", 1)
     inv = Inventory(cards=(_xdm_card(7, fake.gpus[1].uuid),), node={"driver_version": "550.54.15"}, generation=4)
-    out = enrich(inv, fake, str(tmp_path))
+    out = _companion(fake, str(tmp_path)).enrich(inv)
     card = out.cards[0]
     assert (card.minor, card.pci_bus_id, card.numa_node) == (7, "0000:39:00.0", 1)
     assert card.extra["cores_clock"] == "1980" and card.extra["memory_clock"] == "3201"
@@ -29,9 +40,8 @@ def test_fills_pci_numa_and_clocks_matching_by_uuid(fake: FakeNvml, tmp_path) ->
 
 
 def test_falls_back_to_minor_when_uuid_unknown(fake: FakeNvml) -> None:
-    fake.nvmlInit()
     inv = Inventory(cards=(_xdm_card(2, "xdm-serial-123"), _xdm_card(2, "ppu-1", vendor="alibaba")))
-    out = enrich(inv, fake, "/nonexistent")
+    out = _companion(fake).enrich(inv)
     assert out.cards[0].pci_bus_id == "0000:87:00.0" and out.cards[0].numa_node == 1
     assert out.cards[1] == inv.cards[1]  # another vendor's minor says nothing about NVML's cards
 
@@ -55,28 +65,55 @@ def test_read_facts_skips_a_lost_card(fake: FakeNvml) -> None:
     assert [f.uuid for f in facts] == [fake.gpus[1].uuid, fake.gpus[2].uuid]
 
 
-def test_enricher_keeps_nvml_open_and_survives_failures() -> None:
+def test_one_session_backs_off_after_a_failure_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeNvml()
     fake.init_error = NVML_ERROR_DRIVER_NOT_LOADED
-    enricher = Enricher(nvml=fake, sysfs_root="/nonexistent")
+    caplog.set_level(logging.WARNING)
+    backoff = Backoff(initial=60.0, jitter=0.0)
+    companion = _companion(fake, backoff=backoff)
     inv = Inventory(cards=(_xdm_card(0, fake.gpus[0].uuid),))
-    assert enricher(inv) is inv
-    assert "Driver Not Loaded" in enricher.last_error
+    assert companion.enrich(inv) is inv
+    assert "Driver Not Loaded" in companion.last_error
     fake.init_error = None
-    out = enricher(inv)
-    assert out.cards[0].pci_bus_id == "0000:18:00.0" and enricher.last_error == ""
-    enricher(inv)
-    assert fake.init_count == 1  # initialised once, reused
-    enricher.close()
+    assert companion.enrich(inv) is inv and fake.init_calls == 1, "retried within the backoff"
+    with pytest.raises(BackendUnavailable, match="Driver Not Loaded"):
+        companion.metrics_snapshot()  # the metrics fallback shares the session and its backoff
+    assert [r.message for r in caplog.records].count(
+        "NVML on this XDM node (enrichment, extra stats) unavailable: Driver Not Loaded (NVML error 9)"
+    ) == 1, "a failure is logged once"
+    backoff.initial = 0.0
+    companion._retry_at = 0.0  # the backoff has run out
+    out = companion.enrich(inv)
+    assert out.cards[0].pci_bus_id == "0000:18:00.0" and companion.last_error == ""
+    companion.enrich(inv)
+    companion.metrics_snapshot()
+    assert fake.init_count == 1 and fake.init_calls == 2  # one session, reused by enrichment and the fallback
+    companion.stop()
     assert fake.init_count == 0
 
 
-def test_enricher_without_bindings() -> None:
+def test_metrics_fallback_reads_every_card_and_its_mig_instances(fake: FakeNvml) -> None:
+    companion = _companion(fake)
+    samples = companion.metrics_snapshot()
+    by_card = {(s.device, s.name): s.value for s in samples}
+    assert by_card[(fake.gpus[0].uuid, "memory_total_mib")] == 81559
+    assert (fake.gpus[0].uuid, "temperature_c") in by_card and (fake.gpus[0].uuid, "encoder_util_percent") in by_card
+    mig = fake.gpus[2].migs[0]
+    assert by_card[(mig.uuid, "memory_total_mib")] == mig.memory_total_mib
+    assert not any(s.name == "health" for s in samples), "health on an XDM node is XDM's"
+    fake.driver_gone = NVML_ERROR_DRIVER_NOT_LOADED
+    with pytest.raises(BackendUnavailable, match="Driver Not Loaded"):
+        companion.metrics_snapshot()
+    companion.stop()
+
+
+def test_without_bindings_the_probe_says_why() -> None:
     from nomad_plugin.nvml import lib
 
     def missing():
         raise lib.NvmlMissing("the NVML backend needs the Python package nvidia-ml-py")
 
-    enricher = Enricher(loader=missing)
+    companion = NvmlCompanion(loader=missing)
+    assert "nvidia-ml-py" in companion.open()
     inv = Inventory(cards=(_xdm_card(0, "GPU-a"),))
-    assert enricher(inv) is inv and "nvidia-ml-py" in enricher.last_error
+    assert companion.enrich(inv) is inv and "nvidia-ml-py" in companion.last_error
