@@ -35,17 +35,7 @@ from nomad_plugin.model.catalog import NODE_SOURCE, SOURCE_NVML
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.nvml import lib
-from nomad_plugin.nvml.devices import (
-    HOST_MEMORY_KEY,
-    DeviceRef,
-    FirstReadings,
-    list_devices,
-    node_facts,
-    poll,
-    read_card,
-    sample,
-)
+from nomad_plugin.nvml import devices, lib
 from nomad_plugin.nvml.health import Event, EventSet, HealthBook
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.util.backoff import Backoff
@@ -102,9 +92,9 @@ class NvmlBackend:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._listeners: Listeners[Inventory] = Listeners()
-        self._refs: dict[str, DeviceRef] = {}
+        self._refs: dict[str, devices.DeviceRef] = {}
         self._static: dict[str, Card] = {}
-        self._first = FirstReadings()
+        self._first = devices.FirstReadings()
         self._node: dict[str, str] = {}
         self._unwatched: set[str] = set()
         self._snapshot = Inventory(reachable=False, unreachable_reason="NVML backend not started")
@@ -155,7 +145,7 @@ class NvmlBackend:
             raise BackendUnavailable(f"NVML is not available: {reason}")
         now = self._clock()
         ts_ms = int(now * 1000)
-        result = poll(nvml, refs, ts_ms)
+        result = devices.poll(nvml, refs, ts_ms)
         if result.fatal:
             raise BackendUnavailable(f"NVML is not available: {result.fatal}")
         with self._lock:
@@ -169,12 +159,12 @@ class NvmlBackend:
             self._publish()
         samples = list(result.samples)
         for uuid, (healthy, xids) in health.items():
-            samples.append(sample(uuid, "health", 1.0 if healthy else 0.0, ts_ms))
-            samples.append(sample(uuid, "xid_errors", xids, ts_ms))
+            samples.append(devices.sample(uuid, "health", 1.0 if healthy else 0.0, ts_ms))
+            samples.append(devices.sample(uuid, "xid_errors", xids, ts_ms))
         return samples
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        """NVML has no push: poll once a second until ``cancel`` is set."""
+        """NVML has no push: devices.poll once a second until ``cancel`` is set."""
         while not cancel.is_set() and not self._stop.is_set():
             yield self.metrics_snapshot()
             cancel.wait(STREAM_PERIOD_S)
@@ -246,6 +236,7 @@ class NvmlBackend:
             events.close()
 
     def _loop(self, nvml: Nvml, events: EventSet) -> None:
+        """Wait for events; probe, expire holds and resync on time; return when cards came or went."""
         resync = max(1.0, float(self.config.inventory_resync_period))
         next_resync = self._clock() + resync
         next_probe = self._clock() + self._probe_period
@@ -307,8 +298,8 @@ class NvmlBackend:
 
     def _rescan(self, nvml: Nvml) -> None:
         """Re-read cards; a card that cannot be read keeps its last known facts, unhealthy."""
-        node = {**node_facts(nvml), NODE_SOURCE: SOURCE_NVML}
-        refs, failed = list_devices(nvml)
+        node = {**devices.node_facts(nvml), NODE_SOURCE: SOURCE_NVML}
+        refs, failed = devices.list_devices(nvml)
         with self._lock:
             old_refs = {r.index: r for r in self._refs.values()}
             old_static = dict(self._static)
@@ -326,18 +317,17 @@ class NvmlBackend:
                 static[ref.uuid] = old_static[ref.uuid]
                 continue
             try:
-                card = static[ref.uuid] = read_card(nvml, ref, node, self.sysfs_root, self._first)
+                card = static[ref.uuid] = devices.read_card(nvml, ref, node, self.sysfs_root, self._first)
             except nvml.NVMLError as exc:
                 static[ref.uuid] = old_static.get(ref.uuid) or _placeholder(nvml, ref, node)
                 lost[ref.uuid] = lib.describe(nvml, exc)
                 continue
-            if card.extra.get(HOST_MEMORY_KEY) and ref.uuid not in old_static:
+            if card.extra.get(devices.HOST_MEMORY_KEY) and ref.uuid not in old_static:
+                what = f"card {card.minor} ({card.uuid}, {card.model})"
                 log.info(
-                    "card %d (%s, %s): NVML has no framebuffer memory reading (unified memory); its memory is the "
-                    "host's RAM, %d MiB, as nomad-device-nvidia reports it",
-                    card.minor,
-                    card.uuid,
-                    card.model,
+                    "%s: no framebuffer memory reading (unified memory); as nomad-device-nvidia, its memory "
+                    "is the host's RAM, %d MiB",
+                    what,
                     card.memory_mib,
                 )
         now = self._clock()
@@ -382,21 +372,14 @@ class NvmlBackend:
         self._listeners.notify(snapshot)
 
 
-def _placeholder(nvml: Nvml, ref: DeviceRef, node: dict[str, str]) -> Card:
+def _placeholder(nvml: Nvml, ref: devices.DeviceRef, node: dict[str, str]) -> Card:
     """A card NVML enumerates but cannot describe: kept visible (in its model's group) so it can be unhealthy."""
     try:
         model = lib.text(nvml.nvmlDeviceGetName(ref.handle))
     except nvml.NVMLError:
         model = "unknown"
-    return Card(
-        minor=ref.minor,
-        uuid=ref.uuid,
-        model=model,
-        vendor="nvidia",
-        xpu_type="gpu",
-        memory_mib=0,
-        driver_version=node.get("driver_version", ""),
-    )
+    driver = node.get("driver_version", "")
+    return Card(ref.minor, ref.uuid, model, vendor="nvidia", xpu_type="gpu", memory_mib=0, driver_version=driver)
 
 
 # --- grants ----------------------------------------------------------------------------------------

@@ -16,28 +16,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend, InventoryListener
-from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.errors import BackendUnavailable
-from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.nvml import lib
-from nomad_plugin.nvml.devices import (
-    FirstReadings,
-    bus_id,
-    card_extras,
-    list_devices,
-    mig_mode,
-    numa_node,
-    official_values,
-    poll,
-    sample,
-)
+from nomad_plugin.nvml import devices, lib
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.util.backoff import Backoff
 
@@ -59,30 +47,22 @@ class CardFacts:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
-def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: FirstReadings | None = None) -> list[CardFacts]:
+def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: devices.FirstReadings | None = None) -> list[CardFacts]:
     """One pass over an initialised NVML; a card that fails to read is skipped."""
-    refs, failed = list_devices(nvml)
+    refs, failed = devices.list_devices(nvml)
     for index, message in failed.items():
         log.warning("enrichment skips GPU index %d: %s", index, message)
     facts = []
     for ref in refs:
         try:
-            pci = bus_id(nvml, ref.handle)
-            extras = card_extras(nvml, ref.handle)
-            numa = numa_node(nvml, ref.handle, pci, sysfs_root)
+            pci = devices.bus_id(nvml, ref.handle)
+            extras = devices.card_extras(nvml, ref.handle)
+            numa = devices.numa_node(nvml, ref.handle, pci, sysfs_root)
         except (nvml.NVMLError, ValueError) as exc:
             log.warning("enrichment skips %s: %s", ref.uuid, exc)
             continue
         facts.append(CardFacts(ref.uuid, ref.minor, pci, numa, first.apply(ref.uuid, extras) if first else extras))
     return facts
-
-
-def _match(card: Card, by_uuid: Mapping[str, CardFacts], by_minor: Mapping[int, CardFacts]) -> CardFacts | None:
-    if card.uuid and card.uuid in by_uuid:
-        return by_uuid[card.uuid]
-    if card.vendor not in ("", "nvidia"):
-        return None  # a non-NVIDIA card's minor says nothing about NVML's cards
-    return by_minor.get(card.minor)
 
 
 def apply_facts(inventory: Inventory, facts: Sequence[CardFacts]) -> Inventory:
@@ -91,14 +71,12 @@ def apply_facts(inventory: Inventory, facts: Sequence[CardFacts]) -> Inventory:
     by_minor = {f.minor: f for f in facts}
     cards = []
     for card in inventory.cards:
-        found = _match(card, by_uuid, by_minor)
+        # A non-NVIDIA card's minor says nothing about NVML's cards.
+        found = by_uuid.get(card.uuid) or (by_minor.get(card.minor) if card.vendor in ("", "nvidia") else None)
         if found is not None:
-            card = replace(
-                card,
-                pci_bus_id=card.pci_bus_id or found.pci_bus_id,
-                numa_node=card.numa_node if card.numa_node is not None else found.numa_node,
-                extra={**found.extra, **card.extra},
-            )
+            numa = card.numa_node if card.numa_node is not None else found.numa_node
+            extra = {**found.extra, **card.extra}
+            card = replace(card, pci_bus_id=card.pci_bus_id or found.pci_bus_id, numa_node=numa, extra=extra)
         cards.append(card)
     return inventory if tuple(cards) == inventory.cards else replace(inventory, cards=tuple(cards))
 
@@ -117,7 +95,7 @@ class NvmlCompanion:
         self._sysfs_root = sysfs_root
         self._interval = interval
         self._backoff = backoff or Backoff(initial=interval, cap=300.0)
-        self._first = FirstReadings()
+        self._first = devices.FirstReadings()
         self._lock = threading.Lock()
         self._nvml: Nvml | None = None  # the open session
         self._retry_at = 0.0
@@ -166,27 +144,29 @@ class NvmlCompanion:
     @staticmethod
     def _extras(nvml: Nvml) -> list[MetricSample]:
         ts_ms = int(time.time() * 1000)
-        refs, _ = list_devices(nvml)
-        return [sample(r.uuid, k, v, ts_ms) for r in refs for k, v in official_values(nvml, r.handle).items()]
+        refs, _ = devices.list_devices(nvml)
+        return [
+            devices.sample(r.uuid, k, v, ts_ms)
+            for r in refs
+            for k, v in devices.official_values(nvml, r.handle).items()
+        ]
 
     @staticmethod
     def _readings(nvml: Nvml) -> list[MetricSample]:
-        refs, _ = list_devices(nvml)
-        result = poll(nvml, [(ref, mig_mode(nvml, ref.handle)[1]) for ref in refs], int(time.time() * 1000))
+        refs = [(ref, devices.mig_mode(nvml, ref.handle)[1]) for ref in devices.list_devices(nvml)[0]]
+        result = devices.poll(nvml, refs, int(time.time() * 1000))
         if result.fatal:
             raise BackendUnavailable(result.fatal)
         return result.samples
 
     def _use(self, read: Callable[[Nvml], T]) -> T | None:
-        """``read`` on the open session; None while NVML cannot be had (then every failure is logged once)."""
+        """``read`` on the open session; None while NVML cannot be had (each distinct failure logged once)."""
         with self._lock:
-            nvml = self._session()
-            result = None
-            if nvml is not None:
-                try:
-                    result = read(nvml)
-                except Exception as exc:  # NVML gone, a card lost mid-call: close, retry later, never raise
-                    self._failed(nvml, exc)
+            nvml, result = self._session(), None
+            try:
+                result = read(nvml) if nvml is not None else None
+            except Exception as exc:  # NVML gone, a card lost mid-call: close, retry later, never raise
+                self._failed(nvml, exc)
             if result is not None:
                 self._backoff.reset()
                 if self._logged:
@@ -223,34 +203,22 @@ class NvmlCompanion:
 
 
 class EnrichedBackend:
-    """An XDM backend whose inventories pass through the companion's enrichment."""
+    """An XDM backend whose inventories pass through the companion's enrichment; the rest is XDM's."""
 
     def __init__(self, inner: Backend, companion: NvmlCompanion) -> None:
         self._inner = inner
-        self.companion = companion
+        self._companion = companion
         self.name = inner.name
 
-    def start(self) -> None:
-        self._inner.start()
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._inner, attr)
 
     def stop(self) -> None:
         self._inner.stop()
-        self.companion.stop()
+        self._companion.stop()
 
     def inventory(self) -> Inventory:
-        return self.companion.enrich(self._inner.inventory())
+        return self._companion.enrich(self._inner.inventory())
 
     def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
-        return self._inner.subscribe(lambda inv: listener(self.companion.enrich(inv)))
-
-    def allocate(self, request: GrantRequest) -> Grant:
-        return self._inner.allocate(request)
-
-    def release(self, grant_id: str) -> None:
-        self._inner.release(grant_id)
-
-    def metrics_snapshot(self) -> Sequence[MetricSample]:
-        return self._inner.metrics_snapshot()
-
-    def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        return self._inner.metrics_stream(cancel)
+        return self._inner.subscribe(lambda inv: listener(self._companion.enrich(inv)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,17 +59,9 @@ def sysfs_numa_node(bus_id: str, sysfs_root: str = "/sys") -> int | None:
     return value if value >= 0 else None
 
 
-@dataclass(frozen=True)
-class MemoryReading:
-    """A card's memory in MiB; ``host`` when it is the host's RAM (a unified-memory iGPU)."""
-
-    total_mib: int
-    used_mib: int
-    host: bool = False
-
-
-def memory_reading(nvml: Nvml, handle: Any) -> MemoryReading:
-    """Framebuffer memory, or the host's RAM where NVML has none (GB10: NotSupported).
+def memory_reading(nvml: Nvml, handle: Any) -> tuple[int, int, bool]:
+    """(total, used) MiB of framebuffer memory, or of the host's RAM where NVML has none (GB10: NotSupported),
+    and whether it is the host's.
 
     nomad-device-nvidia falls back the same way (nvml/driver_linux.go,
     ``determineMemoryInfo``) to sysinfo(2)'s ``totalram`` and ``freeram``,
@@ -82,8 +74,8 @@ def memory_reading(nvml: Nvml, handle: Any) -> MemoryReading:
             raise
         page = os.sysconf("SC_PAGE_SIZE")
         total, free = os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
-        return MemoryReading(total // _MIB, (total - free) // _MIB, host=True)
-    return MemoryReading(int(info.total) // _MIB, int(info.used) // _MIB)
+        return total // _MIB, (total - free) // _MIB, True
+    return int(info.total) // _MIB, int(info.used) // _MIB, False
 
 
 @dataclass(frozen=True)
@@ -248,7 +240,7 @@ def mig_instance(nvml: Nvml, mig: Any) -> MigInstance:
         uuid=lib.text(nvml.nvmlDeviceGetUUID(mig)),
         profile=profile,
         slices=int(attrs.gpuInstanceSliceCount) if attrs is not None else slices_from_profile(profile),
-        memory_mib=memory_reading(nvml, mig).total_mib,
+        memory_mib=memory_reading(nvml, mig)[0],
         gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
         compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
         name=name,
@@ -262,13 +254,13 @@ def read_card(
     handle = ref.handle
     pci = bus_id(nvml, handle)
     capable, enabled = mig_mode(nvml, handle)
-    memory = memory_reading(nvml, handle)
+    memory_mib, _, host_memory = memory_reading(nvml, handle)
     extras = card_extras(nvml, handle)
     if first is not None:
         extras = first.apply(ref.uuid, extras)
     if capable:
         extras["mig_mode"] = "enabled" if enabled else "disabled"
-    if memory.host:
+    if host_memory:
         extras[HOST_MEMORY_KEY] = "host"
     return Card(
         minor=ref.minor,
@@ -276,7 +268,7 @@ def read_card(
         model=lib.text(nvml.nvmlDeviceGetName(handle)),
         vendor="nvidia",
         xpu_type="gpu",
-        memory_mib=memory.total_mib,
+        memory_mib=memory_mib,
         pci_bus_id=pci,
         driver_version=node.get("driver_version", ""),
         numa_node=numa_node(nvml, handle, pci, sysfs_root),
@@ -294,15 +286,27 @@ def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, s
     return MetricSample(device, METRIC_IDS[name], name, float(value), ts_ms, labels or {})
 
 
-def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
-    """One card's readings: the official plugin's (utilisation, memory, temperature, power, ECC, clocks)
-    plus throttle reasons and remapped rows.
+def _read_into(
+    values: dict[str, float], nvml: Nvml, handle: Any, rows: Sequence[tuple[str, str, tuple[Any, ...], int]]
+) -> int:
+    """Each row (name, NVML getter, its arguments, divisor) read into ``values``; returns the ``nvml_unsupported``
+    bits of the rows NVML answered NotSupported for (nomad-device-nvidia shows those as 0, the stats layout too)."""
+    unsupported = 0
+    for name, function, args, divisor in rows:
+        value, why = lib.read(nvml, function, handle, *args)
+        if value is not None:
+            values[name] = int(value) / divisor if divisor != 1 else value
+        elif why == lib.ERROR_NOT_SUPPORTED:
+            unsupported |= UNSUPPORTED_BITS.get(name, 0)
+    return unsupported
 
-    A reading the card does not have is left out, never faked as 0; which of
-    the official ones NVML answered NotSupported for goes in the
-    ``nvml_unsupported`` bit mask, from which the stats layout shows 0 as the
-    official plugin does. An iGPU's memory utilisation is used / total of the
-    host's RAM, as the official plugin derives it.
+
+def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
+    """One card's readings: nomad-device-nvidia's, plus power limit, clocks, throttle reasons and remapped rows.
+
+    A reading the card does not have is left out, never faked as 0. An iGPU's
+    memory utilisation is used / total of the host's RAM, as the official
+    plugin derives it.
     """
     values: dict[str, float] = {}
     util = lib.optional(nvml, "nvmlDeviceGetUtilizationRates", handle)
@@ -310,40 +314,29 @@ def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
         values["core_util_percent"] = util.gpu
         values["memory_util_percent"] = util.memory
     try:
-        mem = memory_reading(nvml, handle)
+        total, used, host = memory_reading(nvml, handle)
     except nvml.NVMLError as exc:
         if lib.error_code(nvml, exc) not in lib.MISSING_CODES:
             raise
     else:
-        values["memory_used_mib"] = mem.used_mib
-        values["memory_total_mib"] = mem.total_mib
-        if mem.host and mem.total_mib > 0:
-            values["memory_util_percent"] = mem.used_mib * 100 // mem.total_mib
-    unsupported = 0
-    temp, why = lib.read(nvml, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
-    if temp is not None:
-        values["temperature_c"] = temp
-    elif why == lib.ERROR_NOT_SUPPORTED:
-        unsupported |= UNSUPPORTED_BITS["temperature_c"]
-    power, why = lib.read(nvml, "nvmlDeviceGetPowerUsage", handle)
-    if power is not None:
-        values["power_w"] = int(power) / 1000.0
-    elif why == lib.ERROR_NOT_SUPPORTED:
-        unsupported |= UNSUPPORTED_BITS["power_w"]
-    limit = lib.optional(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
-    if limit is not None:
-        values["power_limit_w"] = int(limit) / 1000.0
-    for name, kind in (
-        ("ecc_sbe_total", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-        ("ecc_dbe_total", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-    ):
-        count = lib.optional(nvml, "nvmlDeviceGetTotalEccErrors", handle, kind, nvml.NVML_VOLATILE_ECC)
-        if count is not None:
-            values[name] = count
-    for name, clock in (("sm_clock_mhz", nvml.NVML_CLOCK_SM), ("memory_clock_mhz", nvml.NVML_CLOCK_MEM)):
-        mhz = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, clock)
-        if mhz is not None:
-            values[name] = mhz
+        values["memory_used_mib"], values["memory_total_mib"] = used, total
+        if host and total > 0:
+            values["memory_util_percent"] = used * 100 // total
+    volatile = nvml.NVML_VOLATILE_ECC
+    unsupported = _read_into(
+        values,
+        nvml,
+        handle,
+        (
+            ("temperature_c", "nvmlDeviceGetTemperature", (nvml.NVML_TEMPERATURE_GPU,), 1),
+            ("power_w", "nvmlDeviceGetPowerUsage", (), 1000),
+            ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", (), 1000),
+            ("ecc_sbe_total", "nvmlDeviceGetTotalEccErrors", (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, volatile), 1),
+            ("ecc_dbe_total", "nvmlDeviceGetTotalEccErrors", (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, volatile), 1),
+            ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (nvml.NVML_CLOCK_SM,), 1),
+            ("memory_clock_mhz", "nvmlDeviceGetClockInfo", (nvml.NVML_CLOCK_MEM,), 1),
+        ),
+    )
     reasons = lib.optional(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
     if reasons is None:
         reasons = lib.optional(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
@@ -352,9 +345,8 @@ def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     rows = lib.optional(nvml, "nvmlDeviceGetRemappedRows", handle)
     if rows is not None:
         values["remapped_rows_total"] = int(rows[0]) + int(rows[1])
-    extras = official_values(nvml, handle)
-    unsupported |= int(extras.pop("nvml_unsupported", 0))
-    values.update(extras)
+    values.update(official_values(nvml, handle))
+    unsupported |= int(values.pop("nvml_unsupported", 0))
     if unsupported:
         values["nvml_unsupported"] = unsupported
     return values
@@ -365,9 +357,8 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
 
     ECC counts are corrected errors since the last driver load (volatile), per
     location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) reads
-    them (here through nvmlDeviceGetMemoryErrorCounter, which NVML keeps in
-    place of that deprecated call). Locations NVML answers NotSupported for
-    are set in ``nvml_unsupported``.
+    them; here through nvmlDeviceGetMemoryErrorCounter, which NVML keeps in
+    place of that deprecated call (nvmlMemoryLocation_t: L1 0, L2 1, device memory 2).
     """
     values: dict[str, float] = {}
     for name, function in (
@@ -381,18 +372,18 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     if bar1 is not None:
         values["bar1_used_mib"] = int(bar1.bar1Used) // _MIB
         values["bar1_total_mib"] = int(bar1.bar1Total) // _MIB
-    unsupported = 0
-    for name, location in (
-        ("ecc_l1_corrected", lib.LOCATION_L1_CACHE),
-        ("ecc_l2_corrected", lib.LOCATION_L2_CACHE),
-        ("ecc_memory_corrected", lib.LOCATION_DEVICE_MEMORY),
-    ):
-        corrected, ecc = nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC
-        count, why = lib.read(nvml, "nvmlDeviceGetMemoryErrorCounter", handle, corrected, ecc, location)
-        if count is not None:
-            values[name] = count
-        elif why == lib.ERROR_NOT_SUPPORTED:
-            unsupported |= UNSUPPORTED_BITS[name]
+    ecc = (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC)
+    counter = "nvmlDeviceGetMemoryErrorCounter"
+    unsupported = _read_into(
+        values,
+        nvml,
+        handle,
+        (
+            ("ecc_l1_corrected", counter, (*ecc, 0), 1),
+            ("ecc_l2_corrected", counter, (*ecc, 1), 1),
+            ("ecc_memory_corrected", counter, (*ecc, 2), 1),
+        ),
+    )
     if unsupported:
         values["nvml_unsupported"] = unsupported
     return values
@@ -413,13 +404,13 @@ def _mig_samples(nvml: Nvml, ref: DeviceRef, ts_ms: int) -> Iterator[MetricSampl
     for mig in mig_handles(nvml, ref.handle):
         uuid = lib.text(nvml.nvmlDeviceGetUUID(mig))
         try:
-            mem = memory_reading(nvml, mig)
+            total, used, _ = memory_reading(nvml, mig)
         except nvml.NVMLError as exc:
             if lib.error_code(nvml, exc) in lib.MISSING_CODES:
                 continue
             raise
-        yield sample(uuid, "memory_used_mib", mem.used_mib, ts_ms, labels)
-        yield sample(uuid, "memory_total_mib", mem.total_mib, ts_ms, labels)
+        yield sample(uuid, "memory_used_mib", used, ts_ms, labels)
+        yield sample(uuid, "memory_total_mib", total, ts_ms, labels)
 
 
 def poll(nvml: Nvml, refs: Iterable[tuple[DeviceRef, bool]], ts_ms: int) -> Poll:

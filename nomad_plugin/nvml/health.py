@@ -6,7 +6,7 @@ Policy (docs/nvml.md, "Health policy"): a critical XID (one not in
 lost, reset required) stays unhealthy until a probe succeeds. If the event
 loop itself fails, every card it watched is unhealthy until the loop runs
 again: we cannot see their faults, so we do not vouch for them. Ignored XIDs
-are counted, never acted on. Hysteresis before a card is schedulable again
+are logged, never acted on. Hysteresis before a card is schedulable again
 is the fingerprint layer's, from ``Card.healthy``.
 """
 
@@ -47,7 +47,6 @@ class HealthBook:
         self.hold_s = float(hold_s)
         self._faults: dict[str, dict[str, tuple[str, float | None]]] = {}
         self._xids: dict[str, int] = {}
-        self._ignored: dict[str, int] = {}
 
     def verdict(self, uuid: str) -> tuple[bool, str]:
         faults = self._faults.get(uuid, {})
@@ -58,16 +57,9 @@ class HealthBook:
         """Critical XIDs and DBEs seen on this card since start."""
         return self._xids.get(uuid, 0)
 
-    def ignored_count(self, uuid: str) -> int:
-        return self._ignored.get(uuid, 0)
-
-    def held_until(self, uuid: str) -> float | None:
-        return self._faults.get(uuid, {}).get(EVENT, ("", None))[1]
-
     def record_xid(self, uuid: str, xid: int, now: float, where: str = "") -> bool:
         """An XID event; ``where`` names a MIG instance when NVML gives one."""
         if xid in self.xid_ignore:
-            self._ignored[uuid] = self._ignored.get(uuid, 0) + 1
             return False
         return self._hold(uuid, f"XID {xid} at {stamp(now)}{f' on {where}' if where else ''}", now)
 

@@ -27,10 +27,6 @@ ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_GPU_IS_LOST = 15
 ERROR_RESET_REQUIRED = 16
 
-# nvmlMemoryLocation_t values (nvml.h) for nvmlDeviceGetMemoryErrorCounter.
-LOCATION_L1_CACHE = 0
-LOCATION_L2_CACHE = 1
-LOCATION_DEVICE_MEMORY = 2
 
 #: Codes meaning "this card is gone or broken", not "this reading is missing".
 CARD_FAULT_CODES = frozenset({ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
