@@ -1,26 +1,16 @@
-"""The seam between the go-plugin transport and the plugin's engines.
+"""The seam between the go-plugin transport and the plugin's engines (what ``nomad/`` calls).
 
-``nomad_plugin/nomad/`` (the gRPC servicers) calls only these methods.
-SetConfig only validates and stores the config: Nomad's first two launches
-(fingerprint, validate) call PluginInfo/ConfigSchema/SetConfig and are
-killed, so nothing may start there, and the engines' imports are deferred
-for the same reason. The engines start on the first Fingerprint, Reserve or
-Stats call, which only the long-lived third launch makes, all at once into
-one ``Engines`` record: backend (and its NVML companion on XDM nodes) ->
-fingerprint engine -> metrics feed -> stats engine. In the background, so
-that the first fingerprint leaves at once, the plugin then takes
-``plugin.lock`` and builds one ``Owner`` record: journal -> reserver ->
-reconciler and operator requests, then recovers what the previous process
-left and starts reconciling.
-
-One process owns ``data_dir``: the one holding ``plugin.lock``. A plugin
-that finds it held (the previous plugin of an agent that was killed, a
-second agent pointed at the same ``data_dir``, or for a moment an operator's
-``grants release``) serves fingerprints and stats, waits for the lock, and
-until it holds it opens no journal, recovers, releases and reconciles
-nothing, and answers Reserve (after waiting up to ``OWNER_LOCK_WAIT``) with
-UNAVAILABLE naming the holder. The recovery's view of entries left by the
-previous process is taken once the lock is held, before any Reserve runs.
+Nomad's first two launches (fingerprint, validate) only call PluginInfo,
+ConfigSchema and SetConfig and are killed, so SetConfig only stores the
+config, and nothing starts or is imported until the first Fingerprint,
+Reserve or Stats call: then one ``Engines`` record, from the backend to the
+stats engine. The first fingerprint leaves at once; in the background the
+plugin takes ``plugin.lock`` and builds one ``Owner`` record (journal,
+reserver, reconciler, operator requests), recovers what the previous process
+left (its entries are read once the lock is held, before any Reserve runs)
+and starts reconciling. One process owns ``data_dir``: a plugin that finds
+the lock held serves fingerprints and stats, touches no journal and answers
+Reserve, after ``OWNER_LOCK_WAIT``, with UNAVAILABLE naming the holder.
 """
 
 from __future__ import annotations
@@ -73,7 +63,6 @@ DISABLED_NOTE = (
 OWNER_LOCK_WAIT = 10.0
 #: The longest pause between two tries of a held owner lock.
 OWNER_LOCK_POLL_MAX = 1.0
-Step = tuple[str, Callable[[], None]]
 
 
 class JournalUnavailable(BackendUnavailable):
@@ -287,35 +276,24 @@ class PluginApp:
         lock, journal = taken
         # Taken before any new Reserve can add its own in-flight entry.
         stale = [e.grant_id for e in journal.entries() if e.state.value != "granted"]
-        fingerprint = engines.fingerprint
+        fp = engines.fingerprint
         mounts, close_mounts = self._mount_policy(config, engines.metrics)
-        reserver = Reserver(
-            engines.backend,
-            fingerprint.catalog,
-            journal,
-            config,
-            fingerprint.notify_grants_changed,
-            mount_policy=mounts,
-        )
-        reconciler = Reconciler(
-            reserver,
-            NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None,
-            fingerprint.catalog,
-            grace=config.release_grace_period,
-            node_id=config.nomad_node_id,
-            state_path=state_path(config.data_dir),
-        )
-        owner = Owner(
-            lock, reserver, reconciler, RequestWatcher(reserver, config.data_dir, self._live_holder), close_mounts
-        )
+        reserver = Reserver(engines.backend, fp.catalog, journal, config, fp.notify_grants_changed, mount_policy=mounts)
+        client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
+        grace, node_id, state = config.release_grace_period, config.nomad_node_id, state_path(config.data_dir)
+        reconciler = Reconciler(reserver, client, fp.catalog, grace=grace, node_id=node_id, state_path=state)
+        requests = RequestWatcher(reserver, config.data_dir, self._live_holder)
+        owner = Owner(lock, reserver, reconciler, requests, close_mounts)
         with self._lock:
             closed = self._closed.is_set()
             if not closed:
                 self._owner = owner
         if closed:
-            self._run_steps([*self._owner_steps(owner), ("journal", journal.close)])
+            _quietly("reconciler", reconciler.stop, 0.2)  # its Nomad API client
+            self._release(owner)
+            _quietly("journal", journal.close)
             return None
-        fingerprint.notify_grants_changed()  # the journal's grants mark their cards from now on
+        fp.notify_grants_changed()  # the journal's grants mark their cards from now on
         return owner, stale
 
     def _take_ownership(self, config: PluginConfig) -> tuple[OwnerLock, Journal] | None:
@@ -526,40 +504,36 @@ class PluginApp:
 
     # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""
+        """Stop everything quickly (Nomad SIGKILLs after 2 s): the owner's threads first, as they use the
+        engines, the owner lock last."""
         with self._lock:
             self._closed.set()
             engines, owner = self._engines, self._owner
-        owned = self._owner_steps(owner) if owner is not None else []
-        steps = owned[:2]  # the owner's threads first: they use the engines
+        if owner is not None:
+            _quietly("operator requests", owner.requests.stop, 0.2)
+            _quietly("reconciler", owner.reconciler.stop, 0.2)
         if engines is not None:
-            if (publisher := engines.node_meta) is not None:
-                steps.append(("node metadata publisher", lambda: publisher.stop(timeout=0.2)))
-            steps.append(("metrics feed", lambda: engines.feed.stop(timeout=0.2)))
+            if engines.node_meta is not None:
+                _quietly("node metadata publisher", engines.node_meta.stop, 0.2)
+            _quietly("metrics feed", engines.feed.stop, 0.2)
             if engines.endpoint is not None:
-                steps.append(("metrics endpoint", engines.endpoint.stop))
-            steps += [("fingerprint engine", engines.fingerprint.stop), ("backend", engines.backend.stop)]
-        self._run_steps(steps + owned[2:])
+                _quietly("metrics endpoint", engines.endpoint.stop)
+            _quietly("fingerprint engine", engines.fingerprint.stop)
+            _quietly("backend", engines.backend.stop)
+        if owner is not None:
+            self._release(owner)
 
     @staticmethod
-    def _owner_steps(owner: Owner) -> list[Step]:
-        """How the owner record stops, in order: its threads first, the lock last."""
-        steps: list[Step] = [
-            ("operator requests", lambda: owner.requests.stop(timeout=0.2)),
-            ("reconciler", lambda: owner.reconciler.stop(timeout=0.2)),
-        ]
+    def _release(owner: Owner) -> None:
         if owner.close_mounts is not None:
-            steps.append(("Nomad API client (mounts)", owner.close_mounts))
-        steps += [
-            ("journal compactor", lambda: owner.reserver.journal.stop_background(timeout=0.2)),
-            ("owner lock", owner.lock.release),
-        ]
-        return steps
+            _quietly("Nomad API client (mounts)", owner.close_mounts)
+        _quietly("journal compactor", owner.reserver.journal.stop_background, 0.2)
+        _quietly("owner lock", owner.lock.release)
 
-    @staticmethod
-    def _run_steps(steps: Sequence[Step]) -> None:
-        for name, stop in steps:
-            try:
-                stop()
-            except Exception:
-                log.exception("error while stopping the %s", name)
+
+def _quietly(name: str, stop: Callable[..., object], *args: float) -> None:
+    """One stop step: a failing one is logged, and the next ones still run."""
+    try:
+        stop(*args)
+    except Exception:
+        log.exception("error while stopping the %s", name)

@@ -1,22 +1,18 @@
 """NvmlBackend: the ``Backend`` contract on plain NVIDIA nodes, through NVML.
 
 One watcher thread initialises NVML (retrying with ``Backoff``), reads the
-cards, then waits on NVML events (XID, double-bit ECC) with a short timeout,
-probes cards whose fault hold ended, and re-reads the inventory every
-``inventory_resync_period``. Every snapshot change is pushed to subscribers.
-``pynvml`` is imported only when the backend starts (or injected for tests).
+cards, waits on XID and double-bit ECC events with a short timeout, probes
+cards whose fault hold ended, and re-reads the cards every
+``inventory_resync_period``; each change of the snapshot goes to subscribers.
 
-NVML has no server-side grant: a grant is the env var the NVIDIA container
-runtime reads plus the device nodes an ``exec`` task needs, as the NVIDIA
-container toolkit gives them: the card's ``/dev/nvidia<minor>`` (a MIG
-instance's parent card), ``/dev/nvidiactl``, ``/dev/nvidia-uvm`` and
-``/dev/nvidia-uvm-tools`` where they exist, and per MIG instance the
-capability nodes ``/dev/nvidia-caps/nvidia-cap<N>`` of its GPU and compute
-instance, ``N`` being the ``DeviceFileMinor`` of
+NVML has no server-side grant: a grant is ``NVIDIA_VISIBLE_DEVICES`` plus the
+device nodes the NVIDIA container toolkit would give: ``/dev/nvidia<minor>``
+(a MIG instance's parent), ``/dev/nvidiactl``, ``/dev/nvidia-uvm(-tools)``
+where they exist, and per MIG instance ``/dev/nvidia-caps/nvidia-cap<N>`` of
+its GPU and compute instance, ``N`` being the ``DeviceFileMinor`` in
 ``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<g>[/ci<c>]/access``
-(NVIDIA's MIG user guide, "Device Nodes and Capabilities"). Whole cards and
-existing MIG instances can be granted; shares cannot (NVML has no
-time-division multiplexing) and MIG instances cannot be created.
+(NVIDIA's MIG user guide, "Device Nodes and Capabilities"). NVML can neither
+share a card nor create MIG instances.
 """
 
 from __future__ import annotations

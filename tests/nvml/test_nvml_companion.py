@@ -117,3 +117,24 @@ def test_without_bindings_the_probe_says_why() -> None:
     assert "nvidia-ml-py" in companion.open()
     inv = Inventory(cards=(_xdm_card(0, "GPU-a"),))
     assert companion.enrich(inv) is inv and "nvidia-ml-py" in companion.last_error
+
+
+def test_without_an_xdm_exporter_the_stats_come_from_the_companion(fake: FakeNvml) -> None:
+    """The metrics feed's last resort on an XDM node: both exporter calls answer "unimplemented"."""
+    from nomad_plugin.stats.feed import MetricsFeed
+    from tests.doubles.stats_fakes import FakeBackend
+    from tests.waiting import wait_until
+
+    xdm = FakeBackend()
+    xdm.stream_mode = xdm.snapshot_mode = "unimplemented"
+    companion = _companion(fake)
+    backoff = Backoff(initial=0.05, cap=0.2, jitter=0.0)
+    feed = MetricsFeed(xdm, 0.02, backoff=backoff, nvml_source=companion.metrics_snapshot)  # type: ignore[arg-type]
+    feed.start()
+    try:
+        wait_until(lambda: feed.source == "nvml", "the feed to read NVML")
+        wait_until(lambda: feed.cache.card(fake.gpus[0].uuid, "temperature_c") is not None, "NVML's temperature")
+    finally:
+        feed.stop()
+        companion.stop()
+    assert fake.init_count == 0
