@@ -235,8 +235,10 @@ class PluginApp:
     def _lifecycle(self) -> None:
         """Own data_dir, settle the journal left by the previous process, then reconcile with Nomad."""
         engines, config = self._engines, self.config
+        owned = None
         try:
-            owned = self._own(config, engines) if engines is not None and config is not None else None
+            if engines is not None and config is not None and not self._closed.is_set():
+                owned = self._own(config, engines)
         finally:
             self._owner_settled.set()
         if owned is None:
