@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest  # noqa: E402
 from nomad_plugin.nvml.backend import NvmlBackend  # noqa: E402
-from nomad_plugin.nvml.probe import nvml_unavailable_reason  # noqa: E402
+from nomad_plugin.nvml.lib import nvml_unavailable_reason  # noqa: E402
 
 PLUGIN_NAME = "nomad-device-lingjun"
 COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"

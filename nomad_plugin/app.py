@@ -1,25 +1,16 @@
-"""The seam between the go-plugin transport and the plugin's engines.
+"""The seam between the go-plugin transport and the plugin's engines (what ``nomad/`` calls).
 
-``nomad_plugin/nomad/device_service.py`` (the gRPC servicer) calls only these
-methods. SetConfig only validates and stores the config: Nomad's first two
-launches (fingerprint, validate) call PluginInfo/ConfigSchema/SetConfig and
-are killed, so nothing may start there. The engines start on the first
-Fingerprint, Reserve or Stats call, which only the long-lived third launch
-makes: backend -> fingerprint engine -> metrics feed -> stats engine, and in
-the background the owner lock -> journal -> reserver -> recovery and
-reconciliation, so the first fingerprint leaves at once.
-
-One process owns ``data_dir``: the one holding ``plugin.lock``. A plugin
-that finds it held (the previous plugin of an agent that was killed, a
-second agent pointed at the same ``data_dir``, or for a moment an operator's
-``grants release``) serves fingerprints and stats, waits for the lock, and
-until it holds it opens no journal, recovers, releases and reconciles
-nothing, and answers Reserve (after waiting up to ``OWNER_LOCK_WAIT``) with
-UNAVAILABLE naming the holder. The recovery's view of entries left by the
-previous process is taken once the lock is held, before any Reserve runs.
-
-Imports of the engines are deferred for the same reason: Nomad launches the
-plugin three times at every agent start, and two of them never need them.
+Nomad's first two launches (fingerprint, validate) only call PluginInfo,
+ConfigSchema and SetConfig and are killed, so SetConfig only stores the
+config, and nothing starts or is imported until the first Fingerprint,
+Reserve or Stats call: then one ``Engines`` record, from the backend to the
+stats engine. The first fingerprint leaves at once; in the background the
+plugin takes ``plugin.lock`` and builds one ``Owner`` record (journal,
+reserver, reconciler, operator requests), recovers what the previous process
+left (its entries are read once the lock is held, before any Reserve runs)
+and starts reconciling. One process owns ``data_dir``: a plugin that finds
+the lock held serves fingerprints and stats, touches no journal and answers
+Reserve, after ``OWNER_LOCK_WAIT``, with UNAVAILABLE naming the holder.
 """
 
 from __future__ import annotations
@@ -28,6 +19,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nomad_plugin._proto.nomad import device_pb2
@@ -35,7 +27,6 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
     from nomad_plugin.journal import JournalEntry
@@ -44,18 +35,19 @@ if TYPE_CHECKING:
     from nomad_plugin.metrics import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.backend_port import Backend
+    from nomad_plugin.model.card import Inventory
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.mounts import MountPolicy
     from nomad_plugin.nomad.ports import AfterReply
     from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.nvml.companion import NvmlCompanion
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
-    from nomad_plugin.reconcile.nomad_api import AllocView
+    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import GrantInfo, StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
-    from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
 
 log = get_logger(__name__)
 
@@ -79,61 +71,103 @@ class JournalUnavailable(BackendUnavailable):
         super().__init__(message, kind="journal")
 
 
+@dataclass(frozen=True)
+class Engines:
+    """What the first Fingerprint, Reserve or Stats starts (``PluginApp._start``)."""
+
+    backend: Backend
+    nvml: NvmlCompanion | None  # stopped with the backend
+    metrics: PluginMetrics
+    fingerprint: FingerprintEngine
+    feed: MetricsFeed
+    stats: StatsEngine
+    node_meta: NodeMetaPublisher | None
+    endpoint: MetricsEndpoint | None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What holding ``plugin.lock`` brings (``PluginApp._own``)."""
+
+    lock: OwnerLock
+    reserver: Reserver
+    reconciler: Reconciler
+    requests: RequestWatcher
+    close_mounts: Callable[[], None] | None  # the Nomad API client of container_mounts = "auto"
+
+
+class XdmWatch:
+    """Mirrors the backend's reachability into the metrics: up, schema mismatch, reconnects."""
+
+    def __init__(self, metrics: PluginMetrics) -> None:
+        self._metrics = metrics
+        self._was_down = False
+        self._ever_up = False
+
+    def __call__(self, inventory: Inventory) -> None:
+        reachable = inventory.reachable
+        if reachable and self._was_down and self._ever_up:
+            self._metrics.xdm_reconnect()
+        self._was_down = not reachable
+        self._ever_up = self._ever_up or reachable
+        self._metrics.xdm_state(reachable)
+        # The XDM backend classifies UNIMPLEMENTED and undecodable answers as "unimplemented".
+        self._metrics.xdm_schema_mismatch(not reachable and inventory.unreachable_reason.startswith("unimplemented"))
+
+
 class PluginApp:
     def __init__(self, backend_factory: Callable[[PluginConfig], Backend] | None = None) -> None:
         self.config: PluginConfig | None = None
-        self._backend_factory = backend_factory
+        self._backend_factory = backend_factory  # tests: a backend without NVML companion
         self._lock = threading.Lock()
         self._started = False
         self._closed = threading.Event()
-        self.backend: Backend | None = None
-        self.fingerprint: FingerprintEngine | None = None
-        self.reserver: Reserver | None = None
-        self.reconciler: Reconciler | None = None
-        self.requests: RequestWatcher | None = None
-        self.node_meta: NodeMetaPublisher | None = None
-        self.owner_lock: OwnerLock | None = None
-        self.feed: MetricsFeed | None = None
-        self.nvml_extras: NvmlExtrasFeed | None = None
-        self.stats_engine: StatsEngine | None = None
-        self.metrics: PluginMetrics | None = None
-        self.endpoint: MetricsEndpoint | None = None
-        self._close_volume_lookup: Callable[[], None] | None = None
-        self._xdm_was_down = False
-        self._xdm_ever_up = False
+        self._engines: Engines | None = None
+        self._owner: Owner | None = None
         self.journal_error = ""
         self._owner_wait = ""  # why the owner lock is not held yet ("" once held or given up)
-        self._owner_settled = threading.Event()  # the reserver exists, or it never will (journal_error)
-        self._stale_entries: list[str] = []
+        self._owner_settled = threading.Event()  # the owner record exists, or it never will
         self._sent_catalog: Catalog = Catalog()
-        self._threads: list[threading.Thread] = []
         self._heap_settled = False
 
+    @property
+    def reserver(self) -> Reserver | None:
+        owner = self._owner
+        return owner.reserver if owner is not None else None
+
     # -- configuration -------------------------------------------------------------
+    @staticmethod
+    def accept_config(msgpack_config: bytes) -> PluginConfig:
+        """SetConfig's verdict on the bytes Nomad sent (``backend_select.accept_config``)."""
+        from nomad_plugin.backend_select import accept_config
+
+        return accept_config(msgpack_config)
+
     def set_config(self, config: PluginConfig) -> None:
         """Store a validated config; idempotent. Never touches XDM (see module docstring)."""
         with self._lock:
             if config == self.config:
                 return
-            if self._started and self.fingerprint is not None:
+            if self._engines is not None:
                 # Nomad sends one config per process; a change after start is
                 # applied to what can change live (modes, filters, health policy).
                 log.warning("configuration changed after start: sockets, backend and data_dir need a restart")
-                self.fingerprint.update_config(config)
+                self._engines.fingerprint.update_config(config)
             self.config = config
 
     # -- startup ---------------------------------------------------------------------
-    def _ensure_started(self) -> None:
+    def _ensure_started(self) -> Engines | None:
         with self._lock:
-            if self._started or self._closed.is_set():
-                return
-            self._started = True
-            config = self.config or PluginConfig()
-            self.config = config
-            self._start(config)
+            if not self._started and not self._closed.is_set():
+                self._started = True
+                self.config = self.config or PluginConfig()
+                self._engines = self._start(self.config)
+                for name, target in (("lifecycle", self._lifecycle), ("housekeeping", self._housekeeping)):
+                    threading.Thread(target=target, name=name, daemon=True).start()
+            return self._engines
 
-    def _start(self, config: PluginConfig) -> None:
-        from nomad_plugin.backend_select import select_backend
+    def _start(self, config: PluginConfig) -> Engines:
+        from nomad_plugin.backend_select import Hardware, select_hardware
         from nomad_plugin.metrics import PluginMetrics
         from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
         from nomad_plugin.stats.engine import StatsEngine
@@ -141,34 +175,29 @@ class PluginApp:
 
         if not config.enabled:
             log.warning(DISABLED_NOTE)
-        backend = (self._backend_factory or select_backend)(config)
-        self.backend = backend
-        self.metrics = PluginMetrics.for_config(config)
-
-        def grants_view() -> Mapping[str, frozenset[Kind]]:
-            reserver = self.reserver
-            return reserver.active_kinds() if reserver is not None else {}
-
-        fingerprint = FingerprintEngine(backend, config, grants_view=grants_view)
-        self.fingerprint = fingerprint
-        backend.subscribe(self._on_inventory)
-        self._start_node_meta(config, backend)
+        hardware = select_hardware(config) if self._backend_factory is None else Hardware(self._backend_factory(config))
+        backend, nvml = hardware.backend, hardware.nvml
+        metrics = PluginMetrics.for_config(config)
+        fingerprint = FingerprintEngine(backend, config, grants_view=self._grants_view)
+        backend.subscribe(XdmWatch(metrics))
+        node_meta = self._node_meta(config, backend)
         backend.start()
         fingerprint.start()
-
-        feed = MetricsFeed(backend, interval=1.0, nvml_source=self._nvml_source(config, backend.name))
-        self.feed = feed
+        feed = MetricsFeed(backend, interval=1.0, nvml_source=nvml.metrics_snapshot if nvml is not None else None)
         feed.start()
-        self._start_nvml_extras(config, backend.name, feed)
-        self.stats_engine = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
-        self._start_endpoint(config)
-        self._spawn("lifecycle", self._lifecycle_startup)
-        self._spawn("housekeeping", self._housekeeping)
+        if nvml is not None and config.enabled:
+            from nomad_plugin.nvml.companion import EXTRAS_SOURCE
 
-    def _start_node_meta(self, config: PluginConfig, backend: Backend) -> None:
+            nvml.start_extras(lambda samples: feed.cache.update(samples, EXTRAS_SOURCE))
+        stats = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
+        endpoint = self._endpoint(config, metrics, feed, backend)
+        return Engines(backend, nvml, metrics, fingerprint, feed, stats, node_meta, endpoint)
+
+    @staticmethod
+    def _node_meta(config: PluginConfig, backend: Backend) -> NodeMetaPublisher | None:
         """``node_meta``: the topology as Nomad dynamic node metadata (reconcile/node_meta.py)."""
         if not config.node_meta:
-            return
+            return None
         from nomad_plugin.reconcile.node_meta import MIN_INTERVAL_S, NodeMetaPublisher, state_path
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 
@@ -182,46 +211,98 @@ class PluginApp:
             state_file=state_path(config.data_dir),  # written once the journal has made data_dir
         )
         backend.subscribe(publisher.notify)
-        self.node_meta = publisher
         publisher.start()
+        return publisher
 
-    def _start_nvml_extras(self, config: PluginConfig, backend_name: str, feed: MetricsFeed) -> None:
-        """On XDM nodes with NVML: the official stats XDM lacks (encoder, decoder, BAR1, ECC by location)."""
-        from nomad_plugin.backend_select import _nvml_usable
+    @staticmethod
+    def _endpoint(
+        config: PluginConfig, metrics: PluginMetrics, feed: MetricsFeed, backend: Backend
+    ) -> MetricsEndpoint | None:
+        if config.metrics_port == 0:
+            return None
+        from nomad_plugin.metrics.prometheus import start_endpoint
 
-        if backend_name != "xdm" or not config.nvml_enrich or not config.enabled or not _nvml_usable():
+        try:
+            return start_endpoint(config, metrics, feed.cache, backend.inventory, source=lambda: feed.source)
+        except OSError as exc:
+            log.error("Prometheus endpoint on %s:%d could not start: %s", config.metrics_bind, config.metrics_port, exc)
+            return None
+
+    # -- owning data_dir (the lifecycle thread) ------------------------------------------
+    def _lifecycle(self) -> None:
+        """Own data_dir, settle the journal left by the previous process, then reconcile with Nomad."""
+        engines, config = self._engines, self.config
+        owned = None
+        try:
+            if engines is not None and config is not None and not self._closed.is_set():
+                owned = self._own(config, engines)
+        finally:
+            self._owner_settled.set()
+        if owned is None:
             return
-        from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
+        owner, stale = owned
+        reserver = owner.reserver
+        try:
+            released = sum(1 for gid in stale if reserver.release_grant(gid, "left by the previous plugin process"))
+            reserver.counters.inc("grants_released_at_startup", released)
+            if released:
+                log.info("startup: released %d grant(s) left by the previous plugin process", released)
+        except Exception:
+            log.exception("startup journal recovery failed; the reconciler will retry")
+        if self._closed.is_set():
+            return
+        owner.reconciler.start()
+        try:
+            owner.requests.start()
+        except OSError as exc:
+            log.error("operator requests directory cannot be used: %s", exc)
 
-        self.nvml_extras = NvmlExtrasFeed(feed.cache)
-        self.nvml_extras.start()
+    def _own(self, config: PluginConfig, engines: Engines) -> tuple[Owner, list[str]] | None:
+        """The owner record and the journal entries a previous process left mid-Reserve or mid-release.
 
-    def _mount_policy(self, config: PluginConfig) -> MountPolicy:
-        """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
-        from nomad_plugin.nomad.mounts import MountPolicy
-        from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
+        None when closed first or the journal is unusable (``journal_error``).
+        """
+        from nomad_plugin.nomad.reserve import Reserver
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
+        from nomad_plugin.reconcile.reconciler import Reconciler, reconciler_state_path
+        from nomad_plugin.reconcile.requests import RequestWatcher
 
-        mode = "always" if config.xdm_mounts else config.container_mounts
-        metrics = self.metrics
-        observe = (lambda d: metrics.mount_decision(d.outcome)) if metrics is not None else None
-        if mode != "auto":
-            return MountPolicy(mode, observe=observe)
-        lookup = AllocVolumeLookup(NomadClient(NomadApiSettings.from_config(config)), config.nomad_node_id)
-        policy = MountPolicy(mode, lookup.lookup, observe)
+        taken = self._take_ownership(config)
+        if taken is None:
+            return None
+        lock, journal = taken
+        # Taken before any new Reserve can add its own in-flight entry.
+        stale = [e.grant_id for e in journal.entries() if e.state.value != "granted"]
+        fp = engines.fingerprint
+        mounts, close_mounts = self._mount_policy(config, engines.metrics)
+        reserver = Reserver(engines.backend, fp.catalog, journal, config, fp.notify_grants_changed, mount_policy=mounts)
+        client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
+        grace, node_id, state = (
+            config.release_grace_period,
+            config.nomad_node_id,
+            reconciler_state_path(config.data_dir),
+        )
+        reconciler = Reconciler(reserver, client, fp.catalog, grace=grace, node_id=node_id, state_path=state)
+        requests = RequestWatcher(reserver, config.data_dir, self._live_holder)
+        owner = Owner(lock, reserver, reconciler, requests, close_mounts)
+        with self._lock:
+            closed = self._closed.is_set()
+            if not closed:
+                self._owner = owner
+        if closed:
+            _quietly("reconciler", reconciler.stop, 0.2)  # its Nomad API client
+            self._release(owner)
+            _quietly("journal", journal.close)
+            return None
+        fp.notify_grants_changed()  # the journal's grants mark their cards from now on
+        return owner, stale
 
-        def close() -> None:
-            policy.close()  # questions not started yet are dropped
-            lookup.close()  # and one under way ends with its HTTP client
-
-        self._close_volume_lookup = close
-        return policy
-
-    def _take_ownership(self, config: PluginConfig) -> Journal | None:
+    def _take_ownership(self, config: PluginConfig) -> tuple[OwnerLock, Journal] | None:
         """Wait for ``plugin.lock`` (as long as it takes, or until close), then open the journal."""
         from nomad_plugin.journal.datadir import OwnerLock
         from nomad_plugin.journal.store import Journal
 
+        lock: OwnerLock | None = None
         try:
             lock = OwnerLock(config.data_dir)
             delay, waited_since = 0.05, time.monotonic()
@@ -241,7 +322,6 @@ class PluginApp:
                 if self._closed.wait(delay):
                     return None
                 delay = min(OWNER_LOCK_POLL_MAX, delay * 2)
-            self.owner_lock = lock
             if self._owner_wait:
                 log.info(
                     "took %s after %.1fs; the grant journal is this plugin's now",
@@ -249,142 +329,80 @@ class PluginApp:
                     time.monotonic() - waited_since,
                 )
             self._owner_wait = ""
-            return Journal(config.data_dir)
+            return lock, Journal(config.data_dir)
         except (OSError, PluginError, ValueError) as exc:
             self._owner_wait = ""
             self.journal_error = f"grant journal in data_dir {config.data_dir!r} cannot be used: {exc}"
             log.error("%s; Reserve will refuse until this is fixed", self.journal_error)
+            if lock is not None:
+                lock.release()
             return None
 
-    def _open_reserver(self, config: PluginConfig) -> Reserver | None:
-        """Own ``data_dir``, open the journal and build the Reserver (None: closed, or the journal is unusable)."""
-        from nomad_plugin.nomad.reserve import Reserver
-
-        journal = self._take_ownership(config)
-        fingerprint = self.fingerprint
-        if journal is None or fingerprint is None:
-            return None
-        # Entries a previous process left mid-Reserve or mid-release, taken
-        # before any new Reserve can add its own in-flight entry.
-        self._stale_entries = [e.grant_id for e in journal.entries() if e.state.value != "granted"]
-        reserver = Reserver(
-            self.backend,  # type: ignore[arg-type]  # set by _start before this thread runs
-            fingerprint.catalog,
-            journal,
-            config,
-            fingerprint.notify_grants_changed,
-            mount_policy=self._mount_policy(config),
-        )
-        with self._lock:
-            if self._closed.is_set():
-                journal.close()
-                return None
-            self.reserver = reserver
-        fingerprint.notify_grants_changed()  # the journal's grants mark their cards from now on
-        return reserver
-
-    @staticmethod
-    def _nvml_source(config: PluginConfig, backend_name: str) -> Callable[[], Sequence[MetricSample]] | None:
-        """NVML readings as the stats fallback when XDM has no exporter (XDM backend only)."""
-        if backend_name != "xdm":
-            return None
-        from nomad_plugin.backend_select import _nvml_usable
-
-        if not _nvml_usable():
-            return None
-        from nomad_plugin.nvml.backend import NvmlBackend
-
-        nvml = NvmlBackend(config)
-        return nvml.metrics_snapshot
-
-    def _start_endpoint(self, config: PluginConfig) -> None:
-        if config.metrics_port == 0 or self.metrics is None or self.feed is None or self.backend is None:
-            return
-        from nomad_plugin.metrics.prometheus import start_endpoint
-
-        try:
-            feed = self.feed
-            self.endpoint = start_endpoint(
-                config, self.metrics, feed.cache, self.backend.inventory, source=lambda: feed.source
-            )
-        except OSError as exc:
-            log.error("Prometheus endpoint on %s:%d could not start: %s", config.metrics_bind, config.metrics_port, exc)
-
-    def _lifecycle_startup(self) -> None:
-        """Own data_dir, then route (c): settle the journal left by the previous process, then reconcile with Nomad."""
-        config = self.config
-        if config is None or self._closed.is_set():
-            self._owner_settled.set()
-            return
-        try:
-            reserver = self._open_reserver(config)
-        finally:
-            self._owner_settled.set()
-        if reserver is None or self._closed.is_set():
-            return
-        try:
-            released = sum(
-                1 for gid in self._stale_entries if reserver.release_grant(gid, "left by the previous plugin process")
-            )
-            reserver.counters.inc("grants_released_at_startup", released)
-            if released:
-                log.info("startup: released %d grant(s) left by the previous plugin process", released)
-        except Exception:
-            log.exception("startup journal recovery failed; the reconciler will retry")
+    def _mount_policy(
+        self, config: PluginConfig, metrics: PluginMetrics
+    ) -> tuple[MountPolicy, Callable[[], None] | None]:
+        """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
+        from nomad_plugin.nomad.mounts import MountPolicy
+        from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
-        from nomad_plugin.reconcile.reconciler import Reconciler
 
-        client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
-        fingerprint = self.fingerprint
-        assert fingerprint is not None
-        from nomad_plugin.reconcile.reconciler import reconciler_state_path
+        mode = "always" if config.xdm_mounts else config.container_mounts
+        observe = lambda decision: metrics.mount_decision(decision.outcome)  # noqa: E731
+        if mode != "auto":
+            return MountPolicy(mode, observe=observe), None
+        client = NomadClient(NomadApiSettings.from_config(config))
+        lookup = AllocVolumeLookup(client, config.nomad_node_id)
+        policy = MountPolicy(mode, lookup.lookup, observe)
 
-        reconciler = Reconciler(
-            reserver,
-            client,
-            fingerprint.catalog,
-            grace=config.release_grace_period,
-            node_id=config.nomad_node_id,
-            state_path=reconciler_state_path(config.data_dir),
+        def close() -> None:
+            policy.close()  # questions not started yet are dropped
+            lookup.close()  # and one under way ends with its HTTP client
+
+        return policy, close
+
+    def _allocs_view(self) -> AllocPage | None:
+        """The node's allocations as the reconciler last saw them (None before its first answer)."""
+        owner = self._owner
+        return owner.reconciler.last_page if owner is not None else None
+
+    def _live_holder(self, entry: JournalEntry) -> AllocView | None:
+        """The live allocation holding one of ``entry``'s devices, as the reconciler last saw (``grants release``)."""
+        page = self._allocs_view()
+        ids = set(entry.device_ids)
+        return next((a for a in page.allocs if a.live and a.device_ids & ids), None) if page is not None else None
+
+    # -- what the engines ask of the owner -------------------------------------------------
+    def _grants_view(self) -> Mapping[str, frozenset[Kind]]:
+        reserver = self.reserver
+        return reserver.active_kinds() if reserver is not None else {}
+
+    def _grant_of(self, instance_id: str) -> GrantInfo | None:
+        """Which grant holds an instance, for the share and MIG stats layout."""
+        from nomad_plugin.stats.engine import GrantInfo
+
+        reserver = self.reserver
+        entry = reserver.holder(instance_id) if reserver is not None else None
+        if entry is None:
+            return None
+        return GrantInfo(
+            grant_id=entry.grant_id,
+            core_limit_percent=sum(a.core for a in entry.asks),
+            memory_limit_gib=sum(a.memory_gib for a in entry.asks),
+            slices=sum(a.slices for a in entry.asks),
         )
-        with self._lock:
-            if self._closed.is_set():
-                if client is not None:
-                    client.close()
-                return
-            self.reconciler = reconciler
-        reconciler.start()
-        self._start_requests(reserver, config, reconciler)
 
-    def _start_requests(self, reserver: Reserver, config: PluginConfig, reconciler: Reconciler) -> None:
-        """Operator `grants release` requests while the plugin runs (reconcile/requests.py)."""
-        from nomad_plugin.reconcile.requests import RequestWatcher
-
-        def live_holder(entry: JournalEntry) -> AllocView | None:
-            page = reconciler.last_page
-            if page is None:
-                return None
-            ids = set(entry.device_ids)
-            return next((a for a in page.allocs if a.live and a.device_ids & ids), None)
-
-        watcher = RequestWatcher(reserver, config.data_dir, live_holder)
-        with self._lock:
-            if self._closed.is_set():
-                return
-            self.requests = watcher
-        try:
-            watcher.start()
-        except OSError as exc:
-            log.error("operator requests directory cannot be used: %s", exc)
+    def _stats_catalog(self) -> Catalog:
+        """The catalog of the last fingerprint sent to Nomad (see ``fingerprints``)."""
+        return self._sent_catalog
 
     def _housekeeping(self) -> None:
         """Mirror lifecycle counters into the Prometheus metrics every few seconds."""
         seen: dict[str, int] = {}
         while not self._closed.wait(HOUSEKEEPING_PERIOD):
-            metrics, reserver = self.metrics, self.reserver
-            if metrics is None or reserver is None or not metrics.enabled:
+            engines, reserver = self._engines, self.reserver
+            if engines is None or reserver is None or not engines.metrics.enabled:
                 continue
-            snap = reserver.counters.snapshot()
+            metrics, snap = engines.metrics, reserver.counters.snapshot()
             metrics.journal_size(snap["journal_size"])
             metrics.nomad_view(bool(snap["view_incomplete"]), snap["unverifiable_grants"])
             for _ in range(snap["grants_released_by_reconcile"] - seen.get("released", 0)):
@@ -396,59 +414,17 @@ class PluginApp:
             seen["leaked"] = snap["leaked_grants_found"]
             seen["api_errors"] = snap["nomad_api_errors"]
 
-    def _on_inventory(self, inventory: object) -> None:
-        metrics = self.metrics
-        if metrics is None:
-            return
-        reachable = bool(getattr(inventory, "reachable", False))
-        reason = str(getattr(inventory, "unreachable_reason", ""))
-        if reachable and self._xdm_was_down and self._xdm_ever_up:
-            metrics.xdm_reconnect()
-        self._xdm_was_down = not reachable
-        self._xdm_ever_up = self._xdm_ever_up or reachable
-        metrics.xdm_state(reachable)
-        # The XDM backend classifies UNIMPLEMENTED and undecodable answers as "unimplemented".
-        metrics.xdm_schema_mismatch(not reachable and reason.startswith("unimplemented"))
-
-    def _spawn(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _stats_catalog(self) -> Catalog:
-        """The catalog of the last fingerprint sent to Nomad (see ``fingerprints``)."""
-        return self._sent_catalog
-
-    def _grant_of(self, instance_id: str) -> GrantInfo | None:
-        """Which grant holds an instance, for the share and MIG stats layout."""
-        from nomad_plugin.stats.engine import GrantInfo
-
-        reserver = self.reserver
-        if reserver is None:
-            return None
-        entry = reserver.holder(instance_id)
-        if entry is None:
-            return None
-        return GrantInfo(
-            grant_id=entry.grant_id,
-            core_limit_percent=sum(a.core for a in entry.asks),
-            memory_limit_gib=sum(a.memory_gib for a in entry.asks),
-            slices=sum(a.slices for a in entry.asks),
-        )
-
     # -- the three Nomad calls ------------------------------------------------------------
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
         """Yield the first response at once, then one per change, until cancelled."""
-        self._ensure_started()
-        engine = self.fingerprint
-        if engine is None:  # closed before start
+        engines = self._ensure_started()
+        if engines is None:  # closed before start
             yield device_pb2.FingerprintResponse()
             cancel.wait()
             return
-        for response in engine.responses(cancel):
-            catalog = engine.catalog_of(response)
-            if self.metrics is not None:
-                self.metrics.fingerprint_sent()
+        for response in engines.fingerprint.responses(cancel):
+            catalog = engines.fingerprint.catalog_of(response)
+            engines.metrics.fingerprint_sent()
             yield response
             if not self._heap_settled and response.device_group:
                 self._settle_heap()
@@ -458,12 +434,11 @@ class PluginApp:
                 self._sent_catalog = catalog
 
     def _settle_heap(self) -> None:
-        """Once the first devices are out: move everything built so far out of the cyclic GC's sight.
+        """Once the first devices are out: leave everything built so far to reference counting.
 
-        Modules, the gRPC server and the first catalog are tens of thousands of
-        long-lived objects; each full collection walked them all, and on a big
-        node such a pause landed in the middle of a Reserve (tens of ms; issue 14).
-        ``gc.freeze`` leaves them to reference counting, which frees them anyway.
+        Modules, the gRPC server and the first catalog are long-lived objects
+        that every full cyclic collection would walk again, in the middle of a
+        Reserve; ``gc.freeze`` takes them out of its sight.
         """
         self._heap_settled = True
         gc.collect()
@@ -472,81 +447,79 @@ class PluginApp:
     def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
         if not device_ids:
             return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
-        self._ensure_started()
+        engines = self._ensure_started()
         if self.config is not None and not self.config.enabled:
             raise ReservationRejected(
                 "device is not enabled: the plugin is disabled (enabled = false in its config block) "
                 "and reserves nothing"
             )
+        metrics = engines.metrics if engines is not None else None
         started = time.perf_counter()
-        reserver = self.reserver
-        if reserver is None:
+        if self.reserver is None:
             self._owner_settled.wait(OWNER_LOCK_WAIT)
-            reserver = self.reserver
+        reserver = self.reserver
         if reserver is None:
             why = self.journal_error or self._owner_wait or "the plugin is shutting down"
             if self._owner_wait and not self.journal_error:
                 why += f"; waited {OWNER_LOCK_WAIT:g}s for it, so this Reserve is refused (nothing was granted)"
             error = JournalUnavailable(why)
-            if self.metrics is not None:
-                self.metrics.reserve_error(type(error).__name__)
+            if metrics is not None:
+                metrics.reserve_error(type(error).__name__)
             raise error
         try:
-            response = reserver.reserve(device_ids, after_reply)
+            return reserver.reserve(device_ids, after_reply)
         except PluginError as exc:
-            if self.metrics is not None:
-                self.metrics.reserve_error(type(exc).__name__)
+            if metrics is not None:
+                metrics.reserve_error(type(exc).__name__)
                 rule = getattr(exc, "rule", None)  # a GrantRejected: the content policy refused XDM's grant
                 if isinstance(rule, str):
-                    self.metrics.reserve_policy_violation(rule)
+                    metrics.reserve_policy_violation(rule)
             raise
         finally:
-            if self.metrics is not None:
-                self.metrics.observe_reserve(time.perf_counter() - started)
-        return response
+            if metrics is not None:
+                metrics.observe_reserve(time.perf_counter() - started)
 
     def stats(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]:
         """Yield one response per interval from cached data, until cancelled."""
-        self._ensure_started()
-        engine = self.stats_engine
-        if engine is None:
+        engines = self._ensure_started()
+        if engines is None:
             while not cancel.is_set():
                 yield device_pb2.StatsResponse()
                 cancel.wait(max(interval, 1.0))
             return
-        yield from engine.responses(interval, cancel)
+        yield from engines.stats.responses(interval, cancel)
 
+    # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop engines and backend threads quickly (Nomad SIGKILLs after 2 s)."""
+        """Stop everything quickly (Nomad SIGKILLs after 2 s): the owner's threads first, as they use the
+        engines, the owner lock last."""
         with self._lock:
             self._closed.set()
-        steps: list[tuple[str, Callable[[], None]]] = []
-        reconciler, feed, requests = self.reconciler, self.feed, self.requests
-        if requests is not None:
-            steps.append(("operator requests", lambda: requests.stop(timeout=0.2)))
-        if reconciler is not None:
-            steps.append(("reconciler", lambda: reconciler.stop(timeout=0.2)))
-        publisher = self.node_meta
-        if publisher is not None:
-            steps.append(("node metadata publisher", lambda: publisher.stop(timeout=0.2)))
-        if feed is not None:
-            steps.append(("metrics feed", lambda: feed.stop(timeout=0.2)))
-        extras = self.nvml_extras
-        if extras is not None:
-            steps.append(("NVML extras feed", lambda: extras.stop(timeout=0.2)))
-        if self.endpoint is not None:
-            steps.append(("metrics endpoint", self.endpoint.stop))
-        if self.fingerprint is not None:
-            steps.append(("fingerprint engine", self.fingerprint.stop))
-        if self.backend is not None:
-            steps.append(("backend", self.backend.stop))
-        if self._close_volume_lookup is not None:
-            steps.append(("Nomad API client (mounts)", self._close_volume_lookup))
-        owner = self.owner_lock
+            engines, owner = self._engines, self._owner
         if owner is not None:
-            steps.append(("owner lock", owner.release))
-        for name, stop in steps:
-            try:
-                stop()
-            except Exception:
-                log.exception("error while stopping the %s", name)
+            _quietly("operator requests", owner.requests.stop, 0.2)
+            _quietly("reconciler", owner.reconciler.stop, 0.2)
+        if engines is not None:
+            if engines.node_meta is not None:
+                _quietly("node metadata publisher", engines.node_meta.stop, 0.2)
+            _quietly("metrics feed", engines.feed.stop, 0.2)
+            if engines.endpoint is not None:
+                _quietly("metrics endpoint", engines.endpoint.stop)
+            _quietly("fingerprint engine", engines.fingerprint.stop)
+            _quietly("backend", engines.backend.stop)
+        if owner is not None:
+            self._release(owner)
+
+    @staticmethod
+    def _release(owner: Owner) -> None:
+        if owner.close_mounts is not None:
+            _quietly("Nomad API client (mounts)", owner.close_mounts)
+        _quietly("owner lock", owner.lock.release)
+
+
+def _quietly(name: str, stop: Callable[..., object], *args: float) -> None:
+    """One stop step: a failing one is logged, and the next ones still run."""
+    try:
+        stop(*args)
+    except Exception:
+        log.exception("error while stopping the %s", name)

@@ -1,25 +1,26 @@
-"""Choosing and decorating the device backend for a configuration.
+"""Choosing the device backend for a configuration, and SetConfig's verdict on one.
 
 ``backend = "auto"`` picks XDM when its socket exists and NVML otherwise. With
 neither present it still picks XDM: the plugin then advertises no devices and
 reports XDM as unreachable until the socket appears, instead of failing to
-load (Nomad would drop it for good). With XDM chosen and NVML usable,
-inventories are enriched with NVML's PCI bus IDs, NUMA nodes and clocks.
-Backends are imported lazily: pynvml is only imported when NVML is in play.
+load (Nomad would drop it for good). With XDM chosen, ``nvml_enrich`` on and
+NVML opening, the NVML companion (nvml/companion.py) rides along. Backends are
+imported lazily: pynvml is only imported when NVML is in play.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.model.backend_port import Backend, InventoryListener
-from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.grant import Grant, GrantRequest
-from nomad_plugin.model.metrics import MetricSample
+from nomad_plugin.model.backend_port import Backend
+
+if TYPE_CHECKING:
+    from nomad_plugin.nvml.companion import NvmlCompanion
 
 log = get_logger(__name__)
 
@@ -34,7 +35,7 @@ def choose_backend_name(config: PluginConfig, nvml_usable: Callable[[], bool]) -
 
 
 def _nvml_usable() -> bool:
-    from nomad_plugin.nvml.probe import nvml_available
+    from nomad_plugin.nvml.lib import nvml_available
 
     return nvml_available()
 
@@ -68,57 +69,37 @@ def validate_config(config: PluginConfig) -> None:
         raise ConfigError(f'config option "xdm_schema": {exc}') from None
 
 
-def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml_usable) -> Backend:
-    name = choose_backend_name(config, nvml_usable)
-    if name == "nvml":
+@dataclass(frozen=True)
+class Hardware:
+    """The backend, and on XDM nodes with NVML the companion that enriches it (its ``stop`` stops both)."""
+
+    backend: Backend
+    nvml: NvmlCompanion | None = None
+
+
+def select_hardware(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml_usable) -> Hardware:
+    if choose_backend_name(config, nvml_usable) == "nvml":
         from nomad_plugin.nvml.backend import DROP_IN_NOTE, NvmlBackend
 
         log.info("backend: nvml")
         log.warning(DROP_IN_NOTE)
-        return NvmlBackend(config, xid_hold_s=config.xid_hold)
+        return Hardware(NvmlBackend(config, xid_hold_s=config.xid_hold))
     from nomad_plugin.xdm.backend import XdmBackend
 
-    xdm: Backend = XdmBackend(config)
-    if config.nvml_enrich and nvml_usable():
-        from nomad_plugin.nvml.enrich import Enricher
+    xdm = XdmBackend(config)
+    if config.nvml_enrich:
+        from nomad_plugin.nvml.companion import EnrichedBackend, NvmlCompanion
 
-        log.info("backend: xdm, enriched from NVML")
-        return EnrichedBackend(xdm, Enricher())
+        companion = NvmlCompanion()
+        why = companion.open()
+        if not why:
+            log.info("backend: xdm, enriched from NVML")
+            return Hardware(EnrichedBackend(xdm, companion), companion)
+        log.debug("no NVML beside XDM: %s", why)
     log.info("backend: xdm (socket %s)", config.xdm_socket)
-    return xdm
+    return Hardware(xdm)
 
 
-class EnrichedBackend:
-    """An XDM backend whose inventories pass through an enrichment function."""
-
-    def __init__(self, inner: Backend, enrich: Callable[[Inventory], Inventory]) -> None:
-        self._inner = inner
-        self._enrich = enrich
-        self.name = inner.name
-
-    def start(self) -> None:
-        self._inner.start()
-
-    def stop(self) -> None:
-        self._inner.stop()
-        close = getattr(self._enrich, "close", None)
-        if callable(close):
-            close()
-
-    def inventory(self) -> Inventory:
-        return self._enrich(self._inner.inventory())
-
-    def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
-        return self._inner.subscribe(lambda inv: listener(self._enrich(inv)))
-
-    def allocate(self, request: GrantRequest) -> Grant:
-        return self._inner.allocate(request)
-
-    def release(self, grant_id: str) -> None:
-        self._inner.release(grant_id)
-
-    def metrics_snapshot(self) -> Sequence[MetricSample]:
-        return self._inner.metrics_snapshot()
-
-    def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        return self._inner.metrics_stream(cancel)
+def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml_usable) -> Backend:
+    """The backend alone (the tools' way in; the plugin takes ``select_hardware``)."""
+    return select_hardware(config, nvml_usable).backend

@@ -1,10 +1,18 @@
 """NvmlBackend: the ``Backend`` contract on plain NVIDIA nodes, through NVML.
 
 One watcher thread initialises NVML (retrying with ``Backoff``), reads the
-cards, then waits on NVML events (XID, double-bit ECC) with a short timeout,
-probes cards whose fault hold ended, and re-reads the inventory every
-``inventory_resync_period``. Every snapshot change is pushed to subscribers.
-``pynvml`` is imported only when the backend starts (or injected for tests).
+cards, waits on XID and double-bit ECC events with a short timeout, probes
+cards whose fault hold ended, and re-reads the cards every
+``inventory_resync_period``; each change of the snapshot goes to subscribers.
+
+NVML has no server-side grant: a grant is ``NVIDIA_VISIBLE_DEVICES`` plus the
+device nodes the NVIDIA container toolkit would give: ``/dev/nvidia<minor>``
+(a MIG instance's parent), ``/dev/nvidiactl``, ``/dev/nvidia-uvm(-tools)``
+where they exist, and per MIG instance ``/dev/nvidia-caps/nvidia-cap<N>`` of
+its GPU and compute instance, ``N`` being the ``DeviceFileMinor`` in
+``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<g>[/ci<c>]/access``
+(NVIDIA's MIG user guide, "Device Nodes and Capabilities"). NVML can neither
+share a card nor create MIG instances.
 """
 
 from __future__ import annotations
@@ -13,22 +21,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
-from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.card import Card, Inventory, MigInstance
 from nomad_plugin.model.catalog import NODE_SOURCE, SOURCE_NVML
-from nomad_plugin.model.errors import BackendUnavailable
-from nomad_plugin.model.grant import Grant, GrantRequest
+from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
+from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.nvml import grants, lib
-from nomad_plugin.nvml.devices import HOST_MEMORY_KEY, DeviceRef, FirstReadings, list_devices, node_facts, read_card
-from nomad_plugin.nvml.events import Event, EventSet
-from nomad_plugin.nvml.grants import build_grant
-from nomad_plugin.nvml.health import HealthBook
+from nomad_plugin.nvml import devices, lib
+from nomad_plugin.nvml.health import Event, EventSet, HealthBook
 from nomad_plugin.nvml.lib import Nvml
-from nomad_plugin.nvml.readings import poll, sample
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.listeners import Listeners
 
@@ -38,6 +43,9 @@ log = get_logger(__name__)
 DEFAULT_XID_HOLD_S = 300.0
 HEALTH_SOURCE_KEY = "health_source"
 STREAM_PERIOD_S = 1.0
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+#: Where the driver's capability files are; a test shim may point this elsewhere.
+PROC_ROOT = "/proc"
 #: Said once per start: where this backend differs on purpose from nomad-device-nvidia.
 DROP_IN_NOTE = (
     "NVML backend, a drop-in for nomad-device-nvidia except on purpose: cards are healthy only while NVML "
@@ -57,7 +65,7 @@ class NvmlBackend:
         nvml: Nvml | None = None,
         loader: Callable[[], Nvml] = lib.load,
         sysfs_root: str = "/sys",
-        proc_root: str | None = None,
+        proc_root: str | None = None,  # None: ``PROC_ROOT`` when a grant is built
         dev_root: str = "/dev",
         xid_hold_s: float = DEFAULT_XID_HOLD_S,
         event_timeout_ms: int = 500,
@@ -66,10 +74,9 @@ class NvmlBackend:
         backoff: Backoff | None = None,
     ) -> None:
         self.config = config or PluginConfig()
-        self._nvml_injected = nvml
-        self._loader = loader
-        self._nvml: Nvml | None = None
-        # proc_root None: ``grants.PROC_ROOT`` when a grant is built (/proc; a test shim may move it)
+        self._loader: Callable[[], Nvml] = (lambda: nvml) if nvml is not None else loader
+        self._nvml: Nvml | None = None  # the loaded bindings; open while ``_initialised``
+        self._initialised = False
         self.sysfs_root, self.proc_root, self.dev_root = sysfs_root, proc_root, dev_root
         self._timeout_ms = event_timeout_ms
         self._probe_period = probe_period_s
@@ -81,36 +88,28 @@ class NvmlBackend:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._listeners: Listeners[Inventory] = Listeners()
-        self._refs: dict[str, DeviceRef] = {}
+        self._refs: dict[str, devices.DeviceRef] = {}
         self._static: dict[str, Card] = {}
-        self._first = FirstReadings()
+        self._first = devices.FirstReadings()
         self._node: dict[str, str] = {}
-        self._watch_note: dict[str, str] = {}
+        self._unwatched: set[str] = set()
         self._snapshot = Inventory(reachable=False, unreachable_reason="NVML backend not started")
-        self._initialised = False
         self._last_error = ""
 
     # --- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
         """Start the watcher thread; NVML is initialised there, never here."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="nvml-watch", daemon=True)
-        self._thread.start()
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="nvml-watch", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=max(5.0, self._timeout_ms / 1000 * 4))
-        with self._lock:
-            initialised, self._initialised = self._initialised, False
-        if initialised and self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError as exc:
-                log.warning("nvmlShutdown failed: %s", lib.describe(self._nvml, exc))
+        self._shutdown("nvmlShutdown")
 
     def wait_ready(self, timeout: float) -> bool:
         """True once the first inventory was read (for tools and tests)."""
@@ -128,39 +127,40 @@ class NvmlBackend:
         snapshot = self.inventory()
         if not snapshot.reachable:
             raise BackendUnavailable(f"NVML is not available: {snapshot.unreachable_reason}")
-        proc_root = self.proc_root if self.proc_root is not None else grants.PROC_ROOT
-        return build_grant(request, snapshot, proc_root, self.dev_root)
+        return build_grant(request, snapshot, self.proc_root or PROC_ROOT, self.dev_root)
 
     def release(self, grant_id: str) -> None:
         """Nothing to release: NVML grants hold no server-side state."""
 
     def metrics_snapshot(self) -> Sequence[MetricSample]:
-        nvml = self._require_nvml()
         with self._lock:
+            nvml = self._nvml if self._initialised else None
+            reason = self._last_error or self._snapshot.unreachable_reason or "NVML not initialised yet"
             refs = [(ref, bool(self._static[u].mig_instances)) for u, ref in self._refs.items() if u in self._static]
+        if nvml is None:
+            raise BackendUnavailable(f"NVML is not available: {reason}")
         now = self._clock()
         ts_ms = int(now * 1000)
-        result = poll(nvml, refs, ts_ms)
+        result = devices.poll(nvml, refs, ts_ms)
         if result.fatal:
             raise BackendUnavailable(f"NVML is not available: {result.fatal}")
-        changed = False
         with self._lock:
-            for uuid, message in result.lost.items():
-                changed |= self._health.record_lost(uuid, message, now)
-            verdicts = {ref.uuid: self._health.verdict(ref.uuid)[0] for ref, _ in refs}
-            counts = {ref.uuid: self._health.xid_count(ref.uuid) for ref, _ in refs}
+            changed = any([self._health.record_lost(uuid, message, now) for uuid, message in result.lost.items()])
+            health = {
+                ref.uuid: (self._health.verdict(ref.uuid)[0], self._health.xid_count(ref.uuid)) for ref, _ in refs
+            }
         for uuid, message in result.errors.items():
             log.warning("NVML readings for %s failed: %s", uuid, message)
         if changed:
             self._publish()
         samples = list(result.samples)
-        for uuid, healthy in verdicts.items():
-            samples.append(sample(uuid, "health", 1.0 if healthy else 0.0, ts_ms))
-            samples.append(sample(uuid, "xid_errors", counts[uuid], ts_ms))
+        for uuid, (healthy, xids) in health.items():
+            samples.append(devices.sample(uuid, "health", 1.0 if healthy else 0.0, ts_ms))
+            samples.append(devices.sample(uuid, "xid_errors", xids, ts_ms))
         return samples
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        """NVML has no push: poll once a second until ``cancel`` is set."""
+        """NVML has no push: devices.poll once a second until ``cancel`` is set."""
         while not cancel.is_set() and not self._stop.is_set():
             yield self.metrics_snapshot()
             cancel.wait(STREAM_PERIOD_S)
@@ -175,7 +175,7 @@ class NvmlBackend:
                 self._backoff.reset()
                 self._watch(nvml)
             except lib.NvmlMissing as exc:
-                self._set_unreachable(str(exc), kind="unavailable")
+                self._set_unreachable(str(exc))
             except Exception as exc:
                 self._on_failure(exc)
             self._stop.wait(self._backoff.next_delay())
@@ -184,47 +184,38 @@ class NvmlBackend:
         with self._lock:
             if self._initialised and self._nvml is not None:
                 return self._nvml
-        nvml = self._nvml_injected if self._nvml_injected is not None else self._loader()
-        self._nvml = nvml
+        nvml = self._nvml = self._loader()
         nvml.nvmlInit()
         with self._lock:
-            self._initialised = True
-            self._last_error = ""
+            self._initialised, self._last_error = True, ""
         return nvml
 
-    def _reinit(self, nvml: Nvml) -> None:
-        """NVML lost its driver: shut down so the next attempt calls nvmlInit again."""
+    def _shutdown(self, what: str) -> None:
+        """Close NVML, so that the next attempt calls nvmlInit again."""
         with self._lock:
             was, self._initialised = self._initialised, False
-        if was:
+        nvml = self._nvml
+        if was and nvml is not None:
             try:
                 nvml.nvmlShutdown()
             except nvml.NVMLError as exc:
-                log.warning("nvmlShutdown after NVML loss failed: %s", lib.describe(nvml, exc))
-
-    def _require_nvml(self) -> Nvml:
-        with self._lock:
-            if self._initialised and self._nvml is not None:
-                return self._nvml
-            reason = self._last_error or self._snapshot.unreachable_reason or "NVML not initialised yet"
-        raise BackendUnavailable(f"NVML is not available: {reason}")
+                log.warning("%s failed: %s", what, lib.describe(nvml, exc))
 
     def _on_failure(self, exc: Exception) -> None:
         """The loop broke: cards it watched are unhealthy until it runs again."""
         nvml = self._nvml
         message = lib.describe(nvml, exc) if nvml is not None else str(exc)
         log.error("NVML watcher failed: %s", message)
+        if nvml is not None and lib.error_code(nvml, exc) in lib.NVML_GONE_CODES:
+            self._shutdown("nvmlShutdown after NVML loss")
         with self._lock:
             self._last_error = message
-        if nvml is not None and lib.error_code(nvml, exc) in lib.NVML_GONE_CODES:
-            self._reinit(nvml)
-        with self._lock:
             have_cards = bool(self._static)
             self._health.record_loop_failure(list(self._static), message, self._clock())
         if have_cards:
             self._publish()
         else:
-            self._set_unreachable(message, kind="unavailable")
+            self._set_unreachable(message)
 
     def _watch(self, nvml: Nvml) -> None:
         events = EventSet(nvml)
@@ -232,7 +223,7 @@ class NvmlBackend:
             for ref in list(self._refs.values()):
                 events.register(ref)
             with self._lock:
-                self._watch_note = {u: "none" for u in events.unsupported}
+                self._unwatched = set(events.unsupported)
             for uuid, why in events.unsupported.items():
                 log.warning("NVML cannot deliver XID/ECC events for %s: %s", uuid, why)
             self._publish()
@@ -241,6 +232,7 @@ class NvmlBackend:
             events.close()
 
     def _loop(self, nvml: Nvml, events: EventSet) -> None:
+        """Wait for events; probe, expire holds and resync on time; return when cards came or went."""
         resync = max(1.0, float(self.config.inventory_resync_period))
         next_resync = self._clock() + resync
         next_probe = self._clock() + self._probe_period
@@ -269,10 +261,10 @@ class NvmlBackend:
                 self._publish()
 
     def _on_event(self, event: Event) -> None:
-        now = self._clock()
         if not event.uuid:
             log.warning("NVML %s event for an unknown device (xid=%s)", event.kind, event.xid)
             return
+        now = self._clock()
         with self._lock:
             if event.kind == "xid":
                 changed = self._health.record_xid(event.uuid, event.xid, now, event.where)
@@ -302,10 +294,8 @@ class NvmlBackend:
 
     def _rescan(self, nvml: Nvml) -> None:
         """Re-read cards; a card that cannot be read keeps its last known facts, unhealthy."""
-        node = {**node_facts(nvml), NODE_SOURCE: SOURCE_NVML}
-        refs, failed = list_devices(nvml)
-        now = self._clock()
-        static: dict[str, Card] = {}
+        node = {**devices.node_facts(nvml), NODE_SOURCE: SOURCE_NVML}
+        refs, failed = devices.list_devices(nvml)
         with self._lock:
             old_refs = {r.index: r for r in self._refs.values()}
             old_static = dict(self._static)
@@ -317,29 +307,26 @@ class NvmlBackend:
                 lost[old.uuid] = message
             else:
                 log.error("NVML cannot read GPU index %d: %s", index, message)
+        static: dict[str, Card] = {}
         for ref in refs:
             if ref.uuid in lost:
                 static[ref.uuid] = old_static[ref.uuid]
                 continue
             try:
-                static[ref.uuid] = read_card(nvml, ref, node, self.sysfs_root, self._first)
+                card = static[ref.uuid] = devices.read_card(nvml, ref, node, self.sysfs_root, self._first)
             except nvml.NVMLError as exc:
-                if ref.uuid in old_static:
-                    static[ref.uuid] = old_static[ref.uuid]
-                else:
-                    static[ref.uuid] = _placeholder(nvml, ref, node)
+                static[ref.uuid] = old_static.get(ref.uuid) or _placeholder(nvml, ref, node)
                 lost[ref.uuid] = lib.describe(nvml, exc)
                 continue
-            card = static[ref.uuid]
-            if card.extra.get(HOST_MEMORY_KEY) and ref.uuid not in old_static:
+            if card.extra.get(devices.HOST_MEMORY_KEY) and ref.uuid not in old_static:
+                what = f"card {card.minor} ({card.uuid}, {card.model})"
                 log.info(
-                    "card %d (%s, %s): NVML has no framebuffer memory reading (unified memory); its memory is the "
-                    "host's RAM, %d MiB, as nomad-device-nvidia reports it",
-                    card.minor,
-                    card.uuid,
-                    card.model,
+                    "%s: no framebuffer memory reading (unified memory); as nomad-device-nvidia, its memory "
+                    "is the host's RAM, %d MiB",
+                    what,
                     card.memory_mib,
                 )
+        now = self._clock()
         with self._lock:
             self._node = node
             self._refs = {r.uuid: r for r in sorted(refs, key=lambda r: r.index)}
@@ -349,55 +336,146 @@ class NvmlBackend:
         self._publish()
 
     # --- snapshots --------------------------------------------------------------------
-    def _compose(self) -> Inventory:
-        cards = []
-        for uuid, card in self._static.items():
-            healthy, reason = self._health.verdict(uuid)
-            extra = dict(card.extra)
-            extra[HEALTH_SOURCE_KEY] = "none" if self._watch_note.get(uuid) else "nvml-events"
-            cards.append(replace(card, healthy=healthy, health_reason=reason, extra=extra))
-        cards.sort(key=lambda c: c.minor)
-        return Inventory(cards=tuple(cards), reachable=True, node=dict(self._node))
-
     def _publish(self) -> None:
         with self._lock:
-            fresh = self._compose()
+            cards = []
+            for uuid, card in self._static.items():
+                healthy, reason = self._health.verdict(uuid)
+                source = "none" if uuid in self._unwatched else "nvml-events"
+                extra = {**card.extra, HEALTH_SOURCE_KEY: source}
+                cards.append(replace(card, healthy=healthy, health_reason=reason, extra=extra))
+            cards.sort(key=lambda c: c.minor)
+            fresh = Inventory(cards=tuple(cards), reachable=True, node=dict(self._node))
             if replace(fresh, generation=self._snapshot.generation) == self._snapshot:
                 return
-            self._snapshot = replace(fresh, generation=self._snapshot.generation + 1)
-            snapshot = self._snapshot
+            snapshot = self._snapshot = replace(fresh, generation=self._snapshot.generation + 1)
         self._listeners.notify(snapshot)
 
-    def _set_unreachable(self, reason: str, kind: str) -> None:
-        log.error("NVML unavailable (%s): %s", kind, reason)
+    def _set_unreachable(self, reason: str) -> None:
+        log.error("NVML unavailable: %s", reason)
         with self._lock:
             prev = self._snapshot
             if not prev.reachable and prev.unreachable_reason == reason:
                 return
             since = prev.unreachable_since if not prev.reachable and prev.unreachable_since else self._clock()
-            self._snapshot = replace(
+            snapshot = self._snapshot = replace(
                 prev,
                 reachable=False,
                 unreachable_reason=reason,
                 unreachable_since=since,
                 generation=prev.generation + 1,
             )
-            snapshot = self._snapshot
         self._listeners.notify(snapshot)
 
 
-def _placeholder(nvml: Nvml, ref: DeviceRef, node: dict[str, str]) -> Card:
+def _placeholder(nvml: Nvml, ref: devices.DeviceRef, node: dict[str, str]) -> Card:
     """A card NVML enumerates but cannot describe: kept visible (in its model's group) so it can be unhealthy."""
     try:
         model = lib.text(nvml.nvmlDeviceGetName(ref.handle))
     except nvml.NVMLError:
         model = "unknown"
-    return Card(
-        minor=ref.minor,
-        uuid=ref.uuid,
-        model=model,
-        vendor="nvidia",
-        xpu_type="gpu",
-        memory_mib=0,
-        driver_version=node.get("driver_version", ""),
+    driver = node.get("driver_version", "")
+    return Card(ref.minor, ref.uuid, model, vendor="nvidia", xpu_type="gpu", memory_mib=0, driver_version=driver)
+
+
+# --- grants ----------------------------------------------------------------------------------------
+
+
+def _card_of(ask: DeviceAsk, inventory: Inventory) -> Card:
+    card = inventory.by_minor(ask.minor)
+    if card is None:
+        minors = sorted(c.minor for c in inventory.cards)
+        raise ReservationRejected(f"minor: card {ask.minor} is not on this node (NVML sees {minors})")
+    return card
+
+
+def _mig_of(ask: DeviceAsk, card: Card, inventory: Inventory) -> MigInstance:
+    for mig in card.mig_instances:
+        if mig.uuid == ask.mig_uuid:
+            return mig
+    elsewhere = [c.minor for c in inventory.cards for m in c.mig_instances if m.uuid == ask.mig_uuid]
+    if elsewhere:
+        raise ReservationRejected(
+            f"mig_uuid: MIG instance {ask.mig_uuid} is on card {elsewhere[0]}, not on card {card.minor} as asked"
+        )
+    raise ReservationRejected(
+        f"mig_uuid: unknown MIG instance {ask.mig_uuid} on card {card.minor} "
+        f"(NVML sees {', '.join(m.uuid for m in card.mig_instances) or 'none'}); it was removed since the job was placed"
+    )
+
+
+def read_cap_minor(path: Path) -> int:
+    """The ``DeviceFileMinor:`` value of one NVIDIA capability ``access`` file."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise GrantMismatch(f"MIG capability file {path} cannot be read: {exc.strerror or exc}") from exc
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
+            return int(value.strip())
+    raise GrantMismatch(f"MIG capability file {path} has no DeviceFileMinor line")
+
+
+def _node(dev_root: str, name: str) -> DeviceNode:
+    return DeviceNode(container_path=f"/dev/{name}", host_path=f"{dev_root}/{name}")
+
+
+def build_grant(
+    request: GrantRequest, inventory: Inventory, proc_root: str = PROC_ROOT, dev_root: str = "/dev"
+) -> Grant:
+    """Exactly what was asked, in the asks' order, or a ``PluginError`` naming the offending field.
+
+    A MIG instance is asked for by its MIG UUID; the memory and slices that
+    come with the ask are for the record, not limits to check (the instance
+    is what NVML made).
+    """
+    if not request.asks:
+        return Grant(grant_id=request.grant_id)
+    devices: list[GrantedDevice] = []
+    visible: list[str] = []
+    nodes: list[DeviceNode] = []
+    for ask in request.asks:
+        card = _card_of(ask, inventory)
+        nodes.append(_node(dev_root, f"nvidia{card.minor}"))
+        if ask.mig_uuid:
+            mig = _mig_of(ask, card, inventory)
+            if mig.uuid not in visible:
+                devices.append(
+                    GrantedDevice(
+                        card.minor, card.uuid, memory_gib=mig.memory_mib // 1024, slices=mig.slices, mig_uuid=mig.uuid
+                    )
+                )
+                visible.append(mig.uuid)
+                caps = Path(
+                    proc_root, "driver/nvidia/capabilities", f"gpu{card.minor}", "mig", f"gi{mig.gpu_instance_id}"
+                )
+                for access in (caps / "access", caps / f"ci{mig.compute_instance_id}" / "access"):
+                    nodes.append(_node(dev_root, f"nvidia-caps/nvidia-cap{read_cap_minor(access)}"))
+            continue
+        if ask.core or ask.memory_gib:
+            raise BackendRefused(
+                f"card {ask.minor}: shares are not available with the NVML backend "
+                f"(asked core={ask.core}%, memory_gib={ask.memory_gib}); NVML has no time-division "
+                "sharing, ask for a whole card or an existing MIG instance, or use the XDM backend"
+            )
+        if ask.slices:
+            raise BackendRefused(
+                f"card {ask.minor}: asked for {ask.slices} MIG slice(s) without naming an existing MIG "
+                "instance; NVML cannot create MIG instances (create them with nvidia-smi mig)"
+            )
+        if card.mig_enabled:
+            raise BackendRefused(
+                f"card {card.minor} ({card.uuid}) is in MIG mode: only its MIG instances can be handed out"
+            )
+        if card.uuid not in visible:
+            devices.append(GrantedDevice(minor=card.minor, uuid=card.uuid))
+            visible.append(card.uuid)
+    nodes.append(_node(dev_root, "nvidiactl"))
+    nodes.extend(_node(dev_root, name) for name in ("nvidia-uvm", "nvidia-uvm-tools") if Path(dev_root, name).exists())
+    return Grant(
+        grant_id=request.grant_id,
+        devices=tuple(devices),
+        envs={VISIBLE_DEVICES_ENV: ",".join(visible)},
+        device_nodes=tuple(dict.fromkeys(nodes)),
     )

@@ -1,21 +1,22 @@
-"""Reading cards, MIG instances and node facts out of an initialised NVML.
+"""Reading cards, MIG instances, node facts and readings out of an initialised NVML.
 
-Functions here only read; they hold no state and start no threads, so the
-backend, the enricher and the GPU check share them.
+Functions here only read: they hold no state and start no threads, so the
+backend, the XDM-node companion and the GPU check share them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nomad_plugin.model.card import Card, MigInstance
+from nomad_plugin.model.metrics import METRIC_IDS, UNSUPPORTED_BITS, MetricSample
 from nomad_plugin.nvml import lib
 from nomad_plugin.nvml.lib import Nvml
-from nomad_plugin.nvml.pci import normalise_bus_id, sysfs_numa_node
 
 # MB/s per lane by PCIe generation, nomad-device-nvidia's table (nvml/driver_linux.go):
 # 1024 << (gen - 3) for gen 3..6; other generations count as 0 there, and here.
@@ -23,45 +24,58 @@ _PCIE_LANE_MBPS = {3: 1024, 4: 2048, 5: 3072, 6: 4096}
 _MIB = 1024 * 1024
 #: Readings nomad-device-nvidia takes once, when it fingerprints a card (see ``FirstReadings``).
 VOLATILE_EXTRAS = ("power", "cores_clock", "memory_clock")
+#: ``Card.extra`` key set when the card's memory is the host's RAM (a unified-memory iGPU).
+HOST_MEMORY_KEY = "memory_source"
+PARENT_LABEL = "parent_uuid"
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
 _GPU_SLICES = re.compile(r"(?:^|\.)(\d+)g\.")
+_BUS_ID = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
+)
+#: What ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for a slot that holds no MIG device.
+_EMPTY_SLOT = lib.MISSING_CODES | {lib.ERROR_INVALID_ARGUMENT}
 
 
-@dataclass(frozen=True)
-class MemoryReading:
-    """A card's memory in MiB; ``host`` when it is the host's RAM (a unified-memory iGPU)."""
-
-    total_mib: int
-    used_mib: int
-    host: bool = False
-
-
-def host_memory_mib() -> tuple[int, int]:
-    """The host's RAM as sysinfo(2) counts it: (total, total - free) in MiB.
-
-    glibc derives ``SC_PHYS_PAGES`` and ``SC_AVPHYS_PAGES`` from sysinfo's
-    ``totalram`` and ``freeram``, the two nomad-device-nvidia reads.
-    """
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = os.sysconf("SC_PHYS_PAGES") * page
-    free = os.sysconf("SC_AVPHYS_PAGES") * page
-    return total // _MIB, (total - free) // _MIB
+def normalise_bus_id(raw: str) -> str:
+    """``00000000:3B:00.0`` (NVML: 8-digit domain, upper case) -> ``0000:3b:00.0``, the form sysfs and Nomad use."""
+    match = _BUS_ID.match(raw.strip())
+    if match is None:
+        raise ValueError(f"pci_bus_id: {raw!r} is not a PCI address like 0000:18:00.0")
+    domain = int(match["domain"] or "0", 16)
+    if domain > 0xFFFF:
+        raise ValueError(f"pci_bus_id: {raw!r} has a domain above ffff")
+    bus, dev, fn = int(match["bus"], 16), int(match["dev"], 16), int(match["fn"])
+    if dev > 0x1F:
+        raise ValueError(f"pci_bus_id: {raw!r} has a device number above 1f")
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
 
 
-def memory_reading(nvml: Nvml, handle: Any) -> MemoryReading:
-    """Framebuffer memory, or the host's RAM where NVML has none (GB10: NotSupported).
+def sysfs_numa_node(bus_id: str, sysfs_root: str = "/sys") -> int | None:
+    """The NUMA node the kernel assigns to a PCI device; None if unknown (-1 or absent)."""
+    try:
+        value = int((Path(sysfs_root) / "bus" / "pci" / "devices" / bus_id / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
 
-    nomad-device-nvidia falls back the same way (its nvml/driver_linux.go,
-    ``determineMemoryInfo``); any other NVML error propagates.
+
+def memory_reading(nvml: Nvml, handle: Any) -> tuple[int, int, bool]:
+    """(total, used) MiB of framebuffer memory, or of the host's RAM where NVML has none (GB10: NotSupported),
+    and whether it is the host's.
+
+    nomad-device-nvidia falls back the same way (nvml/driver_linux.go,
+    ``determineMemoryInfo``) to sysinfo(2)'s ``totalram`` and ``freeram``,
+    which glibc's ``SC_PHYS_PAGES`` and ``SC_AVPHYS_PAGES`` report.
     """
     try:
         info = nvml.nvmlDeviceGetMemoryInfo(handle)
     except nvml.NVMLError as exc:
         if lib.error_code(nvml, exc) != lib.ERROR_NOT_SUPPORTED:
             raise
-        total, used = host_memory_mib()
-        return MemoryReading(total, used, host=True)
-    return MemoryReading(int(info.total) // _MIB, int(info.used) // _MIB)
+        page = os.sysconf("SC_PAGE_SIZE")
+        total, free = os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
+        return total // _MIB, (total - free) // _MIB, True
+    return int(info.total) // _MIB, int(info.used) // _MIB, False
 
 
 @dataclass(frozen=True)
@@ -75,11 +89,7 @@ class DeviceRef:
 
 
 def list_devices(nvml: Nvml) -> tuple[list[DeviceRef], dict[int, str]]:
-    """Every physical GPU NVML sees, in index order, and the indexes it could not read.
-
-    A card that fell off the bus can fail here while the others work; it is
-    reported by index so the caller can keep its last known identity.
-    """
+    """Every physical GPU NVML sees, in index order, and the indexes it could not read (a card off the bus)."""
     refs, failed = [], {}
     for index in range(int(nvml.nvmlDeviceGetCount())):
         try:
@@ -99,7 +109,7 @@ def cuda_version_text(raw: int) -> str:
 
 
 def node_facts(nvml: Nvml) -> dict[str, str]:
-    """Node-wide facts: driver and CUDA versions (best effort, never raises for gaps)."""
+    """Driver and CUDA versions."""
     facts = {"driver_version": lib.text(nvml.nvmlSystemGetDriverVersion())}
     cuda = lib.optional(nvml, "nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
@@ -118,21 +128,11 @@ def bus_id(nvml: Nvml, handle: Any) -> str:
 
 def numa_node(nvml: Nvml, handle: Any, pci_bus_id: str, sysfs_root: str) -> int | None:
     """CPU-side NUMA node: sysfs first (what the kernel schedules by), then NVML."""
-    if pci_bus_id:
-        node = sysfs_numa_node(pci_bus_id, sysfs_root)
-        if node is not None:
-            return node
+    node = sysfs_numa_node(pci_bus_id, sysfs_root) if pci_bus_id else None
+    if node is not None:
+        return node
     value = lib.optional(nvml, "nvmlDeviceGetNumaNodeId", handle)
     return int(value) if value is not None and int(value) >= 0 else None
-
-
-def _state(value: Any) -> str:
-    """NVML's enable state as nomad-device-nvidia sends it: the number, "1" (enabled) or "0".
-
-    Its driver formats go-nvml's ``EnableState`` with ``%v``, which prints the
-    enum's value (its docs and unit-test mocks show "Enabled"; its builds do not).
-    """
-    return str(int(value))
 
 
 def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
@@ -141,26 +141,23 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
     ``power`` is the power *draw* in whole W and ``cores_clock``/``memory_clock``
     the *current* clocks in MHz (its driver_linux.go reads nvmlDeviceGetPowerUsage
     and nvmlDeviceGetClockInfo); ``bar1`` the BAR1 total in MiB; ``pci_bandwidth``
-    max link width x its per-lane table in MB/s. ``power_limit`` (W) is ours.
+    max link width x its per-lane table in MB/s; ``display_state`` and
+    ``persistence_mode`` go-nvml's ``EnableState`` printed with ``%v``: "1" or "0".
+    ``power_limit`` (W) and ``compute_capability`` are ours.
 
-    A reading the card does not support (NotSupported) shows as that plugin
-    shows it: ``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock``
-    absent. Where it would fail the whole fingerprint (clocks, display and
-    persistence mode unsupported, or any other NVML error) the attribute is
-    left out and the card is still offered.
+    A reading the card does not support shows as that plugin shows it:
+    ``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock`` absent.
+    Where it would fail the whole fingerprint (any other missing reading) the
+    attribute is left out and the card is still offered.
     """
     extras: dict[str, str] = {}
-    graphics = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_GRAPHICS)
-    if graphics is not None:
-        extras["cores_clock"] = str(int(graphics))
-    memory = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
-    if memory is not None:
-        extras["memory_clock"] = str(int(memory))
+    for key, clock in (("cores_clock", nvml.NVML_CLOCK_GRAPHICS), ("memory_clock", nvml.NVML_CLOCK_MEM)):
+        mhz = lib.optional(nvml, "nvmlDeviceGetClockInfo", handle, clock)
+        if mhz is not None:
+            extras[key] = str(int(mhz))
     draw, why = lib.read(nvml, "nvmlDeviceGetPowerUsage", handle)
-    if draw is not None:
-        extras["power"] = str(int(draw) // 1000)
-    elif why == lib.ERROR_NOT_SUPPORTED:
-        extras["power"] = "0"
+    if draw is not None or why == lib.ERROR_NOT_SUPPORTED:
+        extras["power"] = str(int(draw or 0) // 1000)
     limit = lib.optional(nvml, "nvmlDeviceGetPowerManagementLimit", handle)
     if limit is not None:
         extras["power_limit"] = str(int(limit) // 1000)
@@ -169,17 +166,17 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
         extras["bar1"] = str(int(bar1.bar1Total) // _MIB)
     gen, gen_why = lib.read(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
     width, width_why = lib.read(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
-    gen_known = gen is not None or gen_why == lib.ERROR_NOT_SUPPORTED
-    width_known = width is not None or width_why == lib.ERROR_NOT_SUPPORTED
-    if gen_known and width_known:
-        lanes = int(width) if width is not None else 0
-        extras["pci_bandwidth"] = str(_PCIE_LANE_MBPS.get(int(gen or 0), 0) * lanes)
-    display = lib.optional(nvml, "nvmlDeviceGetDisplayMode", handle)
-    if display is not None:
-        extras["display_state"] = _state(display)
-    persistence = lib.optional(nvml, "nvmlDeviceGetPersistenceMode", handle)
-    if persistence is not None:
-        extras["persistence_mode"] = _state(persistence)
+    if (gen is not None or gen_why == lib.ERROR_NOT_SUPPORTED) and (
+        width is not None or width_why == lib.ERROR_NOT_SUPPORTED
+    ):
+        extras["pci_bandwidth"] = str(_PCIE_LANE_MBPS.get(int(gen or 0), 0) * int(width or 0))
+    for key, function in (
+        ("display_state", "nvmlDeviceGetDisplayMode"),
+        ("persistence_mode", "nvmlDeviceGetPersistenceMode"),
+    ):
+        state = lib.optional(nvml, function, handle)
+        if state is not None:
+            extras[key] = str(int(state))
     capability = lib.optional(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
     if capability is not None:
         extras["compute_capability"] = f"{capability[0]}.{capability[1]}"
@@ -190,8 +187,8 @@ class FirstReadings:
     """Keeps the first power draw and clocks read per card, as nomad-device-nvidia does.
 
     It reads them when it fingerprints and re-sends only when cards come or
-    go, so Nomad keeps the first values. Re-reading them every resync would
-    change the fingerprint (and re-send it) on every load swing.
+    go, so Nomad keeps the first values; re-reading them every resync would
+    re-send the fingerprint on every load swing.
     """
 
     def __init__(self) -> None:
@@ -225,60 +222,45 @@ def slices_from_profile(profile: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-#: Codes ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for a slot that holds no MIG device.
-_EMPTY_SLOT = (lib.ERROR_NOT_FOUND, lib.ERROR_INVALID_ARGUMENT, lib.ERROR_NOT_SUPPORTED)
-
-
-def mig_instances(nvml: Nvml, handle: Any) -> tuple[MigInstance, ...]:
+def mig_handles(nvml: Nvml, handle: Any) -> Iterator[Any]:
     """The MIG devices that exist on a MIG-enabled card (NVML cannot create them)."""
-    found = []
     for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
         try:
-            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
         except nvml.NVMLError as exc:
-            if lib.error_code(nvml, exc) in _EMPTY_SLOT:
-                continue  # an empty slot
-            raise
-        name = lib.text(nvml.nvmlDeviceGetName(mig))
-        profile = profile_from_name(name)
-        attrs = lib.optional(nvml, "nvmlDeviceGetAttributes", mig)
-        slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else slices_from_profile(profile)
-        found.append(
-            MigInstance(
-                uuid=lib.text(nvml.nvmlDeviceGetUUID(mig)),
-                profile=profile,
-                slices=slices,
-                memory_mib=memory_reading(nvml, mig).total_mib,
-                gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
-                compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
-                name=name,
-            )
-        )
-    return tuple(found)
+            if lib.error_code(nvml, exc) not in _EMPTY_SLOT:
+                raise
 
 
-#: ``Card.extra`` key set when the card's memory is the host's RAM (a unified-memory iGPU).
-HOST_MEMORY_KEY = "memory_source"
+def mig_instance(nvml: Nvml, mig: Any) -> MigInstance:
+    name = lib.text(nvml.nvmlDeviceGetName(mig))
+    profile = profile_from_name(name)
+    attrs = lib.optional(nvml, "nvmlDeviceGetAttributes", mig)
+    return MigInstance(
+        uuid=lib.text(nvml.nvmlDeviceGetUUID(mig)),
+        profile=profile,
+        slices=int(attrs.gpuInstanceSliceCount) if attrs is not None else slices_from_profile(profile),
+        memory_mib=memory_reading(nvml, mig)[0],
+        gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+        compute_instance_id=int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+        name=name,
+    )
 
 
 def read_card(
-    nvml: Nvml,
-    ref: DeviceRef,
-    node: Mapping[str, str],
-    sysfs_root: str = "/sys",
-    first: FirstReadings | None = None,
+    nvml: Nvml, ref: DeviceRef, node: Mapping[str, str], sysfs_root: str = "/sys", first: FirstReadings | None = None
 ) -> Card:
     """One whole card with its static facts; health is overlaid by the backend."""
     handle = ref.handle
     pci = bus_id(nvml, handle)
     capable, enabled = mig_mode(nvml, handle)
-    memory = memory_reading(nvml, handle)
+    memory_mib, _, host_memory = memory_reading(nvml, handle)
     extras = card_extras(nvml, handle)
     if first is not None:
         extras = first.apply(ref.uuid, extras)
     if capable:
         extras["mig_mode"] = "enabled" if enabled else "disabled"
-    if memory.host:
+    if host_memory:
         extras[HOST_MEMORY_KEY] = "host"
     return Card(
         minor=ref.minor,
@@ -286,12 +268,169 @@ def read_card(
         model=lib.text(nvml.nvmlDeviceGetName(handle)),
         vendor="nvidia",
         xpu_type="gpu",
-        memory_mib=memory.total_mib,
+        memory_mib=memory_mib,
         pci_bus_id=pci,
         driver_version=node.get("driver_version", ""),
         numa_node=numa_node(nvml, handle, pci, sysfs_root),
         mig_capable=capable,
         mig_enabled=enabled,
-        mig_instances=mig_instances(nvml, handle) if enabled else (),
+        mig_instances=tuple(mig_instance(nvml, mig) for mig in mig_handles(nvml, handle)) if enabled else (),
         extra=extras,
     )
+
+
+# --- readings (NVML has no push: these are polled) -------------------------------------------------
+
+
+def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, str] | None = None) -> MetricSample:
+    return MetricSample(device, METRIC_IDS[name], name, float(value), ts_ms, labels or {})
+
+
+def _read_into(
+    values: dict[str, float], nvml: Nvml, handle: Any, rows: Sequence[tuple[str, str, tuple[Any, ...], int]]
+) -> int:
+    """Each row (name, NVML getter, its arguments, divisor) read into ``values``; returns the ``nvml_unsupported``
+    bits of the rows NVML answered NotSupported for (nomad-device-nvidia shows those as 0, the stats layout too)."""
+    unsupported = 0
+    for name, function, args, divisor in rows:
+        value, why = lib.read(nvml, function, handle, *args)
+        if value is not None:
+            values[name] = int(value) / divisor if divisor != 1 else value
+        elif why == lib.ERROR_NOT_SUPPORTED:
+            unsupported |= UNSUPPORTED_BITS.get(name, 0)
+    return unsupported
+
+
+def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
+    """One card's readings: nomad-device-nvidia's, plus power limit, clocks, throttle reasons and remapped rows.
+
+    A reading the card does not have is left out, never faked as 0. An iGPU's
+    memory utilisation is used / total of the host's RAM, as the official
+    plugin derives it.
+    """
+    values: dict[str, float] = {}
+    util = lib.optional(nvml, "nvmlDeviceGetUtilizationRates", handle)
+    if util is not None:
+        values["core_util_percent"] = util.gpu
+        values["memory_util_percent"] = util.memory
+    try:
+        total, used, host = memory_reading(nvml, handle)
+    except nvml.NVMLError as exc:
+        if lib.error_code(nvml, exc) not in lib.MISSING_CODES:
+            raise
+    else:
+        values["memory_used_mib"], values["memory_total_mib"] = used, total
+        if host and total > 0:
+            values["memory_util_percent"] = used * 100 // total
+    volatile = nvml.NVML_VOLATILE_ECC
+    unsupported = _read_into(
+        values,
+        nvml,
+        handle,
+        (
+            ("temperature_c", "nvmlDeviceGetTemperature", (nvml.NVML_TEMPERATURE_GPU,), 1),
+            ("power_w", "nvmlDeviceGetPowerUsage", (), 1000),
+            ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", (), 1000),
+            ("ecc_sbe_total", "nvmlDeviceGetTotalEccErrors", (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, volatile), 1),
+            ("ecc_dbe_total", "nvmlDeviceGetTotalEccErrors", (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, volatile), 1),
+            ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (nvml.NVML_CLOCK_SM,), 1),
+            ("memory_clock_mhz", "nvmlDeviceGetClockInfo", (nvml.NVML_CLOCK_MEM,), 1),
+        ),
+    )
+    reasons = lib.optional(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    if reasons is None:
+        reasons = lib.optional(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    if reasons is not None:
+        values["throttle_reasons"] = reasons
+    rows = lib.optional(nvml, "nvmlDeviceGetRemappedRows", handle)
+    if rows is not None:
+        values["remapped_rows_total"] = int(rows[0]) + int(rows[1])
+    values.update(official_values(nvml, handle))
+    unsupported |= int(values.pop("nvml_unsupported", 0))
+    if unsupported:
+        values["nvml_unsupported"] = unsupported
+    return values
+
+
+def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
+    """The readings only nomad-device-nvidia's stats show: encoder/decoder, BAR1, ECC by location.
+
+    ECC counts are corrected errors since the last driver load (volatile), per
+    location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) reads
+    them; here through nvmlDeviceGetMemoryErrorCounter, which NVML keeps in
+    place of that deprecated call (nvmlMemoryLocation_t: L1 0, L2 1, device memory 2).
+    """
+    values: dict[str, float] = {}
+    for name, function in (
+        ("encoder_util_percent", "nvmlDeviceGetEncoderUtilization"),
+        ("decoder_util_percent", "nvmlDeviceGetDecoderUtilization"),
+    ):
+        util = lib.optional(nvml, function, handle)
+        if util is not None:
+            values[name] = util[0]
+    bar1 = lib.optional(nvml, "nvmlDeviceGetBAR1MemoryInfo", handle)
+    if bar1 is not None:
+        values["bar1_used_mib"] = int(bar1.bar1Used) // _MIB
+        values["bar1_total_mib"] = int(bar1.bar1Total) // _MIB
+    ecc = (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC)
+    counter = "nvmlDeviceGetMemoryErrorCounter"
+    unsupported = _read_into(
+        values,
+        nvml,
+        handle,
+        (
+            ("ecc_l1_corrected", counter, (*ecc, 0), 1),
+            ("ecc_l2_corrected", counter, (*ecc, 1), 1),
+            ("ecc_memory_corrected", counter, (*ecc, 2), 1),
+        ),
+    )
+    if unsupported:
+        values["nvml_unsupported"] = unsupported
+    return values
+
+
+@dataclass
+class Poll:
+    """One poll: samples, plus cards found lost and per-card errors; ``fatal`` voids it (NVML itself is gone)."""
+
+    samples: list[MetricSample] = field(default_factory=list)
+    lost: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    fatal: str = ""
+
+
+def _mig_samples(nvml: Nvml, ref: DeviceRef, ts_ms: int) -> Iterator[MetricSample]:
+    labels = {PARENT_LABEL: ref.uuid}
+    for mig in mig_handles(nvml, ref.handle):
+        uuid = lib.text(nvml.nvmlDeviceGetUUID(mig))
+        try:
+            total, used, _ = memory_reading(nvml, mig)
+        except nvml.NVMLError as exc:
+            if lib.error_code(nvml, exc) in lib.MISSING_CODES:
+                continue
+            raise
+        yield sample(uuid, "memory_used_mib", used, ts_ms, labels)
+        yield sample(uuid, "memory_total_mib", total, ts_ms, labels)
+
+
+def poll(nvml: Nvml, refs: Iterable[tuple[DeviceRef, bool]], ts_ms: int) -> Poll:
+    """Read every card, and its MIG instances' memory when MIG is on; never raises per card.
+
+    NVML errors that mean the card is gone land in ``lost``; other per-card
+    NVML errors in ``errors``, and that card's readings are skipped.
+    """
+    result = Poll()
+    for ref, mig_enabled in refs:
+        try:
+            values = card_values(nvml, ref.handle)
+            migs = list(_mig_samples(nvml, ref, ts_ms)) if mig_enabled else []
+        except nvml.NVMLError as exc:
+            code = lib.error_code(nvml, exc)
+            if code in lib.NVML_GONE_CODES:
+                result.fatal = lib.describe(nvml, exc)
+                return result
+            (result.lost if code in lib.CARD_FAULT_CODES else result.errors)[ref.uuid] = lib.describe(nvml, exc)
+            continue
+        result.samples.extend(sample(ref.uuid, name, value, ts_ms) for name, value in values.items())
+        result.samples.extend(migs)
+    return result

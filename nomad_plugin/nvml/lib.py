@@ -1,12 +1,14 @@
-"""Loading the NVML bindings lazily, and telling NVML errors apart.
+"""Loading the NVML bindings lazily, probing NVML, and telling NVML errors apart.
 
 ``pynvml`` (package ``nvidia-ml-py``) is optional: the XDM backend must work
 on nodes without it. Every NVML user in this package receives the module as
-a value (``Nvml``), so tests inject ``tests.doubles.fake_pynvml``.
+a value (``Nvml``), so tests inject a double with the same function names.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib
 import importlib.util
 from typing import Any
@@ -18,34 +20,27 @@ Nvml = Any
 ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
 ERROR_NO_PERMISSION = 4
-ERROR_ALREADY_INITIALIZED = 5
 ERROR_NOT_FOUND = 6
 ERROR_DRIVER_NOT_LOADED = 9
 ERROR_TIMEOUT = 10
-ERROR_LIBRARY_NOT_FOUND = 12
 ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_GPU_IS_LOST = 15
 ERROR_RESET_REQUIRED = 16
 
-# nvmlMemoryLocation_t values (nvml.h) for nvmlDeviceGetMemoryErrorCounter.
-LOCATION_L1_CACHE = 0
-LOCATION_L2_CACHE = 1
-LOCATION_DEVICE_MEMORY = 2
 
 #: Codes meaning "this card is gone or broken", not "this reading is missing".
 CARD_FAULT_CODES = frozenset({ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
-#: Codes meaning NVML itself is gone (driver unloaded or upgraded underneath us): re-initialise.
+#: Codes meaning NVML itself is gone (uninitialised, driver unloaded or upgraded underneath us): re-initialise.
 NVML_GONE_CODES = frozenset({1, ERROR_DRIVER_NOT_LOADED, 18})
 #: Codes meaning "this reading does not exist on this card/driver".
 MISSING_CODES = frozenset({ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND, ERROR_NOT_FOUND, ERROR_NO_PERMISSION})
 
+#: The file pynvml opens on Linux (its ``_LoadNvmlLibrary``); NVIDIA's driver installs it.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
 
 class NvmlMissing(RuntimeError):
     """The bindings or the NVML library itself are not present on this node."""
-
-
-#: The file pynvml opens on Linux (its ``_LoadNvmlLibrary``); NVIDIA's driver installs it.
-NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
 def bindings_installed() -> bool:
@@ -57,15 +52,13 @@ def bindings_installed() -> bool:
 
 
 def library_missing() -> str:
-    """ "" when NVML's shared library opens, else why not; ``pynvml`` is not imported.
+    """ "" when NVML's shared library opens, else why not, without importing ``pynvml``.
 
-    Why: on a node without NVIDIA's driver (every Lingjun node) importing the
-    bindings only to have ``nvmlInit`` fail kept 2.2 MiB of their code in the
-    plugin for good, out of a 60 MiB budget (issue 14). This opens the same
-    file pynvml would, so the answer is the one ``nvmlInit`` would give.
+    On a node without NVIDIA's driver (every Lingjun node) importing the
+    bindings only to have ``nvmlInit`` fail would keep their code in the
+    plugin's memory for good; this opens the file pynvml would open, so the
+    answer is the one ``nvmlInit`` would give.
     """
-    import ctypes
-
     try:
         ctypes.CDLL(NVML_LIBRARY)
     except OSError as exc:
@@ -84,36 +77,58 @@ def load() -> Nvml:
         ) from exc
 
 
+def load_if_library() -> Nvml:
+    """``load``, once NVML's library is known to open (else ``NvmlMissing`` and nothing imported)."""
+    missing = library_missing() if bindings_installed() else ""
+    if missing:
+        raise NvmlMissing(missing)
+    return load()
+
+
+def nvml_unavailable_reason(nvml: Nvml | None = None) -> str:
+    """ "" if NVML initialises here (it is shut down again), else why not; never raises."""
+    try:
+        module = nvml if nvml is not None else load_if_library()
+    except NvmlMissing as exc:
+        return str(exc)
+    try:
+        module.nvmlInit()
+    except Exception as exc:
+        return f"nvmlInit failed: {describe(module, exc)}"
+    with contextlib.suppress(Exception):  # a failed shutdown does not make NVML unusable
+        module.nvmlShutdown()
+    return ""
+
+
+def nvml_available(nvml: Nvml | None = None) -> bool:
+    return nvml_unavailable_reason(nvml) == ""
+
+
 def error_code(nvml: Nvml, exc: BaseException) -> int | None:
     """The NVML return code carried by ``exc``, or None if it is no NVML error."""
-    if isinstance(exc, nvml.NVMLError):
-        value = getattr(exc, "value", None)
-        return int(value) if isinstance(value, int) else None
-    return None
+    value = getattr(exc, "value", None) if isinstance(exc, nvml.NVMLError) else None
+    return value if isinstance(value, int) else None
 
 
 def describe(nvml: Nvml, exc: BaseException) -> str:
     """A one-line operator message: NVML's text plus its code."""
     code = error_code(nvml, exc)
-    if code is None:
-        return f"{type(exc).__name__}: {exc}"
-    return f"{exc} (NVML error {code})"
+    return f"{type(exc).__name__}: {exc}" if code is None else f"{exc} (NVML error {code})"
 
 
 def text(value: object) -> str:
     """NVML strings arrive as ``str`` or ``bytes`` depending on the binding version."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def read(nvml: Nvml, function: str, *args: Any) -> tuple[Any, int | None]:
-    """Like ``optional``, and says why a reading is missing: ``(value, None)`` or ``(None, code)``.
+    """Call the NVML getter ``function``: ``(value, None)``, or ``(None, code)`` when the reading does not exist.
 
     The code tells "the card does not support this" (``ERROR_NOT_SUPPORTED``,
     which nomad-device-nvidia shows as 0) from "it could not be read" (the
     other ``MISSING_CODES``; ``ERROR_FUNCTION_NOT_FOUND`` when the bindings
-    lack the function).
+    lack the function). Card faults and other errors propagate: a missing
+    reading must never hide a broken card.
     """
     fn = getattr(nvml, function, None)
     if fn is None:
@@ -128,18 +143,5 @@ def read(nvml: Nvml, function: str, *args: Any) -> tuple[Any, int | None]:
 
 
 def optional(nvml: Nvml, function: str, *args: Any) -> Any:
-    """Call the NVML getter named ``function``; None when the reading does not exist here.
-
-    "Does not exist" covers NOT_SUPPORTED-like codes and bindings too old to
-    have the function. Card faults (GPU lost, reset required) and other
-    errors propagate: a missing reading must never hide a broken card.
-    """
-    fn = getattr(nvml, function, None)
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except nvml.NVMLError as exc:
-        if error_code(nvml, exc) in MISSING_CODES:
-            return None
-        raise
+    """``read``'s value alone: None when the reading does not exist here."""
+    return read(nvml, function, *args)[0]

@@ -18,7 +18,7 @@ ECC: the official plugin shows corrected errors since the driver loaded, per
 location, and NVML gives those here too. XDM reports only totals by kind, so
 there "ECC memory errors" carries the corrected total over all locations
 (its desc says so) and "ECC L1/L2 errors" are "N/A". Encoder, decoder and
-BAR1 come from NVML (``stats.nvml_extras`` on XDM nodes), "N/A" without it.
+BAR1 come from NVML (the NVML companion, ``nvml/companion.py``, on XDM nodes), "N/A" without it.
 
 A missing reading is the string "N/A" with its unit, except the official
 Temperature, Power usage and ECC stats of a reading NVML says the card does

@@ -8,7 +8,7 @@ import pytest
 
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.nvml.backend import NvmlBackend
-from nomad_plugin.nvml.probe import nvml_unavailable_reason
+from nomad_plugin.nvml.lib import nvml_unavailable_reason
 
 _WHY = nvml_unavailable_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_WHY != "", reason=f"no usable NVML here: {_WHY[:120]}")]

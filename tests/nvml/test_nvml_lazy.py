@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.nvml.probe import nvml_available, nvml_unavailable_reason
+from nomad_plugin.nvml.lib import nvml_available, nvml_unavailable_reason
 from tests.doubles.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def test_importing_the_nvml_package_does_not_import_pynvml() -> None:
     proc = _run(
         """
         import sys
-        import nomad_plugin.nvml.backend, nomad_plugin.nvml.enrich, nomad_plugin.nvml.probe
+        import nomad_plugin.nvml.backend, nomad_plugin.nvml.companion, nomad_plugin.nvml.lib
         from nomad_plugin.nvml.backend import NvmlBackend
         backend = NvmlBackend()
         print("pynvml" in sys.modules)
@@ -49,7 +49,7 @@ def test_missing_bindings_give_an_install_hint() -> None:
         """
         import sys
         sys.modules["pynvml"] = None  # as if nvidia-ml-py were not installed
-        from nomad_plugin.nvml.probe import nvml_unavailable_reason
+        from nomad_plugin.nvml.lib import nvml_unavailable_reason
         print(nvml_unavailable_reason())
         """
     )
@@ -76,7 +76,7 @@ def test_without_the_nvml_library_the_probe_leaves_the_bindings_unimported() -> 
     proc = _run(
         """
         import sys
-        from nomad_plugin.nvml.probe import nvml_unavailable_reason
+        from nomad_plugin.nvml.lib import nvml_unavailable_reason
         print(nvml_unavailable_reason())
         print("pynvml" in sys.modules)
         """
@@ -95,7 +95,7 @@ def test_once_the_library_opens_the_probe_imports_the_bindings_and_initialises()
         """
         import sys
         from nomad_plugin.nvml import lib
-        from nomad_plugin.nvml.probe import nvml_unavailable_reason
+        from nomad_plugin.nvml.lib import nvml_unavailable_reason
         lib.NVML_LIBRARY = "libc.so.6"
         print(repr(nvml_unavailable_reason()))
         print("pynvml" in sys.modules)

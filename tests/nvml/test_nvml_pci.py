@@ -2,8 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from nomad_plugin.nvml.devices import cuda_version_text, profile_from_name, slices_from_profile
-from nomad_plugin.nvml.pci import normalise_bus_id, sysfs_numa_node
+from nomad_plugin.nvml.devices import (
+    cuda_version_text,
+    normalise_bus_id,
+    profile_from_name,
+    slices_from_profile,
+    sysfs_numa_node,
+)
 from tests.doubles.fake_pynvml import write_sysfs_numa
 
 

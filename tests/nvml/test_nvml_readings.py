@@ -6,7 +6,7 @@ import pytest
 
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import METRIC_IDS
-from nomad_plugin.nvml.readings import PARENT_LABEL
+from nomad_plugin.nvml.devices import PARENT_LABEL
 from tests.doubles.fake_pynvml import FakeNvml
 
 

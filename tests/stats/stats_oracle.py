@@ -27,7 +27,7 @@ NVML gives those here too. XDM reports only totals by kind, so there "ECC
 memory errors" carries the corrected (single-bit) total over all locations
 (its desc says so), "ECC L1 errors"/"ECC L2 errors" are "N/A", and both
 totals are in ``xdm.``. "Encoder utilization", "Decoder utilization" and
-"BAR1 buffer state" come from NVML (``stats.nvml_extras`` on XDM nodes),
+"BAR1 buffer state" come from NVML (``nvml.companion`` on XDM nodes),
 "N/A" without it.
 
 A reading older than ``STALE_INTERVALS`` collection intervals keeps its

@@ -4,7 +4,7 @@ reconnects from the backend's inventory."""
 
 from __future__ import annotations
 
-from nomad_plugin.app import PluginApp
+from nomad_plugin.app import XdmWatch
 from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.model.card import Inventory
 
@@ -40,22 +40,22 @@ def test_disabled_metrics_ignore_the_setters() -> None:
 
 
 def test_inventory_drives_up_mismatch_and_reconnects() -> None:
-    app = PluginApp()
-    metrics = app.metrics = PluginMetrics()
+    metrics = PluginMetrics()
+    watch = XdmWatch(metrics)
     down = Inventory(reachable=False, unreachable_reason="connection-refused: XDM socket refused")
     drift = Inventory(reachable=False, unreachable_reason="unimplemented: XDM ListAndWatch is not implemented")
     up = Inventory(reachable=True)
 
-    app._on_inventory(Inventory(reachable=False, unreachable_reason="not yet connected"))
-    app._on_inventory(up)  # the first connection is not a reconnect
+    watch(Inventory(reachable=False, unreachable_reason="not yet connected"))
+    watch(up)  # the first connection is not a reconnect
     assert _value(metrics, "lingjun_plugin_xdm_up") == 1
     assert _value(metrics, "lingjun_plugin_xdm_reconnects_total") == 0
 
-    app._on_inventory(drift)
+    watch(drift)
     assert _value(metrics, "lingjun_plugin_xdm_up") == 0
     assert _value(metrics, "lingjun_plugin_xdm_schema_mismatch") == 1
-    app._on_inventory(down)
+    watch(down)
     assert _value(metrics, "lingjun_plugin_xdm_schema_mismatch") == 0
-    app._on_inventory(up)
+    watch(up)
     assert _value(metrics, "lingjun_plugin_xdm_reconnects_total") == 1
     assert _value(metrics, "lingjun_plugin_xdm_schema_mismatch") == 0

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from nomad_plugin.nvml.companion import EXTRAS_SOURCE, NvmlCompanion
 from nomad_plugin.nvml.lib import NvmlMissing
 from nomad_plugin.stats.cache import MetricsCache
-from nomad_plugin.stats.nvml_extras import NvmlExtrasFeed
 from nomad_plugin.util.backoff import Backoff
 from tests.doubles.fake_pynvml import FakeNvml, h100
 
@@ -25,12 +25,12 @@ def test_readings_land_in_the_cache_by_card_uuid() -> None:
     fake = FakeNvml([h100(0), h100(1)])
     fake.gpus[1].encoder_util, fake.gpus[1].decoder_util, fake.gpus[1].ecc_l2_corrected = 12, 34, 5
     cache = MetricsCache()
-    feed = NvmlExtrasFeed(cache, interval=0.05, loader=lambda: fake)
-    feed.start()
+    companion = NvmlCompanion(loader=lambda: fake, interval=0.05)
+    companion.start_extras(lambda samples: cache.update(samples, EXTRAS_SOURCE))
     try:
         wait_for(lambda: "encoder_util_percent" in cache.card_readings([fake.gpus[1].uuid]), "NVML extras")
     finally:
-        feed.stop()
+        companion.stop()
     readings = cache.card_readings([fake.gpus[1].uuid])
     assert readings["encoder_util_percent"].value == 12 and readings["decoder_util_percent"].value == 34
     assert readings["bar1_total_mib"].value == 131072 and readings["ecc_l2_corrected"].value == 5
@@ -40,18 +40,19 @@ def test_readings_land_in_the_cache_by_card_uuid() -> None:
 
 def test_missing_nvml_backs_off_logs_once_and_stops(caplog: pytest.LogCaptureFixture) -> None:
     attempts: list[float] = []
+    fed: list[object] = []
 
     def missing() -> FakeNvml:
         attempts.append(time.monotonic())
         raise NvmlMissing("the NVML backend needs the Python package nvidia-ml-py")
 
     caplog.set_level(logging.WARNING)
-    feed = NvmlExtrasFeed(MetricsCache(), interval=0.01, loader=missing, backoff=Backoff(0.01, cap=0.02, jitter=0))
-    feed.start()
+    companion = NvmlCompanion(loader=missing, interval=0.01, backoff=Backoff(0.01, cap=0.02, jitter=0))
+    companion.start_extras(fed.append)
     try:
         wait_for(lambda: len(attempts) >= 3, "three load attempts")
     finally:
-        feed.stop()
-    warnings = [r for r in caplog.records if "NVML extras" in r.message]
+        companion.stop()
+    warnings = [r for r in caplog.records if "NVML on this XDM node" in r.message]
     assert len(warnings) == 1 and "nvidia-ml-py" in warnings[0].message
-    assert feed.polls == 0
+    assert fed == []

@@ -31,7 +31,7 @@ else:
 if os.environ.get("FAKE_NVML_INIT_ERROR"):
     _fake.init_error = int(os.environ["FAKE_NVML_INIT_ERROR"])
 if os.environ.get("FAKE_NVML_PROC_ROOT"):
-    from nomad_plugin.nvml import grants as _grants
+    from nomad_plugin.nvml import backend as _backend
 
-    _grants.PROC_ROOT = os.environ["FAKE_NVML_PROC_ROOT"]
+    _backend.PROC_ROOT = os.environ["FAKE_NVML_PROC_ROOT"]
 sys.modules[__name__] = _fake
