@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Catalog
@@ -119,9 +120,8 @@ def test_share_stats_follow_the_reservers_journal_through_reserve_and_release(tm
 
     cat = catalog(share_group([0], shares=4))
     app = PluginApp()
-    reserver = app.reserver = Reserver(
-        FakeBackend(), lambda: cat, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False
-    )
+    reserver = Reserver(FakeBackend(), lambda: cat, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
+    app._owner = SimpleNamespace(reserver=reserver)  # the part of the owner record the stats read
     engine = StatsEngine(MetricsCache(), lambda: cat, Inventory, app._grant_of)
     share = f"{card_uuid(0)}-share-1"
 
