@@ -22,11 +22,9 @@ from dataclasses import dataclass, replace
 
 from google.protobuf.message import Message
 
-from nomad_plugin.model.card import Card
+from nomad_plugin.model.card import Card, Topology, parse_topology
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
-from nomad_plugin.model.topology import Topology
-from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.util import text
 from nomad_plugin.xdm.binder import Binding, MessageBinding, builtin_binding
 from nomad_plugin.xdm.drift import DriftLog, own_unknown_fields, top_level_unknown_varints

@@ -350,7 +350,7 @@ def test_unknown_model_name_and_vendor():
 
 
 def test_multi_value_domain_is_text_single_value_is_int():
-    from nomad_plugin.model.topology_parse import parse_topology
+    from nomad_plugin.model.card import parse_topology
 
     topo = parse_topology(
         '{"levels": [{"level": 1, "name": "numaNodes", "topo1": [0, 1]},'
