@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nomad_plugin.config.model import PluginConfig
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,27 @@ class Card:
         """Whole GiB, floor division (R10: 81920 MiB -> 80 GiB)."""
         return self.memory_mib // 1024
 
+    @property
+    def vendor_name(self) -> str:
+        """The vendor as the node offers it (Nomad's device vendor)."""
+        return self.vendor.strip().lower() or "unknown"
+
+    @property
+    def family(self) -> str:
+        """The device family (Nomad's device type): gpu for NVIDIA (drop-in), ppu for Alibaba."""
+        if self.vendor_name == "nvidia":
+            return "gpu"
+        return self.xpu_type.strip().lower() or ("ppu" if self.vendor_name == "alibaba" else "xpu")
+
+    @property
+    def model_name(self) -> str:
+        return self.model.strip() or "N/A"
+
+    @property
+    def label(self) -> str:
+        """How problems name the card."""
+        return f"card {self.minor} ({self.uuid or 'no uuid'}, {self.model_name!r})"
+
 
 @dataclass(frozen=True)
 class Inventory:
@@ -221,3 +245,79 @@ class Inventory:
             if card.uuid == uuid:
                 return card
         return None
+
+
+#: Keys of ``Inventory.node``.
+NODE_DRIVER_VERSION = "driver_version"
+NODE_RUNTIME_KIT = "runtime_kit"
+#: Which backend read the cards; "nvml" lists NVIDIA devices in UUID order, as nomad-device-nvidia does.
+NODE_SOURCE = "source"
+SOURCE_NVML = "nvml"
+
+
+def _ids(values: tuple[str, ...]) -> set[str]:
+    return {v.strip().casefold() for v in values if v.strip()}
+
+
+def _is_filtered(card: Card, config: PluginConfig) -> bool:
+    """Whether the whole card is hidden.
+
+    ``ignored_ids`` (ours) hides a card and all carved from it by UUID or
+    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints, by
+    UUID: a card in MIG mode is not fingerprinted itself (its MIG instances
+    are), so naming it there hides none of its MIG instances, as in that plugin.
+    """
+    ours = _ids(config.ignored_ids)
+    if card.uuid.casefold() in ours or str(card.minor) in ours:
+        return True
+    if not card.mig_enabled and card.uuid.casefold() in _ids(config.ignored_gpu_ids):
+        return True
+    vendor = card.vendor_name
+    families = {card.family, card.xpu_type.strip().lower()}
+    if config.include_vendors and vendor not in {v.strip().lower() for v in config.include_vendors}:
+        return True
+    if vendor in {v.strip().lower() for v in config.exclude_vendors}:
+        return True
+    if config.include_types and not families & {t.strip().lower() for t in config.include_types}:
+        return True
+    return bool(families & {t.strip().lower() for t in config.exclude_types})
+
+
+def offered_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[Card, ...], list[str]]:
+    """The cards the plugin offers (by minor), and every problem found on the way.
+
+    ``enabled = false`` (nomad-device-nvidia's switch) offers none. MIG
+    instances are hidden by their own UUID too, by either ignore list, as
+    nomad-device-nvidia does. A card without UUID cannot form a stable device
+    ID; a duplicate UUID is skipped.
+    """
+    if not config.enabled:
+        return (), []
+    ignored = _ids((*config.ignored_ids, *config.ignored_gpu_ids))
+    problems: list[str] = []
+    for card in inventory.cards:
+        if card.mig_enabled and card.uuid.casefold() in _ids(config.ignored_gpu_ids):
+            kept = ", ".join(m.uuid for m in card.mig_instances) or "none yet"
+            problems.append(
+                f"ignored_gpu_ids names {card.label}, which is in MIG mode: as in nomad-device-nvidia this "
+                f"hides none of its MIG instances ({kept}); list their MIG UUIDs there, or the card in ignored_ids"
+            )
+    offered: list[Card] = []
+    seen_uuids: set[str] = set()
+    seen_minors: set[int] = set()
+    for card in sorted(inventory.cards, key=lambda c: (c.minor, c.uuid)):
+        if _is_filtered(card, config):
+            continue
+        if not card.uuid:
+            problems.append(f"card {card.minor}: no UUID, cannot form a stable device ID; skipped")
+            continue
+        if card.uuid in seen_uuids:
+            problems.append(f"{card.label}: duplicate UUID; skipped")
+            continue
+        if card.minor in seen_minors:
+            problems.append(f"{card.label}: duplicate minor {card.minor}")
+        seen_uuids.add(card.uuid)
+        seen_minors.add(card.minor)
+        kept_migs = tuple(m for m in card.mig_instances if m.uuid.casefold() not in ignored)
+        offered.append(card if len(kept_migs) == len(card.mig_instances) else replace(card, mig_instances=kept_migs))
+    return tuple(offered), problems

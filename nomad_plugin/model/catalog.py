@@ -27,10 +27,18 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, PluginConfig
-from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.card import (
+    NODE_DRIVER_VERSION,
+    NODE_RUNTIME_KIT,
+    NODE_SOURCE,
+    SOURCE_NVML,
+    Card,
+    Inventory,
+    offered_cards,
+)
 from nomad_plugin.model.instances import (
     Attr,
     Catalog,
@@ -109,12 +117,6 @@ FIRST_CARD_ATTRS = frozenset(
 )
 # Facts of one card that never go on a whole-card group (it may hold more cards later).
 PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
-# Keys read from ``Inventory.node``.
-NODE_DRIVER_VERSION = "driver_version"
-NODE_RUNTIME_KIT = "runtime_kit"
-#: Which backend read the cards; "nvml" lists NVIDIA devices in UUID order, as nomad-device-nvidia does.
-NODE_SOURCE = "source"
-SOURCE_NVML = "nvml"
 
 _ATTR_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _PCI_RE = re.compile(r"^(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$")
@@ -144,25 +146,6 @@ def normalize_pci_bus_id(raw: str) -> str:
         return text.lower()
     domain, bus, device, function = match.groups()
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
-
-
-def nomad_vendor(card: Card) -> str:
-    return card.vendor.strip().lower() or "unknown"
-
-
-def base_type(card: Card) -> str:
-    """Nomad device type of a whole card: gpu for NVIDIA (drop-in), ppu for Alibaba."""
-    vendor = nomad_vendor(card)
-    if vendor == "nvidia":
-        return "gpu"
-    family = card.xpu_type.strip().lower()
-    if family:
-        return family
-    return "ppu" if vendor == "alibaba" else "xpu"
-
-
-def model_name(card: Card) -> str:
-    return card.model.strip() or "N/A"
 
 
 def is_mig_capable(card: Card, config: PluginConfig) -> bool:
@@ -204,44 +187,7 @@ def tdm_share_count(rule: CardRule | None, config: PluginConfig) -> int:
     return max(1, min(100, count))
 
 
-def _card_label(card: Card) -> str:
-    return f"card {card.minor} ({card.uuid or 'no uuid'}, {model_name(card)!r})"
-
-
 # --- planning ------------------------------------------------------------------
-
-
-def _ignored(config: PluginConfig) -> set[str]:
-    """``ignored_ids`` and nomad-device-nvidia's ``ignored_gpu_ids``, one set (UUIDs or minors)."""
-    return {i.strip().casefold() for i in (*config.ignored_ids, *config.ignored_gpu_ids) if i.strip()}
-
-
-def _ignored_gpu_ids(config: PluginConfig) -> set[str]:
-    return {i.strip().casefold() for i in config.ignored_gpu_ids if i.strip()}
-
-
-def _is_filtered(card: Card, config: PluginConfig) -> bool:
-    """Whether the whole card is hidden.
-
-    ``ignored_ids`` (ours) hides a card and all carved from it by UUID or
-    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints, by
-    UUID: a card in MIG mode is not fingerprinted itself (its MIG instances
-    are), so naming it there hides none of its MIG instances, as in that plugin.
-    """
-    ours = {i.strip().casefold() for i in config.ignored_ids if i.strip()}
-    if card.uuid.casefold() in ours or str(card.minor) in ours:
-        return True
-    if not card.mig_enabled and card.uuid.casefold() in _ignored_gpu_ids(config):
-        return True
-    vendor, dtype = nomad_vendor(card), base_type(card)
-    families = {dtype, card.xpu_type.strip().lower()}
-    if config.include_vendors and vendor not in {v.strip().lower() for v in config.include_vendors}:
-        return True
-    if vendor in {v.strip().lower() for v in config.exclude_vendors}:
-        return True
-    if config.include_types and not families & {t.strip().lower() for t in config.include_types}:
-        return True
-    return bool(families & {t.strip().lower() for t in config.exclude_types})
 
 
 def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPlan:
@@ -250,10 +196,10 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
     rule = tier[0] if tier else None
     if len({_rule_key(r) for r in tier}) > 1:
         listed = ", ".join(f"match={r.match!r} mode={r.mode}" for r in tier)
-        problems.append(f"{_card_label(card)}: conflicting card rules ({listed}); using the first")
+        problems.append(f"{card.label}: conflicting card rules ({listed}); using the first")
     mode = rule.mode.strip().lower() if rule is not None else config.default_mode.strip().lower()
     source = f"rule match={rule.match!r}" if rule is not None else "default_mode"
-    label = _card_label(card)
+    label = card.label
 
     if card.mig_instances or card.mig_enabled:
         if mode not in (MODE_WHOLE, MODE_MIG):
@@ -296,43 +242,13 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
     return CardPlan(card, MODE_WHOLE)
 
 
-def _without_ignored_migs(card: Card, config: PluginConfig) -> Card:
-    """nomad-device-nvidia ignores MIG instances by their own UUID too (``ignored_ids`` as well)."""
-    ignored = _ignored(config)
-    if not ignored or not card.mig_instances:
-        return card
-    kept = tuple(m for m in card.mig_instances if m.uuid.casefold() not in ignored)
-    return card if len(kept) == len(card.mig_instances) else replace(card, mig_instances=kept)
-
-
 def plan_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[CardPlan, ...], list[str]]:
-    """Choose each kept card's mode; return the plans and every problem found.
-
-    ``enabled = false`` (nomad-device-nvidia's switch) plans no card at all.
-    """
-    problems: list[str] = []
-    plans: list[CardPlan] = []
+    """Choose each offered card's mode; return the plans and every problem found."""
+    cards, problems = offered_cards(inventory, config)
     if not config.enabled:
         return (), problems
-    problems.extend(_period_problems(config))
-    problems.extend(_mig_parents_ignored(inventory, config))
-    seen_uuids: set[str] = set()
-    seen_minors: set[int] = set()
-    for card in sorted(inventory.cards, key=lambda c: (c.minor, c.uuid)):
-        if _is_filtered(card, config):
-            continue
-        if not card.uuid:
-            problems.append(f"card {card.minor}: no UUID, cannot form a stable device ID; skipped")
-            continue
-        if card.uuid in seen_uuids:
-            problems.append(f"{_card_label(card)}: duplicate UUID; skipped")
-            continue
-        if card.minor in seen_minors:
-            problems.append(f"{_card_label(card)}: duplicate minor {card.minor}")
-        seen_uuids.add(card.uuid)
-        seen_minors.add(card.minor)
-        plans.append(_plan_card(_without_ignored_migs(card, config), config, problems))
-    return tuple(plans), problems
+    problems = _period_problems(config) + problems
+    return tuple(_plan_card(card, config, problems) for card in cards), problems
 
 
 def _period_problems(config: PluginConfig) -> list[str]:
@@ -344,20 +260,6 @@ def _period_problems(config: PluginConfig) -> list[str]:
         f"fingerprint_period = {period:g}s: cards are re-read every {config.inventory_resync_period:g} s "
         "(nomad-device-nvidia re-reads NVML without pause at a period of 0 or less)"
     ]
-
-
-def _mig_parents_ignored(inventory: Inventory, config: PluginConfig) -> list[str]:
-    """``ignored_gpu_ids`` naming a card in MIG mode: as in nomad-device-nvidia it hides none of its instances."""
-    official = _ignored_gpu_ids(config)
-    problems = []
-    for card in inventory.cards:
-        if card.mig_enabled and card.uuid.casefold() in official:
-            kept = ", ".join(m.uuid for m in card.mig_instances) or "none yet"
-            problems.append(
-                f"ignored_gpu_ids names {_card_label(card)}, which is in MIG mode: as in nomad-device-nvidia this "
-                f"hides none of its MIG instances ({kept}); list their MIG UUIDs there, or the card in ignored_ids"
-            )
-    return problems
 
 
 def unmatched_settings(inventory: Inventory, config: PluginConfig) -> list[str]:
@@ -372,14 +274,14 @@ def unmatched_settings(inventory: Inventory, config: PluginConfig) -> list[str]:
     problems: list[str] = []
     for index, rule in enumerate(config.cards):
         if not any(any(matching_rules(card, [rule])) for card in cards):
-            models = sorted({model_name(c) for c in cards})
+            models = sorted({c.model_name for c in cards})
             problems.append(
                 f"card[{index}] match = {rule.match!r} matches no card on this node "
                 f"(a card minor {min(c.minor for c in cards)}..{max(c.minor for c in cards)}, a card UUID, "
                 f"or an exact model: {', '.join(repr(m) for m in models)}); the block has no effect"
             )
-    families = sorted({f for c in cards for f in (base_type(c), c.xpu_type.strip().lower()) if f})
-    vendors = sorted({nomad_vendor(c) for c in cards})
+    families = sorted({f for c in cards for f in (c.family, c.xpu_type.strip().lower()) if f})
+    vendors = sorted({c.vendor_name for c in cards})
     for option, values, known in (
         ("include_types", config.include_types, families),
         ("exclude_types", config.exclude_types, families),
@@ -554,7 +456,7 @@ def _draft_groups(plans: Iterable[CardPlan], inventory: Inventory, level: str) -
     singles: list[_Draft] = []
     for plan in plans:
         card = plan.card
-        vendor, dtype, model = nomad_vendor(card), base_type(card), model_name(card)
+        vendor, dtype, model = card.vendor_name, card.family, card.model_name
         attrs = card_attributes(card, inventory)
         if plan.mode == MODE_WHOLE:
             domain = card.topology.domain(level) if level else None

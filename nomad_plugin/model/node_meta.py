@@ -37,8 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.model.catalog import NODE_RUNTIME_KIT, model_name, plan_cards
+from nomad_plugin.model.card import NODE_RUNTIME_KIT, Card, Inventory, offered_cards
 
 #: The summary keys (after the prefix); a topology level of the same name is left out.
 MODEL_KEY = "model"
@@ -99,8 +98,7 @@ def topology_values(cards: Iterable[Card]) -> tuple[dict[str, str], list[str]]:
 
 def node_meta(inventory: Inventory, config: PluginConfig) -> NodeMeta:
     """The prefixed keys for this inventory (see the module docstring)."""
-    plans, _ = plan_cards(inventory, config)
-    cards = [plan.card for plan in plans]
+    cards, _ = offered_cards(inventory, config)
     prefix = config.node_meta_prefix
     levels, problems = topology_values(cards)
     out: dict[str, str] = {}
@@ -109,7 +107,7 @@ def node_meta(inventory: Inventory, config: PluginConfig) -> NodeMeta:
             problems.append(f"topology level {key!r} would hide the summary key {prefix}{key}; left out")
             continue
         out[prefix + key] = value
-    models = joined(model_name(card) for card in cards)
+    models = joined(card.model_name for card in cards)
     if models:
         out[prefix + MODEL_KEY] = models
     out[prefix + CARD_COUNT_KEY] = str(len(cards))

@@ -17,8 +17,7 @@ from dataclasses import replace
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
-from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.model.catalog import NODE_SOURCE, SOURCE_NVML
+from nomad_plugin.model.card import NODE_SOURCE, SOURCE_NVML, Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
