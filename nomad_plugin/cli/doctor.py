@@ -171,7 +171,7 @@ class Doctor:
     def _config_vs_cards(self, cards: Any) -> None:
         """What the agent log would warn about: card blocks, filters or modes this node's cards defeat."""
         from nomad_plugin.model.card import Inventory
-        from nomad_plugin.model.catalog import check_modes
+        from nomad_plugin.nomad.catalog import check_modes
 
         assert self.config is not None
         problems = check_modes(Inventory(cards=tuple(cards)), self.config)

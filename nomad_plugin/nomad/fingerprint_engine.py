@@ -32,7 +32,6 @@ from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.catalog import build_catalog, check_modes
 from nomad_plugin.model.health import (
     Clock,
     HealthTracker,
@@ -42,6 +41,7 @@ from nomad_plugin.model.health import (
     outage_verdict,
 )
 from nomad_plugin.model.instances import Catalog, Kind
+from nomad_plugin.nomad.catalog import build_catalog, check_modes
 from nomad_plugin.nomad.fingerprint import build_response, serialize
 from nomad_plugin.nomad.validate import sanitize
 

@@ -8,8 +8,8 @@ import pytest
 
 from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.model.card import Card, Inventory, MigInstance
-from nomad_plugin.model.catalog import build_catalog, check_modes, normalize_pci_bus_id
 from nomad_plugin.model.instances import Attr, GroupKey, Kind
+from nomad_plugin.nomad.catalog import build_catalog, check_modes, normalize_pci_bus_id
 
 from .helpers import h800_node, m890p_node, ppu810e_node
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.catalog import build_catalog
 from nomad_plugin.model.health import (
     HEALTHY,
     HealthTracker,
@@ -14,6 +13,7 @@ from nomad_plugin.model.health import (
     outage_verdict,
 )
 from nomad_plugin.model.instances import Kind
+from nomad_plugin.nomad.catalog import build_catalog
 
 from .helpers import FakeClock, h800_node
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.catalog import build_catalog, share_instances
+from nomad_plugin.nomad.catalog import build_catalog, share_instances
 
 from .helpers import m890p_node
 

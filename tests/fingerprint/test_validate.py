@@ -6,9 +6,9 @@ import math
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.catalog import build_catalog
 from nomad_plugin.model.health import Verdict
 from nomad_plugin.model.instances import Attr, Catalog, GroupKey, Instance, InstanceGroup, Kind
+from nomad_plugin.nomad.catalog import build_catalog
 from nomad_plugin.nomad.fingerprint import build_response, serialize, to_proto_attribute
 from nomad_plugin.nomad.validate import KNOWN_UNITS, attribute_problem, problems, sanitize
 

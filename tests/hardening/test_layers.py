@@ -307,7 +307,7 @@ OLD_IMPORTS = (
     ("reconcile/reconciler.py", "from nomad_plugin.nomad.reserve import Reserver", "reconcile"),
     ("reconcile/requests.py", "from nomad_plugin.nomad.reserve import Reserver", "reconcile"),
     ("sim/control.py", "from nomad_plugin.sim.simulator import Simulator", "sim.control"),
-    ("model/catalog.py", "import grpc", "model"),
+    ("model/card.py", "import grpc", "model"),
     ("xdm/backend.py", "from nomad_plugin.nomad.reserve import Reserver", "xdm"),
 )
 

@@ -12,10 +12,10 @@ from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.launcher import LaunchError
 from nomad_plugin.launcher.live import LiveNode
-from nomad_plugin.model.catalog import check_modes
 from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.model.grant import Grant, GrantedDevice
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
+from nomad_plugin.nomad.catalog import check_modes
 from nomad_plugin.nomad.container import build_container, mig_core_percent
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 from tests.doubles.nomad_api import NomadApiDouble

@@ -26,9 +26,9 @@ from nomad_plugin.launcher.config import load_config, msgpack_config
 from nomad_plugin.launcher.convert import device_groups
 from nomad_plugin.launcher.live import LiveNode
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.catalog import build_catalog, check_modes
 from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.model.instances import Attr
+from nomad_plugin.nomad.catalog import build_catalog, check_modes
 from nomad_plugin.nomad.fingerprint import build_response
 from nomad_plugin.nvml.backend import NvmlBackend
 from nomad_plugin.nvml.devices import FirstReadings
