@@ -111,6 +111,12 @@ class PluginApp:
         self._heap_settled = False
 
     # -- configuration -------------------------------------------------------------
+    def accept_config(self, msgpack_config: bytes) -> PluginConfig:
+        """SetConfig's verdict, the one ``doctor`` gives (``backend_select.accept_config``)."""
+        from nomad_plugin.backend_select import accept_config
+
+        return accept_config(msgpack_config)
+
     def set_config(self, config: PluginConfig) -> None:
         """Store a validated config; idempotent. Never touches XDM (see module docstring)."""
         with self._lock:

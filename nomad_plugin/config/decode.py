@@ -21,9 +21,8 @@ from urllib.parse import urlsplit
 
 import msgpack
 
-from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, PluginConfig
+from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, ConfigError, PluginConfig
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option, option
-from nomad_plugin.model.errors import ConfigError
 
 MAX_INPUT_BYTES = 1 << 20
 MAX_STRING = 4096

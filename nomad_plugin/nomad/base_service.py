@@ -16,10 +16,9 @@ import grpc
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc
 from nomad_plugin.config.decode import secret_values
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.config.schema import config_spec
 from nomad_plugin.goplugin import logging as hclog
-from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.nomad.device_service import grpc_status_for
 from nomad_plugin.nomad.ports import ConfigTarget
 
@@ -64,10 +63,8 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"plugin_api_version {version[:40]!r} is not supported; allowed: {DEVICE_API_VERSION}",
             )
-        from nomad_plugin.backend_select import accept_config  # after the handshake, off the launch path
-
         try:
-            config = accept_config(request.msgpack_config)
+            config = self._app.accept_config(request.msgpack_config)
         except ConfigError as exc:
             log.error("rejected configuration: %s", exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

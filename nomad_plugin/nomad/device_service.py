@@ -20,6 +20,7 @@ from typing import TypeVar
 import grpc
 
 from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
+from nomad_plugin.config.model import ConfigError
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal.datadir import DataDirRefused
@@ -27,7 +28,6 @@ from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import (
     BackendRefused,
     BackendUnavailable,
-    ConfigError,
     GrantMismatch,
     PluginError,
     ReservationRejected,

@@ -20,9 +20,13 @@ AfterReply = Callable[[Callable[[], None]], bool]
 
 
 class ConfigTarget(Protocol):
-    """Where a validated SetConfig goes (idempotent; raises a ``PluginError`` to refuse)."""
+    """Judges SetConfig's bytes and takes the config it accepts."""
 
-    def set_config(self, config: PluginConfig) -> None: ...
+    def accept_config(self, msgpack_config: bytes) -> PluginConfig:
+        """The validated config, or ``ConfigError``: the verdict ``doctor`` gives too."""
+
+    def set_config(self, config: PluginConfig) -> None:
+        """Apply an accepted config (idempotent; raises a ``PluginError`` to refuse)."""
 
 
 class DeviceEngines(Protocol):

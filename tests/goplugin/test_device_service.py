@@ -15,17 +15,11 @@ from google.protobuf import duration_pb2
 
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
 from nomad_plugin.app import PluginApp
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.journal.datadir import DataDirRefused
 from nomad_plugin.journal.store import JournalFull
-from nomad_plugin.model.errors import (
-    BackendRefused,
-    BackendUnavailable,
-    ConfigError,
-    GrantMismatch,
-    ReservationRejected,
-)
+from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
 from nomad_plugin.nomad.base_service import BaseService
 from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.device_service import DeviceService, add_device_service, stats_interval

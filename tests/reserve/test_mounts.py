@@ -9,8 +9,8 @@ import msgpack
 import pytest
 
 from nomad_plugin.config.decode import decode_config
+from nomad_plugin.config.model import ConfigError
 from nomad_plugin.config.options import CARD_BLOCK, OPTIONS
-from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.nomad.mounts import LOOKUP_WORKERS, MountDecision, MountPolicy
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
