@@ -1,6 +1,6 @@
 """The seam between the go-plugin transport and the plugin's engines.
 
-``nomad_plugin/nomad/device_service.py`` (the gRPC servicer) calls only these
+``nomad_plugin/nomad/services.py`` (the gRPC servicer) calls only these
 methods. SetConfig only validates and stores the config: Nomad's first two
 launches (fingerprint, validate) call PluginInfo/ConfigSchema/SetConfig and
 are killed, so nothing may start there. The engines start on the first
@@ -47,8 +47,7 @@ if TYPE_CHECKING:
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
     from nomad_plugin.nomad.mounts import MountPolicy
-    from nomad_plugin.nomad.ports import AfterReply
-    from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.nomad.reserve import AfterReply, Reserver
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler

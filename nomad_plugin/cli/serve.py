@@ -32,8 +32,7 @@ class NomadDevicePlugin:
 
     def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
         from nomad_plugin._proto.nomad import base_pb2_grpc
-        from nomad_plugin.nomad.base_service import BaseService
-        from nomad_plugin.nomad.device_service import DeviceService, add_device_service
+        from nomad_plugin.nomad.services import BaseService, DeviceService, add_device_service
 
         base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
         add_device_service(DeviceService(self.app, lifecycle), server)

@@ -41,10 +41,12 @@ from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
 from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_container
 from nomad_plugin.nomad.mounts import MountDecision, MountPolicy, PendingDecision
-from nomad_plugin.nomad.ports import AfterReply
 from nomad_plugin.reconcile.counters import LifecycleCounters
 
 log = get_logger(__name__)
+
+#: Runs a function once the reply has gone out (gRPC's ``context.add_callback``); False if it cannot.
+AfterReply = Callable[[Callable[[], None]], bool]
 
 #: XDM's valid MIG slice counts per card (xdm-api.md §1.3).
 VALID_SLICES = frozenset({1, 2, 3, 4, 7})

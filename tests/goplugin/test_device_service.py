@@ -20,10 +20,9 @@ from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.journal.datadir import DataDirRefused
 from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
-from nomad_plugin.nomad.base_service import BaseService
 from nomad_plugin.nomad.container import GrantRejected
-from nomad_plugin.nomad.device_service import DeviceService, add_device_service, stats_interval
-from nomad_plugin.nomad.ports import AfterReply
+from nomad_plugin.nomad.reserve import AfterReply
+from nomad_plugin.nomad.services import BaseService, DeviceService, add_device_service, stats_interval
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.xdm.errors import GrpcRefused
 
