@@ -46,8 +46,7 @@ if TYPE_CHECKING:
     from nomad_plugin.model.backend_port import Backend
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
-    from nomad_plugin.nomad.mounts import MountPolicy
-    from nomad_plugin.nomad.reserve import AfterReply, Reserver
+    from nomad_plugin.nomad.reserve import AfterReply, MountPolicy, Reserver
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
@@ -207,7 +206,7 @@ class PluginApp:
 
     def _mount_policy(self, config: PluginConfig) -> MountPolicy:
         """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
-        from nomad_plugin.nomad.mounts import MountPolicy
+        from nomad_plugin.nomad.reserve import MountPolicy
         from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 

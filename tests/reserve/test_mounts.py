@@ -11,7 +11,7 @@ import pytest
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import ConfigError
 from nomad_plugin.config.options import CARD_BLOCK, OPTIONS
-from nomad_plugin.nomad.mounts import LOOKUP_WORKERS, MountDecision, MountPolicy
+from nomad_plugin.nomad.reserve import LOOKUP_WORKERS, MountDecision, MountPolicy
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from tests.doubles.nomad_api import NomadApiDouble

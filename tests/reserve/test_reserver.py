@@ -609,7 +609,7 @@ def mounts_reserver(tmp_path, policy):
 
 
 def test_the_mount_policy_is_asked_with_the_instance_ids_and_its_lines(tmp_path, caplog):
-    from nomad_plugin.nomad.mounts import MountPolicy
+    from nomad_plugin.nomad.reserve import MountPolicy
     from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
 
     asked = []
@@ -663,7 +663,7 @@ def test_the_mount_policy_is_asked_with_the_instance_ids_and_its_lines(tmp_path,
 
 
 def test_never_is_said_in_the_audit_line_and_no_mounts_means_no_question(tmp_path, caplog):
-    from nomad_plugin.nomad.mounts import MountPolicy
+    from nomad_plugin.nomad.reserve import MountPolicy
 
     r = mounts_reserver(tmp_path / "a", MountPolicy("never"))
     with caplog.at_level("INFO"):
@@ -708,7 +708,7 @@ class _AllocateWaitsForTheQuestion(FakeBackend):
 
 
 def test_once_grants_carry_mounts_the_question_runs_while_xdm_allocates(tmp_path):
-    from nomad_plugin.nomad.mounts import MountPolicy
+    from nomad_plugin.nomad.reserve import MountPolicy
     from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
 
     backend = _AllocateWaitsForTheQuestion()
