@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
     from nomad_plugin.model.backend_port import Backend
     from nomad_plugin.model.instances import Kind
-    from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.fingerprint import FingerprintEngine
     from nomad_plugin.nomad.reserve import AfterReply, MountPolicy, Reserver
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
@@ -140,7 +140,7 @@ class PluginApp:
     def _start(self, config: PluginConfig) -> None:
         from nomad_plugin.backend_select import select_backend
         from nomad_plugin.metrics.plugin import PluginMetrics
-        from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+        from nomad_plugin.nomad.fingerprint import FingerprintEngine
         from nomad_plugin.stats.engine import StatsEngine
         from nomad_plugin.stats.feed import MetricsFeed
         from nomad_plugin.stats.grants import GrantTable

@@ -14,8 +14,8 @@ from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Kind
-from nomad_plugin.nomad import fingerprint_engine
-from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+from nomad_plugin.nomad import fingerprint
+from nomad_plugin.nomad.fingerprint import FingerprintEngine
 
 from .helpers import FakeBackend, FakeClock, h800_node, with_health
 
@@ -144,14 +144,14 @@ def test_nothing_waits_for_the_safety_tick():
     A one-hour tick and the real clock: the recovery delay wakes the timer
     when it expires, and a grant change is acted on when notified.
     """
-    assert fingerprint_engine.SAFETY_TICK_S >= 10.0
+    assert fingerprint.SAFETY_TICK_S >= 10.0
     inv = h800_node(2)
     u0 = inv.cards[0].uuid
     grants: dict[str, frozenset[Kind]] = {}
     backend = FakeBackend(inv)
     engine = make(
         backend,
-        fingerprint_engine.time.monotonic,
+        fingerprint.time.monotonic,
         tick=3600.0,
         grants_view=lambda: dict(grants),
         health_recovery_checks=100,
@@ -279,7 +279,7 @@ def test_failures_are_logged_and_the_last_good_response_kept(clock, caplog):
         s = Stream(engine)
         good = s.next()
         broken.set()
-        with caplog.at_level(logging.ERROR, logger=fingerprint_engine.__name__):
+        with caplog.at_level(logging.ERROR, logger=fingerprint.__name__):
             backend.push(with_health(inv, 0, False, "x"))  # must not raise into the backend
         assert "keeping the last good response" in caplog.text
         s.assert_quiet()
@@ -311,7 +311,7 @@ def test_backend_inventory_raising_at_start_still_serves_empty(clock):
 
 
 def test_invalid_attribute_never_reaches_the_stream(clock, monkeypatch, caplog):
-    real = fingerprint_engine.build_response
+    real = fingerprint.build_response
 
     def with_bad_unit(catalog, verdicts):
         resp = real(catalog, verdicts)
@@ -319,9 +319,9 @@ def test_invalid_attribute_never_reaches_the_stream(clock, monkeypatch, caplog):
             g.attributes["temperature"].CopyFrom(attribute_pb2.Attribute(int_val=40, unit="C"))
         return resp
 
-    monkeypatch.setattr(fingerprint_engine, "build_response", with_bad_unit)
+    monkeypatch.setattr(fingerprint, "build_response", with_bad_unit)
     engine = make(FakeBackend(h800_node(1)), clock)
-    with caplog.at_level(logging.ERROR, logger=fingerprint_engine.__name__):
+    with caplog.at_level(logging.ERROR, logger=fingerprint.__name__):
         engine.start()
     try:
         s = Stream(engine)
@@ -362,7 +362,7 @@ def test_cancel_ends_stream_and_stop_is_idempotent(clock):
 
 def test_a_cancel_event_wakes_the_stream_without_polling(clock, monkeypatch):
     """With the CancelEvent every gRPC stream gets, cancel is a callback, not a 4-per-second poll (issue 14)."""
-    monkeypatch.setattr(fingerprint_engine, "_CANCEL_POLL_S", 3600.0)  # a poll would now never notice
+    monkeypatch.setattr(fingerprint, "_CANCEL_POLL_S", 3600.0)  # a poll would now never notice
     engine = make(FakeBackend(h800_node(1)), clock)
     engine.start()
     try:
@@ -379,13 +379,13 @@ def test_rebuilds_only_when_an_input_changed(clock, monkeypatch):
     u0, u1 = inv.cards[0].uuid, inv.cards[1].uuid
     grants: dict[str, frozenset[Kind]] = {}
     builds = {"n": 0}
-    real = fingerprint_engine.build_response
+    real = fingerprint.build_response
 
     def counted(*args, **kwargs):
         builds["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fingerprint_engine, "build_response", counted)
+    monkeypatch.setattr(fingerprint, "build_response", counted)
     engine = make(FakeBackend(inv), clock, grants_view=lambda: dict(grants), cards=(CardRule("0", "tdm", shares=2),))
     engine.start()
     try:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.health import (
+from nomad_plugin.model.instances import Kind
+from nomad_plugin.nomad.catalog import build_catalog
+from nomad_plugin.nomad.fingerprint import (
     HEALTHY,
     HealthTracker,
     Verdict,
@@ -12,8 +14,6 @@ from nomad_plugin.model.health import (
     iso_time,
     outage_verdict,
 )
-from nomad_plugin.model.instances import Kind
-from nomad_plugin.nomad.catalog import build_catalog
 
 from .helpers import FakeClock, h800_node
 

@@ -6,11 +6,18 @@ import math
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.health import Verdict
 from nomad_plugin.model.instances import Attr, Catalog, GroupKey, Instance, InstanceGroup, Kind
 from nomad_plugin.nomad.catalog import build_catalog
-from nomad_plugin.nomad.fingerprint import build_response, serialize, to_proto_attribute
-from nomad_plugin.nomad.validate import KNOWN_UNITS, attribute_problem, problems, sanitize
+from nomad_plugin.nomad.fingerprint import (
+    KNOWN_UNITS,
+    Verdict,
+    attribute_problem,
+    build_response,
+    problems,
+    sanitize,
+    serialize,
+    to_proto_attribute,
+)
 
 from .helpers import h800_node, m890p_node
 

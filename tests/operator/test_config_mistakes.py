@@ -94,7 +94,7 @@ def test_unknown_type_or_vendor_filter_is_named(config: PluginConfig, needle: st
 
 def test_warnings_reach_the_agent_log(caplog: pytest.LogCaptureFixture) -> None:
     """The fingerprint engine logs every problem once, as a warning the agent shows."""
-    from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.fingerprint import FingerprintEngine
 
     backend = FakeBackend(h800_node(2))
     config = PluginConfig(cards=(CardRule(match="A100", mode="mig"),), include_types=("npu", "gpu"))
