@@ -35,7 +35,7 @@ from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
 from nomad_plugin.config.decode import secret_values
 from nomad_plugin.config.model import ConfigError, PluginConfig
-from nomad_plugin.config.schema import config_spec
+from nomad_plugin.config.options import config_spec
 from nomad_plugin.goplugin import logging as hclog
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.goplugin.logging import get_logger
