@@ -47,7 +47,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from functools import lru_cache
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import PluginConfig
@@ -55,11 +54,16 @@ from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.instances import Attr, AttrValue, Catalog, Kind
+from nomad_plugin.model.instances import Attr, Catalog, Kind
 from nomad_plugin.nomad.catalog import build_catalog, check_modes
 from nomad_plugin.util.text import has_unsafe, printable
 
+log = get_logger(__name__)
+
 Clock = Callable[[], float]
+
+
+# --- health -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -164,12 +168,9 @@ _KIND_USE = {
 def conflict_reasons(catalog: Catalog, grants: Mapping[str, frozenset[Kind]]) -> dict[str, str]:
     """Instance ID -> why grants in another mode block it (card uuid -> granted kinds)."""
     reasons: dict[str, str] = {}
-    for card, granted in grants.items():
-        instances, kinds = catalog.on_card(card)
-        if len(granted) == 1 and kinds <= granted:
-            continue  # one mode granted and every instance on the card is of it: the common case, O(1)
-        for inst in instances:
-            others = granted - {inst.kind}
+    for group in catalog.groups:
+        for inst in group.instances:
+            others = grants.get(inst.card_uuid, frozenset()) - {inst.kind}
             if others:
                 uses = " and ".join(_KIND_USE[k] for k in sorted(others, key=lambda k: k.value))
                 reasons[inst.id] = f"card {inst.minor} {uses} (another mode); unavailable as {inst.kind.value}"
@@ -186,35 +187,29 @@ def instance_verdicts(
     out: dict[str, Verdict] = {}
     for group in catalog.groups:
         for inst in group.instances:
-            reasons: list[str] = []
-            if outage is not None and not outage.healthy:
-                reasons.append(outage.description)
-            card = card_verdicts.get(inst.card_uuid)
-            if card is not None and not card.healthy:
-                reasons.append(card.description)
-            conflict = conflicts.get(inst.id)
-            if conflict:
-                reasons.append(conflict)
+            card = card_verdicts.get(inst.card_uuid, HEALTHY)
+            reasons = [
+                *([outage.description] if outage is not None and not outage.healthy else []),
+                *([card.description] if not card.healthy else []),
+                *([conflicts[inst.id]] if conflicts.get(inst.id) else []),
+            ]
             out[inst.id] = Verdict(False, "; ".join(reasons)) if reasons else HEALTHY
     return out
 
 
+# --- the response ---------------------------------------------------------------------------
+
+
 def to_proto_attribute(attr: Attr) -> attribute_pb2.Attribute:
-    """One typed Nomad attribute; the result is shared, callers copy it and never modify it."""
-    # The type is part of the cache key: Attr(True) == Attr(1) and they hash alike.
-    return _typed_attribute(type(attr.value).__name__, attr.value, attr.unit)
-
-
-@lru_cache(maxsize=4096)
-def _typed_attribute(_type_name: str, value: AttrValue, unit: str) -> attribute_pb2.Attribute:
-    # bool before int: bool is an int in Python.
+    """One typed Nomad attribute (bool before int: a bool is an int in Python)."""
+    value = attr.value
     if isinstance(value, bool):
-        return attribute_pb2.Attribute(bool_val=value, unit=unit)
+        return attribute_pb2.Attribute(bool_val=value, unit=attr.unit)
     if isinstance(value, int):
-        return attribute_pb2.Attribute(int_val=value, unit=unit)
+        return attribute_pb2.Attribute(int_val=value, unit=attr.unit)
     if isinstance(value, float):
-        return attribute_pb2.Attribute(float_val=value, unit=unit)
-    return attribute_pb2.Attribute(string_val=str(value), unit=unit)
+        return attribute_pb2.Attribute(float_val=value, unit=attr.unit)
+    return attribute_pb2.Attribute(string_val=str(value), unit=attr.unit)
 
 
 def build_response(catalog: Catalog, verdicts: Mapping[str, Verdict]) -> device_pb2.FingerprintResponse:
@@ -239,23 +234,13 @@ def serialize(response: device_pb2.FingerprintResponse) -> bytes:
     return response.SerializeToString(deterministic=True)
 
 
+# --- Nomad's validation rules ---------------------------------------------------------------
+
 # Nomad's ``plugins/shared/structs/units.go``: every unit an attribute may carry.
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "kB", "KB", "MB", "GB", "TB", "PB", "EB")
 KNOWN_UNITS: frozenset[str] = frozenset(
-    (
-        *_BYTE_UNITS,
-        *(f"{u}/s" for u in _BYTE_UNITS),
-        "MHz",
-        "GHz",
-        "mW",
-        "W",
-        "kW",
-        "MW",
-        "GW",
-    )
+    (*_BYTE_UNITS, *(f"{u}/s" for u in _BYTE_UNITS), "MHz", "GHz", "mW", "W", "kW", "MW", "GW")
 )
-
-_VALUE_FIELDS = ("float_val", "int_val", "string_val", "bool_val")
 
 
 def attribute_problem(key: str, attr: attribute_pb2.Attribute) -> str | None:
@@ -297,31 +282,13 @@ def problems(response: device_pb2.FingerprintResponse) -> list[str]:
     return sanitize(response)[1]
 
 
-def _is_valid(response: device_pb2.FingerprintResponse) -> bool:
-    keys: set[tuple[str, str, str]] = set()
-    for group in response.device_group:
-        key = (group.vendor, group.device_type, group.device_name)
-        if group_problem(group) is not None or key in keys:
-            return False
-        keys.add(key)
-        ids = [device.ID for device in group.devices]
-        if not all(ids) or len(set(ids)) != len(ids):
-            return False
-        if any(attribute_problem(k, a) is not None for k, a in group.attributes.items()):
-            return False
-    return True
-
-
 def sanitize(
     response: device_pb2.FingerprintResponse,
 ) -> tuple[device_pb2.FingerprintResponse, list[str]]:
     """Return a response without anything Nomad would reject, and what was removed.
 
-    The input is never modified: a valid response is returned as is (the
-    common case, so no copy is made), an invalid one as a cleaned copy.
+    The input is never modified: a valid response is returned as is, an invalid one as a cleaned copy.
     """
-    if _is_valid(response):
-        return response, []
     found: list[str] = []
     out = device_pb2.FingerprintResponse()
     seen_keys: set[tuple[str, str, str]] = set()
@@ -340,30 +307,29 @@ def sanitize(
         for device in group.devices:
             if not device.ID:
                 found.append(f"dropped a device without ID in {_group_label(group)}")
-                continue
-            if device.ID in seen_ids:
+            elif device.ID in seen_ids:
                 found.append(f"dropped duplicate device ID {device.ID!r} in {_group_label(group)}")
-                continue
-            seen_ids.add(device.ID)
-            clean.devices.append(device)
+            else:
+                seen_ids.add(device.ID)
+                clean.devices.append(device)
         for attr_key in sorted(group.attributes):
             attr = group.attributes[attr_key]
             reason = attribute_problem(attr_key, attr)
             if reason is not None:
                 found.append(f"dropped {reason} in {_group_label(group)}")
-                continue
-            clean.attributes[attr_key].CopyFrom(attr)
-    return out, found
+            else:
+                clean.attributes[attr_key].CopyFrom(attr)
+    return (out, found) if found else (response, found)
 
 
-log = get_logger(__name__)
+# --- the engine -------------------------------------------------------------------------------
 
 GrantsView = Callable[[], Mapping[str, frozenset[Kind]]]
 
-# The timer's longest sleep: nothing should need it (see the module docstring).
+# The timer's longest sleep: a safety net, since everything the response depends on pushes or notifies.
 SAFETY_TICK_S = 10.0
 
-# How often a waiting stream re-checks its cancel event (cancel is not a wake-up source).
+# How often a waiting stream re-checks a plain Event for cancellation (a CancelEvent wakes it instead).
 _CANCEL_POLL_S = 0.25
 
 
@@ -394,12 +360,8 @@ class FingerprintEngine:
         self._observed: Inventory | None = None
         self._outage: Verdict | None = None
         self._outage_since: float | None = None
-        self._last_problems: tuple[str, ...] = ()
-        self._last_config_problems: tuple[str, ...] = ()
-        # What the last rebuild was made from: (inventory, config, its catalog) and (conflicts, verdicts, outage).
-        self._built_from: tuple[Inventory | None, PluginConfig | None, Catalog | None] = (None, None, None)
-        self._inputs: object = None
-        self._raw_inputs: object = None
+        self._last_problems: list[str] = []
+        self._last_config_problems: list[str] = []
 
         self._published = threading.Condition(threading.Lock())
         self._version = 0
@@ -431,10 +393,7 @@ class FingerprintEngine:
         self._timer.start()
 
     def stop(self, timeout: float = 1.0) -> None:
-        """Unsubscribe and stop the timer (idempotent). Open streams keep their last response.
-
-        Waits at most ``timeout`` seconds for the timer thread (a daemon).
-        """
+        """Unsubscribe and stop the timer (idempotent; waits at most ``timeout`` s). Open streams keep their last response."""
         if self._unsubscribe is not None:
             try:
                 self._unsubscribe()
@@ -505,46 +464,30 @@ class FingerprintEngine:
     # --- the rebuild --------------------------------------------------------------
 
     def _rebuild(self) -> None:
-        """Catalog -> verdicts -> sanitised response; publish if the bytes changed.
-
-        The response is a pure function of the inventory, the config, the card
-        verdicts, the outage and the conflicts that grants in other modes cause.
-        When none of them changed since the last rebuild (the timer, a Reserve
-        that blocks no other mode), nothing is rebuilt: at 256 cards a rebuild
-        costs ~190 ms of CPU, and it used to run every second and after every
-        Reserve (issue 14). The catalog is rebuilt only when the inventory or the
-        config changed.
-        """
+        """Catalog -> verdicts -> sanitised response; publish if the bytes changed."""
         try:
             inventory = self._cards or Inventory()
-            last_inventory, last_config, catalog = self._built_from
-            same_source = (inventory is last_inventory or inventory == last_inventory) and (
-                self._config is last_config or self._config == last_config
-            )
-            if not same_source or catalog is None:
-                catalog = build_catalog(inventory, self._config)
-            grants = self._grants_view()
-            card_verdicts = self._tracker.verdicts()
-            raw_inputs = (grants, card_verdicts, self._outage)
-            if same_source and raw_inputs == self._raw_inputs:
-                return  # the common case (a tick, a Reserve on a card already granted): O(cards), no scan
-            conflicts = conflict_reasons(catalog, grants)
-            inputs = (conflicts, card_verdicts, self._outage)
-            if same_source and inputs == self._inputs:
-                self._raw_inputs = raw_inputs
-                return
-            verdicts = instance_verdicts(catalog, card_verdicts, conflicts, self._outage)
+            catalog = build_catalog(inventory, self._config)
+            conflicts = conflict_reasons(catalog, self._grants_view())
+            verdicts = instance_verdicts(catalog, self._tracker.verdicts(), conflicts, self._outage)
             response, problems = sanitize(build_response(catalog, verdicts))
             data = serialize(response)
         except Exception:
             log.exception("fingerprint rebuild failed; keeping the last good response")
             return
-        if tuple(problems) != self._last_problems:
-            self._last_problems = tuple(problems)
+        try:
+            config_problems = check_modes(inventory, self._config) if inventory.cards else self._last_config_problems
+        except Exception:
+            log.exception("checking the configured card modes failed")
+            config_problems = self._last_config_problems
+        if problems != self._last_problems:
+            self._last_problems = problems
             for problem in problems:
                 log.error("fingerprint: %s (not sent to Nomad)", problem)
-        self._log_config_problems(inventory)
-        self._built_from, self._inputs, self._raw_inputs = (inventory, self._config, catalog), inputs, raw_inputs
+        if config_problems != self._last_config_problems:  # once per change: e.g. mig on a non-MIG model
+            self._last_config_problems = config_problems
+            for problem in config_problems:
+                log.warning("config: %s", problem)
         with self._published:
             self._catalog = catalog
             if data != self._bytes:
@@ -552,20 +495,6 @@ class FingerprintEngine:
                 self._response_catalog = catalog
                 self._version += 1
                 self._published.notify_all()
-
-    def _log_config_problems(self, inventory: Inventory) -> None:
-        """Say once (per change) which cards run other than configured, e.g. mig on a non-MIG model."""
-        if not inventory.cards:
-            return
-        try:
-            found = tuple(check_modes(inventory, self._config))
-        except Exception:
-            log.exception("checking the configured card modes failed")
-            return
-        if found != self._last_config_problems:
-            self._last_config_problems = found
-            for problem in found:
-                log.warning("config: %s", problem)
 
     def _run_timer(self) -> None:
         while not self._stopping.is_set():
