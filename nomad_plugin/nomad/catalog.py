@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, PluginConfig
@@ -48,7 +48,6 @@ from nomad_plugin.model.instances import (
     Kind,
     mig_unit_id,
     share_id,
-    whole_id,
 )
 
 MODE_WHOLE = "whole"
@@ -78,42 +77,33 @@ NETWORK_LEVEL_ATTRS: Mapping[str, str] = {
     "leafSwitch": "leaf_switch",
     "pointOfDelivery": "point_of_delivery",
 }
-# ``Card.extra`` keys surfaced as attributes: extra key -> (attribute, Nomad unit;
-# "" = string). nomad-device-nvidia's names (what the NVML code writes, and what
-# an XDM ``extenderResources`` entry of that name passes through), plus older
-# unit-suffixed spellings; other extra keys (e.g. XDM's raw "topology") stay out.
-EXTRA_ATTRS: Mapping[str, tuple[str, str]] = {
-    "power": ("power", "W"),
-    "power_limit": ("power_limit", "W"),
-    "power_limit_w": ("power_limit", "W"),
-    "bar1": ("bar1", "MiB"),
-    "bar1_mib": ("bar1", "MiB"),
-    "cores_clock": ("cores_clock", "MHz"),
-    "cores_clock_mhz": ("cores_clock", "MHz"),
-    "memory_clock": ("memory_clock", "MHz"),
-    "memory_clock_mhz": ("memory_clock", "MHz"),
-    "pci_bandwidth": ("pci_bandwidth", "MB/s"),
-    "pci_bandwidth_mbps": ("pci_bandwidth", "MB/s"),
-    "display_state": ("display_state", ""),
-    "persistence_mode": ("persistence_mode", ""),
-    "compute_capability": ("compute_capability", ""),
+# ``Card.extra`` keys surfaced as attributes, with their Nomad unit ("" = text): nomad-device-nvidia's
+# names, which the NVML code writes and an XDM ``extenderResources`` entry of that name passes through.
+EXTRA_UNITS: Mapping[str, str] = {
+    "power": "W",
+    "power_limit": "W",
+    "bar1": "MiB",
+    "cores_clock": "MHz",
+    "memory_clock": "MHz",
+    "pci_bandwidth": "MB/s",
+    "display_state": "",
+    "persistence_mode": "",
+    "compute_capability": "",
 }
-# nomad-device-nvidia's attributes: a multi-card group takes them from its first card in
-# UUID order, as that plugin does ("the same DeviceName has the same attributes"), so
-# ``${device.attr.memory}`` holds even when one card's ECC or persistence setting differs.
-# Our own attributes appear on such a group only when every card agrees.
+#: Unit-suffixed spellings of the same readings, accepted under the names above.
+EXTRA_ALIASES: Mapping[str, str] = {
+    "power_limit_w": "power_limit",
+    "bar1_mib": "bar1",
+    "cores_clock_mhz": "cores_clock",
+    "memory_clock_mhz": "memory_clock",
+    "pci_bandwidth_mbps": "pci_bandwidth",
+}
+# nomad-device-nvidia's attributes: a multi-card group takes them from its first card in UUID order,
+# as that plugin does ("the same DeviceName has the same attributes"), so ``${device.attr.memory}``
+# holds even when one card's ECC or persistence setting differs. Ours need every card to agree.
 FIRST_CARD_ATTRS = frozenset(
-    {
-        "memory",
-        "power",
-        "bar1",
-        "driver_version",
-        "cores_clock",
-        "memory_clock",
-        "pci_bandwidth",
-        "display_state",
-        "persistence_mode",
-    }
+    {"memory", "power", "bar1", "driver_version", "cores_clock", "memory_clock", "pci_bandwidth"}
+    | {"display_state", "persistence_mode"}
 )
 # Facts of one card that never go on a whole-card group (it may hold more cards later).
 PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
@@ -329,60 +319,46 @@ def check_modes(inventory: Inventory, config: PluginConfig) -> list[str]:
 # --- attributes ----------------------------------------------------------------
 
 
-def _put_text(attrs: dict[str, Attr], key: str, value: str) -> None:
-    text = value.strip()
-    if text:
-        attrs[key] = Attr(text)
-
-
 def _extra_attr(value: str, unit: str) -> Attr | None:
+    """A ``Card.extra`` reading as an attribute: a number when it has a unit (else it is dropped), or text."""
     text = value.strip()
-    if not text:
-        return None
-    if not unit:
-        return Attr(text)
-    try:
-        return Attr(int(text), unit)
-    except ValueError:
+    if not text or not unit:
+        return Attr(text) if text else None
+    for parse in (int, float):
         try:
-            return Attr(float(text), unit)
+            return Attr(parse(text), unit)
         except ValueError:
-            return None
-
-
-def _domain_attr(domain: tuple[int, ...] | str, text: str) -> Attr:
-    """A one-number domain is an int attribute, anything else its text.
-
-    Nomad parses a constraint's literal ``"0"`` as an int and never compares
-    an int with a string, so ``topology.numaNodes = "0"`` only matches an int.
-    """
-    if isinstance(domain, tuple) and len(domain) == 1:
-        return Attr(domain[0])
-    return Attr(text)
+            pass
+    return None
 
 
 def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
     """Everything known about one card, as Nomad group attributes."""
-    attrs: dict[str, Attr] = {}
-    _put_text(attrs, "model", card.model)
-    _put_text(attrs, "vendor", card.vendor)
-    _put_text(attrs, "xpu_type", card.xpu_type)
+    texts = {
+        "model": card.model,
+        "vendor": card.vendor,
+        "xpu_type": card.xpu_type,
+        "driver_version": card.driver_version or inventory.node.get(NODE_DRIVER_VERSION, ""),
+        NODE_RUNTIME_KIT: inventory.node.get(NODE_RUNTIME_KIT, ""),
+    }
+    attrs = {key: Attr(text.strip()) for key, text in texts.items() if text.strip()}
     if card.memory_mib > 0:
         attrs["memory"] = Attr(card.memory_mib, "MiB")
-    _put_text(attrs, "driver_version", card.driver_version or inventory.node.get(NODE_DRIVER_VERSION, ""))
-    _put_text(attrs, NODE_RUNTIME_KIT, inventory.node.get(NODE_RUNTIME_KIT, ""))
-    for extra_key, (name, unit) in EXTRA_ATTRS.items():
-        extra = _extra_attr(card.extra.get(extra_key, ""), unit)
+    for key, value in sorted(card.extra.items(), key=lambda item: item[0] in EXTRA_ALIASES):  # aliases win
+        name = EXTRA_ALIASES.get(key, key)
+        extra = _extra_attr(value, EXTRA_UNITS[name]) if name in EXTRA_UNITS else None
         if extra is not None:
             attrs[name] = extra
     for level in card.topology.levels:
         domain = level.domain_text.strip()
         if not domain or not _ATTR_KEY_RE.match(level.name):
             continue
-        attrs[f"topology.{level.name}"] = _domain_attr(level.domain, domain)
-        network_key = NETWORK_LEVEL_ATTRS.get(level.name)
-        if network_key:
-            attrs[network_key] = Attr(domain)
+        # Nomad parses a constraint's literal "0" as an int and never compares an int with a string,
+        # so a one-number domain is an int attribute (``topology.numaNodes = "0"`` matches it).
+        one_number = isinstance(level.domain, tuple) and len(level.domain) == 1
+        attrs[f"topology.{level.name}"] = Attr(level.domain[0]) if one_number else Attr(domain)
+        if level.name in NETWORK_LEVEL_ATTRS:
+            attrs[NETWORK_LEVEL_ATTRS[level.name]] = Attr(domain)
     if card.numa_node is not None and card.numa_node >= 0:
         attrs["numa_node"] = Attr(card.numa_node)
     attrs["minor"] = Attr(card.minor)
@@ -392,157 +368,108 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
     return attrs
 
 
-def common_attributes(per_card: Iterable[Mapping[str, Attr]]) -> dict[str, Attr]:
+def common_attributes(per_card: list[dict[str, Attr]]) -> dict[str, Attr]:
     """A multi-card group's attributes: nomad-device-nvidia's from the first card, ours where all agree.
 
     Per-card identity never appears. The caller orders the cards (by UUID, as that plugin does).
     """
-    dicts = list(per_card)
-    if not dicts:
-        return {}
-    first = dicts[0]
+    first = per_card[0]
     return {
         key: value
         for key, value in first.items()
-        if key not in PER_CARD_ONLY and (key in FIRST_CARD_ATTRS or all(d.get(key) == value for d in dicts[1:]))
+        if key not in PER_CARD_ONLY and (key in FIRST_CARD_ATTRS or all(d.get(key) == value for d in per_card[1:]))
     }
-
-
-# --- instances -----------------------------------------------------------------
-
-
-def whole_instance(card: Card) -> Instance:
-    pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
-    return Instance(whole_id(card.uuid), Kind.WHOLE, card.uuid, card.minor, pci_bus_id=pci)
-
-
-def share_instances(card: Card, shares: int) -> tuple[Instance, ...]:
-    pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
-    core, memory = 100 // shares, card.memory_gib // shares
-    return tuple(
-        Instance(share_id(card.uuid, i), Kind.SHARE, card.uuid, card.minor, i, core, memory, 0, pci)
-        for i in range(shares)
-    )
-
-
-def mig_unit_instances(card: Card) -> tuple[Instance, ...]:
-    pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
-    memory = card.memory_gib // MIG_MEMORY_PARTS
-    return tuple(
-        Instance(mig_unit_id(card.uuid, i), Kind.MIG, card.uuid, card.minor, i, 0, memory, 1, pci)
-        for i in range(MIG_UNITS)
-    )
-
-
-def _domain_suffix(level: str, domain: str) -> str:
-    prefix = _DOMAIN_PREFIX.get(level, f"{level}-")
-    return prefix + domain.replace(",", "-")
 
 
 # --- the catalog ---------------------------------------------------------------
 
-
-@dataclass
-class _Draft:
-    key: GroupKey
-    instances: list[Instance]
-    attrs: list[dict[str, Attr]]
-    per_card: bool
-    extra: dict[str, Attr]
+_Member = tuple[Instance, dict[str, Attr]]
 
 
-def _draft_groups(plans: Iterable[CardPlan], inventory: Inventory, level: str) -> list[_Draft]:
-    drafts: dict[GroupKey, _Draft] = {}
-    singles: list[_Draft] = []
-    for plan in plans:
-        card = plan.card
-        vendor, dtype, model = card.vendor_name, card.family, card.model_name
-        attrs = card_attributes(card, inventory)
-        if plan.mode == MODE_WHOLE:
-            domain = card.topology.domain(level) if level else None
-            name = f"{model} {_domain_suffix(level, domain)}" if domain else model
-            key = GroupKey(vendor, dtype, name)
-            draft = drafts.setdefault(key, _Draft(key, [], [], False, {}))
-            draft.instances.append(whole_instance(card))
-            draft.attrs.append(attrs)
-        elif plan.mode == MODE_TDM:
-            instances = share_instances(card, plan.shares)
-            extra = {
-                "share_count": Attr(plan.shares),
-                "share_core_percent": Attr(instances[0].core),
-                "share_memory": Attr(instances[0].memory_gib, "GiB"),
-            }
-            key = GroupKey(vendor, f"{dtype}-share", f"{model} card{card.minor}")
-            singles.append(_Draft(key, list(instances), [attrs], True, extra))
-        elif plan.mode == MODE_MIG:
-            instances = mig_unit_instances(card)
-            extra = {
-                "slice_units": Attr(MIG_UNITS),
-                "slice_memory": Attr(instances[0].memory_gib, "GiB"),
-                "slice_sizes": Attr(",".join(str(s) for s in MIG_SLICE_SIZES)),
-            }
-            key = GroupKey(vendor, f"{dtype}-mig", f"{model} card{card.minor}")
-            singles.append(_Draft(key, list(instances), [attrs], True, extra))
-        else:  # MODE_MIG_INSTANCE: existing MIG instances, one group per MIG device name (NVIDIA plugin style)
-            pci = normalize_pci_bus_id(card.pci_bus_id) if card.pci_bus_id else ""
-            for index, mig in enumerate(card.mig_instances):
-                key = GroupKey(vendor, dtype, mig.name.strip() or f"{model} MIG {mig.profile}")
-                mig_attrs = dict(attrs)
-                mig_attrs["memory"] = Attr(mig.memory_mib, "MiB")
-                mig_attrs["mig_profile"] = Attr(mig.profile)
-                mig_attrs["mig_slices"] = Attr(mig.slices)
-                draft = drafts.setdefault(key, _Draft(key, [], [], False, {}))
-                draft.instances.append(
-                    Instance(
-                        mig.uuid,
-                        Kind.MIG_INSTANCE,
-                        card.uuid,
-                        card.minor,
-                        index,
-                        0,
-                        mig.memory_mib // 1024,
-                        mig.slices,
-                        pci,
-                        mig.uuid,
-                    )
-                )
-                draft.attrs.append(mig_attrs)
-    return [*drafts.values(), *singles]
+def _domain_suffix(level: str, domain: str) -> str:
+    return _DOMAIN_PREFIX.get(level, f"{level}-") + domain.replace(",", "-")
 
 
 def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
     """Every instance Nomad should see, grouped; deterministic for equal input."""
     plans, _ = plan_cards(inventory, config)
     level, _ = group_level(inventory, config)
-    uuid_order = inventory.node.get(NODE_SOURCE) == SOURCE_NVML
+    by_uuid = inventory.node.get(NODE_SOURCE) == SOURCE_NVML  # NVML lists devices by UUID, as nomad-device-nvidia
+    shared: dict[GroupKey, list[_Member]] = {}  # whole cards and existing MIG instances, gathered by name
+    single: list[tuple[GroupKey, list[Instance], dict[str, Attr]]] = []  # one card's shares or MIG units
+    for plan in plans:
+        card = plan.card
+        vendor, family, model = card.vendor_name, card.family, card.model_name
+        attrs = card_attributes(card, inventory)
+        pci = normalize_pci_bus_id(card.pci_bus_id)
+        if plan.mode == MODE_WHOLE:
+            domain = card.topology.domain(level) if level else None
+            key = GroupKey(vendor, family, f"{model} {_domain_suffix(level, domain)}" if domain else model)
+            shared.setdefault(key, []).append(
+                (Instance(card.uuid, Kind.WHOLE, card.uuid, card.minor, pci_bus_id=pci), attrs)
+            )
+        elif plan.mode == MODE_MIG_INSTANCE:  # one group per MIG device name, as nomad-device-nvidia
+            for index, mig in enumerate(card.mig_instances):
+                key = GroupKey(vendor, family, mig.name.strip() or f"{model} MIG {mig.profile}")
+                inst = Instance(
+                    mig.uuid,
+                    Kind.MIG_INSTANCE,
+                    card.uuid,
+                    card.minor,
+                    index,
+                    0,
+                    mig.memory_mib // 1024,
+                    mig.slices,
+                    pci,
+                    mig.uuid,
+                )
+                mig_attrs = {
+                    "memory": Attr(mig.memory_mib, "MiB"),
+                    "mig_profile": Attr(mig.profile),
+                    "mig_slices": Attr(mig.slices),
+                }
+                shared.setdefault(key, []).append((inst, {**attrs, **mig_attrs}))
+        elif plan.mode == MODE_TDM:
+            core, memory = 100 // plan.shares, card.memory_gib // plan.shares
+            shares = [
+                Instance(share_id(card.uuid, i), Kind.SHARE, card.uuid, card.minor, i, core, memory, 0, pci)
+                for i in range(plan.shares)
+            ]
+            extra = {
+                "share_count": Attr(plan.shares),
+                "share_core_percent": Attr(core),
+                "share_memory": Attr(memory, "GiB"),
+            }
+            single.append(
+                (GroupKey(vendor, f"{family}-share", f"{model} card{card.minor}"), shares, {**attrs, **extra})
+            )
+        else:  # MODE_MIG: memory in eighths, compute in sevenths
+            memory = card.memory_gib // MIG_MEMORY_PARTS
+            units = [
+                Instance(mig_unit_id(card.uuid, i), Kind.MIG, card.uuid, card.minor, i, 0, memory, 1, pci)
+                for i in range(MIG_UNITS)
+            ]
+            extra = {
+                "slice_units": Attr(MIG_UNITS),
+                "slice_memory": Attr(memory, "GiB"),
+                "slice_sizes": Attr(",".join(str(s) for s in MIG_SLICE_SIZES)),
+            }
+            single.append((GroupKey(vendor, f"{family}-mig", f"{model} card{card.minor}"), units, {**attrs, **extra}))
+    drafts = []
+    for key, members in shared.items():
+        members.sort(key=lambda member: member[0].id)  # the first card in UUID order gives the attributes
+        instances = [inst for inst, _ in members]
+        drafts.append((key, instances, common_attributes([a for _, a in members]), by_uuid))
+    drafts += [(key, instances, attrs, False) for key, instances, attrs in single]
+    # Vendor, type, then lowest card minor, so ``card2`` sorts before ``card10``.
+    drafts.sort(key=lambda d: (d[0].vendor, d[0].device_type, min((i.minor for i in d[1]), default=-1), d[0].name))
     groups: list[InstanceGroup] = []
     used: set[GroupKey] = set()
-    for draft in sorted(_draft_groups(plans, inventory, level), key=_draft_order):
-        if draft.per_card:
-            attrs = dict(draft.attrs[0])
-        else:  # the first card in UUID order gives the group its attributes, as nomad-device-nvidia
-            in_uuid_order = sorted(zip(draft.instances, draft.attrs, strict=True), key=lambda pair: pair[0].id)
-            attrs = common_attributes(a for _, a in in_uuid_order)
-        attrs.update(draft.extra)
-        key = draft.key
-        serial = 2
-        while key in used:  # only with broken inventories (duplicate minors)
-            key = GroupKey(draft.key.vendor, draft.key.device_type, f"{draft.key.name} #{serial}")
-            serial += 1
-        used.add(key)
-        instances = tuple(sorted(draft.instances, key=_instance_order(draft, uuid_order)))
-        groups.append(InstanceGroup(key, instances, dict(sorted(attrs.items()))))
+    for key, instances, attrs, in_uuid_order in drafts:
+        unique, serial = key, 2
+        while unique in used:  # only with broken inventories (duplicate minors)
+            unique, serial = GroupKey(key.vendor, key.device_type, f"{key.name} #{serial}"), serial + 1
+        used.add(unique)
+        ordered = instances if in_uuid_order else sorted(instances, key=lambda i: (i.minor, i.index, i.id))
+        groups.append(InstanceGroup(unique, tuple(ordered), dict(sorted(attrs.items()))))
     return Catalog(tuple(groups))
-
-
-def _instance_order(draft: _Draft, by_uuid: bool) -> Callable[[Instance], tuple[int, int, str]]:
-    """NVML's cards and MIG instances by UUID, as nomad-device-nvidia lists them; others by minor."""
-    if by_uuid and not draft.per_card:
-        return lambda i: (0, 0, i.id)
-    return lambda i: (i.minor, i.index, i.id)
-
-
-def _draft_order(draft: _Draft) -> tuple[str, str, int, str]:
-    """Vendor, type, then lowest card minor, so ``card2`` sorts before ``card10``."""
-    first_minor = min((i.minor for i in draft.instances), default=-1)
-    return (draft.key.vendor, draft.key.device_type, first_minor, draft.key.name)
