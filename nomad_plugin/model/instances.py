@@ -29,10 +29,6 @@ class Kind(enum.Enum):
     MIG_INSTANCE = "mig-instance"  # a MIG instance that already exists (NVML)
 
 
-def whole_id(card_uuid: str) -> str:
-    return card_uuid
-
-
 def share_id(card_uuid: str, index: int) -> str:
     return f"{card_uuid}-share-{index}"
 

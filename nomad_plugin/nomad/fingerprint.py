@@ -277,11 +277,6 @@ def _group_label(group: device_pb2.DeviceGroup) -> str:
     return printable(f"{group.vendor}/{group.device_type}/{group.device_name}", 200)
 
 
-def problems(response: device_pb2.FingerprintResponse) -> list[str]:
-    """Every rule violation in ``response`` (empty list = Nomad accepts it)."""
-    return sanitize(response)[1]
-
-
 def sanitize(
     response: device_pb2.FingerprintResponse,
 ) -> tuple[device_pb2.FingerprintResponse, list[str]]:
@@ -526,15 +521,6 @@ class FingerprintEngine:
         """
         with self._published:
             return self._response_catalog if response is self._response else None
-
-    def current(self) -> device_pb2.FingerprintResponse:
-        with self._published:
-            return self._response
-
-    def config_problems(self) -> list[str]:
-        """check_modes on the inventory currently advertised."""
-        with self._lock:
-            return check_modes(self._cards or Inventory(), self._config)
 
     def responses(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
         """The first response at once, then one per content change, until ``cancel``.

@@ -50,6 +50,11 @@ class Stream:
         assert self.ended.wait(WAIT), "generator did not end after cancel"
 
 
+def current(engine: FingerprintEngine) -> device_pb2.FingerprintResponse:
+    """What a stream opened now gets first: the engine's current response."""
+    return next(engine.responses(threading.Event()))
+
+
 def devices(resp: device_pb2.FingerprintResponse) -> dict[str, tuple[bool, str]]:
     return {d.ID: (d.healthy, d.health_description) for g in resp.device_group for d in g.devices}
 
@@ -110,7 +115,7 @@ def test_health_flip_and_hysteresis_recovery_by_checks(clock):
         assert not healthy and "recovering from: XID 79" in desc and "1/2 checks" in desc
         backend.push(with_health(inv, 1, True))
         assert devices(s.next())[u1] == (True, "")
-        assert devices(engine.current())[inv.cards[0].uuid] == (True, "")
+        assert devices(current(engine))[inv.cards[0].uuid] == (True, "")
         s.close()
     finally:
         engine.stop()
@@ -206,7 +211,7 @@ def test_outage_without_timestamp_uses_first_seen_wall_clock(clock):
     engine.start()
     try:
         backend.push(Inventory(reachable=False))
-        ((healthy, desc),) = devices(engine.current()).values()
+        ((healthy, desc),) = devices(current(engine)).values()
         assert not healthy and desc == "xdm unreachable since 2027-01-15T08:00:00Z"
     finally:
         engine.stop()
@@ -283,7 +288,7 @@ def test_failures_are_logged_and_the_last_good_response_kept(clock, caplog):
             backend.push(with_health(inv, 0, False, "x"))  # must not raise into the backend
         assert "keeping the last good response" in caplog.text
         s.assert_quiet()
-        assert engine.current() == good and not s.ended.is_set()
+        assert current(engine) == good and not s.ended.is_set()
         broken.clear()
         backend.push(with_health(inv, 0, False, "x"))
         assert devices(s.next())[inv.cards[0].uuid] == (False, "x")
@@ -333,19 +338,23 @@ def test_invalid_attribute_never_reaches_the_stream(clock, monkeypatch, caplog):
         engine.stop()
 
 
-def test_catalog_config_update_and_problems(clock):
+def test_catalog_config_update_and_problems(clock, caplog):
     backend = FakeBackend(h800_node(2, model="NVIDIA L20", memory_mib=46068))
     engine = make(backend, clock, default_mode="mig")
-    engine.start()
+    with caplog.at_level(logging.WARNING, logger=fingerprint.__name__):
+        engine.start()
     try:
         assert [str(g.key) for g in engine.catalog().groups] == ["nvidia/gpu/NVIDIA L20"]
-        assert len(engine.config_problems()) == 2
-        engine.update_config(PluginConfig(default_mode="tdm", tdm_shares=4))
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("config: ")]
+        assert len(said) == 2 and all("not MIG-capable" in m for m in said), said
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=fingerprint.__name__):
+            engine.update_config(PluginConfig(default_mode="tdm", tdm_shares=4))
         assert [str(g.key) for g in engine.catalog().groups] == [
             "nvidia/gpu-share/NVIDIA L20 card0",
             "nvidia/gpu-share/NVIDIA L20 card1",
         ]
-        assert engine.config_problems() == []
+        assert not [r for r in caplog.records if r.getMessage().startswith("config: ")]
     finally:
         engine.stop()
 
