@@ -14,8 +14,9 @@ how the plugin says "not now" without wiping the node:
   otherwise) is unhealthy with the reason, so Nomad cannot double-book it.
 
 Nomad drops a device plugin until the agent restarts when its Fingerprint
-stream ends, fails, or carries a fingerprint that fails validation (Nomad's
-``plugins/device/plugin.go`` and ``plugins/shared/structs``): an empty
+stream ends, fails, or carries a fingerprint that fails validation
+(``handleFingerprint`` in Nomad's ``client/devicemanager/instance.go``, which
+calls ``DeviceGroup.Validate`` in ``plugins/device/device.go``): an empty
 vendor/type/name, a device without ID, an attribute with no value, or a unit
 Nomad does not know. So every outgoing response goes through
 :func:`sanitize`, which removes what Nomad would reject and reports it,

@@ -63,7 +63,7 @@ log = get_logger(__name__)
 #: Runs a function once the reply has gone out (gRPC's ``context.add_callback``); False if it cannot.
 AfterReply = Callable[[Callable[[], None]], bool]
 
-#: XDM's valid MIG slice counts per card (xdm-api.md §1.3).
+#: XDM's valid MIG slice counts per card (docs/fingerprint.md, Modes).
 VALID_SLICES = frozenset({1, 2, 3, 4, 7})
 #: Crash-test hook points, in order (see tests/reserve/crash_driver.py). "before-sync": the
 #: granted record is written but not yet synced (the intent is not synced either).

@@ -15,9 +15,9 @@ DevicePlugin: all device logic lives behind the engines; this module only
 enforces Nomad's stream rules and maps errors to gRPC codes:
 
 * Fingerprint and Stats never end or fail while the call is active: Nomad
-  treats a closed stream as a plugin failure (plugins/device/plugin.go in
-  Nomad's client devicemanager). If the engine's iterator raises or runs dry
-  it is logged and started again after a backoff.
+  treats a closed stream as a plugin failure (``handleFingerprintError`` in
+  Nomad's ``client/devicemanager/instance.go``). If the engine's iterator
+  raises or runs dry it is logged and started again after a backoff.
 * The call's cancellation (or the plugin's shutdown) sets the Event the
   engine waits on, so the worker thread is released at once.
 * Reserve always carries ``container_res`` (Nomad dereferences it).
