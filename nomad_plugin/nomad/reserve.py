@@ -553,7 +553,7 @@ class Reserver:
         Conflict marking reads only that set, and the journal counts its changes;
         most Reserves add a grant to a card that holds one of its kind already,
         and waking the engine's thread for them cost each such Reserve a thread
-        switch and GIL contention (issue 14). The count is read without the
+        switch and GIL contention. The count is read without the
         journal's lock, which a background compaction may be holding.
         """
         if self._on_changed is None:
