@@ -97,40 +97,26 @@ def _parse_level(raw: Any) -> tuple[TopologyLevel | None, str]:
     if not isinstance(name, str) or not name.strip():
         return None, f"level {number} has no name, skipped"
     key = f"topo{number}"
-    domain, problem = _parse_domain(raw.get(key), key)
-    peers, peer_problem = _parse_peers(raw.get("peers"))
-    text = "; ".join(p for p in (problem, peer_problem) if p)
-    return TopologyLevel(level=number, name=name, domain=domain, peers=peers), text
-
-
-def _parse_domain(value: Any, key: str) -> tuple[tuple[int, ...] | str, str]:
-    if value is None:
-        return (), f"{key} missing"
+    value = raw.get(key)
     if isinstance(value, str):
-        return value, ""
-    single = _as_int(value)
-    if single is not None:
-        return (single,), ""
-    if isinstance(value, list):
-        ints = tuple(i for i in (_as_int(v) for v in value) if i is not None)
-        if len(ints) != len(value):
-            return ints, f"{key} has non-integer entries {value!r}"
-        return ints, ""
-    return (), f"{key} has unsupported type {type(value).__name__}"
+        domain: tuple[int, ...] | str | None
+        domain, problem = value, ""
+    else:
+        domain, problem = _ints(value, key) if value is not None else (None, f"{key} missing")
+    peers, peer_problem = _ints(raw["peers"], "peers") if raw.get("peers") is not None else (None, "")
+    text = "; ".join(p for p in (problem, peer_problem) if p)
+    return TopologyLevel(level=number, name=name, domain=() if domain is None else domain, peers=peers), text
 
 
-def _parse_peers(value: Any) -> tuple[tuple[int, ...] | None, str]:
-    if value is None:
-        return None, ""
+def _ints(value: Any, key: str) -> tuple[tuple[int, ...] | None, str]:
+    """An int or a list of ints (None if neither), and the problem with it."""
     single = _as_int(value)
     if single is not None:
         return (single,), ""
     if not isinstance(value, list):
-        return None, f"peers has unsupported type {type(value).__name__}"
-    ints = tuple(i for i in (_as_int(v) for v in value) if i is not None)
-    if len(ints) != len(value):
-        return ints, f"peers has non-integer entries {value!r}"
-    return ints, ""
+        return None, f"{key} has unsupported type {type(value).__name__}"
+    ints = tuple(i for i in map(_as_int, value) if i is not None)
+    return ints, f"{key} has non-integer entries {value!r}" if len(ints) != len(value) else ""
 
 
 def _as_int(value: Any) -> int | None:

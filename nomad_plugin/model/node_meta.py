@@ -1,33 +1,12 @@
-"""The node metadata the plugin publishes for job-level placement (pure).
+"""The node metadata the plugin publishes for job-level placement (pure; keys in docs/topology.md).
 
 Nomad evaluates ``constraint``, ``affinity`` and ``spread`` outside a
-``device`` block on node attributes and meta only, so XDM's network
-topology must become node meta for a job to say "all my allocations in one
-point of delivery". This module computes those keys from an inventory; the
-publisher (``reconcile/node_meta.py``) writes them through Nomad's dynamic
-node metadata API and ``nomad-device-lingjun node-meta`` prints them as a
-``client { meta { } }`` block. Both call :func:`node_meta`, so the two can
-never disagree.
-
-Keys (``prefix`` is ``node_meta_prefix``, ``lingjun.`` by default):
-
-- one per topology level whose ``topo<N>`` is a string (rack and network
-  levels), named in snake_case like the device attributes:
-  ``lingjun.leaf_switch``, ``lingjun.point_of_delivery``,
-  ``lingjun.hyper_node``, and any other string level. The value is the
-  level's value when every card shares it, else the sorted distinct values
-  joined by ``,`` (so ``set_contains`` works: an H800 node sits behind two
-  leaf switches);
-- ``lingjun.model``: the card model, or the sorted distinct models joined by ``,``;
-- ``lingjun.card_count``: how many cards the plugin offers (Nomad compares
-  two integers as integers, so ``>= 8`` works);
-- ``lingjun.runtime_kit``: ``enabled``, ``disabled`` or ``unknown`` (config-daemon
-  QueryStatus; XDM backend only).
-
-Only the cards the plugin offers count (``enabled``, ``ignored_ids`` and the
-vendor and type filters apply, as for the fingerprint). Nomad refuses a key
-that is not a dotted HCL identifier, so a level name that cannot become one
-is left out and reported.
+``device`` block on node attributes and meta only, so XDM's network topology
+must become node meta for a job to say "all my allocations in one point of
+delivery". The publisher (``reconcile/node_meta.py``) and ``nomad-device-lingjun
+node-meta`` both call :func:`node_meta`, so the two never disagree. Only the
+cards the plugin offers count. Nomad refuses a key that is not a dotted HCL
+identifier, so a level name that cannot become one is left out and reported.
 """
 
 from __future__ import annotations
