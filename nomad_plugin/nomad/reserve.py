@@ -54,6 +54,7 @@ from nomad_plugin.model.errors import (
 )
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
+from nomad_plugin.nomad.catalog import MIG_SLICE_SIZES
 from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_container
 from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
 from nomad_plugin.reconcile.counters import LifecycleCounters
@@ -63,8 +64,6 @@ log = get_logger(__name__)
 #: Runs a function once the reply has gone out (gRPC's ``context.add_callback``); False if it cannot.
 AfterReply = Callable[[Callable[[], None]], bool]
 
-#: XDM's valid MIG slice counts per card (docs/fingerprint.md, Modes).
-VALID_SLICES = frozenset({1, 2, 3, 4, 7})
 #: Crash-test hook points, in order (see tests/reserve/crash_driver.py). "before-sync": the
 #: granted record is written but not yet synced (the intent is not synced either).
 STEPS = ("before-allocate", "after-allocate", "before-sync", "after-journal")
@@ -129,13 +128,13 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
 
 
 #: How many items an error names before it only counts the rest.
-SHOWN = 5
+_SHOWN = 5
 
 
 def _some(items: Sequence[str]) -> str:
     """The first few ``items``, and how many more: an error stays short whatever Nomad sent."""
-    shown = ", ".join(item[:100] for item in items[:SHOWN])
-    return shown if len(items) <= SHOWN else f"{shown} and {len(items) - SHOWN} more"
+    shown = ", ".join(item[:100] for item in items[:_SHOWN])
+    return shown if len(items) <= _SHOWN else f"{shown} and {len(items) - _SHOWN} more"
 
 
 def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
@@ -156,7 +155,7 @@ def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
             asks.append(DeviceAsk(minor=minor, core=min(100, sum(i.core for i in insts)), memory_gib=memory))
         else:
             slices = sum(max(1, i.slices) for i in insts)
-            if slices not in VALID_SLICES:
+            if slices not in MIG_SLICE_SIZES:
                 raise ReservationRejected(
                     f"{slices} MIG units on card {insts[0].card_uuid} (minor {minor}): XDM accepts 1, 2, 3, 4 or 7 "
                     "slices per card; use a device count of 1, 2, 3, 4 or 7"
@@ -581,7 +580,7 @@ class Reserver:
                 lock.release()
 
 
-MODES = ("auto", "always", "never")
+MOUNT_MODES = ("auto", "always", "never")
 
 
 @dataclass(frozen=True)
@@ -605,8 +604,8 @@ class MountPolicy:
         lookup: Callable[[Sequence[str]], VolumeVerdict] | None = None,
         observe: Callable[[MountDecision], None] | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"container_mounts: {mode!r} is not one of {', '.join(MODES)}")
+        if mode not in MOUNT_MODES:
+            raise ValueError(f"container_mounts: {mode!r} is not one of {', '.join(MOUNT_MODES)}")
         self.mode = mode
         self._lookup = lookup
         self._observe = observe
