@@ -23,7 +23,6 @@ import json
 import math
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -352,9 +351,8 @@ def object_spec(options: tuple[Option, ...]) -> hcl_spec_pb2.Spec:
     return hcl_spec_pb2.Spec(object=hcl_spec_pb2.Object(attributes={opt.name: option_spec(opt) for opt in options}))
 
 
-@lru_cache(maxsize=1)
 def config_spec() -> hcl_spec_pb2.Spec:
-    """The root spec returned by ConfigSchema (built once per process)."""
+    """The root spec ConfigSchema returns."""
     root = object_spec(OPTIONS)
     root.object.attributes[CARD_BLOCK].CopyFrom(
         hcl_spec_pb2.Spec(block_list=hcl_spec_pb2.BlockList(name=CARD_BLOCK, nested=object_spec(CARD_OPTIONS)))
