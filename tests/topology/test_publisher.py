@@ -189,7 +189,8 @@ def test_a_token_without_node_write_is_reported_once_and_the_thread_goes_on(
 
             api.add_policy("reader", 'node { policy = "write" }')  # the operator fixes the policy
             wait_until(lambda: api.meta.read()["Meta"].get("lingjun.model") == "NVIDIA H800", "publishing again")
-            assert any("publishing again" in r.getMessage() for r in caplog.records)
+            # The write lands before the line that says so: wait for the line too.
+            wait_until(lambda: any("publishing again" in r.getMessage() for r in caplog.records), "the log line")
         finally:
             pub.stop()
 
