@@ -40,7 +40,7 @@ pytest: venv go-deps dist promtool
 test: lint typecheck pytest
 
 # Mutation testing of the critical modules (mutmut; not in CI, tens of minutes
-# on two cores). MODULES=model/health,config/decode runs a subset; the table of
+# on two cores). MODULES=nomad/fingerprint,config/decode runs a subset; the table of
 # killed/survived/equivalent per module is what docs/testing.md records.
 MODULES ?=
 mutate: venv

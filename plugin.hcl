@@ -5,7 +5,7 @@
 # default; delete the ones you do not change.
 #
 # Generated from nomad_plugin/config/options.py by
-#   python -m nomad_plugin.config.hcl_render > plugin.hcl
+#   python -m nomad_plugin.config.options plugin.hcl > plugin.hcl
 # (do not edit by hand: a test compares this file with the rendering).
 
 plugin "nomad-device-lingjun" {

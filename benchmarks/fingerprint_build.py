@@ -30,14 +30,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.model.catalog import build_catalog
-from nomad_plugin.model.health import HealthTracker, conflict_reasons, instance_verdicts
+from nomad_plugin.model.card import Card, Inventory, parse_topology
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.model.topology_parse import parse_topology
-from nomad_plugin.nomad.fingerprint import build_response, serialize
-from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
-from nomad_plugin.nomad.validate import sanitize
+from nomad_plugin.nomad.catalog import build_catalog
+from nomad_plugin.nomad.fingerprint import (
+    FingerprintEngine,
+    HealthTracker,
+    build_response,
+    conflict_reasons,
+    instance_verdicts,
+    sanitize,
+    serialize,
+)
 
 
 def node(cards: int = 16) -> Inventory:

@@ -35,11 +35,16 @@ sys.path.insert(0, str(ROOT))
 
 from nomad_plugin.config.model import PluginConfig  # noqa: E402
 from nomad_plugin.model.card import Inventory  # noqa: E402
-from nomad_plugin.model.catalog import build_catalog  # noqa: E402
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest  # noqa: E402
-from nomad_plugin.model.health import HealthTracker, conflict_reasons, instance_verdicts  # noqa: E402
-from nomad_plugin.nomad.fingerprint import build_response, serialize  # noqa: E402
-from nomad_plugin.nomad.validate import sanitize  # noqa: E402
+from nomad_plugin.nomad.catalog import build_catalog  # noqa: E402
+from nomad_plugin.nomad.fingerprint import (  # noqa: E402  # noqa: E402
+    HealthTracker,
+    build_response,
+    conflict_reasons,
+    instance_verdicts,
+    sanitize,
+    serialize,
+)
 from nomad_plugin.sim import Simulator  # noqa: E402
 from nomad_plugin.xdm import adapter  # noqa: E402
 from nomad_plugin.xdm.adapter import DriftLog  # noqa: E402

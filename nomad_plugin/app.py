@@ -37,10 +37,8 @@ if TYPE_CHECKING:
     from nomad_plugin.model.backend_port import Backend
     from nomad_plugin.model.card import Inventory
     from nomad_plugin.model.instances import Kind
-    from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
-    from nomad_plugin.nomad.mounts import MountPolicy
-    from nomad_plugin.nomad.ports import AfterReply
-    from nomad_plugin.nomad.reserve import Reserver
+    from nomad_plugin.nomad.fingerprint import FingerprintEngine
+    from nomad_plugin.nomad.reserve import AfterReply, MountPolicy, Reserver
     from nomad_plugin.nvml.companion import NvmlCompanion
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
@@ -136,9 +134,8 @@ class PluginApp:
         return owner.reserver if owner is not None else None
 
     # -- configuration -------------------------------------------------------------
-    @staticmethod
-    def accept_config(msgpack_config: bytes) -> PluginConfig:
-        """SetConfig's verdict on the bytes Nomad sent (``backend_select.accept_config``)."""
+    def accept_config(self, msgpack_config: bytes) -> PluginConfig:
+        """SetConfig's verdict, the one ``doctor`` gives (``backend_select.accept_config``)."""
         from nomad_plugin.backend_select import accept_config
 
         return accept_config(msgpack_config)
@@ -169,7 +166,7 @@ class PluginApp:
     def _start(self, config: PluginConfig) -> Engines:
         from nomad_plugin.backend_select import Hardware, select_hardware
         from nomad_plugin.metrics import PluginMetrics
-        from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+        from nomad_plugin.nomad.fingerprint import FingerprintEngine
         from nomad_plugin.stats.engine import StatsEngine
         from nomad_plugin.stats.feed import MetricsFeed
 
@@ -342,7 +339,7 @@ class PluginApp:
         self, config: PluginConfig, metrics: PluginMetrics
     ) -> tuple[MountPolicy, Callable[[], None] | None]:
         """``container_mounts``; "auto" asks the Nomad API which task is starting (docs/reserve.md)."""
-        from nomad_plugin.nomad.mounts import MountPolicy
+        from nomad_plugin.nomad.reserve import MountPolicy
         from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 

@@ -60,7 +60,7 @@ def validate_config(config: PluginConfig) -> None:
 
     if not is_path(config.xdm_schema):
         return
-    from nomad_plugin.model.errors import ConfigError
+    from nomad_plugin.config.model import ConfigError
     from nomad_plugin.xdm.binder import SchemaError, load_path
 
     try:

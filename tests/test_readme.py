@@ -5,16 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nomad_plugin.config import reference
-from nomad_plugin.config.options import CARD_OPTIONS, OPTIONS
+from nomad_plugin.config.options import CARD_OPTIONS, OPTIONS, splice_readme
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
 
 def test_config_reference_matches_the_schema() -> None:
-    assert reference.splice(README) == README, (
-        "README config reference is stale: python -m nomad_plugin.config.reference --write README.md"
+    assert splice_readme(README) == README, (
+        "README config reference is stale: python -m nomad_plugin.config.options readme --write README.md"
     )
 
 

@@ -3,7 +3,7 @@
 Why a driver around mutmut: mutmut reads its configuration only from
 ``[tool.mutmut]`` in pyproject.toml (which modules may be mutated, which test
 files form the fast unit-test selection). This script picks the *subset* to
-run (``MODULES=nomad/validate,config/decode``), runs mutmut on those mutant
+run (``MODULES=nomad/fingerprint,config/decode``), runs mutmut on those mutant
 names only, and then turns mutmut's per-file result files
 (``mutants/**/*.py.meta``) into the table that docs/testing.md records:
 killed / survived / equivalent per module, with the survivors listed.
@@ -17,7 +17,7 @@ the report flags entries that no longer name a surviving mutant.
 Not part of CI (a full run takes tens of minutes on two cores). Usage::
 
     make mutate                        # every module below
-    make mutate MODULES=model/health   # a subset (comma or space separated)
+    make mutate MODULES=nomad/fingerprint   # a subset (comma or space separated)
     .venv/bin/python tools/mutate.py --report-only   # re-read the last results
 """
 
@@ -37,11 +37,10 @@ EQUIVALENT_FILE = ROOT / "tools" / "mutate_equivalent.txt"
 
 # Short name -> source files. Must agree with [tool.mutmut] only_mutate.
 MODULES: dict[str, tuple[str, ...]] = {
-    "nomad/validate": ("nomad_plugin/nomad/validate.py",),
+    "nomad/fingerprint": ("nomad_plugin/nomad/fingerprint.py",),
     "nomad/container": ("nomad_plugin/nomad/container.py",),
     "nomad/reserve": ("nomad_plugin/nomad/reserve.py",),
     "xdm/adapter": ("nomad_plugin/xdm/adapter.py",),
-    "model/health": ("nomad_plugin/model/health.py",),
     "goplugin/handshake": ("nomad_plugin/goplugin/handshake.py",),
     "config/decode": ("nomad_plugin/config/decode.py",),
     "journal": ("nomad_plugin/journal/",),

@@ -25,7 +25,7 @@ from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.cli.helptext import help_text
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.agent_files import PluginBlocks, duplicate_notes, find_plugin_blocks, plugin_user_config
 from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config, parse_override
 from nomad_plugin.model.errors import PluginError
@@ -89,7 +89,7 @@ class Doctor:
             extra = dict(parse_override(o) for o in self.overrides)
             data = msgpack_config(full_config(user, extra))
             self.config = accept_config(data)
-        except (LauncherConfigError, PluginError) as exc:
+        except (LauncherConfigError, ConfigError, PluginError) as exc:
             self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
             self.config = None
             return
@@ -171,7 +171,7 @@ class Doctor:
     def _config_vs_cards(self, cards: Any) -> None:
         """What the agent log would warn about: card blocks, filters or modes this node's cards defeat."""
         from nomad_plugin.model.card import Inventory
-        from nomad_plugin.model.catalog import check_modes
+        from nomad_plugin.nomad.catalog import check_modes
 
         assert self.config is not None
         problems = check_modes(Inventory(cards=tuple(cards)), self.config)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nomad_plugin.backend_select import accept_config
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import EntryState, Journal, JournalCorrupt, JournalEntry, OwnerLock, plugin_running
 from nomad_plugin.launcher.config import (
     LauncherConfigError,
@@ -74,7 +74,7 @@ def load_config(plugin_config: str | None, overrides: list[str]) -> PluginConfig
         user = plugin_config_from_file(plugin_config) if plugin_config else {}
         extra = dict(parse_override(o) for o in overrides)
         return accept_config(msgpack_config(full_config(user, extra)))
-    except (LauncherConfigError, PluginError) as exc:
+    except (LauncherConfigError, ConfigError, PluginError) as exc:
         raise GrantsError(f"{plugin_config or '(defaults)'}: {exc}") from None
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from nomad_plugin.config.decode import decode_config
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
 from nomad_plugin.model.errors import PluginError
 
@@ -82,7 +82,7 @@ def main(argv: list[str], ask: Callable[[str, TextIO, TextIO], bool | None] = co
     args = parser().parse_args(argv)
     try:
         config = _config(args)
-    except (LauncherConfigError, PluginError) as exc:
+    except (LauncherConfigError, ConfigError, PluginError) as exc:
         sys.stderr.write(f"runtime-kit: {args.plugin_config or '(defaults)'}: {exc}\n")
         return 2
     from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch

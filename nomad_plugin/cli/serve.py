@@ -32,8 +32,7 @@ class NomadDevicePlugin:
 
     def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
         from nomad_plugin._proto.nomad import base_pb2_grpc, device_pb2_grpc
-        from nomad_plugin.nomad.base_service import BaseService
-        from nomad_plugin.nomad.device_service import DeviceService
+        from nomad_plugin.nomad.services import BaseService, DeviceService
 
         base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
         device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(self.app, lifecycle), server)

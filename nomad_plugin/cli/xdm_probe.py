@@ -25,6 +25,7 @@ import grpc
 
 from nomad_plugin.cli.helptext import help_text
 from nomad_plugin.config.decode import decode_config
+from nomad_plugin.config.model import ConfigError
 from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
 from nomad_plugin.launcher.live import socket_overrides
 from nomad_plugin.launcher.rawproto import decode_raw
@@ -228,7 +229,7 @@ def main(argv: list[str]) -> int:
     try:
         config_map = load_config(args.plugin_config, overrides)
         report = probe(config_map, args.raw)
-    except (LauncherConfigError, PluginError) as exc:
+    except (LauncherConfigError, ConfigError, PluginError) as exc:
         sys.stderr.write(f"xdm-probe: {exc}\n")
         return 2
     if args.json:
@@ -246,7 +247,7 @@ def _capture(directory: str, plugin_config: str | None, overrides: list[str]) ->
     try:
         config = decode_config(msgpack_config(load_config(plugin_config, overrides)))
         manifest = capture(config, Path(directory), render_raw=decode_raw)
-    except (LauncherConfigError, PluginError) as exc:
+    except (LauncherConfigError, ConfigError, PluginError) as exc:
         sys.stderr.write(f"xdm-probe: {exc}\n")
         return 2
     except OSError as exc:

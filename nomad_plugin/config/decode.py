@@ -1,10 +1,10 @@
 """SetConfig's ``msgpack_config`` -> a validated ``PluginConfig``.
 
 Nomad decodes the agent's ``config { }`` block with our ConfigSchema and
-msgpack-encodes the resulting cty object (nomad-protocol.md §4.4): a map with
-every attribute present, null for unset ones, integers compact, exact
-non-integers as float64, other numbers as *decimal strings*; empty bytes
-when there is no config at all. This module accepts all of those spellings
+msgpack-encodes the resulting cty object (go-cty's ``cty/msgpack``, called
+in Nomad's ``helper/pluginutils/loader/init.go``): a map with every attribute present,
+null for unset ones, integers compact, exact non-integers as float64, other
+numbers as *decimal strings*; empty bytes when there is no config at all. This module accepts all of those spellings
 and rejects anything else with a ``ConfigError`` that names the option, the
 (truncated, secret-masked) value and what is allowed. It never raises
 anything else, whatever the bytes.
@@ -13,7 +13,9 @@ anything else, whatever the bytes.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
+import posixpath
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -21,9 +23,10 @@ from urllib.parse import urlsplit
 
 import msgpack
 
-from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, PluginConfig
+from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, ConfigError, PluginConfig
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option, option
-from nomad_plugin.model.errors import ConfigError
+from nomad_plugin.util.paths import data_dir_problem
+from nomad_plugin.util.tokens import normalise_token
 
 MAX_INPUT_BYTES = 1 << 20
 MAX_STRING = 4096
@@ -441,9 +444,6 @@ def check_plugin_settings(values: dict[str, Any]) -> None:
     address failed at start. The token loses a trailing newline (read from a
     file) and is refused with a control character inside; it is never shown.
     """
-    from nomad_plugin.util.paths import data_dir_problem
-    from nomad_plugin.util.tokens import normalise_token
-
     found = data_dir_problem(str(values["data_dir"]))
     if found is not None:
         allowed = 'an absolute path of a directory of the plugin\'s own, such as "/var/lib/nomad-device-lingjun"'
@@ -461,21 +461,13 @@ def check_plugin_settings(values: dict[str, Any]) -> None:
         if not ENV_NAME.fullmatch(name):
             raise invalid(f"xdm_env_allow[{index}]", name, 'env variable names such as "LD_LIBRARY_PATH"')
     for index, path in enumerate(values["xdm_mount_allow"]):
-        if not (path.startswith("/") and path == _normal(path) and path != "/" and path.isprintable()):
+        if not (path.startswith("/") and path == posixpath.normpath(path) and path != "/" and path.isprintable()):
             allowed = 'absolute, normalised host paths other than "/", such as "/run/amp/eKitC"'
             raise invalid(f"xdm_mount_allow[{index}]", path, allowed)
 
 
-def _normal(path: str) -> str:
-    import posixpath
-
-    return posixpath.normpath(path)
-
-
 def check_bind_address(address: str) -> None:
     """``metrics_bind`` is an IP address (v4 or v6) or "localhost": nothing is resolved or bound here."""
-    import ipaddress
-
     if address == "localhost":
         return
     try:

@@ -1,4 +1,4 @@
-"""The decoded, validated configuration object every layer reads."""
+"""The decoded, validated configuration object every layer reads, and the error that refuses one."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 
 #: The shortest period cards are re-read at; nomad-device-nvidia re-reads without pause at "0s" or less.
 MIN_FINGERPRINT_PERIOD_S = 1.0
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names option and value (SetConfig: INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True)

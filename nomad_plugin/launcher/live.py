@@ -34,7 +34,7 @@ def preflight(config: dict[str, Any]) -> None:
     first clear cause, in one line, instead of waiting for devices that cannot come. A config the
     plugin refuses is left to the plugin: its SetConfig answers at once, in its own words."""
     from nomad_plugin.backend_select import _nvml_usable, accept_config, choose_backend_name
-    from nomad_plugin.model.errors import ConfigError
+    from nomad_plugin.config.model import ConfigError
     from nomad_plugin.xdm.client import socket_problem
 
     try:

@@ -1,11 +1,135 @@
-"""What a backend knows about one physical accelerator card."""
+"""What a backend knows about the node's accelerator cards, their topology included.
+
+XDM's per-card topology (``extenderResources["topology"]``) is kept by level
+*name* (``numaNodes``, ``leafSwitch``), never by number: level numbers differ
+between models. The contract is loose on purpose: levels may come in any order,
+``peers`` is optional, ``topo<level>`` is an int list for intra-node levels and a
+string for rack and network levels. A bad topology must never drop the card, so
+:func:`parse_topology` never raises: it returns what it could read plus an
+``error`` text.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from nomad_plugin.model.topology import Topology
+if TYPE_CHECKING:
+    from nomad_plugin.config.model import PluginConfig
+
+
+@dataclass(frozen=True)
+class TopologyLevel:
+    level: int
+    name: str
+    # ``topo<level>`` value: an int tuple for intra-node levels, a string
+    # for rack and network levels.
+    domain: tuple[int, ...] | str
+    peers: tuple[int, ...] | None = None
+
+    @property
+    def domain_text(self) -> str:
+        """The domain as one attribute-friendly string ("0", "0,1", "asw-001")."""
+        if isinstance(self.domain, str):
+            return self.domain
+        return ",".join(str(v) for v in self.domain)
+
+
+@dataclass(frozen=True)
+class Topology:
+    levels: tuple[TopologyLevel, ...] = ()
+    # Set when the JSON could not be (fully) parsed; the card is kept anyway.
+    error: str = ""
+
+    def level(self, name: str) -> TopologyLevel | None:
+        for lvl in self.levels:
+            if lvl.name == name:
+                return lvl
+        return None
+
+    def domain(self, name: str) -> str | None:
+        lvl = self.level(name)
+        return None if lvl is None else lvl.domain_text
+
+
+_MAX_TEXT = 1 << 20  # 1 MiB: a topology is a few hundred bytes; refuse absurd input
+
+
+def parse_topology(text: str | None) -> Topology:
+    """Return the levels sorted by ``level`` (nearest first); never raises."""
+    if text is None or not str(text).strip():
+        return Topology()
+    if len(text) > _MAX_TEXT:
+        return Topology(error=f"topology JSON too large ({len(text)} chars)")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return Topology(error=f"topology is not valid JSON: {exc}")
+    if not isinstance(doc, dict):
+        return Topology(error=f"topology must be a JSON object, got {type(doc).__name__}")
+    raw_levels = doc.get("levels")
+    if raw_levels is None:
+        return Topology(error='topology has no "levels" list')
+    if not isinstance(raw_levels, list):
+        return Topology(error=f'topology "levels" must be a list, got {type(raw_levels).__name__}')
+    levels: list[TopologyLevel] = []
+    problems: list[str] = []
+    for index, raw in enumerate(raw_levels):
+        level, problem = _parse_level(raw)
+        if level is not None:
+            levels.append(level)
+        if problem:
+            problems.append(f"levels[{index}]: {problem}")
+    levels.sort(key=lambda lvl: (lvl.level, lvl.name))
+    return Topology(levels=tuple(levels), error="; ".join(problems))
+
+
+def _parse_level(raw: Any) -> tuple[TopologyLevel | None, str]:
+    """One level element -> (level or None when skipped, problem text)."""
+    if not isinstance(raw, dict):
+        return None, f"not an object ({type(raw).__name__}), skipped"
+    number = _as_int(raw.get("level"))
+    name = raw.get("name")
+    if number is None:
+        return None, f"missing or non-integer level {raw.get('level')!r}, skipped"
+    if not isinstance(name, str) or not name.strip():
+        return None, f"level {number} has no name, skipped"
+    key = f"topo{number}"
+    value = raw.get(key)
+    if isinstance(value, str):
+        domain: tuple[int, ...] | str | None
+        domain, problem = value, ""
+    else:
+        domain, problem = _ints(value, key) if value is not None else (None, f"{key} missing")
+    peers, peer_problem = _ints(raw["peers"], "peers") if raw.get("peers") is not None else (None, "")
+    text = "; ".join(p for p in (problem, peer_problem) if p)
+    return TopologyLevel(level=number, name=name, domain=() if domain is None else domain, peers=peers), text
+
+
+def _ints(value: Any, key: str) -> tuple[tuple[int, ...] | None, str]:
+    """An int or a list of ints (None if neither), and the problem with it."""
+    single = _as_int(value)
+    if single is not None:
+        return (single,), ""
+    if not isinstance(value, list):
+        return None, f"{key} has unsupported type {type(value).__name__}"
+    ints = tuple(i for i in map(_as_int, value) if i is not None)
+    return ints, f"{key} has non-integer entries {value!r}" if len(ints) != len(value) else ""
+
+
+def _as_int(value: Any) -> int | None:
+    """An int (not bool); integral floats and digit strings are accepted too."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
 
 
 @dataclass(frozen=True)
@@ -57,6 +181,27 @@ class Card:
         """Whole GiB, floor division (R10: 81920 MiB -> 80 GiB)."""
         return self.memory_mib // 1024
 
+    @property
+    def vendor_name(self) -> str:
+        """The vendor as the node offers it (Nomad's device vendor)."""
+        return self.vendor.strip().lower() or "unknown"
+
+    @property
+    def family(self) -> str:
+        """The device family (Nomad's device type): gpu for NVIDIA (drop-in), ppu for Alibaba."""
+        if self.vendor_name == "nvidia":
+            return "gpu"
+        return self.xpu_type.strip().lower() or ("ppu" if self.vendor_name == "alibaba" else "xpu")
+
+    @property
+    def model_name(self) -> str:
+        return self.model.strip() or "N/A"
+
+    @property
+    def label(self) -> str:
+        """How problems name the card."""
+        return f"card {self.minor} ({self.uuid or 'no uuid'}, {self.model_name!r})"
+
 
 @dataclass(frozen=True)
 class Inventory:
@@ -86,3 +231,79 @@ class Inventory:
             if card.uuid == uuid:
                 return card
         return None
+
+
+#: Keys of ``Inventory.node``.
+NODE_DRIVER_VERSION = "driver_version"
+NODE_RUNTIME_KIT = "runtime_kit"
+#: Which backend read the cards; "nvml" lists NVIDIA devices in UUID order, as nomad-device-nvidia does.
+NODE_SOURCE = "source"
+SOURCE_NVML = "nvml"
+
+
+def _ids(values: tuple[str, ...]) -> set[str]:
+    return {v.strip().casefold() for v in values if v.strip()}
+
+
+def _is_filtered(card: Card, config: PluginConfig) -> bool:
+    """Whether the whole card is hidden.
+
+    ``ignored_ids`` (ours) hides a card and all carved from it by UUID or
+    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints, by
+    UUID: a card in MIG mode is not fingerprinted itself (its MIG instances
+    are), so naming it there hides none of its MIG instances, as in that plugin.
+    """
+    ours = _ids(config.ignored_ids)
+    if card.uuid.casefold() in ours or str(card.minor) in ours:
+        return True
+    if not card.mig_enabled and card.uuid.casefold() in _ids(config.ignored_gpu_ids):
+        return True
+    vendor = card.vendor_name
+    families = {card.family, card.xpu_type.strip().lower()}
+    if config.include_vendors and vendor not in {v.strip().lower() for v in config.include_vendors}:
+        return True
+    if vendor in {v.strip().lower() for v in config.exclude_vendors}:
+        return True
+    if config.include_types and not families & {t.strip().lower() for t in config.include_types}:
+        return True
+    return bool(families & {t.strip().lower() for t in config.exclude_types})
+
+
+def offered_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[Card, ...], list[str]]:
+    """The cards the plugin offers (by minor), and every problem found on the way.
+
+    ``enabled = false`` (nomad-device-nvidia's switch) offers none. MIG
+    instances are hidden by their own UUID too, by either ignore list, as
+    nomad-device-nvidia does. A card without UUID cannot form a stable device
+    ID; a duplicate UUID is skipped.
+    """
+    if not config.enabled:
+        return (), []
+    ignored = _ids((*config.ignored_ids, *config.ignored_gpu_ids))
+    problems: list[str] = []
+    for card in inventory.cards:
+        if card.mig_enabled and card.uuid.casefold() in _ids(config.ignored_gpu_ids):
+            kept = ", ".join(m.uuid for m in card.mig_instances) or "none yet"
+            problems.append(
+                f"ignored_gpu_ids names {card.label}, which is in MIG mode: as in nomad-device-nvidia this "
+                f"hides none of its MIG instances ({kept}); list their MIG UUIDs there, or the card in ignored_ids"
+            )
+    offered: list[Card] = []
+    seen_uuids: set[str] = set()
+    seen_minors: set[int] = set()
+    for card in sorted(inventory.cards, key=lambda c: (c.minor, c.uuid)):
+        if _is_filtered(card, config):
+            continue
+        if not card.uuid:
+            problems.append(f"card {card.minor}: no UUID, cannot form a stable device ID; skipped")
+            continue
+        if card.uuid in seen_uuids:
+            problems.append(f"{card.label}: duplicate UUID; skipped")
+            continue
+        if card.minor in seen_minors:
+            problems.append(f"{card.label}: duplicate minor {card.minor}")
+        seen_uuids.add(card.uuid)
+        seen_minors.add(card.minor)
+        kept_migs = tuple(m for m in card.mig_instances if m.uuid.casefold() not in ignored)
+        offered.append(card if len(kept_migs) == len(card.mig_instances) else replace(card, mig_instances=kept_migs))
+    return tuple(offered), problems

@@ -44,7 +44,3 @@ class GrantMismatch(PluginError):
 
 class ReservationRejected(PluginError):
     """Nomad's device IDs cannot form one valid request."""
-
-
-class ConfigError(PluginError):
-    """A configuration value is invalid; the message names option and value."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 
 AttrValue = int | float | str | bool
 
@@ -28,10 +27,6 @@ class Kind(enum.Enum):
     SHARE = "share"
     MIG = "mig"
     MIG_INSTANCE = "mig-instance"  # a MIG instance that already exists (NVML)
-
-
-def whole_id(card_uuid: str) -> str:
-    return card_uuid
 
 
 def share_id(card_uuid: str, index: int) -> str:
@@ -95,29 +90,11 @@ class Catalog:
     groups: tuple[InstanceGroup, ...] = ()
 
     def find(self, instance_id: str) -> tuple[InstanceGroup, Instance] | None:
-        return self._by_id.get(instance_id)
-
-    @cached_property
-    def _by_id(self) -> dict[str, tuple[InstanceGroup, Instance]]:
-        """Instance ID -> where it is; built once per catalog (a scan cost ~0.1 ms per ID at 1,792 instances)."""
-        index: dict[str, tuple[InstanceGroup, Instance]] = {}
         for group in self.groups:
             for inst in group.instances:
-                index.setdefault(inst.id, (group, inst))  # the first, as the scan found it
-        return index
-
-    def on_card(self, card_uuid: str) -> tuple[tuple[Instance, ...], frozenset[Kind]]:
-        """The instances carved from one card (catalog order) and their kinds."""
-        return self._by_card.get(card_uuid, ((), frozenset()))
-
-    @cached_property
-    def _by_card(self) -> dict[str, tuple[tuple[Instance, ...], frozenset[Kind]]]:
-        """Card UUID -> its instances and their kinds; built once per catalog (conflict marking asks per Reserve)."""
-        found: dict[str, list[Instance]] = {}
-        for group in self.groups:
-            for inst in group.instances:
-                found.setdefault(inst.card_uuid, []).append(inst)
-        return {card: (tuple(insts), frozenset(i.kind for i in insts)) for card, insts in found.items()}
+                if inst.id == instance_id:
+                    return group, inst
+        return None
 
     def all_ids(self) -> frozenset[str]:
         return frozenset(i.id for g in self.groups for i in g.instances)

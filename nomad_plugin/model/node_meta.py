@@ -1,33 +1,12 @@
-"""The node metadata the plugin publishes for job-level placement (pure).
+"""The node metadata the plugin publishes for job-level placement (pure; keys in docs/topology.md).
 
 Nomad evaluates ``constraint``, ``affinity`` and ``spread`` outside a
-``device`` block on node attributes and meta only, so XDM's network
-topology must become node meta for a job to say "all my allocations in one
-point of delivery". This module computes those keys from an inventory; the
-publisher (``reconcile/node_meta.py``) writes them through Nomad's dynamic
-node metadata API and ``nomad-device-lingjun node-meta`` prints them as a
-``client { meta { } }`` block. Both call :func:`node_meta`, so the two can
-never disagree.
-
-Keys (``prefix`` is ``node_meta_prefix``, ``lingjun.`` by default):
-
-- one per topology level whose ``topo<N>`` is a string (rack and network
-  levels), named in snake_case like the device attributes:
-  ``lingjun.leaf_switch``, ``lingjun.point_of_delivery``,
-  ``lingjun.hyper_node``, and any other string level. The value is the
-  level's value when every card shares it, else the sorted distinct values
-  joined by ``,`` (so ``set_contains`` works: an H800 node sits behind two
-  leaf switches);
-- ``lingjun.model``: the card model, or the sorted distinct models joined by ``,``;
-- ``lingjun.card_count``: how many cards the plugin offers (Nomad compares
-  two integers as integers, so ``>= 8`` works);
-- ``lingjun.runtime_kit``: ``enabled``, ``disabled`` or ``unknown`` (config-daemon
-  QueryStatus; XDM backend only).
-
-Only the cards the plugin offers count (``enabled``, ``ignored_ids`` and the
-vendor and type filters apply, as for the fingerprint). Nomad refuses a key
-that is not a dotted HCL identifier, so a level name that cannot become one
-is left out and reported.
+``device`` block on node attributes and meta only, so XDM's network topology
+must become node meta for a job to say "all my allocations in one point of
+delivery". The publisher (``reconcile/node_meta.py``) and ``nomad-device-lingjun
+node-meta`` both call :func:`node_meta`, so the two never disagree. Only the
+cards the plugin offers count. Nomad refuses a key that is not a dotted HCL
+identifier, so a level name that cannot become one is left out and reported.
 """
 
 from __future__ import annotations
@@ -37,8 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.model.catalog import NODE_RUNTIME_KIT, model_name, plan_cards
+from nomad_plugin.model.card import NODE_RUNTIME_KIT, Card, Inventory, offered_cards
 
 #: The summary keys (after the prefix); a topology level of the same name is left out.
 MODEL_KEY = "model"
@@ -99,8 +77,7 @@ def topology_values(cards: Iterable[Card]) -> tuple[dict[str, str], list[str]]:
 
 def node_meta(inventory: Inventory, config: PluginConfig) -> NodeMeta:
     """The prefixed keys for this inventory (see the module docstring)."""
-    plans, _ = plan_cards(inventory, config)
-    cards = [plan.card for plan in plans]
+    cards, _ = offered_cards(inventory, config)
     prefix = config.node_meta_prefix
     levels, problems = topology_values(cards)
     out: dict[str, str] = {}
@@ -109,7 +86,7 @@ def node_meta(inventory: Inventory, config: PluginConfig) -> NodeMeta:
             problems.append(f"topology level {key!r} would hide the summary key {prefix}{key}; left out")
             continue
         out[prefix + key] = value
-    models = joined(model_name(card) for card in cards)
+    models = joined(card.model_name for card in cards)
     if models:
         out[prefix + MODEL_KEY] = models
     out[prefix + CARD_COUNT_KEY] = str(len(cards))

@@ -29,6 +29,7 @@ from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.grant import DeviceNode, Grant, MountSpec
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
+from nomad_plugin.nomad.catalog import MIG_UNITS
 from nomad_plugin.util.paths import SYSTEM_DIRS
 
 log = get_logger(__name__)
@@ -45,8 +46,6 @@ ENV_MEMORY = "LINGJUN_MEMORY_LIMIT_GIB"
 ENV_SLICES = "LINGJUN_MIG_SLICES"
 ENV_NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 ENV_PPU_VISIBLE = "PPU_VISIBLE_DEVICES"
-#: A MIG card's compute is split in sevenths (catalog.MIG_UNITS; kept local: nomad/ imports no catalog).
-MIG_COMPUTE_SLICES = 7
 #: Prefix the plugin reserves for itself: XDM may not override these.
 OWN_PREFIX = "LINGJUN_"
 
@@ -346,7 +345,7 @@ def build_container(
     ``instances`` are the Nomad instances the grant was made for (in request
     order). Mounts are validated always but passed on only with
     ``include_mounts`` (a non-empty mount list replaces the task's volume
-    mounts in Nomad, §5.5).
+    mounts in Nomad: docs/reserve.md, "Mounts").
     """
     _check_sizes(grant)
     mounts = _checked_mounts(grant, policy)
@@ -443,7 +442,7 @@ def _own_envs(grant: Grant, instances: Sequence[Instance]) -> dict[str, str]:
 
 def mig_core_percent(slices: int) -> int:
     """A MIG slice's share of the card's compute: ``slices`` of the card's 7, rounded (3 -> 43)."""
-    return max(1, min(100, round(slices * 100 / MIG_COMPUTE_SLICES)))
+    return max(1, min(100, round(slices * 100 / MIG_UNITS)))
 
 
 def _derived_nodes(grant: Grant, group: GroupKey, path_exists: Callable[[str], bool]) -> tuple[DeviceNode, ...]:

@@ -8,6 +8,21 @@ routes in ``docs/reserve.md``: (a) a new Reserve of the same IDs, (b) the
 Nomad-API reconciler, (c) startup recovery, all idempotent (d).
 
 ``plan_request`` is pure (IDs + catalog -> asks); ``Reserver`` does the I/O.
+
+``container_mounts`` (``MountPolicy``) decides whether a Reserve hands XDM's
+host mounts to the task. Nomad's task runner lets a device plugin's non-empty
+mount list *replace* the task's host and CSI volume mounts (docs/reserve.md,
+"Mounts"). So:
+
+- ``never``: XDM's mounts are validated and dropped (driver libraries come
+  from the image or the lj-runtime shim);
+- ``always``: they are passed; a task with a ``volume_mount`` loses its volumes;
+- ``auto``: they are passed unless the starting task has a ``volume_mount``,
+  found through the Nomad API from the device IDs; when that cannot be told,
+  they are withheld and the reason is logged.
+
+Only Reserves whose grant carries mounts ask for a decision, after XDM's answer, so
+"auto" asks the API only when there is something to decide.
 """
 
 from __future__ import annotations
@@ -36,16 +51,17 @@ from nomad_plugin.model.errors import (
     SchemaMismatch,
 )
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
-from nomad_plugin.model.instances import Catalog, GroupKey, Instance, Kind
+from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
+from nomad_plugin.nomad.catalog import MIG_SLICE_SIZES
 from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_container
-from nomad_plugin.nomad.mounts import MountDecision, MountPolicy, PendingDecision
-from nomad_plugin.nomad.ports import AfterReply
+from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
 from nomad_plugin.reconcile.reconciler import LifecycleCounters
 
 log = get_logger(__name__)
 
-#: XDM's valid MIG slice counts per card (xdm-api.md §1.3).
-VALID_SLICES = frozenset({1, 2, 3, 4, 7})
+#: Runs a function once the reply has gone out (gRPC's ``context.add_callback``); False if it cannot.
+AfterReply = Callable[[Callable[[], None]], bool]
+
 #: Crash-test hook points, in order (see tests/reserve/crash_driver.py).
 STEPS = ("before-allocate", "after-allocate", "after-journal")
 
@@ -67,30 +83,29 @@ class RequestPlan:
 def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
     """Resolve ``device_ids`` and build one request, or raise ``ReservationRejected``."""
     seen: set[str] = set()
+    found: list[tuple[InstanceGroup, Instance]] = []
+    unknown: list[str] = []
     for device_id in device_ids:
         if device_id in seen:
             raise ReservationRejected(f"device ID {device_id[:100]!r} appears more than once in one request")
         seen.add(device_id)
-    found: list[tuple[GroupKey, Instance]] = []
-    unknown: list[str] = []
-    for device_id in device_ids:
         hit = catalog.find(device_id)
         if hit is None:
             unknown.append(device_id)
         else:
-            found.append((hit[0].key, hit[1]))
+            found.append(hit)
     if unknown:
         raise ReservationRejected(
             f"device ID(s) {_some(unknown)} are not in this node's last fingerprint "
             "(the devices changed since the job was placed; Nomad will reschedule it)"
         )
-    groups = sorted({str(g) for g, _ in found})
+    groups = sorted({str(g.key) for g, _ in found})
     if len(groups) > 1:
         raise ReservationRejected(
             f"device IDs come from several device groups ({_some(groups)}); "
             "one device block is always filled from one group"
         )
-    group = found[0][0]
+    group = found[0][0].key
     instances = tuple(inst for _, inst in found)
     kinds = sorted({i.kind.value for i in instances})
     if len(kinds) > 1:
@@ -99,9 +114,9 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
         )
     kind = instances[0].kind
     asks = _asks(kind, instances)
-    shapes = {(a.core, a.memory_gib, a.slices) for a in asks}
-    if len(shapes) > 1:
-        per_card = _some([f"card {a.minor}: {_describe(kind, a)}" for a in asks])
+    if len({(a.core, a.memory_gib, a.slices) for a in asks}) > 1:
+        amounts = [f"{a.slices} slices" if kind is Kind.MIG else f"{a.core}% compute, {a.memory_gib} GiB" for a in asks]
+        per_card = _some([f"card {a.minor}: {amount}" for a, amount in zip(asks, amounts, strict=True)])
         raise ReservationRejected(
             f"heterogeneous request in {group}: {per_card}. XDM grants only equal amounts on every card; "
             "ask for a count that fits on one card, or whole cards"
@@ -110,53 +125,40 @@ def plan_request(device_ids: Sequence[str], catalog: Catalog) -> RequestPlan:
 
 
 #: How many items an error names before it only counts the rest.
-SHOWN = 5
+_SHOWN = 5
 
 
 def _some(items: Sequence[str]) -> str:
     """The first few ``items``, and how many more: an error stays short whatever Nomad sent."""
-    shown = ", ".join(item[:100] for item in items[:SHOWN])
-    return shown if len(items) <= SHOWN else f"{shown} and {len(items) - SHOWN} more"
+    shown = ", ".join(item[:100] for item in items[:_SHOWN])
+    return shown if len(items) <= _SHOWN else f"{shown} and {len(items) - _SHOWN} more"
 
 
 def _asks(kind: Kind, instances: tuple[Instance, ...]) -> tuple[DeviceAsk, ...]:
+    if kind is Kind.MIG_INSTANCE:  # one ask per existing MIG instance, naming it: its sizes are facts, not asks
+        return tuple(
+            DeviceAsk(minor=i.minor, slices=i.slices, memory_gib=i.memory_gib, mig_uuid=i.mig_uuid or i.id)
+            for i in instances
+        )
     by_card: dict[int, list[Instance]] = defaultdict(list)
     for inst in instances:
         by_card[inst.minor].append(inst)
-    if kind is Kind.WHOLE:
-        return tuple(DeviceAsk(minor=m) for m in sorted(by_card))
-    if kind is Kind.SHARE:
-        return tuple(
-            DeviceAsk(
-                minor=m,
-                core=min(100, sum(i.core for i in insts)),
-                memory_gib=sum(i.memory_gib for i in insts),
-            )
-            for m, insts in sorted(by_card.items())
-        )
-    if kind is Kind.MIG:
-        asks = []
-        for m, insts in sorted(by_card.items()):
+    asks = []
+    for minor, insts in sorted(by_card.items()):
+        memory = sum(i.memory_gib for i in insts)
+        if kind is Kind.WHOLE:
+            asks.append(DeviceAsk(minor=minor))
+        elif kind is Kind.SHARE:
+            asks.append(DeviceAsk(minor=minor, core=min(100, sum(i.core for i in insts)), memory_gib=memory))
+        else:
             slices = sum(max(1, i.slices) for i in insts)
-            if slices not in VALID_SLICES:
+            if slices not in MIG_SLICE_SIZES:
                 raise ReservationRejected(
-                    f"{slices} MIG units on card {insts[0].card_uuid} (minor {m}): XDM accepts 1, 2, 3, 4 or 7 "
+                    f"{slices} MIG units on card {insts[0].card_uuid} (minor {minor}): XDM accepts 1, 2, 3, 4 or 7 "
                     "slices per card; use a device count of 1, 2, 3, 4 or 7"
                 )
-            asks.append(DeviceAsk(minor=m, slices=slices, memory_gib=sum(i.memory_gib for i in insts)))
-        return tuple(asks)
-    # Existing MIG instances (NVML): one ask per instance, naming it; NVML made it, so its
-    # slices and memory are facts to record, not sizes to check.
-    return tuple(
-        DeviceAsk(minor=i.minor, slices=i.slices, memory_gib=i.memory_gib, mig_uuid=i.mig_uuid or i.id)
-        for i in instances
-    )
-
-
-def _describe(kind: Kind, ask: DeviceAsk) -> str:
-    if kind is Kind.MIG:
-        return f"{ask.slices} slices"
-    return f"{ask.core}% compute, {ask.memory_gib} GiB"
+            asks.append(DeviceAsk(minor=minor, slices=slices, memory_gib=memory))
+    return tuple(asks)
 
 
 def describe_limits(kind: str, asks: Sequence[DeviceAsk]) -> str:
@@ -180,26 +182,9 @@ class MountsOutcome:
     count: int
     decision: MountDecision
 
-    def describe(self) -> str:
-        if self.decision.passed:
-            return f"XDM's {self.count} mount(s) passed ({self.decision.reason})"
-        return f"XDM's {self.count} mount(s) withheld ({self.decision.reason}); its devices and env are passed"
-
 
 def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: MountsOutcome | None = None) -> None:
-    """The one info line per grant made (docs/reserve.md "Audit trail"), with its mounts' fate if it had any.
-
-    One line, not two: each line a Reserve writes wakes the reader of the
-    plugin's stderr (Nomad's agent, or the benchmark) while the reply is on
-    its way, and a second line cost Reserve about 0.15 ms at p50 (issue 14).
-    """
-    if mounts is not None and mounts.decision.outcome == "unknown":  # withheld because it could not be told
-        log.warning(
-            "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed",
-            entry.grant_id,
-            mounts.count,
-            mounts.decision.reason,
-        )
+    """The one info line per grant made (docs/reserve.md "Audit trail"), with its mounts' fate if it had any."""
     limits = describe_limits(entry.kind, entry.asks)
     fields = {
         "grant_id": entry.grant_id,
@@ -210,12 +195,22 @@ def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: MountsOutcome |
         "limits": limits,
     }
     message = "grant %s made: devices %s; cards %s; mode %s; limits %s"
-    args = [entry.grant_id, ", ".join(entry.device_ids), ", ".join(entry.cards), entry.kind, limits]
+    args: list[object] = [entry.grant_id, ", ".join(entry.device_ids), ", ".join(entry.cards), entry.kind, limits]
     if mounts is not None:
-        message += "; %s"
-        args.append(mounts.describe())
-        fields["mounts"] = "passed" if mounts.decision.passed else "withheld"
-        fields["mounts_reason"] = mounts.decision.reason
+        passed, reason = mounts.decision.passed, mounts.decision.reason
+        if mounts.decision.outcome == "unknown":  # withheld because it could not be told
+            log.warning(
+                "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed",
+                entry.grant_id,
+                mounts.count,
+                reason,
+            )
+        message += "; XDM's %d mount(s) " + (
+            "passed (%s)" if passed else "withheld (%s); its devices and env are passed"
+        )
+        args += [mounts.count, reason]
+        fields["mounts"] = "passed" if passed else "withheld"
+        fields["mounts_reason"] = reason
     log.info(message, *args, extra={"fields": fields})
 
 
@@ -275,8 +270,6 @@ class Reserver:
         self._on_changed = on_grants_changed
         # Without a policy: include_mounts=True passes XDM's mounts always, else never.
         self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
-        # Set while XDM's grants carry mounts: the next Reserve starts its mount question early.
-        self._mounts_expected = False
         self._policy = ReservePolicy.for_config(config.xdm_env_allow, config.xdm_mount_allow, config.data_dir)
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
@@ -291,9 +284,7 @@ class Reserver:
         """Make, journal and describe one grant for ``device_ids``.
 
         ``after_reply``: where the grant's audit line is written once the reply
-        has gone out (gRPC's ``add_callback``), so that writing it, and the
-        reader of the plugin's stderr it wakes, are not on the Reserve's path
-        (issue 14); written at once when absent or refused.
+        has gone out (gRPC's ``add_callback``); written at once when absent or refused.
         """
         if not device_ids:
             return empty_response()
@@ -301,34 +292,28 @@ class Reserver:
         try:
             with self._cards_locked(plan.card_uuids):
                 self._release_previous_holders(plan)
-                entry, spec, early = self._grant(str(uuid.uuid4()), plan)
+                entry, spec = self._grant(str(uuid.uuid4()), plan)
         finally:
             self._changed()
-        spec, mounts = self._apply_mount_policy(plan, spec, early)
+        spec, mounts = self._apply_mount_policy(plan, spec)
         audit = partial(_audit_grant, entry, plan, mounts)
         if after_reply is None or not after_reply(audit):
             audit()
         return device_pb2.ReserveResponse(container_res=spec.to_proto())
 
-    def _apply_mount_policy(
-        self, plan: RequestPlan, spec: ContainerSpec, early: PendingDecision | None = None
-    ) -> tuple[ContainerSpec, MountsOutcome | None]:
+    def _apply_mount_policy(self, plan: RequestPlan, spec: ContainerSpec) -> tuple[ContainerSpec, MountsOutcome | None]:
         """Keep or drop XDM's (validated) mounts per ``container_mounts``; outside the card locks.
 
-        ``early``: the decision started before Allocate, used if the grant carries mounts (else dropped).
-        Returns the spec to send and, when the grant carried mounts, what became of them (for the
-        audit line, which adds a warning of its own when they were withheld because it cannot be told).
+        Returns the spec to send and, when the grant carried mounts, what became of them (for the audit line).
         """
-        self._mounts_expected = bool(spec.mounts)
         if not spec.mounts:
             return spec, None
-        ids = [i.id for i in plan.instances]
-        decision = early.result() if early is not None else self._mounts.decide(ids)
+        decision = self._mounts.decide([i.id for i in plan.instances])
         outcome = MountsOutcome(len(spec.mounts), decision)
         return (spec if decision.passed else replace(spec, mounts=())), outcome
 
-    def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec, PendingDecision | None]:
-        """Journal the intent, Allocate, journal the grant; also the mount question, if started.
+    def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec]:
+        """Journal the intent, Allocate, journal the grant.
 
         The intent names a grant id that XDM may hold, and may still come to
         hold until its ``settle_until``: the Allocate's deadline, and as long
@@ -355,9 +340,6 @@ class Reserver:
         # id XDM may come to hold is on disk, and the next plugin releases it (route (c)).
         self._put(entry)
         self._step("before-allocate")
-        # Started here, not earlier: its Python work then runs while this thread waits on XDM
-        # instead of contending for the GIL with the journal steps above (issue 14).
-        early = self._mounts.begin([i.id for i in plan.instances]) if self._mounts_expected else None
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
         except BaseException as exc:
@@ -388,7 +370,7 @@ class Reserver:
             self._abandon(entry, f"verification failed: {exc}")
             raise
         self._step("after-journal")
-        return entry, spec, early
+        return entry, spec
 
     def _release_previous_holders(self, plan: RequestPlan) -> None:
         """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
@@ -476,6 +458,7 @@ class Reserver:
         return next((e for e in self.journal.entries() if device_id in e.device_ids), None)
 
     # -- internals --------------------------------------------------------------------
+
     def _put(self, entry: JournalEntry) -> None:
         try:
             self.journal.put(entry)
@@ -513,3 +496,69 @@ class Reserver:
         finally:
             for lock in reversed(locks):
                 lock.release()
+
+
+MOUNT_MODES = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class MountDecision:
+    """``outcome`` is a bounded metric label: passed, volumes, unknown or never."""
+
+    passed: bool
+    outcome: str
+    reason: str
+
+
+SHUTTING_DOWN = MountDecision(False, "unknown", "the plugin is shutting down")
+
+
+class MountPolicy:
+    """``container_mounts``: whether XDM's host mounts reach the task (see the module docstring)."""
+
+    def __init__(
+        self,
+        mode: str,
+        lookup: Callable[[Sequence[str]], VolumeVerdict] | None = None,
+        observe: Callable[[MountDecision], None] | None = None,
+    ) -> None:
+        if mode not in MOUNT_MODES:
+            raise ValueError(f"container_mounts: {mode!r} is not one of {', '.join(MOUNT_MODES)}")
+        self.mode = mode
+        self._lookup = lookup
+        self._observe = observe
+        self._closed = False
+
+    def close(self) -> None:
+        """Ask the Nomad API nothing more; a question under way ends with its HTTP client (closed next)."""
+        self._closed = True
+
+    def decide(self, device_ids: Sequence[str]) -> MountDecision:
+        """The decision for these device IDs (asks the Nomad API in ``auto``), counted by ``observe``."""
+        decision = self._decide(device_ids)
+        if self._observe is not None:
+            try:
+                self._observe(decision)
+            except Exception:
+                log.exception("mount decision observer failed")
+        return decision
+
+    def _decide(self, device_ids: Sequence[str]) -> MountDecision:
+        if self.mode == "always":
+            return MountDecision(True, "passed", 'container_mounts = "always"')
+        if self.mode == "never":
+            return MountDecision(False, "never", 'container_mounts = "never"')
+        if self._lookup is None:
+            return MountDecision(False, "unknown", "no Nomad API client to find the starting task")
+        if self._closed:
+            return SHUTTING_DOWN
+        try:
+            verdict = self._lookup(device_ids)
+        except Exception as exc:  # the lookup must never fail a Reserve
+            log.exception("finding the task of device IDs %s failed", ", ".join(device_ids))
+            return MountDecision(False, "unknown", f"the task lookup failed: {type(exc).__name__}")
+        if not verdict.known:
+            return MountDecision(False, "unknown", verdict.reason)
+        if verdict.has_volume_mounts:
+            return MountDecision(False, "volumes", verdict.reason)
+        return MountDecision(True, "passed", verdict.reason)

@@ -22,11 +22,9 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from nomad_plugin.goplugin.logging import get_logger
-from nomad_plugin.model.card import Card
+from nomad_plugin.model.card import Card, Topology, parse_topology
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
-from nomad_plugin.model.topology import Topology
-from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.util import text
 from nomad_plugin.xdm import guesses
 from nomad_plugin.xdm.binder import Binding, MessageBinding, Rpc, builtin_binding

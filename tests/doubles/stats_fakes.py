@@ -14,7 +14,6 @@ from nomad_plugin.model.instances import (
     Kind,
     mig_unit_id,
     share_id,
-    whole_id,
 )
 from nomad_plugin.model.metrics import METRIC_IDS, MetricSample
 
@@ -88,7 +87,7 @@ def card(minor: int, model: str = "H100", memory_mib: int = 81920, mig: tuple[Mi
 
 
 def whole_group(cards: Sequence[Card]) -> InstanceGroup:
-    insts = tuple(Instance(whole_id(c.uuid), Kind.WHOLE, c.uuid, c.minor) for c in cards)
+    insts = tuple(Instance(c.uuid, Kind.WHOLE, c.uuid, c.minor) for c in cards)
     return InstanceGroup(GroupKey("nvidia", "gpu", cards[0].model), insts)
 
 

@@ -7,10 +7,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.card import Card, Inventory, parse_topology
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.model.topology_parse import parse_topology
 from tests.seed_topologies import E810_GPU0 as SEED_810E_GPU0
 from tests.seed_topologies import M890P_GPU0 as SEED_M890P_GPU0
 

@@ -8,8 +8,8 @@ import pytest
 
 from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.model.card import Card, Inventory, MigInstance
-from nomad_plugin.model.catalog import build_catalog, check_modes, normalize_pci_bus_id
 from nomad_plugin.model.instances import Attr, GroupKey, Kind
+from nomad_plugin.nomad.catalog import build_catalog, check_modes, normalize_pci_bus_id
 
 from .helpers import h800_node, m890p_node, ppu810e_node
 
@@ -350,7 +350,7 @@ def test_unknown_model_name_and_vendor():
 
 
 def test_multi_value_domain_is_text_single_value_is_int():
-    from nomad_plugin.model.topology_parse import parse_topology
+    from nomad_plugin.model.card import parse_topology
 
     topo = parse_topology(
         '{"levels": [{"level": 1, "name": "numaNodes", "topo1": [0, 1]},'

@@ -14,8 +14,8 @@ from nomad_plugin.config.model import CardRule, PluginConfig
 from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Kind
-from nomad_plugin.nomad import fingerprint_engine
-from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+from nomad_plugin.nomad import fingerprint
+from nomad_plugin.nomad.fingerprint import FingerprintEngine
 
 from .helpers import FakeBackend, FakeClock, h800_node, with_health
 
@@ -48,6 +48,11 @@ class Stream:
     def close(self) -> None:
         self.cancel.set()
         assert self.ended.wait(WAIT), "generator did not end after cancel"
+
+
+def current(engine: FingerprintEngine) -> device_pb2.FingerprintResponse:
+    """What a stream opened now gets first: the engine's current response."""
+    return next(engine.responses(threading.Event()))
 
 
 def devices(resp: device_pb2.FingerprintResponse) -> dict[str, tuple[bool, str]]:
@@ -110,7 +115,7 @@ def test_health_flip_and_hysteresis_recovery_by_checks(clock):
         assert not healthy and "recovering from: XID 79" in desc and "1/2 checks" in desc
         backend.push(with_health(inv, 1, True))
         assert devices(s.next())[u1] == (True, "")
-        assert devices(engine.current())[inv.cards[0].uuid] == (True, "")
+        assert devices(current(engine))[inv.cards[0].uuid] == (True, "")
         s.close()
     finally:
         engine.stop()
@@ -139,19 +144,19 @@ def test_hysteresis_recovery_by_delay_without_new_push(clock):
 
 
 def test_nothing_waits_for_the_safety_tick():
-    """The plugin's tick is a 10 s safety net (issue 14): a recovery delay and a grant change act on their own.
+    """The plugin's tick is a 10 s safety net: a recovery delay and a grant change act on their own.
 
     A one-hour tick and the real clock: the recovery delay wakes the timer
     when it expires, and a grant change is acted on when notified.
     """
-    assert fingerprint_engine.SAFETY_TICK_S >= 10.0
+    assert fingerprint.SAFETY_TICK_S >= 10.0
     inv = h800_node(2)
     u0 = inv.cards[0].uuid
     grants: dict[str, frozenset[Kind]] = {}
     backend = FakeBackend(inv)
     engine = make(
         backend,
-        fingerprint_engine.time.monotonic,
+        fingerprint.time.monotonic,
         tick=3600.0,
         grants_view=lambda: dict(grants),
         health_recovery_checks=100,
@@ -206,7 +211,7 @@ def test_outage_without_timestamp_uses_first_seen_wall_clock(clock):
     engine.start()
     try:
         backend.push(Inventory(reachable=False))
-        ((healthy, desc),) = devices(engine.current()).values()
+        ((healthy, desc),) = devices(current(engine)).values()
         assert not healthy and desc == "xdm unreachable since 2027-01-15T08:00:00Z"
     finally:
         engine.stop()
@@ -279,11 +284,11 @@ def test_failures_are_logged_and_the_last_good_response_kept(clock, caplog):
         s = Stream(engine)
         good = s.next()
         broken.set()
-        with caplog.at_level(logging.ERROR, logger=fingerprint_engine.__name__):
+        with caplog.at_level(logging.ERROR, logger=fingerprint.__name__):
             backend.push(with_health(inv, 0, False, "x"))  # must not raise into the backend
         assert "keeping the last good response" in caplog.text
         s.assert_quiet()
-        assert engine.current() == good and not s.ended.is_set()
+        assert current(engine) == good and not s.ended.is_set()
         broken.clear()
         backend.push(with_health(inv, 0, False, "x"))
         assert devices(s.next())[inv.cards[0].uuid] == (False, "x")
@@ -311,7 +316,7 @@ def test_backend_inventory_raising_at_start_still_serves_empty(clock):
 
 
 def test_invalid_attribute_never_reaches_the_stream(clock, monkeypatch, caplog):
-    real = fingerprint_engine.build_response
+    real = fingerprint.build_response
 
     def with_bad_unit(catalog, verdicts):
         resp = real(catalog, verdicts)
@@ -319,9 +324,9 @@ def test_invalid_attribute_never_reaches_the_stream(clock, monkeypatch, caplog):
             g.attributes["temperature"].CopyFrom(attribute_pb2.Attribute(int_val=40, unit="C"))
         return resp
 
-    monkeypatch.setattr(fingerprint_engine, "build_response", with_bad_unit)
+    monkeypatch.setattr(fingerprint, "build_response", with_bad_unit)
     engine = make(FakeBackend(h800_node(1)), clock)
-    with caplog.at_level(logging.ERROR, logger=fingerprint_engine.__name__):
+    with caplog.at_level(logging.ERROR, logger=fingerprint.__name__):
         engine.start()
     try:
         s = Stream(engine)
@@ -333,19 +338,23 @@ def test_invalid_attribute_never_reaches_the_stream(clock, monkeypatch, caplog):
         engine.stop()
 
 
-def test_catalog_config_update_and_problems(clock):
+def test_catalog_config_update_and_problems(clock, caplog):
     backend = FakeBackend(h800_node(2, model="NVIDIA L20", memory_mib=46068))
     engine = make(backend, clock, default_mode="mig")
-    engine.start()
+    with caplog.at_level(logging.WARNING, logger=fingerprint.__name__):
+        engine.start()
     try:
         assert [str(g.key) for g in engine.catalog().groups] == ["nvidia/gpu/NVIDIA L20"]
-        assert len(engine.config_problems()) == 2
-        engine.update_config(PluginConfig(default_mode="tdm", tdm_shares=4))
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("config: ")]
+        assert len(said) == 2 and all("not MIG-capable" in m for m in said), said
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=fingerprint.__name__):
+            engine.update_config(PluginConfig(default_mode="tdm", tdm_shares=4))
         assert [str(g.key) for g in engine.catalog().groups] == [
             "nvidia/gpu-share/NVIDIA L20 card0",
             "nvidia/gpu-share/NVIDIA L20 card1",
         ]
-        assert engine.config_problems() == []
+        assert not [r for r in caplog.records if r.getMessage().startswith("config: ")]
     finally:
         engine.stop()
 
@@ -361,47 +370,13 @@ def test_cancel_ends_stream_and_stop_is_idempotent(clock):
 
 
 def test_a_cancel_event_wakes_the_stream_without_polling(clock, monkeypatch):
-    """With the CancelEvent every gRPC stream gets, cancel is a callback, not a 4-per-second poll (issue 14)."""
-    monkeypatch.setattr(fingerprint_engine, "_CANCEL_POLL_S", 3600.0)  # a poll would now never notice
+    """With the CancelEvent every gRPC stream gets, cancel is a callback, not a 4-per-second poll."""
+    monkeypatch.setattr(fingerprint, "_CANCEL_POLL_S", 3600.0)  # a poll would now never notice
     engine = make(FakeBackend(h800_node(1)), clock)
     engine.start()
     try:
         s = Stream(engine, CancelEvent())
         s.next()
-        s.close()
-    finally:
-        engine.stop()
-
-
-def test_rebuilds_only_when_an_input_changed(clock, monkeypatch):
-    """Ticks and grants that block no other mode cost no rebuild (190 ms at 256 cards); real changes do."""
-    inv = h800_node(2)
-    u0, u1 = inv.cards[0].uuid, inv.cards[1].uuid
-    grants: dict[str, frozenset[Kind]] = {}
-    builds = {"n": 0}
-    real = fingerprint_engine.build_response
-
-    def counted(*args, **kwargs):
-        builds["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(fingerprint_engine, "build_response", counted)
-    engine = make(FakeBackend(inv), clock, grants_view=lambda: dict(grants), cards=(CardRule("0", "tdm", shares=2),))
-    engine.start()
-    try:
-        s = Stream(engine)
-        s.next()
-        first = builds["n"]
-        for _ in range(5):
-            engine.reevaluate()  # what the timer does every tick
-        assert builds["n"] == first, "unchanged inputs were rebuilt"
-        grants[u1] = frozenset({Kind.WHOLE})  # card 1 only offers whole: blocks nothing
-        engine.reevaluate()
-        assert builds["n"] == first, "a grant that blocks no other mode was rebuilt"
-        grants[u0] = frozenset({Kind.WHOLE})  # card 0 also offers shares: they become unavailable
-        engine.reevaluate()
-        assert builds["n"] == first + 1
-        assert devices(s.next())[f"{u0}-share-0"][0] is False
         s.close()
     finally:
         engine.stop()

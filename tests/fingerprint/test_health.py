@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.catalog import build_catalog
-from nomad_plugin.model.health import (
+from nomad_plugin.model.instances import Kind
+from nomad_plugin.nomad.catalog import build_catalog
+from nomad_plugin.nomad.fingerprint import (
     HEALTHY,
     HealthTracker,
     Verdict,
@@ -13,7 +14,6 @@ from nomad_plugin.model.health import (
     iso_time,
     outage_verdict,
 )
-from nomad_plugin.model.instances import Kind
 
 from .helpers import FakeClock, h800_node
 
@@ -104,7 +104,7 @@ def _conflicts_by_scan(cat, grants):
 
 
 def test_conflict_marking_names_exactly_the_instances_a_full_scan_finds():
-    """conflict_reasons skips a card whose one granted kind is that of all its instances; nothing else."""
+    """Every combination of granted kinds on four cards in three modes marks what a full scan finds."""
     import itertools
 
     inv = h800_node(4)
@@ -128,17 +128,6 @@ def test_conflict_marking_names_exactly_the_instances_a_full_scan_finds():
         else:
             without += 1
     assert with_conflicts and without, "the combinations cover both outcomes"
-
-
-def test_the_catalog_lists_each_card_instances_in_catalog_order_with_their_kinds():
-    inv = h800_node(3)
-    u0, u1, u2 = (c.uuid for c in inv.cards)
-    cat = build_catalog(inv, PluginConfig(cards=(CardRule("1", "tdm", shares=2), CardRule("2", "mig"))))
-    insts, kinds = cat.on_card(u1)
-    assert [i.id for i in insts] == [f"{u1}-share-0", f"{u1}-share-1"] and kinds == {Kind.SHARE}
-    assert [i.id for i in cat.on_card(u0)[0]] == [u0] and cat.on_card(u0)[1] == {Kind.WHOLE}
-    assert len(cat.on_card(u2)[0]) == 7 and cat.on_card(u2)[1] == {Kind.MIG}
-    assert cat.on_card("no-such-card") == ((), frozenset())
 
 
 def test_instance_verdicts_combine_reasons():

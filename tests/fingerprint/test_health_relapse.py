@@ -8,7 +8,7 @@ two faults.
 
 from __future__ import annotations
 
-from nomad_plugin.model.health import HealthTracker
+from nomad_plugin.nomad.fingerprint import HealthTracker
 
 FAULT, OK = {"c": (False, "XID 79")}, {"c": (True, "")}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.model.catalog import build_catalog, share_instances
+from nomad_plugin.nomad.catalog import build_catalog
 
 from .helpers import m890p_node
 
@@ -23,8 +23,10 @@ def test_three_shares_are_33_percent_each():
 
 @pytest.mark.parametrize("shares", range(1, 101))
 def test_shares_never_oversubscribe_the_card(shares):
-    card = m890p_node(1).cards[0]
-    instances = share_instances(card, shares)
+    node = m890p_node(1)
+    card = node.cards[0]
+    (group,) = build_catalog(node, PluginConfig(default_mode="tdm", tdm_shares=shares)).groups
+    instances = group.instances
     assert len(instances) == shares
     assert sum(i.core for i in instances) <= 100
     assert sum(i.memory_gib for i in instances) <= card.memory_gib

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
-from nomad_plugin.nomad.validate import attribute_problem, sanitize
+from nomad_plugin.nomad.fingerprint import attribute_problem, sanitize
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])

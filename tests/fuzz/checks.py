@@ -21,14 +21,13 @@ from google.protobuf.message import DecodeError
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.config.decode import decode_config
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import store as journal_store
 from nomad_plugin.journal.store import FILE_NAME, Journal, JournalCorrupt, decode
-from nomad_plugin.model.errors import ConfigError, PluginError
+from nomad_plugin.model.card import Topology, parse_topology
+from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import GroupKey, Instance, Kind, share_id
-from nomad_plugin.model.topology import Topology
-from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.nomad.container import ENV_GRANT_ID, GrantRejected, build_container
 from nomad_plugin.reconcile.nomad_api import NomadApiError
 from nomad_plugin.xdm import adapter

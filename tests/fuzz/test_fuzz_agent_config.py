@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nomad_plugin.backend_select import accept_config
+from nomad_plugin.config.model import ConfigError
 from nomad_plugin.launcher.agent_files import agent_config_values
 from nomad_plugin.launcher.agent_hcl import AgentSyntaxError, parse_agent_text
 from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config
-from nomad_plugin.model.errors import ConfigError
 
 TOKENS = (
     "plugin", '"nomad-device-lingjun"', "{", "}", "config", "card", "=", '"x"', '"tdm"', "tdm", "1", "010",

@@ -77,7 +77,7 @@ def test_deep_nesting(depth):
 
 def test_secret_never_echoed():
     from nomad_plugin.config.decode import decode_config
-    from nomad_plugin.model.errors import ConfigError
+    from nomad_plugin.config.model import ConfigError
 
     with pytest.raises(ConfigError) as err:
         decode_config(msgpack.packb({"nomad_token": ["s3cr3t-token-value"]}))

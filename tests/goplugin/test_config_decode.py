@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nomad_plugin.config.decode import MAX_INPUT_BYTES, decode_config, parse_go_duration, secret_values, show
-from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.config.model import CardRule, ConfigError, PluginConfig
 from nomad_plugin.config.options import CARD_BLOCK, OPTIONS
-from nomad_plugin.model.errors import ConfigError
 
 
 def full_object(**values: object) -> dict[str, object]:

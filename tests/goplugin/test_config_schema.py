@@ -11,9 +11,15 @@ import pytest
 from goplugin_harness import REPO
 
 from nomad_plugin import PLUGIN_NAME
-from nomad_plugin.config.hcl_render import render
-from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS
-from nomad_plugin.config.schema import config_spec, hcl_literal, hcl_string
+from nomad_plugin.config.options import (
+    CARD_BLOCK,
+    CARD_OPTIONS,
+    OPTIONS,
+    config_spec,
+    hcl_literal,
+    hcl_string,
+    plugin_hcl,
+)
 
 
 def test_root_is_an_object_with_every_option_and_the_card_block_list() -> None:
@@ -66,7 +72,9 @@ def test_escaped_strings_parse_back_in_hcl() -> None:
 
 def test_plugin_hcl_is_the_rendering_and_parses() -> None:
     on_disk = (REPO / "plugin.hcl").read_text()
-    assert on_disk == render(), "plugin.hcl is stale: run python -m nomad_plugin.config.hcl_render > plugin.hcl"
+    assert on_disk == plugin_hcl(), (
+        "plugin.hcl is stale: run python -m nomad_plugin.config.options plugin.hcl > plugin.hcl"
+    )
     parsed = hcl2.loads(on_disk)
     block = parsed["plugin"][0][f'"{PLUGIN_NAME}"']
     config = block["config"][0]
@@ -85,7 +93,7 @@ def test_plugin_hcl_is_the_rendering_and_parses() -> None:
 
 def test_render_module_prints_the_file() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "nomad_plugin.config.hcl_render"], cwd=REPO, capture_output=True, timeout=30
+        [sys.executable, "-m", "nomad_plugin.config.options", "plugin.hcl"], cwd=REPO, capture_output=True, timeout=30
     )
     assert result.returncode == 0
-    assert result.stdout.decode() == render()
+    assert result.stdout.decode() == plugin_hcl()

@@ -15,21 +15,14 @@ from google.protobuf import duration_pb2
 
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
 from nomad_plugin.app import PluginApp
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.journal.datadir import DataDirRefused
 from nomad_plugin.journal.store import JournalFull
-from nomad_plugin.model.errors import (
-    BackendRefused,
-    BackendUnavailable,
-    ConfigError,
-    GrantMismatch,
-    ReservationRejected,
-)
-from nomad_plugin.nomad.base_service import BaseService
+from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
 from nomad_plugin.nomad.container import GrantRejected
-from nomad_plugin.nomad.device_service import DeviceService, stats_interval
-from nomad_plugin.nomad.ports import AfterReply
+from nomad_plugin.nomad.reserve import AfterReply
+from nomad_plugin.nomad.services import BaseService, DeviceService, stats_interval
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.xdm.client import GrpcRefused
 

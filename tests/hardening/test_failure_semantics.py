@@ -234,8 +234,7 @@ def _on_the_monotonic_clock(stamp: float, offset: float = 0.0) -> bool:
 
 def test_grace_and_health_timers_use_the_monotonic_clock(tmp_path):
     """Built as app.py builds them (no clock given), the timers they keep are monotonic times."""
-    from nomad_plugin.model.health import HealthTracker
-    from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.fingerprint import FingerprintEngine, HealthTracker
     from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from tests.doubles.reserve_fakes import FakeBackend, card_uuid, catalog, whole_group

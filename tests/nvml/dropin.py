@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin.config.decode import decode_config
-from nomad_plugin.model.catalog import normalize_pci_bus_id
+from nomad_plugin.nomad.catalog import normalize_pci_bus_id
 from tests.conformance.hostlib import REPO, HostProcess, HostRun, real_plugin, start_host
 from tests.doubles.fake_pynvml import FakeNvml, fake_from_spec, write_mig_caps
 from tests.nvml import official_oracle as oracle

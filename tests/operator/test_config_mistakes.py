@@ -9,13 +9,12 @@ import msgpack
 import pytest
 
 from nomad_plugin.config.decode import decode_config
-from nomad_plugin.config.model import CardRule, PluginConfig
+from nomad_plugin.config.model import CardRule, ConfigError, PluginConfig
 from nomad_plugin.launcher import LaunchError
 from nomad_plugin.launcher.live import LiveNode
-from nomad_plugin.model.catalog import check_modes
-from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.model.grant import Grant, GrantedDevice
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
+from nomad_plugin.nomad.catalog import check_modes
 from nomad_plugin.nomad.container import build_container, mig_core_percent
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 from tests.doubles.nomad_api import NomadApiDouble
@@ -95,7 +94,7 @@ def test_unknown_type_or_vendor_filter_is_named(config: PluginConfig, needle: st
 
 def test_warnings_reach_the_agent_log(caplog: pytest.LogCaptureFixture) -> None:
     """The fingerprint engine logs every problem once, as a warning the agent shows."""
-    from nomad_plugin.nomad.fingerprint_engine import FingerprintEngine
+    from nomad_plugin.nomad.fingerprint import FingerprintEngine
 
     backend = FakeBackend(h800_node(2))
     config = PluginConfig(cards=(CardRule(match="A100", mode="mig"),), include_types=("npu", "gpu"))

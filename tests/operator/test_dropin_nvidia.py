@@ -20,15 +20,14 @@ import pytest
 
 from nomad_plugin.cli import check_job
 from nomad_plugin.config.decode import decode_config
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
 from nomad_plugin.launcher.config import load_config, msgpack_config
 from nomad_plugin.launcher.convert import device_groups
 from nomad_plugin.launcher.live import LiveNode
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.catalog import build_catalog, check_modes
-from nomad_plugin.model.errors import ConfigError
 from nomad_plugin.model.instances import Attr
+from nomad_plugin.nomad.catalog import build_catalog, check_modes
 from nomad_plugin.nomad.fingerprint import build_response
 from nomad_plugin.nvml.backend import NvmlBackend
 from nomad_plugin.nvml.devices import FirstReadings

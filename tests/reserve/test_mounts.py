@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import msgpack
 import pytest
 
 from nomad_plugin.config.decode import decode_config
+from nomad_plugin.config.model import ConfigError
 from nomad_plugin.config.options import CARD_BLOCK, OPTIONS
-from nomad_plugin.model.errors import ConfigError
-from nomad_plugin.nomad.mounts import LOOKUP_WORKERS, MountDecision, MountPolicy
+from nomad_plugin.nomad.reserve import MountDecision, MountPolicy
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
-from tests.waiting import wait_until
 
 IDS = ["GPU-aaaa", "GPU-bbbb"]
 
@@ -135,71 +133,20 @@ def test_policy_modes_and_a_failing_lookup() -> None:
         MountPolicy("sometimes")
 
 
-def test_begin_asks_on_a_worker_thread_and_counts_only_what_is_used() -> None:
+def test_after_close_auto_asks_nothing_and_the_other_modes_still_decide() -> None:
+    asked: list[object] = []
     seen: list[str] = []
-    threads: list[str] = []
 
     def lookup(ids: object) -> VolumeVerdict:
-        threads.append(threading.current_thread().name)
-        return VolumeVerdict(True, True, "task a/t has volume_mount")
-
-    policy = MountPolicy("auto", lookup, lambda d: seen.append(d.outcome))
-    try:
-        pending = policy.begin(IDS)
-        policy.begin(IDS)  # started and never used
-        assert pending.result() == MountDecision(False, "volumes", "task a/t has volume_mount")
-        wait_until(lambda: len(threads) == 2, "both questions to be asked")
-        assert all(t.startswith("mount-lookup") for t in threads), threads
-        assert seen == ["volumes"], "a decision nobody used was counted"
-        assert MountPolicy("never").begin(IDS).result().outcome == "never"
-    finally:
-        policy.close()
-
-
-def test_decide_in_auto_asks_on_a_worker_that_stays_for_later_questions() -> None:
-    threads: list[str] = []
-
-    def lookup(ids: object) -> VolumeVerdict:
-        threads.append(threading.current_thread().name)
+        asked.append(ids)
         return VolumeVerdict(True, False, "task a/t has no volume_mount")
 
-    others = set(threading.enumerate())  # earlier tests' workers may still be winding down
-
-    def workers() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name.startswith("mount-lookup") and t not in others]
-
-    policy = MountPolicy("auto", lookup)
-    try:
-        assert not workers()
-        assert policy.decide(IDS).passed
-        started = workers()
-        assert len(started) == 1 and threads == [started[0].name], (threads, started)
-        assert started[0].is_alive(), "the worker did not stay for the next question"
-        assert policy.begin(IDS).result().passed and threads[1].startswith("mount-lookup")
-    finally:
-        policy.close()
-    assert policy.decide(IDS) == MountDecision(False, "unknown", "the plugin is shutting down")
-    assert len(threads) == 2, "a question was asked after close()"
-
-
-def test_after_close_begin_asks_nothing_and_a_queued_question_is_dropped() -> None:
-    started, leave = threading.Event(), threading.Event()
-    asked: list[object] = []
-
-    def slow(ids: object) -> VolumeVerdict:
-        asked.append(ids)
-        started.set()
-        leave.wait(30)
-        return VolumeVerdict(True, False, "x")
-
-    policy = MountPolicy("auto", slow)
-    busy = [policy.begin(IDS) for _ in range(LOOKUP_WORKERS)]
-    queued = policy.begin(IDS)
-    wait_until(lambda: len(asked) == LOOKUP_WORKERS, "every worker to be busy")
+    policy = MountPolicy("auto", lookup, lambda d: seen.append(d.outcome))
+    assert policy.decide(IDS).passed and len(asked) == 1
     policy.close()
-    leave.set()
-    shutting_down = MountDecision(False, "unknown", "the plugin is shutting down")
-    assert queued.result() == shutting_down
-    assert policy.begin(IDS).result() == shutting_down
-    assert [p.result().passed for p in busy] == [True] * LOOKUP_WORKERS, "a question under way is answered"
-    assert len(asked) == LOOKUP_WORKERS, "a question was asked after close()"
+    assert policy.decide(IDS) == MountDecision(False, "unknown", "the plugin is shutting down")
+    assert len(asked) == 1, "a question was asked after close()"
+    assert seen == ["passed", "unknown"], "every decision used is counted"
+    never = MountPolicy("never")
+    never.close()
+    assert never.decide(IDS).outcome == "never"

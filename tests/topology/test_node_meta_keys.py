@@ -14,12 +14,10 @@ import hcl2
 import pytest
 
 from nomad_plugin.config.decode import decode_config
-from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.config import full_config, msgpack_config
-from nomad_plugin.model.card import Card, Inventory
-from nomad_plugin.model.errors import ConfigError
+from nomad_plugin.model.card import Card, Inventory, parse_topology
 from nomad_plugin.model.node_meta import client_meta_block, level_key, meta_changes, node_meta
-from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.sim.profiles import PROFILES, build_cards
 
 #: XDM level names of the simulator's string levels -> the meta key the issue names.

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.card import Inventory, parse_topology
 from nomad_plugin.model.node_meta import node_meta
-from nomad_plugin.model.topology_parse import parse_topology
 from nomad_plugin.reconcile.node_meta import NodeMetaPublisher, load_publisher_state
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from tests.doubles.nomad_api import NomadApiDouble
@@ -190,7 +189,8 @@ def test_a_token_without_node_write_is_reported_once_and_the_thread_goes_on(
 
             api.add_policy("reader", 'node { policy = "write" }')  # the operator fixes the policy
             wait_until(lambda: api.meta.read()["Meta"].get("lingjun.model") == "NVIDIA H800", "publishing again")
-            assert any("publishing again" in r.getMessage() for r in caplog.records)
+            # The write lands before the line that says so: wait for the line too.
+            wait_until(lambda: any("publishing again" in r.getMessage() for r in caplog.records), "the log line")
         finally:
             pub.stop()
 

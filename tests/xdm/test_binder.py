@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 
+from nomad_plugin.config.model import ConfigError
 from nomad_plugin.model.card import Card
-from nomad_plugin.model.errors import ConfigError, SchemaMismatch
+from nomad_plugin.model.errors import SchemaMismatch
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.xdm import adapter, guesses
 from nomad_plugin.xdm.adapter import DriftLog

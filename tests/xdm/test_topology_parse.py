@@ -7,8 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nomad_plugin.model.topology import Topology, TopologyLevel
-from nomad_plugin.model.topology_parse import parse_topology
+from nomad_plugin.model.card import Topology, TopologyLevel, parse_topology
 from tests.seed_topologies import E810_GPU0, M890P_GPU0
 
 

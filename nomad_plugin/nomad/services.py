@@ -1,11 +1,23 @@
-"""Nomad's DevicePlugin service: a thin adapter onto ``PluginApp`` (§5).
+"""Nomad's plugin services, BasePlugin and DevicePlugin: adapters from gRPC onto two narrow ports.
 
-All device logic lives behind ``PluginApp.fingerprints/reserve/stats``; this
-module only enforces Nomad's stream rules and maps errors to gRPC codes:
+``ConfigTarget`` and ``DeviceEngines`` say what the services need from the
+engines behind them; ``app.PluginApp`` satisfies both and the composition root
+(``cli/serve.py``) hands it over, so the services never import the application
+that imports them (docs/architecture.md).
+
+BasePlugin: Nomad calls PluginInfo, ConfigSchema and SetConfig on every
+launch, before anything else, and may call SetConfig two or three times in one
+process with the same bytes, so SetConfig is idempotent. A config error
+returns INVALID_ARGUMENT, which makes Nomad refuse to start the agent with our
+message: it names the option, the value and what is allowed.
+
+DevicePlugin: all device logic lives behind the engines; this module only
+enforces Nomad's stream rules and maps errors to gRPC codes:
 
 * Fingerprint and Stats never end or fail while the call is active: Nomad
-  treats a closed stream as a plugin failure. If the engine's iterator
-  raises or runs dry we log it and start it again after a backoff.
+  treats a closed stream as a plugin failure (``handleFingerprintError`` in
+  Nomad's ``client/devicemanager/instance.go``). If the engine's iterator
+  raises or runs dry it is logged and started again after a backoff.
 * The call's cancellation (or the plugin's shutdown) sets the Event the
   engine waits on, so the worker thread is released at once.
 * Reserve always carries ``container_res`` (Nomad dereferences it).
@@ -14,12 +26,17 @@ module only enforces Nomad's stream rules and maps errors to gRPC codes:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar
 
 import grpc
 
-from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
+from nomad_plugin import PLUGIN_NAME, __version__
+from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
+from nomad_plugin.config.decode import secret_values
+from nomad_plugin.config.model import ConfigError, PluginConfig
+from nomad_plugin.config.options import config_spec
+from nomad_plugin.goplugin import logging as hclog
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal.datadir import DataDirRefused
@@ -27,16 +44,116 @@ from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import (
     BackendRefused,
     BackendUnavailable,
-    ConfigError,
     GrantMismatch,
     PluginError,
     ReservationRejected,
 )
 from nomad_plugin.nomad.container import GrantRejected
-from nomad_plugin.nomad.ports import DeviceEngines
-from nomad_plugin.nomad.reserve import JournalWriteFailed
+from nomad_plugin.nomad.reserve import AfterReply, JournalWriteFailed
 from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.text import printable
+
+
+class ConfigTarget(Protocol):
+    """Judges SetConfig's bytes and takes the config it accepts."""
+
+    def accept_config(self, msgpack_config: bytes) -> PluginConfig:
+        """The validated config, or ``ConfigError``: the verdict ``doctor`` gives too."""
+
+    def set_config(self, config: PluginConfig) -> None:
+        """Apply an accepted config (idempotent; raises a ``PluginError`` to refuse)."""
+
+
+class DeviceEngines(Protocol):
+    """The three DevicePlugin calls, as plain iterators and values."""
+
+    def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]: ...
+
+    def reserve(
+        self, device_ids: Sequence[str], after_reply: AfterReply | None = None
+    ) -> device_pb2.ReserveResponse: ...
+
+    def stats(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]: ...
+
+
+DEVICE_API_VERSION = "v0.1.0"
+# go-version equality: Nomad may echo either spelling back in SetConfig.
+ACCEPTED_API_VERSIONS = frozenset({DEVICE_API_VERSION, DEVICE_API_VERSION.lstrip("v")})
+
+base_log = hclog.get_logger("base")
+
+
+def plugin_info() -> base_pb2.PluginInfoResponse:
+    return base_pb2.PluginInfoResponse(
+        type=base_pb2.DEVICE,
+        plugin_api_versions=[DEVICE_API_VERSION],
+        plugin_version=__version__,
+        name=PLUGIN_NAME,
+    )
+
+
+class BaseService(base_pb2_grpc.BasePluginServicer):
+    def __init__(self, app: ConfigTarget) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._applied: PluginConfig | None = None
+
+    def PluginInfo(
+        self, request: base_pb2.PluginInfoRequest, context: grpc.ServicerContext
+    ) -> base_pb2.PluginInfoResponse:
+        return plugin_info()
+
+    def ConfigSchema(
+        self, request: base_pb2.ConfigSchemaRequest, context: grpc.ServicerContext
+    ) -> base_pb2.ConfigSchemaResponse:
+        return base_pb2.ConfigSchemaResponse(spec=config_spec())
+
+    def SetConfig(
+        self, request: base_pb2.SetConfigRequest, context: grpc.ServicerContext
+    ) -> base_pb2.SetConfigResponse:
+        version = request.plugin_api_version
+        if version and version not in ACCEPTED_API_VERSIONS:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"plugin_api_version {version[:40]!r} is not supported; allowed: {DEVICE_API_VERSION}",
+            )
+        try:
+            config = self._app.accept_config(request.msgpack_config)
+        except ConfigError as exc:
+            base_log.error("rejected configuration: %s", exc)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        with self._lock:
+            hclog.set_secrets(secret_values(config))
+            hclog.set_level(config.log_level)
+            changed = self._applied != config
+            try:
+                self._app.set_config(config)
+            except Exception as exc:
+                code, message = grpc_status_for(exc)
+                base_log.error("configuration not applied: %s", message, exc_info=code is grpc.StatusCode.INTERNAL)
+                failure: tuple[grpc.StatusCode, str] | None = (code, message)
+            else:
+                failure = None
+                self._applied = config
+        if failure is not None:
+            context.abort(*failure)
+        if changed:
+            from nomad_plugin.config.decode import deprecated_spellings
+
+            for warning in deprecated_spellings(request.msgpack_config):
+                base_log.warning("configuration: %s", warning)
+            base_log.info(
+                "configuration applied",
+                extra={
+                    "fields": {
+                        "backend": config.backend,
+                        "default_mode": config.default_mode,
+                        "cards": len(config.cards),
+                    }
+                },
+            )
+        return base_pb2.SetConfigResponse()
+
 
 DEFAULT_STATS_INTERVAL = 1.0  # seconds, when Nomad sends no or a zero interval
 MIN_STATS_INTERVAL = 0.1  # never spin faster than this
