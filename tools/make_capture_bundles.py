@@ -77,10 +77,10 @@ def expected_inventory(sim: Any, spec: BundleSpec) -> dict[str, Any]:
 
 def make_bundle(spec: BundleSpec, out: Path) -> dict[str, Any]:
     """Run a simulator in ``spec``'s mode, capture it into ``out / spec.name``; returns the manifest."""
+    from nomad_plugin.cli.xdm_probe import decode_raw
     from nomad_plugin.config.decode import decode_config
     from nomad_plugin.launcher.config import load_config, msgpack_config
-    from nomad_plugin.launcher.live import socket_overrides
-    from nomad_plugin.launcher.rawproto import decode_raw
+    from nomad_plugin.launcher.process import socket_overrides
     from nomad_plugin.sim import Simulator
     from nomad_plugin.xdm.capture import capture
 

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.helptext import help_text
+from nomad_plugin.cli.main import help_text
 from nomad_plugin.jobspec import JobParseError, evaluate_job
 from nomad_plugin.jobspec.evaluate import OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN
 from nomad_plugin.jobspec.groups import ParsedJob, parse_job
@@ -46,10 +46,9 @@ from nomad_plugin.jobspec.node_values import (
 from nomad_plugin.jobspec.parse import go_strings
 from nomad_plugin.jobspec.report import verdicts_json, verdicts_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
-from nomad_plugin.launcher.live import LiveNode
+from nomad_plugin.launcher.process import LiveNode
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.nomad_view.render import Style
-from nomad_plugin.nomad_view.types import DeviceGroup, group_from_json
+from nomad_plugin.nomad_view.types import DeviceGroup, Style, group_from_json
 
 EPILOG = """\
 examples:
@@ -219,7 +218,7 @@ def verdict_line(outcome: str, warned: bool, detail: str = "") -> str:
 
 
 def _plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys | None, str]:
-    from nomad_plugin.cli.node_meta import plugin_keys
+    from nomad_plugin.cli.fingerprint import plugin_keys
 
     try:
         return plugin_keys(config_map, timeout), ""

@@ -20,13 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.helptext import help_text
+from nomad_plugin.cli.main import help_text
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError, load_config
-from nomad_plugin.launcher.live import socket_overrides
-from nomad_plugin.launcher.session import Session, launch, wait_for_devices
-from nomad_plugin.nomad_view.render import Style, aligned, fingerprint_text, stats_text
-from nomad_plugin.nomad_view.types import DeviceGroup, InstanceStats
+from nomad_plugin.launcher.process import Session, launch, socket_overrides, wait_for_devices
+from nomad_plugin.nomad_view.types import DeviceGroup, InstanceStats, Style, aligned, fingerprint_text, stats_text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "whole-card.nomad.hcl"
 # The device block of examples/jobs/whole-card.nomad.hcl, for installs without the examples.

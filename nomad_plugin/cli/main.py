@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
+from typing import TYPE_CHECKING
 
 from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY
 from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_VALUE as MAGIC_COOKIE_VALUE  # re-exported for old callers
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("nomad_plugin.cli.serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
+    "serve": ("nomad_plugin.cli.main:serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
     "xdm-sim": ("nomad_plugin.cli.xdm_sim", "run the XDM simulator on a socket directory"),
     "demo": ("nomad_plugin.cli.demo", "simulator + plugin + a job, shown as Nomad would show them"),
     "doctor": ("nomad_plugin.cli.doctor", "check a node's install and say what to fix"),
@@ -27,7 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check-job": ("nomad_plugin.cli.check_job", "dry-run a job's device blocks against the live fingerprint"),
     "fingerprint": ("nomad_plugin.cli.fingerprint", "print the fingerprint this node would send to Nomad"),
     "xdm-probe": ("nomad_plugin.cli.xdm_probe", "probe XDM's sockets and print raw responses"),
-    "node-meta": ("nomad_plugin.cli.node_meta", "print this node's topology keys as a client meta block"),
+    "node-meta": (
+        "nomad_plugin.cli.fingerprint:node_meta_main",
+        "print this node's topology keys as a client meta block",
+    ),
     "topology": ("nomad_plugin.cli.topology", "where a job of N cards fits: the cluster by pod and leaf switch"),
     "runtime-kit": ("nomad_plugin.cli.runtime_kit", "Runtime Kit on this node: status, enable, disable"),
 }
@@ -102,12 +107,11 @@ def _dispatch(args: list[str]) -> int:
         from nomad_plugin.goplugin.polling import choose_polling
 
         choose_polling()  # before grpc is imported: it reads GRPC_EXPERIMENTS once
-    module = importlib.import_module(entry[0])
-    if args[0] == "serve":
-        result: int = module.main(args[1:])
-        return result
+        return serve(args[1:])
+    module, _, function = entry[0].partition(":")
+    run = getattr(importlib.import_module(module), function or "main")
     try:
-        result = module.main(args[1:])
+        result: int = run(args[1:])
     except (BrokenPipeError, SystemExit):
         raise
     except KeyboardInterrupt:
@@ -137,3 +141,52 @@ def closed_pipe_exit() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+_LITERAL = re.compile(r"``([^`]+)``")
+_ROLE = re.compile(r":[a-z]+:`([^`]+)`")
+
+
+def plain_text(text: str) -> str:
+    """``x`` and :role:`x` become x; lines of one paragraph are joined."""
+    return " ".join(_ROLE.sub(r"\1", _LITERAL.sub(r"\1", text)).split())
+
+
+def help_text(doc: str | None, paragraph: int = 0) -> str | None:
+    """One paragraph of a docstring as plain text (None without a docstring)."""
+    if not doc:
+        return None
+    parts = [p for p in doc.strip().split("\n\n") if p.strip()]
+    return plain_text(parts[min(paragraph, len(parts) - 1)])
+
+
+if TYPE_CHECKING:
+    import grpc
+
+    from nomad_plugin.goplugin.lifecycle import Lifecycle
+
+
+class NomadDevicePlugin:
+    """Nomad's BasePlugin and DevicePlugin services over one ``PluginApp``."""
+
+    def __init__(self) -> None:
+        from nomad_plugin.app import PluginApp
+
+        self.app = PluginApp()
+
+    def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
+        from nomad_plugin._proto.nomad import base_pb2_grpc
+        from nomad_plugin.nomad.base_service import BaseService
+        from nomad_plugin.nomad.device_service import DeviceService, add_device_service
+
+        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
+        add_device_service(DeviceService(self.app, lifecycle), server)
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def serve(argv: list[str]) -> int:
+    from nomad_plugin.goplugin import serve as transport
+
+    return transport.main(argv, NomadDevicePlugin)

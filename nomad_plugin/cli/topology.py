@@ -42,7 +42,7 @@ from nomad_plugin.nomad_view.cluster import (
     fits,
     parse_node,
 )
-from nomad_plugin.nomad_view.render import Style
+from nomad_plugin.nomad_view.types import Style
 
 NO_GANG = (
     "This is a snapshot, not a reservation: nothing is held for the job, and Nomad places each allocation on its "

@@ -9,8 +9,7 @@ object, and streaming fingerprints.
 from __future__ import annotations
 
 from nomad_plugin.launcher.config import LauncherConfigError, full_config, load_config, msgpack_config
-from nomad_plugin.launcher.process import LaunchError, PluginProcess, Stream
-from nomad_plugin.launcher.session import Session, launch, wait_for_devices
+from nomad_plugin.launcher.process import LaunchError, PluginProcess, Session, Stream, launch, wait_for_devices
 from nomad_plugin.nomad_view.types import Attribute, Device, DeviceGroup, InstanceStats, Reservation, StatValue
 
 __all__ = [

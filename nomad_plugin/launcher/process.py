@@ -13,23 +13,37 @@ the very path a Nomad agent uses.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import queue
+import shutil
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import grpc
 
+from nomad_plugin import PLUGIN_NAME
 from nomad_plugin._proto.goplugin import grpc_controller_pb2, grpc_controller_pb2_grpc
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
+from nomad_plugin.config.options import DEFAULT_SOCKET_DIR
 from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
-from nomad_plugin.launcher import convert
-from nomad_plugin.nomad_view.types import DeviceGroup, InstanceStats, Reservation
+from nomad_plugin.launcher.config import load_config, msgpack_config
+from nomad_plugin.nomad_view.types import (
+    Attribute,
+    Device,
+    DeviceGroup,
+    InstanceStats,
+    Reservation,
+    StatValue,
+)
 
 T = TypeVar("T")
 KILL_GRACE = 2.0  # go-plugin: Shutdown, then SIGKILL after 2 s
@@ -280,7 +294,7 @@ class PluginProcess:
     def fingerprint(self) -> Stream[list[DeviceGroup]]:
         stub = device_pb2_grpc.DevicePluginStub(self.channel)
         stream: Stream[list[DeviceGroup]] = Stream(
-            stub.Fingerprint(device_pb2.FingerprintRequest()), convert.device_groups, "fingerprint"
+            stub.Fingerprint(device_pb2.FingerprintRequest()), device_groups, "fingerprint"
         )
         self._streams.append(stream)
         return stream
@@ -289,7 +303,7 @@ class PluginProcess:
         stub = device_pb2_grpc.DevicePluginStub(self.channel)
         req = device_pb2.StatsRequest()
         req.collection_interval.FromNanoseconds(int(interval * 1e9))
-        stream: Stream[list[InstanceStats]] = Stream(stub.Stats(req), convert.stats, "stats")
+        stream: Stream[list[InstanceStats]] = Stream(stub.Stats(req), instance_stats, "stats")
         self._streams.append(stream)
         return stream
 
@@ -297,7 +311,278 @@ class PluginProcess:
         stub = device_pb2_grpc.DevicePluginStub(self.channel)
         req = device_pb2.ReserveRequest(device_ids=list(device_ids))
         # Nomad gives Reserve no deadline; a bounded one keeps operator commands from hanging.
-        return convert.reservation(self._rpc("Reserve", lambda: stub.Reserve(req, timeout=self.rpc_timeout)))
+        return reservation(self._rpc("Reserve", lambda: stub.Reserve(req, timeout=self.rpc_timeout)))
 
     def log_lines(self) -> Iterator[str]:
         yield from list(self.stderr)
+
+
+def attribute(msg: Any) -> Attribute:
+    kind = msg.WhichOneof("value")
+    value = getattr(msg, kind) if kind else ""
+    return Attribute(value, msg.unit)
+
+
+def device_groups(resp: Any) -> list[DeviceGroup]:
+    """A FingerprintResponse -> groups (in the order the plugin sent them)."""
+    groups = []
+    for g in resp.device_group:
+        devices = tuple(
+            Device(d.ID, d.healthy, d.health_description, d.hw_locality.pci_bus_id if d.HasField("hw_locality") else "")
+            for d in g.devices
+        )
+        attrs = {key: attribute(a) for key, a in g.attributes.items()}
+        groups.append(DeviceGroup(g.vendor, g.device_type, g.device_name, devices, attrs))
+    return groups
+
+
+def stat_value(msg: Any) -> StatValue:
+    """Nomad's rendering priority: bool, string, float, int (nomad-protocol.md §5.7)."""
+    value: Any = None
+    denominator: Any = None
+    if msg.HasField("bool_val"):
+        value = msg.bool_val.value
+    elif msg.HasField("string_val"):
+        value = msg.string_val.value
+    elif msg.HasField("float_numerator_val"):
+        value = msg.float_numerator_val.value
+        if msg.HasField("float_denominator_val"):
+            denominator = msg.float_denominator_val.value
+    elif msg.HasField("int_numerator_val"):
+        value = msg.int_numerator_val.value
+        if msg.HasField("int_denominator_val"):
+            denominator = msg.int_denominator_val.value
+    return StatValue(value, denominator, msg.unit)
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, StatValue]:
+    """A StatObject -> ``{"xdm.SM clock": value, ...}`` (nested names joined with ``.``)."""
+    out = {f"{prefix}{key}": stat_value(v) for key, v in obj.attributes.items()}
+    for name, nested in obj.nested.items():
+        out.update(flatten(nested, f"{prefix}{name}."))
+    return out
+
+
+def instance_stats(resp: Any) -> list[InstanceStats]:
+    """A StatsResponse -> one entry per instance."""
+    out = []
+    for g in resp.groups:
+        group = f"{g.vendor}/{g.type}/{g.name}"
+        for device_id, ds in sorted(g.instance_stats.items()):
+            summary = stat_value(ds.summary) if ds.HasField("summary") else None
+            flat = flatten(ds.stats) if ds.HasField("stats") else {}
+            when = ds.timestamp.seconds + ds.timestamp.nanos / 1e9 if ds.HasField("timestamp") else 0.0
+            out.append(InstanceStats(group, device_id, summary, flat, when))
+    return out
+
+
+def reservation(resp: Any) -> Reservation:
+    res = resp.container_res
+    return Reservation(
+        envs=dict(res.envs),
+        mounts=tuple((m.task_path, m.host_path, m.read_only) for m in res.mounts),
+        devices=tuple((d.task_path, d.host_path, d.permissions) for d in res.devices),
+    )
+
+
+@dataclass
+class Session:
+    plugin: PluginProcess
+    info: PluginInfo
+    fingerprints: Stream[list[DeviceGroup]]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def launch(
+    config: dict[str, Any],
+    plugin: str | None = None,
+    set_config_times: int = 2,
+    handshake_timeout: float = 30.0,
+) -> Session:
+    """Start the plugin and bring it to the fingerprinting state; LaunchError on any failure."""
+    command = plugin_command(plugin)
+    proc = PluginProcess(command, env=plugin_env(command), handshake_timeout=handshake_timeout)
+    t0 = time.monotonic()
+    shake = proc.start()
+    try:
+        info = proc.plugin_info()
+        if info.type != "DEVICE" or info.name != PLUGIN_NAME:
+            raise LaunchError(f"PluginInfo says {info.type} plugin {info.name!r}; expected DEVICE {PLUGIN_NAME!r}")
+        proc.config_schema()
+        data = msgpack_config(config)
+        api = info.api_versions[0] if info.api_versions else "v0.1.0"
+        for _ in range(set_config_times):
+            proc.set_config(data, api)
+        t1 = time.monotonic()
+        stream = proc.fingerprint()
+    except BaseException:
+        proc.shutdown()
+        raise
+    return Session(proc, info, stream, {"handshake": shake.seconds, "set_config": t1 - t0})
+
+
+def has_devices(groups: list[DeviceGroup]) -> bool:
+    return any(g.devices for g in groups)
+
+
+def log_text(line: str) -> str:
+    """A plugin log line as a person reads it: hclog's JSON reduced to level and message."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line.strip()
+    if not isinstance(entry, dict) or "@message" not in entry:
+        return line.strip()
+    return f"{entry.get('@level', 'info')}: {entry['@message']}"
+
+
+def wait_for_devices(session: Session, timeout: float) -> list[DeviceGroup]:
+    """The first fingerprint holding devices; LaunchError (with the plugin's last log lines) otherwise."""
+    t0 = time.monotonic()
+    hit = session.fingerprints.wait_for(has_devices, timeout)
+    if hit is None:
+        tail = [log_text(line) for line in list(session.plugin.stderr)[-4:] if line.strip()]
+        why = session.fingerprints.error or f"no devices fingerprinted within {timeout:.0f} s"
+        raise LaunchError(why + ("; plugin log: " + " | ".join(tail) if tail else ""))
+    session.timings["first_devices"] = hit[0] - t0
+    return hit[1]
+
+
+PLUGIN_ENV = "NOMAD_DEVICE_LINGJUN_PLUGIN"
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+def is_plugin_file(path: str) -> bool:
+    p = Path(path)
+    return p.name.startswith(PLUGIN_NAME) and p.is_file() and os.access(p, os.X_OK)
+
+
+def plugin_command(explicit: str | None = None, argv0: str | None = None) -> list[str]:
+    """The argv that starts the plugin (no arguments: Nomad passes none unless ``args`` is set)."""
+    chosen = explicit or os.environ.get(PLUGIN_ENV)
+    if chosen:
+        return [str(Path(chosen).absolute())]
+    own = sys.argv[0] if argv0 is None else argv0
+    if own and is_plugin_file(own):
+        return [str(Path(own).absolute())]
+    return [sys.executable, "-m", "nomad_plugin"]
+
+
+def plugin_env(command: list[str], base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the plugin: ours, plus PYTHONPATH for the ``-m`` fallback."""
+    env = dict(os.environ if base is None else base)
+    if command[1:2] == ["-m"]:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+DP2MGR, CONFIG_DAEMON = "dp2mgr.sock", "config-daemon.sock"
+
+
+def socket_overrides(socket_dir: str | Path) -> list[str]:
+    return [f'xdm_socket="{Path(socket_dir) / DP2MGR}"', f'config_socket="{Path(socket_dir) / CONFIG_DAEMON}"']
+
+
+def preflight(config: dict[str, Any]) -> None:
+    """Stop before launching when the plugin would use XDM and XDM's socket cannot be dialled: the
+    first clear cause, in one line, instead of waiting for devices that cannot come. A config the
+    plugin refuses is left to the plugin: its SetConfig answers at once, in its own words."""
+    from nomad_plugin.backend_select import _nvml_usable, accept_config, choose_backend_name
+    from nomad_plugin.model.errors import ConfigError
+    from nomad_plugin.xdm.errors import socket_problem
+
+    try:
+        plugin_config = accept_config(msgpack_config(config))
+    except ConfigError:
+        return
+    if not plugin_config.enabled or choose_backend_name(plugin_config, _nvml_usable) != "xdm":
+        return
+    problem = socket_problem(plugin_config.xdm_socket)
+    if problem is not None:
+        nvml = "" if plugin_config.backend == "xdm" else " and NVML is not usable here"
+        raise LaunchError(f"{problem}{nvml}")
+
+
+@dataclass
+class LiveNode:
+    """Context manager: simulator (optional) + plugin session; cleans everything up on exit."""
+
+    plugin_config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    profile: str | None = None
+    socket_dir: str | None = None
+    plugin: str | None = None
+    sim_options: dict[str, Any] = field(default_factory=dict)
+    device_timeout: float = 20.0
+    session: Session | None = None
+    sim: Any = None
+    tmp: Path | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        if self.profile:
+            return f"embedded simulator, profile {self.profile}"
+        if self.socket_dir:
+            return f"XDM sockets in {self.socket_dir}"
+        where = self.plugin_config or "the default config"
+        backend = str(self.config.get("backend", "auto"))
+        socket = str(self.config.get("xdm_socket") or Path(DEFAULT_SOCKET_DIR) / DP2MGR)
+        if backend == "nvml":
+            return f"NVML (backend = nvml from {where})"
+        if backend == "auto" and self.config and not Path(socket).exists():
+            return f"NVML (backend = auto from {where}: no XDM socket at {socket})"
+        return f"XDM socket {socket} (backend = {backend} from {where})"
+
+    def __enter__(self) -> LiveNode:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def start(self) -> None:
+        # Short private dir under /tmp: Unix socket paths must stay < 108 bytes.
+        self.tmp = Path(tempfile.mkdtemp(prefix="ndl-", dir="/tmp"))
+        extra: list[str] = []
+        if self.profile:
+            from nomad_plugin.sim import Simulator
+
+            sockets = self.tmp / "s"
+            self.sim = Simulator(sockets, self.profile, **self.sim_options).start()
+            extra += [*socket_overrides(sockets), 'backend="xdm"']
+        elif self.socket_dir:
+            extra += [*socket_overrides(self.socket_dir), 'backend="xdm"']
+        if self.profile:
+            extra.append("nvml_enrich=false")  # a simulated card must not pick up this host's GPUs
+        # A dry run never touches the live plugin's journal, grants, Nomad or metrics port:
+        # its own data_dir, no reconciler, no Prometheus endpoint, and no node metadata written
+        # (``config`` keeps the node_meta asked for: check-job reads the plugin's keys from it).
+        extra += [f'data_dir="{self.tmp / "data"}"', "reconcile=false", "metrics_port=0"]
+        self.config = load_config(self.plugin_config, [*extra, *self.overrides])
+        if not self.profile:
+            preflight(self.config)
+        self.session = launch({**self.config, "node_meta": False}, plugin=self.plugin)
+
+    def devices(self) -> list[DeviceGroup]:
+        assert self.session is not None
+        return wait_for_devices(self.session, self.device_timeout)
+
+    def close(self) -> int | None:
+        code = None
+        if self.session is not None:
+            code = self.session.plugin.shutdown()
+            self.session = None
+        if self.sim is not None:
+            self.sim.stop()
+            self.sim = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        return code
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -2,7 +2,7 @@
 
 ``BaseService`` and ``DeviceService`` are adapters from gRPC onto these
 Protocols; ``app.PluginApp`` satisfies both, and the composition root
-(``cli/serve.py``) hands it over. The services therefore never import the
+(``serve`` in ``cli/main.py``) hands it over. The services therefore never import the
 application that imports them (docs/architecture.md).
 """
 

@@ -8,9 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nomad_plugin.backend_select import accept_config
-from nomad_plugin.launcher.agent_files import agent_config_values
 from nomad_plugin.launcher.agent_hcl import AgentSyntaxError, parse_agent_text
-from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config
+from nomad_plugin.launcher.config import LauncherConfigError, agent_config_values, full_config, msgpack_config
 from nomad_plugin.model.errors import ConfigError
 
 TOKENS = (

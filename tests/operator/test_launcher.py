@@ -24,7 +24,6 @@ from nomad_plugin.launcher.config import (
     parse_override,
 )
 from nomad_plugin.launcher.process import LaunchError, parse_handshake
-from nomad_plugin.launcher.rawproto import decode_raw
 from nomad_plugin.sim import Simulator
 from nomad_plugin.util.hclvalue import unquote
 
@@ -101,8 +100,8 @@ def test_handshake_parsing() -> None:
 def test_decode_raw_shapes() -> None:
     # {1: 150, 2: "hi", 3: {1: 1}}
     data = bytes([0x08, 0x96, 0x01, 0x12, 0x02]) + b"hi" + bytes([0x1A, 0x02, 0x08, 0x01])
-    assert decode_raw(data) == ["1 (varint): 150", "2 (len): 'hi'", "3 (len) {", "  1 (varint): 1", "}"]
-    assert decode_raw(b"\x0f")[0].startswith("<not a protobuf message")
+    assert xdm_probe.decode_raw(data) == ["1 (varint): 150", "2 (len): 'hi'", "3 (len) {", "  1 (varint): 1", "}"]
+    assert xdm_probe.decode_raw(b"\x0f")[0].startswith("<not a protobuf message")
 
 
 @pytest.fixture

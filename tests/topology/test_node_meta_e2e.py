@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.cli.doctor_node_meta import node_meta_rows
+from nomad_plugin.cli.doctor import node_meta_rows
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.sim.profiles import PROFILES
 from tests.conformance.hostlib import HostProcess, start_host
