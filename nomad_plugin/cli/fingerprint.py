@@ -1,48 +1,42 @@
-"""``nomad-device-lingjun fingerprint``: print the fingerprint this node would send to Nomad.
+"""``fingerprint`` and ``node-meta``: what this node would send Nomad, shown before Nomad sees it.
 
-Launches the plugin exactly as Nomad does (handshake, SetConfig with the
-agent config's msgpack encoding, Fingerprint stream), waits for the first
-fingerprint with devices, prints it as ``nomad node status -verbose`` would
-(or as JSON, which ``check-job --fingerprint`` reads back, with the node
-meta keys the plugin computes from the same inventory: ``plugin_keys``) and
-stops it. The
-dry run uses its own temporary data_dir, no reconciler and no metrics port,
-so it never disturbs the plugin Nomad is running.
+``fingerprint`` launches the real plugin as Nomad does (handshake, SetConfig with the agent
+config's msgpack bytes, the Fingerprint stream), waits for the first fingerprint with devices and
+prints it as ``nomad node status -verbose`` would, or as JSON that ``check-job --fingerprint`` reads
+back, with the node meta keys the plugin computes from the same inventory (``plugin_keys``).
+
+``node-meta`` prints those keys as a ``client { meta { } }`` block, for clusters where the plugin
+may not write node metadata (no Nomad API, or a token without ``node:write``): the plugin's own
+backend runs in this process until the first inventory, and ``model/node_meta.py`` makes the keys
+the plugin publishes with ``node_meta = true``. Static meta does not follow later changes (a card
+gone, Runtime Kit switched): run it again then. Neither command disturbs the plugin Nomad runs: a
+temporary data_dir, no reconciler, no metrics port, nothing written.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import sys
-import tempfile
 import threading
-from pathlib import Path
 from typing import Any
 
+from nomad_plugin.cli.main import add_config_options, command_parser, fail
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.jobspec.node_values import PluginKeys
-from nomad_plugin.launcher import LaunchError
-from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
-from nomad_plugin.launcher.process import LiveNode, socket_overrides
+from nomad_plugin.launcher.config import LauncherConfigError, msgpack_config
+from nomad_plugin.launcher.process import LaunchError, LiveNode
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.model.node_meta import NodeMeta, client_meta_block, node_meta
+from nomad_plugin.model.node_meta import client_meta_block, node_meta
 from nomad_plugin.nomad_view.types import Style, fingerprint_summary, fingerprint_text
 
+NEXT = "nomad-device-lingjun doctor checks the node step by step"
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun fingerprint",
-        description="Print the device groups, attributes, instances and health this node would send to Nomad.",
-    )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--profile", help="fingerprint an embedded XDM simulator with this profile instead")
-    src.add_argument("--socket-dir", help="XDM socket directory (dp2mgr.sock, config-daemon.sock)")
-    p.add_argument("--plugin-config", help="agent file with the plugin block (e.g. /etc/nomad.d/plugin.hcl)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+
+def main(argv: list[str]) -> int:
+    p = command_parser("fingerprint", "Print the device groups, attributes, instances and health this node would send.")
+    add_config_options(p, node=True)
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print JSON (readable by check-job --fingerprint)")
@@ -52,64 +46,33 @@ def parser() -> argparse.ArgumentParser:
         help="every group's attributes and every instance, as nomad node status -verbose shows them "
         "(default: one line per group)",
     )
-    return p
-
-
-def _plugin_keys(config: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """The ``plugin_keys`` section: the node meta keys of the same inventory, for check-job's node-level rules."""
-    from nomad_plugin.model.errors import PluginError
-
-    try:
-        return {"plugin_keys": plugin_keys(config, timeout).to_json()}
-    except (PluginError, ValueError, OSError) as exc:
-        return {"plugin_keys": None, "plugin_keys_error": f"the plugin's backend gave no inventory: {exc}"}
-
-
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    node = LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin)
-    node.device_timeout = args.timeout
+    args = p.parse_args(argv)
+    node = LiveNode(
+        args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin, device_timeout=args.timeout
+    )
     keys: dict[str, Any] = {}
     try:
         with node:
             groups = node.devices()
-            source = node.source
             if args.json:
-                keys = _plugin_keys(dict(node.config), args.timeout)
+                found, why = plugin_keys(node.config, args.timeout)
+                keys = {"plugin_keys": found.to_json()} if found else {"plugin_keys": None, "plugin_keys_error": why}
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
-        first = " ".join(str(exc).split())
-        sys.stderr.write(f"fingerprint: {first} (nomad-device-lingjun doctor checks the node step by step)\n")
-        return 1
+        return fail("fingerprint", f"{' '.join(str(exc).split())} ({NEXT})", 1)
     if args.json:
-        doc = {"source": source, "groups": [g.to_json() for g in groups], **keys}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"source": node.source, "groups": [g.to_json() for g in groups], **keys}, indent=2))
+        sys.stdout.write("\n")
         return 0
     devices = sum(len(g.devices) for g in groups)
     healthy = sum(len(g.healthy_ids) for g in groups)
-    header = f"{len(groups)} device group(s), {devices} instances ({healthy} healthy) from {source}"
     style = Style(sys.stdout)
     if args.detail:
         body = fingerprint_text(groups, style)
     else:
         body = [*fingerprint_summary(groups, style), "", "(--detail prints every attribute and instance)"]
+    header = f"{len(groups)} device group(s), {devices} instances ({healthy} healthy) from {node.source}"
     sys.stdout.write("\n".join([header, "", *body]) + "\n")
     return 0
-
-
-def node_meta_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun node-meta",
-        description="Print this node's topology and summary keys as a client { meta { } } block "
-        "(what node_meta = true publishes through Nomad's API).",
-    )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--profile", help="read an embedded XDM simulator with this profile instead")
-    src.add_argument("--socket-dir", help="XDM socket directory (dp2mgr.sock, config-daemon.sock)")
-    p.add_argument("--plugin-config", help="agent file or directory with the plugin block (e.g. /etc/nomad.d)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
-    p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for the cards (default 20)")
-    p.add_argument("--json", action="store_true", help="print the keys as one JSON object")
-    return p
 
 
 def read_inventory(config: PluginConfig, timeout: float) -> Inventory:
@@ -132,57 +95,43 @@ def read_inventory(config: PluginConfig, timeout: float) -> Inventory:
     return inventory
 
 
-def plugin_keys(config_map: dict[str, Any], timeout: float) -> PluginKeys:
-    """The keys a plugin with this config map publishes (or would, with ``node_meta = true``).
+def plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys | None, str]:
+    """The keys a plugin with this config map publishes (or would, with ``node_meta = true``), from
+    the same backend code while its XDM (or simulator) is up; None and why when there are none."""
+    try:
+        config = decode_config(msgpack_config(config_map))
+        found = node_meta(read_inventory(config, timeout), config)
+    except (PluginError, ValueError, OSError) as exc:
+        return None, f"the plugin's backend gave no inventory: {exc}"
+    return PluginKeys(
+        dict(found.keys), config.node_meta_prefix, config.node_meta, found.topology_known, found.problems
+    ), ""
 
-    ``check-job`` and ``fingerprint --json`` call it with the config map they
-    launched the plugin with, while its XDM (or simulator) is still up: the
-    same backend code and the same function as the running plugin. Raises
-    ``PluginError`` (no inventory) or ``ValueError`` (a config the plugin refuses).
-    """
-    config = decode_config(msgpack_config(config_map))
-    found = node_meta(read_inventory(config, timeout), config)
-    return PluginKeys(dict(found.keys), config.node_meta_prefix, config.node_meta, found.topology_known, found.problems)
 
-
-def render_meta(found: NodeMeta, source: str) -> str:
+def node_meta_command(argv: list[str]) -> int:
+    p = command_parser(
+        "node-meta",
+        "Print this node's topology and summary keys as a client { meta { } } block "
+        "(what node_meta = true publishes through Nomad's API).",
+    )
+    add_config_options(p, node=True)
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for the cards (default 20)")
+    p.add_argument("--json", action="store_true", help="print the keys as one JSON object")
+    args = p.parse_args(argv)
+    try:
+        with LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, launch_plugin=False) as node:
+            config = decode_config(msgpack_config(node.config))
+            found = node_meta(read_inventory(config, args.timeout), config)
+    except (LauncherConfigError, PluginError, ValueError, OSError) as exc:
+        return fail("node-meta", f"{exc} ({NEXT})", 1)
+    if args.json:
+        sys.stdout.write(json.dumps(dict(found.keys), indent=2) + "\n")
+        return 0
     lines = [
-        f"# Node metadata for this node's Nomad client agent, from {source}.",
+        f"# Node metadata for this node's Nomad client agent, from {node.source}.",
         "# Paste it into the agent configuration and restart the agent, or set node_meta = true in the",
         "# plugin's config block to publish these keys through Nomad's API and keep them current.",
         *(f"# note: {problem}" for problem in found.problems),
     ]
-    return "\n".join(lines) + "\n" + client_meta_block(found.keys)
-
-
-def node_meta_main(argv: list[str]) -> int:
-    args = node_meta_parser().parse_args(argv)
-    tmp: Path | None = None
-    sim = None
-    try:
-        extra: list[str] = []
-        source = f"XDM sockets in {args.socket_dir}" if args.socket_dir else "the plugin's backend"
-        if args.profile:
-            from nomad_plugin.sim import Simulator
-
-            tmp = Path(tempfile.mkdtemp(prefix="ndl-", dir="/tmp"))  # Unix socket paths must stay short
-            sim = Simulator(tmp / "s", args.profile).start()
-            extra += [*socket_overrides(tmp / "s"), 'backend="xdm"', "nvml_enrich=false"]
-            source = f"an embedded simulator, profile {args.profile}"
-        elif args.socket_dir:
-            extra += [*socket_overrides(args.socket_dir), 'backend="xdm"']
-        config = decode_config(msgpack_config(load_config(args.plugin_config, [*extra, *args.set])))
-        found = node_meta(read_inventory(config, args.timeout), config)
-    except (LauncherConfigError, PluginError, ValueError, OSError) as exc:
-        sys.stderr.write(f"node-meta: {exc}\n(run `nomad-device-lingjun doctor` for a step-by-step check)\n")
-        return 1
-    finally:
-        if sim is not None:
-            sim.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if args.json:
-        sys.stdout.write(json.dumps(dict(found.keys), indent=2) + "\n")
-    else:
-        sys.stdout.write(render_meta(found, source))
+    sys.stdout.write("\n".join(lines) + "\n" + client_meta_block(found.keys))
     return 0

@@ -1,15 +1,11 @@
 """``nomad-device-lingjun xdm-probe``: call XDM's read-only RPCs and print what comes back.
 
-Probes both sockets (dp2mgr.sock, config-daemon.sock), finds the device
-service name (reflection, then the known candidates, R1), and prints the
-decoded answer of ListSupportedXPUType, ListGpuInfo, one ListAndWatch push,
-ExporterGetConfig, ExporterGetStatus and QueryStatus. With ``--raw`` each
-answer is also fetched as bytes and decoded like ``protoc --decode_raw``
-(field numbers and wire types) so the schema can be re-derived on a real
-node (R2c). With ``--capture DIR`` it writes a bundle for a bug report
-instead (reflection descriptors, raw bytes of each read-only RPC, versions,
-binding report; see :mod:`nomad_plugin.xdm.capture`). Never calls Allocate,
-Release, Enable or Disable.
+Probes both sockets (dp2mgr.sock, config-daemon.sock), finds the device service name (reflection,
+then the known candidates) and prints the decoded answer of ListSupportedXPUType, ListGpuInfo, one
+ListAndWatch push, ExporterGetConfig, ExporterGetStatus and QueryStatus. With ``--raw`` each answer
+is also fetched as bytes and decoded like ``protoc --decode_raw``, so that the schema can be
+re-derived on a real node (docs/xdm-risks.md). With ``--capture DIR`` it writes a bundle for a bug
+report instead (``xdm/capture.py``). Never calls Allocate, Release, Enable or Disable.
 """
 
 from __future__ import annotations
@@ -20,26 +16,28 @@ import json
 import struct
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf import empty_pb2
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
-from nomad_plugin.cli.main import help_text
-from nomad_plugin.config.decode import decode_config
-from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
+from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import socket_overrides
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.util.protowire import WireError, iter_fields
 from nomad_plugin.xdm import adapter
 from nomad_plugin.xdm.client import XdmClient
 from nomad_plugin.xdm.errors import socket_problem
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nomad-device-lingjun xdm-probe", description=help_text(__doc__))
+    p = command_parser("xdm-probe", __doc__ or "")
     p.add_argument("--socket-dir", help="directory with dp2mgr.sock and config-daemon.sock (default: from the config)")
-    p.add_argument("--plugin-config", help="agent file with the plugin block (sockets, xdm_service, timeout)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+    add_config_options(p)
     p.add_argument("--raw", action="store_true", help="also print every response decoded like protoc --decode_raw")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(
@@ -81,8 +79,7 @@ def _raw_first(channel: grpc.Channel, path: str, request: Any, timeout: float) -
     return b""
 
 
-def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
-    config = decode_config(msgpack_config(config_map))
+def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"sockets": {}, "calls": []}
     for label, path in (("dp2mgr", config.xdm_socket), ("config-daemon", config.config_socket)):
         problem = socket_problem(path)
@@ -156,7 +153,7 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
                         fetch = _raw_first if streaming else _raw_unary
                         data = fetch(channel, f"/{owner}/{method}", request, timeout)
                         entry["raw_hex"] = data.hex()
-                        entry["raw"] = decode_raw(data)
+                        entry["raw"] = raw_text(data)
                     except grpc.RpcError as exc:
                         entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
             report["calls"].append(entry)
@@ -224,14 +221,13 @@ def _text(report: dict[str, Any]) -> list[str]:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     overrides = [*(socket_overrides(args.socket_dir) if args.socket_dir else []), *args.set]
-    if args.capture:
-        return _capture(args.capture, args.plugin_config, overrides)
     try:
-        config_map = load_config(args.plugin_config, overrides)
-        report = probe(config_map, args.raw)
+        config = plugin_config(args.plugin_config, overrides)
+        if args.capture:
+            return _capture(args.capture, config)
+        report = probe(config, args.raw)
     except (LauncherConfigError, PluginError) as exc:
-        sys.stderr.write(f"xdm-probe: {exc}\n")
-        return 2
+        return fail("xdm-probe", str(exc))
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
@@ -239,20 +235,13 @@ def main(argv: list[str]) -> int:
     return 0 if report["ok"] else 1
 
 
-def _capture(directory: str, plugin_config: str | None, overrides: list[str]) -> int:
-    from pathlib import Path
-
+def _capture(directory: str, config: PluginConfig) -> int:
     from nomad_plugin.xdm.capture import capture
 
     try:
-        config = decode_config(msgpack_config(load_config(plugin_config, overrides)))
-        manifest = capture(config, Path(directory), render_raw=decode_raw)
-    except (LauncherConfigError, PluginError) as exc:
-        sys.stderr.write(f"xdm-probe: {exc}\n")
-        return 2
+        manifest = capture(config, Path(directory), render_raw=raw_text)
     except OSError as exc:
-        sys.stderr.write(f"xdm-probe: --capture {directory}: {exc.strerror or exc}\n")
-        return 2
+        return fail("xdm-probe", f"--capture {directory}: {exc.strerror or exc}")
     lines = [f"capture bundle: {directory}"]
     for sock, entry in manifest["reflection"].items():
         lines.append(f"reflection on {sock}: " + ("served" if entry["served"] else f"none ({entry['why']})"))
@@ -263,8 +252,19 @@ def _capture(directory: str, plugin_config: str | None, overrides: list[str]) ->
     return 0 if manifest["ok"] else 1
 
 
-WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "len", 5: "fixed32"}
+WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "len", 3: "group", 5: "fixed32"}
 MAX_DEPTH = 12
+
+
+def _fields(data: bytes) -> list[Any] | None:
+    """The fields of ``data`` by protobuf's own parser (all unknown to an Empty message); None if malformed."""
+    message = empty_pb2.Empty()
+    try:
+        message.ParseFromString(data)
+    except DecodeError:
+        return None
+    fields = UnknownFieldSet(message)
+    return [fields[i] for i in range(len(fields))]
 
 
 def _printable(data: bytes) -> str | None:
@@ -275,43 +275,39 @@ def _printable(data: bytes) -> str | None:
     return text if all(ch.isprintable() or ch in "\n\t" for ch in text) else None
 
 
-def _as_message(data: bytes) -> list[tuple[int, int, int | bytes]] | None:
-    if not data:
-        return None
-    try:
-        fields = list(iter_fields(data))
-    except WireError:
-        return None
-    return fields if fields and all(0 < n < 1 << 29 for n, _, _ in fields) else None
+def raw_text(data: bytes) -> list[str]:
+    """Bytes of a message we have no schema for, as ``protoc --decode_raw`` shows them: lines like
+    ``3 (len) {`` / ``  1 (varint): 7`` / ``}``; one line saying so for bytes that are not a message."""
+    fields = _fields(data)
+    if fields is None:
+        return [f"<not a protobuf message (the wire format is corrupt); {len(data)} bytes: {data[:32].hex()}>"]
+    return _lines(fields, "", 0)
 
 
-def decode_raw(data: bytes, indent: str = "", depth: int = 0) -> list[str]:
-    """Lines like ``3 (len) {`` / ``  1 (varint): 7`` / ``}``; an error line for malformed bytes."""
-    try:
-        fields = list(iter_fields(data))
-    except WireError as exc:
-        return [f"{indent}<not a protobuf message: {exc}; {len(data)} bytes: {data[:32].hex()}>"]
+def _lines(fields: list[Any], indent: str, depth: int) -> list[str]:
     lines: list[str] = []
-    for number, wire, value in fields:
-        head = f"{indent}{number} ({WIRE_NAMES.get(wire, wire)})"
-        if isinstance(value, int):
+    for field in fields:
+        head, value = f"{indent}{field.field_number} ({WIRE_NAMES.get(field.wire_type, field.wire_type)})", field.data
+        if field.wire_type == 0:
             signed = value - (1 << 64) if value >= 1 << 63 else value
             lines.append(f"{head}: {value}" + (f"  (int64 {signed})" if signed != value else ""))
-        elif wire == 1:
-            lines.append(
-                f"{head}: 0x{value.hex()}  (fixed64 {struct.unpack('<q', value)[0]}, double {struct.unpack('<d', value)[0]!r})"
-            )
-        elif wire == 5:
-            lines.append(
-                f"{head}: 0x{value.hex()}  (fixed32 {struct.unpack('<i', value)[0]}, float {struct.unpack('<f', value)[0]!r})"
-            )
+        elif field.wire_type in (1, 5):
+            size, ints, real = (8, "q", "d") if field.wire_type == 1 else (4, "i", "f")
+            raw = value.to_bytes(size, "little")
+            (number,), (double,) = struct.unpack("<" + ints, raw), struct.unpack("<" + real, raw)
+            kind = ("fixed64", "double") if size == 8 else ("fixed32", "float")
+            lines.append(f"{head}: 0x{raw.hex()}  ({kind[0]} {number}, {kind[1]} {double!r})")
+        elif field.wire_type == 3:
+            lines += [
+                f"{head} {{",
+                *_lines([value[i] for i in range(len(value))], indent + "  ", depth + 1),
+                f"{indent}}}",
+            ]
         else:
             text = _printable(value)
-            nested = _as_message(value) if depth < MAX_DEPTH else None
-            if nested is not None and (text is None or len(text) < 2 or not text.isprintable()):
-                lines.append(f"{head} {{")
-                lines += decode_raw(value, indent + "  ", depth + 1)
-                lines.append(f"{indent}}}")
+            nested = _fields(value) if depth < MAX_DEPTH and value else None
+            if nested and (text is None or len(text) < 2 or not text.isprintable()):
+                lines += [f"{head} {{", *_lines(nested, indent + "  ", depth + 1), f"{indent}}}"]
             elif text is not None:
                 lines.append(f"{head}: {text!r}")
             else:

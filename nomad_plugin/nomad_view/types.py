@@ -1,15 +1,16 @@
-"""Plain views of what the plugin sends Nomad (fingerprint groups, stats, reservations).
+"""Plain views of what the plugin sends Nomad, and their text as the Nomad CLI prints it.
 
-The launcher converts protobuf messages into these frozen dataclasses so the
-operator commands, the job-spec evaluator and tests work with ordinary values
-and never import generated code themselves.
+The launcher converts protobuf messages into these values, so the operator commands, the job-spec
+evaluator and the tests never import generated code. ``nomad node status -verbose`` prints "Device
+Group Attributes" as ``key = value unit``; ``nomad alloc status -stats`` prints "Device Stats" with
+every attribute flattened by ``.`` and sorted (Nomad's command/node_status.go, alloc_status.go).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 AttrValue = int | float | str | bool
@@ -28,7 +29,7 @@ class Attribute:
         return f"{text} {self.unit}" if self.unit else text
 
     def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": self.unit}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,7 @@ class Device:
     pci_bus_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "healthy": self.healthy,
-            "health_description": self.health_description,
-            "pci_bus_id": self.pci_bus_id,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -160,8 +156,7 @@ class Style:
     def __call__(self, text: str, *names: str) -> str:
         if not self.enabled or not names:
             return text
-        codes = ";".join(_CODES[n] for n in names)
-        return f"\x1b[{codes}m{text}\x1b[0m"
+        return f"\x1b[{';'.join(_CODES[n] for n in names)}m{text}\x1b[0m"
 
 
 def aligned(pairs: Iterable[tuple[str, str]], indent: str = "") -> list[str]:
@@ -170,35 +165,24 @@ def aligned(pairs: Iterable[tuple[str, str]], indent: str = "") -> list[str]:
     return [f"{indent}{k:<{width}} = {v}" for k, v in items]
 
 
-def group_attributes(group: DeviceGroup, style: Style) -> list[str]:
-    """One group in "Device Group Attributes" style."""
-    healthy = sum(1 for d in group.devices if d.healthy)
-    lines = [
-        style(f"Device Group Attributes: {group.full_name}", "bold")
-        + style(f"  ({healthy}/{len(group.devices)} healthy)", "dim")
-    ]
-    lines += aligned(((k, a.render()) for k, a in sorted(group.attributes.items())), "  ")
-    return lines
-
-
-def device_lines(group: DeviceGroup, style: Style) -> list[str]:
-    """Each instance as ``vendor/type/name[ID]`` with health, like "Device Resource Utilization"."""
-    out = []
-    for d in group.devices:
-        mark = style("healthy", "green") if d.healthy else style(f"unhealthy: {d.health_description}", "red")
-        locality = f" pci {d.pci_bus_id}" if d.pci_bus_id else ""
-        out.append(f"  {group.full_name}[{d.id}]{locality}  {mark}")
-    return out
+def table(rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart; the last column is not padded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in rows]
 
 
 def fingerprint_text(groups: list[DeviceGroup], style: Style, with_devices: bool = True) -> list[str]:
+    """Each group as "Device Group Attributes", then its instances with health and locality."""
     if not groups:
         return ["(no devices fingerprinted)"]
     lines: list[str] = []
-    for group in groups:
-        lines += group_attributes(group, style)
-        if with_devices:
-            lines += device_lines(group, style)
+    for g in groups:
+        healthy = f"  ({len(g.healthy_ids)}/{len(g.devices)} healthy)"
+        lines.append(style(f"Device Group Attributes: {g.full_name}", "bold") + style(healthy, "dim"))
+        lines += aligned(((k, a.render()) for k, a in sorted(g.attributes.items())), "  ")
+        for d in g.devices if with_devices else ():
+            mark = style("healthy", "green") if d.healthy else style(f"unhealthy: {d.health_description}", "red")
+            lines.append(f"  {g.full_name}[{d.id}]{f' pci {d.pci_bus_id}' if d.pci_bus_id else ''}  {mark}")
         lines.append("")
     return lines
 
@@ -208,23 +192,17 @@ SUMMARY_ATTRIBUTES = ("memory", "share_memory", "share_core_percent", "mig_slice
 
 def fingerprint_summary(groups: list[DeviceGroup], style: Style) -> list[str]:
     """One line per group (instances, healthy, the attributes a job constrains on most), then
-    every unhealthy instance with its reason: the answer without the 80-instance listing."""
+    every unhealthy instance with its reason."""
     if not groups:
         return ["(no devices fingerprinted)"]
     shown = [a for a in SUMMARY_ATTRIBUTES if any(a in g.attributes for g in groups)]
-    header = ["GROUP", "INSTANCES", "HEALTHY", *shown]
-    rows = [
-        [
-            g.full_name,
-            str(len(g.devices)),
-            str(sum(1 for d in g.devices if d.healthy)),
-            *(g.attributes[a].render() if a in g.attributes else "-" for a in shown),
-        ]
+    rows = [["GROUP", "INSTANCES", "HEALTHY", *shown]] + [
+        [g.full_name, str(len(g.devices)), str(len(g.healthy_ids))]
+        + [g.attributes[a].render() if a in g.attributes else "-" for a in shown]
         for g in groups
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [style("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), "bold")]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    header, *lines = table(rows)
+    lines = [style(header, "bold"), *lines]
     sick = [(g, d) for g in groups for d in g.devices if not d.healthy]
     if sick:
         lines += ["", style(f"{len(sick)} unhealthy instance(s):", "red")]

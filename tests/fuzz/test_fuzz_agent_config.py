@@ -23,12 +23,12 @@ TOKENS = (
 
 def _config_path(text: str) -> None:
     try:
-        parsed = parse_agent_text(text, "agent.hcl")
+        blocks = parse_agent_text(text, "agent.hcl")
     except AgentSyntaxError:
         return
-    for block in parsed.plugins:
+    for block in blocks:
         try:
-            user = agent_config_values(block.config, "agent.hcl")
+            user = agent_config_values(block.config)
             accept_config(msgpack_config(full_config(user, {"data_dir": "/nonexistent/fuzz"})))
         except (LauncherConfigError, ConfigError):
             pass

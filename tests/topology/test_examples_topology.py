@@ -50,7 +50,7 @@ def profile_of(path: Path) -> str:
 def published(profile: str) -> dict[str, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert fingerprint.node_meta_main(["--profile", profile, "--json"]) == 0
+        assert fingerprint.node_meta_command(["--profile", profile, "--json"]) == 0
     return dict(json.loads(out.getvalue()))
 
 
