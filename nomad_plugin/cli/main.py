@@ -227,3 +227,7 @@ def fail(command: str, message: str, code: int = 2) -> int:
     """One line on stderr, ``<command>: <message>``; the exit status."""
     sys.stderr.write(f"{command}: {message}\n")
     return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
