@@ -19,7 +19,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ class Finding:
     next_step: str = ""
 
     def to_json(self) -> dict[str, str]:
-        return {"check": self.check, "status": self.status, "summary": self.summary, "next_step": self.next_step}
+        return asdict(self)
 
 
 @dataclass

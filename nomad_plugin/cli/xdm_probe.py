@@ -61,22 +61,19 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def _raw_unary(channel: grpc.Channel, path: str, request: Any, timeout: float) -> bytes:
-    call = channel.unary_unary(path, request_serializer=adapter.serialize, response_deserializer=lambda b: b)
-    data: bytes = call(request, timeout=timeout)
-    return data
-
-
-def _raw_first(channel: grpc.Channel, path: str, request: Any, timeout: float) -> bytes:
-    call = channel.unary_stream(path, request_serializer=adapter.serialize, response_deserializer=lambda b: b)
-    stream = call(request, timeout=timeout)
-    try:
-        for item in stream:
-            data: bytes = item
+def _raw_call(socket: str, path: str, request: Any, timeout: float, streaming: bool) -> bytes:
+    """One call's answer as bytes, the first message of a stream."""
+    kinds: dict[str, Callable[..., Any]] = {"request_serializer": adapter.serialize, "response_deserializer": bytes}
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        if not streaming:
+            data: bytes = channel.unary_unary(path, **kinds)(request, timeout=timeout)
             return data
-    finally:
-        stream.cancel()  # type: ignore[no-untyped-call]
-    return b""
+        stream = channel.unary_stream(path, **kinds)(request, timeout=timeout)
+        try:
+            first: bytes = next(iter(stream), b"")
+            return first
+        finally:
+            stream.cancel()  # type: ignore[no-untyped-call]
 
 
 def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
@@ -148,14 +145,11 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
             entry["path"] = f"/{owner}/{method}" if owner else None
             if raw and owner:
                 target = config.config_socket if sock == "config-daemon" else config.xdm_socket
-                with grpc.insecure_channel(f"unix:{target}") as channel:
-                    try:
-                        fetch = _raw_first if streaming else _raw_unary
-                        data = fetch(channel, f"/{owner}/{method}", request, timeout)
-                        entry["raw_hex"] = data.hex()
-                        entry["raw"] = raw_text(data)
-                    except grpc.RpcError as exc:
-                        entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
+                try:
+                    data = _raw_call(target, f"/{owner}/{method}", request, timeout, streaming)
+                    entry["raw_hex"], entry["raw"] = data.hex(), raw_text(data)
+                except grpc.RpcError as exc:
+                    entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
             report["calls"].append(entry)
     finally:
         client.close()
@@ -171,7 +165,6 @@ def _query_status(client: Any, config: Any) -> Any:
     """QueryStatus, whose failure names config-daemon.sock: the socket it goes to is checked first,
     and a failure that came from dp2mgr.sock (where XDM's schema is bound) says so."""
     from nomad_plugin.model.errors import BackendUnavailable
-    from nomad_plugin.xdm.errors import socket_problem
 
     problem = socket_problem(config.config_socket)
     if problem is not None:

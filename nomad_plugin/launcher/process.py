@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -307,9 +307,6 @@ class PluginProcess:
         req = device_pb2.ReserveRequest(device_ids=list(device_ids))
         # Nomad gives Reserve no deadline; a bounded one keeps operator commands from hanging.
         return reservation(self._rpc("Reserve", lambda: stub.Reserve(req, timeout=self.rpc_timeout)))
-
-    def log_lines(self) -> Iterator[str]:
-        yield from list(self.stderr)
 
 
 # -- protobuf -> nomad_view values --------------------------------------------------------
