@@ -376,7 +376,7 @@ def plugin_grpc(duration: float, clock: Clock, tmp: Path, why: str) -> dict[str,
         return out
     finally:
         out["exit_code"] = plugin.shutdown()
-        out["stderr_tail"] = "\n".join(plugin.log_lines())[-3000:]
+        out["stderr_tail"] = "\n".join(plugin.stderr)[-3000:]
 
 
 def _healthy_ids(groups: Any) -> list[str]:

@@ -77,10 +77,10 @@ def expected_inventory(sim: Any, spec: BundleSpec) -> dict[str, Any]:
 
 def make_bundle(spec: BundleSpec, out: Path) -> dict[str, Any]:
     """Run a simulator in ``spec``'s mode, capture it into ``out / spec.name``; returns the manifest."""
+    from nomad_plugin.cli.xdm_probe import raw_text
     from nomad_plugin.config.decode import decode_config
     from nomad_plugin.launcher.config import load_config, msgpack_config
-    from nomad_plugin.launcher.live import socket_overrides
-    from nomad_plugin.launcher.rawproto import decode_raw
+    from nomad_plugin.launcher.process import socket_overrides
     from nomad_plugin.sim import Simulator
     from nomad_plugin.xdm.capture import capture
 
@@ -92,7 +92,7 @@ def make_bundle(spec: BundleSpec, out: Path) -> dict[str, Any]:
         sock = tmp / "s"
         with Simulator(sock, spec.profile, schema=spec.schema, reflection=spec.reflection, control=False) as sim:
             config = decode_config(msgpack_config(load_config(None, socket_overrides(sock))))
-            manifest = capture(config, target, render_raw=decode_raw)
+            manifest = capture(config, target, render_raw=raw_text)
             if sim.grants():
                 raise SystemExit(f"{spec.name}: the capture made a grant: {sorted(sim.grants())}")
             inventory = expected_inventory(sim, spec)

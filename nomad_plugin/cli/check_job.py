@@ -1,24 +1,20 @@
 """``nomad-device-lingjun check-job JOB.hcl``: dry-run a job against this node.
 
-Gets the live fingerprint by launching the real plugin as Nomad would
-(against XDM, a socket directory, or an embedded simulator with
-``--profile``), then decides every ``device`` block as Nomad does (decoding,
-job validation, the scheduler's device checks) and every job-, group- and
-task-level constraint and affinity on this node's values (its meta, the
-plugin's own keys included, attributes and fields), and says Nomad's
-outcome: it would place the job, refuse it at submission, or not place it on
-this node, with the group that would serve each block, why every other
-group was rejected, and each node-level rule that fails. Spreads, distinct
-hosts and distinct properties need the cluster and are shown, not decided.
-Exit status: 0 Nomad would place it (and the plugin would serve it), 1
-Nomad would not place it on this node or the plugin would refuse it at task
-start, 2 Nomad would refuse the job file, check-job cannot tell (a value it
-does not know), or a usage, fingerprint or plugin error.
+Gets the live fingerprint by launching the real plugin as Nomad would (against XDM, a socket
+directory, or an embedded simulator with ``--profile``), then decides every ``device`` block as
+Nomad does (decoding, job validation, the scheduler's device checks) and every job-, group- and
+task-level constraint and affinity on this node's values (its meta, the plugin's own keys
+included, attributes and fields), and says Nomad's outcome: it would place the job, refuse it at
+submission, or not place it on this node, with the group that would serve each block, why every
+other group was rejected, and each node-level rule that fails. Spreads, distinct hosts and
+distinct properties need the cluster and are shown, not decided. Exit status: 0 Nomad would place
+it (and the plugin would serve it), 1 Nomad would not place it on this node or the plugin would
+refuse it at task start, 2 Nomad would refuse the job file, check-job cannot tell (a value it does
+not know), or a usage, fingerprint or plugin error.
 
-Node values come from ``--node FILE`` (Nomad's node JSON), the local Nomad
-agent (``--agent``; by default when the fingerprint is this node's own plugin
-config), ``--node-value`` and the plugin's keys, computed from the same
-inventory as the fingerprint (``docs/operator.md``, "check-job").
+Node values come from ``--node FILE`` (Nomad's node JSON), the local Nomad agent (``--agent``; by
+default when the fingerprint is this node's own plugin config), ``--node-value`` and the plugin's
+keys, computed from the same inventory as the fingerprint (docs/operator.md, "check-job").
 """
 
 from __future__ import annotations
@@ -29,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.helptext import help_text
+from nomad_plugin.cli.fingerprint import plugin_keys
+from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.jobspec import JobParseError, evaluate_job
 from nomad_plugin.jobspec.evaluate import OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN
 from nomad_plugin.jobspec.groups import ParsedJob, parse_job
@@ -46,10 +43,9 @@ from nomad_plugin.jobspec.node_values import (
 from nomad_plugin.jobspec.parse import go_strings
 from nomad_plugin.jobspec.report import verdicts_json, verdicts_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
-from nomad_plugin.launcher.live import LiveNode
+from nomad_plugin.launcher.process import LiveNode
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.nomad_view.render import Style
-from nomad_plugin.nomad_view.types import DeviceGroup, group_from_json
+from nomad_plugin.nomad_view.types import DeviceGroup, Style, group_from_json
 
 EPILOG = """\
 examples:
@@ -63,25 +59,11 @@ examples:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun check-job",
-        description=help_text(__doc__, 1),
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser("check-job", __doc__ or "", paragraph=1, epilog=EPILOG)
     p.add_argument("job", help="the job file: HCL2, or JSON as `nomad job run -output` prints it")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--profile", help="start an embedded XDM simulator with this profile (e.g. h800-8)")
-    src.add_argument("--socket-dir", help="XDM socket directory (dp2mgr.sock, config-daemon.sock)")
-    src.add_argument("--fingerprint", metavar="FILE", help="a saved `fingerprint --json` instead of a live plugin")
-    p.add_argument("--plugin-config", help="agent file with the plugin block (e.g. plugin.hcl)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help='override a config option (HCL literal, e.g. default_mode="tdm")',
-    )
+    source = add_config_options(p, node=True)
+    assert source is not None
+    source.add_argument("--fingerprint", metavar="FILE", help="a saved `fingerprint --json` instead of a live plugin")
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
@@ -121,10 +103,8 @@ def _read_json(path: str) -> Any:
 
 
 def _saved_fingerprint(path: str) -> tuple[list[DeviceGroup], PluginKeys | None, str]:
-    """A file written by ``fingerprint --json`` (or its ``groups`` list); ValueError when it is not one.
-
-    Also its ``plugin_keys`` (the plugin's node meta keys), or why there are none.
-    """
+    """A file written by ``fingerprint --json`` (or its ``groups`` list), with its ``plugin_keys`` or why
+    there are none; ValueError when it is not one."""
     data = _read_json(path)
     try:
         groups = data["groups"] if isinstance(data, dict) else data
@@ -161,10 +141,10 @@ def _stated(items: list[str]) -> dict[str, str]:
 def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> NodeDocument:
     """This node from the local agent: /v1/agent/self for its ID (unless nomad_node_id), then /v1/node/<id>."""
     from nomad_plugin.config.decode import decode_config
-    from nomad_plugin.launcher.config import load_config, msgpack_config
+    from nomad_plugin.launcher.config import msgpack_config
     from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 
-    config = decode_config(msgpack_config(config_map or load_config(args.plugin_config, args.set)))
+    config = decode_config(msgpack_config(config_map)) if config_map else plugin_config(args.plugin_config, args.set)
     settings = NomadApiSettings.from_config(config)
     client = NomadClient(settings)
     try:
@@ -218,15 +198,6 @@ def verdict_line(outcome: str, warned: bool, detail: str = "") -> str:
     return OUTCOME_TEXT[outcome] + (f": {detail}" if detail else "")
 
 
-def _plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys | None, str]:
-    from nomad_plugin.cli.node_meta import plugin_keys
-
-    try:
-        return plugin_keys(config_map, timeout), ""
-    except (PluginError, ValueError, OSError) as exc:
-        return None, f"the plugin's backend gave no inventory: {exc}"
-
-
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):
@@ -235,8 +206,7 @@ def main(argv: list[str]) -> int:
     try:
         job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
-        sys.stderr.write(f"check-job: {exc}\n")
-        return 2
+        return fail("check-job", str(exc))
     requests = job.requests
     node_rules = any(g.has_rules for g in job.groups)
     config = None
@@ -249,21 +219,19 @@ def main(argv: list[str]) -> int:
             if node_rules:
                 plugin, plugin_why = saved, why
         else:
-            node = LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin)
-            node.device_timeout = args.timeout
-            with node:
-                groups, source = node.devices(), node.source
-                config = dict(node.config)
+            live = LiveNode(
+                args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin, device_timeout=args.timeout
+            )
+            with live:
+                groups, source, config = live.devices(), live.source, dict(live.config)
                 if node_rules:
-                    plugin, plugin_why = _plugin_keys(config, args.timeout)
+                    plugin, plugin_why = plugin_keys(config, args.timeout)
     except (LaunchError, LauncherConfigError, ValueError, KeyError, OSError) as exc:
-        sys.stderr.write(f"check-job: cannot get the fingerprint: {exc}\n")
-        return 2
+        return fail("check-job", f"cannot get the fingerprint: {exc}")
     try:
         values = _node_values(args, job, plugin, plugin_why, config)
-    except (ValueError, LauncherConfigError) as exc:
-        sys.stderr.write(f"check-job: {exc}\n")
-        return 2
+    except ValueError as exc:
+        return fail("check-job", str(exc))
     verdicts = evaluate_job(requests, groups, config)
     placement = evaluate_placement(job, values)
     outcome = final_outcome([v.outcome for v in verdicts], placement)

@@ -1,32 +1,27 @@
 """``nomad-device-lingjun demo``: the plugin end to end on any machine, in under 30 seconds.
 
-Starts an in-process XDM simulator in a temp dir, launches the plugin the
-way Nomad does (handshake, SetConfig twice, Fingerprint, Stats), then shows
-what Nomad would show: the node's device groups (``nomad node status
--verbose``), a reservation for examples/jobs/whole-card.nomad.hcl (IDs picked
-with the scheduler's rules, Reserve, the task's env and device nodes), live
-stats (``nomad alloc status -stats``) and a card health flip and recovery as
-seen in the fingerprint stream. Then it shuts everything down.
+Starts an in-process XDM simulator in a temp dir, launches the plugin the way Nomad does
+(handshake, SetConfig twice, Fingerprint, Stats), then shows what Nomad would show: the node's
+device groups (``nomad node status -verbose``), a reservation for
+examples/jobs/whole-card.nomad.hcl (IDs picked with the scheduler's rules, Reserve, the task's env
+and device nodes), live stats (``nomad alloc status -stats``) and a card health flip and recovery
+as seen in the fingerprint stream. Then it shuts everything down.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.helptext import help_text
+from nomad_plugin.cli.main import command_parser, fail
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
-from nomad_plugin.launcher import LauncherConfigError, LaunchError, load_config
-from nomad_plugin.launcher.live import socket_overrides
-from nomad_plugin.launcher.session import Session, launch, wait_for_devices
-from nomad_plugin.nomad_view.render import Style, aligned, fingerprint_text, stats_text
-from nomad_plugin.nomad_view.types import DeviceGroup, InstanceStats
+from nomad_plugin.launcher.config import LauncherConfigError
+from nomad_plugin.launcher.process import LaunchError, LiveNode, Session
+from nomad_plugin.nomad_view.types import DeviceGroup, InstanceStats, Style, aligned, fingerprint_text, stats_text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "whole-card.nomad.hcl"
 # The device block of examples/jobs/whole-card.nomad.hcl, for installs without the examples.
@@ -53,7 +48,7 @@ RECOVERY_DELAY = "2s"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nomad-device-lingjun demo", description=help_text(__doc__))
+    p = command_parser("demo", __doc__ or "")
     p.add_argument("--profile", default="h800-8", help="simulated node (default h800-8; see xdm-sim --help)")
     p.add_argument("--seconds", type=float, default=3.0, help="seconds of live stats to collect (default 3)")
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
@@ -179,28 +174,17 @@ def _health_flip(tour: Tour, session: Session, sim: Any, reserved: list[str]) ->
 
 
 def run(tour: Tour, profile: str, seconds: float, plugin: str | None) -> None:
-    from nomad_plugin.sim import Simulator
-
-    tmp = Path(tempfile.mkdtemp(prefix="ndl-demo-", dir="/tmp"))
-    sim = None
-    session: Session | None = None
+    node = LiveNode(profile=profile, plugin=plugin, overrides=[f'health_recovery_delay="{RECOVERY_DELAY}"'])
+    code: int | None = None
     try:
-        sim = Simulator(tmp / "s", profile).start()
+        node.start()
+        assert node.session is not None and node.tmp is not None
+        session, sim, tmp = node.session, node.sim, node.tmp
         tour.doc["profile"] = sim.profile
         tour.section(
             f"XDM simulator: profile {sim.profile}, {len(sim.cards)} x {sim.cards[0].model}, sockets in {tmp / 's'}"
         )
-        overrides = [
-            *socket_overrides(tmp / "s"),
-            'backend="xdm"',
-            f'data_dir="{tmp / "data"}"',
-            "reconcile=false",
-            "nvml_enrich=false",
-            f'health_recovery_delay="{RECOVERY_DELAY}"',
-        ]
-        config = load_config(None, overrides)
-        session = launch(config, plugin=plugin, set_config_times=2)
-        groups = wait_for_devices(session, 20.0)
+        groups = node.devices()
         info = session.info
         tour.section("Plugin launched the way Nomad launches it")
         tour.say(
@@ -218,13 +202,11 @@ def run(tour: Tour, profile: str, seconds: float, plugin: str | None) -> None:
         _stats(tour, session, reserved, seconds)
         _health_flip(tour, session, sim, reserved)
     finally:
-        code = session.plugin.shutdown() if session is not None else None
-        if sim is not None:
-            sim.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-        tour.doc["shutdown"] = {"plugin_exit_code": code, "temp_dir_removed": not tmp.exists()}
+        used = node.tmp
+        code = node.close()
+        tour.doc["shutdown"] = {"plugin_exit_code": code, "temp_dir_removed": used is not None and not used.exists()}
     tour.section("Shutdown")
-    tour.say(f"  GRPCController.Shutdown -> plugin exited with {code}; simulator stopped; {tmp} removed")
+    tour.say(f"  GRPCController.Shutdown -> plugin exited with {code}; simulator stopped; {used} removed")
 
 
 def main(argv: list[str]) -> int:
@@ -235,7 +217,7 @@ def main(argv: list[str]) -> int:
         tour.doc["ok"] = True
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
         tour.doc["error"] = str(exc)
-        sys.stderr.write(f"demo: {exc}\n")
+        fail("demo", str(exc), 1)
     tour.doc["elapsed_s"] = round(time.monotonic() - tour.t0, 2)
     if args.json:
         sys.stdout.write(json.dumps(tour.doc, indent=2) + "\n")

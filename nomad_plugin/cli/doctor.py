@@ -1,12 +1,12 @@
 """nomad-device-lingjun doctor: check a node's install and say what to fix.
 
-Each check yields a finding (ok / warn / fail) with a concrete next step:
-config decoded by the plugin's own decoder (HCL -> msgpack -> decode_config,
-the SetConfig path), XDM sockets present and accessible, XDM answering,
-Runtime Kit enabled (QueryStatus), inventory and topology readable, the
-Nomad API reachable with the token, the plugin file named like its
-``plugin`` block and executable, and the lj-runtime container runtime.
-Exit status 0 when nothing failed (warnings allowed), 1 otherwise.
+Each check yields a finding (ok / warn / fail / skip) with a concrete next step. The config verdict
+is the agent's and the plugin's own: the agent's parser (HCL v1 rules), the schema's types, then
+the plugin's SetConfig code path (``backend_select.accept_config``). Then: the data dir, the XDM
+sockets and XDM's answers (schema binding, Runtime Kit, inventory, topology) or NVML, the Nomad API
+with the token, node metadata, the running plugin's grants, the plugin file in plugin_dir and the
+lj-runtime container runtime. doctor writes nothing and leaves the data dir as found. Exit status 0
+when nothing failed (warnings allowed), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -19,18 +19,27 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
-from nomad_plugin.cli.helptext import help_text
+from nomad_plugin.cli.main import add_config_options, command_parser
 from nomad_plugin.config.model import ConfigError, PluginConfig
-from nomad_plugin.launcher.agent_files import PluginBlocks, duplicate_notes, find_plugin_blocks, plugin_user_config
-from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config, parse_override
+from nomad_plugin.launcher.config import (
+    LauncherConfigError,
+    PluginBlocks,
+    duplicate_notes,
+    find_plugin_blocks,
+    full_config,
+    msgpack_config,
+    parse_override,
+    plugin_user_config,
+)
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.nomad_view.render import Style
+from nomad_plugin.nomad_view.types import Style
 from nomad_plugin.nvml import lib as nvml_lib
+from nomad_plugin.nvml.lib import nvml_available
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 NVIDIA_PLUGIN = "nomad-device-nvidia"
@@ -48,7 +57,7 @@ class Finding:
     next_step: str = ""
 
     def to_json(self) -> dict[str, str]:
-        return {"check": self.check, "status": self.status, "summary": self.summary, "next_step": self.next_step}
+        return asdict(self)
 
 
 @dataclass
@@ -59,7 +68,7 @@ class Host:
     access: Callable[[str, int], bool] = os.access
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     nvml_loader: Callable[[], Any] = nvml_lib.load
-    nvml_usable: Callable[[], bool] = field(default_factory=lambda: _nvml_usable)
+    nvml_usable: Callable[[], bool] = nvml_available
 
 
 @dataclass
@@ -78,7 +87,6 @@ class Doctor:
         self.findings.append(finding)
         return finding
 
-    # --------------------------------------------------------------- checks
     def check_config(self) -> None:
         """The agent's verdict: its parser (HCL v1 rules), the schema's types, then the plugin's own SetConfig."""
         from nomad_plugin.backend_select import accept_config
@@ -188,10 +196,7 @@ class Doctor:
 
     def _card_health(self, cards: Any, check: str = "card health", dropin: bool = False) -> None:
         """Unhealthy cards, each with its reason: Nomad places nothing on them until they recover.
-
-        ``dropin``: NVML cards, where nomad-device-nvidia would report the card healthy (or, when NVML
-        cannot read it, fail its whole fingerprint); the next step says so.
-        """
+        ``dropin``: NVML cards, which nomad-device-nvidia would report healthy; the next step says so."""
         sick = [c for c in cards if not c.healthy]
         if not sick:
             self.add(check, OK, f"all {len(list(cards))} cards healthy")
@@ -214,19 +219,14 @@ class Doctor:
         )
 
     def backend_name(self) -> str:
-        """The backend the plugin would pick here (auto: XDM if its socket exists, else NVML if usable)."""
+        """The backend the plugin would pick here, by its own rule."""
+        from nomad_plugin.backend_select import choose_backend_name
+
         assert self.config is not None
-        if self.config.backend != "auto":
-            return self.config.backend
-        if os.path.exists(self.config.xdm_socket):
-            return "xdm"
-        return "nvml" if self.host.nvml_usable() else "xdm"
+        return choose_backend_name(self.config, self.host.nvml_usable)
 
     def check_sockets(self) -> bool:
         assert self.config is not None
-        if self.config.backend == "nvml":
-            self.add("sockets", SKIP, "backend = nvml: XDM sockets not used")
-            return False
         ok = True
         for label, path in (("dp2mgr", self.config.xdm_socket), ("config-daemon", self.config.config_socket)):
             ok = self._socket(label, path) and ok
@@ -426,12 +426,68 @@ class Doctor:
         )
 
     def check_node_meta(self) -> None:
-        """``node_meta``: may the token write the node's metadata, and did the running plugin manage to?"""
-        from nomad_plugin.cli.doctor_node_meta import node_meta_rows
+        """``node_meta``: may the token write the node's metadata (judged from its policies: nothing is
+        written to find out), and did the running plugin manage to (``node-meta-state.json``)?"""
+        from nomad_plugin.journal import plugin_running
+        from nomad_plugin.reconcile.node_meta import WRITE_POLICY, load_publisher_state, node_write, state_path
+        from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadApiSettings, NomadClient
 
         assert self.config is not None
-        for check, status, summary, next_step in node_meta_rows(self.config, self.host.environ):
-            self.add(check, status, summary, next_step)
+        config, check = self.config, "node meta"
+        if not config.node_meta:
+            self.add(
+                check,
+                SKIP,
+                "node_meta = false: the topology is not published as node metadata "
+                "(`nomad-device-lingjun node-meta` prints it as a client meta block)",
+            )
+            return
+        settings = NomadApiSettings.from_config(config, self.host.environ)
+        client = NomadClient(settings)
+        fix = (
+            f"give the token a policy with {WRITE_POLICY} (node:write), or set node_meta = false and put the output "
+            "of `nomad-device-lingjun node-meta` in the agent's client { meta { } }"
+        )
+        try:
+            view = client.node_meta()
+            allowed, why = node_write(client)
+        except NomadApiError as exc:
+            step = fix if exc.kind == "forbidden" else f"check nomad_address ({settings.address}) and the TLS options"
+            self.add(check, FAIL, f"{settings.address}{META_PATH}: {exc}", step)
+            return
+        finally:
+            client.close()
+        prefix = config.node_meta_prefix
+        published = {k: v for k, v in view.meta.items() if k.startswith(prefix)}
+        failed = not allowed
+        if not allowed:
+            self.add(
+                check,
+                FAIL,
+                f"the Nomad token lacks node:write ({why}): POST {META_PATH} is refused, so the plugin publishes "
+                "no topology keys (it keeps serving devices)",
+                fix,
+            )
+        try:
+            state = load_publisher_state(state_path(config.data_dir)) if plugin_running(config.data_dir) else None
+        except OSError:
+            state = None
+        if state is not None and state.last_error:
+            failed = True
+            self.add(check, FAIL, f"the running plugin could not publish: {state.last_error}", state.hint or fix)
+        elif state is not None and state.in_sync:
+            stale = {k for k, v in state.wanted.items() if published.get(k) != v}
+            if stale:
+                self.add(
+                    check,
+                    WARN,
+                    f"the agent's metadata differs from what the plugin published for {', '.join(sorted(stale))}",
+                    "the plugin rewrites them within one inventory_resync_period; if they keep differing, another "
+                    f"tool writes under {prefix!r}: give the plugin its own node_meta_prefix",
+                )
+        if not failed:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(published.items())) or "none yet"
+            self.add(check, OK, f"the token may write node metadata ({why}); published under {prefix!r}: {shown}")
 
     def check_grants(self) -> None:
         """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
@@ -609,12 +665,6 @@ _SCHEMA_NEXT_STEP = (
 )
 
 
-def _nvml_usable() -> bool:
-    from nomad_plugin.backend_select import _nvml_usable as usable
-
-    return usable()
-
-
 def _executable_file(path: Path) -> bool:
     try:
         return path.is_file() and bool(os.stat(path).st_mode & 0o111)
@@ -701,10 +751,9 @@ def _xdm_next_step(kind: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nomad-device-lingjun doctor", description=help_text(__doc__))
-    p.add_argument("--plugin-config", help="agent file or directory with the plugin block (e.g. /etc/nomad.d)")
+    p = command_parser("doctor", __doc__ or "")
+    add_config_options(p)
     p.add_argument("--plugin-dir", help="the agent's plugin_dir (checks the file's name and execute bit)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where /etc and /usr/local live
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--verbose", action="store_true", help="also print XDM's field-by-field schema binding report")

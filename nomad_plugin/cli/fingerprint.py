@@ -1,37 +1,42 @@
-"""``nomad-device-lingjun fingerprint``: print the fingerprint this node would send to Nomad.
+"""``fingerprint`` and ``node-meta``: what this node would send Nomad, shown before Nomad sees it.
 
-Launches the plugin exactly as Nomad does (handshake, SetConfig with the
-agent config's msgpack encoding, Fingerprint stream), waits for the first
-fingerprint with devices, prints it as ``nomad node status -verbose`` would
-(or as JSON, which ``check-job --fingerprint`` reads back, with the node
-meta keys the plugin computes from the same inventory: ``plugin_keys``) and
-stops it. The
-dry run uses its own temporary data_dir, no reconciler and no metrics port,
-so it never disturbs the plugin Nomad is running.
+``fingerprint`` launches the real plugin as Nomad does (handshake, SetConfig with the agent
+config's msgpack bytes, the Fingerprint stream), waits for the first fingerprint with devices and
+prints it as ``nomad node status -verbose`` would, or as JSON that ``check-job --fingerprint`` reads
+back, with the node meta keys the plugin computes from the same inventory (``plugin_keys``).
+
+``node-meta`` prints those keys as a ``client { meta { } }`` block, for clusters where the plugin
+may not write node metadata (no Nomad API, or a token without ``node:write``): the plugin's own
+backend runs in this process until the first inventory, and ``model/node_meta.py`` makes the keys
+the plugin publishes with ``node_meta = true``. Static meta does not follow later changes (a card
+gone, Runtime Kit switched): run it again then. Neither command disturbs the plugin Nomad runs: a
+temporary data_dir, no reconciler, no metrics port, nothing written.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+import threading
 from typing import Any
 
-from nomad_plugin.launcher import LauncherConfigError, LaunchError
-from nomad_plugin.launcher.live import LiveNode
-from nomad_plugin.nomad_view.render import Style, fingerprint_summary, fingerprint_text
+from nomad_plugin.cli.main import add_config_options, command_parser, fail
+from nomad_plugin.config.decode import decode_config
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.jobspec.node_values import PluginKeys
+from nomad_plugin.launcher.config import LauncherConfigError, msgpack_config
+from nomad_plugin.launcher.process import LaunchError, LiveNode
+from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.errors import PluginError
+from nomad_plugin.model.node_meta import client_meta_block, node_meta
+from nomad_plugin.nomad_view.types import Style, fingerprint_summary, fingerprint_text
+
+NEXT = "nomad-device-lingjun doctor checks the node step by step"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun fingerprint",
-        description="Print the device groups, attributes, instances and health this node would send to Nomad.",
-    )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--profile", help="fingerprint an embedded XDM simulator with this profile instead")
-    src.add_argument("--socket-dir", help="XDM socket directory (dp2mgr.sock, config-daemon.sock)")
-    p.add_argument("--plugin-config", help="agent file with the plugin block (e.g. /etc/nomad.d/plugin.hcl)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+def main(argv: list[str]) -> int:
+    p = command_parser("fingerprint", "Print the device groups, attributes, instances and health this node would send.")
+    add_config_options(p, node=True)
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print JSON (readable by check-job --fingerprint)")
@@ -41,46 +46,92 @@ def parser() -> argparse.ArgumentParser:
         help="every group's attributes and every instance, as nomad node status -verbose shows them "
         "(default: one line per group)",
     )
-    return p
-
-
-def _plugin_keys(config: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """The ``plugin_keys`` section: the node meta keys of the same inventory, for check-job's node-level rules."""
-    from nomad_plugin.cli.node_meta import plugin_keys
-    from nomad_plugin.model.errors import PluginError
-
-    try:
-        return {"plugin_keys": plugin_keys(config, timeout).to_json()}
-    except (PluginError, ValueError, OSError) as exc:
-        return {"plugin_keys": None, "plugin_keys_error": f"the plugin's backend gave no inventory: {exc}"}
-
-
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    node = LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin)
-    node.device_timeout = args.timeout
+    args = p.parse_args(argv)
+    node = LiveNode(
+        args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin, device_timeout=args.timeout
+    )
     keys: dict[str, Any] = {}
     try:
         with node:
             groups = node.devices()
-            source = node.source
             if args.json:
-                keys = _plugin_keys(dict(node.config), args.timeout)
+                found, why = plugin_keys(node.config, args.timeout)
+                keys = {"plugin_keys": found.to_json()} if found else {"plugin_keys": None, "plugin_keys_error": why}
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
-        first = " ".join(str(exc).split())
-        sys.stderr.write(f"fingerprint: {first} (nomad-device-lingjun doctor checks the node step by step)\n")
-        return 1
+        return fail("fingerprint", f"{' '.join(str(exc).split())} ({NEXT})", 1)
     if args.json:
-        doc = {"source": source, "groups": [g.to_json() for g in groups], **keys}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"source": node.source, "groups": [g.to_json() for g in groups], **keys}, indent=2))
+        sys.stdout.write("\n")
         return 0
     devices = sum(len(g.devices) for g in groups)
     healthy = sum(len(g.healthy_ids) for g in groups)
-    header = f"{len(groups)} device group(s), {devices} instances ({healthy} healthy) from {source}"
     style = Style(sys.stdout)
     if args.detail:
         body = fingerprint_text(groups, style)
     else:
         body = [*fingerprint_summary(groups, style), "", "(--detail prints every attribute and instance)"]
+    header = f"{len(groups)} device group(s), {devices} instances ({healthy} healthy) from {node.source}"
     sys.stdout.write("\n".join([header, "", *body]) + "\n")
+    return 0
+
+
+def read_inventory(config: PluginConfig, timeout: float) -> Inventory:
+    """The backend's first inventory (the plugin's own backend code); ``PluginError`` if none comes."""
+    from nomad_plugin.backend_select import select_backend
+    from nomad_plugin.reconcile.node_meta import ready
+
+    backend = select_backend(config)
+    arrived = threading.Event()
+    backend.subscribe(lambda inv: arrived.set() if ready(inv) else None)
+    backend.start()
+    try:
+        arrived.wait(timeout)
+        inventory = backend.inventory()
+    finally:
+        backend.stop()
+    if not ready(inventory):
+        reason = inventory.unreachable_reason or f"no inventory within {timeout:g} s"
+        raise PluginError(f"the {backend.name} backend gave no cards: {reason}")
+    return inventory
+
+
+def plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys | None, str]:
+    """The keys a plugin with this config map publishes (or would, with ``node_meta = true``), from
+    the same backend code while its XDM (or simulator) is up; None and why when there are none."""
+    try:
+        config = decode_config(msgpack_config(config_map))
+        found = node_meta(read_inventory(config, timeout), config)
+    except (PluginError, ValueError, OSError) as exc:
+        return None, f"the plugin's backend gave no inventory: {exc}"
+    return PluginKeys(
+        dict(found.keys), config.node_meta_prefix, config.node_meta, found.topology_known, found.problems
+    ), ""
+
+
+def node_meta_command(argv: list[str]) -> int:
+    p = command_parser(
+        "node-meta",
+        "Print this node's topology and summary keys as a client { meta { } } block "
+        "(what node_meta = true publishes through Nomad's API).",
+    )
+    add_config_options(p, node=True)
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for the cards (default 20)")
+    p.add_argument("--json", action="store_true", help="print the keys as one JSON object")
+    args = p.parse_args(argv)
+    try:
+        with LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, launch_plugin=False) as node:
+            config = decode_config(msgpack_config(node.config))
+            found = node_meta(read_inventory(config, args.timeout), config)
+    except (LauncherConfigError, PluginError, ValueError, OSError) as exc:
+        return fail("node-meta", f"{exc} ({NEXT})", 1)
+    if args.json:
+        sys.stdout.write(json.dumps(dict(found.keys), indent=2) + "\n")
+        return 0
+    lines = [
+        f"# Node metadata for this node's Nomad client agent, from {node.source}.",
+        "# Paste it into the agent configuration and restart the agent, or set node_meta = true in the",
+        "# plugin's config block to publish these keys through Nomad's API and keep them current.",
+        *(f"# note: {problem}" for problem in found.problems),
+    ]
+    sys.stdout.write("\n".join(lines) + "\n" + client_meta_block(found.keys))
     return 0

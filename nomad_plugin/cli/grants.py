@@ -1,26 +1,18 @@
 """``nomad-device-lingjun grants``: every grant the plugin holds, and why; ``grants release`` by hand.
 
-The journal (read without writing, ``Journal.snapshot``) is joined with
-Nomad's view of this node's allocations and with what the running plugin's
-reconciler knows (``<data_dir>/reconciler-state.json``: claims, release
-times). XDM has no RPC that lists grants, so XDM's own view cannot be
-joined. Each grant is flagged ``live``, ``orphaned`` (with the time left
-before the plugin releases it), ``pending release``, or ``unverifiable``
-(no allocation visible to the token claims it and the view is incomplete);
-live allocations that use this plugin's devices without a grant (the
-running plugin's findings) are listed as ``leaked``.
-
-``grants release <id>`` refuses while a live allocation holds the grant's
-devices, or while that cannot be ruled out (Nomad unreachable, incomplete
-view, ``reconcile = false``), unless ``--force``. It is journalled like any
-release: by the running plugin (a request file it answers) or, while no
-plugin runs, by this command holding the journal's owner lock.
-Config: ``--plugin-config`` / ``--set`` exactly as ``doctor``.
+The journal (read without writing) is joined with Nomad's view of this node's allocations and with
+what the running plugin's reconciler knows (``<data_dir>/reconciler-state.json``: claims, release
+times); XDM has no RPC that lists grants. Each grant is ``live``, ``orphaned`` (with the time left
+before the plugin releases it), ``pending release`` or ``unverifiable`` (no allocation visible to
+the token claims it and the view is incomplete); live allocations that use this plugin's devices
+without a grant are ``leaked``. ``grants release <id>`` refuses while a live allocation holds the
+grant's devices, or while that cannot be ruled out (Nomad unreachable, incomplete view,
+``reconcile = false``), unless ``--force``. It is journalled like any release: by the running
+plugin (a request file it answers) or, while no plugin runs, here, holding the journal's owner lock.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -29,18 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nomad_plugin.backend_select import accept_config
+from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import EntryState, Journal, JournalCorrupt, JournalEntry, OwnerLock, plugin_running
-from nomad_plugin.launcher.config import (
-    LauncherConfigError,
-    full_config,
-    msgpack_config,
-    parse_override,
-    plugin_config_from_file,
-)
+from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad.reserve import describe_limits
+from nomad_plugin.nomad_view.types import table
 from nomad_plugin.reconcile.nomad_api import AllocView, NomadApiError, NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.reconciler import Claim, ReconcilerState, reconciler_state_path
 from nomad_plugin.reconcile.requests import MANUAL_REASON, check_grant_id, submit_release, wait_result, withdraw
@@ -66,16 +53,6 @@ class NomadView:
     def live_holder(self, entry: JournalEntry) -> AllocView | None:
         ids = set(entry.device_ids)
         return next((a for a in self.allocs if a.live and a.device_ids & ids), None)
-
-
-def load_config(plugin_config: str | None, overrides: list[str]) -> PluginConfig:
-    """The plugin's config as SetConfig would decode it (doctor's conventions)."""
-    try:
-        user = plugin_config_from_file(plugin_config) if plugin_config else {}
-        extra = dict(parse_override(o) for o in overrides)
-        return accept_config(msgpack_config(full_config(user, extra)))
-    except (LauncherConfigError, ConfigError, PluginError) as exc:
-        raise GrantsError(f"{plugin_config or '(defaults)'}: {exc}") from None
 
 
 def read_journal(config: PluginConfig) -> list[JournalEntry]:
@@ -211,29 +188,23 @@ def print_report(doc: dict[str, Any]) -> None:
     if not rows:
         out.write("no grants\n")
         return
-    header = ("GRANT", "STATUS", "ALLOC", "NAMESPACE/JOB", "CLIENT", "SINCE", "MODE", "DEVICES", "NOTE")
-    table = [header]
+    table_rows = [["GRANT", "STATUS", "ALLOC", "NAMESPACE/JOB", "CLIENT", "SINCE", "MODE", "DEVICES", "NOTE"]]
     for r in rows:
-        note = r["why"]
-        if r.get("release_in_s") is not None:
-            note = f"released in {r['release_in_s']:.0f}s"
-        job = f"{r['namespace']}/{r['job']}" if r.get("job") else ""
-        table.append(
-            (
+        note = f"released in {r['release_in_s']:.0f}s" if r.get("release_in_s") is not None else r["why"]
+        table_rows.append(
+            [
                 r.get("grant_id", "-"),
                 r["status"],
                 r.get("alloc_id", "")[:8],
-                job,
+                f"{r['namespace']}/{r['job']}" if r.get("job") else "",
                 r.get("client_status", ""),
                 _since(r.get("since")),
                 r.get("mode", ""),
                 str(len(r["device_ids"])),
                 note,
-            )
+            ]
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
-    for row in table:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1] + "\n")
+    out.write("".join(line + "\n" for line in table(table_rows)))
 
 
 def _since(unix: float | None) -> str:
@@ -303,42 +274,43 @@ def _release_here(config: PluginConfig, grant_id: str, force: bool) -> tuple[boo
 def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     args = list(argv)
     releasing = bool(args) and args[0] == "release"
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun grants" + (" release" if releasing else ""),
-        description=(
-            "Release one grant by hand (journalled like any release); refused while a live allocation may hold it."
-            if releasing
-            else "List every grant the plugin holds, joined with Nomad's view: live, orphaned, pending release, "
-            "unverifiable, leaked."
-        ),
-        epilog=None if releasing else "Release one by hand: nomad-device-lingjun grants release <grant-id> [--force]",
-    )
     if releasing:
+        p = command_parser(
+            "grants release",
+            "Release one grant by hand (journalled like any release); refused while a live allocation may hold it.",
+        )
         args = args[1:]
         p.add_argument("grant_id", help="the grant id (LINGJUN_GRANT_ID of the task)")
         p.add_argument("--force", action="store_true", help="release even if a live allocation may hold it")
         p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a running plugin's answer")
     else:
+        p = command_parser(
+            "grants",
+            "List every grant the plugin holds, joined with Nomad's view: live, orphaned, pending release, "
+            "unverifiable, leaked.",
+            epilog="Release one by hand: nomad-device-lingjun grants release <grant-id> [--force]",
+        )
         p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.add_argument("--plugin-config", help="agent file with the plugin block (e.g. /etc/nomad.d/plugin.hcl)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+    add_config_options(p)
     opts = p.parse_args(args)
     env = os.environ if environ is None else environ
     try:
-        config = load_config(opts.plugin_config, opts.set)
+        config = plugin_config(opts.plugin_config, opts.set, validate=True)
+    except (LauncherConfigError, ConfigError, PluginError) as exc:
+        return fail("grants", f"{opts.plugin_config or '(defaults)'}: {exc}")
+    try:
         if releasing:
             ok, message = release(config, opts.grant_id, opts.force, opts.timeout, env)
             (sys.stdout if ok else sys.stderr).write(message + "\n")
             return 0 if ok else 1
         doc = report(config, env)
     except (GrantsError, ValueError) as exc:
-        sys.stderr.write(f"grants: {exc}\n")
-        return 2
+        return fail("grants", str(exc))
     except OSError as exc:
-        where = exc.filename or "the data_dir"
         why = exc.strerror or str(exc)
-        sys.stderr.write(f"grants: {where}: {why} (data_dir must be the plugin's directory; run as root)\n")
-        return 2
+        return fail(
+            "grants", f"{exc.filename or 'the data_dir'}: {why} (data_dir must be the plugin's directory; run as root)"
+        )
     if opts.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

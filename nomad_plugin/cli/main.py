@@ -1,25 +1,34 @@
-"""``nomad-device-lingjun``: serve the plugin, or run an operator subcommand.
+"""``nomad-device-lingjun``: serve the plugin (what Nomad runs), or run an operator command.
 
-Nomad starts this executable with its magic cookie in the environment and no
-arguments: then we serve the go-plugin protocol. A person running it without
-the cookie and without a subcommand gets an explanation and exit status 1
-(go-plugin's convention). Subcommands are imported lazily so the plugin's
-launch path imports only what serving needs (Nomad launches us three times
-at every agent start).
+Nomad starts the file with its magic cookie in the environment and no arguments: then it serves
+go-plugin. Without the cookie and without a command it explains itself and exits 1 (go-plugin's
+convention). Commands are imported by name and everything heavy inside functions, because Nomad
+launches the plugin three times at every agent start and waits for each handshake
+(tests/goplugin/test_imports_before_handshake.py). The options the commands share are built here,
+so that each is spelled and explained once.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
+from typing import TYPE_CHECKING
 
 from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY
-from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_VALUE as MAGIC_COOKIE_VALUE  # re-exported for old callers
 
-# subcommand -> (module, one-line help)
+if TYPE_CHECKING:
+    import argparse
+
+    import grpc
+
+    from nomad_plugin.config.model import PluginConfig
+    from nomad_plugin.goplugin.lifecycle import Lifecycle
+
+# command -> ("module[:function]" taking argv and returning the exit status, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("nomad_plugin.cli.serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
+    "serve": ("nomad_plugin.cli.main:serve", "serve the plugin (what Nomad runs; needs the magic cookie)"),
     "xdm-sim": ("nomad_plugin.cli.xdm_sim", "run the XDM simulator on a socket directory"),
     "demo": ("nomad_plugin.cli.demo", "simulator + plugin + a job, shown as Nomad would show them"),
     "doctor": ("nomad_plugin.cli.doctor", "check a node's install and say what to fix"),
@@ -27,7 +36,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check-job": ("nomad_plugin.cli.check_job", "dry-run a job's device blocks against the live fingerprint"),
     "fingerprint": ("nomad_plugin.cli.fingerprint", "print the fingerprint this node would send to Nomad"),
     "xdm-probe": ("nomad_plugin.cli.xdm_probe", "probe XDM's sockets and print raw responses"),
-    "node-meta": ("nomad_plugin.cli.node_meta", "print this node's topology keys as a client meta block"),
+    "node-meta": (
+        "nomad_plugin.cli.fingerprint:node_meta_command",
+        "print this node's topology keys as a client meta block",
+    ),
     "topology": ("nomad_plugin.cli.topology", "where a job of N cards fits: the cluster by pod and leaf switch"),
     "runtime-kit": ("nomad_plugin.cli.runtime_kit", "Runtime Kit on this node: status, enable, disable"),
 }
@@ -52,6 +64,8 @@ Operator commands:
 Run `nomad-device-lingjun <command> --help` for details.
 """
 
+INTERNAL_ERROR = "internal error"  # tests/operator/test_dist_adverse.py fails on it: a case to handle
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; a closed stdout ends it quietly, whatever wrote to it (argparse's --help too)."""
@@ -67,9 +81,6 @@ def main(argv: list[str] | None = None) -> int:
             return closed_pipe_exit()
         raise
     return code
-
-
-INTERNAL_ERROR = "internal error"  # tests/operator/test_dist_adverse.py fails on it: a case to handle
 
 
 def _dispatch(args: list[str]) -> int:
@@ -90,24 +101,21 @@ def _dispatch(args: list[str]) -> int:
         from nomad_plugin.util.selfcheck import self_check
 
         return self_check()
-    entry = SUBCOMMANDS.get(args[0])
-    if entry is None:
+    if args[0] == "serve":
+        from nomad_plugin.goplugin.polling import choose_polling
+
+        choose_polling()  # before grpc is imported: it reads GRPC_EXPERIMENTS once
+        return serve(args[1:])
+    if args[0] not in SUBCOMMANDS:
         import difflib
 
         close = difflib.get_close_matches(args[0], list(SUBCOMMANDS), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         sys.stderr.write(f"unknown command {args[0]!r}{hint}\n\n{USAGE}")
         return 2
-    if args[0] == "serve":
-        from nomad_plugin.goplugin.polling import choose_polling
-
-        choose_polling()  # before grpc is imported: it reads GRPC_EXPERIMENTS once
-    module = importlib.import_module(entry[0])
-    if args[0] == "serve":
-        result: int = module.main(args[1:])
-        return result
+    module, _, function = SUBCOMMANDS[args[0]][0].partition(":")
     try:
-        result = module.main(args[1:])
+        result: int = getattr(importlib.import_module(module), function or "main")(args[1:])
     except (BrokenPipeError, SystemExit):
         raise
     except KeyboardInterrupt:
@@ -125,14 +133,99 @@ def _dispatch(args: list[str]) -> int:
 
 def closed_pipe_exit() -> int:
     """The reader of stdout went away (``doctor | head -1``): stop quietly, as a shell tool does.
-
-    stdout is pointed at /dev/null so the interpreter's final flush does not
-    print "Exception ignored ... BrokenPipeError"; 141 is 128 + SIGPIPE.
-    """
+    stdout is pointed at /dev/null so the interpreter's final flush does not print "Exception
+    ignored ... BrokenPipeError"; 141 is 128 + SIGPIPE."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return 141
+
+
+# -- serve: the composition root -----------------------------------------------------------
+
+
+class NomadDevicePlugin:
+    """Nomad's BasePlugin and DevicePlugin services over one ``PluginApp``: here, and only here, the
+    transport (which receives its servicers instead of importing them) meets Nomad's services and
+    the engines (docs/architecture.md). The transport builds it after the handshake."""
+
+    def __init__(self) -> None:
+        from nomad_plugin.app import PluginApp
+
+        self.app = PluginApp()
+
+    def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
+        from nomad_plugin._proto.nomad import base_pb2_grpc, device_pb2_grpc
+        from nomad_plugin.nomad.services import BaseService, DeviceService
+
+        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
+        device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(self.app, lifecycle), server)
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def serve(argv: list[str]) -> int:
+    from nomad_plugin.goplugin import serve as transport
+
+    return transport.main(argv, NomadDevicePlugin)
+
+
+# -- what the operator commands share -----------------------------------------------------
+
+
+def plain_text(text: str) -> str:
+    """Docstring markup (``x``, :role:`x`) as plain text for --help; one paragraph on one line."""
+    return " ".join(re.sub(r":[a-z]+:`([^`]+)`", r"\1", re.sub(r"``([^`]+)``", r"\1", text)).split())
+
+
+def command_parser(name: str, doc: str, paragraph: int = 0, epilog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``nomad-device-lingjun <name>``, described by one paragraph of ``doc``."""
+    import argparse
+    import textwrap
+
+    parts = [part for part in doc.strip().split("\n\n") if part.strip()]
+    return argparse.ArgumentParser(
+        prog=f"nomad-device-lingjun {name}",
+        description=textwrap.fill(plain_text(parts[min(paragraph, len(parts) - 1)]), 100),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_config_options(p: argparse.ArgumentParser, node: bool = False) -> argparse._MutuallyExclusiveGroup | None:
+    """``--plugin-config`` and ``--set``, read as the agent reads them; with ``node``, also where the
+    cards come from: ``--profile`` (an embedded simulator) or ``--socket-dir`` (mutually exclusive)."""
+    source = None
+    if node:
+        source = p.add_mutually_exclusive_group()
+        source.add_argument("--profile", help="an embedded XDM simulator with this profile (e.g. h800-8)")
+        source.add_argument("--socket-dir", help="XDM socket directory (dp2mgr.sock, config-daemon.sock)")
+    p.add_argument("--plugin-config", help="agent file or directory with the plugin block (e.g. /etc/nomad.d)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='override a config option (an HCL literal, e.g. default_mode="tdm")',
+    )
+    return source
+
+
+def plugin_config(path: str | None, overrides: list[str], validate: bool = False) -> PluginConfig:
+    """The config the plugin's SetConfig decodes from the agent's files and the overrides; with
+    ``validate`` also SetConfig's checks beyond the decoder. LauncherConfigError or ConfigError."""
+    from nomad_plugin.backend_select import accept_config
+    from nomad_plugin.config.decode import decode_config
+    from nomad_plugin.launcher.config import load_config, msgpack_config
+
+    return (accept_config if validate else decode_config)(msgpack_config(load_config(path, overrides)))
+
+
+def fail(command: str, message: str, code: int = 2) -> int:
+    """One line on stderr, ``<command>: <message>``; the exit status."""
+    sys.stderr.write(f"{command}: {message}\n")
+    return code
 
 
 if __name__ == "__main__":

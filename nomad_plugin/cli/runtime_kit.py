@@ -1,21 +1,13 @@
 """``nomad-device-lingjun runtime-kit status|enable|disable``: the Runtime Kit switch of this node.
 
-Calls config-daemon's QueryStatus, Enable and Disable (``xdm/runtime_switch.py``;
-the plugin itself never calls the last two). It is Nomad's counterpart of
-the Runtime Kit Controller's Job Agent: run it by hand, or from the sysbatch
-job in ``examples/jobs/runtime-kit-controller.sysbatch.hcl``, which picks
-the nodes by their ``lj_runtimekit_enable`` meta. Runtime Kit's own guide
-advises switching off-peak (docs/operator.md, "Switching Runtime Kit").
-
-``enable`` and ``disable`` read the status first and change nothing when it
-is already as asked; otherwise they ask for confirmation (``--yes`` skips
-it; without a terminal it is required), call the RPC with a long deadline
-and read the status again, printing what changed. ``disable`` refuses while
-the plugin's journal holds grants, unless ``--force``: what XDM does to
-running allocations when disabled is not documented. The plugin's
-``runtime_kit`` attribute and ``lingjun.runtime_kit`` meta key follow within
-one ``inventory_resync_period``. Config: ``--plugin-config`` / ``--set``
-exactly as ``doctor``. Exit status: 0 done (or nothing to do), 1 failed or
+Calls config-daemon's QueryStatus, Enable and Disable (``xdm/runtime_switch.py``; the plugin
+itself never calls the last two): Nomad's counterpart of the Runtime Kit Controller's Job Agent,
+run by hand or from ``examples/jobs/runtime-kit-controller.sysbatch.hcl``, off-peak as Runtime
+Kit's guide advises (docs/operator.md, "Switching Runtime Kit"). ``enable`` and ``disable`` change
+nothing when the status is already as asked; otherwise they ask for confirmation (``--yes`` skips
+it; without a terminal it is required), call the RPC and read the status again. ``disable``
+refuses while the plugin's journal holds grants, unless ``--force``: what XDM does to running
+allocations when disabled is not documented. Exit status: 0 done (or nothing to do), 1 failed or
 refused, 2 bad usage or config.
 """
 
@@ -27,9 +19,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from nomad_plugin.config.decode import decode_config
+from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
-from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
+from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.model.errors import PluginError
 
 if TYPE_CHECKING:
@@ -37,22 +29,14 @@ if TYPE_CHECKING:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun runtime-kit",
-        description="Query, enable or disable Runtime Kit on this node through XDM's config-daemon.",
-    )
+    p = command_parser("runtime-kit", "Query, enable or disable Runtime Kit on this node through XDM's config-daemon.")
     p.add_argument("action", choices=("status", "enable", "disable"))
-    p.add_argument("--plugin-config", help="agent file or directory with the plugin block (e.g. /etc/nomad.d)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+    add_config_options(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--force", action="store_true", help="disable even while the plugin holds grants")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds Enable/Disable may take (default 120)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     return p
-
-
-def _config(args: argparse.Namespace) -> PluginConfig:
-    return decode_config(msgpack_config(load_config(args.plugin_config, args.set)))
 
 
 def _word(enabled: bool) -> str:
@@ -81,10 +65,9 @@ def confirm(question: str, stdin: TextIO, stdout: TextIO) -> bool | None:
 def main(argv: list[str], ask: Callable[[str, TextIO, TextIO], bool | None] = confirm) -> int:
     args = parser().parse_args(argv)
     try:
-        config = _config(args)
+        config = plugin_config(args.plugin_config, args.set)
     except (LauncherConfigError, ConfigError, PluginError) as exc:
-        sys.stderr.write(f"runtime-kit: {args.plugin_config or '(defaults)'}: {exc}\n")
-        return 2
+        return fail("runtime-kit", f"{args.plugin_config or '(defaults)'}: {exc}")
     from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
 
     switch = RuntimeKitSwitch(config, timeout=args.timeout)

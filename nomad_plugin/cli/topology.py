@@ -1,23 +1,18 @@
 """``nomad-device-lingjun topology``: where does a job of N cards fit? The cluster by pod and leaf switch.
 
-Reads the cluster through Nomad's HTTP API, as the token sees it: every node
-(``/v1/nodes``, then ``/v1/node/:id`` for its meta and device groups; both
-``node:read``) and the allocations holding devices on each
-(``/v1/node/:id/allocations``; Nomad leaves out those in namespaces the
-token cannot ``read-job``, so the command checks the token's visibility and
-says when free counts may be too high). Then, per point of delivery and per
-leaf switch (from the ``lingjun.*`` node metadata the plugin publishes with
-``node_meta = true``, or the device groups' attributes): the nodes, and the
-healthy and free cards by model and mode; and which nodes publish no
-topology. ``--need N --model M`` lists the domains with N free cards.
+Reads the cluster through Nomad's HTTP API as the token sees it: every node (``/v1/nodes``, then
+``/v1/node/:id`` for its meta and device groups; ``node:read``) and the allocations holding
+devices on each (``/v1/node/:id/allocations``; Nomad leaves out those in namespaces the token
+cannot ``read-job``, so the command checks the token's visibility and says when free counts may be
+too high). Then, per point of delivery and per leaf switch (the ``lingjun.*`` node meta the plugin
+publishes with ``node_meta = true``, or the device groups' attributes): the nodes, the healthy
+and free cards by model and mode, and which nodes publish no topology. ``--need N --model M``
+lists the domains with N free cards.
 
-This is the counterpart of the Kubernetes Scheduler Framework's topology
-view, not of its scheduler: it reserves nothing. Nomad places each
-allocation on its own and has no gang scheduling, so between this answer and
-the job's placement other jobs may take the cards. Pin the job to the domain
-it names (``examples/jobs/multi-node-training.nomad.hcl``) and submit it.
-Exit status: 0 (with ``--need``: some domain fits), 1 none fits, 2 the
-cluster could not be read.
+It is the counterpart of the Kubernetes Scheduler Framework's topology view, not of its
+scheduler: it reserves nothing, and Nomad has no gang scheduling, so other jobs may take the
+cards before the job is placed. Exit status: 0 (with ``--need``: some domain fits), 1 none fits,
+2 the cluster could not be read.
 """
 
 from __future__ import annotations
@@ -25,9 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from nomad_plugin.cli.main import command_parser, fail
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nomad_view.cluster import (
     LEVEL_TITLES,
@@ -42,7 +37,7 @@ from nomad_plugin.nomad_view.cluster import (
     fits,
     parse_node,
 )
-from nomad_plugin.nomad_view.render import Style
+from nomad_plugin.nomad_view.types import Style
 
 NO_GANG = (
     "This is a snapshot, not a reservation: nothing is held for the job, and Nomad places each allocation on its "
@@ -53,9 +48,9 @@ NO_GANG = (
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nomad-device-lingjun topology",
-        description="The cluster's cards per point of delivery and leaf switch, through Nomad's HTTP API; "
+    p = command_parser(
+        "topology",
+        "The cluster's cards per point of delivery and leaf switch, through Nomad's HTTP API; "
         "--need N --model M lists the domains where a job of N cards fits.",
     )
     p.add_argument("--address", help="Nomad HTTP API (default: $NOMAD_ADDR or http://127.0.0.1:4646)")
@@ -76,16 +71,11 @@ def read_cluster(client: Any) -> tuple[list[ClusterNode], dict[str, set[str]], b
     from nomad_plugin.reconcile.nomad_api import NomadApiError
     from nomad_plugin.reconcile.visibility import check_visibility
 
-    stubs = client.list_nodes()
-    ids = [str(s.get("ID")) for s in stubs if isinstance(s.get("ID"), str)]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        nodes = list(pool.map(lambda i: parse_node(client.node_record(i)), ids))
-        with_devices = [n for n in nodes if n.groups]
-        pages = list(pool.map(lambda n: client.node_allocations(n.id), with_devices))
-    held = {
-        n.id: {d for a in page.allocs if a.live for d in a.device_ids}
-        for n, page in zip(with_devices, pages, strict=True)
-    }
+    nodes = [parse_node(client.node_record(s["ID"])) for s in client.list_nodes() if isinstance(s.get("ID"), str)]
+    held = {}
+    for node in nodes:
+        if node.groups:
+            held[node.id] = {d for a in client.node_allocations(node.id).allocs if a.live for d in a.device_ids}
     try:
         visibility = check_visibility(client)
         complete, why = visibility.complete, visibility.reason
@@ -145,11 +135,9 @@ def _fit_json(fit: Fit) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if args.need is not None and (args.need < 1 or not args.model):
-        sys.stderr.write("topology: --need takes a positive number of cards and --model\n")
-        return 2
+        return fail("topology", "--need takes a positive number of cards and --model")
     if args.per_node < 1:
-        sys.stderr.write("topology: --per-node must be at least 1\n")
-        return 2
+        return fail("topology", "--per-node must be at least 1")
     from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 
     settings = NomadApiSettings.from_config(
@@ -160,11 +148,9 @@ def main(argv: list[str]) -> int:
         nodes, held, complete, why = read_cluster(client)
     except NomadApiError as exc:
         hint = " (the token needs node:read)" if exc.kind == "forbidden" and "node:read" not in str(exc) else ""
-        sys.stderr.write(f"topology: {settings.address}: {exc}{hint}\n")
-        return 2
+        return fail("topology", f"{settings.address}: {exc}{hint}")
     except ClusterDataError as exc:
-        sys.stderr.write(f"topology: {settings.address}: {exc}\n")
-        return 2
+        return fail("topology", f"{settings.address}: {exc}")
     finally:
         client.close()
     found = cluster_topology(nodes, held, args.prefix)

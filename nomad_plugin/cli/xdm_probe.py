@@ -1,15 +1,11 @@
 """``nomad-device-lingjun xdm-probe``: call XDM's read-only RPCs and print what comes back.
 
-Probes both sockets (dp2mgr.sock, config-daemon.sock), finds the device
-service name (reflection, then the known candidates, R1), and prints the
-decoded answer of ListSupportedXPUType, ListGpuInfo, one ListAndWatch push,
-ExporterGetConfig, ExporterGetStatus and QueryStatus. With ``--raw`` each
-answer is also fetched as bytes and decoded like ``protoc --decode_raw``
-(field numbers and wire types) so the schema can be re-derived on a real
-node (R2c). With ``--capture DIR`` it writes a bundle for a bug report
-instead (reflection descriptors, raw bytes of each read-only RPC, versions,
-binding report; see :mod:`nomad_plugin.xdm.capture`). Never calls Allocate,
-Release, Enable or Disable.
+Probes both sockets (dp2mgr.sock, config-daemon.sock), finds the device service name (reflection,
+then the known candidates) and prints the decoded answer of ListSupportedXPUType, ListGpuInfo, one
+ListAndWatch push, ExporterGetConfig, ExporterGetStatus and QueryStatus. With ``--raw`` each answer
+is also fetched as bytes and decoded like ``protoc --decode_raw``, so that the schema can be
+re-derived on a real node (docs/xdm-risks.md). With ``--capture DIR`` it writes a bundle for a bug
+report instead (``xdm/capture.py``). Never calls Allocate, Release, Enable or Disable.
 """
 
 from __future__ import annotations
@@ -17,28 +13,30 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import struct
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf import empty_pb2
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
-from nomad_plugin.cli.helptext import help_text
-from nomad_plugin.config.decode import decode_config
-from nomad_plugin.config.model import ConfigError
-from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
-from nomad_plugin.launcher.live import socket_overrides
-from nomad_plugin.launcher.rawproto import decode_raw
+from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
+from nomad_plugin.config.model import ConfigError, PluginConfig
+from nomad_plugin.launcher.config import LauncherConfigError
+from nomad_plugin.launcher.process import socket_overrides
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.xdm import adapter
 from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nomad-device-lingjun xdm-probe", description=help_text(__doc__))
+    p = command_parser("xdm-probe", __doc__ or "")
     p.add_argument("--socket-dir", help="directory with dp2mgr.sock and config-daemon.sock (default: from the config)")
-    p.add_argument("--plugin-config", help="agent file with the plugin block (sockets, xdm_service, timeout)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config option")
+    add_config_options(p)
     p.add_argument("--raw", action="store_true", help="also print every response decoded like protoc --decode_raw")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(
@@ -62,26 +60,22 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def _raw_unary(channel: grpc.Channel, path: str, request: Any, timeout: float) -> bytes:
-    call = channel.unary_unary(path, request_serializer=adapter.serialize, response_deserializer=lambda b: b)
-    data: bytes = call(request, timeout=timeout)
-    return data
-
-
-def _raw_first(channel: grpc.Channel, path: str, request: Any, timeout: float) -> bytes:
-    call = channel.unary_stream(path, request_serializer=adapter.serialize, response_deserializer=lambda b: b)
-    stream = call(request, timeout=timeout)
-    try:
-        for item in stream:
-            data: bytes = item
+def _raw_call(socket: str, path: str, request: Any, timeout: float, streaming: bool) -> bytes:
+    """One call's answer as bytes, the first message of a stream."""
+    kinds: dict[str, Callable[..., Any]] = {"request_serializer": adapter.serialize, "response_deserializer": bytes}
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        if not streaming:
+            data: bytes = channel.unary_unary(path, **kinds)(request, timeout=timeout)
             return data
-    finally:
-        stream.cancel()  # type: ignore[no-untyped-call]
-    return b""
+        stream = channel.unary_stream(path, **kinds)(request, timeout=timeout)
+        try:
+            first: bytes = next(iter(stream), b"")
+            return first
+        finally:
+            stream.cancel()  # type: ignore[no-untyped-call]
 
 
-def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
-    config = decode_config(msgpack_config(config_map))
+def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"sockets": {}, "calls": []}
     for label, path in (("dp2mgr", config.xdm_socket), ("config-daemon", config.config_socket)):
         problem = socket_problem(path)
@@ -151,14 +145,11 @@ def probe(config_map: dict[str, Any], raw: bool) -> dict[str, Any]:
             entry["path"] = f"/{owner}/{method}" if owner else None
             if raw and owner:
                 target = config.config_socket if sock == "config-daemon" else config.xdm_socket
-                with grpc.insecure_channel(f"unix:{target}") as channel:
-                    try:
-                        fetch = _raw_first if streaming else _raw_unary
-                        data = fetch(channel, f"/{owner}/{method}", request, timeout)
-                        entry["raw_hex"] = data.hex()
-                        entry["raw"] = decode_raw(data)
-                    except grpc.RpcError as exc:
-                        entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
+                try:
+                    data = _raw_call(target, f"/{owner}/{method}", request, timeout, streaming)
+                    entry["raw_hex"], entry["raw"] = data.hex(), raw_text(data)
+                except grpc.RpcError as exc:
+                    entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
             report["calls"].append(entry)
     finally:
         client.close()
@@ -174,7 +165,6 @@ def _query_status(client: Any, config: Any) -> Any:
     """QueryStatus, whose failure names config-daemon.sock: the socket it goes to is checked first,
     and a failure that came from dp2mgr.sock (where XDM's schema is bound) says so."""
     from nomad_plugin.model.errors import BackendUnavailable
-    from nomad_plugin.xdm.client import socket_problem
 
     problem = socket_problem(config.config_socket)
     if problem is not None:
@@ -224,14 +214,13 @@ def _text(report: dict[str, Any]) -> list[str]:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     overrides = [*(socket_overrides(args.socket_dir) if args.socket_dir else []), *args.set]
-    if args.capture:
-        return _capture(args.capture, args.plugin_config, overrides)
     try:
-        config_map = load_config(args.plugin_config, overrides)
-        report = probe(config_map, args.raw)
+        config = plugin_config(args.plugin_config, overrides)
+        if args.capture:
+            return _capture(args.capture, config)
+        report = probe(config, args.raw)
     except (LauncherConfigError, ConfigError, PluginError) as exc:
-        sys.stderr.write(f"xdm-probe: {exc}\n")
-        return 2
+        return fail("xdm-probe", str(exc))
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
@@ -239,20 +228,13 @@ def main(argv: list[str]) -> int:
     return 0 if report["ok"] else 1
 
 
-def _capture(directory: str, plugin_config: str | None, overrides: list[str]) -> int:
-    from pathlib import Path
-
+def _capture(directory: str, config: PluginConfig) -> int:
     from nomad_plugin.xdm.capture import capture
 
     try:
-        config = decode_config(msgpack_config(load_config(plugin_config, overrides)))
-        manifest = capture(config, Path(directory), render_raw=decode_raw)
-    except (LauncherConfigError, ConfigError, PluginError) as exc:
-        sys.stderr.write(f"xdm-probe: {exc}\n")
-        return 2
+        manifest = capture(config, Path(directory), render_raw=raw_text)
     except OSError as exc:
-        sys.stderr.write(f"xdm-probe: --capture {directory}: {exc.strerror or exc}\n")
-        return 2
+        return fail("xdm-probe", f"--capture {directory}: {exc.strerror or exc}")
     lines = [f"capture bundle: {directory}"]
     for sock, entry in manifest["reflection"].items():
         lines.append(f"reflection on {sock}: " + ("served" if entry["served"] else f"none ({entry['why']})"))
@@ -261,3 +243,66 @@ def _capture(directory: str, plugin_config: str | None, overrides: list[str]) ->
         lines.append(f"  {call['rpc']:<22} {state}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0 if manifest["ok"] else 1
+
+
+WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "len", 3: "group", 5: "fixed32"}
+MAX_DEPTH = 12
+
+
+def _fields(data: bytes) -> list[Any] | None:
+    """The fields of ``data`` by protobuf's own parser (all unknown to an Empty message); None if malformed."""
+    message = empty_pb2.Empty()
+    try:
+        message.ParseFromString(data)
+    except DecodeError:
+        return None
+    fields = UnknownFieldSet(message)
+    return [fields[i] for i in range(len(fields))]
+
+
+def _printable(data: bytes) -> str | None:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if all(ch.isprintable() or ch in "\n\t" for ch in text) else None
+
+
+def raw_text(data: bytes) -> list[str]:
+    """Bytes of a message we have no schema for, as ``protoc --decode_raw`` shows them: lines like
+    ``3 (len) {`` / ``  1 (varint): 7`` / ``}``; one line saying so for bytes that are not a message."""
+    fields = _fields(data)
+    if fields is None:
+        return [f"<not a protobuf message (the wire format is corrupt); {len(data)} bytes: {data[:32].hex()}>"]
+    return _lines(fields, "", 0)
+
+
+def _lines(fields: list[Any], indent: str, depth: int) -> list[str]:
+    lines: list[str] = []
+    for field in fields:
+        head, value = f"{indent}{field.field_number} ({WIRE_NAMES.get(field.wire_type, field.wire_type)})", field.data
+        if field.wire_type == 0:
+            signed = value - (1 << 64) if value >= 1 << 63 else value
+            lines.append(f"{head}: {value}" + (f"  (int64 {signed})" if signed != value else ""))
+        elif field.wire_type in (1, 5):
+            size, ints, real = (8, "q", "d") if field.wire_type == 1 else (4, "i", "f")
+            raw = value.to_bytes(size, "little")
+            (number,), (double,) = struct.unpack("<" + ints, raw), struct.unpack("<" + real, raw)
+            kind = ("fixed64", "double") if size == 8 else ("fixed32", "float")
+            lines.append(f"{head}: 0x{raw.hex()}  ({kind[0]} {number}, {kind[1]} {double!r})")
+        elif field.wire_type == 3:
+            lines += [
+                f"{head} {{",
+                *_lines([value[i] for i in range(len(value))], indent + "  ", depth + 1),
+                f"{indent}}}",
+            ]
+        else:
+            text = _printable(value)
+            nested = _fields(value) if depth < MAX_DEPTH and value else None
+            if nested and (text is None or len(text) < 2 or not text.isprintable()):
+                lines += [f"{head} {{", *_lines(nested, indent + "  ", depth + 1), f"{indent}}}"]
+            elif text is not None:
+                lines.append(f"{head}: {text!r}")
+            else:
+                lines.append(f"{head}: <{len(value)} bytes> {value[:64].hex()}")
+    return lines

@@ -1,4 +1,8 @@
-"""``nomad-device-lingjun xdm-sim``: run the XDM simulator, or control a running one."""
+"""``nomad-device-lingjun xdm-sim``: run the XDM simulator in the foreground, or control a running one.
+
+The socket directory is locked and its sockets are never taken over from a process that answers
+on them (an XDM daemon or another simulator); a path too long for a Unix socket is refused.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from nomad_plugin.cli.main import command_parser, fail
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
@@ -61,7 +66,7 @@ served schema (--schema; both sockets; nomad_plugin/sim/schema.py):
                ljrk.controller.v1)
   --reflection on serves gRPC server reflection (v1alpha, also answered on the
   v1 path) with the served schema's descriptors; off (default) answers
-  UNIMPLEMENTED, as the simulator always did.
+  UNIMPLEMENTED.
   --emit-schema DIR writes the served schema as api_outer.proto,
   config_service.proto and descriptor_set.pb (a FileDescriptorSet), then exits.
 
@@ -79,12 +84,11 @@ examples:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="nomad-device-lingjun xdm-sim",
-        description="Run a simulated Lingjun XDM node in the foreground (Ctrl-C or SIGTERM stops it). "
+    parser = command_parser(
+        "xdm-sim",
+        "Run a simulated Lingjun XDM node in the foreground (Ctrl-C or SIGTERM stops it). "
         "`xdm-sim ctl ...` controls a running one.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--profile", default="h800-8", help="node profile (default h800-8; see below)")
     parser.add_argument("--socket-dir", default=DEFAULT_DIR, help=f"where the sockets go (default {DEFAULT_DIR})")
@@ -107,11 +111,8 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _ctl(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="nomad-device-lingjun xdm-sim ctl",
-        description="Send one command to a running simulator's control socket.",
-        epilog="commands:\n" + _CTL,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_parser(
+        "xdm-sim ctl", "Send one command to a running simulator's control socket.", epilog="commands:\n" + _CTL
     )
     parser.add_argument("--socket-dir", default=DEFAULT_DIR)
     parser.add_argument("--timeout", type=float, default=120.0)
@@ -122,8 +123,7 @@ def _ctl(argv: list[str]) -> int:
     try:
         result = send_command(Path(args.socket_dir) / "xdm-sim-control.sock", args.command, args.timeout)
     except (ConnectionError, RuntimeError) as exc:
-        sys.stderr.write(f"xdm-sim ctl: {exc}\n")
-        return 1
+        return fail("xdm-sim ctl", str(exc), 1)
     sys.stdout.write((result if isinstance(result, str) else json.dumps(result, indent=2, sort_keys=True)) + "\n")
     return 0
 
@@ -136,8 +136,7 @@ def main(argv: list[str]) -> int:
         try:
             written = served_schema(args.schema).emit(Path(args.emit_schema))
         except OSError as exc:
-            sys.stderr.write(f"xdm-sim: --emit-schema {args.emit_schema}: {exc.strerror or exc}\n")
-            return 2
+            return fail("xdm-sim", f"--emit-schema {args.emit_schema}: {exc.strerror or exc}")
         sys.stderr.write("".join(f"xdm-sim: wrote {path}\n" for path in written))
         return 0
     logging.basicConfig(
@@ -150,12 +149,10 @@ def main(argv: list[str]) -> int:
     socket_dir = Path(args.socket_dir)
     problem = socket_dir_problem(socket_dir)
     if problem:
-        sys.stderr.write(f"xdm-sim: {problem}\n")
-        return 2
+        return fail("xdm-sim", problem)
     lock = claim_socket_dir(socket_dir)
     if isinstance(lock, str):
-        sys.stderr.write(f"xdm-sim: {lock}\n")
-        return 2
+        return fail("xdm-sim", lock)
     try:
         return _serve(args, socket_dir, Simulator)
     finally:
@@ -235,8 +232,7 @@ def _serve(args: argparse.Namespace, socket_dir: Path, simulator: Any) -> int:
             reflection=args.reflection == "on",
         )
     except (ValueError, RuntimeError, OSError) as exc:
-        sys.stderr.write(f"xdm-sim: {exc}\n")
-        return 2
+        return fail("xdm-sim", str(exc))
     done = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -249,8 +245,7 @@ def _serve(args: argparse.Namespace, socket_dir: Path, simulator: Any) -> int:
         sim.start()
     except (OSError, RuntimeError) as exc:
         sim.stop()
-        sys.stderr.write(f"xdm-sim: cannot serve in {socket_dir}: {exc}\n")
-        return 2
+        return fail("xdm-sim", f"cannot serve in {socket_dir}: {exc}")
     log = get_logger("sim")
     for card in sim.cards:
         log.info(

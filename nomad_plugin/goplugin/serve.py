@@ -19,7 +19,7 @@ A call that arrives in between waits for them (the first two launches only
 ever ask PluginInfo, ConfigSchema and SetConfig; issue 14).
 
 This is the transport only: it knows go-plugin, not Nomad's services. The
-composition root (``nomad_plugin.cli.serve``) hands it a factory of a
+composition root (``nomad_plugin.cli.main.serve``) hands it a factory of a
 :class:`ServedPlugin`, called after the handshake, that adds Nomad's
 BasePlugin and DevicePlugin servicers.
 """

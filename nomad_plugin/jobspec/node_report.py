@@ -15,7 +15,7 @@ from nomad_plugin.jobspec.node_check import (
     NodeRuleResult,
 )
 from nomad_plugin.jobspec.node_values import NodeValues
-from nomad_plugin.nomad_view.render import Style
+from nomad_plugin.nomad_view.types import Style
 
 _LABEL = {HOLDS: ("holds", "green"), FAILS: ("FAILS", "red"), UNKNOWN_RULE: ("UNKNOWN", "yellow")}
 

@@ -19,7 +19,7 @@ from nomad_plugin.jobspec.evaluate import (
     RequestVerdict,
     RuleResult,
 )
-from nomad_plugin.nomad_view.render import Style
+from nomad_plugin.nomad_view.types import Style
 
 
 def _rule_json(r: RuleResult) -> dict[str, Any]:

@@ -1,31 +1,16 @@
-"""An agent configuration file read by the rules of the Nomad agent's own parser.
+"""An agent configuration file read by the rules of the Nomad agent's own parser, HCL v1.
 
-The Nomad agent reads its ``-config`` files with **HCL v1** (``github.com/hashicorp/hcl``
-in ``command/agent/config_parse.go``), not with HCL v2. python-hcl2 parses HCL v2
-native syntax and is more lenient than both: it reads ``default_mode = tdm`` (a bare
-word), ``null``, ``True`` and multi-line quoted strings as values. This module walks
-python-hcl2's parse tree and keeps only what HCL v1 accepts, with HCL v1's values:
-
-- values are literals only: quoted strings (on one line), heredocs, numbers (a
-  leading ``0`` is octal, ``-`` belongs to the number), ``true``/``false``, lists and
-  objects of those. A bare word, ``null``, a function call, an operator, an index or
-  parentheses is refused, naming the place, as the agent refuses to start with it;
-- a heredoc's value ends with its newline; ``<<-`` removes the closing marker's
-  indentation from every line, or only from the end when a line is indented less;
-- an attribute given twice keeps the last value; blocks of one type become a list;
-  two ``config`` blocks in one plugin block are merged, and several ``plugin``
-  blocks with one label leave the last one (helper/pluginutils/loader configMap);
-- a ``${...}`` or ``%{...}`` in a string stays text here. The agent then decodes the
-  plugin's config through HCL v2's JSON syntax, which evaluates it as a template with
-  no variables (``hclutils.ParseHclInterface``); doctor does not evaluate templates,
-  so it refuses them and asks for the value itself.
-
-A quoted attribute name (``"driver.raw_exec.enable" = "1"``, common in a client's
-``options`` block) is read as HCL v1 reads it. Where python-hcl2 refuses what HCL v1
-accepts (hex numbers, commas between attributes), the file is reported as not valid
-HCL: stricter than the agent, never more lenient.
-docs/operator.md lists these differences; tests/operator/test_config_corpus.py
-proves the rest against HCL v1 itself, through the conformance host.
+The agent reads ``-config`` files with ``github.com/hashicorp/hcl`` (v1; command/agent/config_parse.go).
+python-hcl2 parses HCL v2 and is more lenient than both: it reads ``default_mode = tdm`` (a bare
+word), ``null``, ``True`` and multi-line quoted strings as values. This module walks python-hcl2's
+parse tree and keeps only what HCL v1 accepts, with HCL v1's values: literals only (quoted strings
+on one line, heredocs, numbers with a leading ``0`` octal, true/false, lists and objects); the last
+of a repeated attribute; blocks of one type as a list; two ``config`` blocks of a plugin block
+merged (helper/pluginutils/loader). A ``${...}`` or ``%{...}`` is refused: the agent evaluates it
+as a template with no variables (hclutils.ParseHclInterface), doctor does not. Where python-hcl2
+refuses what HCL v1 accepts (hex numbers, commas between attributes) the file is reported as not
+valid HCL: stricter than the agent, never more lenient (docs/operator.md lists the differences;
+tests/operator/test_config_corpus.py proves the rest against HCL v1 itself).
 """
 
 from __future__ import annotations
@@ -56,12 +41,6 @@ class PluginBlock:
     config_blocks: int = 0
 
 
-@dataclass
-class AgentFile:
-    source: str
-    plugins: list[PluginBlock] = field(default_factory=list)
-
-
 _SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
 _NEWLINE = "new_line_or_comment"
 _EXPRESSIONS = {
@@ -78,7 +57,7 @@ _EXPRESSIONS = {
 }
 
 
-def parse_agent_text(text: str, source: str) -> AgentFile:
+def parse_agent_text(text: str, source: str) -> list[PluginBlock]:
     """``text`` (one agent config file) -> its plugin blocks; AgentSyntaxError for what the agent refuses."""
     spelled, quoted = _unquote_keys(text)
     try:
@@ -87,14 +66,10 @@ def parse_agent_text(text: str, source: str) -> AgentFile:
         raise AgentSyntaxError(describe_hcl_error(exc, text, source)) from None
     walker = _Walker(text, source, quoted)
     body = _first_tree(tree, "body")
-    result = AgentFile(source)
     if body is None:
-        return result
+        return []
     walker.body(body)  # checks the whole file: the agent refuses a bad value anywhere in it
-    for block in _children(body, "block"):
-        if _block_type(block) == "plugin":
-            result.plugins.append(walker.plugin_block(block))
-    return result
+    return [walker.plugin_block(b) for b in _children(body, "block") if _block_type(b) == "plugin"]
 
 
 _QUOTED_KEY = re.compile(r'^([ \t]*)"([^"\\$%\n]*)"(?=[ \t]*=)', re.MULTILINE)

@@ -2,7 +2,7 @@
 
 ``ConfigTarget`` and ``DeviceEngines`` say what the services need from the
 engines behind them; ``app.PluginApp`` satisfies both and the composition root
-(``cli/serve.py``) hands it over, so the services never import the application
+(``serve`` in ``cli/main.py``) hands it over, so the services never import the application
 that imports them (docs/architecture.md).
 
 BasePlugin: Nomad calls PluginInfo, ConfigSchema and SetConfig on every

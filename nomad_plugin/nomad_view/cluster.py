@@ -1,33 +1,19 @@
 """The cluster's cards by point of delivery and leaf switch, from what Nomad's servers hold (pure).
 
-``nomad-device-lingjun topology`` reads every node (``/v1/node/:id``: its
-``Meta`` and ``NodeResources.Devices``) and the allocations holding devices;
-this module turns those into domains. A card's domain at a level
-(``point_of_delivery``, ``leaf_switch``) is its device group's attribute of
-that name when the group has one (all its cards share the value), else the
-node's ``<prefix><level>`` meta. A value listing several domains (``a,b``: an
-H800 node behind two leaf switches, grouped by model) cannot say which card
-is behind which: such cards are shown under the joined value, marked as
-spanning, and never counted as fitting one domain.
-
-Counting, per (model, mode):
-
-- whole cards: every instance is a card;
-- ``tdm`` and ``mig`` (one group per card): the group is one card, its shares
-  or slice units are the ``units``; a card is free when none of them is held;
-- ``mig-instance`` (existing MIG instances, NVML): every instance counts as a
-  card (it is what a job gets).
-
-A card is *free* when it is healthy, no allocation that holds devices and is
-not terminal has it, and its node takes work (``ready``, eligible, not
-draining). Free is what the token can see: allocations in namespaces it
-cannot read are left out by Nomad, so the caller says so.
+A card's domain at a level is its device group's attribute of that name when the group has one,
+else the node's ``<prefix><level>`` meta. A value naming several domains (``a,b``: an H800 node
+behind two leaf switches) cannot say which card is behind which: such cards are shown under the
+joined value, marked as spanning, and never count as fitting one domain. Whole cards and
+``mig-instance`` instances count one card each; a ``tdm`` or ``mig`` group is one card whose shares
+or slices are its ``units``, free when none is held. A card is free when it is healthy, no live
+allocation holds it and its node takes work (ready, eligible, not draining); allocations the token
+cannot see are left out by Nomad, so the caller says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 LEVELS = ("point_of_delivery", "leaf_switch")
@@ -143,20 +129,11 @@ class Counts:
     free_units: int = 0
 
     def add(self, other: Counts) -> None:
-        self.cards += other.cards
-        self.healthy += other.healthy
-        self.free += other.free
-        self.units += other.units
-        self.free_units += other.free_units
+        for name, value in asdict(other).items():
+            setattr(self, name, getattr(self, name) + value)
 
     def to_json(self) -> dict[str, int]:
-        return {
-            "cards": self.cards,
-            "healthy": self.healthy,
-            "free": self.free,
-            "units": self.units,
-            "free_units": self.free_units,
-        }
+        return asdict(self)
 
 
 @dataclass

@@ -1,14 +1,17 @@
-"""Plain views of what the plugin sends Nomad (fingerprint groups, stats, reservations).
+"""Plain views of what the plugin sends Nomad, and their text as the Nomad CLI prints it.
 
-The launcher converts protobuf messages into these frozen dataclasses so the
-operator commands, the job-spec evaluator and tests work with ordinary values
-and never import generated code themselves.
+The launcher converts protobuf messages into these values, so the operator commands, the job-spec
+evaluator and the tests never import generated code. ``nomad node status -verbose`` prints "Device
+Group Attributes" as ``key = value unit``; ``nomad alloc status -stats`` prints "Device Stats" with
+every attribute flattened by ``.`` and sorted (Nomad's command/node_status.go, alloc_status.go).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
 
 AttrValue = int | float | str | bool
 
@@ -26,7 +29,7 @@ class Attribute:
         return f"{text} {self.unit}" if self.unit else text
 
     def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": self.unit}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,7 @@ class Device:
     pci_bus_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "healthy": self.healthy,
-            "health_description": self.health_description,
-            "pci_bus_id": self.pci_bus_id,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -144,3 +142,79 @@ class Reservation:
             "mounts": [{"task_path": t, "host_path": h, "read_only": r} for t, h, r in self.mounts],
             "devices": [{"task_path": t, "host_path": h, "permissions": p} for t, h, p in self.devices],
         }
+
+
+_CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+
+
+class Style:
+    """ANSI styling that turns itself off for pipes, files and NO_COLOR."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.enabled = stream.isatty() and not os.environ.get("NO_COLOR")
+
+    def __call__(self, text: str, *names: str) -> str:
+        if not self.enabled or not names:
+            return text
+        return f"\x1b[{';'.join(_CODES[n] for n in names)}m{text}\x1b[0m"
+
+
+def aligned(pairs: Iterable[tuple[str, str]], indent: str = "") -> list[str]:
+    items = list(pairs)
+    width = max((len(k) for k, _ in items), default=0)
+    return [f"{indent}{k:<{width}} = {v}" for k, v in items]
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart; the last column is not padded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in rows]
+
+
+def fingerprint_text(groups: list[DeviceGroup], style: Style, with_devices: bool = True) -> list[str]:
+    """Each group as "Device Group Attributes", then its instances with health and locality."""
+    if not groups:
+        return ["(no devices fingerprinted)"]
+    lines: list[str] = []
+    for g in groups:
+        healthy = f"  ({len(g.healthy_ids)}/{len(g.devices)} healthy)"
+        lines.append(style(f"Device Group Attributes: {g.full_name}", "bold") + style(healthy, "dim"))
+        lines += aligned(((k, a.render()) for k, a in sorted(g.attributes.items())), "  ")
+        for d in g.devices if with_devices else ():
+            mark = style("healthy", "green") if d.healthy else style(f"unhealthy: {d.health_description}", "red")
+            lines.append(f"  {g.full_name}[{d.id}]{f' pci {d.pci_bus_id}' if d.pci_bus_id else ''}  {mark}")
+        lines.append("")
+    return lines
+
+
+SUMMARY_ATTRIBUTES = ("memory", "share_memory", "share_core_percent", "mig_slices", "numa_node", "pci_bus_id")
+
+
+def fingerprint_summary(groups: list[DeviceGroup], style: Style) -> list[str]:
+    """One line per group (instances, healthy, the attributes a job constrains on most), then
+    every unhealthy instance with its reason."""
+    if not groups:
+        return ["(no devices fingerprinted)"]
+    shown = [a for a in SUMMARY_ATTRIBUTES if any(a in g.attributes for g in groups)]
+    rows = [["GROUP", "INSTANCES", "HEALTHY", *shown]] + [
+        [g.full_name, str(len(g.devices)), str(len(g.healthy_ids))]
+        + [g.attributes[a].render() if a in g.attributes else "-" for a in shown]
+        for g in groups
+    ]
+    header, *lines = table(rows)
+    lines = [style(header, "bold"), *lines]
+    sick = [(g, d) for g in groups for d in g.devices if not d.healthy]
+    if sick:
+        lines += ["", style(f"{len(sick)} unhealthy instance(s):", "red")]
+        lines += [f"  {g.full_name}[{d.id}]: {d.health_description or 'no reason given'}" for g, d in sick]
+    return lines
+
+
+def stats_text(instances: list[InstanceStats], style: Style) -> list[str]:
+    """Per instance: the summary line, then "Device Stats" (flattened, sorted)."""
+    lines: list[str] = []
+    for inst in instances:
+        summary = inst.summary.render() if inst.summary else "<none>"
+        lines.append(style(f"{inst.group}[{inst.device_id}]", "bold") + f"  {summary}")
+        lines += aligned(((k, v.render()) for k, v in sorted(inst.stats.items())), "  ")
+    return lines

@@ -9,9 +9,8 @@ from hypothesis import strategies as st
 
 from nomad_plugin.backend_select import accept_config
 from nomad_plugin.config.model import ConfigError
-from nomad_plugin.launcher.agent_files import agent_config_values
 from nomad_plugin.launcher.agent_hcl import AgentSyntaxError, parse_agent_text
-from nomad_plugin.launcher.config import LauncherConfigError, full_config, msgpack_config
+from nomad_plugin.launcher.config import LauncherConfigError, agent_config_values, full_config, msgpack_config
 
 TOKENS = (
     "plugin", '"nomad-device-lingjun"', "{", "}", "config", "card", "=", '"x"', '"tdm"', "tdm", "1", "010",
@@ -24,12 +23,12 @@ TOKENS = (
 
 def _config_path(text: str) -> None:
     try:
-        parsed = parse_agent_text(text, "agent.hcl")
+        blocks = parse_agent_text(text, "agent.hcl")
     except AgentSyntaxError:
         return
-    for block in parsed.plugins:
+    for block in blocks:
         try:
-            user = agent_config_values(block.config, "agent.hcl")
+            user = agent_config_values(block.config)
             accept_config(msgpack_config(full_config(user, {"data_dir": "/nonexistent/fuzz"})))
         except (LauncherConfigError, ConfigError):
             pass

@@ -55,7 +55,6 @@ ALLOWED_EXTRA = frozenset(
         "nomad_plugin",
         "nomad_plugin.cli",
         "nomad_plugin.cli.main",
-        "nomad_plugin.cli.serve",
         "nomad_plugin.goplugin",
         "nomad_plugin.goplugin.handshake",
         "nomad_plugin.goplugin.lifecycle",

@@ -27,7 +27,7 @@ def test_only_the_runtime_kit_command_imports_the_switch() -> None:
 
 
 def test_a_plugin_module_importing_the_switch_is_caught() -> None:
-    for rel in ("app.py", "xdm/backend.py", "nomad/services.py", "cli/serve.py"):
+    for rel in ("app.py", "xdm/backend.py", "nomad/services.py", "cli/main.py"):
         for inside in (True, False):
             line = "from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch"
             found = importers({rel: _added(line, inside_function=inside)})

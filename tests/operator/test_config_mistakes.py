@@ -11,7 +11,7 @@ import pytest
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import CardRule, ConfigError, PluginConfig
 from nomad_plugin.launcher import LaunchError
-from nomad_plugin.launcher.live import LiveNode
+from nomad_plugin.launcher.process import LiveNode
 from nomad_plugin.model.grant import Grant, GrantedDevice
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
 from nomad_plugin.nomad.catalog import check_modes

@@ -23,8 +23,7 @@ from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
 from nomad_plugin.launcher.config import load_config, msgpack_config
-from nomad_plugin.launcher.convert import device_groups
-from nomad_plugin.launcher.live import LiveNode
+from nomad_plugin.launcher.process import LiveNode, device_groups
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Attr
 from nomad_plugin.nomad.catalog import build_catalog, check_modes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,6 @@ from nomad_plugin.launcher.config import (
     parse_override,
 )
 from nomad_plugin.launcher.process import LaunchError, parse_handshake
-from nomad_plugin.launcher.rawproto import decode_raw
 from nomad_plugin.sim import Simulator
 from nomad_plugin.util.hclvalue import unquote
 
@@ -98,11 +98,24 @@ def test_handshake_parsing() -> None:
             parse_handshake(bad)
 
 
-def test_decode_raw_shapes() -> None:
+def test_raw_text_shapes() -> None:
     # {1: 150, 2: "hi", 3: {1: 1}}
     data = bytes([0x08, 0x96, 0x01, 0x12, 0x02]) + b"hi" + bytes([0x1A, 0x02, 0x08, 0x01])
-    assert decode_raw(data) == ["1 (varint): 150", "2 (len): 'hi'", "3 (len) {", "  1 (varint): 1", "}"]
-    assert decode_raw(b"\x0f")[0].startswith("<not a protobuf message")
+    assert xdm_probe.raw_text(data) == ["1 (varint): 150", "2 (len): 'hi'", "3 (len) {", "  1 (varint): 1", "}"]
+    assert xdm_probe.raw_text(b"\x0f")[0].startswith("<not a protobuf message")
+    fixed = b"\x25" + struct.pack("<f", 1.5) + b"\x29" + struct.pack("<d", -2.5) + b"\x08" + b"\xff" * 9 + b"\x01"
+    assert xdm_probe.raw_text(fixed) == [
+        "4 (fixed32): 0x0000c03f  (fixed32 1069547520, float 1.5)",
+        "5 (fixed64): 0x00000000000004c0  (fixed64 -4610560118520545280, double -2.5)",
+        "1 (varint): 18446744073709551615  (int64 -1)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(REPO.glob("tests/captures/*/raw/*.bin")), ids=lambda p: f"{p.parent.parent.name}/{p.stem}"
+)
+def test_raw_text_of_every_committed_capture_is_as_recorded(path: Path) -> None:
+    assert xdm_probe.raw_text(path.read_bytes()) == path.with_suffix(".txt").read_text().splitlines()
 
 
 @pytest.fixture

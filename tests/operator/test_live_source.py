@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nomad_plugin.launcher.live import LiveNode
+from nomad_plugin.launcher.process import LiveNode
 
 
 def test_nvml_backend_is_named_nvml_not_xdm() -> None:

@@ -22,7 +22,7 @@ import hcl2
 import pytest
 
 from nomad_plugin import PLUGIN_NAME
-from nomad_plugin.cli import node_meta, runtime_kit
+from nomad_plugin.cli import fingerprint, runtime_kit
 from nomad_plugin.sim import Simulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def profile_of(path: Path) -> str:
 def published(profile: str) -> dict[str, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert node_meta.main(["--profile", profile, "--json"]) == 0
+        assert fingerprint.node_meta_command(["--profile", profile, "--json"]) == 0
     return dict(json.loads(out.getvalue()))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.cli.doctor_node_meta import node_meta_rows
+from nomad_plugin.cli import doctor
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.sim.profiles import PROFILES
 from tests.conformance.hostlib import HostProcess, start_host
@@ -138,7 +138,9 @@ def test_a_token_without_node_write_says_so_once_and_interrupts_nothing(
         config = PluginConfig(
             node_meta=True, nomad_address=api.address, nomad_token="read-only", data_dir=str(node.data_dir)
         )
-        rows = node_meta_rows(config, {})
+        check = doctor.Doctor(host=doctor.Host(environ={}), config=config)
+        check.check_node_meta()
+        rows = [(f.check, f.status, f.summary, f.next_step) for f in check.findings]
         run = proc.finish()
     failed = [summary for _, status, summary, _ in rows if status == "fail"]
     assert any("lacks node:write" in s for s in failed), rows
