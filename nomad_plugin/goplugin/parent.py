@@ -24,15 +24,14 @@ interpreter in the process Nomad started, so there the parent is the agent.
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import sys
 import threading
 from collections.abc import Callable
 
-from nomad_plugin.goplugin.logging import get_logger
-
-log = get_logger("goplugin")
+log = logging.getLogger(__name__)
 
 POLL_S = 1.0
 HARD_EXIT_S = 5.0

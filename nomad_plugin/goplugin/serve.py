@@ -26,6 +26,7 @@ BasePlugin and DevicePlugin servicers.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -58,7 +59,7 @@ Serve the plugin over HashiCorp go-plugin. Nomad runs this itself (with
 NOMAD_PLUGIN_MAGIC_COOKIE set); there is no reason to run it by hand.
 """
 
-log = hclog.get_logger("goplugin")
+log = logging.getLogger(__name__)
 
 
 class ServedPlugin(Protocol):

@@ -8,6 +8,7 @@ nothing, until the call is cancelled or the plugin stops.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import grpc
@@ -22,9 +23,8 @@ from nomad_plugin._proto.goplugin import (
     grpc_stdio_pb2_grpc,
 )
 from nomad_plugin.goplugin.lifecycle import Lifecycle
-from nomad_plugin.goplugin.logging import get_logger
 
-log = get_logger("goplugin")
+log = logging.getLogger(__name__)
 
 
 def _hold_open(lifecycle: Lifecycle, context: grpc.ServicerContext) -> None:

@@ -11,15 +11,14 @@ remains, so a lost event costs latency, never a request.
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.goplugin.logging import get_logger
-
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 #: Even with inotify, look this often (seconds): an event can be lost (queue overflow).
 SAFETY_PERIOD_S = 30.0

@@ -6,14 +6,13 @@ one buggy subscriber must not stop the others, or the backend's watcher.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from nomad_plugin.goplugin.logging import get_logger
-
 T = TypeVar("T")
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 
 class Listeners(Generic[T]):

@@ -1130,7 +1130,7 @@ def test_a_compaction_that_loses_its_file_or_temp_file_meanwhile_gives_up_and_lo
 
     from nomad_plugin.journal import store
 
-    caplog.set_level(logging.DEBUG, logger="nomad-device-lingjun.journal.store")
+    caplog.set_level(logging.DEBUG, logger="nomad_plugin.journal.store")
 
     monkeypatch.setattr(store, "COMPACT_MIN_RECORDS", 8)
     paused, resume = _paused_compactor(monkeypatch)

@@ -343,7 +343,7 @@ def test_startup_releases_the_unjournalled_ids_of_a_lease_from_an_earlier_boot(t
 
     from nomad_plugin.journal.ids import GrantIds
 
-    caplog.set_level(logging.INFO, logger="nomad-device-lingjun")
+    caplog.set_level(logging.INFO, logger="nomad_plugin")
     data = tmp_path / "data"
     before = GrantIds(data, block=4, boot_id=lambda: "boot-1")
     r, _, _ = make(tmp_path, grant_ids=before)
@@ -382,7 +382,7 @@ def test_each_lost_grant_whose_release_fails_has_its_own_warning_line(tmp_path, 
     lost = [g for raw in json.loads((data / "grant-ids.json").read_text())["leases"] for g in _ids_of(raw)]
     r2, b2, _ = make(tmp_path, grant_ids=GrantIds(data, block=2, boot_id=lambda: "boot-2"))
     b2.fail_release = UNAVAILABLE
-    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    caplog.set_level(logging.WARNING, logger="nomad_plugin")
     assert r2.release_lost_grants() == 0
     assert [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING] == [
         f"release of possibly lost grant {g} (lease of an earlier boot) failed: {UNAVAILABLE}" for g in lost
@@ -395,7 +395,7 @@ def test_a_lease_file_fault_at_startup_is_a_warning_and_the_next_reserve_retries
     r, _, _ = make(tmp_path)
     blocker = tmp_path / "data" / "grant-ids.json.tmp-dead"
     blocker.mkdir()  # a leftover temp name that cannot be unlinked
-    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    caplog.set_level(logging.WARNING, logger="nomad_plugin")
     assert r.release_lost_grants() == 0
     assert [rec.getMessage() for rec in caplog.records] == [
         f"grant-id lease file in {tmp_path / 'data'}: [Errno 21] Is a directory: '{blocker}'; the next Reserve retries"
@@ -517,7 +517,7 @@ def test_a_release_inside_the_late_grant_window_says_why_the_entry_stays(tmp_pat
 
     r, b = _with_timeout(tmp_path, 5.0)
     b.fail_allocate = BackendUnavailable("Allocate deadline exceeded", "timeout")
-    with caplog.at_level("DEBUG", logger="nomad-device-lingjun"), pytest.raises(BackendUnavailable):
+    with caplog.at_level("DEBUG", logger="nomad_plugin"), pytest.raises(BackendUnavailable):
         r.reserve([card_uuid(0)])
     [e] = r.entries()
     line = f"grant {e.grant_id} released for now; kept until XDM can no longer commit it late"
@@ -845,7 +845,7 @@ def test_an_allocate_failure_is_logged_as_the_reason_the_grant_was_abandoned(tmp
 
     r, b, _ = make(tmp_path)
     b.fail_allocate = BackendRefused("card busy", 8)
-    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    caplog.set_level(logging.WARNING, logger="nomad_plugin")
     with pytest.raises(BackendRefused) as err:
         r.reserve([card_uuid(0)])
     [gid] = b.released
