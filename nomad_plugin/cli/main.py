@@ -87,7 +87,7 @@ def _dispatch(args: list[str]) -> int:
         sys.stdout.write(f"nomad-device-lingjun {__version__}\n")
         return 0
     if args[0] == "--self-check":  # hidden: the shipped executable's interpreter (tests/operator/test_dist.py)
-        from nomad_plugin.util.selfcheck import self_check
+        from nomad_plugin.util.bundle import self_check
 
         return self_check()
     entry = SUBCOMMANDS.get(args[0])
@@ -99,7 +99,7 @@ def _dispatch(args: list[str]) -> int:
         sys.stderr.write(f"unknown command {args[0]!r}{hint}\n\n{USAGE}")
         return 2
     if args[0] == "serve":
-        from nomad_plugin.goplugin.polling import choose_polling
+        from nomad_plugin.goplugin.handshake import choose_polling
 
         choose_polling()  # before grpc is imported: it reads GRPC_EXPERIMENTS once
     module = importlib.import_module(entry[0])

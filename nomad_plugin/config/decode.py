@@ -441,8 +441,7 @@ def check_plugin_settings(values: dict[str, Any]) -> None:
     address failed at start. The token loses a trailing newline (read from a
     file) and is refused with a control character inside; it is never shown.
     """
-    from nomad_plugin.util.paths import data_dir_problem
-    from nomad_plugin.util.tokens import normalise_token
+    from nomad_plugin.util.text import data_dir_problem, normalise_token
 
     found = data_dir_problem(str(values["data_dir"]))
     if found is not None:

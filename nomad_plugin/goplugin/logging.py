@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
 from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.util.text import secret_forms
 
 #: The logger whose level ``log_level`` sets; foreign libraries stay at the root's WARNING.
 PACKAGE_LOGGER = "nomad_plugin"
@@ -80,30 +81,6 @@ def module_name(name: str) -> str:
         return name
     name = name.removeprefix(PACKAGE_LOGGER).lstrip(".")
     return f"{PLUGIN_NAME}.{name}" if name else PLUGIN_NAME
-
-
-#: Shorter fragments would mask ordinary words; no real token is this short.
-MIN_SECRET = 4
-
-
-def secret_forms(value: str) -> set[str]:
-    """Every printable spelling of a secret: raw, stripped, ``repr`` of the text and of its bytes (an
-    HTTP library quotes a bad header as ``b'...\\n'``), JSON-escaped, percent-encoded, each line of it."""
-    if not value:
-        return set()
-    import json  # only with a secret: not before the handshake
-    from urllib.parse import quote
-
-    forms = {
-        value,
-        value.strip(),
-        repr(value)[1:-1],
-        repr(value.encode("utf-8", "backslashreplace"))[2:-1],
-        json.dumps(value)[1:-1],
-        quote(value, safe=""),
-    }
-    forms.update(part.strip() for part in re.split(r"[\r\n]+", value))
-    return {f for f in forms if len(f) >= MIN_SECRET}
 
 
 def set_secrets(values: Iterable[str]) -> None:

@@ -180,7 +180,7 @@ class PluginServer:
 
     def _watch_parent(self) -> None:
         """Stop when the agent that launched the plugin dies (a SIGKILLed agent sends no Shutdown)."""
-        from nomad_plugin.goplugin.parent import ParentWatch
+        from nomad_plugin.goplugin.lifecycle import ParentWatch
 
         try:
             watch = ParentWatch(self.lifecycle.request_stop)

@@ -23,7 +23,7 @@ import msgpack
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, plain, unlabelled
+from nomad_plugin.util.hcl import HclValueError, is_expression, is_meta, plain, unlabelled
 
 
 class LauncherConfigError(ValueError):

@@ -35,8 +35,8 @@ from nomad_plugin.model.errors import (
 from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.ports import DeviceEngines
 from nomad_plugin.nomad.reserve import JournalWriteFailed
-from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.text import printable
+from nomad_plugin.util.threads import Backoff
 
 DEFAULT_STATS_INTERVAL = 1.0  # seconds, when Nomad sends no or a zero interval
 MIN_STATS_INTERVAL = 0.1  # never spin faster than this

@@ -28,7 +28,6 @@ from dataclasses import replace
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.card import Inventory
@@ -44,6 +43,7 @@ from nomad_plugin.model.health import (
 from nomad_plugin.model.instances import Catalog, Kind
 from nomad_plugin.nomad.fingerprint import build_response, serialize
 from nomad_plugin.nomad.validate import sanitize
+from nomad_plugin.util.threads import CancelEvent
 
 log = get_logger(__name__)
 

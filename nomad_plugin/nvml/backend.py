@@ -29,8 +29,7 @@ from nomad_plugin.nvml.grants import build_grant
 from nomad_plugin.nvml.health import HealthBook
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.nvml.readings import poll, sample
-from nomad_plugin.util.backoff import Backoff
-from nomad_plugin.util.listeners import Listeners
+from nomad_plugin.util.threads import Backoff, Listeners
 
 log = get_logger(__name__)
 

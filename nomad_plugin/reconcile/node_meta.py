@@ -46,7 +46,7 @@ from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.node_meta import meta_changes, node_meta
 from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 
 log = get_logger(__name__)
 

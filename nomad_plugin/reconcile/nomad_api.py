@@ -18,7 +18,7 @@ The ACL token goes only into the ``X-Nomad-Token`` header: never into logs
 or error messages. A trailing newline is stripped (a token read from a
 file); a token with a control character inside is never sent (every call
 fails with a ``config`` error instead), and every spelling of it is masked
-in the errors this client raises (``goplugin/logging.secret_forms``).
+in the errors this client raises (``util/text.secret_forms``).
 """
 
 from __future__ import annotations
@@ -37,9 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import secret_forms
-from nomad_plugin.util.text import printable
-from nomad_plugin.util.tokens import normalise_token
+from nomad_plugin.util.text import normalise_token, printable, secret_forms
 
 if TYPE_CHECKING:
     import httpcore

@@ -39,7 +39,7 @@ from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError
 from nomad_plugin.reconcile.release_port import GrantReleaser
 from nomad_plugin.reconcile.state import ReconcilerState, load_state, save_state
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 
 log = get_logger(__name__)
 

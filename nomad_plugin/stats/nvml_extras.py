@@ -20,7 +20,7 @@ from nomad_plugin.nvml.devices import DeviceRef, list_devices
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.nvml.readings import official_values, sample
 from nomad_plugin.stats.cache import MetricsCache
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 
 log = get_logger(__name__)
 

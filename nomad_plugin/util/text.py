@@ -11,6 +11,7 @@ gRPC's metadata limit (an error travels in a header). Pure; no I/O.
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 # C0 and C1 controls, DEL, and the Unicode marks that reorder or break lines in a terminal.
@@ -59,3 +60,141 @@ def name(text: object, limit: int = 128) -> str:
     value = _UNSAFE.sub(" ", value).replace("/", "-")
     value = " ".join(value.split())
     return value[:limit].strip()
+
+
+# ACL tokens as text: the one shape the plugin sends.
+#
+# A token read from a file (``NOMAD_TOKEN=$(cat token)``, an HCL heredoc)
+# often ends in a newline, which HTTP forbids in a header value: the HTTP
+# library then raised an error that quoted the header, token included, in a
+# form (``b'...\\n'``) the log redactor did not know. So a trailing newline is
+# stripped, a control character inside the token makes it unusable (it is
+# refused, never sent), and the redactor masks every spelling of the token
+# that Python, JSON or an HTTP library may print: raw, ``repr`` of the text
+# and of its bytes, JSON-escaped, percent-encoded, and each line of it.
+# Pure; no I/O.
+#
+
+_TOKEN_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def normalise_token(value: str) -> tuple[str, str | None]:
+    """(the token to send, why it cannot be sent or None): trailing CR/LF removed, inner control characters refused."""
+    token = value.rstrip("\r\n")
+    if _TOKEN_CONTROL.search(token):
+        return "", "holds a control character (a newline or tab) inside it; a token is one line of printable text"
+    return token, None
+
+
+#: Shorter fragments would mask ordinary words; no real token is this short.
+MIN_SECRET = 4
+
+
+def secret_forms(value: str) -> set[str]:
+    """Every printable spelling of a secret: raw, stripped, ``repr`` of the text and of its bytes (an
+    HTTP library quotes a bad header as ``b'...\\n'``), JSON-escaped, percent-encoded, each line of it."""
+    if not value:
+        return set()
+    import json  # only with a secret: not before the handshake
+    from urllib.parse import quote
+
+    forms = {
+        value,
+        value.strip(),
+        repr(value)[1:-1],
+        repr(value.encode("utf-8", "backslashreplace"))[2:-1],
+        json.dumps(value)[1:-1],
+        quote(value, safe=""),
+    }
+    forms.update(part.strip() for part in re.split(r"[\r\n]+", value))
+    return {f for f in forms if len(f) >= MIN_SECRET}
+
+
+# Path rules that need no disk: which ``data_dir`` values can never be the plugin's own directory.
+#
+# Pure (no I/O), so SetConfig's decoder can refuse them before anything runs;
+# ``journal/datadir.py`` applies the same rules again to the path a symlink
+# resolves to, and adds what only the disk can tell (owner, mode).
+#
+# A ``data_dir`` is a directory the plugin creates and owns (0700). It must
+# therefore be an absolute, normalised path, free of control characters and
+# ``..``, and neither a directory the system owns nor a shared scratch
+# directory: ``data_dir = ""`` once put the journal in the agent's working
+# directory (typically ``/``), and start-up changed that directory's mode.
+#
+
+#: Directories the system owns: never the plugin's own directory (a directory below them is fine).
+SYSTEM_DIRS = frozenset(
+    {
+        "/",
+        "/bin",
+        "/boot",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/media",
+        "/mnt",
+        "/opt",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/tmp",  # noqa: S108 - named to be refused, never used
+        "/usr",
+        "/usr/bin",
+        "/usr/lib",
+        "/usr/lib64",
+        "/usr/libexec",
+        "/usr/local",
+        "/usr/local/bin",
+        "/usr/local/lib",
+        "/usr/local/sbin",
+        "/usr/sbin",
+        "/usr/share",
+        "/var",
+        "/var/cache",
+        "/var/lib",
+        "/var/local",
+        "/var/lock",
+        "/var/log",
+        "/var/mail",
+        "/var/opt",
+        "/var/run",
+        "/var/spool",
+        "/var/tmp",  # noqa: S108 - named to be refused, never used
+        "/run/lock",
+        "/run/user",
+    }
+)
+#: Kernel and device filesystems: nothing below them can hold a journal.
+PSEUDO_TREES = ("/proc", "/sys", "/dev")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def under(path: str, tree: str) -> bool:
+    """``path`` is ``tree`` or lies below it (both absolute and normalised)."""
+    return path == tree or tree == "/" or path.startswith(tree.rstrip("/") + "/")
+
+
+def data_dir_problem(path: str) -> str | None:
+    """Why ``path`` can never be the plugin's data directory, or None when it may be."""
+    if not path:
+        return "is empty (the journal would land in the agent's working directory)"
+    if _CONTROL.search(path):
+        return "holds a control character"
+    if not path.startswith("/"):
+        return "is relative (it would resolve against the agent's working directory)"
+    if ".." in path.split("/"):
+        return "has a '..' component"
+    normal = posixpath.normpath(path)
+    if normal.startswith("//"):
+        normal = normal[1:]
+    if normal in SYSTEM_DIRS:
+        return f"is the system directory {normal} (use a directory of the plugin's own below it)"
+    for tree in PSEUDO_TREES:
+        if under(normal, tree):
+            return f"lies in {tree}, a kernel or device filesystem"
+    return None

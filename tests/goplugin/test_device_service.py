@@ -30,7 +30,7 @@ from nomad_plugin.nomad.base_service import BaseService
 from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.device_service import DeviceService, add_device_service, stats_interval
 from nomad_plugin.nomad.ports import AfterReply
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm.errors import GrpcRefused
 
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.goplugin.parent import ParentWatch, launcher_pid
+from nomad_plugin.goplugin.lifecycle import ParentWatch, launcher_pid
 
 REPO = Path(__file__).resolve().parents[2]
 
 WATCHER = textwrap.dedent(
     """
     import os, sys, time
-    from nomad_plugin.goplugin import parent
+    from nomad_plugin.goplugin import lifecycle as parent
     out = sys.argv[1]
     if sys.argv[2] == "poll":
         del os.pidfd_open  # a kernel without pidfds

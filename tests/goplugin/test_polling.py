@@ -19,8 +19,13 @@ import subprocess
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
-from nomad_plugin.goplugin.polling import DIRECT_POLLING, VARIABLE, choose_polling
+from nomad_plugin.goplugin.handshake import (
+    DIRECT_POLLING,
+    MAGIC_COOKIE_KEY,
+    MAGIC_COOKIE_VALUE,
+    VARIABLE,
+    choose_polling,
+)
 from tests.conformance.hostlib import real_plugin
 
 

@@ -30,7 +30,7 @@ from nomad_plugin.reconcile.nomad_api import (
 )
 from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.reconcile.visibility import Visibility, judge_policies, namespace_rules
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
