@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
 from nomad_plugin import PLUGIN_NAME
-from nomad_plugin.util.text import secret_forms
+from nomad_plugin.util.text import clip, secret_forms
 
 #: The logger whose level ``log_level`` sets; foreign libraries stay at the root's WARNING.
 PACKAGE_LOGGER = "nomad_plugin"
@@ -53,7 +53,6 @@ _MESSAGE_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _VALUE_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 _secrets: tuple[str, ...] = ()  # every spelling, longest first; replaced whole, never mutated
-_handler: logging.Handler | None = None
 log = logging.getLogger(__name__)
 
 
@@ -107,10 +106,6 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{ord(ch):02x}" if ord(ch) <= 0xFF else f"\\u{ord(ch):04x}"
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more chars)"
-
-
 def _value(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (int, float, bool)):
         return value
@@ -118,7 +113,7 @@ def _value(value: Any, depth: int = 0) -> Any:
         return [_value(v, depth + 1) for v in value[:64]]
     if depth < 3 and isinstance(value, Mapping):
         return {str(k): _value(v, depth + 1) for k, v in list(value.items())[:64]}
-    return _clip(_VALUE_UNSAFE.sub(_escape, redact(str(value))), MAX_FIELD)
+    return clip(_VALUE_UNSAFE.sub(_escape, redact(str(value))), MAX_FIELD)
 
 
 class HclogFormatter(logging.Formatter):
@@ -128,7 +123,7 @@ class HclogFormatter(logging.Formatter):
         message = _MESSAGE_UNSAFE.sub(_escape, redact(record.getMessage()))
         entry: dict[str, Any] = {
             "@level": hclog_level(record.levelno),
-            "@message": _clip(message, MAX_MESSAGE),
+            "@message": clip(message, MAX_MESSAGE),
             "@module": module_name(record.name),
             "@timestamp": hclog_timestamp(record.created),
         }
@@ -137,7 +132,7 @@ class HclogFormatter(logging.Formatter):
             entry.update({str(k): _value(v) for k, v in fields.items() if not str(k).startswith("@")})
         if record.exc_info:
             error = redact(self.formatException(record.exc_info))
-            entry["error"] = _clip(_VALUE_UNSAFE.sub(_escape, error), MAX_ERROR)
+            entry["error"] = clip(_VALUE_UNSAFE.sub(_escape, error), MAX_ERROR)
         import json  # on the first record, not before the handshake
 
         return json.dumps(entry, ensure_ascii=True, separators=(",", ":"))  # ASCII: one line, no odd bytes
@@ -167,13 +162,9 @@ def make_handler(stream: IO[str] | None = None) -> logging.Handler:
 
 
 def configure(level: str = "info", stream: IO[str] | None = None) -> None:
-    """Route all logging (ours and third-party warnings, uncaught exceptions) to one hclog handler on the root."""
-    global _handler
+    """Route all logging (third-party warnings and uncaught exceptions too) to the hclog handler, once per process."""
     root = logging.getLogger()
-    if _handler is not None:
-        root.removeHandler(_handler)
-    _handler = make_handler(stream)
-    root.addHandler(_handler)
+    root.addHandler(make_handler(stream))
     root.setLevel(logging.WARNING)
     set_secrets(())
     set_level(level)

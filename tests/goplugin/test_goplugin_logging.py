@@ -136,7 +136,7 @@ def test_huge_messages_stay_one_parseable_line_below_go_plugins_buffer(
     (line,) = stream.getvalue().splitlines()
     assert len(line.encode()) < 64 * 1024
     entry = json.loads(line)
-    assert entry["@message"].startswith("xxx") and "more chars" in entry["@message"]
+    assert entry["@message"].startswith("xxx") and "more characters" in entry["@message"]
 
 
 def test_every_module_logs_under_the_tree_log_level_sets() -> None:

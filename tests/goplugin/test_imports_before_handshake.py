@@ -1,4 +1,4 @@
-"""Before its handshake line the plugin imports grpcio and next to nothing of its own (issue 14).
+"""Before its handshake line the plugin imports grpcio and next to nothing of its own.
 
 Nomad launches the plugin three times at every agent start and waits for
 the line each time, so everything imported before it is start-up latency.
