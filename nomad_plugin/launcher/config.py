@@ -23,7 +23,7 @@ import msgpack
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.util.hcl import HclValueError, is_expression, is_meta, plain, unlabelled
+from nomad_plugin.util.hcl import is_expression, is_meta, plain, unlabelled
 
 
 class LauncherConfigError(ValueError):
@@ -64,10 +64,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key, literal
     if is_expression(value):
         return key, literal
-    try:
-        return key, plain(value)
-    except HclValueError as exc:
-        raise LauncherConfigError(f"override {text!r}: {exc}") from None
+    return key, plain(value)
 
 
 def _filled(

@@ -1,12 +1,12 @@
 """Wait for files to land in a directory without waking up to look: inotify, polling as a fallback.
 
 Why: the plugin waits for operator requests (``grants release``) for its
-whole life. Looking twice a second cost more CPU than anything else the
-idle plugin did outside Nomad's streams (issue 14). With inotify the thread
-sleeps until a file is renamed or written into the directory. Where inotify
-is unavailable (the per-user watch limit reached, a file system without it),
-the watch says so once and polls, as before. Either way a slow safety poll
-remains, so a lost event costs latency, never a request.
+whole life, and looking twice a second would cost more CPU than anything else
+the idle plugin does outside Nomad's streams. With inotify the thread sleeps
+until a file is renamed or written into the directory. Where inotify is
+unavailable (the per-user watch limit reached, a file system without it), the
+watch says so once and polls. Either way a slow safety poll remains, so a lost
+event costs latency, never a request.
 """
 
 from __future__ import annotations

@@ -1,56 +1,36 @@
-"""python-hcl2 output -> plain Python values.
+"""python-hcl2's output as Nomad's own HCL decoder reads it: plain values, and errors an operator can act on.
 
-python-hcl2 (v7+) keeps string literals in their quoted, escaped HCL form
-(``'"80 GiB"'``), labels quoted too, and marks blocks with ``__is_block__``;
-an expression it cannot fold stays as ``"${...}"`` text. These helpers turn
-that into the values Nomad's own HCL decoder would produce, so the launcher
-(plugin configs) and the job-spec evaluator see the same literals Nomad does.
+python-hcl2 (v7+) keeps string literals in their quoted, escaped HCL form (``'"80 GiB"'``), labels
+quoted too, and marks blocks with ``__is_block__``; an expression it cannot fold stays as
+``"${...}"`` text. The launcher (plugin configs) and the job-spec evaluator both read files through
+these helpers, so both see the literals Nomad does.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-BLOCK_MARK = "__is_block__"
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
-
-
-class HclValueError(ValueError):
-    """A value in an HCL file that cannot be used as written."""
+_ESCAPE = re.compile(r'\\(["\\nrt]|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})|([$%])\2\{')
 
 
 def unquote(text: str) -> str:
     """The string a quoted HCL literal stands for (escapes and ``$${``/``%%{`` undone)."""
     if len(text) < 2 or text[0] != '"' or text[-1] != '"':
         return text
-    body = text[1:-1]
-    out: list[str] = []
-    pos = 0
-    while pos < len(body):
-        ch = body[pos]
-        if ch == "\\" and pos + 1 < len(body):
-            nxt = body[pos + 1]
-            if nxt in _SIMPLE_ESCAPES:
-                out.append(_SIMPLE_ESCAPES[nxt])
-                pos += 2
-                continue
-            if nxt in "uU":
-                width = 4 if nxt == "u" else 8
-                digits = body[pos + 2 : pos + 2 + width]
-                try:
-                    out.append(chr(int(digits, 16)))
-                    pos += 2 + width
-                    continue
-                except ValueError:
-                    pass
-        if body.startswith("$${", pos) or body.startswith("%%{", pos):
-            out.append(body[pos + 1 : pos + 3])
-            pos += 3
-            continue
-        out.append(ch)
-        pos += 1
-    return "".join(out)
+    return _ESCAPE.sub(_unescape, text[1:-1])
+
+
+def _unescape(match: re.Match[str]) -> str:
+    escape, doubled = match.groups()
+    if doubled:
+        return doubled + "{"
+    if len(escape) == 1:
+        return _SIMPLE_ESCAPES[escape]
+    code = int(escape[1:], 16)
+    return chr(code) if code <= 0x10FFFF else match.group(0)
 
 
 def is_expression(value: Any) -> bool:
@@ -92,43 +72,28 @@ def unlabelled(blocks: Any) -> list[dict[str, Any]]:
     return [b for b in (blocks if isinstance(blocks, list) else [blocks]) if isinstance(b, dict)]
 
 
-# HCL syntax errors as an operator reads them: file:line:column, what was found, what was expected.
-#
-# python-hcl2's errors are lark's token dumps (``Token('STRING_CHARS', ...)``,
-# ``* RBRACE``); job files and agent configs both go through this.
-#
-
 END_OF_INPUT = "$END"  # lark's name for the end of the text
 _TOKEN_WORDS = {
     END_OF_INPUT: "the end of the file",
-    "RBRACE": '"}"',
-    "LBRACE": '"{"',
-    "RSQB": '"]"',
-    "LSQB": '"["',
-    "LPAR": '"("',
-    "RPAR": '")"',
-    "EQ": '"="',
-    "COMMA": '","',
-    "COLON": '":"',
+    **{
+        name: f'"{ch}"'
+        for name, ch in zip("RBRACE LBRACE RSQB LSQB LPAR RPAR EQ COMMA COLON".split(), "}{][()=,:", strict=True)
+    },
     "DBLQUOTE": "a quoted string",
     "NAME": "a name",
     "NL_OR_COMMENT": "a new line",
     "INT_LITERAL": "a number",
     "FLOAT_LITERAL": "a number",
-    "TRUE": "true",
-    "FALSE": "false",
-    "NULL": "null",
+    **{name: name.lower() for name in ("TRUE", "FALSE", "NULL")},
 }
-
-
 _STRUCTURAL = frozenset({"NL_OR_COMMENT", "RBRACE"})
 
 
 def describe_hcl_error(exc: Exception, text: str, source: str) -> str:
     """``job.hcl:3:15: unexpected "2"; expected "}" or a new line``, the line and a caret.
 
-    python-hcl2's errors are the parser's token dumps (``Token('STRING_CHARS', ...)``,
-    ``* RBRACE``); an operator needs the place and a plain word for what was expected.
+    python-hcl2's errors are lark's token dumps (``Token('STRING_CHARS', ...)``, ``* RBRACE``); an
+    operator needs the place and a plain word for what was expected.
     """
     line = getattr(exc, "line", None)
     column = getattr(exc, "column", None)
@@ -147,9 +112,10 @@ def describe_hcl_error(exc: Exception, text: str, source: str) -> str:
     if names & _STRUCTURAL:  # after a complete attribute: only the ways to end it matter
         names &= _STRUCTURAL
     expected = sorted({_TOKEN_WORDS[t] for t in names if t in _TOKEN_WORDS})
-    wanted = f"; expected {', '.join(expected[:-1])} or {expected[-1]}" if len(expected) > 1 else ""
-    if len(expected) == 1:
-        wanted = f"; expected {expected[0]}"
+    if len(expected) > 1:
+        wanted = f"; expected {', '.join(expected[:-1])} or {expected[-1]}"
+    else:
+        wanted = f"; expected {expected[0]}" if expected else ""
     lines = text.splitlines()
     shown = lines[line - 1] if line <= len(lines) else ""
     caret = " " * (max(column, 1) - 1) + "^"

@@ -1,12 +1,10 @@
-"""Text from outside (XDM, the Nomad API) made safe to log, to put in an error, or to hand to Nomad.
+"""Strings from outside (XDM, the Nomad API, the operator's config) made safe to repeat, send or use. Pure.
 
-Nomad's agent writes a plugin's log message and a gRPC error's text into its
-own log as they are: a newline in them starts a line that looks like the
-agent's own (``[ERROR] agent: ...``), an ESC sequence recolours or rewrites
-the operator's terminal, a carriage return hides what came before it. Such
-text is therefore escaped (``\\n``, ``\\x1b``) wherever the plugin repeats
-it, and bounded, so that one answer cannot fill a log line or overflow
-gRPC's metadata limit (an error travels in a header). Pure; no I/O.
+Nomad's agent writes a plugin's log message and a gRPC error's text into its own log as they are: a
+newline starts a line that looks like the agent's own (``[ERROR] agent: ...``), an ESC sequence
+rewrites the operator's terminal, a carriage return hides what came before. So such text is escaped
+(``\\n``, ``\\x1b``) wherever the plugin repeats it, and bounded: one answer must not fill a log
+line or overflow gRPC's metadata limit (an error travels in a header).
 """
 
 from __future__ import annotations
@@ -23,11 +21,8 @@ MAX_TEXT = 1024
 
 def _escape(match: re.Match[str]) -> str:
     ch = match.group(0)
-    named = _NAMED.get(ch)
-    if named is not None:
-        return named
     code = ord(ch)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    return _NAMED.get(ch) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
 
 
 def clip(text: str, limit: int) -> str:
@@ -39,10 +34,7 @@ def clip(text: str, limit: int) -> str:
 
 def printable(text: object, limit: int = MAX_TEXT) -> str:
     """One line of text: control characters escaped (``\\n``, ``\\x1b``), at most ``limit`` characters (0: no bound)."""
-    value = text if isinstance(text, str) else str(text)
-    if _UNSAFE.search(value):
-        value = _UNSAFE.sub(_escape, value)
-    return clip(value, limit)
+    return clip(_UNSAFE.sub(_escape, text if isinstance(text, str) else str(text)), limit)
 
 
 def has_unsafe(text: str) -> bool:
@@ -53,29 +45,20 @@ def has_unsafe(text: str) -> bool:
 def name(text: object, limit: int = 128) -> str:
     """A name Nomad can carry (a device group, an attribute value's label): printable, one line, no '/'.
 
-    Control characters become spaces, '/' (the separator of Nomad's
-    ``vendor/type/name``) becomes '-', runs of spaces shrink to one.
+    Control characters become spaces, '/' (the separator of Nomad's ``vendor/type/name``) becomes
+    '-', runs of spaces shrink to one.
     """
-    value = text if isinstance(text, str) else str(text)
-    value = _UNSAFE.sub(" ", value).replace("/", "-")
-    value = " ".join(value.split())
-    return value[:limit].strip()
+    value = _UNSAFE.sub(" ", text if isinstance(text, str) else str(text)).replace("/", "-")
+    return " ".join(value.split())[:limit].strip()
 
 
-# ACL tokens as text: the one shape the plugin sends.
-#
-# A token read from a file (``NOMAD_TOKEN=$(cat token)``, an HCL heredoc)
-# often ends in a newline, which HTTP forbids in a header value: the HTTP
-# library then raised an error that quoted the header, token included, in a
-# form (``b'...\\n'``) the log redactor did not know. So a trailing newline is
-# stripped, a control character inside the token makes it unusable (it is
-# refused, never sent), and the redactor masks every spelling of the token
-# that Python, JSON or an HTTP library may print: raw, ``repr`` of the text
-# and of its bytes, JSON-escaped, percent-encoded, and each line of it.
-# Pure; no I/O.
-#
-
+# A token read from a file (``NOMAD_TOKEN=$(cat token)``, an HCL heredoc) often ends in a newline,
+# which HTTP forbids in a header value; the HTTP library's error then quotes the header, token
+# included, as ``b'...\n'``. So the trailing newline goes, a control character inside refuses the
+# token (it is never sent), and the log handler and the API client mask every spelling of it.
 _TOKEN_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Shorter fragments would mask ordinary words; no real token is this short.
+MIN_SECRET = 4
 
 
 def normalise_token(value: str) -> tuple[str, str | None]:
@@ -86,16 +69,12 @@ def normalise_token(value: str) -> tuple[str, str | None]:
     return token, None
 
 
-#: Shorter fragments would mask ordinary words; no real token is this short.
-MIN_SECRET = 4
-
-
 def secret_forms(value: str) -> set[str]:
     """Every printable spelling of a secret: raw, stripped, ``repr`` of the text and of its bytes (an
     HTTP library quotes a bad header as ``b'...\\n'``), JSON-escaped, percent-encoded, each line of it."""
     if not value:
         return set()
-    import json  # only with a secret: not before the handshake
+    import json  # only with a secret: not on the plugin's launch path
     from urllib.parse import quote
 
     forms = {
@@ -110,73 +89,22 @@ def secret_forms(value: str) -> set[str]:
     return {f for f in forms if len(f) >= MIN_SECRET}
 
 
-# Path rules that need no disk: which ``data_dir`` values can never be the plugin's own directory.
-#
-# Pure (no I/O), so SetConfig's decoder can refuse them before anything runs;
-# ``journal/datadir.py`` applies the same rules again to the path a symlink
-# resolves to, and adds what only the disk can tell (owner, mode).
-#
-# A ``data_dir`` is a directory the plugin creates and owns (0700). It must
-# therefore be an absolute, normalised path, free of control characters and
-# ``..``, and neither a directory the system owns nor a shared scratch
-# directory: ``data_dir = ""`` once put the journal in the agent's working
-# directory (typically ``/``), and start-up changed that directory's mode.
-#
+# A data_dir is a directory the plugin creates and owns (0700), so it must be an absolute, normal
+# path, free of control characters and "..", and neither a directory the system owns nor a shared
+# scratch directory (``data_dir = ""`` would put the journal in the agent's working directory,
+# typically "/"). SetConfig refuses these before anything runs; ``journal/datadir.py`` applies the
+# same rules to the path a symlink resolves to and adds what only the disk can tell.
 
 #: Directories the system owns: never the plugin's own directory (a directory below them is fine).
 SYSTEM_DIRS = frozenset(
-    {
-        "/",
-        "/bin",
-        "/boot",
-        "/etc",
-        "/home",
-        "/lib",
-        "/lib32",
-        "/lib64",
-        "/libx32",
-        "/media",
-        "/mnt",
-        "/opt",
-        "/root",
-        "/run",
-        "/sbin",
-        "/srv",
-        "/tmp",  # noqa: S108 - named to be refused, never used
-        "/usr",
-        "/usr/bin",
-        "/usr/lib",
-        "/usr/lib64",
-        "/usr/libexec",
-        "/usr/local",
-        "/usr/local/bin",
-        "/usr/local/lib",
-        "/usr/local/sbin",
-        "/usr/sbin",
-        "/usr/share",
-        "/var",
-        "/var/cache",
-        "/var/lib",
-        "/var/local",
-        "/var/lock",
-        "/var/log",
-        "/var/mail",
-        "/var/opt",
-        "/var/run",
-        "/var/spool",
-        "/var/tmp",  # noqa: S108 - named to be refused, never used
-        "/run/lock",
-        "/run/user",
-    }
+    "/ /bin /boot /etc /home /lib /lib32 /lib64 /libx32 /media /mnt /opt /root /run /run/lock /run/user"
+    " /sbin /srv /tmp /usr /usr/bin /usr/lib /usr/lib64 /usr/libexec /usr/local /usr/local/bin"
+    " /usr/local/lib /usr/local/sbin /usr/sbin /usr/share /var /var/cache /var/lib /var/local /var/lock"
+    " /var/log /var/mail /var/opt /var/run /var/spool /var/tmp".split()
 )
 #: Kernel and device filesystems: nothing below them can hold a journal.
 PSEUDO_TREES = ("/proc", "/sys", "/dev")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def under(path: str, tree: str) -> bool:
-    """``path`` is ``tree`` or lies below it (both absolute and normalised)."""
-    return path == tree or tree == "/" or path.startswith(tree.rstrip("/") + "/")
 
 
 def data_dir_problem(path: str) -> str | None:
@@ -195,6 +123,6 @@ def data_dir_problem(path: str) -> str | None:
     if normal in SYSTEM_DIRS:
         return f"is the system directory {normal} (use a directory of the plugin's own below it)"
     for tree in PSEUDO_TREES:
-        if under(normal, tree):
+        if normal == tree or normal.startswith(tree + "/"):
             return f"lies in {tree}, a kernel or device filesystem"
     return None

@@ -1,4 +1,4 @@
-"""What the engines' threads share: an Event that calls back when set, a set of listeners, the backoff between reconnects."""
+"""What the engines' threads share: an event that calls back when set, a set of listeners, the backoff between reconnects."""
 
 from __future__ import annotations
 
@@ -12,20 +12,15 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# A ``threading.Event`` that also calls back when it is set (here, beside the per-stream events of
-# ``lifecycle``, so that no lower package has to be imported before the handshake).
-#
-# Why: cancelling a blocking gRPC stream needs someone to call ``cancel()`` on
-# it when the consumer stops. Watching a plain Event for that takes a thread
-# that wakes every fraction of a second for the stream's whole life (five
-# wake-ups a second per stream, idle or not; issue 14). A consumer that owns a
-# ``CancelEvent`` lets the stream register its ``cancel`` instead; code that
-# only knows ``threading.Event`` still sees one.
-#
-
 
 class CancelEvent(threading.Event):
-    """``threading.Event`` plus ``on_set`` callbacks, each called once, outside any lock."""
+    """``threading.Event`` plus ``on_set`` callbacks, each called once, outside any lock.
+
+    Cancelling a blocking gRPC stream takes a call to its ``cancel()`` when the consumer stops;
+    watching a plain Event for that would take a thread that wakes up for the stream's whole life.
+    A stream given a ``CancelEvent`` registers its ``cancel`` instead; code that only knows
+    ``threading.Event`` still sees one.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -55,52 +50,12 @@ class CancelEvent(threading.Event):
 
                 return forget
         callback()
-        return _nothing
-
-
-def _nothing() -> None:
-    return None
-
-
-# Exponential backoff with jitter: XDM's documented reconnect rule.
-#
-# The XDM reference asks clients to resubscribe after 1 s, doubling, capped at
-# 30 s. Jitter (full range ±``jitter`` of the delay) keeps many plugins from
-# reconnecting in lock-step after an XDM restart.
-#
-
-
-@dataclass
-class Backoff:
-    initial: float = 1.0
-    factor: float = 2.0
-    cap: float = 30.0
-    jitter: float = 0.2
-    rng: random.Random = field(default_factory=random.Random)
-    attempt: int = 0
-
-    def base_delay(self, attempt: int) -> float:
-        """The un-jittered delay before retry number ``attempt`` (0-based)."""
-        return float(min(self.cap, self.initial * (self.factor**attempt)))
-
-    def next_delay(self) -> float:
-        base = self.base_delay(self.attempt)
-        self.attempt += 1
-        spread = base * self.jitter
-        return float(max(0.0, min(self.cap, base + self.rng.uniform(-spread, spread))))
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
-# A thread-safe set of inventory listeners, shared by the backends.
-#
-# A listener's exception is logged and never reaches the backend's thread:
-# one buggy subscriber must not stop the others, or the backend's watcher.
-#
+        return lambda: None
 
 
 class Listeners(Generic[T]):
+    """A thread-safe set of callbacks; one that raises is logged and never stops the others or the caller."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: list[Callable[[T], None]] = []
@@ -126,3 +81,28 @@ class Listeners(Generic[T]):
                 listener(value)
             except Exception:
                 log.exception("inventory listener failed")
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter: XDM's reconnect rule (1 s, doubling, capped at 30 s).
+
+    The jitter (up to ``jitter`` of the delay either way) keeps many plugins from reconnecting in
+    lock-step after an XDM restart.
+    """
+
+    initial: float = 1.0
+    factor: float = 2.0
+    cap: float = 30.0
+    jitter: float = 0.2
+    rng: random.Random = field(default_factory=random.Random)
+    attempt: int = 0
+
+    def next_delay(self) -> float:
+        base = min(self.cap, self.initial * (self.factor**self.attempt))
+        self.attempt += 1
+        spread = base * self.jitter
+        return float(max(0.0, min(self.cap, base + self.rng.uniform(-spread, spread))))
+
+    def reset(self) -> None:
+        self.attempt = 0
