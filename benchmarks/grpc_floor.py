@@ -48,7 +48,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nomad_plugin.goplugin.polling import choose_polling  # noqa: E402
+from nomad_plugin.goplugin.handshake import choose_polling  # noqa: E402
 
 choose_polling()  # before grpc is imported, as the plugin does
 import grpc  # noqa: E402

@@ -98,11 +98,11 @@ def _dispatch(args: list[str]) -> int:
         sys.stdout.write(f"nomad-device-lingjun {__version__}\n")
         return 0
     if args[0] == "--self-check":  # hidden: the shipped executable's interpreter (tests/operator/test_dist.py)
-        from nomad_plugin.util.selfcheck import self_check
+        from nomad_plugin.util.bundle import self_check
 
         return self_check()
     if args[0] == "serve":
-        from nomad_plugin.goplugin.polling import choose_polling
+        from nomad_plugin.goplugin.handshake import choose_polling
 
         choose_polling()  # before grpc is imported: it reads GRPC_EXPERIMENTS once
         return serve(args[1:])

@@ -25,8 +25,6 @@ import msgpack
 
 from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, ConfigError, PluginConfig
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option, option
-from nomad_plugin.util.paths import data_dir_problem
-from nomad_plugin.util.tokens import normalise_token
 
 MAX_INPUT_BYTES = 1 << 20
 MAX_STRING = 4096
@@ -444,6 +442,8 @@ def check_plugin_settings(values: dict[str, Any]) -> None:
     address failed at start. The token loses a trailing newline (read from a
     file) and is refused with a control character inside; it is never shown.
     """
+    from nomad_plugin.util.text import data_dir_problem, normalise_token
+
     found = data_dir_problem(str(values["data_dir"]))
     if found is not None:
         allowed = 'an absolute path of a directory of the plugin\'s own, such as "/var/lib/nomad-device-lingjun"'

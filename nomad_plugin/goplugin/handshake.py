@@ -1,16 +1,19 @@
-"""The go-plugin handshake rules, as pure functions (nomad-protocol.md §1.1-1.4).
+"""The go-plugin launch rules, decided before grpc is imported.
 
-The host (Nomad) puts a magic cookie and the app protocol versions it speaks
-in our environment; we answer with one line on stdout once the gRPC server
-listens: ``CORE|APP|unix|<socket>|grpc``. No sixth (certificate) field: Nomad
-never enables AutoMTLS, and a long sixth field would make it try to load a
-certificate into a nil TLS config.
+The host (Nomad) puts its magic cookie and the app protocol versions it speaks in the plugin's
+environment, and reads one line from the plugin's stdout once the gRPC server listens:
+``CORE|APP|unix|<socket>|grpc`` (go-plugin ``server.go`` ``Serve``; Nomad's cookie and version:
+``plugins/base/plugin.go`` ``Handshake``). No sixth (certificate) field: Nomad never enables
+AutoMTLS, and the client loads a sixth field of over 50 characters as a certificate into a TLS
+config it never made (``client.go`` ``Start``, ``loadServerCert``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Container, Mapping, MutableMapping
+from typing import NamedTuple
 
 #: Nomad's base.Handshake cookie: the host sets it, so a plugin run by hand can say what it is.
 MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
@@ -30,27 +33,10 @@ COOKIE_MESSAGE = (
 )
 
 
-class Negotiation:
-    """The outcome of ``negotiate``: a plain class, as neither ``dataclasses`` nor a NamedTuple's
-    class machinery is worth its import time before the handshake (issue 14)."""
-
-    __slots__ = ("error", "version", "warnings")
-
-    def __init__(self, version: int | None, warnings: tuple[str, ...] = (), error: str = "") -> None:
-        self.version = version  # None: no common version
-        self.warnings = warnings
-        self.error = error
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Negotiation):
-            return NotImplemented
-        return (self.version, self.warnings, self.error) == (other.version, other.warnings, other.error)
-
-    def __hash__(self) -> int:
-        return hash((self.version, self.warnings, self.error))
-
-    def __repr__(self) -> str:
-        return f"Negotiation(version={self.version!r}, warnings={self.warnings!r}, error={self.error!r})"
+class Negotiation(NamedTuple):
+    version: int | None  # None: no common version
+    warnings: tuple[str, ...] = ()
+    error: str = ""
 
 
 def cookie_error(env: Mapping[str, str]) -> str:
@@ -64,18 +50,17 @@ def cookie_error(env: Mapping[str, str]) -> str:
 
 
 def negotiate(env: Mapping[str, str]) -> Negotiation:
-    """Pick the app protocol: we speak only 2; an absent variable means 2."""
-    raw = env.get(PROTOCOL_VERSIONS_ENV)
-    if raw is None or raw.strip() == "":
+    """Pick the app protocol: the plugin speaks only 2; an absent or empty variable means 2."""
+    raw = env.get(PROTOCOL_VERSIONS_ENV, "")
+    if not raw.strip():
         return Negotiation(APP_PROTOCOL_VERSION)
     offered: list[int] = []
     warnings: list[str] = []
     for part in raw.split(","):
-        item = part.strip()
         try:
-            offered.append(int(item))
+            offered.append(int(part.strip()))
         except ValueError:
-            warnings.append(f"ignoring bad entry {item!r} in {PROTOCOL_VERSIONS_ENV}={raw!r}")
+            warnings.append(f"ignoring bad entry {part.strip()!r} in {PROTOCOL_VERSIONS_ENV}={raw!r}")
     if APP_PROTOCOL_VERSION in offered:
         return Negotiation(APP_PROTOCOL_VERSION, tuple(warnings))
     return Negotiation(
@@ -87,53 +72,68 @@ def negotiate(env: Mapping[str, str]) -> Negotiation:
 
 
 def handshake_line(socket_path: str, app_version: int = APP_PROTOCOL_VERSION) -> str:
-    """The single line go-plugin reads from our stdout (newline included)."""
+    """The single line go-plugin reads from the plugin's stdout (newline included)."""
     return f"{CORE_PROTOCOL_VERSION}|{app_version}|unix|{socket_path}|grpc\n"
 
 
 def make_socket_dir(env: Mapping[str, str] | None = None) -> str:
-    """A fresh private (0700) directory for the socket.
+    """A fresh directory for the socket, 0700 from its creation, named ``plugin*`` as go-plugin names its own.
 
-    Under PLUGIN_UNIX_SOCKET_DIR when the host sets it (go-plugin's RunnerFunc
-    path; Nomad does not), else under $TMPDIR (then $TEMP, $TMP, /tmp, /var/tmp,
-    /usr/tmp, the first that takes it, as ``tempfile``), else /tmp if the path
-    would be too long for a Unix socket address. Made here rather than with
-    ``tempfile.mkdtemp``: tempfile imports shutil, random and the compression
-    modules, a third of our own import time before the handshake (issue 14).
+    Under $PLUGIN_UNIX_SOCKET_DIR when the host sets it (go-plugin's ``RunnerFunc``; Nomad does not),
+    else in the first of ``tempfile``'s candidates that takes it, else in /tmp when the socket path
+    would not fit in a Unix socket address. Not ``tempfile.mkdtemp`` itself: tempfile imports shutil
+    and random, which the launch path does without (tests/goplugin/test_imports_before_handshake.py).
     """
-    source = env if env is not None else os.environ
-    parent = source.get(SOCKET_DIR_ENV) or None
-    directory = _mkdtemp([parent] if parent else _temp_dirs())
+    source = os.environ if env is None else env
+    host_dir = source.get(SOCKET_DIR_ENV)
+    if host_dir:
+        candidates = [host_dir]
+    else:
+        candidates = [source[n] for n in ("TMPDIR", "TEMP", "TMP") if source.get(n)]
+        candidates += ["/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]  # noqa: S108 (as tempfile.gettempdir)
+    directory = _mkdtemp(candidates)
     if len(os.path.join(directory, SOCKET_NAME)) > MAX_SOCKET_PATH:
         os.rmdir(directory)
         directory = _mkdtemp(["/tmp"])  # noqa: S108 (exclusive mkdir, random name, 0700: as mkdtemp)
-    os.chmod(directory, 0o700)
+    os.chmod(directory, 0o700)  # whatever the umask
     return directory
 
 
-_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz012345"  # 32: an unbiased pick from a random byte's low bits
-
-
-def _temp_dirs() -> list[str]:
-    """Where ``tempfile.gettempdir`` would look, in its order."""
-    found = [os.environ[name] for name in ("TMPDIR", "TEMP", "TMP") if os.environ.get(name)]
-    return [*found, "/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]  # noqa: S108 (see _mkdtemp)
-
-
 def _mkdtemp(parents: list[str]) -> str:
-    """``<parent>/plugin`` + 8 random characters, made 0700 in the first parent that allows it."""
-    last: OSError | None = None
+    """``<parent>/plugin`` + 8 random hex digits, made 0700 in the first parent that allows it."""
+    error: OSError = FileNotFoundError("no directory to make the plugin socket in")
     for parent in parents:
         for _ in range(100):
-            path = os.path.join(parent, "plugin" + "".join(_NAME_CHARS[b & 31] for b in os.urandom(8)))
+            path = os.path.join(parent, "plugin" + os.urandom(4).hex())
             try:
                 os.mkdir(path, 0o700)
             except FileExistsError:
                 continue
-            except OSError as exc:  # not a directory, not writable: the next candidate
-                last = exc
+            except OSError as exc:  # missing, not a directory, not writable: the next candidate
+                error = exc
                 break
             return os.path.abspath(path)
         else:
-            last = FileExistsError(f"no unused name under {parent}")
-    raise last if last is not None else FileNotFoundError("no directory to make the plugin socket in")
+            error = FileExistsError(f"no unused name under {parent}")
+    raise error
+
+
+#: grpcio's documented variable, read once when grpc is imported.
+VARIABLE = "GRPC_EXPERIMENTS"
+#: grpcio's EventEngine endpoints (client, listener, everything else) off.
+DIRECT_POLLING = "-event_engine_client,-event_engine_listener,-event_engine_for_all_other_endpoints"
+
+
+def choose_polling(environ: MutableMapping[str, str] = os.environ, loaded: Container[str] = sys.modules) -> bool:
+    """Let grpcio's own poller move the bytes, on the threads that wait for them; True when set here.
+
+    By default grpcio hands every socket to its EventEngine, whose threads poll and pass each
+    message to the Python thread waiting for it; for the plugin's few small messages a second on
+    Unix sockets those hand-offs cost more CPU than the messages (BENCHMARKS.md). Nothing is set
+    once grpc is imported (it has read its configuration) or when the operator set the variable,
+    even empty.
+    """
+    if VARIABLE in environ or "grpc" in loaded:
+        return False
+    environ[VARIABLE] = DIRECT_POLLING
+    return True

@@ -44,7 +44,7 @@ from nomad_plugin.jobspec.parse import (
     unknown_keys,
 )
 from nomad_plugin.jobspec.validate import quoted, validate_affinity, validate_constraint
-from nomad_plugin.util.hclvalue import is_expression, labelled, plain, unlabelled
+from nomad_plugin.util.hcl import is_expression, labelled, plain, unlabelled
 
 DEFAULT_SPREAD_WEIGHT = 50
 SPREAD_KEYS = frozenset({"attribute", "weight", "target"})

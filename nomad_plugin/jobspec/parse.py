@@ -33,8 +33,7 @@ from typing import Any
 
 import hcl2
 
-from nomad_plugin.util.hclerrors import describe_hcl_error
-from nomad_plugin.util.hclvalue import is_expression, is_meta, labelled, plain, unlabelled
+from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
 # (key, operator) in the order Nomad's decoders apply them; a later one wins.

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.util.paths import data_dir_problem
+from nomad_plugin.util.text import data_dir_problem
 
 DIR_MODE = 0o700
 PARENT_MODE = 0o755

@@ -22,7 +22,7 @@ from typing import Any
 import hcl2
 from lark import Token, Tree
 
-from nomad_plugin.util.hclerrors import describe_hcl_error
+from nomad_plugin.util.hcl import describe_hcl_error
 
 
 class AgentSyntaxError(ValueError):

@@ -26,7 +26,7 @@ import msgpack
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
 from nomad_plugin.launcher.agent_hcl import AgentSyntaxError, PluginBlock, parse_agent_text
-from nomad_plugin.util.hclvalue import HclValueError, is_expression, is_meta, plain, unlabelled
+from nomad_plugin.util.hcl import is_expression, is_meta, plain, unlabelled
 
 AGENT_SUFFIXES = (".hcl", ".json")
 _NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -193,10 +193,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key, literal
     if is_expression(value):
         return key, literal
-    try:
-        return key, plain(value)
-    except HclValueError as exc:
-        raise LauncherConfigError(f"override {text!r}: {exc}") from None
+    return key, plain(value)
 
 
 def did_you_mean(word: str, choices: set[str] | list[str] | tuple[str, ...]) -> str:

@@ -49,5 +49,5 @@ class Backend(Protocol):
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
         """One metrics subscription; ends or raises when it breaks.
 
-        The caller resubscribes with ``nomad_plugin.util.backoff.Backoff``.
+        The caller resubscribes with ``nomad_plugin.util.threads.Backoff``.
         """

@@ -30,7 +30,7 @@ from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.grant import DeviceNode, Grant, MountSpec
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
 from nomad_plugin.nomad.catalog import MIG_UNITS
-from nomad_plugin.util.paths import SYSTEM_DIRS
+from nomad_plugin.util.text import SYSTEM_DIRS
 
 log = get_logger(__name__)
 

@@ -50,8 +50,8 @@ from nomad_plugin.model.errors import (
 )
 from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.reserve import AfterReply, JournalWriteFailed
-from nomad_plugin.util.backoff import Backoff
 from nomad_plugin.util.text import printable
+from nomad_plugin.util.threads import Backoff
 
 
 class ConfigTarget(Protocol):

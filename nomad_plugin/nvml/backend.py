@@ -33,8 +33,7 @@ from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import devices, lib
 from nomad_plugin.nvml.health import Event, EventSet, HealthBook
 from nomad_plugin.nvml.lib import Nvml
-from nomad_plugin.util.backoff import Backoff
-from nomad_plugin.util.listeners import Listeners
+from nomad_plugin.util.threads import Backoff, Listeners
 
 log = get_logger(__name__)
 

@@ -27,7 +27,7 @@ from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import devices, lib
 from nomad_plugin.nvml.lib import Nvml
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 
 log = get_logger(__name__)
 

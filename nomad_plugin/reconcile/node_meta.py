@@ -31,7 +31,7 @@ from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.node_meta import meta_changes, node_meta
 from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient
 from nomad_plugin.reconcile.visibility import parse_rules
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 
 log = get_logger(__name__)
 

@@ -11,7 +11,7 @@ API that answers one byte every half second keeps each read inside its
 timeout for ever): every socket operation gets only the time left. The ACL
 token goes only into the ``X-Nomad-Token`` header; a trailing newline is
 stripped, a token with a control character inside is never sent, and every
-spelling of it is masked in errors (``goplugin/logging.secret_forms``).
+spelling of it is masked in errors (``util/text.secret_forms``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import secret_forms
-from nomad_plugin.util.text import printable
-from nomad_plugin.util.tokens import normalise_token
+from nomad_plugin.util.text import normalise_token, printable, secret_forms
 
 if TYPE_CHECKING:
     import httpcore

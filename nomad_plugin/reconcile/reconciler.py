@@ -30,7 +30,7 @@ from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.instances import Catalog
 from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 
 log = get_logger(__name__)
 

@@ -23,13 +23,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.cache import Clock, MetricsCache
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff, CancelEvent
 
 log = get_logger(__name__)
 

@@ -1,8 +1,9 @@
-"""Protobuf wire format by hand, for messages we have no classes for.
+"""Protobuf's wire format for messages the plugin has no classes for.
 
-Used by the XDM client's reflection probe, by ``xdm-probe --raw`` (decode
-like ``protoc --decode_raw``) and by the simulator's schema-drift modes
-(encode fields the reconstructed proto does not declare).
+Reading is protobuf's own: the bytes parse as an ``Empty``, whose unknown fields are all of them
+(``google.protobuf.unknown_fields``). The XDM client's reflection probe, ``xdm-probe --raw`` and the
+XDM capture read raw fields so. Protobuf has no public encoder for a field that no message declares,
+so the few bytes the reflection probe and the simulator's schema-drift modes send are written here.
 """
 
 from __future__ import annotations
@@ -16,53 +17,24 @@ class WireError(ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(data):
-            raise WireError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise WireError("varint too long")
-
-
 def iter_fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """Yield (field number, wire type, value); value is int or bytes."""
-    pos = 0
-    while pos < len(data):
-        key, pos = read_varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = read_varint(data, pos)
+    """(field number, wire type, value) in wire order: an int for a varint, the raw bytes otherwise."""
+    from google.protobuf import empty_pb2, message, unknown_fields
+
+    holder = empty_pb2.Empty()
+    try:
+        holder.ParseFromString(data)
+    except message.DecodeError as exc:
+        raise WireError(str(exc)) from None
+    fields = unknown_fields.UnknownFieldSet(holder)
+    for index in range(len(fields)):
+        number, wire, value = fields[index].field_number, fields[index].wire_type, fields[index].data
+        if wire in (VARINT, LEN):
             yield number, wire, value
-        elif wire == 1:
-            if pos + 8 > len(data):
-                raise WireError("truncated fixed64")
-            yield number, wire, data[pos : pos + 8]
-            pos += 8
-        elif wire == 2:
-            size, pos = read_varint(data, pos)
-            if pos + size > len(data):
-                raise WireError("truncated length-delimited field")
-            yield number, wire, data[pos : pos + size]
-            pos += size
-        elif wire == 5:
-            if pos + 4 > len(data):
-                raise WireError("truncated fixed32")
-            yield number, wire, data[pos : pos + 4]
-            pos += 4
+        elif wire in (I64, I32):
+            yield number, wire, value.to_bytes(8 if wire == I64 else 4, "little")
         else:
-            raise WireError(f"unsupported wire type {wire}")
-
-
-def encode_len_field(number: int, payload: bytes) -> bytes:
-    return tag(number, LEN) + varint(len(payload)) + payload
+            raise WireError(f"unsupported wire type {wire}")  # a group: proto3 has none
 
 
 def tag(number: int, wire_type: int) -> bytes:
@@ -71,13 +43,13 @@ def tag(number: int, wire_type: int) -> bytes:
 
 def varint(value: int) -> bytes:
     if value < 0:
-        value &= (1 << 64) - 1  # two's complement, as int32/int64 negatives are sent
+        value &= (1 << 64) - 1  # a negative int32/int64 is sent as its 64-bit two's complement
     out = bytearray()
-    while True:
-        bits = value & 0x7F
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
         value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
+    return bytes([*out, value])
+
+
+def encode_len_field(number: int, payload: bytes) -> bytes:
+    return tag(number, LEN) + varint(len(payload)) + payload

@@ -19,15 +19,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.util.backoff import Backoff
-from nomad_plugin.util.listeners import Listeners
+from nomad_plugin.util.threads import Backoff, CancelEvent, Listeners
 from nomad_plugin.xdm.adapter import GpuFacts
 from nomad_plugin.xdm.client import Subscription, XdmClient, relax_stream_waits
 from nomad_plugin.xdm.guesses import vendor_of, xpu_type_of

@@ -148,7 +148,7 @@ def test_replay_without_the_binder(root: Path):
 @pytest.mark.parametrize("spec", [b for b in BUNDLES if b.schema != "builtin"], ids=lambda b: b.name)
 def test_capture_from_a_live_simulator_matches_the_shipped_bundle(spec, tmp_path, caplog):
     """Capturing again gives the same inventory and the same bytes for the static RPCs; nothing is written."""
-    with caplog.at_level(logging.INFO, logger="nomad-device-lingjun.sim"):
+    with caplog.at_level(logging.INFO, logger="nomad_plugin.sim"):
         manifest = make_bundle(spec, tmp_path)
     assert manifest["ok"]
     called = [r.getMessage().split(" ")[0] for r in caplog.records]

@@ -11,11 +11,11 @@ import pytest
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import CardRule, PluginConfig
-from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Kind
 from nomad_plugin.nomad import fingerprint
 from nomad_plugin.nomad.fingerprint import FingerprintEngine
+from nomad_plugin.util.threads import CancelEvent
 
 from .helpers import FakeBackend, FakeClock, h800_node, with_health
 

@@ -38,9 +38,10 @@ def test_a_call_before_the_services_waits_and_is_answered():
         assert caller.is_alive(), "the call was answered before any service existed"
         servicer = health.HealthServicer()
         servicer.set("plugin", health_pb2.HealthCheckResponse.SERVING)
-        collect = serve._Collect()
-        health_pb2_grpc.add_HealthServicer_to_server(servicer, collect)  # type: ignore[arg-type]
-        deferred.fill(collect.handlers)
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, deferred)  # type: ignore[arg-type]
+        caller.join(0.5)
+        assert caller.is_alive(), "the call was answered before the services were ready"
+        deferred.ready()
         caller.join(30)
         assert answer.get("status") == health_pb2.HealthCheckResponse.SERVING
         channel.close()

@@ -23,7 +23,7 @@ from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantM
 from nomad_plugin.nomad.container import GrantRejected
 from nomad_plugin.nomad.reserve import AfterReply
 from nomad_plugin.nomad.services import BaseService, DeviceService, stats_interval
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm.client import GrpcRefused
 
 

@@ -77,13 +77,11 @@ def test_socket_path_of_exactly_the_limit_stays_under_the_host_dir() -> None:
         os.rmdir(base)
 
 
-def test_too_long_tmpdir_falls_back_to_slash_tmp(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_too_long_tmpdir_falls_back_to_slash_tmp() -> None:
     """Without the host dir, $TMPDIR is used, unless the socket path would not fit: then /tmp."""
     long_tmp = tempfile.mkdtemp(prefix="y" * 120, dir="/tmp")
-    monkeypatch.delenv("PLUGIN_UNIX_SOCKET_DIR", raising=False)
-    monkeypatch.setenv("TMPDIR", long_tmp)
     try:
-        directory = handshake.make_socket_dir({})
+        directory = handshake.make_socket_dir({"TMPDIR": long_tmp})
         assert os.path.dirname(directory) == "/tmp"
         assert os.path.basename(directory).startswith("plugin")
         assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
@@ -100,35 +98,35 @@ def test_without_an_env_mapping_the_process_environment_is_read(monkeypatch: pyt
         os.rmdir(directory)
 
 
-def test_a_negotiation_compares_and_hashes_by_its_three_fields() -> None:
+def test_a_negotiation_compares_by_its_three_fields() -> None:
     agreed = handshake.Negotiation(2)
     assert (agreed.version, agreed.warnings, agreed.error) == (2, (), "")
     assert agreed == handshake.Negotiation(2, (), "")
     assert agreed != handshake.Negotiation(2, ("w",))
     assert agreed != handshake.Negotiation(None, (), "no common version")
-    assert agreed != (2, (), "")  # another type is never equal
-    assert hash(agreed) == hash(handshake.Negotiation(2, (), ""))
     assert len({agreed, handshake.Negotiation(2), handshake.Negotiation(None)}) == 2
-    assert repr(agreed) == "Negotiation(version=2, warnings=(), error='')"
 
 
-def test_the_temp_dirs_are_tempfiles_candidates_in_its_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TMPDIR", "/a")
-    monkeypatch.setenv("TEMP", "/b")
-    monkeypatch.setenv("TMP", "/c")
-    assert handshake._temp_dirs() == ["/a", "/b", "/c", "/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]
-    for name in ("TMPDIR", "TEMP", "TMP"):
-        monkeypatch.setenv(name, "")  # empty means unset, as for tempfile
-    assert handshake._temp_dirs() == ["/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]
+def test_the_temp_dirs_are_tempfiles_candidates_in_its_order(tmp_path) -> None:
+    """$TMPDIR, $TEMP, $TMP (empty means unset), then /tmp: the first that takes the directory."""
+    usable = tmp_path / "usable"
+    usable.mkdir()
+    missing = str(tmp_path / "missing")
+    for env, parent in (
+        ({"TMPDIR": str(usable), "TEMP": missing, "TMP": missing}, str(usable)),
+        ({"TMPDIR": missing, "TEMP": str(usable), "TMP": missing}, str(usable)),
+        ({"TMPDIR": "", "TEMP": missing, "TMP": str(usable)}, str(usable)),
+        ({"TMPDIR": "", "TEMP": "", "TMP": ""}, "/tmp"),
+    ):
+        directory = handshake.make_socket_dir(env)
+        assert os.path.dirname(directory) == parent, env
+        os.rmdir(directory)
 
 
-def test_an_unusable_temp_dir_falls_through_to_the_next(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.delenv("PLUGIN_UNIX_SOCKET_DIR", raising=False)
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+def test_an_unusable_temp_dir_falls_through_to_the_next(tmp_path) -> None:
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv("TEMP", str(tmp_path / "a-file"))
-    monkeypatch.setenv("TMP", str(tmp_path))
-    directory = handshake.make_socket_dir({})
+    env = {"TMPDIR": str(tmp_path / "missing"), "TEMP": str(tmp_path / "a-file"), "TMP": str(tmp_path)}
+    directory = handshake.make_socket_dir(env)
     assert os.path.dirname(directory) == str(tmp_path)
     os.rmdir(directory)
 
@@ -143,19 +141,22 @@ def test_an_unusable_host_dir_raises_the_mkdir_error_naming_it(tmp_path) -> None
         handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path / "a-file")})
 
 
-def test_with_no_candidate_dir_the_error_says_so() -> None:
-    with pytest.raises(FileNotFoundError) as caught:
-        handshake._mkdtemp([])
-    assert str(caught.value) == "no directory to make the plugin socket in"
-
-
-def test_the_socket_dir_is_private_from_the_moment_it_exists(tmp_path) -> None:
+def test_the_socket_dir_is_private_from_the_moment_it_exists(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """mkdir itself gets 0700 (as tempfile.mkdtemp), so there is no window before make_socket_dir's chmod."""
+    modes: list[int] = []
+    real_chmod = os.chmod
+
+    def chmod(path: str, mode: int) -> None:
+        modes.append(stat.S_IMODE(os.stat(path).st_mode))
+        real_chmod(path, mode)
+
+    monkeypatch.setattr(handshake.os, "chmod", chmod)
     old = os.umask(0)
     try:
-        directory = handshake._mkdtemp([str(tmp_path)])
+        directory = handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path)})
     finally:
         os.umask(old)
+    assert modes == [0o700], "the directory was not 0700 when mkdir made it"
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
 
 
@@ -163,23 +164,24 @@ def test_a_taken_name_is_skipped_and_100_taken_names_give_up_on_that_parent(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     draws: list[int] = []
-    names = iter([bytes(8), bytes(8), bytes([1] * 8)])
+    names = iter([bytes(4), bytes(4), bytes([1] * 4)])
 
     def fake_urandom(n: int) -> bytes:
         draws.append(n)
         return next(names)
 
-    (tmp_path / "pluginaaaaaaaa").mkdir()
+    (tmp_path / "plugin00000000").mkdir()
     monkeypatch.setattr(handshake.os, "urandom", fake_urandom)
-    assert handshake._mkdtemp([str(tmp_path)]) == str(tmp_path / "pluginbbbbbbbb")
-    assert draws == [8, 8, 8]
+    assert handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path)}) == str(tmp_path / "plugin01010101")
+    assert draws == [4, 4, 4]
 
     draws.clear()
-    monkeypatch.setattr(handshake.os, "urandom", lambda n: draws.append(n) or bytes(8))
+    monkeypatch.setattr(handshake.os, "urandom", lambda n: draws.append(n) or bytes(4))
     with pytest.raises(FileExistsError) as caught:
-        handshake._mkdtemp([str(tmp_path)])
+        handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path)})
     assert str(caught.value) == f"no unused name under {tmp_path}"
     assert len(draws) == 100
     other = tmp_path / "other"
     other.mkdir()
-    assert handshake._mkdtemp([str(tmp_path), str(other)]) == str(other / "pluginaaaaaaaa")
+    env = {"TMPDIR": str(tmp_path), "TEMP": str(other)}
+    assert handshake.make_socket_dir(env) == str(other / "plugin00000000")

@@ -1,4 +1,4 @@
-"""Before its handshake line the plugin imports grpcio and next to nothing of its own (issue 14).
+"""Before its handshake line the plugin imports grpcio and next to nothing of its own.
 
 Nomad launches the plugin three times at every agent start and waits for
 the line each time, so everything imported before it is start-up latency.
@@ -60,8 +60,8 @@ ALLOWED_EXTRA = frozenset(
         "nomad_plugin.goplugin.lifecycle",
         "nomad_plugin.goplugin.logging",
         "nomad_plugin.goplugin.serve",
-        "nomad_plugin.goplugin.cancel",  # the per-stream cancel event (threading only)
-        "nomad_plugin.goplugin.polling",  # GRPC_EXPERIMENTS before grpc is imported (os, sys)
+        "nomad_plugin.util",
+        "nomad_plugin.util.text",  # the log handler's secret spellings (re, posixpath)
         "grpc._server",  # grpc.server()
         "grpc._interceptor",
         "concurrent.futures.thread",  # its thread pool

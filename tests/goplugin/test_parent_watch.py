@@ -1,4 +1,4 @@
-"""The plugin stops when the process that launched it dies (goplugin/parent.py), in both watch modes.
+"""The plugin stops when the process that launched it dies (goplugin/lifecycle.py), in both watch modes.
 
 A launcher process starts a watcher process and is SIGKILLed; the watcher,
 a ParentWatch on its real parent, must report it. The end-to-end case (the
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.goplugin.parent import ParentWatch, launcher_pid
+from nomad_plugin.goplugin.lifecycle import ParentWatch, launcher_pid
 
 REPO = Path(__file__).resolve().parents[2]
 
 WATCHER = textwrap.dedent(
     """
     import os, sys, time
-    from nomad_plugin.goplugin import parent
+    from nomad_plugin.goplugin import lifecycle as parent
     out = sys.argv[1]
     if sys.argv[2] == "poll":
         del os.pidfd_open  # a kernel without pidfds
@@ -85,12 +85,15 @@ def test_the_watch_reports_a_killed_launcher_and_then_exits_anyway(tmp_path: Pat
         assert not Path(f"/proc/{watcher_pid}").exists(), "the watcher is still running"
 
 
-def test_a_stopped_watch_reports_nothing() -> None:
+@pytest.mark.parametrize("mode", ["pidfd", "poll"])
+def test_a_watch_on_a_living_launcher_reports_nothing(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if mode == "poll":
+        monkeypatch.delattr(os, "pidfd_open")
     fired: list[str] = []
-    watch = ParentWatch(fired.append, poll=0.05)
+    watch = ParentWatch(fired.append, poll=0.05, exit_process=lambda code: fired.append(f"exit {code}"))
     watch.start()
-    watch.stop()
-    time.sleep(0.2)
+    assert watch.mode == mode
+    time.sleep(0.3)  # several polls: none may fire while the launcher (this test's parent) lives
     assert fired == [] and not watch.gone()
 
 

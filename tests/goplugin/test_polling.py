@@ -1,6 +1,6 @@
-"""The serving process moves its bytes with grpcio's own poller, not the EventEngine's threads (issue 14).
+"""The serving process moves its bytes with grpcio's own poller, not the EventEngine's threads.
 
-``goplugin/polling.py`` sets ``GRPC_EXPERIMENTS`` before grpc is imported.
+``goplugin/handshake.py`` (``choose_polling``) sets ``GRPC_EXPERIMENTS`` before grpc is imported.
 Whether grpcio obeyed is visible in its own trace output: with
 ``GRPC_TRACE=tcp`` it names the source file of the endpoint in use,
 ``tcp_posix.cc`` / ``tcp_server_posix.cc`` (grpcio's poller) or
@@ -19,8 +19,13 @@ import subprocess
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
-from nomad_plugin.goplugin.polling import DIRECT_POLLING, VARIABLE, choose_polling
+from nomad_plugin.goplugin.handshake import (
+    DIRECT_POLLING,
+    MAGIC_COOKIE_KEY,
+    MAGIC_COOKIE_VALUE,
+    VARIABLE,
+    choose_polling,
+)
 from tests.conformance.hostlib import real_plugin
 
 

@@ -37,9 +37,9 @@ import grpc
 import pytest
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
-from nomad_plugin.goplugin.logging import secret_forms
 from nomad_plugin.journal import Journal
 from nomad_plugin.sim import Simulator
+from nomad_plugin.util.text import secret_forms
 from tests.conformance.hostlib import HostProcess, HostRun, build_host, real_plugin, run_host, start_host
 from tests.doubles.fake_xdm import FakeXdm, default_devices, short_socket_dir
 from tests.doubles.nomad_api import NomadApiDouble

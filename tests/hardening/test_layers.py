@@ -8,9 +8,9 @@ Each ``.py`` file of the package is parsed with ``ast``; every ``import`` and
 is a module. The rule table below is the contract; a new exception goes in the
 table with its reason, never in the code.
 
-The checker itself is exercised: each import that was removed to reach this shape is put
-back (appended to the file's source, in a function and under TYPE_CHECKING),
-and the check must then fail.
+The checker itself is exercised: each import that was removed to reach this
+shape is put back (appended to the file's source, in a function and under
+TYPE_CHECKING), and the check must then fail.
 """
 
 from __future__ import annotations
@@ -63,21 +63,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "goplugin",
         (
-            "app",
-            "cli",
-            "nomad",
-            "xdm",
-            "nvml",
-            "model",
-            "backend_select",
-            "journal",
-            "reconcile",
-            "stats",
-            "metrics",
-            "sim",
-            "_proto.nomad",
+            *(layer for layer in _IO_LAYERS if layer not in ("goplugin", "_proto")),
+            *("model", "config", "jobspec", "nomad_view", "_proto.nomad", "_proto.lingjun"),
         ),
-        "the transport hosts whatever servicers the composition root (cli/main.py's serve) hands it",
+        "the transport is a leaf: it hosts whatever servicers the composition root (cli/main.py's serve) hands it",
     ),
     Rule(
         "nomad",
@@ -88,6 +77,11 @@ RULES: tuple[Rule, ...] = (
         "config",
         (*(layer for layer in _IO_LAYERS if layer != "_proto"), "model", "jobspec", "nomad_view"),
         "settings sit below every layer that reads them (ConfigError is config's own); the schema is hclspec",
+    ),
+    Rule(
+        "util",
+        (*_IO_LAYERS, "model", "config", "jobspec", "nomad_view"),
+        "util/ holds helpers with no domain knowledge, below every layer",
     ),
     Rule(
         "model",
@@ -110,6 +104,23 @@ KNOWN_CYCLES: Mapping[frozenset[str], str] = {}
 
 #: Cycles between modules that exist and are not yet broken, with the reason.
 KNOWN_MODULE_CYCLES: Mapping[frozenset[str], str] = {}
+
+#: Outside goplugin/, only these may import it: the entry point and the composition root, and the go-plugin
+#: client that launches the plugin (it sends the handshake's cookie). Every other module logs with
+#: ``logging.getLogger(__name__)`` and sees the transport through a port.
+TRANSPORT = "goplugin"
+TRANSPORT_IMPORTERS = ("cli.main", "launcher.process")
+
+#: Imports of goplugin/ from elsewhere that are still there: (importer, or "*" for any; imported module) -> why.
+#: Each goes once its importers are swept; test_the_transport_exceptions_are_still_needed says when.
+KNOWN_TRANSPORT_IMPORTS: Mapping[tuple[str, str], str] = {
+    ("*", "goplugin.logging"): "get_logger, until every module imports logging and calls logging.getLogger(__name__)",
+    ("nomad.services", "goplugin.logging"): "SetConfig applies log_level and the secret values to the log "
+    "handler (set_level, set_secrets); to remove, cli/main.py hands BaseService a callback that does it",
+    ("nomad.services", "goplugin.lifecycle"): "DeviceService types its per-stream events with Lifecycle; to "
+    "remove, declare the two methods it calls (open_stream, close_stream) as a Protocol in nomad/services.py",
+}
+
 
 THIRD_PARTY = frozenset({"grpc", "httpx", "pynvml", "prometheus_client", "socket", "subprocess"})
 
@@ -190,6 +201,25 @@ def violations(imports: Iterable[Import], rules: Iterable[Rule] = RULES) -> list
                         f"({rule.layer} must not import {forbidden}: {rule.why})"
                     )
     return sorted(set(out))
+
+
+def transport_imports(imports: Iterable[Import]) -> list[Import]:
+    """Imports of goplugin/ from outside it, but for the entry point, the composition root and the launcher."""
+    transport = _qualified(TRANSPORT)
+    return [
+        imp
+        for imp in imports
+        if _under(imp.target, transport)
+        and not _under(imp.source, transport)
+        and not any(_under(imp.source, _qualified(allowed)) for allowed in TRANSPORT_IMPORTERS)
+    ]
+
+
+def _excused(imp: Import) -> tuple[str, str] | None:
+    for importer, target in sorted(KNOWN_TRANSPORT_IMPORTS, key=lambda key: key[0] == "*"):  # the named ones first
+        if _under(imp.target, _qualified(target)) and (importer == "*" or _under(imp.source, _qualified(importer))):
+            return importer, target
+    return None
 
 
 def _top(module: str) -> str:
@@ -284,6 +314,23 @@ def test_layers_point_one_way():
     assert not found, "imports against the one-way rule (docs/architecture.md):\n" + "\n".join(found)
 
 
+def test_only_the_composition_root_imports_the_transport():
+    found = [imp for imp in transport_imports(all_imports(PACKAGE)) if _excused(imp) is None]
+    assert not found, (
+        f"only {', '.join(TRANSPORT_IMPORTERS)} may import goplugin/ (docs/architecture.md); log with "
+        "logging.getLogger(__name__), see the transport through a port:\n"
+        + "\n".join(f"{imp.where}: {imp.source} imports {imp.target}" for imp in found)
+    )
+
+
+def test_the_transport_exceptions_are_still_needed():
+    used = {_excused(imp) for imp in transport_imports(all_imports(PACKAGE))}
+    stale = [
+        f"{importer} -> {target}" for importer, target in KNOWN_TRANSPORT_IMPORTS if (importer, target) not in used
+    ]
+    assert not stale, f"no longer imported: remove from KNOWN_TRANSPORT_IMPORTS: {stale}"
+
+
 def test_no_cycles_between_subpackages_beyond_the_known_ones():
     found = package_cycles(all_imports(PACKAGE))
     unknown = [c for c in found if c not in KNOWN_CYCLES]
@@ -298,7 +345,7 @@ def test_no_cycles_between_modules_beyond_the_known_ones():
 
 # -- the check cannot be fooled: each removed import, put back, is caught --------------
 
-#: (file, line added, what must then be reported): imports removed to reach this shape.
+#: (file, line added, what must then be reported): imports removed to reach the one-way shape.
 OLD_IMPORTS = (
     ("goplugin/serve.py", "from nomad_plugin.nomad.services import DeviceService", "goplugin"),
     ("goplugin/serve.py", "from nomad_plugin.app import PluginApp", "goplugin"),
@@ -313,6 +360,9 @@ OLD_IMPORTS = (
     ("nomad/catalog.py", "from nomad_plugin.xdm.adapter import vendor_of", "nomad"),
     ("config/decode.py", "from nomad_plugin.model.errors import PluginError", "config"),
     ("xdm/backend.py", "from nomad_plugin.nomad.reserve import Reserver", "xdm"),
+    ("goplugin/serve.py", "from nomad_plugin.config.model import PluginConfig", "goplugin"),
+    ("util/text.py", "from nomad_plugin.goplugin.logging import get_logger", "util"),
+    ("util/threads.py", "from nomad_plugin.model.errors import BackendUnavailable", "util"),
 )
 
 
@@ -329,6 +379,22 @@ def test_a_reintroduced_import_is_caught(rel, line, layer, inside_function):
     found = violations(all_imports(extra={rel: _added(line, inside_function=inside_function)}))
     assert any(f"({layer} must not import" in v and v.startswith(f"{ROOT}/{rel}:") for v in found), (
         f"putting back {line!r} in {rel} went unnoticed: {found}"
+    )
+
+
+@pytest.mark.parametrize("inside_function", [True, False], ids=["in-a-function", "type-checking"])
+@pytest.mark.parametrize(
+    ("rel", "line"),
+    [
+        ("nomad/reserve.py", "from nomad_plugin.goplugin.lifecycle import Lifecycle"),
+        ("app.py", "from nomad_plugin.goplugin.serve import PluginServer"),
+        ("reconcile/nomad_api.py", "from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY"),
+    ],
+)
+def test_a_new_importer_of_the_transport_is_caught(rel, line, inside_function):
+    found = transport_imports(all_imports(extra={rel: _added(line, inside_function=inside_function)}))
+    assert any(imp.where.startswith(f"{ROOT}/{rel}:") and _excused(imp) is None for imp in found), (
+        f"putting {line!r} in {rel} went unnoticed"
     )
 
 

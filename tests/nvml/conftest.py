@@ -9,7 +9,7 @@ import pytest
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nvml.backend import NvmlBackend
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from tests.doubles.fake_pynvml import FakeNvml
 
 

@@ -9,7 +9,7 @@ import pytest
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.nvml.companion import CardFacts, NvmlCompanion, apply_facts, read_facts
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from tests.doubles.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, write_sysfs_numa
 
 

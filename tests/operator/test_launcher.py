@@ -26,7 +26,7 @@ from nomad_plugin.launcher.config import (
 )
 from nomad_plugin.launcher.process import LaunchError, parse_handshake
 from nomad_plugin.sim import Simulator
-from nomad_plugin.util.hclvalue import unquote
+from nomad_plugin.util.hcl import unquote
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient, parse_alloc
 from nomad_plugin.reconcile.reconciler import Reconciler
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until

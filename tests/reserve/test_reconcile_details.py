@@ -30,7 +30,7 @@ from nomad_plugin.reconcile.nomad_api import (
 )
 from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.reconcile.visibility import Visibility, judge_policies, namespace_rules
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
 from tests.waiting import wait_until
@@ -715,7 +715,7 @@ def test_a_configured_node_id_is_used_without_asking_the_agent(tmp_path: Any, ap
 
 def test_the_node_id_learned_from_the_agent_is_logged_once(tmp_path: Any, api: Scripted, caplog: Any) -> None:
     _, _, rec = setup(tmp_path, api, grace=5, max_wait=0.2, clock=Clock())
-    with caplog.at_level("INFO", logger="nomad-device-lingjun"):
+    with caplog.at_level("INFO", logger="nomad_plugin"):
         rec.round()
         rec.round()
     line = f"reconciler: watching allocations of Nomad node {api.node_id}"

@@ -434,7 +434,7 @@ def test_a_release_inside_the_late_grant_window_says_why_the_entry_stays(tmp_pat
 
     r, b = _with_timeout(tmp_path, 5.0)
     b.fail_allocate = BackendUnavailable("Allocate deadline exceeded", "timeout")
-    with caplog.at_level("DEBUG", logger="nomad-device-lingjun"), pytest.raises(BackendUnavailable):
+    with caplog.at_level("DEBUG", logger="nomad_plugin"), pytest.raises(BackendUnavailable):
         r.reserve([card_uuid(0)])
     [e] = r.entries()
     line = f"grant {e.grant_id} released for now; kept until XDM can no longer commit it late"
@@ -767,7 +767,7 @@ def test_an_allocate_failure_is_logged_as_the_reason_the_grant_was_abandoned(tmp
 
     r, b, _ = make(tmp_path)
     b.fail_allocate = BackendRefused("card busy", 8)
-    caplog.set_level(logging.WARNING, logger="nomad-device-lingjun")
+    caplog.set_level(logging.WARNING, logger="nomad_plugin")
     with pytest.raises(BackendRefused) as err:
         r.reserve([card_uuid(0)])
     [gid] = b.released

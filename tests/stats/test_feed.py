@@ -11,7 +11,7 @@ import pytest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.feed import MetricsFeed
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from tests.doubles.stats_fakes import FakeBackend, sample
 
 

@@ -23,7 +23,7 @@ from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGr
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.engine import build_stats, no_grants
 from nomad_plugin.stats.feed import MetricsFeed
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm import backend as backend_module
 from nomad_plugin.xdm import client as client_module
 

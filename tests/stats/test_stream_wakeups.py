@@ -21,9 +21,8 @@ from grpc import _common as grpc_common
 
 from nomad_plugin import sim as sim_module
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.cancel import CancelEvent
 from nomad_plugin.stats.feed import MetricsFeed
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff, CancelEvent
 from nomad_plugin.xdm import backend as backend_module
 from nomad_plugin.xdm.client import STREAM_WAIT_SLICE_S, relax_stream_waits
 from tests.waiting import wait_until

@@ -24,7 +24,7 @@ from tests.doubles.nomad_api import NomadApiDouble
 from tests.topology.test_node_meta_keys import sim_inventory
 from tests.waiting import wait_until
 
-LOGGER = "nomad-device-lingjun.reconcile.node_meta"
+LOGGER = "nomad_plugin.reconcile.node_meta"
 
 
 class Source:

@@ -14,7 +14,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.sim import Simulator
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm.backend import XdmBackend
 
 

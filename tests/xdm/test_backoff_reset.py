@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.sim import Simulator
-from nomad_plugin.util.backoff import Backoff
+from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm.backend import XdmBackend
 from tests.waiting import wait_until
 

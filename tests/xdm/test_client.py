@@ -305,7 +305,7 @@ def test_additive_and_clashing_fields_logged_once_never_fatal(
     fake = make_fake()
     fake.raw["ListSupportedXPUType"] = lambda _req: base + additive + clash
     client = make_client()
-    with caplog.at_level(logging.INFO, logger="nomad-device-lingjun.xdm.adapter"):
+    with caplog.at_level(logging.INFO, logger="nomad_plugin.xdm.adapter"):
         for _ in range(3):
             assert client.list_supported_xpu_types() == ["ppu"]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "schema drift" in r.getMessage()]
