@@ -16,6 +16,7 @@ Reserve, after ``OWNER_LOCK_WAIT``, with UNAVAILABLE naming the holder.
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, ReservationRejected
 from nomad_plugin.model.instances import Catalog
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from nomad_plugin.stats.engine import GrantInfo, StatsEngine
     from nomad_plugin.stats.feed import MetricsFeed
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 HOUSEKEEPING_PERIOD = 5.0
 #: Said at start with ``enabled = false``: where this plugin differs from nomad-device-nvidia then.

@@ -10,19 +10,19 @@ imported lazily: pynvml is only imported when NVML is in play.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 
 if TYPE_CHECKING:
     from nomad_plugin.nvml.companion import NvmlCompanion
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 
 def choose_backend_name(config: PluginConfig, nvml_usable: Callable[[], bool]) -> str:

@@ -158,11 +158,20 @@ class NomadDevicePlugin:
         from nomad_plugin._proto.nomad import base_pb2_grpc, device_pb2_grpc
         from nomad_plugin.nomad.services import BaseService, DeviceService
 
-        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app), server)
+        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app, apply_logging), server)
         device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(self.app, lifecycle), server)
 
     def close(self) -> None:
         self.app.close()
+
+
+def apply_logging(config: PluginConfig) -> None:
+    """SetConfig's log level and secrets, for the hclog handler on stderr (the agent's log)."""
+    from nomad_plugin.config.decode import secret_values
+    from nomad_plugin.goplugin import logging as hclog
+
+    hclog.set_secrets(secret_values(config))
+    hclog.set_level(config.log_level)
 
 
 def serve(argv: list[str]) -> int:

@@ -22,7 +22,6 @@ from types import FrameType
 from typing import Any
 
 from nomad_plugin.cli.main import command_parser, fail
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
@@ -236,7 +235,7 @@ def _serve(args: argparse.Namespace, socket_dir: Path, simulator: Any) -> int:
     done = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
-        get_logger("sim").info("signal %s: stopping", signal.Signals(signum).name)
+        logging.getLogger(__name__).info("signal %s: stopping", signal.Signals(signum).name)
         done.set()
 
     signal.signal(signal.SIGINT, _stop)
@@ -246,7 +245,7 @@ def _serve(args: argparse.Namespace, socket_dir: Path, simulator: Any) -> int:
     except (OSError, RuntimeError) as exc:
         sim.stop()
         return fail("xdm-sim", f"cannot serve in {socket_dir}: {exc}")
-    log = get_logger("sim")
+    log = logging.getLogger(__name__)
     for card in sim.cards:
         log.info(
             "card %d %s %s %d MiB pci %s%s",

@@ -56,11 +56,6 @@ _secrets: tuple[str, ...] = ()  # every spelling, longest first; replaced whole,
 log = logging.getLogger(__name__)
 
 
-def get_logger(name: str) -> logging.Logger:
-    """``logging.getLogger``, a short name ("sim") put under the package, until every caller uses ``__name__``."""
-    return logging.getLogger(name if name.startswith(PACKAGE_LOGGER) else f"{PACKAGE_LOGGER}.{name}")
-
-
 def hclog_level(levelno: int) -> str:
     """hclog's level name for a Python level (hclog has no "critical" or "warning")."""
     for limit, name in ((TRACE, "trace"), (logging.DEBUG, "debug"), (logging.INFO, "info"), (logging.WARNING, "warn")):

@@ -21,6 +21,7 @@ import enum
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -31,12 +32,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import datadir
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.grant import DeviceAsk, GrantedDevice
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 VERSION = 1
 FILE_NAME = "journal.json"

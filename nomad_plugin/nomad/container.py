@@ -18,6 +18,7 @@ names and the annotation mapping are documented in ``docs/reserve.md``.
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import re
@@ -25,14 +26,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nomad_plugin._proto.nomad import device_pb2
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.grant import DeviceNode, Grant, MountSpec
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
 from nomad_plugin.nomad.catalog import MIG_UNITS
 from nomad_plugin.util.text import SYSTEM_DIRS
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 ENV_GRANT_ID = "LINGJUN_GRANT_ID"
 ENV_DEVICE_IDS = "LINGJUN_DEVICE_IDS"

@@ -51,7 +51,6 @@ from datetime import datetime, timezone
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Attr, Catalog, Kind
@@ -59,7 +58,7 @@ from nomad_plugin.nomad.catalog import build_catalog, check_modes
 from nomad_plugin.util.text import has_unsafe, printable
 from nomad_plugin.util.threads import CancelEvent
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 

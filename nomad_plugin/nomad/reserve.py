@@ -27,6 +27,7 @@ Only Reserves whose grant carries mounts ask for a decision, after XDM's answer,
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -39,7 +40,6 @@ from functools import partial
 
 from nomad_plugin._proto.nomad import device_pb2
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import (
@@ -57,7 +57,7 @@ from nomad_plugin.nomad.container import ContainerSpec, ReservePolicy, build_con
 from nomad_plugin.reconcile.alloc_volumes import VolumeVerdict
 from nomad_plugin.reconcile.reconciler import LifecycleCounters
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 #: Runs a function once the reply has gone out (gRPC's ``context.add_callback``); False if it cannot.
 AfterReply = Callable[[Callable[[], None]], bool]

@@ -25,6 +25,7 @@ enforces Nomad's stream rules and maps errors to gRPC codes:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar
@@ -33,12 +34,8 @@ import grpc
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
-from nomad_plugin.config.decode import secret_values
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.config.options import config_spec
-from nomad_plugin.goplugin import logging as hclog
-from nomad_plugin.goplugin.lifecycle import Lifecycle
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal.datadir import DataDirRefused
 from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import (
@@ -80,7 +77,7 @@ DEVICE_API_VERSION = "v0.1.0"
 # go-version equality: Nomad may echo either spelling back in SetConfig.
 ACCEPTED_API_VERSIONS = frozenset({DEVICE_API_VERSION, DEVICE_API_VERSION.lstrip("v")})
 
-base_log = hclog.get_logger("base")
+log = logging.getLogger(__name__)
 
 
 def plugin_info() -> base_pb2.PluginInfoResponse:
@@ -92,9 +89,21 @@ def plugin_info() -> base_pb2.PluginInfoResponse:
     )
 
 
+class Streams(Protocol):
+    """The transport's register of open streams: each ends when the plugin is told to stop."""
+
+    def open_stream(self, context: grpc.ServicerContext) -> threading.Event: ...
+
+    def close_stream(self, cancel: threading.Event) -> None: ...
+
+
 class BaseService(base_pb2_grpc.BasePluginServicer):
-    def __init__(self, app: ConfigTarget) -> None:
+    """``apply_logging`` hands an accepted config's log level and secrets to the log handler, which
+    the composition root owns, before the config is applied."""
+
+    def __init__(self, app: ConfigTarget, apply_logging: Callable[[PluginConfig], None]) -> None:
         self._app = app
+        self._apply_logging = apply_logging
         self._lock = threading.Lock()
         self._applied: PluginConfig | None = None
 
@@ -120,17 +129,16 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
         try:
             config = self._app.accept_config(request.msgpack_config)
         except ConfigError as exc:
-            base_log.error("rejected configuration: %s", exc)
+            log.error("rejected configuration: %s", exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self._lock:
-            hclog.set_secrets(secret_values(config))
-            hclog.set_level(config.log_level)
+            self._apply_logging(config)
             changed = self._applied != config
             try:
                 self._app.set_config(config)
             except Exception as exc:
                 code, message = grpc_status_for(exc)
-                base_log.error("configuration not applied: %s", message, exc_info=code is grpc.StatusCode.INTERNAL)
+                log.error("configuration not applied: %s", message, exc_info=code is grpc.StatusCode.INTERNAL)
                 failure: tuple[grpc.StatusCode, str] | None = (code, message)
             else:
                 failure = None
@@ -141,8 +149,8 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
             from nomad_plugin.config.decode import deprecated_spellings
 
             for warning in deprecated_spellings(request.msgpack_config):
-                base_log.warning("configuration: %s", warning)
-            base_log.info(
+                log.warning("configuration: %s", warning)
+            log.info(
                 "configuration applied",
                 extra={
                     "fields": {
@@ -159,7 +167,6 @@ DEFAULT_STATS_INTERVAL = 1.0  # seconds, when Nomad sends no or a zero interval
 MIN_STATS_INTERVAL = 0.1  # never spin faster than this
 
 T = TypeVar("T")
-log = get_logger("device")
 
 
 #: Bound of an error's text: it travels in a gRPC trailer (gRPC's metadata limit is 8-16 KiB) and
@@ -225,7 +232,7 @@ def stats_interval(request: device_pb2.StatsRequest) -> float:
 
 
 class DeviceService(device_pb2_grpc.DevicePluginServicer):
-    def __init__(self, app: DeviceEngines, lifecycle: Lifecycle, retry: Callable[[], Backoff] = Backoff) -> None:
+    def __init__(self, app: DeviceEngines, lifecycle: Streams, retry: Callable[[], Backoff] = Backoff) -> None:
         self._app = app
         self._lifecycle = lifecycle
         self._retry = retry

@@ -17,6 +17,7 @@ share a card nor create MIG instances.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
 from nomad_plugin.model.card import NODE_SOURCE, SOURCE_NVML, Card, Inventory, MigInstance
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
@@ -35,7 +35,7 @@ from nomad_plugin.nvml.health import Event, EventSet, HealthBook
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.util.threads import Backoff, Listeners
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 #: Default time a critical XID / DBE keeps a card unhealthy (seconds).
 DEFAULT_XID_HOLD_S = 300.0

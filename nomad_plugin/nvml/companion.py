@@ -14,13 +14,13 @@ raises ``BackendUnavailable`` and the extra stats show "N/A".
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend, InventoryListener
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.errors import BackendUnavailable
@@ -29,7 +29,7 @@ from nomad_plugin.nvml import devices, lib
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.util.threads import Backoff
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 #: The cache source the extra stats are filed under.
 EXTRAS_SOURCE = "nvml-extras"

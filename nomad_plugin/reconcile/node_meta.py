@@ -16,6 +16,7 @@ unsets nothing. ``node-meta-state.json`` in ``data_dir`` is for ``doctor``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.node_meta import meta_changes, node_meta
@@ -33,7 +33,7 @@ from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClie
 from nomad_plugin.reconcile.visibility import parse_rules
 from nomad_plugin.util.threads import Backoff
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 SETTLE_S = 1.0
 MIN_INTERVAL_S = 5.0

@@ -15,6 +15,7 @@ as evidence (a cache, never the source of truth).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -24,7 +25,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.instances import Catalog
@@ -32,7 +32,7 @@ from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError
 from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
 from nomad_plugin.util.threads import Backoff
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 #: How often the node and the token's visibility are checked again (policies can change at any time).
 VISIBILITY_PERIOD = 300.0

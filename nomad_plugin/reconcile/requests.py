@@ -12,6 +12,7 @@ line included) and writes the result.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -20,13 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.journal import JournalEntry
 from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.reconcile.nomad_api import AllocView
 from nomad_plugin.reconcile.reconciler import GrantReleaser
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 REQUEST_SUFFIX = ".release.json"
 RESULT_SUFFIX = ".result.json"

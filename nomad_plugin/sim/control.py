@@ -9,6 +9,7 @@ A request is one line ``{"argv": ["health", "3", "unhealthy", "XID 79"]}``; the 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import socket
 import socketserver
@@ -17,10 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.allocation import GrantRecord
 
-log = get_logger("sim")
+log = logging.getLogger(__name__)
 
 
 class ControlTarget(Protocol):

@@ -9,6 +9,7 @@ one lock; changes are pushed to the ListAndWatch subscribers' queues.
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import random
 import threading
@@ -21,7 +22,6 @@ from typing import Any
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.metrics import GRANT_LABEL, METRIC_IDS, METRIC_NAMES
 from nomad_plugin.sim.allocation import (
     STYLES,
@@ -38,7 +38,7 @@ from nomad_plugin.sim.allocation import (
 from nomad_plugin.sim.profiles import TOPOLOGY_VARIANTS, CardSpec, with_level
 from nomad_plugin.sim.schema import SCHEMAS, Drift, parse_drift
 
-log = get_logger("sim")
+log = logging.getLogger(__name__)
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "style": STYLES,

@@ -11,6 +11,7 @@ so the node's logic (:class:`~nomad_plugin.sim.core.SimCore`) never changes.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import queue
 import socket
@@ -28,14 +29,13 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.sim.allocation import Refusal
 from nomad_plugin.sim.control import ControlServer
 from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
 from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
 from nomad_plugin.sim.schema import ServedSchema, served_schema
 
-log = get_logger("sim")
+log = logging.getLogger(__name__)
 
 DP2MGR_SOCKET = "dp2mgr.sock"
 CONFIG_SOCKET = "config-daemon.sock"

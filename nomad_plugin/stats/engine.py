@@ -38,6 +38,7 @@ replaces its copy instead of keeping old numbers.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -46,13 +47,12 @@ from dataclasses import dataclass
 from google.protobuf import wrappers_pb2
 
 from nomad_plugin._proto.nomad import device_pb2, stats_pb2
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, Instance, Kind
 from nomad_plugin.model.metrics import UNSUPPORTED_BITS
 from nomad_plugin.stats.cache import Clock, MetricsCache, Reading
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 STALE_INTERVALS = 2.0
 NOT_AVAILABLE = "N/A"

@@ -19,18 +19,18 @@ the stream's cancel) and joins the thread.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.cache import Clock, MetricsCache
 from nomad_plugin.util.threads import Backoff, CancelEvent
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 NvmlSource = Callable[[], Sequence[MetricSample]]
 

@@ -10,6 +10,7 @@ only with positive evidence that matches the request card for card.
 
 from __future__ import annotations
 
+import logging
 import operator
 import re
 import threading
@@ -21,7 +22,6 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card, Topology, parse_topology
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
 from nomad_plugin.model.metrics import METRIC_NAMES, MetricSample
@@ -29,7 +29,7 @@ from nomad_plugin.util import text
 from nomad_plugin.xdm import guesses
 from nomad_plugin.xdm.binder import Binding, MessageBinding, Rpc, builtin_binding
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

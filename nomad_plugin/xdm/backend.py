@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.backend_port import InventoryListener
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
@@ -30,7 +29,7 @@ from nomad_plugin.xdm.adapter import GpuFacts
 from nomad_plugin.xdm.client import Subscription, XdmClient, relax_stream_waits
 from nomad_plugin.xdm.guesses import vendor_of, xpu_type_of
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 _DOWN_KINDS = frozenset({"socket-missing", "connection-refused", "permission-denied"})  # XDM is down, not slow
 HEALTH_NOT_YET_REPORTED = "health not yet reported by ListAndWatch"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import logging
 import os
 import re
 import tempfile
@@ -30,11 +31,10 @@ from google.protobuf.message import DecodeError, Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as _pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as _cpb
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import SchemaMismatch
 from nomad_plugin.xdm.guesses import FIELD_ALIASES
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 MISMATCH_PREFIX = "XDM schema mismatch"
 FileSet = descriptor_pb2.FileDescriptorSet

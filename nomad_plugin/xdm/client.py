@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import logging
 import os
 import socket
 import stat
@@ -24,7 +25,6 @@ import grpc
 from google.protobuf.message import Message
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.card import Card
 from nomad_plugin.model.errors import (
     BackendRefused,
@@ -41,7 +41,7 @@ from nomad_plugin.xdm import adapter, binder, guesses
 from nomad_plugin.xdm.adapter import DriftLog, ExporterConfig, ExporterStatus, GpuFacts, RuntimeKitStatus
 from nomad_plugin.xdm.binder import MISMATCH_PREFIX, Binding, FileSet, Rpc
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CONFIG_LABEL = "reflection (config-daemon)"

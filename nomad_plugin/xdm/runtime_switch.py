@@ -10,20 +10,20 @@ judges the outcome, so a missing or misread ``success`` field cannot pass a fail
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import grpc
 from google.protobuf.message import Message
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.goplugin.logging import get_logger
 from nomad_plugin.model.errors import BackendRefused, PluginError, SchemaMismatch
 from nomad_plugin.xdm import adapter, binder, guesses
 from nomad_plugin.xdm.adapter import RuntimeKitStatus
 from nomad_plugin.xdm.binder import MISMATCH_PREFIX, SWITCH_RPCS, Binding, FileSet, Rpc
 from nomad_plugin.xdm.client import CONFIG_LABEL, Endpoint, classify_rpc_error, socket_problem
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 SWITCH_TIMEOUT_S = 120.0  # Enable and Disable may restart services on the node: wait long (R14)
 

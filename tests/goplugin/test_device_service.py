@@ -15,6 +15,7 @@ from google.protobuf import duration_pb2
 
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
 from nomad_plugin.app import PluginApp
+from nomad_plugin.cli.main import apply_logging
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.goplugin.lifecycle import Lifecycle
 from nomad_plugin.journal.datadir import DataDirRefused
@@ -78,7 +79,7 @@ def served() -> Iterator[tuple[ScriptedApp, Lifecycle, grpc.Channel]]:
     server = grpc.server(ThreadPoolExecutor(max_workers=8))
     fast = lambda: Backoff(initial=0.01, cap=0.05, jitter=0.0)  # noqa: E731
     device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(app, lifecycle, retry=fast), server)
-    base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(app), server)
+    base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(app, apply_logging), server)
     with tempfile.TemporaryDirectory(prefix="dsvc", dir="/tmp") as directory:
         server.add_insecure_port(f"unix:{directory}/s.sock")
         server.start()

@@ -168,9 +168,3 @@ def test_every_module_logs_under_the_tree_log_level_sets() -> None:
             if isinstance(value, logging.Logger) and not value.name.startswith("nomad_plugin."):
                 outside.append(f"{info.name}.{name} = {value.name}")
     assert not outside, outside
-
-
-def test_a_short_logger_name_lands_under_the_package() -> None:
-    """``get_logger("sim")`` (until its callers use ``__name__``) is inside the tree ``log_level`` sets."""
-    assert hclog.get_logger("sim").name == "nomad_plugin.sim"
-    assert hclog.get_logger("nomad_plugin.xdm.client") is logging.getLogger("nomad_plugin.xdm.client")

@@ -113,13 +113,7 @@ TRANSPORT_IMPORTERS = ("cli.main", "launcher.process")
 
 #: Imports of goplugin/ from elsewhere that are still there: (importer, or "*" for any; imported module) -> why.
 #: Each goes once its importers are swept; test_the_transport_exceptions_are_still_needed says when.
-KNOWN_TRANSPORT_IMPORTS: Mapping[tuple[str, str], str] = {
-    ("*", "goplugin.logging"): "get_logger, until every module imports logging and calls logging.getLogger(__name__)",
-    ("nomad.services", "goplugin.logging"): "SetConfig applies log_level and the secret values to the log "
-    "handler (set_level, set_secrets); to remove, cli/main.py hands BaseService a callback that does it",
-    ("nomad.services", "goplugin.lifecycle"): "DeviceService types its per-stream events with Lifecycle; to "
-    "remove, declare the two methods it calls (open_stream, close_stream) as a Protocol in nomad/services.py",
-}
+KNOWN_TRANSPORT_IMPORTS: Mapping[tuple[str, str], str] = {}
 
 
 THIRD_PARTY = frozenset({"grpc", "httpx", "pynvml", "prometheus_client", "socket", "subprocess"})
@@ -361,7 +355,7 @@ OLD_IMPORTS = (
     ("config/decode.py", "from nomad_plugin.model.errors import PluginError", "config"),
     ("xdm/backend.py", "from nomad_plugin.nomad.reserve import Reserver", "xdm"),
     ("goplugin/serve.py", "from nomad_plugin.config.model import PluginConfig", "goplugin"),
-    ("util/text.py", "from nomad_plugin.goplugin.logging import get_logger", "util"),
+    ("util/text.py", "from nomad_plugin.goplugin.logging import hclog_level", "util"),
     ("util/threads.py", "from nomad_plugin.model.errors import BackendUnavailable", "util"),
 )
 
