@@ -1,5 +1,5 @@
 """The two verbatim GPU 0 topology examples of the XDM gRPC API reference §3.4
-(seed 000; shared/reference/xdm-api.md §1.5): golden fixtures for the parser,
+(seed 000): golden fixtures for the parser,
 the simulator and the catalog. Kept exactly as the seed prints them."""
 
 M890P_GPU0 = """{"levels": [

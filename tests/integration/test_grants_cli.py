@@ -1,6 +1,6 @@
 """``grants`` and ``grants release`` against the real plugin, a simulated XDM and the Nomad API double with ACLs.
 
-Done-when of issue 13: a token without read-job on ``team-a`` keeps team-a's
+A token without read-job on ``team-a`` keeps team-a's
 running job's grant past any grace period, and the incomplete view is
 reported (log line, ``grants``); a grant can be released by hand while the
 plugin runs (through its request watcher) and while it is stopped (the

@@ -1,4 +1,4 @@
-"""Issue 12 "Done when" (a)-(e): the real plugin binds XDM's real schema at run time.
+"""(a)-(e): the real plugin binds XDM's real schema at run time.
 
 The real plugin runs under the Go conformance host (--stdin: streams stay open)
 against the simulator serving the reconstruction's names with other field

@@ -1,4 +1,4 @@
-"""No silent config mistakes (issue 15 part 5): each one is refused or warned about, by name."""
+"""No silent config mistakes: each one is refused or warned about, by name."""
 
 from __future__ import annotations
 

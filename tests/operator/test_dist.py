@@ -183,7 +183,7 @@ def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, st
 
 
 def test_binds_the_official_proto_without_python(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
-    """xdm_schema = "<.proto dir>" compiles with the bundled protoc and well-known types (issue 12)."""
+    """xdm_schema = "<.proto dir>" compiles with the bundled protoc and well-known types."""
     import tempfile
 
     from nomad_plugin.sim import Simulator

@@ -1,4 +1,4 @@
-"""doctor finds what breaks Reserve (issue 15 part 4).
+"""doctor finds what breaks Reserve.
 
 Real files, the XDM simulator on Unix sockets, the recorded NVML double, and
 a real subprocess for the closed-pipe case.

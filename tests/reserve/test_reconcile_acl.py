@@ -48,7 +48,7 @@ def grant_of(reserver, ids):
 
 
 def test_running_job_in_unreadable_namespace_keeps_its_grant(tmp_path):
-    """The bug of issue 13: without read-job on team-a, team-a's running job lost its grant."""
+    """Without read-job on team-a, team-a's running job keeps its grant: the missing allocation proves nothing."""
     api = acl_api(NARROW)
     try:
         clock = Clock()

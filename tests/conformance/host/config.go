@@ -1,6 +1,6 @@
 package main
 
-// The agent-config side of SetConfig (nomad-protocol.md §4.1): read the
+// The agent-config side of SetConfig (Nomad's `command/agent/config_parse.go` and `plugins/base/plugin.go`): read the
 // `plugin "<name>" { args = [...] config { ... } }` block, turn the config
 // body into the generic map Nomad's HCL v1 parser would have produced,
 // apply --set overrides, JSON-encode it, parse that as an HCL v2 JSON body,

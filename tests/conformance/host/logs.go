@@ -1,7 +1,7 @@
 package main
 
 // Checks the plugin's raw stderr lines against what go-plugin's log parser
-// understands (nomad-protocol.md §1.8). go-plugin itself forwards every
+// understands (go-plugin's `client.go`, `logStderr`). go-plugin itself forwards every
 // line to the host's hclog logger (trace level, on our stderr); this
 // writer only sees the same bytes via ClientConfig.Stderr and counts lines
 // that Nomad would log verbatim at DEBUG instead of at their level.

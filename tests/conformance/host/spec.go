@@ -2,7 +2,7 @@ package main
 
 // Conversion of the plugin's ConfigSchema (hclspec proto) into an hcldec
 // spec, by the rules of Nomad's helper/pluginutils/hclspecutils
-// (nomad-protocol.md §4.2), written from that description.
+// (`hclspecutils/dec.go`), written from that file's behaviour.
 
 import (
 	"fmt"

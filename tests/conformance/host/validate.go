@@ -1,8 +1,8 @@
 package main
 
 // Nomad's validation rules, as pure functions returning findings
-// (nomad-protocol.md §2.3 PluginInfo, §5.2 fingerprint, §5.3 units,
-// §5.4 stats, §5.5 reserve).
+// (Nomad's `plugins/base/plugin.go` PluginInfo, `plugins/device` fingerprint,
+// stats and reserve, `plugins/shared/structs/units.go` units).
 
 import (
 	"fmt"
