@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.stats.cache import MetricsCache, Reading
 from nomad_plugin.stats.engine import THROTTLE_REASONS
+from nomad_plugin.stats.feed import MetricsCache, Reading
 
 MIB = 1024 * 1024
 DEVICE_LABELS = ["uuid", "minor", "model"]
