@@ -1,18 +1,20 @@
 """NvmlBackend: the ``Backend`` contract on plain NVIDIA nodes, through NVML.
 
-One watcher thread initialises NVML (retrying with ``Backoff``), reads the
-cards, waits on XID and double-bit ECC events with a short timeout, probes
-cards whose fault hold ended, and re-reads the cards every
+One watcher thread initialises NVML (retrying with ``Backoff``), reads the cards, waits on XID and
+double-bit ECC events, probes cards whose fault hold ended and re-reads the cards every
 ``inventory_resync_period``; each change of the snapshot goes to subscribers.
 
-NVML has no server-side grant: a grant is ``NVIDIA_VISIBLE_DEVICES`` plus the
-device nodes the NVIDIA container toolkit would give: ``/dev/nvidia<minor>``
-(a MIG instance's parent), ``/dev/nvidiactl``, ``/dev/nvidia-uvm(-tools)``
-where they exist, and per MIG instance ``/dev/nvidia-caps/nvidia-cap<N>`` of
-its GPU and compute instance, ``N`` being the ``DeviceFileMinor`` in
-``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<g>[/ci<c>]/access``
-(NVIDIA's MIG user guide, "Device Nodes and Capabilities"). NVML can neither
-share a card nor create MIG instances.
+Health (docs/nvml.md, "Health policy"): a critical XID (one not in ``xid_ignore``) or a DBE holds
+the card unhealthy for ``hold_s``, a new fault restarting the hold; a card NVML reports lost stays
+unhealthy until a probe succeeds; while the event loop fails every card it watched is unhealthy, as
+we cannot see their faults.
+
+A grant is ``NVIDIA_VISIBLE_DEVICES`` plus the device nodes the NVIDIA container toolkit gives:
+``/dev/nvidia<minor>``, ``/dev/nvidiactl``, ``/dev/nvidia-uvm(-tools)`` where they exist, and per
+MIG instance ``/dev/nvidia-caps/nvidia-cap<N>`` of its GPU and compute instance, ``N`` being the
+``DeviceFileMinor`` in ``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<g>[/ci<c>]/access``
+(NVIDIA's MIG user guide, "Device Nodes and Capabilities"). NVML can neither share a card nor
+create MIG instances.
 """
 
 from __future__ import annotations
