@@ -1,20 +1,17 @@
-"""One background thread that keeps the metrics cache filled.
+"""The latest metric readings (``MetricsCache``) and the thread that keeps them filled (``MetricsFeed``).
 
-Order of preference, re-evaluated on every resubscription:
+Nomad asks for stats at its own interval; XDM pushes (or is polled) at the exporter's. The feed
+writes the cache, the Stats stream and the Prometheus collector read it, and neither ever calls XDM.
+Each reading keeps the time *we* received it, on a monotonic clock, so one that stopped arriving
+shows as stale. Cards are keyed by the device string the sample names (a minor or a UUID; the stats
+layout resolves both), grants by the ``allocation_id`` label; the least recently updated readings
+go first past ``max_entries``.
 
-1. XDM's ``ExporterDataStream`` (``backend.metrics_stream``): every pushed
-   batch goes into the cache. When it ends or breaks we resubscribe after
-   ``Backoff`` (1 s, x2, cap 30 s: XDM's documented rule).
-2. While the stream is down, ``backend.metrics_snapshot`` is polled at the
-   collection interval, so numbers keep flowing during the backoff.
-3. When both answer "unimplemented" (no XDM exporter on this node) and an
-   NVML source was given, that is read at the interval instead.
-4. Otherwise nothing: the cache ages and the stats mark values stale;
-   metrics are optional, and nothing else waits for them.
-
-The thread never spins: every path either blocks in the stream or waits on
-the stop event for an interval. ``stop()`` sets that event (which is also
-the stream's cancel) and joins the thread.
+The feed prefers, re-evaluated on every resubscription: XDM's ``ExporterDataStream``
+(``backend.metrics_stream``), resubscribed after ``Backoff`` (XDM's rule: 1 s, x2, cap 30 s); while
+it is down, ``backend.metrics_snapshot`` polled each interval; when both answer "unimplemented" (no
+exporter on this node), the NVML source; else nothing, and the stats mark values stale. It never
+spins: it blocks in the stream or waits on the stop event, which is also the stream's cancel.
 """
 
 from __future__ import annotations
@@ -36,12 +33,7 @@ _KNOWN_NAMES = frozenset(ALL_METRIC_NAMES.values())
 
 
 class Reading(NamedTuple):
-    """One cached value: ``received`` is the cache's clock (seconds) when it arrived.
-
-    The clock is monotonic in the plugin, so ages and staleness survive wall
-    clock jumps; the stats layout turns ``received`` into wall time only for
-    timestamps.
-    """
+    """One cached value; ``received`` is on the cache's clock (the layout makes wall time of it)."""
 
     value: float
     received: float
@@ -57,19 +49,17 @@ class MetricsCache:
         self._clock = clock
         self._max = max_entries
         self._lock = threading.Lock()
-        # Every reading; a dict keeps insertion order and an update re-inserts its key at the end,
-        # so the least recently updated come first.
+        # In update order (an update re-inserts its key last), so the least recently updated come first.
         self._data: dict[tuple[str, str, str], Reading] = {}
-        # The readings of the known metrics again, by (scope, key): what the layout asks for.
+        # The known metrics again, by (scope, key): what the layout asks for.
         self._by_key: dict[tuple[str, str], dict[str, Reading]] = {}
         self._source = ""
         self._updates = 0
 
     def update(self, samples: Iterable[MetricSample], source: str = "") -> int:
-        """Store a batch (one snapshot or one pushed message); returns how many were kept."""
+        """Store one batch; returns how many samples were kept."""
         now = self._clock()
         kept = 0
-        data, by_key = self._data, self._by_key
         with self._lock:
             for device, metric_id, name, value, timestamp_ms, labels in samples:
                 name = name or ALL_METRIC_NAMES.get(metric_id, "")
@@ -77,12 +67,12 @@ class MetricsCache:
                     continue
                 grant = labels.get(GRANT_LABEL, "") if labels else ""
                 owner = ("grant", grant) if grant else ("card", device)
-                key = (owner[0], owner[1], name)
+                key = (*owner, name)
                 reading = Reading(float(value), now, timestamp_ms)
-                data.pop(key, None)  # re-inserted last: the least recently updated stay first
-                data[key] = reading
+                self._data.pop(key, None)
+                self._data[key] = reading
                 if name in _KNOWN_NAMES:
-                    by_key.setdefault(owner, {})[name] = reading
+                    self._by_key.setdefault(owner, {})[name] = reading
                 kept += 1
             while len(self._data) > self._max:
                 scope, who, name = oldest = next(iter(self._data))
@@ -113,18 +103,19 @@ class MetricsCache:
         return out
 
     def grant_readings(self, grant_id: str) -> dict[str, Reading]:
-        """Every known metric of one grant (samples labelled with its allocation id)."""
         with self._lock:
             return dict(self._by_key.get(("grant", grant_id), {}))
 
     def devices(self) -> list[str]:
-        """Every card key with at least one reading, in first-seen order."""
-        with self._lock:
-            return list(dict.fromkeys(key for scope, key, _ in self._data if scope == "card"))
+        """Every card key with a reading, in first-seen order."""
+        return self._keys("card")
 
     def grants(self) -> list[str]:
+        return self._keys("grant")
+
+    def _keys(self, scope: str) -> list[str]:
         with self._lock:
-            return list(dict.fromkeys(key for scope, key, _ in self._data if scope == "grant"))
+            return list(dict.fromkeys(key for kind, key, _ in self._data if kind == scope))
 
     def __len__(self) -> int:
         with self._lock:
@@ -154,8 +145,6 @@ UNIMPLEMENTED = "unimplemented"
 
 
 class MetricsFeed:
-    """Fills a ``MetricsCache`` from a backend; see the module docstring."""
-
     def __init__(
         self,
         backend: Backend,
@@ -180,7 +169,6 @@ class MetricsFeed:
         self.stream_subscriptions = 0  # how many times the stream was (re)opened
 
     def start(self) -> None:
-        """Start the thread once; later calls do nothing."""
         with self._lock:
             if self._thread is not None:
                 return
@@ -188,7 +176,6 @@ class MetricsFeed:
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Cancel the stream and wait for the thread; idempotent."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -253,7 +240,7 @@ class MetricsFeed:
                 snapshot_unimplemented = self._poll_once()
             if snapshot_unimplemented:
                 if stream_unimplemented and self._nvml is not None:
-                    self._read_nvml()
+                    self._read_nvml(self._nvml)
                 else:
                     self._set_source(SOURCE_NONE)
             remaining = deadline - time.monotonic()
@@ -276,10 +263,9 @@ class MetricsFeed:
         self._set_source(SOURCE_POLL)
         return False
 
-    def _read_nvml(self) -> None:
-        assert self._nvml is not None
+    def _read_nvml(self, read: NvmlSource) -> None:
         try:
-            samples = self._nvml()
+            samples = read()
         except Exception as exc:
             log.warning("NVML metrics read failed: %s", exc)
             self._set_source(SOURCE_NONE)
