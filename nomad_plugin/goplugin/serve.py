@@ -1,19 +1,24 @@
-"""``serve``, what Nomad runs: the go-plugin server that hosts the servicers the composition root hands it.
+"""``serve``, what Nomad runs: the go-plugin server hosting the servicers the composition root hands it.
 
 Check the cookie, negotiate the protocol, serve gRPC on a Unix socket in a fresh 0700 directory,
 print the handshake line once it listens, then point fd 1 at stderr for good (go-plugin
 ``server.go`` ``Serve``). Nomad launches the plugin three times at every agent start, so the line
-comes first: until it is out, only grpc is imported and one deferred handler holds any call; then
-the services are imported (protobuf, the plugin's servicers, built by the ``ServedPlugin`` factory)
-and handed to it. A stop (Shutdown, SIGTERM, the launcher's death) ends every stream, stops the
-server, removes the socket directory and exits within go-plugin's 2 s. SIGINT is ignored: a Ctrl-C
-to the agent's process group is the agent's to handle, and it then shuts the plugin down.
+comes first: until it is out only grpc is imported and one deferred handler holds any call.
+
+A stop (Shutdown, SIGTERM, the launcher's death) sets every stream's event, stops the server,
+removes the socket directory and exits within go-plugin's 2 s (``client.go`` ``Kill``). SIGINT is
+the agent's to handle. go-plugin gives no sign when its host dies by SIGKILL, and a plugin left
+running would keep ``plugin.lock`` and its grants, so it watches its launcher: a pidfd, or where
+pidfds are missing a poll of the parent pid and the launcher's start time. Not
+``PR_SET_PDEATHSIG``: the kernel sends it when the *thread* that forked the plugin exits, and Go
+programs end threads while they live on (golang/go#27505).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -30,7 +35,6 @@ from nomad_plugin.goplugin import logging as hclog
 
 if TYPE_CHECKING:
     from grpc_health.v1 import health
-import select
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +50,8 @@ class Lifecycle:
         self._lock = threading.Lock()
 
     def open_stream(self, context: grpc.ServicerContext) -> threading.Event:
-        """An event set when this call ends or the process stops.
-
-        A ``CancelEvent``: an engine waiting on something else (the fingerprint engine waits for a
-        new fingerprint) registers a callback on it instead of polling it.
-        """
+        """An event set when this call ends or the process stops: a ``CancelEvent``, so that an engine
+        waiting on something else registers a callback on it instead of polling it."""
         from nomad_plugin.util.threads import CancelEvent  # after the handshake: random is not on the launch path
 
         cancel = CancelEvent()
@@ -180,11 +181,9 @@ Serve the plugin over HashiCorp go-plugin. Nomad runs this itself (with
 NOMAD_PLUGIN_MAGIC_COOKIE set); there is no reason to run it by hand.
 """
 
-log = logging.getLogger(__name__)
-
 
 class ServedPlugin(Protocol):
-    """The plugin's own services, built by the composition root; the transport only hosts them."""
+    """The plugin's own services, built by the composition root."""
 
     def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
         """Add the plugin's servicers to ``server``; streams register with ``lifecycle``."""
@@ -247,7 +246,7 @@ class _Deferred(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
 
 class _GoPluginServices:
-    """go-plugin's own services, found by method name by the generated ``add_*_to_server`` functions.
+    """go-plugin's own services (the generated ``add_*_to_server`` functions find them by method name).
 
     Nomad calls GRPCController.Shutdown when it kills the plugin, opens GRPCStdio.StreamStdio once
     and GRPCBroker.StartStream in the background; it never syncs stdio or dials the broker, so both
@@ -316,7 +315,6 @@ class PluginServer:
         return 0
 
     def _add_services(self) -> None:
-        """Import and build every service (after the handshake: see the module docstring)."""
         from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
         from nomad_plugin._proto.goplugin import grpc_broker_pb2_grpc, grpc_controller_pb2_grpc, grpc_stdio_pb2_grpc

@@ -52,10 +52,8 @@ def stamp(now: float) -> str:
 
 
 class HealthBook:
-    """Faults per card UUID, each a reason and an end time (None: until cleared).
-
-    Every ``record_*`` returns True when the card's verdict changed.
-    """
+    """Faults per card UUID, each a reason and an end time (None: until cleared); every ``record_*``
+    returns True when the card's verdict changed."""
 
     def __init__(self, xid_ignore: Iterable[int] = (), hold_s: float = 300.0) -> None:
         if hold_s < 0:
@@ -211,14 +209,12 @@ class EventSet:
 
 log = logging.getLogger(__name__)
 
-#: Default time a critical XID / DBE keeps a card unhealthy (seconds).
 DEFAULT_XID_HOLD_S = 300.0
 HEALTH_SOURCE_KEY = "health_source"
 STREAM_PERIOD_S = 1.0
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 #: Where the driver's capability files are; a test shim may point this elsewhere.
 PROC_ROOT = "/proc"
-#: Said once per start: where this backend differs on purpose from nomad-device-nvidia.
 DROP_IN_NOTE = (
     "NVML backend, a drop-in for nomad-device-nvidia except on purpose: cards are healthy only while NVML "
     "reads them and no critical XID/ECC fault holds them; a reading that fails keeps the card (unhealthy or "
@@ -270,7 +266,6 @@ class NvmlBackend:
 
     # --- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
-        """Start the watcher thread; NVML is initialised there, never here."""
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="nvml-watch", daemon=True)
@@ -284,7 +279,7 @@ class NvmlBackend:
         self._shutdown("nvmlShutdown")
 
     def wait_ready(self, timeout: float) -> bool:
-        """True once the first inventory was read (for tools and tests)."""
+        """True once the first inventory was read."""
         return self._ready.wait(timeout)
 
     # --- Backend contract -----------------------------------------------------------
@@ -332,7 +327,7 @@ class NvmlBackend:
         return samples
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        """NVML has no push: devices.poll once a second until ``cancel`` is set."""
+        """NVML has no push: a poll a second until ``cancel`` is set."""
         while not cancel.is_set() and not self._stop.is_set():
             yield self.metrics_snapshot()
             cancel.wait(STREAM_PERIOD_S)
@@ -596,12 +591,8 @@ def _node(dev_root: str, name: str) -> DeviceNode:
 def build_grant(
     request: GrantRequest, inventory: Inventory, proc_root: str = PROC_ROOT, dev_root: str = "/dev"
 ) -> Grant:
-    """Exactly what was asked, in the asks' order, or a ``PluginError`` naming the offending field.
-
-    A MIG instance is asked for by its MIG UUID; the memory and slices that
-    come with the ask are for the record, not limits to check (the instance
-    is what NVML made).
-    """
+    """Exactly what was asked, in the asks' order, or a ``PluginError`` naming the offending field. A
+    MIG instance is asked for by its UUID; the memory and slices of the ask are not limits to check."""
     if not request.asks:
         return Grant(grant_id=request.grant_id)
     devices: list[GrantedDevice] = []
