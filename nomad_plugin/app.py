@@ -1,15 +1,11 @@
-"""The seam between the go-plugin transport and the plugin's engines (what ``nomad/`` calls).
+"""The composition root: what ``nomad/`` calls, and the engines behind it.
 
-Nomad's first two launches (fingerprint, validate) only call PluginInfo,
-ConfigSchema and SetConfig and are killed, so SetConfig only stores the
-config, and nothing starts or is imported until the first Fingerprint,
-Reserve or Stats call: then one ``Engines`` record, from the backend to the
-stats engine. The first fingerprint leaves at once; in the background the
-plugin takes ``plugin.lock`` and builds one ``Owner`` record (journal,
-reserver, reconciler, operator requests), recovers what the previous process
-left (its entries are read once the lock is held, before any Reserve runs)
-and starts reconciling. One process owns ``data_dir``: a plugin that finds
-the lock held serves fingerprints and stats, touches no journal and answers
+Nomad's first two launches only call PluginInfo, ConfigSchema and SetConfig
+and are killed, so nothing starts until the first Fingerprint, Reserve or
+Stats call builds the ``Engines``. In the background the plugin then takes
+``plugin.lock``, builds the ``Owner`` (journal, reserver, reconciler,
+operator requests) and releases what the previous process left mid-call.
+A plugin that finds the lock held serves fingerprints and stats and answers
 Reserve, after ``OWNER_LOCK_WAIT``, with UNAVAILABLE naming the holder.
 """
 
@@ -41,7 +37,7 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.reserve import AfterReply, MountPolicy, Reserver
     from nomad_plugin.nvml.companion import NvmlCompanion
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
-    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
+    from nomad_plugin.reconcile.nomad_api import AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import GrantInfo, StatsEngine
@@ -50,15 +46,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_PERIOD = 5.0
-#: Said at start with ``enabled = false``: where this plugin differs from nomad-device-nvidia then.
 DISABLED_NOTE = (
     "enabled = false: no device is fingerprinted and Reserve refuses; the Fingerprint stream stays open with no "
     "devices (nomad-device-nvidia ends it, after which Nomad stops the plugin until the agent restarts)"
 )
-#: How long a Reserve waits for the owner lock (held by an operator command for a moment, or by the
-#: previous plugin of a killed agent until it notices and exits) before it is refused.
+#: How long a Reserve waits for the owner lock (an operator command, or the previous plugin of a
+#: killed agent until it notices and exits) before it is refused.
 OWNER_LOCK_WAIT = 10.0
-#: The longest pause between two tries of a held owner lock.
 OWNER_LOCK_POLL_MAX = 1.0
 
 
@@ -71,8 +65,6 @@ class JournalUnavailable(BackendUnavailable):
 
 @dataclass(frozen=True)
 class Engines:
-    """What the first Fingerprint, Reserve or Stats starts (``PluginApp._start``)."""
-
     backend: Backend
     nvml: NvmlCompanion | None  # stopped with the backend
     metrics: PluginMetrics
@@ -85,8 +77,6 @@ class Engines:
 
 @dataclass(frozen=True)
 class Owner:
-    """What holding ``plugin.lock`` brings (``PluginApp._own``)."""
-
     lock: OwnerLock
     reserver: Reserver
     reconciler: Reconciler
@@ -95,7 +85,7 @@ class Owner:
 
 
 class XdmWatch:
-    """Mirrors the backend's reachability into the metrics: up, schema mismatch, reconnects."""
+    """The backend's reachability as metrics: up, schema mismatch, reconnects."""
 
     def __init__(self, metrics: PluginMetrics) -> None:
         self._metrics = metrics
@@ -125,7 +115,7 @@ class PluginApp:
         self.journal_error = ""
         self._owner_wait = ""  # why the owner lock is not held yet ("" once held or given up)
         self._owner_settled = threading.Event()  # the owner record exists, or it never will
-        self._sent_catalog: Catalog = Catalog()
+        self._sent_catalog = Catalog()  # of the last fingerprint sent: what Stats may speak of
         self._heap_settled = False
 
     @property
@@ -135,19 +125,16 @@ class PluginApp:
 
     # -- configuration -------------------------------------------------------------
     def accept_config(self, msgpack_config: bytes) -> PluginConfig:
-        """SetConfig's verdict, the one ``doctor`` gives (``backend_select.accept_config``)."""
         from nomad_plugin.backend_select import accept_config
 
         return accept_config(msgpack_config)
 
     def set_config(self, config: PluginConfig) -> None:
-        """Store a validated config; idempotent. Never touches XDM (see module docstring)."""
+        """Store a validated config; never touches XDM. After start only what can change live applies."""
         with self._lock:
             if config == self.config:
                 return
             if self._engines is not None:
-                # Nomad sends one config per process; a change after start is
-                # applied to what can change live (modes, filters, health policy).
                 log.warning("configuration changed after start: sockets, backend and data_dir need a restart")
                 self._engines.fingerprint.update_config(config)
             self.config = config
@@ -186,13 +173,12 @@ class PluginApp:
             from nomad_plugin.nvml.companion import EXTRAS_SOURCE
 
             nvml.start_extras(lambda samples: feed.cache.update(samples, EXTRAS_SOURCE))
-        stats = StatsEngine(feed.cache, self._stats_catalog, backend.inventory, self._grant_of)
+        stats = StatsEngine(feed.cache, lambda: self._sent_catalog, backend.inventory, self._grant_of)
         endpoint = self._endpoint(config, metrics, feed, backend)
         return Engines(backend, nvml, metrics, fingerprint, feed, stats, node_meta, endpoint)
 
     @staticmethod
     def _node_meta(config: PluginConfig, backend: Backend) -> NodeMetaPublisher | None:
-        """``node_meta``: the topology as Nomad dynamic node metadata (reconcile/node_meta.py)."""
         if not config.node_meta:
             return None
         from nomad_plugin.reconcile.node_meta import MIN_INTERVAL_S, NodeMetaPublisher, state_path
@@ -227,7 +213,6 @@ class PluginApp:
 
     # -- owning data_dir (the lifecycle thread) ------------------------------------------
     def _lifecycle(self) -> None:
-        """Own data_dir, settle the journal left by the previous process, then reconcile with Nomad."""
         engines, config = self._engines, self.config
         owned = None
         try:
@@ -255,10 +240,8 @@ class PluginApp:
             log.error("operator requests directory cannot be used: %s", exc)
 
     def _own(self, config: PluginConfig, engines: Engines) -> tuple[Owner, list[str]] | None:
-        """The owner record and the journal entries a previous process left mid-Reserve or mid-release.
-
-        None when closed first or the journal is unusable (``journal_error``).
-        """
+        """The owner, and the grants a previous process left mid-Reserve or mid-release; None when closed
+        first or the journal is unusable (``journal_error``)."""
         from nomad_plugin.nomad.reserve import Reserver
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
         from nomad_plugin.reconcile.reconciler import Reconciler, reconciler_state_path
@@ -274,12 +257,14 @@ class PluginApp:
         mounts, close_mounts = self._mount_policy(config, engines.metrics)
         reserver = Reserver(engines.backend, fp.catalog, journal, config, fp.notify_grants_changed, mount_policy=mounts)
         client = NomadClient(NomadApiSettings.from_config(config)) if config.reconcile else None
-        grace, node_id, state = (
-            config.release_grace_period,
-            config.nomad_node_id,
-            reconciler_state_path(config.data_dir),
+        reconciler = Reconciler(
+            reserver,
+            client,
+            fp.catalog,
+            grace=config.release_grace_period,
+            node_id=config.nomad_node_id,
+            state_path=reconciler_state_path(config.data_dir),
         )
-        reconciler = Reconciler(reserver, client, fp.catalog, grace=grace, node_id=node_id, state_path=state)
         requests = RequestWatcher(reserver, config.data_dir, self._live_holder)
         owner = Owner(lock, reserver, reconciler, requests, close_mounts)
         with self._lock:
@@ -357,14 +342,10 @@ class PluginApp:
 
         return policy, close
 
-    def _allocs_view(self) -> AllocPage | None:
-        """The node's allocations as the reconciler last saw them (None before its first answer)."""
-        owner = self._owner
-        return owner.reconciler.last_page if owner is not None else None
-
     def _live_holder(self, entry: JournalEntry) -> AllocView | None:
         """The live allocation holding one of ``entry``'s devices, as the reconciler last saw (``grants release``)."""
-        page = self._allocs_view()
+        owner = self._owner
+        page = owner.reconciler.last_page if owner is not None else None
         ids = set(entry.device_ids)
         return next((a for a in page.allocs if a.live and a.device_ids & ids), None) if page is not None else None
 
@@ -374,7 +355,6 @@ class PluginApp:
         return reserver.active_kinds() if reserver is not None else {}
 
     def _grant_of(self, instance_id: str) -> GrantInfo | None:
-        """Which grant holds an instance, for the share and MIG stats layout."""
         from nomad_plugin.stats.engine import GrantInfo
 
         reserver = self.reserver
@@ -388,12 +368,8 @@ class PluginApp:
             slices=sum(a.slices for a in entry.asks),
         )
 
-    def _stats_catalog(self) -> Catalog:
-        """The catalog of the last fingerprint sent to Nomad (see ``fingerprints``)."""
-        return self._sent_catalog
-
     def _housekeeping(self) -> None:
-        """Mirror lifecycle counters into the Prometheus metrics every few seconds."""
+        """Mirror the lifecycle counters into the Prometheus metrics every few seconds."""
         seen: dict[str, int] = {}
         while not self._closed.wait(HOUSEKEEPING_PERIOD):
             engines, reserver = self._engines, self.reserver
@@ -402,18 +378,15 @@ class PluginApp:
             metrics, snap = engines.metrics, reserver.counters.snapshot()
             metrics.journal_size(snap["journal_size"])
             metrics.nomad_view(bool(snap["view_incomplete"]), snap["unverifiable_grants"])
-            for _ in range(snap["grants_released_by_reconcile"] - seen.get("released", 0)):
+            for _ in range(snap["grants_released_by_reconcile"] - seen.get("grants_released_by_reconcile", 0)):
                 metrics.grant_released_by_reconcile()
-            for _ in range(snap["leaked_grants_found"] - seen.get("leaked", 0)):
+            for _ in range(snap["leaked_grants_found"] - seen.get("leaked_grants_found", 0)):
                 metrics.leaked_grant_found()
-            metrics.reconcile_errors(snap["nomad_api_errors"] - seen.get("api_errors", 0))
-            seen["released"] = snap["grants_released_by_reconcile"]
-            seen["leaked"] = snap["leaked_grants_found"]
-            seen["api_errors"] = snap["nomad_api_errors"]
+            metrics.reconcile_errors(snap["nomad_api_errors"] - seen.get("nomad_api_errors", 0))
+            seen = dict(snap)
 
     # -- the three Nomad calls ------------------------------------------------------------
     def fingerprints(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
-        """Yield the first response at once, then one per change, until cancelled."""
         engines = self._ensure_started()
         if engines is None:  # closed before start
             yield device_pb2.FingerprintResponse()
@@ -424,22 +397,14 @@ class PluginApp:
             engines.metrics.fingerprint_sent()
             yield response
             if not self._heap_settled and response.device_group:
-                self._settle_heap()
-            # gRPC resumes the generator once the message went out: from now
-            # on Stats may speak of the groups it introduced.
+                # What is built by now lives as long as the process: keep full collections
+                # (in the middle of a Reserve) from walking it again.
+                self._heap_settled = True
+                gc.collect()
+                gc.freeze()
+            # gRPC resumes the generator once the message went out: from now on Stats may speak of its groups.
             if catalog is not None:
                 self._sent_catalog = catalog
-
-    def _settle_heap(self) -> None:
-        """Once the first devices are out: leave everything built so far to reference counting.
-
-        Modules, the gRPC server and the first catalog are long-lived objects
-        that every full cyclic collection would walk again, in the middle of a
-        Reserve; ``gc.freeze`` takes them out of its sight.
-        """
-        self._heap_settled = True
-        gc.collect()
-        gc.freeze()
 
     def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
         if not device_ids:
@@ -477,7 +442,6 @@ class PluginApp:
                 metrics.observe_reserve(time.perf_counter() - started)
 
     def stats(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]:
-        """Yield one response per interval from cached data, until cancelled."""
         engines = self._ensure_started()
         if engines is None:
             while not cancel.is_set():
@@ -488,8 +452,7 @@ class PluginApp:
 
     # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop everything quickly (Nomad SIGKILLs after 2 s): the owner's threads first, as they use the
-        engines, the owner lock last."""
+        """Stop within go-plugin's 2 s: the owner's threads first (they use the engines), the owner lock last."""
         with self._lock:
             self._closed.set()
             engines, owner = self._engines, self._owner
@@ -515,7 +478,6 @@ class PluginApp:
 
 
 def _quietly(name: str, stop: Callable[..., object], *args: float) -> None:
-    """One stop step: a failing one is logged, and the next ones still run."""
     try:
         stop(*args)
     except Exception:

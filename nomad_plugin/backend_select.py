@@ -1,11 +1,8 @@
 """Choosing the device backend for a configuration, and SetConfig's verdict on one.
 
-``backend = "auto"`` picks XDM when its socket exists and NVML otherwise. With
-neither present it still picks XDM: the plugin then advertises no devices and
-reports XDM as unreachable until the socket appears, instead of failing to
-load (Nomad would drop it for good). With XDM chosen, ``nvml_enrich`` on and
-NVML opening, the NVML companion (nvml/companion.py) rides along. Backends are
-imported lazily: pynvml is only imported when NVML is in play.
+``backend = "auto"`` picks XDM when its socket exists, else NVML when it opens, else XDM: the plugin
+then reports XDM unreachable until the socket appears instead of failing to load (Nomad would drop
+it for good). On XDM nodes with ``nvml_enrich`` and NVML, the NVML companion rides along.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ log = logging.getLogger(__name__)
 
 
 def choose_backend_name(config: PluginConfig, nvml_usable: Callable[[], bool]) -> str:
-    """The backend a config resolves to ("xdm" or "nvml"); pure apart from the probes."""
     if config.backend in ("xdm", "nvml"):
         return config.backend
     if os.path.exists(config.xdm_socket):
@@ -41,10 +37,7 @@ def _nvml_usable() -> bool:
 
 
 def accept_config(msgpack_config: bytes) -> PluginConfig:
-    """SetConfig's verdict on ``msgpack_config``: the validated config, or ``ConfigError``.
-
-    The one code path for the plugin's SetConfig and ``doctor``'s config check,
-    so doctor can never accept what the plugin refuses."""
+    """The validated config, or ``ConfigError``: SetConfig's and ``doctor``'s one verdict."""
     from nomad_plugin.config.decode import decode_config
 
     config = decode_config(msgpack_config)
@@ -53,9 +46,7 @@ def accept_config(msgpack_config: bytes) -> PluginConfig:
 
 
 def validate_config(config: PluginConfig) -> None:
-    """Checks that need more than the decoder: an ``xdm_schema`` path must compile
-    (``ConfigError`` naming the file and the parser's message). Reads only local
-    files, never XDM; grpcio-tools is imported here, after the handshake."""
+    """An ``xdm_schema`` path must compile (``ConfigError`` naming the file); reads local files only."""
     from nomad_plugin.xdm.binder import is_path
 
     if not is_path(config.xdm_schema):
@@ -71,7 +62,7 @@ def validate_config(config: PluginConfig) -> None:
 
 @dataclass(frozen=True)
 class Hardware:
-    """The backend, and on XDM nodes with NVML the companion that enriches it (its ``stop`` stops both)."""
+    """The backend, and on XDM nodes the NVML companion (the backend's ``stop`` stops both)."""
 
     backend: Backend
     nvml: NvmlCompanion | None = None
@@ -101,5 +92,4 @@ def select_hardware(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvm
 
 
 def select_backend(config: PluginConfig, nvml_usable: Callable[[], bool] = _nvml_usable) -> Backend:
-    """The backend alone (the tools' way in; the plugin takes ``select_hardware``)."""
     return select_hardware(config, nvml_usable).backend

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import grpc
 
     from nomad_plugin.config.model import PluginConfig
-    from nomad_plugin.goplugin.lifecycle import Lifecycle
+    from nomad_plugin.goplugin.serve import Lifecycle
 
 # command -> ("module[:function]" taking argv and returning the exit status, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {

@@ -40,7 +40,6 @@ class Negotiation(NamedTuple):
 
 
 def cookie_error(env: Mapping[str, str]) -> str:
-    """Empty when the magic cookie is right, else the message for a human on stderr."""
     value = env.get(MAGIC_COOKIE_KEY)
     if value == MAGIC_COOKIE_VALUE:
         return ""
@@ -72,17 +71,16 @@ def negotiate(env: Mapping[str, str]) -> Negotiation:
 
 
 def handshake_line(socket_path: str, app_version: int = APP_PROTOCOL_VERSION) -> str:
-    """The single line go-plugin reads from the plugin's stdout (newline included)."""
     return f"{CORE_PROTOCOL_VERSION}|{app_version}|unix|{socket_path}|grpc\n"
 
 
 def make_socket_dir(env: Mapping[str, str] | None = None) -> str:
-    """A fresh directory for the socket, 0700 from its creation, named ``plugin*`` as go-plugin names its own.
+    """A fresh 0700 directory for the socket, named ``plugin*`` as go-plugin names its own.
 
-    Under $PLUGIN_UNIX_SOCKET_DIR when the host sets it (go-plugin's ``RunnerFunc``; Nomad does not),
-    else in the first of ``tempfile``'s candidates that takes it, else in /tmp when the socket path
-    would not fit in a Unix socket address. Not ``tempfile.mkdtemp`` itself: tempfile imports shutil
-    and random, which the launch path does without (tests/goplugin/test_imports_before_handshake.py).
+    Under $PLUGIN_UNIX_SOCKET_DIR when the host sets it (go-plugin's ``RunnerFunc``), else in the
+    first of ``tempfile``'s candidates that takes it, else in /tmp when the socket path would not fit
+    a Unix socket address. Not ``tempfile.mkdtemp``: it imports shutil and random, which the launch
+    path does without.
     """
     source = os.environ if env is None else env
     host_dir = source.get(SOCKET_DIR_ENV)
@@ -100,7 +98,6 @@ def make_socket_dir(env: Mapping[str, str] | None = None) -> str:
 
 
 def _mkdtemp(parents: list[str]) -> str:
-    """``<parent>/plugin`` + 8 random hex digits, made 0700 in the first parent that allows it."""
     error: OSError = FileNotFoundError("no directory to make the plugin socket in")
     for parent in parents:
         for _ in range(100):
@@ -125,13 +122,11 @@ DIRECT_POLLING = "-event_engine_client,-event_engine_listener,-event_engine_for_
 
 
 def choose_polling(environ: MutableMapping[str, str] = os.environ, loaded: Container[str] = sys.modules) -> bool:
-    """Let grpcio's own poller move the bytes, on the threads that wait for them; True when set here.
+    """Let grpcio's own poller move the bytes on the threads that wait for them; True when set here.
 
-    By default grpcio hands every socket to its EventEngine, whose threads poll and pass each
-    message to the Python thread waiting for it; for the plugin's few small messages a second on
-    Unix sockets those hand-offs cost more CPU than the messages (BENCHMARKS.md). Nothing is set
-    once grpc is imported (it has read its configuration) or when the operator set the variable,
-    even empty.
+    grpcio's EventEngine threads would poll and hand each message to the waiting Python thread, which
+    costs more CPU than the plugin's few small messages (BENCHMARKS.md). Nothing is set once grpc is
+    imported (it has read its configuration) or when the operator set the variable, even empty.
     """
     if VARIABLE in environ or "grpc" in loaded:
         return False

@@ -1,19 +1,24 @@
-"""``serve``, what Nomad runs: the go-plugin server that hosts the servicers the composition root hands it.
+"""``serve``, what Nomad runs: the go-plugin server hosting the servicers the composition root hands it.
 
 Check the cookie, negotiate the protocol, serve gRPC on a Unix socket in a fresh 0700 directory,
 print the handshake line once it listens, then point fd 1 at stderr for good (go-plugin
 ``server.go`` ``Serve``). Nomad launches the plugin three times at every agent start, so the line
-comes first: until it is out, only grpc is imported and one deferred handler holds any call; then
-the services are imported (protobuf, the plugin's servicers, built by the ``ServedPlugin`` factory)
-and handed to it. A stop (Shutdown, SIGTERM, the launcher's death) ends every stream, stops the
-server, removes the socket directory and exits within go-plugin's 2 s. SIGINT is ignored: a Ctrl-C
-to the agent's process group is the agent's to handle, and it then shuts the plugin down.
+comes first: until it is out only grpc is imported and one deferred handler holds any call.
+
+A stop (Shutdown, SIGTERM, the launcher's death) sets every stream's event, stops the server,
+removes the socket directory and exits within go-plugin's 2 s (``client.go`` ``Kill``). SIGINT is
+the agent's to handle. go-plugin gives no sign when its host dies by SIGKILL, and a plugin left
+running would keep ``plugin.lock`` and its grants, so it watches its launcher: a pidfd, or where
+pidfds are missing a poll of the parent pid and the launcher's start time. Not
+``PR_SET_PDEATHSIG``: the kernel sends it when the *thread* that forked the plugin exits, and Go
+programs end threads while they live on (golang/go#27505).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -27,10 +32,141 @@ import grpc
 
 from nomad_plugin.goplugin import handshake
 from nomad_plugin.goplugin import logging as hclog
-from nomad_plugin.goplugin.lifecycle import Lifecycle, ParentWatch
 
 if TYPE_CHECKING:
     from grpc_health.v1 import health
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0
+HARD_EXIT_S = 5.0
+
+
+class Lifecycle:
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.stop_reason = ""
+        self._streams: set[threading.Event] = set()
+        self._lock = threading.Lock()
+
+    def open_stream(self, context: grpc.ServicerContext) -> threading.Event:
+        """An event set when this call ends or the process stops: a ``CancelEvent``, so that an engine
+        waiting on something else registers a callback on it instead of polling it."""
+        from nomad_plugin.util.threads import CancelEvent  # after the handshake: random is not on the launch path
+
+        cancel = CancelEvent()
+        if not context.add_callback(cancel.set):
+            cancel.set()  # the call already ended
+        with self._lock:
+            if self.stopping.is_set():
+                cancel.set()
+            self._streams.add(cancel)
+        return cancel
+
+    def close_stream(self, cancel: threading.Event) -> None:
+        with self._lock:
+            self._streams.discard(cancel)
+
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._streams)
+
+    def request_stop(self, reason: str) -> None:
+        """Idempotent: the first reason wins; every open stream is released."""
+        with self._lock:
+            if not self.stopping.is_set():
+                self.stop_reason = reason
+                self.stopping.set()
+            streams = list(self._streams)
+        for cancel in streams:
+            cancel.set()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name: [state, ppid, ...] (None when gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return data[data.rfind(")") + 2 :].split()
+
+
+def _identity(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot), telling it apart from a later one with its pid."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def launcher_pid(parent: int | None = None) -> int:
+    """The parent, or the parent of a PyInstaller one-file bootloader (a frozen parent running this
+    same executable). The shipped file ``exec``s its bundle (tools/build_dist.py): its parent is the agent."""
+    parent = os.getppid() if parent is None else parent
+    if not getattr(sys, "frozen", False):
+        return parent
+    try:
+        if os.path.samefile(f"/proc/{parent}/exe", "/proc/self/exe"):
+            fields = _stat_fields(parent)
+            if fields is not None and len(fields) > 1 and fields[1].isdigit():
+                return int(fields[1])
+    except OSError:
+        pass
+    return parent
+
+
+class ParentWatch:
+    """Calls ``on_gone(reason)`` once, from its own thread, when the launcher has died; then exits the
+    process if it still runs ``hard_exit`` seconds later."""
+
+    def __init__(
+        self,
+        on_gone: Callable[[str], None],
+        *,
+        pid: int | None = None,
+        poll: float = POLL_S,
+        hard_exit: float = HARD_EXIT_S,
+        exit_process: Callable[[int], None] = os._exit,
+    ) -> None:
+        self._on_gone = on_gone
+        self._parent = os.getppid()
+        self.pid = launcher_pid(self._parent) if pid is None else pid
+        self._identity = _identity(self.pid)
+        self._poll = poll
+        self._hard_exit = hard_exit
+        self._exit = exit_process
+        self.mode = ""  # "pidfd" or "poll", once started
+
+    def start(self) -> None:
+        try:
+            pidfd = os.pidfd_open(self.pid)
+            self.mode = "pidfd"
+        except (AttributeError, OSError):
+            pidfd = -1
+            self.mode = "poll"
+        threading.Thread(target=self._run, args=(pidfd,), name="parent-watch", daemon=True).start()
+
+    def gone(self) -> bool:
+        """The launcher has exited (checked now, without waiting)."""
+        if self.pid == self._parent and os.getppid() != self._parent:
+            return True  # re-parented: the parent died
+        return self._identity is None or _identity(self.pid) != self._identity
+
+    def _run(self, pidfd: int) -> None:
+        if pidfd >= 0:
+            select.select([pidfd], [], [])
+            os.close(pidfd)
+        else:
+            while not self.gone():
+                time.sleep(self._poll)
+        reason = f"the process that launched the plugin (pid {self.pid}, the Nomad agent) exited"
+        log.warning("%s; stopping", reason)
+        self._on_gone(reason)
+        time.sleep(self._hard_exit)  # the stop ends the process well before this, unless something holds it up
+        log.error("still running %.0fs after the launcher exited; exiting now", self._hard_exit)
+        self._exit(1)
+
 
 HEALTH_SERVICE = "plugin"  # go-plugin's GRPCServiceName
 SERVICES_WAIT = 60.0  # seconds a call that arrived before the services were imported waits for them
@@ -45,11 +181,9 @@ Serve the plugin over HashiCorp go-plugin. Nomad runs this itself (with
 NOMAD_PLUGIN_MAGIC_COOKIE set); there is no reason to run it by hand.
 """
 
-log = logging.getLogger(__name__)
-
 
 class ServedPlugin(Protocol):
-    """The plugin's own services, built by the composition root; the transport only hosts them."""
+    """The plugin's own services, built by the composition root."""
 
     def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
         """Add the plugin's servicers to ``server``; streams register with ``lifecycle``."""
@@ -112,7 +246,7 @@ class _Deferred(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
 
 class _GoPluginServices:
-    """go-plugin's own services, found by method name by the generated ``add_*_to_server`` functions.
+    """go-plugin's own services (the generated ``add_*_to_server`` functions find them by method name).
 
     Nomad calls GRPCController.Shutdown when it kills the plugin, opens GRPCStdio.StreamStdio once
     and GRPCBroker.StartStream in the background; it never syncs stdio or dials the broker, so both
@@ -181,7 +315,6 @@ class PluginServer:
         return 0
 
     def _add_services(self) -> None:
-        """Import and build every service (after the handshake: see the module docstring)."""
         from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
         from nomad_plugin._proto.goplugin import grpc_broker_pb2_grpc, grpc_controller_pb2_grpc, grpc_stdio_pb2_grpc

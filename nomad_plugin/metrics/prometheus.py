@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.stats.cache import MetricsCache, Reading
 from nomad_plugin.stats.engine import THROTTLE_REASONS
+from nomad_plugin.stats.feed import MetricsCache, Reading
 
 MIB = 1024 * 1024
 DEVICE_LABELS = ["uuid", "minor", "model"]
@@ -58,7 +58,7 @@ Rows = list[tuple[list[str], Mapping[str, Reading]]]  # (label values, readings)
 
 
 class DeviceCollector(Collector):
-    """Reads the cache (on its monotonic clock) when Prometheus scrapes; registered on the plugin's registry."""
+    """Reads the cache (on its monotonic clock) when Prometheus scrapes."""
 
     def __init__(
         self, cache: MetricsCache, inventory_source: Callable[[], Inventory], source: Callable[[], str] | None = None
@@ -126,8 +126,6 @@ class DeviceCollector(Collector):
 
 @dataclass(frozen=True)
 class MetricsEndpoint:
-    """prometheus-client's HTTP server and its thread, with a clean stop."""
-
     server: WSGIServer
     thread: threading.Thread
 

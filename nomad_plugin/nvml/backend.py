@@ -1,28 +1,32 @@
 """NvmlBackend: the ``Backend`` contract on plain NVIDIA nodes, through NVML.
 
-One watcher thread initialises NVML (retrying with ``Backoff``), reads the
-cards, waits on XID and double-bit ECC events with a short timeout, probes
-cards whose fault hold ended, and re-reads the cards every
+One watcher thread initialises NVML (retrying with ``Backoff``), reads the cards, waits on XID and
+double-bit ECC events, probes cards whose fault hold ended and re-reads the cards every
 ``inventory_resync_period``; each change of the snapshot goes to subscribers.
 
-NVML has no server-side grant: a grant is ``NVIDIA_VISIBLE_DEVICES`` plus the
-device nodes the NVIDIA container toolkit would give: ``/dev/nvidia<minor>``
-(a MIG instance's parent), ``/dev/nvidiactl``, ``/dev/nvidia-uvm(-tools)``
-where they exist, and per MIG instance ``/dev/nvidia-caps/nvidia-cap<N>`` of
-its GPU and compute instance, ``N`` being the ``DeviceFileMinor`` in
-``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<g>[/ci<c>]/access``
-(NVIDIA's MIG user guide, "Device Nodes and Capabilities"). NVML can neither
-share a card nor create MIG instances.
+Health (docs/nvml.md, "Health policy"): a critical XID (one not in ``xid_ignore``) or a DBE holds
+the card unhealthy for ``hold_s``, a new fault restarting the hold; a card NVML reports lost stays
+unhealthy until a probe succeeds; while the event loop fails every card it watched is unhealthy, as
+we cannot see their faults.
+
+A grant is ``NVIDIA_VISIBLE_DEVICES`` plus the device nodes the NVIDIA container toolkit gives:
+``/dev/nvidia<minor>``, ``/dev/nvidiactl``, ``/dev/nvidia-uvm(-tools)`` where they exist, and per
+MIG instance ``/dev/nvidia-caps/nvidia-cap<N>`` of its GPU and compute instance, ``N`` being the
+``DeviceFileMinor`` in ``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<g>[/ci<c>]/access``
+(NVIDIA's MIG user guide, "Device Nodes and Capabilities"). NVML can neither share a card nor
+create MIG instances.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.backend_port import InventoryListener
@@ -31,20 +35,186 @@ from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantM
 from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import devices, lib
-from nomad_plugin.nvml.health import Event, EventSet, HealthBook
+from nomad_plugin.nvml.devices import DeviceRef
 from nomad_plugin.nvml.lib import Nvml
 from nomad_plugin.util.threads import Backoff, Listeners
 
+# Fault kinds, in the order their reason is shown.
+LOST, LOOP, EVENT = "lost", "loop", "event"
+_PRIORITY = (LOST, LOOP, EVENT)
+#: NVML's "not a MIG instance" marker in event data.
+NO_INSTANCE = 0xFFFFFFFF
+
+
+def stamp(now: float) -> str:
+    """Unix seconds as an ISO-8601 UTC time for reasons ("2024-05-01T10:00:00Z")."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+
+
+class HealthBook:
+    """Faults per card UUID, each a reason and an end time (None: until cleared); every ``record_*``
+    returns True when the card's verdict changed."""
+
+    def __init__(self, xid_ignore: Iterable[int] = (), hold_s: float = 300.0) -> None:
+        if hold_s < 0:
+            raise ValueError(f"xid_hold: {hold_s!r} must be >= 0 seconds")
+        self.xid_ignore = frozenset(int(x) for x in xid_ignore)
+        self.hold_s = float(hold_s)
+        self._faults: dict[str, dict[str, tuple[str, float | None]]] = {}
+        self._xids: dict[str, int] = {}
+
+    def verdict(self, uuid: str) -> tuple[bool, str]:
+        faults = self._faults.get(uuid, {})
+        reason = next((faults[kind][0] for kind in _PRIORITY if kind in faults), None)
+        return (True, "") if reason is None else (False, reason)
+
+    def xid_count(self, uuid: str) -> int:
+        """Critical XIDs and DBEs seen on this card since start."""
+        return self._xids.get(uuid, 0)
+
+    def record_xid(self, uuid: str, xid: int, now: float, where: str = "") -> bool:
+        """An XID event; ``where`` names a MIG instance when NVML gives one."""
+        if xid in self.xid_ignore:
+            return False
+        return self._hold(uuid, f"XID {xid} at {stamp(now)}{f' on {where}' if where else ''}", now)
+
+    def record_dbe(self, uuid: str, now: float) -> bool:
+        return self._hold(uuid, f"double-bit ECC error at {stamp(now)}", now)
+
+    def _hold(self, uuid: str, reason: str, now: float) -> bool:
+        self._xids[uuid] = self._xids.get(uuid, 0) + 1
+        return self._set(uuid, EVENT, reason, now + self.hold_s)
+
+    def record_loop_failure(self, uuids: Iterable[str], message: str, now: float) -> bool:
+        reason = f"NVML event loop failed at {stamp(now)}: {message}"
+        return any([self._set(uuid, LOOP, reason, None) for uuid in uuids])
+
+    def clear_loop_failure(self) -> bool:
+        return any([self._clear(uuid, LOOP) for uuid in list(self._faults)])
+
+    def record_lost(self, uuid: str, message: str, now: float) -> bool:
+        return self._set(uuid, LOST, f"{message} (seen at {stamp(now)})", None)
+
+    def record_probe_ok(self, uuid: str) -> bool:
+        return self._clear(uuid, LOST)
+
+    def expire(self, now: float) -> list[str]:
+        """End finished holds; returns the UUIDs whose hold ended (probe them)."""
+        ended = [u for u, f in self._faults.items() if EVENT in f and (f[EVENT][1] or 0.0) <= now]
+        for uuid in ended:
+            self._clear(uuid, EVENT)
+        return ended
+
+    def _set(self, uuid: str, kind: str, reason: str, until: float | None) -> bool:
+        before = self.verdict(uuid)
+        self._faults.setdefault(uuid, {})[kind] = (reason, until)
+        return self.verdict(uuid) != before
+
+    def _clear(self, uuid: str, kind: str) -> bool:
+        faults = self._faults.get(uuid, {})
+        if kind not in faults:
+            return False
+        before = self.verdict(uuid)
+        del faults[kind]
+        if not faults:
+            del self._faults[uuid]
+        return self.verdict(uuid) != before
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event we act on: ``kind`` is "xid" or "dbe"; ``uuid`` "" if unmatched."""
+
+    kind: str
+    uuid: str
+    xid: int = 0
+    gpu_instance_id: int = NO_INSTANCE
+    compute_instance_id: int = NO_INSTANCE
+
+    @property
+    def where(self) -> str:
+        if self.gpu_instance_id == NO_INSTANCE:
+            return ""
+        return f"MIG GPU instance {self.gpu_instance_id}/compute instance {self.compute_instance_id}"
+
+
+def handle_key(handle: Any) -> int:
+    """A stable identity for an NVML handle: events carry a new pointer object to the same device."""
+    try:
+        value = ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
+    return int(value) if value is not None else id(handle)
+
+
+class EventSet:
+    """One NVML event set for XID and double-bit ECC events; used by the watcher thread only."""
+
+    def __init__(self, nvml: Nvml) -> None:
+        self._nvml = nvml
+        self._set: Any = nvml.nvmlEventSetCreate()
+        self._by_handle: dict[int, str] = {}
+        self.watched: list[str] = []
+        #: cards whose XID/DBE events this driver cannot deliver, with the reason
+        self.unsupported: dict[str, str] = {}
+
+    def register(self, ref: DeviceRef) -> None:
+        """Watch one card; NOT_SUPPORTED lands in ``unsupported``, other errors raise."""
+        nvml = self._nvml
+        wanted = int(nvml.nvmlEventTypeXidCriticalError) | int(nvml.nvmlEventTypeDoubleBitEccError)
+        supported = lib.optional(nvml, "nvmlDeviceGetSupportedEventTypes", ref.handle)
+        mask = wanted if supported is None else wanted & int(supported)
+        if mask == 0:
+            self.unsupported[ref.uuid] = "driver reports no XID/ECC events for this card"
+            return
+        try:
+            nvml.nvmlDeviceRegisterEvents(ref.handle, mask, self._set)
+        except nvml.NVMLError as exc:
+            if lib.error_code(nvml, exc) != lib.ERROR_NOT_SUPPORTED:
+                raise
+            self.unsupported[ref.uuid] = lib.describe(nvml, exc)
+            return
+        self._by_handle[handle_key(ref.handle)] = ref.uuid
+        self.watched.append(ref.uuid)
+
+    def wait(self, timeout_ms: int) -> Event | None:
+        """The next XID or DBE event; None on timeout (a short one, so the thread sees ``stop``) or another event."""
+        nvml = self._nvml
+        try:
+            data = nvml.nvmlEventSetWait_v2(self._set, timeout_ms)
+        except nvml.NVMLError as exc:
+            if lib.error_code(nvml, exc) == lib.ERROR_TIMEOUT:
+                return None
+            raise
+        uuid = self._by_handle.get(handle_key(data.device)) or self._uuid_of(data.device)
+        gi, ci = int(getattr(data, "gpuInstanceId", NO_INSTANCE)), int(getattr(data, "computeInstanceId", NO_INSTANCE))
+        if int(data.eventType) & int(nvml.nvmlEventTypeXidCriticalError):
+            return Event("xid", uuid, int(data.eventData), gi, ci)
+        if int(data.eventType) & int(nvml.nvmlEventTypeDoubleBitEccError):
+            return Event("dbe", uuid, 0, gi, ci)
+        return None
+
+    def _uuid_of(self, handle: Any) -> str:
+        try:
+            return lib.text(self._nvml.nvmlDeviceGetUUID(handle))
+        except self._nvml.NVMLError:
+            return ""
+
+    def close(self) -> None:
+        try:
+            self._nvml.nvmlEventSetFree(self._set)
+        except self._nvml.NVMLError:
+            pass  # freeing a set after an NVML failure may fail too; nothing to do
+
+
 log = logging.getLogger(__name__)
 
-#: Default time a critical XID / DBE keeps a card unhealthy (seconds).
 DEFAULT_XID_HOLD_S = 300.0
 HEALTH_SOURCE_KEY = "health_source"
 STREAM_PERIOD_S = 1.0
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 #: Where the driver's capability files are; a test shim may point this elsewhere.
 PROC_ROOT = "/proc"
-#: Said once per start: where this backend differs on purpose from nomad-device-nvidia.
 DROP_IN_NOTE = (
     "NVML backend, a drop-in for nomad-device-nvidia except on purpose: cards are healthy only while NVML "
     "reads them and no critical XID/ECC fault holds them; a reading that fails keeps the card (unhealthy or "
@@ -96,7 +266,6 @@ class NvmlBackend:
 
     # --- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
-        """Start the watcher thread; NVML is initialised there, never here."""
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="nvml-watch", daemon=True)
@@ -110,7 +279,7 @@ class NvmlBackend:
         self._shutdown("nvmlShutdown")
 
     def wait_ready(self, timeout: float) -> bool:
-        """True once the first inventory was read (for tools and tests)."""
+        """True once the first inventory was read."""
         return self._ready.wait(timeout)
 
     # --- Backend contract -----------------------------------------------------------
@@ -158,7 +327,7 @@ class NvmlBackend:
         return samples
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        """NVML has no push: devices.poll once a second until ``cancel`` is set."""
+        """NVML has no push: a poll a second until ``cancel`` is set."""
         while not cancel.is_set() and not self._stop.is_set():
             yield self.metrics_snapshot()
             cancel.wait(STREAM_PERIOD_S)
@@ -422,12 +591,8 @@ def _node(dev_root: str, name: str) -> DeviceNode:
 def build_grant(
     request: GrantRequest, inventory: Inventory, proc_root: str = PROC_ROOT, dev_root: str = "/dev"
 ) -> Grant:
-    """Exactly what was asked, in the asks' order, or a ``PluginError`` naming the offending field.
-
-    A MIG instance is asked for by its MIG UUID; the memory and slices that
-    come with the ask are for the record, not limits to check (the instance
-    is what NVML made).
-    """
+    """Exactly what was asked, in the asks' order, or a ``PluginError`` naming the offending field. A
+    MIG instance is asked for by its UUID; the memory and slices of the ask are not limits to check."""
     if not request.asks:
         return Grant(grant_id=request.grant_id)
     devices: list[GrantedDevice] = []

@@ -1,15 +1,12 @@
 """NVML beside XDM: one session serving enrichment, the metrics fallback and the extra stats.
 
-XDM reports NVIDIA cards without PCI bus IDs, NUMA nodes or clocks, and its
-exporter (as reconstructed) lacks some of nomad-device-nvidia's stats
-(encoder, decoder, BAR1, ECC by location). With ``nvml_enrich`` on and NVML
-on the node, ``NvmlCompanion`` fills those gaps from one NVML session: it
-enriches inventories (cards matched by UUID, else, for NVIDIA cards only, by
-minor; XDM's own values always win), reads the cards when XDM has no exporter
-at all, and feeds the extra stats once per interval. Any NVML failure shuts
-the session down; it is opened again after a ``Backoff``, and each distinct
-failure is logged once. Meanwhile inventories pass unchanged, the fallback
-raises ``BackendUnavailable`` and the extra stats show "N/A".
+XDM reports NVIDIA cards without PCI bus IDs, NUMA nodes or clocks, and its exporter lacks some of
+nomad-device-nvidia's stats (encoder, decoder, BAR1, ECC by location). With ``nvml_enrich`` on,
+``NvmlCompanion`` fills those gaps from one NVML session: it enriches inventories (cards matched by
+UUID, else, for NVIDIA cards, by minor; XDM's own values win), reads the cards when XDM has no
+exporter, and feeds the extra stats each interval. Any NVML failure closes the session until a
+``Backoff`` has passed (each distinct failure logged once); meanwhile inventories pass unchanged,
+the fallback raises ``BackendUnavailable`` and the extra stats show "N/A".
 """
 
 from __future__ import annotations
@@ -31,15 +28,12 @@ from nomad_plugin.util.threads import Backoff
 
 log = logging.getLogger(__name__)
 
-#: The cache source the extra stats are filed under.
 EXTRAS_SOURCE = "nvml-extras"
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class CardFacts:
-    """What NVML says about one physical card."""
-
     uuid: str
     minor: int
     pci_bus_id: str = ""
@@ -48,7 +42,6 @@ class CardFacts:
 
 
 def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: devices.FirstReadings | None = None) -> list[CardFacts]:
-    """One pass over an initialised NVML; a card that fails to read is skipped."""
     refs, failed = devices.list_devices(nvml)
     for index, message in failed.items():
         log.warning("enrichment skips GPU index %d: %s", index, message)
@@ -66,7 +59,6 @@ def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: devices.FirstReading
 
 
 def apply_facts(inventory: Inventory, facts: Sequence[CardFacts]) -> Inventory:
-    """Fill empty PCI/NUMA fields and missing extra keys; XDM's own values win."""
     by_uuid = {f.uuid: f for f in facts}
     by_minor = {f.minor: f for f in facts}
     cards = []
@@ -105,7 +97,7 @@ class NvmlCompanion:
         self._thread: threading.Thread | None = None
 
     def open(self) -> str:
-        """Open the session now (the probe): "" when NVML works here, else why not (not logged)."""
+        """Open the session now: "" when NVML works here, else why not (not logged)."""
         with self._lock:
             return "" if self._session() is not None else self.last_error
 
@@ -114,7 +106,7 @@ class NvmlCompanion:
         return inventory if facts is None else apply_facts(inventory, facts)
 
     def metrics_snapshot(self) -> list[MetricSample]:
-        """NVML's readings of every card: the stats when XDM has no exporter."""
+        """NVML's readings of every card, for when XDM has no exporter."""
         samples = self._use(self._readings)
         if samples is None:
             raise BackendUnavailable(f"NVML is not available: {self.last_error}")
@@ -160,7 +152,7 @@ class NvmlCompanion:
         return result.samples
 
     def _use(self, read: Callable[[Nvml], T]) -> T | None:
-        """``read`` on the open session; None while NVML cannot be had (each distinct failure logged once)."""
+        """``read`` on the open session; None while NVML cannot be had."""
         with self._lock:
             nvml, result = self._session(), None
             try:
@@ -203,7 +195,7 @@ class NvmlCompanion:
 
 
 class EnrichedBackend:
-    """An XDM backend whose inventories pass through the companion's enrichment; the rest is XDM's."""
+    """An XDM backend whose inventories pass through the companion's enrichment."""
 
     def __init__(self, inner: Backend, companion: NvmlCompanion) -> None:
         self._inner = inner

@@ -1,8 +1,4 @@
-"""Reading cards, MIG instances, node facts and readings out of an initialised NVML.
-
-Functions here only read: they hold no state and start no threads, so the
-backend, the XDM-node companion and the GPU check share them.
-"""
+"""Reading cards, MIG instances, node facts and readings out of an initialised NVML (stateless)."""
 
 from __future__ import annotations
 
@@ -22,7 +18,6 @@ from nomad_plugin.nvml.lib import Nvml
 # 1024 << (gen - 3) for gen 3..6; other generations count as 0 there, and here.
 _PCIE_LANE_MBPS = {3: 1024, 4: 2048, 5: 3072, 6: 4096}
 _MIB = 1024 * 1024
-#: Readings nomad-device-nvidia takes once, when it fingerprints a card (see ``FirstReadings``).
 VOLATILE_EXTRAS = ("power", "cores_clock", "memory_clock")
 #: ``Card.extra`` key set when the card's memory is the host's RAM (a unified-memory iGPU).
 HOST_MEMORY_KEY = "memory_source"
@@ -37,7 +32,7 @@ _EMPTY_SLOT = lib.MISSING_CODES | {lib.ERROR_INVALID_ARGUMENT}
 
 
 def normalise_bus_id(raw: str) -> str:
-    """``00000000:3B:00.0`` (NVML: 8-digit domain, upper case) -> ``0000:3b:00.0``, the form sysfs and Nomad use."""
+    """NVML's ``00000000:3B:00.0`` -> ``0000:3b:00.0``, the form sysfs and Nomad use."""
     match = _BUS_ID.match(raw.strip())
     if match is None:
         raise ValueError(f"pci_bus_id: {raw!r} is not a PCI address like 0000:18:00.0")
@@ -60,13 +55,9 @@ def sysfs_numa_node(bus_id: str, sysfs_root: str = "/sys") -> int | None:
 
 
 def memory_reading(nvml: Nvml, handle: Any) -> tuple[int, int, bool]:
-    """(total, used) MiB of framebuffer memory, or of the host's RAM where NVML has none (GB10: NotSupported),
-    and whether it is the host's.
-
-    nomad-device-nvidia falls back the same way (nvml/driver_linux.go,
-    ``determineMemoryInfo``) to sysinfo(2)'s ``totalram`` and ``freeram``,
-    which glibc's ``SC_PHYS_PAGES`` and ``SC_AVPHYS_PAGES`` report.
-    """
+    """(total, used) MiB of framebuffer memory, or of the host's RAM where NVML has none, and whether
+    it is the host's: nomad-device-nvidia's fallback (nvml/driver_linux.go, ``determineMemoryInfo``)
+    to sysinfo(2)'s ``totalram`` and ``freeram``, which ``SC_PHYS_PAGES``/``SC_AVPHYS_PAGES`` report."""
     try:
         info = nvml.nvmlDeviceGetMemoryInfo(handle)
     except nvml.NVMLError as exc:
@@ -80,8 +71,6 @@ def memory_reading(nvml: Nvml, handle: Any) -> tuple[int, int, bool]:
 
 @dataclass(frozen=True)
 class DeviceRef:
-    """One physical GPU as NVML enumerates it; ``handle`` is NVML's opaque handle."""
-
     index: int
     uuid: str
     minor: int
@@ -109,7 +98,6 @@ def cuda_version_text(raw: int) -> str:
 
 
 def node_facts(nvml: Nvml) -> dict[str, str]:
-    """Driver and CUDA versions."""
     facts = {"driver_version": lib.text(nvml.nvmlSystemGetDriverVersion())}
     cuda = lib.optional(nvml, "nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
@@ -120,7 +108,6 @@ def node_facts(nvml: Nvml) -> dict[str, str]:
 
 
 def bus_id(nvml: Nvml, handle: Any) -> str:
-    """The card's PCI address in sysfs form ("" if NVML gives none)."""
     info = nvml.nvmlDeviceGetPciInfo(handle)
     raw = lib.text(getattr(info, "busId", b"") or getattr(info, "busIdLegacy", b""))
     return normalise_bus_id(raw) if raw else ""
@@ -136,19 +123,12 @@ def numa_node(nvml: Nvml, handle: Any, pci_bus_id: str, sysfs_root: str) -> int 
 
 
 def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
-    """The attributes nomad-device-nvidia fingerprints, with its names, units and meanings.
-
-    ``power`` is the power *draw* in whole W and ``cores_clock``/``memory_clock``
-    the *current* clocks in MHz (its driver_linux.go reads nvmlDeviceGetPowerUsage
-    and nvmlDeviceGetClockInfo); ``bar1`` the BAR1 total in MiB; ``pci_bandwidth``
-    max link width x its per-lane table in MB/s; ``display_state`` and
-    ``persistence_mode`` go-nvml's ``EnableState`` printed with ``%v``: "1" or "0".
-    ``power_limit`` (W) and ``compute_capability`` are ours.
-
-    A reading the card does not support shows as that plugin shows it:
-    ``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock`` absent.
-    Where it would fail the whole fingerprint (any other missing reading) the
-    attribute is left out and the card is still offered.
+    """The attributes nomad-device-nvidia fingerprints, with its names, units and meanings (its
+    driver_linux.go): ``power`` the draw in whole W, the clocks the current ones in MHz, ``bar1`` MiB,
+    ``pci_bandwidth`` max link width x its per-lane MB/s, ``display_state``/``persistence_mode``
+    "1" or "0"; ``power_limit`` and ``compute_capability`` are ours. NotSupported shows as there
+    (``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock`` absent); where it would fail
+    the whole fingerprint the attribute is left out and the card still offered.
     """
     extras: dict[str, str] = {}
     for key, clock in (("cores_clock", nvml.NVML_CLOCK_GRAPHICS), ("memory_clock", nvml.NVML_CLOCK_MEM)):
@@ -184,12 +164,8 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
 
 
 class FirstReadings:
-    """Keeps the first power draw and clocks read per card, as nomad-device-nvidia does.
-
-    It reads them when it fingerprints and re-sends only when cards come or
-    go, so Nomad keeps the first values; re-reading them every resync would
-    re-send the fingerprint on every load swing.
-    """
+    """The first power draw and clocks read per card: nomad-device-nvidia re-sends its fingerprint only
+    when cards come or go, so Nomad keeps the first values (and load swings re-send nothing)."""
 
     def __init__(self) -> None:
         self._seen: dict[str, dict[str, str]] = {}
@@ -203,7 +179,7 @@ class FirstReadings:
 
 
 def mig_mode(nvml: Nvml, handle: Any) -> tuple[bool, bool]:
-    """(MIG capable, MIG currently enabled)."""
+    """(MIG capable, MIG enabled)."""
     modes = lib.optional(nvml, "nvmlDeviceGetMigMode", handle)
     if modes is None:
         return False, False
@@ -223,7 +199,7 @@ def slices_from_profile(profile: str) -> int:
 
 
 def mig_handles(nvml: Nvml, handle: Any) -> Iterator[Any]:
-    """The MIG devices that exist on a MIG-enabled card (NVML cannot create them)."""
+    """The MIG devices of a MIG-enabled card."""
     for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
         try:
             yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
@@ -250,7 +226,6 @@ def mig_instance(nvml: Nvml, mig: Any) -> MigInstance:
 def read_card(
     nvml: Nvml, ref: DeviceRef, node: Mapping[str, str], sysfs_root: str = "/sys", first: FirstReadings | None = None
 ) -> Card:
-    """One whole card with its static facts; health is overlaid by the backend."""
     handle = ref.handle
     pci = bus_id(nvml, handle)
     capable, enabled = mig_mode(nvml, handle)
@@ -279,7 +254,7 @@ def read_card(
     )
 
 
-# --- readings (NVML has no push: these are polled) -------------------------------------------------
+# --- readings (polled: NVML has no push) ---------------------------------------------------------------
 
 
 def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, str] | None = None) -> MetricSample:
@@ -289,8 +264,8 @@ def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, s
 def _read_into(
     values: dict[str, float], nvml: Nvml, handle: Any, rows: Sequence[tuple[str, str, tuple[Any, ...], int]]
 ) -> int:
-    """Each row (name, NVML getter, its arguments, divisor) read into ``values``; returns the ``nvml_unsupported``
-    bits of the rows NVML answered NotSupported for (nomad-device-nvidia shows those as 0, the stats layout too)."""
+    """Each row (name, getter, arguments, divisor) read into ``values``; returns the ``nvml_unsupported``
+    bits of the rows NVML answered NotSupported for (shown as 0, as nomad-device-nvidia does)."""
     unsupported = 0
     for name, function, args, divisor in rows:
         value, why = lib.read(nvml, function, handle, *args)
@@ -302,12 +277,8 @@ def _read_into(
 
 
 def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
-    """One card's readings: nomad-device-nvidia's, plus power limit, clocks, throttle reasons and remapped rows.
-
-    A reading the card does not have is left out, never faked as 0. An iGPU's
-    memory utilisation is used / total of the host's RAM, as the official
-    plugin derives it.
-    """
+    """One card's readings: nomad-device-nvidia's and ours. A reading the card lacks is left out, never
+    faked as 0; an iGPU's memory utilisation is used / total host RAM, as the official plugin has it."""
     values: dict[str, float] = {}
     util = lib.optional(nvml, "nvmlDeviceGetUtilizationRates", handle)
     if util is not None:
@@ -355,10 +326,9 @@ def card_values(nvml: Nvml, handle: Any) -> dict[str, float]:
 def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
     """The readings only nomad-device-nvidia's stats show: encoder/decoder, BAR1, ECC by location.
 
-    ECC counts are corrected errors since the last driver load (volatile), per
-    location, as its nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE) reads
-    them; here through nvmlDeviceGetMemoryErrorCounter, which NVML keeps in
-    place of that deprecated call (nvmlMemoryLocation_t: L1 0, L2 1, device memory 2).
+    ECC: corrected errors since the driver loaded, by location, as its deprecated
+    nvmlDeviceGetDetailedEccErrors(CORRECTED, VOLATILE); here nvmlDeviceGetMemoryErrorCounter
+    (nvmlMemoryLocation_t: L1 0, L2 1, device memory 2).
     """
     values: dict[str, float] = {}
     for name, function in (
@@ -391,7 +361,7 @@ def official_values(nvml: Nvml, handle: Any) -> dict[str, float]:
 
 @dataclass
 class Poll:
-    """One poll: samples, plus cards found lost and per-card errors; ``fatal`` voids it (NVML itself is gone)."""
+    """Samples, cards found lost and per-card errors; ``fatal`` voids it (NVML itself is gone)."""
 
     samples: list[MetricSample] = field(default_factory=list)
     lost: dict[str, str] = field(default_factory=dict)
@@ -414,11 +384,7 @@ def _mig_samples(nvml: Nvml, ref: DeviceRef, ts_ms: int) -> Iterator[MetricSampl
 
 
 def poll(nvml: Nvml, refs: Iterable[tuple[DeviceRef, bool]], ts_ms: int) -> Poll:
-    """Read every card, and its MIG instances' memory when MIG is on; never raises per card.
-
-    NVML errors that mean the card is gone land in ``lost``; other per-card
-    NVML errors in ``errors``, and that card's readings are skipped.
-    """
+    """Every card, and its MIG instances' memory when MIG is on; a card's NVML error skips that card."""
     result = Poll()
     for ref, mig_enabled in refs:
         try:

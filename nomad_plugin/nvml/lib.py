@@ -1,8 +1,6 @@
-"""Loading the NVML bindings lazily, probing NVML, and telling NVML errors apart.
+"""Loading the optional NVML bindings (``nvidia-ml-py``) lazily, and telling NVML errors apart.
 
-``pynvml`` (package ``nvidia-ml-py``) is optional: the XDM backend must work
-on nodes without it. Every NVML user in this package receives the module as
-a value (``Nvml``), so tests inject a double with the same function names.
+Every NVML user receives the module as a value (``Nvml``), so tests inject a double.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import importlib
 import importlib.util
 from typing import Any
 
-#: The pynvml module, or a double with the same function names.
 Nvml = Any
 
 # NVML return codes we branch on (stable C API values, nvml.h).
@@ -35,35 +32,11 @@ NVML_GONE_CODES = frozenset({1, ERROR_DRIVER_NOT_LOADED, 18})
 #: Codes meaning "this reading does not exist on this card/driver".
 MISSING_CODES = frozenset({ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND, ERROR_NOT_FOUND, ERROR_NO_PERMISSION})
 
-#: The file pynvml opens on Linux (its ``_LoadNvmlLibrary``); NVIDIA's driver installs it.
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
 class NvmlMissing(RuntimeError):
     """The bindings or the NVML library itself are not present on this node."""
-
-
-def bindings_installed() -> bool:
-    """Whether ``pynvml`` could be imported, without importing it."""
-    try:
-        return importlib.util.find_spec("pynvml") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def library_missing() -> str:
-    """ "" when NVML's shared library opens, else why not, without importing ``pynvml``.
-
-    On a node without NVIDIA's driver (every Lingjun node) importing the
-    bindings only to have ``nvmlInit`` fail would keep their code in the
-    plugin's memory for good; this opens the file pynvml would open, so the
-    answer is the one ``nvmlInit`` would give.
-    """
-    try:
-        ctypes.CDLL(NVML_LIBRARY)
-    except OSError as exc:
-        return f"NVML Shared Library Not Found ({exc})"
-    return ""
 
 
 def load() -> Nvml:
@@ -78,15 +51,23 @@ def load() -> Nvml:
 
 
 def load_if_library() -> Nvml:
-    """``load``, once NVML's library is known to open (else ``NvmlMissing`` and nothing imported)."""
-    missing = library_missing() if bindings_installed() else ""
-    if missing:
-        raise NvmlMissing(missing)
+    """``load``, once the file pynvml opens (its ``_LoadNvmlLibrary``) opens, else ``NvmlMissing``.
+
+    On a node without NVIDIA's driver (every Lingjun node) the bindings are then never imported:
+    once imported, their code would stay in the plugin's memory for good.
+    """
+    try:
+        if importlib.util.find_spec("pynvml") is not None:
+            ctypes.CDLL(NVML_LIBRARY)
+    except (ImportError, ValueError):
+        pass  # no bindings: ``load`` says so
+    except OSError as exc:
+        raise NvmlMissing(f"NVML Shared Library Not Found ({exc})") from None
     return load()
 
 
 def nvml_unavailable_reason(nvml: Nvml | None = None) -> str:
-    """ "" if NVML initialises here (it is shut down again), else why not; never raises."""
+    """ "" if NVML initialises here (then shut down again), else why not; never raises."""
     try:
         module = nvml if nvml is not None else load_if_library()
     except NvmlMissing as exc:
@@ -105,30 +86,26 @@ def nvml_available(nvml: Nvml | None = None) -> bool:
 
 
 def error_code(nvml: Nvml, exc: BaseException) -> int | None:
-    """The NVML return code carried by ``exc``, or None if it is no NVML error."""
     value = getattr(exc, "value", None) if isinstance(exc, nvml.NVMLError) else None
     return value if isinstance(value, int) else None
 
 
 def describe(nvml: Nvml, exc: BaseException) -> str:
-    """A one-line operator message: NVML's text plus its code."""
     code = error_code(nvml, exc)
     return f"{type(exc).__name__}: {exc}" if code is None else f"{exc} (NVML error {code})"
 
 
 def text(value: object) -> str:
-    """NVML strings arrive as ``str`` or ``bytes`` depending on the binding version."""
+    """NVML strings are ``str`` or ``bytes``, by binding version."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def read(nvml: Nvml, function: str, *args: Any) -> tuple[Any, int | None]:
-    """Call the NVML getter ``function``: ``(value, None)``, or ``(None, code)`` when the reading does not exist.
+    """``(value, None)``, or ``(None, code)`` when the reading does not exist here.
 
-    The code tells "the card does not support this" (``ERROR_NOT_SUPPORTED``,
-    which nomad-device-nvidia shows as 0) from "it could not be read" (the
-    other ``MISSING_CODES``; ``ERROR_FUNCTION_NOT_FOUND`` when the bindings
-    lack the function). Card faults and other errors propagate: a missing
-    reading must never hide a broken card.
+    ``ERROR_NOT_SUPPORTED`` (which nomad-device-nvidia shows as 0) is told from the other
+    ``MISSING_CODES``. Card faults and other errors propagate: a missing reading must never hide a
+    broken card.
     """
     fn = getattr(nvml, function, None)
     if fn is None:
@@ -143,5 +120,4 @@ def read(nvml: Nvml, function: str, *args: Any) -> tuple[Any, int | None]:
 
 
 def optional(nvml: Nvml, function: str, *args: Any) -> Any:
-    """``read``'s value alone: None when the reading does not exist here."""
     return read(nvml, function, *args)[0]

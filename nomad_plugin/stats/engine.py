@@ -1,39 +1,24 @@
 """The Stats stream: cached readings as Nomad's ``StatsResponse``, one per collection interval.
 
-``nomad node status -stats`` and ``nomad alloc status -stats`` print every
-attribute of an instance's ``StatObject`` (nested keys joined with ``.``),
-and the plain views print ``summary``. So:
+``nomad node status -stats`` / ``nomad alloc status -stats`` print every attribute of an instance's
+``StatObject`` (nested keys joined with ``.``), the plain views its ``summary``. The top level
+carries nomad-device-nvidia's eleven stats (its stats.go: names, units, descriptions) of the
+physical card, also for the shares and MIG units carved from it; ``xdm.*`` what XDM adds;
+``share.*`` / ``mig.*`` what the instance was granted beside what it uses; ``summary`` memory
+used/total (whole cards) or used/allotted (MiB).
 
-- The top level carries nomad-device-nvidia's eleven stats (its stats.go:
-  names, units, descriptions); they describe the physical card, also for
-  the shares and MIG units carved from it.
-- ``xdm.*`` holds what XDM adds (health, XID errors, throttle reasons by
-  name, NVLink errors, remapped rows, ECC totals, power, clocks).
-- ``share.*`` / ``mig.*`` hold what the instance was granted beside what it
-  uses (per-grant samples labelled with the allocation id).
-- ``summary`` is memory used/total (MiB) for whole cards, used/allotted
-  (MiB) for shares and MIG units.
+ECC: the official plugin shows corrected errors since the driver loaded, by location, as NVML gives
+them; XDM gives totals by kind only, so there "ECC memory errors" carries the corrected total (its
+desc says so) and L1/L2 are "N/A". Encoder, decoder and BAR1 come from NVML, "N/A" without it.
 
-ECC: the official plugin shows corrected errors since the driver loaded, per
-location, and NVML gives those here too. XDM reports only totals by kind, so
-there "ECC memory errors" carries the corrected total over all locations
-(its desc says so) and "ECC L1/L2 errors" are "N/A". Encoder, decoder and
-BAR1 come from NVML (the NVML companion, ``nvml/companion.py``, on XDM nodes), "N/A" without it.
+A missing reading is "N/A", except the official Temperature, Power and ECC stats NVML says the
+card does not support (``nvml_unsupported``): int 0, as the official plugin sends them. A reading
+older than ``STALE_INTERVALS`` intervals keeps its value, its desc starting "stale: last update N s
+ago"; "Stats age" shows the newest reading's age where the CLI (which hides descs) shows it.
 
-A missing reading is the string "N/A" with its unit, except the official
-Temperature, Power usage and ECC stats of a reading NVML says the card does
-not support (``nvml_unsupported``): those are int 0, as the official plugin
-sends them. A reading older than ``STALE_INTERVALS`` intervals keeps its
-value, and its desc starts with "stale: last update N s ago"; "Stats age"
-shows the age of the instance's newest reading where the CLI (which hides
-descs) shows it, and the timestamp is when that reading arrived.
-
-Each tick reads the cache only, never XDM, so a slow or dead XDM cannot
-stall Nomad's stats. The stream ends only when ``cancel`` is set: Nomad stops
-collecting stats for good when it ends cleanly (nomad's
-client/devicemanager/instance.go, ``collectStats``), so nothing here raises.
-A failed build is logged and answered with every value "N/A", so that Nomad
-replaces its copy instead of keeping old numbers.
+Each tick reads the cache only, never XDM. Nomad stops collecting stats for good when the stream
+ends (nomad's client/devicemanager/instance.go, ``collectStats``), so nothing here ends it but
+``cancel``: a failed build is logged and answered with every value "N/A".
 """
 
 from __future__ import annotations
@@ -50,7 +35,7 @@ from nomad_plugin._proto.nomad import device_pb2, stats_pb2
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, Instance, Kind
 from nomad_plugin.model.metrics import UNSUPPORTED_BITS
-from nomad_plugin.stats.cache import Clock, MetricsCache, Reading
+from nomad_plugin.stats.feed import Clock, MetricsCache, Reading
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +88,12 @@ class GrantInfo:
 GrantOf = Callable[[str], "GrantInfo | None"]
 
 
+def effective_interval(interval: float) -> float:
+    """Nomad's ``collection_interval`` in seconds; its SDK takes zero or less as 1 s."""
+    return interval if interval > 0 else 1.0
+
+
 def no_grants(instance_id: str) -> GrantInfo | None:
-    """A ``GrantOf`` for when no reserve layer is wired: nothing is granted."""
     return None
 
 
@@ -127,7 +116,6 @@ def na(unit: str, desc: str) -> Stat:
 
 
 def put(out: stats_pb2.StatValue, stat: Stat) -> None:
-    """Write one stat into a StatValue (a fresh one: the fields it has not are left unset)."""
     unit, desc, value, denominator = stat
     if unit:
         out.unit = unit
@@ -143,7 +131,6 @@ def put(out: stats_pb2.StatValue, stat: Stat) -> None:
 
 
 def fill(attributes: MutableMapping[str, stats_pb2.StatValue], stats: Mapping[str, Stat]) -> None:
-    """Write each stat into the StatValue of its name in a StatObject's ``attributes``."""
     for name, stat in stats.items():
         put(attributes[name], stat)
 
@@ -323,15 +310,13 @@ def build_stats(
     interval: float,
     wall_offset: float = 0.0,
 ) -> device_pb2.StatsResponse:
-    """One ``StatsResponse``: a group per catalog group, an entry per fingerprinted instance.
+    """A group per catalog group, an entry per fingerprinted instance.
 
-    ``now`` is on the cache's clock (ages, staleness); ``wall_offset`` turns that
-    clock into wall time for the timestamps (0 when the cache runs on wall time).
-    Each card's object is built once and copied into every instance carved from
-    it; so is the entry of an unreserved share, which has no reading of its own
-    and shows what every unreserved share of that size on the card shows.
+    ``now`` is on the cache's clock; ``wall_offset`` makes wall time of it for the timestamps. Each
+    card's object is built once and copied into every instance carved from it, and so is the entry
+    of an unreserved share, which has no reading of its own.
     """
-    stale_after = STALE_INTERVALS * (interval if interval > 0 else 1.0)
+    stale_after = STALE_INTERVALS * effective_interval(interval)
     cards: dict[str, tuple[stats_pb2.StatObject, float | None]] = {}
     unreserved: dict[tuple[str, int, int, int], device_pb2.DeviceStats] = {}
     response = device_pb2.StatsResponse()
@@ -374,17 +359,7 @@ def build_stats(
     return response
 
 
-MIN_INTERVAL = 1.0  # Nomad's SDK treats a zero collection interval as 1 s
-
-
-def effective_interval(interval: float) -> float:
-    """Nomad's ``collection_interval`` in seconds; zero or negative means 1 s."""
-    return interval if interval > 0 else MIN_INTERVAL
-
-
 class StatsEngine:
-    """One ``StatsResponse`` per interval from the cache (see the module docstring)."""
-
     def __init__(
         self,
         cache: MetricsCache,
@@ -401,34 +376,28 @@ class StatsEngine:
         self._clock = clock  # the cache's clock: ages and staleness
         self._wall_clock = wall_clock  # only for the timestamps Nomad shows
 
-    def build(self, interval: float) -> device_pb2.StatsResponse:
-        """One response from the cache (may raise; ``responses`` guards it)."""
-        return self._build(interval, self._cache, self._grant_of)
-
-    def _build(self, interval: float, cache: MetricsCache, grant_of: GrantOf) -> device_pb2.StatsResponse:
+    def build(self, interval: float, empty: bool = False) -> device_pb2.StatsResponse:
+        """One response from the cache, or with every value "N/A" (``empty``); may raise."""
         now = self._clock()
-        offset = self._wall_clock() - now
-        return build_stats(
-            self._catalog(), self._inventory(), cache, grant_of, now, effective_interval(interval), offset
-        )
-
-    def _safe_build(self, interval: float) -> device_pb2.StatsResponse:
-        try:
-            return self.build(interval)
-        except Exception:
-            log.exception("building stats failed; sending N/A values")
-        try:
-            return self._build(interval, MetricsCache(clock=self._clock, max_entries=1), no_grants)
-        except Exception:
-            log.exception("building N/A stats failed; sending an empty response")
-            return device_pb2.StatsResponse()
+        cache = MetricsCache(clock=self._clock, max_entries=1) if empty else self._cache
+        grant_of = no_grants if empty else self._grant_of
+        return build_stats(self._catalog(), self._inventory(), cache, grant_of, now, interval, self._wall_clock() - now)
 
     def responses(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]:
         """The first response at once, then one per interval, until ``cancel`` is set."""
         period = effective_interval(interval)
         next_tick = time.monotonic()
         while not cancel.is_set():
-            yield self._safe_build(interval)
+            try:
+                response = self.build(interval)
+            except Exception:
+                log.exception("building stats failed; sending N/A values")
+                try:
+                    response = self.build(interval, empty=True)
+                except Exception:
+                    log.exception("building N/A stats failed; sending an empty response")
+                    response = device_pb2.StatsResponse()
+            yield response
             next_tick += period
             delay = next_tick - time.monotonic()
             if delay < 0:  # a slow consumer: skip missed ticks rather than burst

@@ -1,20 +1,17 @@
-"""One background thread that keeps the metrics cache filled.
+"""The latest metric readings (``MetricsCache``) and the thread that keeps them filled (``MetricsFeed``).
 
-Order of preference, re-evaluated on every resubscription:
+Nomad asks for stats at its own interval; XDM pushes (or is polled) at the exporter's. The feed
+writes the cache, the Stats stream and the Prometheus collector read it, and neither ever calls XDM.
+Each reading keeps the time *we* received it, on a monotonic clock, so one that stopped arriving
+shows as stale. Cards are keyed by the device string the sample names (a minor or a UUID; the stats
+layout resolves both), grants by the ``allocation_id`` label; the least recently updated readings
+go first past ``max_entries``.
 
-1. XDM's ``ExporterDataStream`` (``backend.metrics_stream``): every pushed
-   batch goes into the cache. When it ends or breaks we resubscribe after
-   ``Backoff`` (1 s, x2, cap 30 s: XDM's documented rule).
-2. While the stream is down, ``backend.metrics_snapshot`` is polled at the
-   collection interval, so numbers keep flowing during the backoff.
-3. When both answer "unimplemented" (no XDM exporter on this node) and an
-   NVML source was given, that is read at the interval instead.
-4. Otherwise nothing: the cache ages and the stats mark values stale;
-   metrics are optional, and nothing else waits for them.
-
-The thread never spins: every path either blocks in the stream or waits on
-the stop event for an interval. ``stop()`` sets that event (which is also
-the stream's cancel) and joins the thread.
+The feed prefers, re-evaluated on every resubscription: XDM's ``ExporterDataStream``
+(``backend.metrics_stream``), resubscribed after ``Backoff`` (XDM's rule: 1 s, x2, cap 30 s); while
+it is down, ``backend.metrics_snapshot`` polled each interval; when both answer "unimplemented" (no
+exporter on this node), the NVML source; else nothing, and the stats mark values stale. It never
+spins: it blocks in the stream or waits on the stop event, which is also the stream's cancel.
 """
 
 from __future__ import annotations
@@ -22,13 +19,119 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from nomad_plugin.model.backend_port import Backend
 from nomad_plugin.model.errors import BackendUnavailable
-from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.stats.cache import Clock, MetricsCache
+from nomad_plugin.model.metrics import ALL_METRIC_NAMES, GRANT_LABEL, MetricSample
 from nomad_plugin.util.threads import Backoff, CancelEvent
+
+Clock = Callable[[], float]
+DEFAULT_MAX_ENTRIES = 16384
+_KNOWN_NAMES = frozenset(ALL_METRIC_NAMES.values())
+
+
+class Reading(NamedTuple):
+    """One cached value; ``received`` is on the cache's clock (the layout makes wall time of it)."""
+
+    value: float
+    received: float
+    timestamp_ms: int = 0
+
+
+class MetricsCache:
+    """Thread-safe map (scope, key, metric name) -> latest ``Reading``; scope is "card" or "grant"."""
+
+    def __init__(self, clock: Clock = time.monotonic, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self._clock = clock
+        self._max = max_entries
+        self._lock = threading.Lock()
+        # In update order (an update re-inserts its key last), so the least recently updated come first.
+        self._data: dict[tuple[str, str, str], Reading] = {}
+        # The known metrics again, by (scope, key): what the layout asks for.
+        self._by_key: dict[tuple[str, str], dict[str, Reading]] = {}
+        self._source = ""
+        self._updates = 0
+
+    def update(self, samples: Iterable[MetricSample], source: str = "") -> int:
+        """Store one batch; returns how many samples were kept."""
+        now = self._clock()
+        kept = 0
+        with self._lock:
+            for device, metric_id, name, value, timestamp_ms, labels in samples:
+                name = name or ALL_METRIC_NAMES.get(metric_id, "")
+                if not name:
+                    continue
+                grant = labels.get(GRANT_LABEL, "") if labels else ""
+                owner = ("grant", grant) if grant else ("card", device)
+                key = (*owner, name)
+                reading = Reading(float(value), now, timestamp_ms)
+                self._data.pop(key, None)
+                self._data[key] = reading
+                if name in _KNOWN_NAMES:
+                    self._by_key.setdefault(owner, {})[name] = reading
+                kept += 1
+            while len(self._data) > self._max:
+                scope, who, name = oldest = next(iter(self._data))
+                del self._data[oldest]
+                group = self._by_key.get((scope, who))
+                if group is not None:
+                    group.pop(name, None)
+                    if not group:
+                        del self._by_key[(scope, who)]
+            self._updates += 1
+            if source:
+                self._source = source
+        return kept
+
+    def card(self, device: str, name: str) -> Reading | None:
+        with self._lock:
+            return self._data.get(("card", device, name))
+
+    def card_readings(self, devices: Iterable[str]) -> dict[str, Reading]:
+        """Every known metric of one card (named by minor and/or UUID), the freshest per name."""
+        out: dict[str, Reading] = {}
+        with self._lock:
+            for device in devices:
+                for name, found in self._by_key.get(("card", device), {}).items() if device else ():
+                    seen = out.get(name)
+                    if seen is None or found.received > seen.received:
+                        out[name] = found
+        return out
+
+    def grant_readings(self, grant_id: str) -> dict[str, Reading]:
+        with self._lock:
+            return dict(self._by_key.get(("grant", grant_id), {}))
+
+    def devices(self) -> list[str]:
+        """Every card key with a reading, in first-seen order."""
+        return self._keys("card")
+
+    def grants(self) -> list[str]:
+        return self._keys("grant")
+
+    def _keys(self, scope: str) -> list[str]:
+        with self._lock:
+            return list(dict.fromkeys(key for kind, key, _ in self._data if kind == scope))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    @property
+    def source(self) -> str:
+        """Where the last batch came from: "stream", "poll", "nvml", "nvml-extras" or ""."""
+        with self._lock:
+            return self._source
+
+    @property
+    def update_count(self) -> int:
+        with self._lock:
+            return self._updates
+
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +145,6 @@ UNIMPLEMENTED = "unimplemented"
 
 
 class MetricsFeed:
-    """Fills a ``MetricsCache`` from a backend; see the module docstring."""
-
     def __init__(
         self,
         backend: Backend,
@@ -68,7 +169,6 @@ class MetricsFeed:
         self.stream_subscriptions = 0  # how many times the stream was (re)opened
 
     def start(self) -> None:
-        """Start the thread once; later calls do nothing."""
         with self._lock:
             if self._thread is not None:
                 return
@@ -76,7 +176,6 @@ class MetricsFeed:
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Cancel the stream and wait for the thread; idempotent."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -141,7 +240,7 @@ class MetricsFeed:
                 snapshot_unimplemented = self._poll_once()
             if snapshot_unimplemented:
                 if stream_unimplemented and self._nvml is not None:
-                    self._read_nvml()
+                    self._read_nvml(self._nvml)
                 else:
                     self._set_source(SOURCE_NONE)
             remaining = deadline - time.monotonic()
@@ -164,10 +263,9 @@ class MetricsFeed:
         self._set_source(SOURCE_POLL)
         return False
 
-    def _read_nvml(self) -> None:
-        assert self._nvml is not None
+    def _read_nvml(self, read: NvmlSource) -> None:
         try:
-            samples = self._nvml()
+            samples = read()
         except Exception as exc:
             log.warning("NVML metrics read failed: %s", exc)
             self._set_source(SOURCE_NONE)

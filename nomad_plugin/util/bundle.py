@@ -30,11 +30,8 @@ def restore_child_environment(environ: MutableMapping[str, str]) -> None:
 
 
 def self_check() -> int:
-    """``--self-check`` (hidden; tests/operator/test_dist.py): the interpreter pieces the shipped file
-    must carry, built for an old glibc (tools/build_python.py), whatever the node has installed.
-
-    Prints one JSON object on stdout; exits 0 only when every check passed.
-    """
+    """``--self-check`` (hidden; tests/operator/test_dist.py): one JSON object on stdout about the
+    interpreter pieces the shipped file must carry (tools/build_python.py); 0 only when all passed."""
     result: dict[str, object] = {"python": sys.version.split()[0], "frozen": bool(getattr(sys, "frozen", False))}
     failed: list[str] = []
 

@@ -1,40 +1,12 @@
-"""Protobuf's wire format for messages the plugin has no classes for.
+"""Protobuf wire bytes for fields no message declares (the simulator's schema-drift modes send them).
 
-Reading is protobuf's own: the bytes parse as an ``Empty``, whose unknown fields are all of them
-(``google.protobuf.unknown_fields``). The XDM client's reflection probe, ``xdm-probe --raw`` and the
-XDM capture read raw fields so. Protobuf has no public encoder for a field that no message declares,
-so the few bytes the reflection probe and the simulator's schema-drift modes send are written here.
+Protobuf has no public encoder for such a field; reading them is protobuf's own
+(``google.protobuf.unknown_fields``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-VARINT, I64, LEN, I32 = 0, 1, 2, 5
-
-
-class WireError(ValueError):
-    """The bytes are not a well-formed protobuf message."""
-
-
-def iter_fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) in wire order: an int for a varint, the raw bytes otherwise."""
-    from google.protobuf import empty_pb2, message, unknown_fields
-
-    holder = empty_pb2.Empty()
-    try:
-        holder.ParseFromString(data)
-    except message.DecodeError as exc:
-        raise WireError(str(exc)) from None
-    fields = unknown_fields.UnknownFieldSet(holder)
-    for index in range(len(fields)):
-        number, wire, value = fields[index].field_number, fields[index].wire_type, fields[index].data
-        if wire in (VARINT, LEN):
-            yield number, wire, value
-        elif wire in (I64, I32):
-            yield number, wire, value.to_bytes(8 if wire == I64 else 4, "little")
-        else:
-            raise WireError(f"unsupported wire type {wire}")  # a group: proto3 has none
+VARINT, LEN = 0, 2
 
 
 def tag(number: int, wire_type: int) -> bytes:

@@ -1,10 +1,9 @@
 """Strings from outside (XDM, the Nomad API, the operator's config) made safe to repeat, send or use. Pure.
 
 Nomad's agent writes a plugin's log message and a gRPC error's text into its own log as they are: a
-newline starts a line that looks like the agent's own (``[ERROR] agent: ...``), an ESC sequence
-rewrites the operator's terminal, a carriage return hides what came before. So such text is escaped
-(``\\n``, ``\\x1b``) wherever the plugin repeats it, and bounded: one answer must not fill a log
-line or overflow gRPC's metadata limit (an error travels in a header).
+newline starts a line that looks like the agent's own, an ESC sequence rewrites the operator's
+terminal. So such text is escaped wherever the plugin repeats it, and bounded: one answer must not
+fill a log line or overflow gRPC's metadata limit (an error travels in a header).
 """
 
 from __future__ import annotations
@@ -89,13 +88,11 @@ def secret_forms(value: str) -> set[str]:
     return {f for f in forms if len(f) >= MIN_SECRET}
 
 
-# A data_dir is a directory the plugin creates and owns (0700), so it must be an absolute, normal
-# path, free of control characters and "..", and neither a directory the system owns nor a shared
-# scratch directory (``data_dir = ""`` would put the journal in the agent's working directory,
-# typically "/"). SetConfig refuses these before anything runs; ``journal/datadir.py`` applies the
-# same rules to the path a symlink resolves to and adds what only the disk can tell.
+# A data_dir is a directory the plugin creates and owns (0700): an absolute, normal path, neither a
+# directory the system owns nor a shared scratch directory. SetConfig refuses the others before
+# anything runs; ``journal/datadir.py`` applies the same rules to the path a symlink resolves to.
 
-#: Directories the system owns: never the plugin's own directory (a directory below them is fine).
+#: Directories the system owns (a directory below them is fine).
 SYSTEM_DIRS = frozenset(
     "/ /bin /boot /etc /home /lib /lib32 /lib64 /libx32 /media /mnt /opt /root /run /run/lock /run/user"
     " /sbin /srv /tmp /usr /usr/bin /usr/lib /usr/lib64 /usr/libexec /usr/local /usr/local/bin"

@@ -1,4 +1,4 @@
-"""What the engines' threads share: an event that calls back when set, a set of listeners, the backoff between reconnects."""
+"""What the engines' threads share: an event that calls back when set, listeners, the reconnect backoff."""
 
 from __future__ import annotations
 
@@ -14,13 +14,8 @@ log = logging.getLogger(__name__)
 
 
 class CancelEvent(threading.Event):
-    """``threading.Event`` plus ``on_set`` callbacks, each called once, outside any lock.
-
-    Cancelling a blocking gRPC stream takes a call to its ``cancel()`` when the consumer stops;
-    watching a plain Event for that would take a thread that wakes up for the stream's whole life.
-    A stream given a ``CancelEvent`` registers its ``cancel`` instead; code that only knows
-    ``threading.Event`` still sees one.
-    """
+    """``threading.Event`` plus ``on_set`` callbacks, each called once, outside any lock: a blocking gRPC
+    stream registers its ``cancel()``, where watching a plain Event would take a thread of its own."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,7 +56,7 @@ class Listeners(Generic[T]):
         self._items: list[Callable[[T], None]] = []
 
     def add(self, listener: Callable[[T], None]) -> Callable[[], None]:
-        """Register ``listener``; returns the function that unregisters it (idempotent)."""
+        """Returns the function that unregisters ``listener`` (idempotent)."""
         with self._lock:
             self._items.append(listener)
 
@@ -73,7 +68,6 @@ class Listeners(Generic[T]):
         return remove
 
     def notify(self, value: T) -> None:
-        """Call every listener registered now with ``value``, outside the lock."""
         with self._lock:
             items = list(self._items)
         for listener in items:
@@ -85,11 +79,8 @@ class Listeners(Generic[T]):
 
 @dataclass
 class Backoff:
-    """Exponential backoff with jitter: XDM's reconnect rule (1 s, doubling, capped at 30 s).
-
-    The jitter (up to ``jitter`` of the delay either way) keeps many plugins from reconnecting in
-    lock-step after an XDM restart.
-    """
+    """XDM's reconnect rule (1 s, doubling, capped at 30 s), with jitter so that many plugins do not
+    reconnect in lock-step after an XDM restart."""
 
     initial: float = 1.0
     factor: float = 2.0

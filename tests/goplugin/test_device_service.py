@@ -17,7 +17,7 @@ from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, devic
 from nomad_plugin.app import PluginApp
 from nomad_plugin.cli.main import apply_logging
 from nomad_plugin.config.model import ConfigError, PluginConfig
-from nomad_plugin.goplugin.lifecycle import Lifecycle
+from nomad_plugin.goplugin.serve import Lifecycle
 from nomad_plugin.journal.datadir import DataDirRefused
 from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected

@@ -57,7 +57,6 @@ ALLOWED_EXTRA = frozenset(
         "nomad_plugin.cli.main",
         "nomad_plugin.goplugin",
         "nomad_plugin.goplugin.handshake",
-        "nomad_plugin.goplugin.lifecycle",
         "nomad_plugin.goplugin.logging",
         "nomad_plugin.goplugin.serve",
         "nomad_plugin.util",

@@ -1,4 +1,4 @@
-"""The plugin stops when the process that launched it dies (goplugin/lifecycle.py), in both watch modes.
+"""The plugin stops when the process that launched it dies (goplugin/serve.py), in both watch modes.
 
 A launcher process starts a watcher process and is SIGKILLed; the watcher,
 a ParentWatch on its real parent, must report it. The end-to-end case (the
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin.goplugin.lifecycle import ParentWatch, launcher_pid
+from nomad_plugin.goplugin.serve import ParentWatch, launcher_pid
 
 REPO = Path(__file__).resolve().parents[2]
 
 WATCHER = textwrap.dedent(
     """
     import os, sys, time
-    from nomad_plugin.goplugin import lifecycle as parent
+    from nomad_plugin.goplugin import serve as parent
     out = sys.argv[1]
     if sys.argv[2] == "poll":
         del os.pidfd_open  # a kernel without pidfds

@@ -97,7 +97,7 @@ def test_prometheus_endpoint_binds_loopback_by_default():
     from nomad_plugin.metrics import PluginMetrics
     from nomad_plugin.metrics.prometheus import start_endpoint
     from nomad_plugin.model.card import Inventory
-    from nomad_plugin.stats.cache import MetricsCache
+    from nomad_plugin.stats.feed import MetricsCache
 
     assert PluginConfig().metrics_bind == "127.0.0.1"
     assert PluginConfig().metrics_port == 0  # off unless asked for

@@ -163,7 +163,7 @@ def test_queues_and_caches_are_bounded():
 
 def test_metrics_cache_is_bounded():
     from nomad_plugin.model.metrics import MetricSample
-    from nomad_plugin.stats.cache import MetricsCache
+    from nomad_plugin.stats.feed import MetricsCache
 
     cache = MetricsCache(max_entries=50)
     cache.update(MetricSample(f"dev-{n}", 1, "utilization", 1.0, 0) for n in range(500))

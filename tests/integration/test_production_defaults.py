@@ -40,7 +40,7 @@ def _nvml_library_dir() -> str:
     """A directory whose ``libnvidia-ml.so.1`` opens: a link to this process's libc.
 
     The plugin opens NVML's library before it imports the bindings
-    (nomad_plugin/nvml/lib.py, ``library_missing``); the shim stands in for the
+    (nomad_plugin/nvml/lib.py, ``load_if_library``); the shim stands in for the
     bindings, and this link for the library, which the shim never calls.
     """
     libc = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "/libc.so" in line)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.nvml.health import HealthBook, stamp
+from nomad_plugin.nvml.backend import HealthBook, stamp
 from tests.doubles.fake_pynvml import NVML_ERROR_UNKNOWN, FakeNvml, h100
 
 # --- the pure state machine ---------------------------------------------------------

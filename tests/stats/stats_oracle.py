@@ -51,7 +51,7 @@ from nomad_plugin._proto.nomad import device_pb2, stats_pb2
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, Instance, Kind
 from nomad_plugin.model.metrics import UNSUPPORTED_BITS
-from nomad_plugin.stats.cache import MetricsCache, Reading
+from nomad_plugin.stats.feed import MetricsCache, Reading
 
 STALE_INTERVALS = 2.0
 NOT_AVAILABLE = "N/A"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nomad_plugin.stats.cache import MetricsCache
+from nomad_plugin.stats.feed import MetricsCache
 from tests.doubles.stats_fakes import sample
 
 

@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from nomad_plugin.model.metrics import MetricSample
-from nomad_plugin.stats.cache import MetricsCache
-from nomad_plugin.stats.feed import MetricsFeed
+from nomad_plugin.stats.feed import MetricsCache, MetricsFeed
 from nomad_plugin.util.threads import Backoff
 from tests.doubles.stats_fakes import FakeBackend, sample
 

@@ -7,8 +7,8 @@ import pytest
 from nomad_plugin._proto.nomad import stats_pb2
 from nomad_plugin.model.card import Inventory, MigInstance
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
-from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.engine import GrantInfo, build_stats, decode_throttle, no_grants
+from nomad_plugin.stats.feed import MetricsCache
 from tests.doubles.stats_fakes import card, sample, whole_group
 
 NOW = 10_000.0

@@ -9,7 +9,7 @@ import pytest
 
 from nomad_plugin.nvml.companion import EXTRAS_SOURCE, NvmlCompanion
 from nomad_plugin.nvml.lib import NvmlMissing
-from nomad_plugin.stats.cache import MetricsCache
+from nomad_plugin.stats.feed import MetricsCache
 from nomad_plugin.util.threads import Backoff
 from tests.doubles.fake_pynvml import FakeNvml, h100
 

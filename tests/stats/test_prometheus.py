@@ -14,7 +14,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.metrics import PluginMetrics
 from nomad_plugin.metrics.prometheus import MetricsEndpoint, start_endpoint
 from nomad_plugin.model.card import Inventory
-from nomad_plugin.stats.cache import MetricsCache
+from nomad_plugin.stats.feed import MetricsCache
 from tests.doubles.stats_fakes import card, sample
 
 

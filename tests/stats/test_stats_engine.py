@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.engine import StatsEngine, effective_interval
+from nomad_plugin.stats.feed import MetricsCache
 from tests.doubles.stats_fakes import sample
 from tests.waiting import wait_until
 

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from nomad_plugin.model.card import Inventory, MigInstance
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
 from nomad_plugin.model.metrics import ALL_METRIC_NAMES, UNSUPPORTED_BITS
-from nomad_plugin.stats.cache import MetricsCache
 from nomad_plugin.stats.engine import GrantInfo, build_stats
+from nomad_plugin.stats.feed import MetricsCache
 from tests.doubles.stats_fakes import card, mig_group, sample, share_group, whole_group
 from tests.stats import stats_oracle
 
