@@ -1,7 +1,8 @@
 """The performance guards, measured in one run: a regression check, not a target to tune for.
 
-    .venv/bin/python benchmarks/guards.py [--plugin PATH] [--json FILE] [--steady-seconds 30]
-                                          [--reserves 200] [--flips 60] [--releases 5] [--handshakes 20]
+    .venv/bin/python benchmarks/guards.py [--plugin PATH] [--json FILE] [--set KEY=JSON ...]
+                                          [--steady-seconds 30] [--reserves 200] [--flips 60]
+                                          [--releases 5] [--handshakes 20]
 
 One simulated 16-card node (the simulator's ``810e-16`` profile, in this
 process), every card in tdm mode with 10 shares: 160 instances. The real
@@ -93,7 +94,7 @@ def ms(seconds: float) -> float:
 class Node:
     """The simulator, the Nomad API double and the real plugin under the host, filled to 160 grants."""
 
-    def __init__(self, plugin: Path, sim: Simulator, api: NomadApiDouble, root: Path) -> None:
+    def __init__(self, plugin: Path, sim: Simulator, api: NomadApiDouble, root: Path, extra: list[str]) -> None:
         self.sim, self.api = sim, api
         sets = {
             "backend": "xdm",
@@ -112,6 +113,8 @@ class Node:
         args = ["--plugin", str(plugin), "--config", str(REPO / "plugin.hcl"), "--phase", "run"]
         for key, value in sets.items():
             args += ["--set", set_of(key, value)]
+        for item in extra:  # after ours: the host applies overrides in order
+            args += ["--set", item]
         args += ["--duration", "0", "--stats-interval", "1"]
         self.proc: HostProcess = start_host(args, binary=build_host())
         fp = self.proc.wait_for(lambda e: e["event"] == "fingerprint" and e["n_devices"] >= CARDS * SHARES, 120)
@@ -304,7 +307,7 @@ def run(args: argparse.Namespace, plugin: Path) -> tuple[list[Guard], list[Event
     sim = Simulator(root / "s", profile=f"810e-{CARDS}").start()
     try:
         with NomadApiDouble() as api:
-            node = Node(plugin, sim, api, root)
+            node = Node(plugin, sim, api, root, args.set)
             rss = PeakRss(node.pid)
             try:
                 fill = [node.reserve_for_new_alloc(share) for share in node.ids]
@@ -328,6 +331,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--plugin", type=Path, help="the plugin executable (default: this venv's console script)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="another plugin config override (repeatable), e.g. 'container_mounts=\"never\"' to see what a "
+        "feature costs; the guards' verdicts hold only for the defaults",
+    )
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds after the fill before the CPU window")
     parser.add_argument("--steady-seconds", type=float, default=30.0, help="the CPU window")
     parser.add_argument("--reserves", type=int, default=200, help="timed Reserves (and as many raw pairs)")
@@ -349,6 +360,7 @@ def main() -> int:
     if args.json:
         out = {
             "plugin": str(plugin),
+            "overrides": args.set,
             "guards": [asdict(g) for g in guards],
             "host_violations": violations,
             "load_average": os.getloadavg()[0],
