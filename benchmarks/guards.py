@@ -261,11 +261,11 @@ def health_guard(node: Node, flips: int) -> Guard:
     )
 
 
-def wait_until(condition: Callable[[], bool], timeout: float) -> float:
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
     t0 = time.monotonic()
     while not condition():
         if time.monotonic() - t0 > timeout:
-            raise SystemExit(f"not within {timeout} s")
+            raise SystemExit(f"{what}: not within {timeout} s")
         time.sleep(0.005)
     return time.monotonic() - t0
 
@@ -276,7 +276,7 @@ def release_guard(node: Node, trials: int) -> Guard:
         share = node.ids[(t * SHARES + t) % len(node.ids)]  # a different card each time
         alloc, grant = node.holder[share]
         node.api.set_status(alloc, "complete")
-        delays.append(wait_until(lambda g=grant: g not in node.sim.grants(), 60))
+        delays.append(wait_until(lambda g=grant: g not in node.sim.grants(), 60, f"release of grant {grant}"))
         node.re_reserve(share)  # back to 160 live grants
     worst, limit = max(delays), GRACE_S + RELEASE_SLACK_S
     return Guard(
