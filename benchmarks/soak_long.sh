@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long chaos soak (issue 9): the real plugin under the conformance host against the
+# Long chaos soak: the real plugin under the conformance host against the
 # simulator and the Nomad API double, with XDM restarts/crashes, health flips, latency,
 # Reserve storms, allocation ends, Nomad API outages and SIGKILL + relaunch.
 #
