@@ -40,8 +40,8 @@ pytest: venv go-deps dist promtool
 test: lint typecheck pytest
 
 # Mutation testing of the critical modules (mutmut; not in CI, tens of minutes
-# on two cores). MODULES=nomad/fingerprint,config/decode runs a subset; the table of
-# killed/survived/equivalent per module is what docs/testing.md records.
+# on two cores). MODULES=nomad/fingerprint,config/decode runs a subset; it prints the
+# table of killed/survived/equivalent per module.
 MODULES ?=
 mutate: venv
 	$(BIN)/python tools/mutate.py $(MODULES)

@@ -171,8 +171,8 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
     cmd = [
         str(python), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN", mode, *strip,
         # Modules as plain .pyc files in the bundle, not in PyInstaller's PYZ archive: imports from
-        # the archive (one zlib inflate per module) made exec -> handshake x1.18 the console
-        # script's; as files it is x0.98 (BENCHMARKS.md, "The shipped executable").
+        # the archive (one zlib inflate per module) slow exec -> handshake down against the console
+        # script's; as files they do not (BENCHMARKS.md, "The shipped executable").
         "--debug", "noarchive",
         "--name", NAME, "--distpath", str(work / "dist"), "--workpath", str(work / "work"), "--specpath", str(work),
         # Subcommands are imported by name (cli/main.py) and pynvml by importlib (nvml/lib.py);

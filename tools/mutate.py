@@ -5,7 +5,7 @@ Why a driver around mutmut: mutmut reads its configuration only from
 files form the fast unit-test selection). This script picks the *subset* to
 run (``MODULES=nomad/fingerprint,config/decode``), runs mutmut on those mutant
 names only, and then turns mutmut's per-file result files
-(``mutants/**/*.py.meta``) into the table that docs/testing.md records:
+(``mutants/**/*.py.meta``) into one table:
 killed / survived / equivalent per module, with the survivors listed.
 
 Equivalent mutants (a change no test can observe because the behaviour is the
