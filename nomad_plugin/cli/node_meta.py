@@ -21,7 +21,7 @@ from typing import Any
 
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.jobspec.node_values import PluginKeys
+from nomad_plugin.jobspec import PluginKeys
 from nomad_plugin.launcher.config import LauncherConfigError, load_config, msgpack_config
 from nomad_plugin.launcher.live import socket_overrides
 from nomad_plugin.model.card import Inventory

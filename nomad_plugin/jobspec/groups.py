@@ -40,10 +40,12 @@ from nomad_plugin.jobspec.parse import (
     load_hcl,
     load_json_job,
     number_value,
+    quoted,
     string_value,
     unknown_keys,
+    validate_affinity,
+    validate_constraint,
 )
-from nomad_plugin.jobspec.validate import quoted, validate_affinity, validate_constraint
 from nomad_plugin.util.hclvalue import is_expression, labelled, plain, unlabelled
 
 DEFAULT_SPREAD_WEIGHT = 50
