@@ -19,7 +19,6 @@ from nomad_plugin.jobspec.evaluate import (
     verdicts_json,
     verdicts_text,
 )
-from nomad_plugin.jobspec.groups import ParsedJob, parse_job
 from nomad_plugin.jobspec.node import (
     NODE_FIELDS,
     NodeDocument,
@@ -34,7 +33,15 @@ from nomad_plugin.jobspec.node import (
     verdict_detail,
 )
 from nomad_plugin.jobspec.operators import compare, parse_attribute
-from nomad_plugin.jobspec.parse import DeviceRequest, JobParseError, Rule, go_strings, parse_job_text
+from nomad_plugin.jobspec.parse import (
+    DeviceRequest,
+    JobParseError,
+    ParsedJob,
+    Rule,
+    go_strings,
+    parse_job,
+    parse_job_text,
+)
 
 __all__ = [
     "NODE_FIELDS",

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nomad_plugin.jobspec.evaluate import NOT_PLACED, OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN
-from nomad_plugin.jobspec.groups import CLUSTER_OPERATORS, GroupRules, ParsedJob, Placed, Spread
 from nomad_plugin.jobspec.operators import check_string
+from nomad_plugin.jobspec.parse import CLUSTER_OPERATORS, GroupRules, ParsedJob, Placed, Spread
 from nomad_plugin.nomad_view.render import Style
 
 #: ``${node.<field>}`` targets Nomad resolves, and the node JSON field each reads.

@@ -14,16 +14,19 @@ import pytest
 
 from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.evaluate import device_checker, evaluate_request
-from nomad_plugin.jobspec.groups import ParsedJob, Spread, parse_job, validate_spread
 from nomad_plugin.jobspec.node import NodeValues, evaluate_group, node_from_json
 from nomad_plugin.jobspec.operators import check_attribute, check_string, compare, parse_attribute
 from nomad_plugin.jobspec.parse import (
     DeviceRequest,
+    ParsedJob,
     Rule,
+    Spread,
+    parse_job,
     parse_job_text,
     validate_affinity,
     validate_constraint,
     validate_device,
+    validate_spread,
     validate_target,
 )
 from tests.jobspec.tables import attribute, mock_node, node, node_job, row_id, rows, same_attribute
