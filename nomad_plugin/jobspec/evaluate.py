@@ -1,35 +1,20 @@
-"""Decide a job's ``device`` blocks against one node's fingerprint, step by step as Nomad does.
+"""A job's ``device`` blocks decided against one node's fingerprint, as Nomad's scheduler decides them.
 
-1. **Decode and validate** (``jobspec.parse``, ``jobspec.validate``): a
-   block Nomad's decoder or job validation refuses makes Nomad refuse the
-   whole job at submission.
-2. **Feasibility** (``DeviceChecker`` in ``scheduler/feasible/feasible.go``):
-   per task group, every request needs matching groups with enough healthy
-   instances; it may add instances of several groups.
-3. **Allocation** (``deviceAllocator.createOffer`` in
-   ``scheduler/feasible/device.go``), per task and request in order, the
-   requests of one task group sharing the node's instances: a request of
-   zero devices is refused; a group is a candidate when its vendor, type and
-   name match the request's name parts, every constraint holds
-   (``nodeDeviceMatches``) and it has ``count`` free healthy instances that
-   pass the ``${device.ids}`` constraints one by one. That per-instance check
-   takes the constraint's other side as the left operand and the instance ID
-   as the right one (``set_contains "A,B"`` on the IDs keeps A and B). The
-   candidate with the highest affinity score (matched weights / sum of
-   |weights|) wins.
-
-Go iterates maps in random order, so among equally scored groups, and among
-a group's free instances, Nomad's pick is random: check-job shows the first
-in fingerprint order and says when others could be chosen. A plugin rule
-Nomad does not know (Reserve refuses a MIG count that is no slice size) is a
-warning on top of Nomad's outcome.
+Feasibility is ``DeviceChecker`` (``scheduler/feasible/feasible.go``); the pick is
+``deviceAllocator.createOffer`` (``scheduler/feasible/device.go``): per task and
+request in order, the requests of one task group sharing the node's instances,
+a group qualifies by name, every constraint (``nodeDeviceMatches``) and enough
+free healthy instances that pass the ``${device.ids}`` constraints one by one
+(``deviceIDMatchesConstraint``); the highest affinity score wins. Go's map order
+makes ties and the instances picked random: check-job shows the first and says
+so. A MIG count Reserve refuses is a warning on top of Nomad's outcome.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nomad_plugin.jobspec import golang
@@ -57,6 +42,10 @@ OUTCOME_TEXT = {
     UNKNOWN: "check-job cannot tell what Nomad would do",
 }
 FINGERPRINT_DOC = "docs/fingerprint.md"
+_FEASIBILITY_NOTE = (
+    "Nomad's feasibility check (DeviceChecker) fills this task group's requests from the groups in Go's random map "
+    "order; in fingerprint order it runs out of healthy instances, so some evaluations refuse this node"
+)
 
 
 @dataclass(frozen=True)
@@ -77,14 +66,10 @@ class RuleResult:
     panic: str = ""
 
     def describe(self) -> str:
-        unary = self.rule.operator in ("is_set", "is_not_set")
-        head = f"{self.rule.attribute} {self.rule.operator}" + ("" if unary else f" {self.rule.value!r}")
         if self.reason:
-            return f"{head}: {self.reason}"
-        verdict = "holds" if self.passed else "fails"
-        if unary:
-            return f"{head} {verdict}: {self.left}"
-        return f"{head} {verdict}: {self.left} {self.rule.operator} {self.right}"
+            return f"{self.rule.head()}: {self.reason}"
+        sides = self.left if self.rule.unary else f"{self.left} {self.rule.operator} {self.right}"
+        return f"{self.rule.head()} {'holds' if self.passed else 'fails'}: {sides}"
 
 
 @dataclass(frozen=True)
@@ -123,20 +108,14 @@ class RequestVerdict:
         return OUTCOME_TEXT[self.outcome]
 
 
-# --- targets ---------------------------------------------------------------------------
-
-
 def resolve(target: str, group: DeviceGroup) -> Target:
     """``resolveDeviceTarget``: a device interpolation, or a literal read by ``ParseAttribute``."""
     if not target.startswith("${"):
         attr = parse_attribute(target)
         return Target(attr, render(attr))
-    if target == "${device.model}":
-        return Target(Attribute(group.name), repr(group.name))
-    if target == "${device.vendor}":
-        return Target(Attribute(group.vendor), repr(group.vendor))
-    if target == "${device.type}":
-        return Target(Attribute(group.type), repr(group.type))
+    named = {"${device.model}": group.name, "${device.vendor}": group.vendor, "${device.type}": group.type}
+    if target in named:
+        return Target(Attribute(named[target]), repr(named[target]))
     if target == IDS_TARGET:
         joined = ",".join(d.id for d in group.devices)
         return Target(Attribute(joined), repr(joined) if len(joined) < 80 else f"'{joined[:60]}...'")
@@ -159,9 +138,6 @@ def unknown_attribute(key: str, attributes: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; the group has: {', '.join(names)}"
     return f"unknown attribute {key!r}{hint}"
-
-
-# --- one rule ----------------------------------------------------------------------------
 
 
 def check_rule(rule: Rule, group: DeviceGroup) -> RuleResult:
@@ -191,9 +167,6 @@ def instance_outcome(instance_id: str, rule: Rule, group: DeviceGroup) -> Outcom
     if target is None:
         return Outcome(rule.operator in ("is_set", *NOT_HANDLED))
     return check_attribute(rule.operator, target, Attribute(instance_id))
-
-
-# --- one request -------------------------------------------------------------------------
 
 
 def name_matches(name: str, group: DeviceGroup) -> str:
@@ -397,23 +370,17 @@ def caveats(request: DeviceRequest) -> tuple[str, ...]:
 
 def device_checker(requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup]) -> bool:
     """``DeviceChecker.hasDevices`` for one task group: healthy instances, possibly of several groups."""
-    if not requests:
-        return True
-    available = {i: sum(1 for d in g.devices if d.healthy) for i, g in enumerate(groups)}
-    available = {i: n for i, n in available.items() if n}
+    available = {i: n for i, g in enumerate(groups) if (n := sum(1 for d in g.devices if d.healthy))}
     for request in requests:
         desired = request.count
-        satisfied = False
-        for i in list(available):
-            if available[i] == 0 or not _group_matches(request, groups[i]):
-                continue
-            used = min(desired, available[i])
-            available[i] -= used
-            desired -= used
-            if desired == 0:
-                satisfied = True
-                break
-        if not satisfied:
+        for i in available:
+            if available[i] and _group_matches(request, groups[i]):
+                used = min(desired, available[i])
+                available[i] -= used
+                desired -= used
+                if desired == 0:
+                    break
+        else:
             return False
     return True
 
@@ -428,52 +395,23 @@ def evaluate_job(
 ) -> list[RequestVerdict]:
     """Every device block; the blocks of one task group share the node, so IDs picked earlier are taken."""
     taken: dict[tuple[str, str], set[str]] = {}
-    out = []
+    by_group: dict[tuple[str, str], list[int]] = {}
+    out: list[RequestVerdict] = []
     for request in requests:
         used = taken.setdefault((request.job, request.group), set())
         verdict = evaluate_request(request, groups, frozenset(used), config)
         used.update(verdict.picked_ids)
+        by_group.setdefault((request.job, request.group), []).append(len(out))
         out.append(verdict)
-    by_group: dict[tuple[str, str], list[int]] = {}
-    for index, verdict in enumerate(out):
-        by_group.setdefault((verdict.request.job, verdict.request.group), []).append(index)
     for indexes in by_group.values():
         members = [out[i] for i in indexes]
-        if not all(v.outcome == PLACE for v in members):
-            continue
-        if not device_checker([v.request for v in members], groups):
+        if all(v.outcome == PLACE for v in members) and not device_checker([v.request for v in members], groups):
             for i in indexes:
-                out[i] = _replace(
-                    out[i],
-                    "Nomad's feasibility check (DeviceChecker) fills this task group's requests from the groups in "
-                    "Go's random map order; in fingerprint order it runs out of healthy instances, so some evaluations "
-                    "refuse this node",
-                )
+                out[i] = replace(out[i], notes=(*out[i].notes, _FEASIBILITY_NOTE))
     return out
 
 
-def _replace(verdict: RequestVerdict, note: str) -> RequestVerdict:
-    return RequestVerdict(
-        verdict.request, verdict.groups, verdict.chosen, verdict.picked_ids, verdict.problems, verdict.outcome,
-        verdict.why, (*verdict.notes, note), verdict.warnings, verdict.ties, verdict.caveats,
-    )  # fmt: skip
-
-
-def job_outcome(verdicts: Sequence[RequestVerdict]) -> str:
-    """The job's outcome: refused if any block is, else unknown, else not placed, else placed."""
-    outcomes = {v.outcome for v in verdicts}
-    for outcome in (REFUSE, UNKNOWN, NOT_PLACED):
-        if outcome in outcomes:
-            return outcome
-    return PLACE
-
-
-# --- report.py ---------------------------------------------------------------------------------
-# check-job's output: per device block Nomad's outcome, the serving group, and why the others were rejected.
-#
-# Groups rejected for the same reason (eight per-card MIG groups of another
-# type, say) are one line with their count, so the reason that matters is
-# not lost among copies.
+# --- output: groups rejected for one reason are one line, so the reason that matters is not lost ---
 
 
 def _rule_json(r: RuleResult) -> dict[str, Any]:

@@ -1,28 +1,17 @@
-"""What check-job knows of this node's values, and Nomad's ``resolveTarget`` over them.
+"""A task group's node-level rules decided on this node, with what check-job knows of the node's values.
 
-Nomad resolves a job-, group- or task-level target on the node
-(``scheduler/feasible/feasible.go`` ``resolveTarget``): a text without
-``${`` is a literal; ``${node.unique.id}``, ``${node.datacenter}``,
-``${node.unique.name}``, ``${node.class}`` and ``${node.pool}`` are the
-node's fields (always found, even when empty); ``${attr.<k>}`` and
-``${meta.<k>}`` are looked up in its attributes and meta (not found when
-absent); anything else (``${device.*}`` outside a device block included) is
-not found.
-
-check-job knows some of these and not others, and never guesses:
-
-- the node as Nomad's servers hold it, from a file (``nomad node status
-  -self -json``, ``GET /v1/node/<id>``) or the local agent: fields,
-  attributes, meta;
-- the plugin's own meta keys (``node_meta_prefix``), computed from the same
-  inventory as the fingerprint (``model/node_meta.py``). When the plugin
-  publishes them (``node_meta = true``) they are the node's values under the
-  prefix, whatever the servers hold now (the plugin writes them; Nomad sees
-  them within about 10 s), except level keys while no card carries a
-  topology (the plugin then keeps what the node has);
-- values the operator states (``--node-value meta.rack=r1``).
-
-Anything else is unknown, and the answer says what would make it known.
+``resolveTarget`` (``scheduler/feasible/feasible.go``) reads ``${node.*}`` fields
+(always found), ``${attr.*}`` and ``${meta.*}`` (not found when absent); any other
+``${...}`` is not found. check-job knows the node from a file or the agent, the
+plugin's own meta keys (``model/node_meta.py``; while ``node_meta = true`` they
+are the node's values, which Nomad sees once the plugin writes them) and what
+``--node-value`` states; any other value is unknown, never guessed, and the
+answer says what would make it known. Constraints are ``ConstraintChecker``
+(one that fails keeps the group off the node); affinities
+``NodeAffinityIterator`` (``rank.go``: matched weights over the sum of absolute
+weights; a score ranks, never excludes); ``distinct_hosts``,
+``distinct_property`` and spreads need the job's other allocations, so they are
+shown, not decided.
 """
 
 from __future__ import annotations
@@ -244,29 +233,10 @@ class NodeValues:
         return self._unknown(f"meta.{key}", why)
 
 
-# --- node_check.py -----------------------------------------------------------------------------
-# Decide a task group's node-level rules on this node, as Nomad's scheduler does.
-#
-# - **Constraints** (``ConstraintChecker`` in ``scheduler/feasible/feasible.go``):
-#   the job's, the group's and the tasks' constraints, each side resolved by
-#   ``resolveTarget`` (``node_values``) and compared by ``checkConstraint``
-#   (``operators.check_string``). One that fails keeps the group off this node.
-#   ``distinct_hosts`` and ``distinct_property`` hold there: other iterators
-#   decide them against the job's other allocations (``DistinctHostsIterator``,
-#   ``DistinctPropertyIterator``), so check-job reports them as needing a cluster.
-# - **Affinities** (``NodeAffinityIterator`` in ``scheduler/feasible/rank.go``):
-#   every matching affinity adds its weight; the node's score is that sum over
-#   the sum of the absolute weights. A score ranks nodes, it never keeps a
-#   group off one.
-# - **Spreads** (``SpreadIterator``) score a node by how the job's other
-#   allocations are spread: they need a cluster; check-job shows this node's
-#   value of the spread attribute.
-#
-# A side check-job does not know makes the rule unknown, never a guess.
+# --- the rules on this node -------------------------------------------------------------------
 
 
 HOLDS, FAILS, UNKNOWN_RULE, CLUSTER = "holds", "fails", "unknown", "cluster"
-UNARY = ("is_set", "is_not_set")
 CLUSTER_WHY = {
     "distinct_hosts": "Nomad checks it against the job's other allocations (DistinctHostsIterator): needs a cluster",
     "distinct_property": "Nomad counts the job's other allocations per value (DistinctPropertyIterator): "
@@ -285,17 +255,15 @@ class NodeRuleResult:
     remarks: tuple[str, ...] = ()
     hints: tuple[str, ...] = ()  # what would make an unknown side known
 
+    def sides(self) -> str:
+        rule = self.placed.rule
+        text = self.left if rule.unary else f"{self.left} {rule.operator} {self.right}"
+        return text + (f" ({self.reason})" if self.reason else "")
+
     def describe(self) -> str:
         rule = self.placed.rule
-        unary = rule.operator in UNARY
-        if rule.operator == "distinct_hosts":
-            head = f"distinct_hosts = {rule.value!r}"
-        else:
-            head = f"{rule.attribute} {rule.operator}" + ("" if unary else f" {rule.value!r}")
-        if self.status in (CLUSTER, UNKNOWN_RULE):
-            return f"{head}: {self.reason}"
-        text = f"{head}: {self.left}" + ("" if unary else f" {rule.operator} {self.right}")
-        return text + (f" ({self.reason})" if self.reason else "")
+        head = f"distinct_hosts = {rule.value!r}" if rule.operator == "distinct_hosts" else rule.head()
+        return f"{head}: {self.reason if self.status in (CLUSTER, UNKNOWN_RULE) else self.sides()}"
 
 
 @dataclass(frozen=True)
@@ -376,7 +344,7 @@ def check_on_node(placed: Placed, values: NodeValues) -> NodeRuleResult:
     if rule.operator in CLUSTER_OPERATORS and not rule.affinity:
         return NodeRuleResult(placed, CLUSTER, "", "", CLUSTER_WHY[rule.operator])
     left, right = values.resolve(rule.attribute), values.resolve(rule.value)
-    needed = (left,) if rule.operator in UNARY else (left, right)
+    needed = (left,) if rule.unary else (left, right)
     remarks = tuple(dict.fromkeys(r.remark for r in needed if r.remark))
     shown_left, shown_right = _side(rule.attribute, left), _side(rule.value, right)
     unknown = [r for r in needed if not r.known]
@@ -417,8 +385,7 @@ def evaluate_placement(job: ParsedJob, values: NodeValues) -> JobPlacement:
     return JobPlacement(job, groups)
 
 
-# --- node_report.py ----------------------------------------------------------------------------
-# check-job's output for the node-level rules: per task group, each rule on this node, and what needs a cluster.
+# --- output ------------------------------------------------------------------------------------
 
 
 _LABEL = {HOLDS: ("holds", "green"), FAILS: ("FAILS", "red"), UNKNOWN_RULE: ("UNKNOWN", "yellow")}
@@ -545,28 +512,9 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
     return lines
 
 
-def _head(r: NodeRuleResult) -> str:
-    rule = r.placed.rule
-    return f"{rule.attribute} {rule.operator}" + (
-        "" if rule.operator in ("is_set", "is_not_set") else f" {rule.value!r}"
-    )
-
-
 def failures(g: GroupPlacement) -> str:
     """The constraints that keep the group off this node, named."""
-    return "; ".join(f"constraint {_head(r)} fails: {_sides(r)}" for r in g.failed)
-
-
-def _sides(r: NodeRuleResult) -> str:
-    rule = r.placed.rule
-    text = r.left if rule.operator in ("is_set", "is_not_set") else f"{r.left} {rule.operator} {r.right}"
-    return text + (f" ({r.reason})" if r.reason else "")
-
-
-def unknowns(g: GroupPlacement) -> str:
-    """The constraints check-job cannot decide, and how to make them decidable."""
-    named = "; ".join(f"{_head(r)} ({r.reason})" for r in g.unknown)
-    return f"{named}; to know: {hints(g)}"
+    return "; ".join(f"constraint {r.placed.rule.head()} fails: {r.sides()}" for r in g.failed)
 
 
 def hints(g: GroupPlacement) -> str:
@@ -587,7 +535,7 @@ def verdict_detail(placement: JobPlacement, outcome: str) -> str:
         named = [f'group "{g.rules.group}" {failures(g)}' for g in placement.groups if g.failed]
         return "; ".join(named)
     if outcome == UNKNOWN:
-        named = [f'group "{g.rules.group}" {_head(r)}' for g in placement.groups for r in g.unknown]
+        named = [f'group "{g.rules.group}" {r.placed.rule.head()}' for g in placement.groups for r in g.unknown]
         found = dict.fromkeys(h for g in placement.groups for r in g.unknown for h in r.hints)
         return f"{', '.join(named)} cannot be decided here; to know: {', or '.join(found)}" if named else ""
     kinds = cluster_rules(placement)

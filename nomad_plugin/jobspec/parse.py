@@ -67,6 +67,13 @@ class Rule:
     affinity: bool = False
     note: str = ""  # what the decoder did that the author may not expect (a dropped key, a wrapped weight)
 
+    @property
+    def unary(self) -> bool:
+        return self.operator in ("is_set", "is_not_set")
+
+    def head(self) -> str:
+        return f"{self.attribute} {self.operator}" + ("" if self.unary else f" {self.value!r}")
+
     def text(self) -> str:
         return f'{self.attribute} {self.operator} "{self.value}"' + (
             f" (weight {self.weight})" if self.affinity else ""
