@@ -496,15 +496,18 @@ def _names(members: Sequence[GroupVerdict]) -> str:
     return f"{names[0]}, {names[1]}, ... {names[-1]}"
 
 
+def tagged(style: Style, label: str, items: Iterable[str], *names: str) -> list[str]:
+    """One indented line per item, led by a styled label."""
+    return ["  " + style(label, *names) + item for item in items]
+
+
 def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected: int = 12) -> list[str]:
     lines: list[str] = []
     for v in verdicts:
         req = v.request
         lines.append(style(f'job "{req.job}" {req.where} (count {req.count})', "bold"))
-        for problem in v.problems:
-            lines.append("  " + style("INVALID ", "red", "bold") + problem)
-        for item in req.unsupported:
-            lines.append("  " + style("CANNOT EVALUATE ", "yellow", "bold") + item)
+        lines += tagged(style, "INVALID ", v.problems, "red", "bold")
+        lines += tagged(style, "CANNOT EVALUATE ", req.unsupported, "yellow", "bold")
         if v.outcome == REFUSE:
             lines.append("  " + style("REFUSED ", "red", "bold") + OUTCOME_TEXT[REFUSE] + " (INVALID above)")
         elif v.chosen and v.outcome == PLACE:
@@ -524,8 +527,7 @@ def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected
                 lines.append(f"     Nomad picks any of the {len(v.ties) + 1} groups with this score at random")
         elif v.outcome == NOT_PLACED:
             lines.append("  " + style("NO GROUP CAN SERVE THIS BLOCK", "red", "bold"))
-            for item in v.why:
-                lines.append("  " + style("NOT PLACED ", "red", "bold") + item)
+            lines += tagged(style, "NOT PLACED ", v.why, "red", "bold")
         others = [g for g in v.groups if g is not v.chosen]
         collapsed = collapse(others)
         for reason, members in collapsed[:max_rejected]:
@@ -536,11 +538,10 @@ def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected
                 lines.append(f"  {label} {len(members)} groups ({_names(members)}): {reason}")
         if len(collapsed) > max_rejected:
             lines.append(f"  ... {len(collapsed) - max_rejected} more reasons (use --json for all)")
-        for note in v.notes:
-            lines.append("  " + style("NOTE ", "cyan") + note)
-        for warning in v.warnings:
-            lines.append("  " + style("WARNING ", "yellow", "bold") + warning)
-        for caveat in v.caveats:
-            lines.append("  " + style("WARNING ", "yellow", "bold") + "check-job may differ from Nomad here: " + caveat)
+        lines += tagged(style, "NOTE ", v.notes, "cyan")
+        lines += tagged(style, "WARNING ", v.warnings, "yellow", "bold")
+        lines += tagged(
+            style, "WARNING ", [f"check-job may differ from Nomad here: {c}" for c in v.caveats], "yellow", "bold"
+        )
         lines.append("")
     return lines

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nomad_plugin.jobspec.evaluate import NOT_PLACED, OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN
+from nomad_plugin.jobspec.evaluate import NOT_PLACED, OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN, tagged
 from nomad_plugin.jobspec.operators import check_string
 from nomad_plugin.jobspec.parse import CLUSTER_OPERATORS, GroupRules, ParsedJob, Placed, Spread
 from nomad_plugin.nomad_view.render import Style
@@ -465,17 +465,13 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
         return []
     lines = [style("node-level rules (job, group and task constraint, affinity, spread) on this node", "bold")]
     lines += [f"  {line}" for line in values.describe()]
-    for problem in placement.problems:
-        lines.append("  " + style("INVALID ", "red", "bold") + problem)
-    for item in placement.job.unsupported:
-        lines.append("  " + style("CANNOT EVALUATE ", "yellow", "bold") + item)
+    lines += tagged(style, "INVALID ", placement.problems, "red", "bold")
+    lines += tagged(style, "CANNOT EVALUATE ", placement.job.unsupported, "yellow", "bold")
     lines.append("")
     for g in placement.groups:
         lines.append(style(f'job "{g.rules.job}" group "{g.rules.group}"', "bold"))
-        for problem in g.rules.problems:
-            lines.append("  " + style("INVALID ", "red", "bold") + problem)
-        for item in g.rules.unsupported:
-            lines.append("  " + style("CANNOT EVALUATE ", "yellow", "bold") + item)
+        lines += tagged(style, "INVALID ", g.rules.problems, "red", "bold")
+        lines += tagged(style, "CANNOT EVALUATE ", g.rules.unsupported, "yellow", "bold")
         remarks: list[str] = []
         for r in (*g.constraints, *g.affinities):
             kind = "affinity" if r.placed.rule.affinity else "constraint"
@@ -495,13 +491,9 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
             where = "job " if s.spread.level == "job" else ""
             lines.append(_line(style, "CLUSTER", "cyan", f"{where}{s.describe()}"))
         if g.affinities:
-            if g.score is None:
-                score = "unknown (an affinity's value is unknown)"
-            else:
-                score = f"{g.score:+.2f}"
+            score = "unknown (an affinity's value is unknown)" if g.score is None else f"{g.score:+.2f}"
             lines.append(f"  node-affinity score {score}: Nomad ranks nodes by it, it never keeps the group off a node")
-        for remark in dict.fromkeys(remarks):
-            lines.append("  " + style("NOTE ", "cyan") + remark)
+        lines += tagged(style, "NOTE ", dict.fromkeys(remarks), "cyan")
         if g.outcome == NOT_PLACED:
             lines.append("  " + style("NOT PLACED ", "red", "bold") + OUTCOME_TEXT[NOT_PLACED] + ": " + failures(g))
         elif g.outcome == REFUSE and g.rules.problems:
