@@ -52,7 +52,7 @@ _FEASIBILITY_NOTE = (
 class Target:
     attr: Attribute | None  # None: not found
     text: str  # how it is shown
-    missing: str = ""  # why it was not found
+    missing: str = ""  # why Nomad does not find it
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,6 @@ def check_rule(rule: Rule, group: DeviceGroup) -> RuleResult:
     return RuleResult(rule, outcome.holds, left.text, right.text, reason, outcome.note, outcome.panic)
 
 
-def _uses_ids(rule: Rule) -> bool:
-    return IDS_TARGET in (rule.attribute, rule.value)
-
-
 def instance_outcome(instance_id: str, rule: Rule, group: DeviceGroup) -> Outcome:
     """``deviceIDMatchesConstraint`` for one rule: ``<other side> <operator> <instance ID>``.
 
@@ -173,11 +169,8 @@ def name_matches(name: str, group: DeviceGroup) -> str:
     """Empty when ``name`` (type, vendor/type or vendor/type/model) selects ``group``, else why not."""
     parts = name.split("/", 2)
     wanted = {1: ("", parts[0], ""), 2: (parts[0], parts[-1], "")}.get(len(parts), tuple(parts))
-    vendor, dtype, model = wanted
-    for label, want, have in (
-        ("vendor", vendor, group.vendor),
-        ("type", dtype, group.type),
-        ("model", model, group.name),
+    for label, want, have in zip(
+        ("vendor", "type", "model"), wanted, (group.vendor, group.type, group.name), strict=True
     ):
         if want and want != have:
             return f"name mismatch: {label} {want!r} != {have!r}"
@@ -208,7 +201,7 @@ def evaluate_group(request: DeviceRequest, group: DeviceGroup, taken: frozenset[
     panic = next((r.panic for r in results if r.panic), "")
     reasons = [f"constraint {r.describe()}" for r in results if not r.passed]
     free = [d.id for d in group.devices if d.healthy and d.id not in taken]
-    id_rules = [r for r in request.constraints if _uses_ids(r)]
+    id_rules = [r for r in request.constraints if IDS_TARGET in (r.attribute, r.value)]
     if id_rules and not reasons:
         free = [i for i in free if all(instance_outcome(i, r, group) for r in id_rules)]
     count = request.count
@@ -233,18 +226,14 @@ def evaluate_group(request: DeviceRequest, group: DeviceGroup, taken: frozenset[
     )
 
 
-def _config_list(config: Mapping[str, Any] | None, key: str) -> list[Any]:
-    value = (config or {}).get(key)
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
 def _asked_mode(config: Mapping[str, Any] | None, mode: str) -> str:
     """How the plugin config asks for ``mode`` (default_mode or a card block), or ""."""
     if not config:
         return ""
     if config.get("default_mode") == mode:
         return f'default_mode = "{mode}"'
-    for rule in _config_list(config, "card"):
+    cards = config.get("card")
+    for rule in cards if isinstance(cards, (list, tuple)) else []:
         if isinstance(rule, Mapping) and rule.get("mode") == mode:
             return f'a card block (match = "{rule.get("match", "")}") with mode = "{mode}"'
     return ""

@@ -114,10 +114,9 @@ def node_from_json(doc: Any, source: str) -> NodeDocument:
         maps[key] = dict(value)
     if not isinstance(doc.get("ID"), str):
         raise NodeFileError(f"{source}: ID is not a string (is it a Nomad node?)")
-    fields = {}
-    for target, key in NODE_FIELDS.items():
-        value = doc.get(key, "")
-        fields[target] = value if isinstance(value, str) else ""
+    fields = {
+        target: value if isinstance(value := doc.get(key, ""), str) else "" for target, key in NODE_FIELDS.items()
+    }
     return NodeDocument(fields, maps["Attributes"], maps["Meta"], source)
 
 

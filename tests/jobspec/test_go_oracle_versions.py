@@ -1,4 +1,4 @@
-"""goversion.py reads versions and constraints exactly as hashicorp/go-version does.
+"""golang.py reads versions and constraints exactly as hashicorp/go-version does.
 
 The Go oracle answers with go-version itself (``NewVersion``, ``NewSemver``,
 ``NewConstraint``, ``Check``; Debian's package). Each version is read as
