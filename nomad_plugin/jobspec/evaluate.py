@@ -486,7 +486,6 @@ def _names(members: Sequence[GroupVerdict]) -> str:
 
 
 def tagged(style: Style, label: str, items: Iterable[str], *names: str) -> list[str]:
-    """One indented line per item, led by a styled label."""
     return ["  " + style(label, *names) + item for item in items]
 
 

@@ -148,7 +148,6 @@ class NodeValues:
     node_why: str = ""  # why the node document is not known (the agent did not answer, ...)
 
     def describe(self) -> list[str]:
-        """Where the node's values come from, one line each."""
         lines = []
         if self.node is not None:
             lines.append(f"node fields, attributes and meta: {self.node.source}")
@@ -504,7 +503,6 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
 
 
 def failures(g: GroupPlacement) -> str:
-    """The constraints that keep the group off this node, named."""
     return "; ".join(f"constraint {r.placed.rule.head()} fails: {r.sides()}" for r in g.failed)
 
 

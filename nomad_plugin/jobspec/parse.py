@@ -280,7 +280,6 @@ def device_requests(parsed: dict[str, Any]) -> list[DeviceRequest]:
 
 
 def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
-    """The device requests of a job file."""
     if is_json(text):
         return json_device_requests(load_json_job(text, source))
     return device_requests(load_hcl(text, source))
@@ -564,8 +563,6 @@ class ParsedJob:
 
 @dataclass
 class _Level:
-    """One level's decoded rules and what went wrong decoding them."""
-
     where: str
     constraints: list[Rule] = field(default_factory=list)
     affinities: list[Rule] = field(default_factory=list)
