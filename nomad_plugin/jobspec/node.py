@@ -148,11 +148,8 @@ class NodeValues:
     node_why: str = ""  # why the node document is not known (the agent did not answer, ...)
 
     def describe(self) -> list[str]:
-        lines = []
-        if self.node is not None:
-            lines.append(f"node fields, attributes and meta: {self.node.source}")
-        else:
-            lines.append(f"node fields, attributes and meta: not known ({self.node_why or 'no --node or --agent'})")
+        known = self.node.source if self.node is not None else f"not known ({self.node_why or 'no --node or --agent'})"
+        lines = [f"node fields, attributes and meta: {known}"]
         if self.plugin is not None:
             how = (
                 "published by the plugin (node_meta = true)"
@@ -177,13 +174,12 @@ class NodeValues:
             if self.node is not None:
                 return Resolved(self.node.fields[target], origin=self.node.source)
             return self._unknown(body, "this node's fields are not known")
-        if target.startswith("${attr."):
-            key = target[len("${attr.") :].removesuffix("}")
+        if body.startswith("attr."):
             if self.node is not None:
-                return Resolved(self.node.attributes.get(key), origin=self.node.source)
-            return self._unknown(f"attr.{key}", "this node's attributes are not known")
-        if target.startswith("${meta."):
-            return self._meta(target[len("${meta.") :].removesuffix("}"))
+                return Resolved(self.node.attributes.get(body.removeprefix("attr.")), origin=self.node.source)
+            return self._unknown(body, "this node's attributes are not known")
+        if body.startswith("meta."):
+            return self._meta(body.removeprefix("meta."))
         return Resolved(None, origin="Nomad resolves it to nothing outside a device block")
 
     def _unknown(self, key: str, why: str, publish: bool = False) -> Resolved:
