@@ -27,21 +27,30 @@ from typing import Any
 
 from nomad_plugin.cli.fingerprint import plugin_keys
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
-from nomad_plugin.jobspec import JobParseError, evaluate_job
-from nomad_plugin.jobspec.evaluate import OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN
-from nomad_plugin.jobspec.groups import ParsedJob, parse_job
-from nomad_plugin.jobspec.node_check import evaluate_placement, final_outcome
-from nomad_plugin.jobspec.node_report import placement_json, placement_text, verdict_detail
-from nomad_plugin.jobspec.node_values import (
+from nomad_plugin.jobspec import (
     NODE_FIELDS,
+    OUTCOME_TEXT,
+    PLACE,
+    REFUSE,
+    UNKNOWN,
+    JobParseError,
     NodeDocument,
     NodeFileError,
     NodeValues,
+    ParsedJob,
     PluginKeys,
+    evaluate_job,
+    evaluate_placement,
+    final_outcome,
+    go_strings,
     node_from_json,
+    parse_job,
+    placement_json,
+    placement_text,
+    verdict_detail,
+    verdicts_json,
+    verdicts_text,
 )
-from nomad_plugin.jobspec.parse import go_strings
-from nomad_plugin.jobspec.report import verdicts_json, verdicts_text
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
 from nomad_plugin.launcher.process import LiveNode
 from nomad_plugin.model.errors import PluginError

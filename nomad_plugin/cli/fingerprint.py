@@ -23,7 +23,7 @@ from typing import Any
 from nomad_plugin.cli.main import add_config_options, command_parser, fail
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.jobspec.node_values import PluginKeys
+from nomad_plugin.jobspec import PluginKeys
 from nomad_plugin.launcher.config import LauncherConfigError, msgpack_config
 from nomad_plugin.launcher.process import LaunchError, LiveNode
 from nomad_plugin.model.card import Inventory

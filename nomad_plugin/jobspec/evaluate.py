@@ -1,43 +1,34 @@
-"""Decide a job's ``device`` blocks against one node's fingerprint, step by step as Nomad does.
+"""A job's ``device`` blocks decided against one node's fingerprint, as Nomad's scheduler decides them.
 
-1. **Decode and validate** (``jobspec.parse``, ``jobspec.validate``): a
-   block Nomad's decoder or job validation refuses makes Nomad refuse the
-   whole job at submission.
-2. **Feasibility** (``DeviceChecker`` in ``scheduler/feasible/feasible.go``):
-   per task group, every request needs matching groups with enough healthy
-   instances; it may add instances of several groups.
-3. **Allocation** (``deviceAllocator.createOffer`` in
-   ``scheduler/feasible/device.go``), per task and request in order, the
-   requests of one task group sharing the node's instances: a request of
-   zero devices is refused; a group is a candidate when its vendor, type and
-   name match the request's name parts, every constraint holds
-   (``nodeDeviceMatches``) and it has ``count`` free healthy instances that
-   pass the ``${device.ids}`` constraints one by one. That per-instance check
-   takes the constraint's other side as the left operand and the instance ID
-   as the right one (``set_contains "A,B"`` on the IDs keeps A and B). The
-   candidate with the highest affinity score (matched weights / sum of
-   |weights|) wins.
-
-Go iterates maps in random order, so among equally scored groups, and among
-a group's free instances, Nomad's pick is random: check-job shows the first
-in fingerprint order and says when others could be chosen. A plugin rule
-Nomad does not know (Reserve refuses a MIG count that is no slice size) is a
-warning on top of Nomad's outcome.
+Feasibility is ``DeviceChecker`` (``scheduler/feasible/feasible.go``); the pick is
+``deviceAllocator.createOffer`` (``scheduler/feasible/device.go``): per task and
+request in order, the requests of one task group sharing the node's instances,
+a group qualifies by name, every constraint (``nodeDeviceMatches``) and enough
+free healthy instances that pass the ``${device.ids}`` constraints one by one
+(``deviceIDMatchesConstraint``); the highest affinity score wins. Go's map order
+makes ties and the instances picked random: check-job shows the first and says
+so. A MIG count Reserve refuses is a warning on top of Nomad's outcome.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nomad_plugin.jobspec import regex
-from nomad_plugin.jobspec.operators import NOT_EQUAL, NOT_HANDLED, Outcome, check_attribute
-from nomad_plugin.jobspec.parse import DeviceRequest, Rule
-from nomad_plugin.jobspec.units import humanize, parse_attribute, render
-from nomad_plugin.jobspec.validate import validate_device
-from nomad_plugin.nomad_view.types import Attribute, DeviceGroup
+from nomad_plugin.jobspec import golang
+from nomad_plugin.jobspec.operators import (
+    NOT_EQUAL,
+    NOT_HANDLED,
+    Outcome,
+    check_attribute,
+    humanize,
+    parse_attribute,
+    render,
+)
+from nomad_plugin.jobspec.parse import DeviceRequest, Rule, validate_device
+from nomad_plugin.nomad_view.types import Attribute, DeviceGroup, Style
 
 MIG_SLICE_SIZES = (1, 2, 3, 4, 7)  # XDM's ``slice`` values; the group's slice_sizes attribute wins
 IDS_TARGET = "${device.ids}"
@@ -50,13 +41,17 @@ OUTCOME_TEXT = {
     UNKNOWN: "check-job cannot tell what Nomad would do",
 }
 FINGERPRINT_DOC = "docs/fingerprint.md"
+_FEASIBILITY_NOTE = (
+    "Nomad's feasibility check (DeviceChecker) fills this task group's requests from the groups in Go's random map "
+    "order; in fingerprint order it runs out of healthy instances, so some evaluations refuse this node"
+)
 
 
 @dataclass(frozen=True)
 class Target:
     attr: Attribute | None  # None: not found
     text: str  # how it is shown
-    missing: str = ""  # why it was not found
+    missing: str = ""  # why Nomad does not find it
 
 
 @dataclass(frozen=True)
@@ -70,14 +65,10 @@ class RuleResult:
     panic: str = ""
 
     def describe(self) -> str:
-        unary = self.rule.operator in ("is_set", "is_not_set")
-        head = f"{self.rule.attribute} {self.rule.operator}" + ("" if unary else f" {self.rule.value!r}")
         if self.reason:
-            return f"{head}: {self.reason}"
-        verdict = "holds" if self.passed else "fails"
-        if unary:
-            return f"{head} {verdict}: {self.left}"
-        return f"{head} {verdict}: {self.left} {self.rule.operator} {self.right}"
+            return f"{self.rule.head()}: {self.reason}"
+        sides = self.left if self.rule.unary else f"{self.left} {self.rule.operator} {self.right}"
+        return f"{self.rule.head()} {'holds' if self.passed else 'fails'}: {sides}"
 
 
 @dataclass(frozen=True)
@@ -116,20 +107,14 @@ class RequestVerdict:
         return OUTCOME_TEXT[self.outcome]
 
 
-# --- targets ---------------------------------------------------------------------------
-
-
 def resolve(target: str, group: DeviceGroup) -> Target:
     """``resolveDeviceTarget``: a device interpolation, or a literal read by ``ParseAttribute``."""
     if not target.startswith("${"):
         attr = parse_attribute(target)
         return Target(attr, render(attr))
-    if target == "${device.model}":
-        return Target(Attribute(group.name), repr(group.name))
-    if target == "${device.vendor}":
-        return Target(Attribute(group.vendor), repr(group.vendor))
-    if target == "${device.type}":
-        return Target(Attribute(group.type), repr(group.type))
+    named = {"${device.model}": group.name, "${device.vendor}": group.vendor, "${device.type}": group.type}
+    if target in named:
+        return Target(Attribute(named[target]), repr(named[target]))
     if target == IDS_TARGET:
         joined = ",".join(d.id for d in group.devices)
         return Target(Attribute(joined), repr(joined) if len(joined) < 80 else f"'{joined[:60]}...'")
@@ -154,9 +139,6 @@ def unknown_attribute(key: str, attributes: Iterable[str]) -> str:
     return f"unknown attribute {key!r}{hint}"
 
 
-# --- one rule ----------------------------------------------------------------------------
-
-
 def check_rule(rule: Rule, group: DeviceGroup) -> RuleResult:
     """``nodeDeviceMatches`` / the affinity score's check for one rule on one group."""
     left, right = resolve(rule.attribute, group), resolve(rule.value, group)
@@ -167,10 +149,6 @@ def check_rule(rule: Rule, group: DeviceGroup) -> RuleResult:
     elif not outcome.holds and rule.operator in NOT_EQUAL and left.attr is None and right.attr is None:
         reason = left.missing or right.missing
     return RuleResult(rule, outcome.holds, left.text, right.text, reason, outcome.note, outcome.panic)
-
-
-def _uses_ids(rule: Rule) -> bool:
-    return IDS_TARGET in (rule.attribute, rule.value)
 
 
 def instance_outcome(instance_id: str, rule: Rule, group: DeviceGroup) -> Outcome:
@@ -186,18 +164,12 @@ def instance_outcome(instance_id: str, rule: Rule, group: DeviceGroup) -> Outcom
     return check_attribute(rule.operator, target, Attribute(instance_id))
 
 
-# --- one request -------------------------------------------------------------------------
-
-
 def name_matches(name: str, group: DeviceGroup) -> str:
     """Empty when ``name`` (type, vendor/type or vendor/type/model) selects ``group``, else why not."""
     parts = name.split("/", 2)
     wanted = {1: ("", parts[0], ""), 2: (parts[0], parts[-1], "")}.get(len(parts), tuple(parts))
-    vendor, dtype, model = wanted
-    for label, want, have in (
-        ("vendor", vendor, group.vendor),
-        ("type", dtype, group.type),
-        ("model", model, group.name),
+    for label, want, have in zip(
+        ("vendor", "type", "model"), wanted, (group.vendor, group.type, group.name), strict=True
     ):
         if want and want != have:
             return f"name mismatch: {label} {want!r} != {have!r}"
@@ -228,7 +200,7 @@ def evaluate_group(request: DeviceRequest, group: DeviceGroup, taken: frozenset[
     panic = next((r.panic for r in results if r.panic), "")
     reasons = [f"constraint {r.describe()}" for r in results if not r.passed]
     free = [d.id for d in group.devices if d.healthy and d.id not in taken]
-    id_rules = [r for r in request.constraints if _uses_ids(r)]
+    id_rules = [r for r in request.constraints if IDS_TARGET in (r.attribute, r.value)]
     if id_rules and not reasons:
         free = [i for i in free if all(instance_outcome(i, r, group) for r in id_rules)]
     count = request.count
@@ -253,18 +225,14 @@ def evaluate_group(request: DeviceRequest, group: DeviceGroup, taken: frozenset[
     )
 
 
-def _config_list(config: Mapping[str, Any] | None, key: str) -> list[Any]:
-    value = (config or {}).get(key)
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
 def _asked_mode(config: Mapping[str, Any] | None, mode: str) -> str:
     """How the plugin config asks for ``mode`` (default_mode or a card block), or ""."""
     if not config:
         return ""
     if config.get("default_mode") == mode:
         return f'default_mode = "{mode}"'
-    for rule in _config_list(config, "card"):
+    cards = config.get("card")
+    for rule in cards if isinstance(cards, (list, tuple)) else []:
         if isinstance(rule, Mapping) and rule.get("mode") == mode:
             return f'a card block (match = "{rule.get("match", "")}") with mode = "{mode}"'
     return ""
@@ -383,30 +351,24 @@ def evaluate_request(
 
 
 def caveats(request: DeviceRequest) -> tuple[str, ...]:
-    """The block's rules whose verdict RE2 cannot settle for Go (regex.caveat)."""
-    found = (regex.caveat(r.value) for r in (*request.constraints, *request.affinities) if r.operator == "regexp")
+    """The block's rules whose verdict RE2 cannot settle for Go (golang.caveat)."""
+    found = (golang.caveat(r.value) for r in (*request.constraints, *request.affinities) if r.operator == "regexp")
     return tuple(dict.fromkeys(c for c in found if c))
 
 
 def device_checker(requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup]) -> bool:
     """``DeviceChecker.hasDevices`` for one task group: healthy instances, possibly of several groups."""
-    if not requests:
-        return True
-    available = {i: sum(1 for d in g.devices if d.healthy) for i, g in enumerate(groups)}
-    available = {i: n for i, n in available.items() if n}
+    available = {i: n for i, g in enumerate(groups) if (n := sum(1 for d in g.devices if d.healthy))}
     for request in requests:
         desired = request.count
-        satisfied = False
-        for i in list(available):
-            if available[i] == 0 or not _group_matches(request, groups[i]):
-                continue
-            used = min(desired, available[i])
-            available[i] -= used
-            desired -= used
-            if desired == 0:
-                satisfied = True
-                break
-        if not satisfied:
+        for i in available:
+            if available[i] and _group_matches(request, groups[i]):
+                used = min(desired, available[i])
+                available[i] -= used
+                desired -= used
+                if desired == 0:
+                    break
+        else:
             return False
     return True
 
@@ -421,41 +383,152 @@ def evaluate_job(
 ) -> list[RequestVerdict]:
     """Every device block; the blocks of one task group share the node, so IDs picked earlier are taken."""
     taken: dict[tuple[str, str], set[str]] = {}
-    out = []
+    by_group: dict[tuple[str, str], list[int]] = {}
+    out: list[RequestVerdict] = []
     for request in requests:
         used = taken.setdefault((request.job, request.group), set())
         verdict = evaluate_request(request, groups, frozenset(used), config)
         used.update(verdict.picked_ids)
+        by_group.setdefault((request.job, request.group), []).append(len(out))
         out.append(verdict)
-    by_group: dict[tuple[str, str], list[int]] = {}
-    for index, verdict in enumerate(out):
-        by_group.setdefault((verdict.request.job, verdict.request.group), []).append(index)
     for indexes in by_group.values():
         members = [out[i] for i in indexes]
-        if not all(v.outcome == PLACE for v in members):
-            continue
-        if not device_checker([v.request for v in members], groups):
+        if all(v.outcome == PLACE for v in members) and not device_checker([v.request for v in members], groups):
             for i in indexes:
-                out[i] = _replace(
-                    out[i],
-                    "Nomad's feasibility check (DeviceChecker) fills this task group's requests from the groups in "
-                    "Go's random map order; in fingerprint order it runs out of healthy instances, so some evaluations "
-                    "refuse this node",
-                )
+                out[i] = replace(out[i], notes=(*out[i].notes, _FEASIBILITY_NOTE))
     return out
 
 
-def _replace(verdict: RequestVerdict, note: str) -> RequestVerdict:
-    return RequestVerdict(
-        verdict.request, verdict.groups, verdict.chosen, verdict.picked_ids, verdict.problems, verdict.outcome,
-        verdict.why, (*verdict.notes, note), verdict.warnings, verdict.ties, verdict.caveats,
-    )  # fmt: skip
+# --- output: groups rejected for one reason are one line, so the reason that matters is not lost ---
 
 
-def job_outcome(verdicts: Sequence[RequestVerdict]) -> str:
-    """The job's outcome: refused if any block is, else unknown, else not placed, else placed."""
-    outcomes = {v.outcome for v in verdicts}
-    for outcome in (REFUSE, UNKNOWN, NOT_PLACED):
-        if outcome in outcomes:
-            return outcome
-    return PLACE
+def _rule_json(r: RuleResult) -> dict[str, Any]:
+    return {
+        "attribute": r.rule.attribute,
+        "operator": r.rule.operator,
+        "value": r.rule.value,
+        "weight": r.rule.weight if r.rule.affinity else None,
+        "passed": r.passed,
+        "left": r.left,
+        "right": r.right,
+        "reason": r.reason,
+        "note": r.note,
+    }
+
+
+def _group_json(v: GroupVerdict) -> dict[str, Any]:
+    return {
+        "group": v.group.full_name,
+        "eligible": v.eligible,
+        "reasons": list(v.reasons),
+        "constraints": [_rule_json(r) for r in v.rules],
+        "affinity_score": v.affinity_score,
+        "affinities": [_rule_json(r) for r in v.affinities],
+        "free_healthy": len(v.free_ids),
+    }
+
+
+def verdicts_json(verdicts: Sequence[RequestVerdict]) -> list[dict[str, Any]]:
+    return [
+        {
+            "job": v.request.job,
+            "group": v.request.group,
+            "task": v.request.task,
+            "device": v.request.name,
+            "count": v.request.count,
+            "ok": v.ok,
+            "outcome": v.outcome,
+            "verdict": v.outcome_text,
+            "problems": list(v.problems),
+            "unsupported": list(v.request.unsupported),
+            "why": list(v.why),
+            "notes": list(v.notes),
+            "warnings": list(v.warnings),
+            "caveats": list(v.caveats),
+            "chosen": v.chosen.group.full_name if v.chosen else None,
+            "ties": list(v.ties),
+            "picked_ids": list(v.picked_ids),
+            "groups": [_group_json(g) for g in v.groups],
+        }
+        for v in verdicts
+    ]
+
+
+def _score(v: GroupVerdict) -> str:
+    return f" [affinity score {v.affinity_score:+.2f}]" if v.affinity_score is not None else ""
+
+
+def _why(g: GroupVerdict) -> str:
+    if g.reasons:
+        return "; ".join(g.reasons)
+    if g.panic:
+        return g.panic
+    if g.affinity_score is None:
+        return "eligible too (no affinity ranks the groups)"
+    return "eligible, lower or equal affinity score" + _score(g)
+
+
+def collapse(groups: Sequence[GroupVerdict]) -> list[tuple[str, list[GroupVerdict]]]:
+    """Groups with the same reason, in first-seen order; a group's own name is not part of the reason."""
+    by_reason: dict[str, list[GroupVerdict]] = {}
+    for g in groups:
+        key = ("+" if g.eligible else "-") + _why(g).replace(repr(g.group.name), "each group's name")
+        by_reason.setdefault(key, []).append(g)
+    return [(key[1:], members) for key, members in by_reason.items()]
+
+
+def _names(members: Sequence[GroupVerdict]) -> str:
+    names = [m.group.full_name for m in members]
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{names[0]}, {names[1]}, ... {names[-1]}"
+
+
+def tagged(style: Style, label: str, items: Iterable[str], *names: str) -> list[str]:
+    return ["  " + style(label, *names) + item for item in items]
+
+
+def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected: int = 12) -> list[str]:
+    lines: list[str] = []
+    for v in verdicts:
+        req = v.request
+        lines.append(style(f'job "{req.job}" {req.where} (count {req.count})', "bold"))
+        lines += tagged(style, "INVALID ", v.problems, "red", "bold")
+        lines += tagged(style, "CANNOT EVALUATE ", req.unsupported, "yellow", "bold")
+        if v.outcome == REFUSE:
+            lines.append("  " + style("REFUSED ", "red", "bold") + OUTCOME_TEXT[REFUSE] + " (INVALID above)")
+        elif v.chosen and v.outcome == PLACE:
+            lines.append(
+                "  " + style("OK ", "green", "bold") + f"served by {v.chosen.group.full_name}{_score(v.chosen)}"
+            )
+            free = len(v.chosen.free_ids)
+            pick = (
+                f" (Nomad picks any {len(v.picked_ids)} of the {free} free instances)"
+                if free > len(v.picked_ids)
+                else ""
+            )
+            lines.append(f"     would get: {', '.join(v.picked_ids)}{pick}")
+            for r in (*v.chosen.rules, *v.chosen.affinities):
+                lines.append(f"     {'affinity' if r.rule.affinity else 'constraint'} {r.describe()}")
+            if v.ties:
+                lines.append(f"     Nomad picks any of the {len(v.ties) + 1} groups with this score at random")
+        elif v.outcome == NOT_PLACED:
+            lines.append("  " + style("NO GROUP CAN SERVE THIS BLOCK", "red", "bold"))
+            lines += tagged(style, "NOT PLACED ", v.why, "red", "bold")
+        others = [g for g in v.groups if g is not v.chosen]
+        collapsed = collapse(others)
+        for reason, members in collapsed[:max_rejected]:
+            label = style("also fits", "yellow") if members[0].eligible else style("rejected", "red")
+            if len(members) == 1:
+                lines.append(f"  {label} {members[0].group.full_name}: {_why(members[0])}")
+            else:
+                lines.append(f"  {label} {len(members)} groups ({_names(members)}): {reason}")
+        if len(collapsed) > max_rejected:
+            lines.append(f"  ... {len(collapsed) - max_rejected} more reasons (use --json for all)")
+        lines += tagged(style, "NOTE ", v.notes, "cyan")
+        lines += tagged(style, "WARNING ", v.warnings, "yellow", "bold")
+        lines += tagged(
+            style, "WARNING ", [f"check-job may differ from Nomad here: {c}" for c in v.caveats], "yellow", "bold"
+        )
+        lines.append("")
+    return lines

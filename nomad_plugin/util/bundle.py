@@ -62,7 +62,7 @@ def self_check() -> int:
         import zlib
 
         result["zlib"] = zlib.ZLIB_RUNTIME_VERSION
-    with check("re2"):  # check-job's regexp operator (jobspec/regex.py): RE2's C++ extension
+    with check("re2"):  # check-job's regexp operator (jobspec/golang.py): RE2's C++ extension
         import re2
 
         options = re2.Options()

@@ -59,7 +59,7 @@ def same_attribute(a: Attribute, b: Attribute) -> bool:
 
 def literal(value: Attribute) -> str | None:
     """A constraint literal that ParseAttribute reads back as exactly ``value``, or None."""
-    from nomad_plugin.jobspec.units import parse_attribute
+    from nomad_plugin.jobspec.operators import parse_attribute
 
     if isinstance(value.value, bool):
         text = "true" if value.value else "false"

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from nomad_plugin.cli import check_job
-from nomad_plugin.jobspec.units import parse_attribute
+from nomad_plugin.jobspec.operators import parse_attribute
 from nomad_plugin.nomad_view.types import Attribute, Device, DeviceGroup
 from tests.jobspec.tables import (
     attribute,

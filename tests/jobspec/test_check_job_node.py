@@ -23,7 +23,7 @@ import pytest
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.cli import check_job, fingerprint
-from nomad_plugin.jobspec.node_values import NodeValues, PluginKeys, node_from_json
+from nomad_plugin.jobspec.node import NodeValues, PluginKeys, node_from_json
 from nomad_plugin.sim import Simulator
 from tests.doubles.nomad_cluster import NomadClusterDouble
 from tests.jobspec.tables import mock_node, node_job

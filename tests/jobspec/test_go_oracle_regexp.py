@@ -1,8 +1,8 @@
-"""regex.py (RE2 through google-re2) accepts, refuses and matches exactly as Go's regexp does.
+"""golang.py (RE2 through google-re2) accepts, refuses and matches exactly as Go's regexp does.
 
 The Go oracle compiles each pattern with ``regexp.Compile`` and runs
-``MatchString`` on each text; the Python side is ``regex.compile_error`` and
-``regex.search``. Refusals are compared word for word (Nomad prints Go's
+``MatchString`` on each text; the Python side is ``golang.compile_error`` and
+``golang.search``. Refusals are compared word for word (Nomad prints Go's
 error). Texts use characters whose Unicode properties have not changed for
 many Unicode versions, so the two engines' table versions cannot decide a case.
 
@@ -10,7 +10,7 @@ The oracle runs the local Go toolchain's regexp (Debian's Go in CI), which
 may be older than the Go that Nomad is built with. Go 1.22 added
 ``(?<name>re)``: with an older oracle a pattern holding ``(?<`` is compared
 only by its verdict for lookbehinds and not at all for named groups
-(``GO_RELEASE_GAPS``); regex.py follows the newer Go there, as Nomad does.
+(``GO_RELEASE_GAPS``); golang.py follows the newer Go there, as Nomad does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nomad_plugin.jobspec import regex
+from nomad_plugin.jobspec import golang
 from tests.jobspec.oracle.client import GoOracle
 
 TEXTS = [
@@ -34,7 +34,7 @@ TEXTS = [
 ]  # fmt: skip
 
 PATTERNS = [
-    # Go refuses, RE2 accepts (fixed in regex.py)
+    # Go refuses, RE2 accepts (fixed in golang.py)
     r"\C", r"a\C", r"[\C]", r"\Q\C\E", r"\\C", r"(?P<é>x)", r"(?P<名>x)", r"(?P<a-b>x)", r"(?P<a b>x)",
     "(" * 1000 + ")" * 1000, "(" * 999 + ")" * 999, "(" * 1000 + "a" + ")" * 1000, "(?:" * 1001 + "a" + ")" * 1001,
     # refused by both
@@ -85,7 +85,7 @@ def compare(oracle: GoOracle, patterns: list[str], texts: list[str]) -> tuple[li
     compared = skipped = 0
     for pattern, go in zip(patterns, answers, strict=True):
         gap = _gap(pattern, release)
-        error = regex.compile_error(pattern)
+        error = golang.compile_error(pattern)
         if gap and not (error and not go["ok"]):
             skipped += 1  # the oracle's Go predates the syntax; where both refuse, the verdict is compared
             continue
@@ -97,7 +97,7 @@ def compare(oracle: GoOracle, patterns: list[str], texts: list[str]) -> tuple[li
         elif error and error != go["err"] and not gap:
             found.append(f"{pattern[:60]!r}: python says {error[:120]!r}, Go {go['err'][:120]!r}")
         elif not error:
-            ours = [regex.search(pattern, t) for t in texts]
+            ours = [golang.search(pattern, t) for t in texts]
             wrong = [t for t, a, b in zip(texts, ours, go["matches"], strict=True) if a != b]
             compared += len(texts)
             found += [
@@ -175,11 +175,11 @@ def test_release_gaps_are_only_skipped_where_the_oracle_is_older(go_oracle: GoOr
         assert answer["ok"] and answer["matches"] == [True]
     else:
         assert not answer["ok"] and "(?<" in answer["err"]
-    assert regex.compile_error("(?<n>a)") == "" and regex.search("(?<n>a)", "a")
+    assert golang.compile_error("(?<n>a)") == "" and golang.search("(?<n>a)", "a")
 
 
-# Differences regex.py cannot remove (docs/operator.md, "Where check-job differs from Nomad"):
-# each really differs from Go, and regex.caveat names it, so check-job warns.
+# Differences golang.py cannot remove (docs/operator.md, "Where check-job differs from Nomad"):
+# each really differs from Go, and golang.caveat names it, so check-job warns.
 KNOWN_DIFFERENCES = [
     r"\pL{1000}" * 6,  # RE2 runs out of its memory budget; Go's size limit counts a class as one instruction
 ]
@@ -191,22 +191,22 @@ def test_known_differences_are_real_and_warned(go_oracle: GoOracle) -> None:
         go_oracle.ask({"op": "regexp", "s": p, "texts": ["a"]} for p in KNOWN_DIFFERENCES),
         strict=True,
     ):
-        assert go["ok"] and regex.compile_error(pattern), (pattern, go)
-        assert regex.caveat(pattern).startswith("regexp"), pattern
+        assert go["ok"] and golang.compile_error(pattern), (pattern, go)
+        assert golang.caveat(pattern).startswith("regexp"), pattern
 
 
 def test_caveats_name_what_check_job_cannot_settle() -> None:
-    assert "Letter" in regex.caveat(r"\p{Letter}") and "`\\P{ascii}`" in regex.caveat(r"[\P{ascii}]")
-    assert "nests 300" in regex.caveat("(?:" * 300 + "a" + ")" * 300)
-    assert regex.caveat("(?:" * 249 + "a" + ")" * 249) == ""
-    assert regex.caveat("(" * 1000 + ")" * 1000) == ""  # Go surely refuses it, and so does compile_error
+    assert "Letter" in golang.caveat(r"\p{Letter}") and "`\\P{ascii}`" in golang.caveat(r"[\P{ascii}]")
+    assert "nests 300" in golang.caveat("(?:" * 300 + "a" + ")" * 300)
+    assert golang.caveat("(?:" * 249 + "a" + ")" * 249) == ""
+    assert golang.caveat("(" * 1000 + ")" * 1000) == ""  # Go surely refuses it, and so does compile_error
     for plain in (r"^NVIDIA H\d{3}$", r"\p{Greek}", r"(?P<n>a)", r"\pL{1000}"):
-        assert regex.caveat(plain) == "", plain
+        assert golang.caveat(plain) == "", plain
 
 
 def test_the_comparison_catches_a_wrong_engine(go_oracle: GoOracle, monkeypatch: pytest.MonkeyPatch) -> None:
-    """RE2 alone (without regex.py's Go rules) disagrees with Go, and the comparison says where."""
-    monkeypatch.setattr(regex, "compile_error", regex._re2_error)
+    """RE2 alone (without golang.py's Go rules) disagrees with Go, and the comparison says where."""
+    monkeypatch.setattr(golang, "compile_error", golang._re2_error)
     found, _, _ = compare(go_oracle, [r"\C", r"(?P<é>x)", r"a"], ["a"])
     assert len(found) == 2 and found[0].startswith("'\\\\C'") and "é" in found[1]
 

@@ -1,4 +1,4 @@
-"""goversion.py reads versions and constraints exactly as hashicorp/go-version does.
+"""golang.py reads versions and constraints exactly as hashicorp/go-version does.
 
 The Go oracle answers with go-version itself (``NewVersion``, ``NewSemver``,
 ``NewConstraint``, ``Check``; Debian's package). Each version is read as
@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nomad_plugin.jobspec import goversion
+from nomad_plugin.jobspec import golang
 from tests.jobspec.oracle.client import GoOracle
 
 SEGMENTS = (
@@ -74,7 +74,7 @@ def _message(text: str) -> str:
 
 
 def _version_disagreement(text: str, strict: bool, go: dict[str, Any]) -> str:
-    py = goversion.parse_version(text, strict=strict)
+    py = golang.parse_version(text, strict=strict)
     name = "NewSemver" if strict else "NewVersion"
     if (py is not None) != go["ok"]:
         return f"{name}({text!r}): python {'reads it' if py else 'refuses'}, Go {go.get('string') or go['err']!r}"
@@ -99,10 +99,10 @@ def test_versions(go_oracle: GoOracle) -> None:
 
 def constraint_disagreements(oracle: GoOracle, constraints: list[str], versions: list[str]) -> list[str]:
     answers = oracle.ask({"op": "constraint", "s": c, "versions": versions} for c in constraints)
-    read = [goversion.parse_version(v) for v in versions]
+    read = [golang.parse_version(v) for v in versions]
     found = []
     for text, go in zip(constraints, answers, strict=True):
-        parsed = goversion.parse_constraints(text, semver=False)
+        parsed = golang.parse_constraints(text, semver=False)
         if isinstance(parsed, str) or not go["ok"]:
             ours = parsed if isinstance(parsed, str) else "accepts"
             theirs = "accepts" if go["ok"] else go["err"]

@@ -12,15 +12,23 @@ from typing import Any
 
 import pytest
 
-from nomad_plugin.jobspec import goversion
+from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.evaluate import device_checker, evaluate_request
-from nomad_plugin.jobspec.groups import ParsedJob, Spread, parse_job, validate_spread
-from nomad_plugin.jobspec.node_check import evaluate_group
-from nomad_plugin.jobspec.node_values import NodeValues, node_from_json
-from nomad_plugin.jobspec.operators import check_attribute, check_string
-from nomad_plugin.jobspec.parse import DeviceRequest, Rule, parse_job_text
-from nomad_plugin.jobspec.units import compare, parse_attribute
-from nomad_plugin.jobspec.validate import validate_affinity, validate_constraint, validate_device, validate_target
+from nomad_plugin.jobspec.node import NodeValues, evaluate_group, node_from_json
+from nomad_plugin.jobspec.operators import check_attribute, check_string, compare, parse_attribute
+from nomad_plugin.jobspec.parse import (
+    DeviceRequest,
+    ParsedJob,
+    Rule,
+    Spread,
+    parse_job,
+    parse_job_text,
+    validate_affinity,
+    validate_constraint,
+    validate_device,
+    validate_spread,
+    validate_target,
+)
 from tests.jobspec.tables import attribute, mock_node, node, node_job, row_id, rows, same_attribute
 
 TABLE_SECTIONS = {
@@ -90,7 +98,7 @@ def test_check_constraint(row: dict[str, Any]) -> None:
 @pytest.mark.parametrize("row", rows("versions", "match"), ids=row_id)
 def test_version_match(row: dict[str, Any]) -> None:
     semver = row["op"] == "semver"
-    parsed = goversion.parse_constraints(row["constraint"], semver=semver)
+    parsed = golang.parse_constraints(row["constraint"], semver=semver)
     if row["holds"] is None:
         assert isinstance(parsed, str)
         return
@@ -112,7 +120,7 @@ def test_version_match(row: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("row", rows("versions", "constraint_parse"), ids=row_id)
 def test_constraint_parse(row: dict[str, Any]) -> None:
-    parsed = goversion.parse_constraints(row["input"], semver=row["semver"])
+    parsed = golang.parse_constraints(row["input"], semver=row["semver"])
     if row["count"] is None:
         assert isinstance(parsed, str), parsed
     else:
@@ -122,15 +130,15 @@ def test_constraint_parse(row: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("row", rows("versions", "version_parse"), ids=row_id)
 def test_version_parse(row: dict[str, Any]) -> None:
-    assert (goversion.parse_version(row["input"], strict=row["strict"]) is not None) is row["valid"]
+    assert (golang.parse_version(row["input"], strict=row["strict"]) is not None) is row["valid"]
 
 
 @pytest.mark.parametrize("row", rows("versions", "compare"), ids=row_id)
 def test_version_compare(row: dict[str, Any]) -> None:
-    a = goversion.parse_version(row["a"])
-    b = goversion.parse_version(row["b"], strict=row["b_strict"])
+    a = golang.parse_version(row["a"])
+    b = golang.parse_version(row["b"], strict=row["b_strict"])
     assert a is not None and b is not None
-    assert goversion.compare(a, b) == row["cmp"]
+    assert golang.compare_versions(a, b) == row["cmp"]
 
 
 # --- nomad/structs: job validation -----------------------------------------------------------

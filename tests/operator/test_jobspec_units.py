@@ -1,4 +1,4 @@
-"""Nomad's ParseAttribute and unit-aware comparison (jobspec.units)."""
+"""Nomad's ParseAttribute and unit-aware comparison (jobspec.operators)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nomad_plugin.jobspec.units import UNITS, comparable, compare, exact_value, parse_attribute
+from nomad_plugin.jobspec.operators import UNITS, comparable, compare, exact_value, parse_attribute
 from nomad_plugin.nomad_view.types import Attribute
 
 
