@@ -168,7 +168,6 @@ class Binding:
     unused: list[str]
     missing_rpcs: list[str]
     mismatch: list[str]
-    probe_service: bool  # the reconstruction: its package is a guess too (R1)
 
     def rpc(self, method: str) -> Rpc:
         return self.rpcs[method]
@@ -255,25 +254,21 @@ def services_with(fds: FileSet, method: str) -> list[str]:
     ]
 
 
-def bind(
-    fds: FileSet, source: str, aliases: Aliases = (), *, probe_service: bool = False, rpcs: RpcTable = RPCS
-) -> Binding:
+def bind(fds: FileSet, source: str, aliases: Aliases = (), rpcs: RpcTable = RPCS) -> Binding:
     """Bind ``fds``; ``SchemaError`` only when it cannot form a descriptor pool. Cached per schema
-    bytes and aliases: re-binding to an unchanged XDM after a reconnect makes no new pool or classes."""
-    data = fds.SerializeToString(deterministic=True)
-    return _bind(data, source, tuple(sorted(dict(aliases).items())), probe_service, rpcs)
+    bytes and aliases: re-binding to an unchanged XDM after a reconnect makes no new pool or classes.
+    Under the reconstruction (source ``builtin``) the package is a guess too: service names are probed (R1)."""
+    return _bind(fds.SerializeToString(deterministic=True), source, tuple(sorted(dict(aliases).items())), rpcs)
 
 
 @functools.lru_cache(maxsize=16)
-def _bind(data: bytes, source: str, pairs: tuple[tuple[str, str], ...], probe_service: bool, rpcs: RpcTable) -> Binding:
+def _bind(data: bytes, source: str, pairs: tuple[tuple[str, str], ...], rpcs: RpcTable) -> Binding:
     fds = FileSet.FromString(data)
-    digest = hashlib.sha256(data).hexdigest()
-    return _Binder(pool_from_set(fds), fds, dict(pairs)).run(source, digest, probe_service, rpcs)
+    return _Binder(pool_from_set(fds), fds, dict(pairs)).run(source, hashlib.sha256(data).hexdigest(), rpcs)
 
 
 def builtin_binding(aliases: Aliases = (), rpcs: RpcTable = RPCS) -> Binding:
-    """The reconstruction, bound by the same binder."""
-    return bind(builtin_set(), "builtin", aliases, probe_service=True, rpcs=rpcs)
+    return bind(builtin_set(), "builtin", aliases, rpcs)
 
 
 def choose(
@@ -319,7 +314,7 @@ class _Binder:
         self.targets: dict[str, Descriptor] = {}
         self.mismatch: list[str] = []
 
-    def run(self, source: str, digest: str, probe_service: bool, table: RpcTable) -> Binding:
+    def run(self, source: str, digest: str, table: RpcTable) -> Binding:
         model = {m.name: m for mod in (_pb, _cpb) for s in mod.DESCRIPTOR.services_by_name.values() for m in s.methods}
         rpcs: dict[str, Rpc] = {}
         missing: list[str] = []
@@ -341,7 +336,7 @@ class _Binder:
             spec: MethodDescriptor = model[method]
             request = self._message(spec.input_type, target.input_type, write=True)
             response = self._message(spec.output_type, target.output_type, write=False)
-            path = None if probe_service else f"/{service.full_name}/{target.name}"
+            path = None if source == "builtin" else f"/{service.full_name}/{target.name}"
             rpcs[method] = Rpc(method, role, streaming, request, response, path)
         if table is RPCS:
             self.mismatch += [
@@ -354,7 +349,7 @@ class _Binder:
             for fname in desc.fields_by_name
             if fname not in self.used.get(name, set())
         ]
-        return Binding(source, digest, rpcs, self.rows, unused, missing, self.mismatch, probe_service)
+        return Binding(source, digest, rpcs, self.rows, unused, missing, self.mismatch)
 
     def _device_service(self) -> ServiceDescriptor | None:
         """The service with most device RPCs: a kubelet-style ``DevicePlugin`` loses to XDM's own."""
