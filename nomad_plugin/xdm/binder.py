@@ -375,9 +375,7 @@ class _Binder:
         binding = self.bound[key] = MessageBinding(model.name, message_factory.GetMessageClass(target))
         self.targets.setdefault(target.full_name, target)
         used = self.used.setdefault(target.full_name, set())
-        by_norm: dict[str, FieldDescriptor] = {}
-        for candidate in target.fields:
-            by_norm.setdefault(normalise(candidate.name), candidate)
+        by_norm = {normalise(f.name): f for f in reversed(target.fields)}  # the first of a spelling wins
         # exact names and the operator's aliases first, then the guessed synonyms for fields still free
         matches = {f.name: self._match(model.name, f, target, by_norm) for f in model.fields}
         taken = {t.name for t, _ in matches.values() if t is not None}
