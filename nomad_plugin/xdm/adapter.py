@@ -1,11 +1,10 @@
-"""XDM's messages <-> the plugin's model through a ``binder.Binding`` (None: the reconstruction), and
-whether to trust them. Reads and writes go by reconstruction field name, never number. Every XDM
-string repeated is escaped and bounded (``util/text.py``): it reaches the agent's log and Nomad's
-device names, where a newline or ESC would forge lines. What does not decode as the schema says is
-logged once as drift. A wrong but wire-compatible schema decodes *silently* into wrong values (a PCI
-address for a UUID), so cards must look plausible or the answer is an "XDM schema mismatch"; and an
-Allocate success ``{status: 0}`` is zero bytes, which parses into any message, so a grant counts
-only with positive evidence that matches the request card for card.
+"""XDM's messages <-> the plugin's model through a ``binder.Binding`` (None: the reconstruction),
+by reconstruction field name, and whether to trust them.
+
+Every XDM string repeated is escaped and bounded (``util/text.py``): it reaches the agent's log and
+Nomad's device names. A wrong but wire-compatible schema decodes *silently* into wrong values (a PCI
+address for a UUID), so cards must look plausible; and an Allocate success ``{status: 0}`` is zero
+bytes, which parses into any message, so a grant counts only with evidence that matches the request.
 """
 
 from __future__ import annotations
@@ -68,11 +67,10 @@ class RuntimeKitStatus:  # config-daemon's QueryStatus; ``enabled`` False may al
     message: str = ""
 
 
-# ---------------------------------------------------------------- drift (R2, R16)
 @dataclass(frozen=True)
 class UnknownField:
-    """A field the bound schema did not read. ``clash``: the schema declares its number, so the value
-    came with another wire type (the schema is wrong for it); else an additive field (a newer XDM)."""
+    """A field the bound schema did not read (R2, R16). ``clash``: the schema declares its number, so
+    the value came with another wire type; else an additive field (a newer XDM)."""
 
     message_type: str
     number: int
@@ -89,8 +87,8 @@ class UnknownField:
 
 def unknown_fields(msg: Message) -> list[UnknownField]:
     """The unknown fields of ``msg`` and every message nested in it (map values too). The Python walk
-    of an exporter push costs many times its parse, so it runs only when a copy with unknown fields
-    discarded (in C, recursively) is smaller: exactly when there are some (the CPU guard, BENCHMARKS.md)."""
+    runs only when a copy with unknown fields discarded (in C) is smaller: the CPU guard's speed path
+    (docs/xdm-risks.md)."""
     bare = type(msg)()
     bare.CopyFrom(msg)
     bare.DiscardUnknownFields()
@@ -143,7 +141,6 @@ class DriftLog:
             return list(self._seen.values())
 
 
-# ---------------------------------------------------------------- calls
 def _rpc(method: str, binding: Binding | None) -> Rpc:
     return (binding or builtin_binding()).rpc(method)
 
@@ -199,7 +196,6 @@ def allocate_request(
     return msg
 
 
-# ---------------------------------------------------------------- responses
 def xpu_types(msg: Message, binding: Binding | None = None) -> list[str]:
     return [t for t in _rpc("ListSupportedXPUType", binding).response.read["xpuTypes"](msg) if t]
 
@@ -371,7 +367,7 @@ def runtime_kit_status(msg: Message, binding: Binding | None = None) -> RuntimeK
     return RuntimeKitStatus(bool(r["enabled"](msg)), str(r["message"](msg)))
 
 
-# ---------------------------------------------------------------- trust (R2, R3, R4)
+# The plausibility guards (R2, R3, R4): loose, they catch swapped fields, not odd values.
 MAX_MINOR = 1023
 MIN_MEMORY_MIB = 1024
 MAX_MEMORY_MIB = 4 * 1024 * 1024

@@ -1,13 +1,10 @@
 """XdmBackend: the ``nomad_plugin.model.backend_port.Backend`` over XDM.
 
-The *watcher* thread subscribes ListAndWatch (each push is the complete list) and resubscribes
-with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a push). The *resync* thread calls
-ListGpuInfo at start (a first push is not guaranteed, R12) and every ``inventory_resync_period``,
-with the xPU types and QueryStatus, so ``runtime_kit`` follows a switch within one period.
-
-An unreachable XDM keeps the last cards, ``reachable=False`` with the reason and since when. An
-"XDM schema mismatch" is no outage: every card is published unhealthy with it (with no card, it
-reads as unreachable), the streams keep being retried, and Allocate is refused.
+The *watcher* thread subscribes ListAndWatch (each push is the complete list) and resubscribes with
+``Backoff``. The *resync* thread calls ListGpuInfo (a first push is not guaranteed, R12), the xPU
+types and QueryStatus at start and every ``inventory_resync_period``. An unreachable XDM keeps the
+last cards, ``reachable=False``. An "XDM schema mismatch" is no outage: every card is published
+unhealthy with it (with no card, it reads as unreachable), and Allocate is refused.
 """
 
 from __future__ import annotations
@@ -78,7 +75,7 @@ class XdmBackend:
     def __init__(
         self, config: PluginConfig, *, backoff: Backoff | None = None, sleep: Callable[[float], bool] | None = None
     ) -> None:
-        self.client = self._client = XdmClient(config)
+        self.client = XdmClient(config)
         self._resync_period = max(0.05, float(config.inventory_resync_period))
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
@@ -123,7 +120,7 @@ class XdmBackend:
             sub.cancel()
         for thread in threads:
             thread.join(timeout=10)
-        self._client.close()
+        self.client.close()
 
     # ------------------------------------------------------------ inventory
     def inventory(self) -> Inventory:
@@ -138,7 +135,7 @@ class XdmBackend:
             error: PluginError
             sub: Subscription[list[Card]] | None = None
             try:
-                sub = self._client.list_and_watch()
+                sub = self.client.list_and_watch()
                 with self._lock:
                     self._subs.add(sub)
                     self.resubscribes += 1
@@ -160,7 +157,7 @@ class XdmBackend:
                         self._subs.discard(sub)
             if self._stop.is_set():
                 break
-            self._client.invalidate_binding("ListAndWatch ended")  # XDM may come back with another schema
+            self.client.invalidate_binding("ListAndWatch ended")  # XDM may come back with another schema
             self._mark_unreachable(error)
             delay = self._backoff.next_delay()
             # an oversized message is not an outage that ends by itself: say so where operators look
@@ -183,8 +180,8 @@ class XdmBackend:
         facts: list[GpuFacts] | None = None
         node: dict[str, str] = {}
         try:
-            found = self._client.list_gpu_info()
-            node["xpu_types"] = ",".join(self._client.list_supported_xpu_types())
+            found = self.client.list_gpu_info()
+            node["xpu_types"] = ",".join(self.client.list_supported_xpu_types())
             facts = found
         except SchemaMismatch as exc:
             self._mark_unreachable(exc)
@@ -200,13 +197,13 @@ class XdmBackend:
             with self._lock:
                 if facts is not None:
                     self._facts = facts
-                    self._schema_problem = self._client.schema_finding()
+                    self._schema_problem = self.client.schema_finding()
                 self._node.update(node)
             self._publish(reachable=True if facts is not None else None)
 
     def _runtime_kit(self) -> str:
         try:
-            status = "enabled" if self._client.query_status().enabled else "disabled"
+            status = "enabled" if self.client.query_status().enabled else "disabled"
         except PluginError as exc:
             if str(exc) != self._runtime_problem:  # asked every period: said once per cause
                 log.info("XDM QueryStatus unavailable: %s", exc)
@@ -219,7 +216,7 @@ class XdmBackend:
         with self._notify_lock:
             with self._lock:
                 self._stream_cards = cards
-                self._schema_problem = self._client.schema_finding()
+                self._schema_problem = self.client.schema_finding()
             self._first_push.set()
             self._publish(reachable=True)
 
@@ -268,18 +265,18 @@ class XdmBackend:
 
     # ------------------------------------------------------------ grants and metrics
     def allocate(self, request: GrantRequest) -> Grant:
-        return self._client.allocate(request)
+        return self.client.allocate(request)
 
     def release(self, grant_id: str) -> None:
-        self._client.release(grant_id)
+        self.client.release(grant_id)
 
     def metrics_snapshot(self) -> Sequence[MetricSample]:
-        return self._client.exporter_get_data_list()
+        return self.client.exporter_get_data_list()
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
         """The exporter's pushes until ``cancel`` is set or the backend stops; a ``CancelEvent`` cancels
         the stream the moment it is set, a plain Event is seen between pushes."""
-        sub = self._client.exporter_data_stream()
+        sub = self.client.exporter_data_stream()
         with self._lock:
             self._subs.add(sub)
         if self._stop.is_set():  # stopped while subscribing: ``stop`` may have missed this one

@@ -1,23 +1,23 @@
 """Bind XDM's real schema by meaning, never by number (R1, R2).
 
-The reconstruction in ``proto/lingjun/`` models XDM: its names come from the API reference, its
-numbers are guesses. ``xdm_schema`` names XDM's actual schema: ``builtin``, ``reflection``, ``auto``
-(reflection when served, else builtin), or a path (``.proto`` files, compiled by grpcio-tools
-only then, after the handshake; or a descriptor set). ``bind`` finds each RPC by method name in any
-package and each field by normalised name, then ``xdm_field_aliases``, then ``guesses``' synonyms;
-the reconstruction takes the same path. A ``Binding`` holds protobuf's own message classes, a
-reader per field, a report, and the *mismatch* list: what is required and did not bind.
+The reconstruction in ``proto/lingjun/`` has the API reference's names and guessed numbers.
+``xdm_schema`` names XDM's actual schema: ``builtin``, ``reflection``, ``auto`` (reflection when
+served, else builtin), or a path (``.proto`` files, compiled by grpcio-tools after the handshake,
+or a descriptor set). ``bind`` finds each RPC by method name in any package and each field by
+normalised name, then ``xdm_field_aliases``, then ``guesses``' synonyms. A ``Binding`` holds
+protobuf's message classes, a reader per field, a report, and the *mismatch* list: what is
+required and did not bind.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import logging
 import os
 import re
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +64,6 @@ REQUIRED_FIELDS = """ListAndWatchResponse.devices Device.minor Device.uuid Devic
 AllocateRequest.id AllocateRequest.devices DeviceRequest.minor AllocateResponse.status
 AllocateResponse.envs|AllocateResponse.deviceSpecs ReleaseRequest.id""".split()
 
-_INTS = {v for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_") and ("INT" in k or "FIXED" in k)}
 _TYPE_NAMES = {v: k[5:].lower() for k, v in vars(FieldDescriptor).items() if k.startswith("TYPE_")}
 # What a model field of one category may bind to when read (converted); writes need the same category.
 _READ_OK = {
@@ -87,13 +86,10 @@ def normalise(name: str) -> str:
 def _category(fd: FieldDescriptor) -> str:
     if fd.type == FieldDescriptor.TYPE_MESSAGE:
         return "map" if fd.message_type is not None and fd.message_type.GetOptions().map_entry else "message"
-    if fd.type in _INTS:
+    name = _TYPE_NAMES[fd.type]
+    if "int" in name or "fixed" in name:
         return "int"
-    if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
-        return "float"
-    return {FieldDescriptor.TYPE_BOOL: "bool", FieldDescriptor.TYPE_ENUM: "enum"}.get(
-        fd.type, "bytes" if fd.type == FieldDescriptor.TYPE_BYTES else "string"
-    )
+    return {"double": "float", "float": "float", "bool": "bool", "enum": "enum", "bytes": "bytes"}.get(name, "string")
 
 
 def type_name(fd: FieldDescriptor) -> str:
@@ -107,7 +103,6 @@ def type_name(fd: FieldDescriptor) -> str:
     return f"repeated {base}" if fd.is_repeated else base
 
 
-# ------------------------------------------------------------------ the binding
 Reader = Callable[[Message], Any]
 
 
@@ -173,7 +168,6 @@ class Binding:
     unused: list[str]
     missing_rpcs: list[str]
     mismatch: list[str]
-    probe_service: bool  # the reconstruction: its package is a guess too (R1)
 
     def rpc(self, method: str) -> Rpc:
         return self.rpcs[method]
@@ -260,32 +254,21 @@ def services_with(fds: FileSet, method: str) -> list[str]:
     ]
 
 
-_cache: dict[tuple[Any, ...], Binding] = {}
-_cache_lock = threading.Lock()
-
-
-def bind(
-    fds: FileSet, source: str, aliases: Aliases = (), *, probe_service: bool = False, rpcs: RpcTable = RPCS
-) -> Binding:
+def bind(fds: FileSet, source: str, aliases: Aliases = (), rpcs: RpcTable = RPCS) -> Binding:
     """Bind ``fds``; ``SchemaError`` only when it cannot form a descriptor pool. Cached per schema
-    bytes and aliases: re-binding to an unchanged XDM after a reconnect makes no new pool or classes."""
-    pairs = tuple(sorted(dict(aliases).items()))
-    digest = hashlib.sha256(fds.SerializeToString(deterministic=True)).hexdigest()
-    key = (digest, pairs, source, probe_service, rpcs)
-    with _cache_lock:
-        if key in _cache:
-            return _cache[key]
-    binding = _Binder(pool_from_set(fds), fds, dict(pairs)).run(source, digest, probe_service, rpcs)
-    with _cache_lock:
-        if len(_cache) >= 16:
-            _cache.clear()
-        _cache[key] = binding
-    return binding
+    bytes and aliases: re-binding to an unchanged XDM after a reconnect makes no new pool or classes.
+    Under the reconstruction (source ``builtin``) the package is a guess too: service names are probed (R1)."""
+    return _bind(fds.SerializeToString(deterministic=True), source, tuple(sorted(dict(aliases).items())), rpcs)
+
+
+@functools.lru_cache(maxsize=16)
+def _bind(data: bytes, source: str, pairs: tuple[tuple[str, str], ...], rpcs: RpcTable) -> Binding:
+    fds = FileSet.FromString(data)
+    return _Binder(pool_from_set(fds), fds, dict(pairs)).run(source, hashlib.sha256(data).hexdigest(), rpcs)
 
 
 def builtin_binding(aliases: Aliases = (), rpcs: RpcTable = RPCS) -> Binding:
-    """The reconstruction, bound by the same binder."""
-    return bind(builtin_set(), "builtin", aliases, probe_service=True, rpcs=rpcs)
+    return bind(builtin_set(), "builtin", aliases, rpcs)
 
 
 def choose(
@@ -331,7 +314,7 @@ class _Binder:
         self.targets: dict[str, Descriptor] = {}
         self.mismatch: list[str] = []
 
-    def run(self, source: str, digest: str, probe_service: bool, table: RpcTable) -> Binding:
+    def run(self, source: str, digest: str, table: RpcTable) -> Binding:
         model = {m.name: m for mod in (_pb, _cpb) for s in mod.DESCRIPTOR.services_by_name.values() for m in s.methods}
         rpcs: dict[str, Rpc] = {}
         missing: list[str] = []
@@ -353,7 +336,7 @@ class _Binder:
             spec: MethodDescriptor = model[method]
             request = self._message(spec.input_type, target.input_type, write=True)
             response = self._message(spec.output_type, target.output_type, write=False)
-            path = None if probe_service else f"/{service.full_name}/{target.name}"
+            path = None if source == "builtin" else f"/{service.full_name}/{target.name}"
             rpcs[method] = Rpc(method, role, streaming, request, response, path)
         if table is RPCS:
             self.mismatch += [
@@ -366,7 +349,7 @@ class _Binder:
             for fname in desc.fields_by_name
             if fname not in self.used.get(name, set())
         ]
-        return Binding(source, digest, rpcs, self.rows, unused, missing, self.mismatch, probe_service)
+        return Binding(source, digest, rpcs, self.rows, unused, missing, self.mismatch)
 
     def _device_service(self) -> ServiceDescriptor | None:
         """The service with most device RPCs: a kubelet-style ``DevicePlugin`` loses to XDM's own."""
@@ -392,9 +375,7 @@ class _Binder:
         binding = self.bound[key] = MessageBinding(model.name, message_factory.GetMessageClass(target))
         self.targets.setdefault(target.full_name, target)
         used = self.used.setdefault(target.full_name, set())
-        by_norm: dict[str, FieldDescriptor] = {}
-        for candidate in target.fields:
-            by_norm.setdefault(normalise(candidate.name), candidate)
+        by_norm = {normalise(f.name): f for f in reversed(target.fields)}  # the first of a spelling wins
         # exact names and the operator's aliases first, then the guessed synonyms for fields still free
         matches = {f.name: self._match(model.name, f, target, by_norm) for f in model.fields}
         taken = {t.name for t, _ in matches.values() if t is not None}

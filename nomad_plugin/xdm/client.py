@@ -1,11 +1,9 @@
 """XdmClient: gRPC to XDM over its Unix sockets, answering in the plugin's model types.
 
-The first call binds XDM's schema (``binder``); a binding lacking what the plugin needs, a schema
-that cannot be read, or an answer failing the guards is an "XDM schema mismatch": calls raise it,
-pushed cards are unhealthy with it, ``allocate`` sends nothing. It is bound again after the
-connection breaks or the socket file is replaced (an upgraded XDM may serve another schema). Paths
-come from the schema or, under the reconstruction, from probing (``guesses``). Unary calls have a
-deadline and wait for the channel; streams do neither. Enable and Disable are not here (R14).
+The first call binds XDM's schema (``binder``), again after the connection breaks or the socket
+file is replaced. A schema lacking what the plugin needs, or answers failing the guards, is an
+"XDM schema mismatch": calls raise it, pushed cards are unhealthy with it, ``allocate`` sends
+nothing. Enable and Disable are not here (R14).
 """
 
 from __future__ import annotations
@@ -46,13 +44,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CONFIG_LABEL = "reflection (config-daemon)"
 
-# ---------------------------------------------------------------- failures (R7, R15)
-#: Transport codes: retryable, and say nothing about what XDM did with the call. INTERNAL is
-#: one: grpcio reports a reset stream (RST_STREAM) and a broken transport with it. Every other
-#: code but UNIMPLEMENTED and DEADLINE_EXCEEDED is XDM saying no.
+#: Transport codes: retryable, and say nothing about what XDM did with the call. grpcio reports a
+#: reset stream (RST_STREAM) as INTERNAL. Every other code but UNIMPLEMENTED and DEADLINE_EXCEEDED
+#: is XDM saying no (R7).
 TRANSPORT_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL}
 )
+#: Codes after which the socket is diagnosed (R15).
+_DIAGNOSED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: Bound of XDM text repeated in an error: a gRPC error travels in a header, and the agent logs it.
 MAX_DETAILS = 1024
 
@@ -146,13 +145,11 @@ def is_not_found(error: BackendRefused) -> bool:
     return guesses.says_not_found(str(error))
 
 
-# ---------------------------------------------------------------- channels
-#: The largest XDM message the plugin takes: a 16-card node's push stays far under gRPC's 4 MiB
-#: default, so more is malformed; 16 MiB leaves headroom and a plain "message-too-large" past it.
+#: A 16-card node's push stays far under gRPC's 4 MiB default: past 16 MiB it is malformed.
 MAX_MESSAGE_BYTES = 16 << 20
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # the reference's reconnect rule: 1 s initial, 30 s at most
+    # the reference's reconnect rule
     ("grpc.initial_reconnect_backoff_ms", 1000),
     ("grpc.min_reconnect_backoff_ms", 1000),
     ("grpc.max_reconnect_backoff_ms", 30000),
@@ -160,8 +157,7 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_time_ms", 300000),
     ("grpc.keepalive_timeout_ms", 20000),
     ("grpc.keepalive_permit_without_calls", 0),
-    # a receive window that holds gRPC's default 4 MiB message from the start, so the client
-    # never pings XDM to measure a local socket (tests/xdm/test_channel_wire.py)
+    # a window that holds a 4 MiB message from the start: no pings to measure a local socket
     ("grpc.http2.bdp_probe", 0),
     ("grpc.http2.lookahead_bytes", 4 << 20),
 )
@@ -210,11 +206,21 @@ class Endpoint:
         if channel is not None:
             channel.close()
 
+    def classify(self, exc: grpc.RpcError, method: str) -> tuple[PluginError, bool]:
+        """A failed call as a plugin error, and whether the daemon is gone (the channel is then
+        dropped, to be dialled afresh once the socket is back)."""
+        code = exc.code()
+        diagnosis = socket_problem(self.path) if code in _DIAGNOSED else None
+        if diagnosis is not None:
+            self.reset()
+        error = classify_rpc_error(code, str(exc.details() or ""), method, diagnosis)
+        return error, diagnosis is not None
 
-#: grpcio's blocking iterators wait in 0.1 s slices (``grpc._common.MAXIMUM_WAIT_TIMEOUT``) so that a main
-#: thread still runs signal handlers (grpc/grpc#19464); the plugin's streams are read by background
-#: threads, for which a slice is only a wake-up, ten a second per stream: a good share of the CPU guard
-#: (BENCHMARKS.md). A cancel wakes a reader at once. When grpcio drops the constant this does nothing.
+
+#: grpcio's blocking iterators wait in short slices (``grpc._common.MAXIMUM_WAIT_TIMEOUT``) so that a
+#: main thread still runs signal handlers (grpc/grpc#19464). The plugin's streams are read by background
+#: threads, for which a slice is only a wake-up that costs CPU (the CPU guard, docs/xdm-risks.md); a
+#: cancel still wakes a reader at once.
 STREAM_WAIT_SLICE_S = 5.0
 
 
@@ -249,7 +255,6 @@ class Subscription(Generic[T]):
         self._call.cancel()
 
 
-# ---------------------------------------------------------------- the client
 class XdmClient:
     """Typed access to XDM's dp2mgr and config-daemon services."""
 
@@ -279,12 +284,10 @@ class XdmClient:
 
     # ------------------------------------------------------------ schema binding
     def binding(self) -> Binding:
-        """The bound schema; ``SchemaMismatch`` if it lacks what the plugin needs, ``BackendUnavailable``
-        if XDM cannot be reached to ask."""
+        """The bound schema; ``SchemaMismatch`` if it lacks what the plugin needs."""
         with self._bind_lock:
             if self._binding is not None:
-                # A new socket file: XDM restarted, maybe with another schema. This catches the
-                # restarts that no call or stream saw (the watch stream between resubscribes).
+                # a new socket file: a restart that no call or stream saw, maybe with another schema
                 if not (self._dp2mgr.replaced() | self._config.replaced()):
                     return self._binding
                 self.invalidate_binding("XDM's socket was replaced: XDM restarted")
@@ -473,12 +476,19 @@ class XdmClient:
 
     def device_service(self, b: Binding | None = None) -> str:
         """The fully-qualified device service: the schema's, else ``xdm_service``, else probed once (R1)."""
-        rpc = (b or self.binding()).rpcs.get("ListAndWatch")
+        b = b or self.binding()
+        rpc = b.rpcs.get("ListAndWatch")
         if rpc is not None and rpc.path:
             return rpc.path.split("/")[1]
+        probe = b.rpc("ListSupportedXPUType")  # read-only: safe to send to a wrong guess
         with self._probe_lock:
             if self._device_service is None:
-                self._device_service = self._probe_device_service(b or self.binding())
+                self._device_service, _ = guesses.probe(
+                    guesses.device_services(),
+                    lambda s: self._unary(self._dp2mgr, f"/{s}/{probe.method}", probe, probe.request.new()),
+                    "XDM's device service",
+                    "; set xdm_service to the fully-qualified name from the official proto",
+                )
                 log.info("XDM device service is %s", self._device_service)
             return self._device_service
 
@@ -549,16 +559,6 @@ class XdmClient:
             raise answer
         return answer
 
-    def _probe_device_service(self, b: Binding) -> str:
-        rpc = b.rpc("ListSupportedXPUType")  # read-only: safe to send to a wrong guess
-        service, _ = guesses.probe(
-            guesses.device_services(),
-            lambda s: self._unary(self._dp2mgr, f"/{s}/{rpc.method}", rpc, rpc.request.new()),
-            "XDM's device service",
-            "; set xdm_service to the fully-qualified name from the official proto",
-        )
-        return service
-
     def _unary(
         self, endpoint: Endpoint, path: str, rpc: Rpc, request: Message, timeout: float | None = None
     ) -> Message:
@@ -575,16 +575,9 @@ class XdmClient:
         return Subscription(call(rpc.request.new(), wait_for_ready=False), convert, classify)
 
     def _classify(self, endpoint: Endpoint, exc: grpc.RpcError, method: str) -> PluginError:
-        code = exc.code() if callable(getattr(exc, "code", None)) else None
-        details = str((exc.details() if callable(getattr(exc, "details", None)) else exc) or "")
-        diagnosis = None
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            diagnosis = socket_problem(endpoint.path)
-            if diagnosis is not None:
-                endpoint.reset()  # the daemon is gone: dial afresh once the socket is back
-        if code == grpc.StatusCode.UNAVAILABLE or diagnosis is not None:
-            self.invalidate_binding(f"{method}: {code}")  # XDM may come back with another schema
-        error = classify_rpc_error(code, details, method, diagnosis)
+        error, gone = endpoint.classify(exc, method)
+        if gone or exc.code() == grpc.StatusCode.UNAVAILABLE:
+            self.invalidate_binding(f"{method}: {error}")  # XDM may come back with another schema
         if isinstance(error, SchemaMismatch):
             self._judge(method, [str(error).removeprefix(f"{MISMATCH_PREFIX}: ")])
         return error

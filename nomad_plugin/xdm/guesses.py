@@ -1,11 +1,8 @@
 """What the plugin guesses about XDM, fenced off from what it knows.
 
-XDM's official ``api_outer.proto`` is not public. Lingjun's gRPC API reference gives the RPC
-names, streaming shapes, units, the topology JSON and, in its examples, a few field and service
-names: that is the contract, which ``binder`` binds by name. Everything here is a guess, needed
-while the plugin cannot read XDM's schema or an answer does not match it: service names to try,
-field synonyms, health words, values with another wire type, vendors from model names, how an
-in-band "not found" reads. ``docs/xdm-risks.md`` lists what goes when the official proto is bound.
+Lingjun's gRPC API reference gives the RPC names, streaming shapes, units, the topology JSON and a
+few field and service names: that contract is bound by ``binder``. Everything here is a guess, needed
+while XDM's official ``api_outer.proto`` is not bound. ``docs/xdm-risks.md`` lists what goes then.
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ from nomad_plugin.model.errors import BackendRefused, BackendUnavailable
 
 T = TypeVar("T")
 
-# ---------------------------------------------------------------- service names (R1, R13)
-#: The names in the reference's Go examples; the proto packages around them are not known.
+#: Service names from the reference's Go examples (R1, R13); the proto packages around them are not known.
 DEVICE_SERVICE = "XpuDeviceManagerService"
 CONFIG_SERVICE = "AmpConfigService"
 #: Tried in this order when the schema in use is the reconstruction ("" = no package).
@@ -44,7 +40,7 @@ def device_services(configured: str = "", reflected: Sequence[str] = ()) -> list
 
 
 def exporter_services(devices: Sequence[str], reflected: Sequence[str] = ()) -> list[str]:
-    """Candidates for one monitoring RPC: the device service(s), reflected ones, then exporter-like names."""
+    """Candidates for a monitoring RPC: the device service(s), reflected ones, then exporter-like names."""
     guessed = (qualified(d.rpartition(".")[0], s) for d in devices for s in EXPORTER_SERVICES)
     return _unique(*devices, *reflected, *guessed)
 
@@ -60,8 +56,8 @@ def _unique(*names: str) -> list[str]:
 def probe(
     candidates: Sequence[str], attempt: Callable[[str], T], what: str, hint: str = ""
 ) -> tuple[str, T | BackendRefused]:
-    """The first candidate service that implements an RPC, with its answer: ``attempt(service)`` calls,
-    UNIMPLEMENTED moves on; a refusal proves the service exists and is returned for the caller to raise."""
+    """The first candidate service implementing an RPC, with its answer: UNIMPLEMENTED moves on; a
+    refusal proves the service exists and is returned for the caller to raise."""
     for service in candidates:
         try:
             return service, attempt(service)
@@ -76,9 +72,8 @@ def probe(
     )
 
 
-# ---------------------------------------------------------------- field names (R2)
-#: Synonyms tried for a reconstruction field that has no field of its own name (case and
-#: separators ignored) in XDM's schema; the operator's ``xdm_field_aliases`` come first.
+#: Synonyms tried for a reconstruction field without a field of its own name in XDM's schema (R2);
+#: the operator's ``xdm_field_aliases`` come first.
 FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
     "totalMemory": ("memory", "memoryTotal", "totalMem", "memTotal", "memoryMiB", "totalMemoryMiB", "memorySize"),
     "totalCore": ("core", "cores", "totalCores", "coreTotal"),
@@ -109,7 +104,7 @@ FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
 MINOR_ENCODINGS = ("explicit", "omit-zero")
 
 
-# ---------------------------------------------------------------- health (R8)
+# Health (R8)
 HEALTHY_WORDS = frozenset({"healthy", "ok", "normal", "good", "true"})
 UNHEALTHY_WORDS = frozenset({"unhealthy", "false", "bad", "error", "failed", "fault"})
 #: ``extenderResources`` keys that may carry the reason of a health state.
@@ -136,7 +131,6 @@ def health(word: str, device: Message, number: int, extender: Mapping[str, str])
     return False, f"{HEALTH_UNREADABLE}: XDM sent {shown}"
 
 
-# ---------------------------------------------------------------- values with another wire type (R2, R3)
 def _unknown(msg: Message) -> list[Any]:
     fields = UnknownFieldSet(msg)
     return [fields[i] for i in range(len(fields))]
@@ -158,7 +152,6 @@ def error_code_hints(msg: Message) -> tuple[str, ...]:
     return tuple(f"{name} field {u.field_number} = {u.data}" for u in _unknown(msg) if u.wire_type == 0 and u.data)
 
 
-# ---------------------------------------------------------------- vendors
 _NVIDIA_MODEL = re.compile(r"\b(nvidia|tesla|geforce|rtx|quadro|[ahlbv]\d{2,3}|t4|gh200|gb200)\b", re.I)
 _AMD_MODEL = re.compile(r"\b(amd|instinct|radeon|mi\d{2,3}x?)\b", re.I)
 
@@ -185,8 +178,7 @@ def xpu_type_of(xpu_type: str, vendor: str) -> str:
     return kind
 
 
-# ---------------------------------------------------------------- Release of an unknown id (R6)
-#: In-band refusal codes are undocumented: a refusal whose text says this counts as released.
+#: In-band refusal codes are undocumented: a refusal whose text says this counts as released (R6).
 NOT_FOUND_WORDS = ("not found", "not exist", "no such", "no allocation", "unknown allocation", "unknown id")
 
 

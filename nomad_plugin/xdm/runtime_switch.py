@@ -1,11 +1,9 @@
 """config-daemon's Enable, Disable and QueryStatus, for the operator's ``runtime-kit`` command only.
 
-The plugin never switches Runtime Kit (R14: it may restart containerd or flip node features);
-this is the one module that can, and only ``cli/runtime_kit.py`` imports it
-(``tests/hardening/test_layers.py``), run like the Controller's Job Agent: once, by a person or
-a sysbatch job. The schema is bound as the plugin binds it; under the reconstruction the service
-is probed with the read-only QueryStatus. Enable and Disable get a long deadline, and QueryStatus
-judges the outcome, so a missing or misread ``success`` field cannot pass a failure off.
+The plugin never switches Runtime Kit (R14: it may restart containerd or flip node features); only
+``cli/runtime_kit.py`` imports this module (``tests/hardening/test_layers.py``). Under the
+reconstruction the service is probed with the read-only QueryStatus, and QueryStatus judges the
+outcome, so a missing or misread ``success`` field cannot pass a failure off.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from nomad_plugin.model.errors import BackendRefused, PluginError, SchemaMismatc
 from nomad_plugin.xdm import adapter, binder, guesses
 from nomad_plugin.xdm.adapter import RuntimeKitStatus
 from nomad_plugin.xdm.binder import MISMATCH_PREFIX, SWITCH_RPCS, Binding, FileSet, Rpc
-from nomad_plugin.xdm.client import CONFIG_LABEL, Endpoint, classify_rpc_error, socket_problem
+from nomad_plugin.xdm.client import CONFIG_LABEL, Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +131,4 @@ class RuntimeKitSwitch:
         return answer
 
     def _classify(self, exc: grpc.RpcError, method: str) -> PluginError:
-        code = exc.code()
-        transport = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-        diagnosis = socket_problem(self.path) if transport else None
-        return classify_rpc_error(code, str(exc.details() or ""), f"config-daemon {method}", diagnosis)
+        return self._endpoint.classify(exc, f"config-daemon {method}")[0]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from nomad_plugin.sim import Simulator
-from nomad_plugin.xdm.capture import load_bundle
+from nomad_plugin.xdm.capture import CaptureBundle
+from tests.captures.oracle import decode
 
 ROOT = Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "-m", "nomad_plugin.cli.main", "xdm-probe"]
@@ -39,19 +40,19 @@ def test_foreign_schema_without_reflection_is_captured_as_far_as_it_goes(short_d
         assert out.returncode == 1, out.stderr
         assert "reflection on dp2mgr: none (UNIMPLEMENTED" in out.stdout
         assert "ListAndWatch           FAILED: UNIMPLEMENTED under every candidate service" in out.stdout
-        bundle = load_bundle(short_dir / "b1")
+        bundle = CaptureBundle(short_dir / "b1")
         assert bundle.manifest["ok"] is False and bundle.raw("ListAndWatch") is None
         # the operator names the service: the device socket's RPCs are captured, raw
         named = _capture(sock, short_dir / "b2", "--set", f'xdm_service="{sim.schema.device_service}"')
-        calls = {c["rpc"]: c for c in load_bundle(short_dir / "b2").manifest["calls"]}
+        calls = {c["rpc"]: c for c in CaptureBundle(short_dir / "b2").manifest["calls"]}
         assert calls["ListAndWatch"]["ok"] and calls["ExporterDataStream"]["ok"], named.stdout
         assert not calls["QueryStatus"]["ok"]  # the config package is still unknown without reflection
         sim.set_reflection(True)
         full = _capture(sock, short_dir / "b3")
         assert full.returncode == 0, full.stdout + full.stderr
-        bundle = load_bundle(short_dir / "b3")
+        bundle = CaptureBundle(short_dir / "b3")
         assert bundle.manifest["services"]["QueryStatus"] == "ljrk.controller.v1.AmpConfigService"
-        assert bundle.decode("ListGpuInfo").gpuInfos[0].uuid == sim.cards[0].uuid
+        assert decode(bundle, "ListGpuInfo").gpuInfos[0].uuid == sim.cards[0].uuid
         assert json.loads((short_dir / "b3" / "binding-report.json").read_text())
         assert sim.grants() == {}
 

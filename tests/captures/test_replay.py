@@ -33,9 +33,9 @@ from nomad_plugin.xdm.capture import (
     WRITING_RPCS,
     CaptureBundle,
     bind_bundle,
-    load_bundle,
     replay,
 )
+from tests.captures.oracle import decode
 from tools.make_capture_bundles import BUNDLES, EXPECTED, make_bundle
 
 HERE = Path(__file__).resolve().parent
@@ -78,7 +78,7 @@ def test_the_simulator_bundles_are_shipped():
 
 @pytest.mark.parametrize("root", BUNDLE_DIRS, ids=lambda p: p.name)
 def test_bundle_is_complete_and_read_only(root: Path):
-    bundle = load_bundle(root)
+    bundle = CaptureBundle(root)
     assert bundle.manifest["format"] == FORMAT
     assert (root / EXPECTED).exists() and (root / BINDING_REPORT).exists()
     calls = {c["rpc"]: c for c in bundle.manifest["calls"]}
@@ -96,7 +96,7 @@ def _config(*sets: str):
 
 @pytest.mark.parametrize("root", BUNDLE_DIRS, ids=lambda p: p.name)
 def test_binder_replay_gives_the_expected_inventory_or_a_loud_mismatch(root: Path):
-    bundle = load_bundle(root)
+    bundle = CaptureBundle(root)
     expected = _expected(root)
     expect = json.loads((root / EXPECTED).read_text())["expect"]
     got = replay(bundle, bind_bundle(bundle, _config()))
@@ -121,7 +121,7 @@ def test_binder_replay_with_the_served_schema_as_xdm_schema(root: Path, form: st
     path = tmp_path if form == "proto-dir" else tmp_path / DESCRIPTOR_SET_FILE
     if form == "proto-dir":
         (tmp_path / DESCRIPTOR_SET_FILE).unlink()  # a directory of .proto files only
-    bundle = load_bundle(root)
+    bundle = CaptureBundle(root)
     binding = bind_bundle(bundle, _config(f'xdm_schema="{path}"'))
     assert binding.source == str(path)
     got = replay(bundle, binding)
@@ -131,11 +131,11 @@ def test_binder_replay_with_the_served_schema_as_xdm_schema(root: Path, form: st
 
 @pytest.mark.parametrize("root", BUNDLE_DIRS, ids=lambda p: p.name)
 def test_replay_without_the_binder(root: Path):
-    bundle = load_bundle(root)
+    bundle = CaptureBundle(root)
     expected = _expected(root)
     truth = json.loads((root / EXPECTED).read_text())["source"]
     if bundle.descriptor_set("dp2mgr") is not None:
-        assert inventory(bundle, bundle.decode) == expected
+        assert inventory(bundle, lambda rpc: decode(bundle, rpc)) == expected
         return
     got = inventory(bundle, lambda rpc: BUILTIN_CLASSES[rpc].FromString(bundle.raw(rpc)))
     if truth.get("schema") == "builtin":
@@ -153,7 +153,7 @@ def test_capture_from_a_live_simulator_matches_the_shipped_bundle(spec, tmp_path
     assert manifest["ok"]
     called = [r.getMessage().split(" ")[0] for r in caplog.records]
     assert "ListGpuInfo" in called and not set(called) & WRITING_RPCS
-    fresh, shipped = load_bundle(tmp_path / spec.name), load_bundle(HERE / spec.name)
+    fresh, shipped = CaptureBundle(tmp_path / spec.name), CaptureBundle(HERE / spec.name)
     for rpc in ("ListSupportedXPUType", "ListGpuInfo", "ListAndWatch", "QueryStatus"):
         assert fresh.raw(rpc) == shipped.raw(rpc), rpc
     assert _expected(tmp_path / spec.name) == _expected(HERE / spec.name)

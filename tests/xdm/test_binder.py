@@ -47,7 +47,8 @@ def decode_card(binding: Binding, data: bytes) -> Card:
 
 def test_builtin_binds_to_itself_with_a_full_report() -> None:
     b = builtin_binding()
-    assert b.ok and b.probe_service and not b.missing_rpcs
+    assert b.ok and not b.missing_rpcs
+    assert all(rpc.path is None for rpc in b.rpcs.values()), "the reconstruction's service names are probed"
     lines = b.report_lines()
     assert "  Device.totalMemory -> xdm.Device.totalMemory #6 int64" in lines
     assert "  AllocateRequest.devices -> xdm.AllocateRequest.devices #2 repeated xdm.DeviceRequest" in lines
@@ -76,7 +77,7 @@ def test_renumbered_schema_decodes_correctly_where_the_builtin_numbers_would_not
 def test_foreign_package_gives_the_wire_paths() -> None:
     foreign = schemas.repackaged(schemas.renumbered(schemas.base()), "xdm", "ljrk.dp2mgr.v1")
     b = bind(foreign, "test")
-    assert b.ok and not b.probe_service
+    assert b.ok and all(rpc.path is not None for rpc in b.rpcs.values())
     assert b.rpc("Allocate").path == "/ljrk.dp2mgr.v1.XpuDeviceManagerService/Allocate"
     assert b.rpc("QueryStatus").path == "/config.AmpConfigService/QueryStatus"
     assert decode_card(b, push(b)).uuid == UUID
