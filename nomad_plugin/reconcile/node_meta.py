@@ -29,8 +29,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.node_meta import meta_changes, node_meta
-from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient
-from nomad_plugin.reconcile.visibility import parse_rules
+from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient, parse_rules
 from nomad_plugin.util.threads import Backoff
 
 log = logging.getLogger(__name__)

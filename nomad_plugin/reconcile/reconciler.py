@@ -28,8 +28,15 @@ from typing import Any, Protocol
 from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
-from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
+from nomad_plugin.reconcile.nomad_api import (
+    RECOMMENDED_POLICY,
+    AllocPage,
+    AllocView,
+    NomadApiError,
+    NomadClient,
+    Visibility,
+    check_visibility,
+)
 from nomad_plugin.util.threads import Backoff
 
 log = logging.getLogger(__name__)
@@ -95,7 +102,7 @@ class GrantReleaser(Protocol):
 # ("live": any client status but complete, failed and lost). The claim is remembered. A grant with
 # no live holder is *orphaned*, and released once that has held in every observation for ``grace``
 # seconds, but only on evidence: its claiming allocation was seen live and is now terminal or gone
-# (garbage-collected), or nothing ever claimed it and the view is *complete* (``visibility.py``).
+# (garbage-collected), or nothing ever claimed it and the view is *complete* (``nomad_api.check_visibility``).
 # With an incomplete view an unclaimed grant is *unverifiable*: kept and reported. A live allocation
 # whose *started* tasks use this plugin's devices without a journal entry is *leaked* once that has
 # held for ``grace`` (a Reserve may be in flight); tasks not started yet have not asked for their
