@@ -1,17 +1,14 @@
-"""A small typed client for the local Nomad agent's HTTP API.
+"""A small typed client for the local Nomad agent's HTTP API, and what its token can see.
 
-This node's allocations by blocking query (``?index=N&wait=<Go duration>``;
-``X-Nomad-Index`` is the next ``index``), the node itself (proof that it
-exists, so an empty list means "nothing runs here"), the token's ACL token
-and policies (what it can see, below) and the agent's dynamic node metadata.
-Settings come from the plugin config, else the usual ``NOMAD_*`` variables.
+This node's allocations by blocking query (``X-Nomad-Index`` is the next
+``index``), the node itself, the token's ACL objects and the agent's dynamic
+node metadata. Settings come from the plugin config, else ``NOMAD_*``.
 
 Every call has an overall deadline, not only httpx's per-read timeouts (an
 API that answers one byte every half second keeps each read inside its
-timeout for ever): every socket operation gets only the time left. The ACL
-token goes only into the ``X-Nomad-Token`` header; a trailing newline is
-stripped, a token with a control character inside is never sent, and every
-spelling of it is masked in errors (``util/text.secret_forms``).
+timeout for ever). The ACL token goes only into ``X-Nomad-Token``; a trailing
+newline is stripped, a token with a control character inside is never sent,
+and every spelling of it is masked in errors (``util/text.secret_forms``).
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
-#: Allocation client statuses after which Nomad frees the devices; every other one (pending, running,
-#: unknown, any new one) counts as live.
+#: Client statuses after which Nomad frees the devices; any other (a new one included) counts as live.
 TERMINAL = frozenset({"complete", "failed", "lost"})
 #: The answer of an ACL endpoint on a cluster without ACLs (nomad/acl.go aclDisabled).
 ACL_DISABLED = "ACL support disabled"
@@ -102,7 +98,6 @@ class AllocView:
     namespace: str = "default"
     job: str = ""
     modify_time: float = 0.0  # unix seconds of the last change Nomad recorded
-    desired_status: str = "run"
     # (task, device IDs of one ``device`` block) per block: which task a Reserve's IDs belong to.
     task_devices: tuple[tuple[str, frozenset[str]], ...] = ()
     # Device IDs of tasks that have not started yet, so have not been Reserved yet (``task_started``).
@@ -174,9 +169,6 @@ def parse_alloc(raw: Any) -> AllocView:
     namespace, job = raw.get("Namespace") or "default", raw.get("JobID") or ""
     if not isinstance(namespace, str) or not isinstance(job, str):
         raise ValueError(f"{where}: Namespace/JobID is not a string")
-    # Only the mount lookup reads DesiredStatus, to trust this allocation; releases never do, so a
-    # drifted value must not fail the whole answer: kept as unknown, never "run".
-    desired = raw.get("DesiredStatus") or "run"
     modify = raw.get("ModifyTime") or 0
     # Only the leak check reads task states, so a drifted shape counts as started (task_started).
     states = raw.get("TaskStates") or {}
@@ -188,7 +180,6 @@ def parse_alloc(raw: Any) -> AllocView:
         namespace=namespace,
         job=job,
         modify_time=modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0,
-        desired_status=desired if isinstance(desired, str) else "unknown",
         task_devices=tuple(blocks),
         unstarted_ids=frozenset().union(*unstarted),
     )
@@ -198,9 +189,7 @@ def parse_alloc(raw: Any) -> AllocView:
 class NodeView:
     """What the reconciler checks of the node it watches (``GET /v1/node/<id>``)."""
 
-    id: str
     name: str
-    status: str
     hostname: str  # Attributes["unique.hostname"]; "" when absent
 
 
@@ -211,9 +200,8 @@ def parse_node_view(raw: Any) -> NodeView:
     attributes = raw.get("Attributes") or {}
     if not isinstance(attributes, dict):
         raise ValueError("node Attributes is not an object")
-    values = (raw.get("Name", ""), raw.get("Status", ""), attributes.get("unique.hostname", ""))
-    name, status, hostname = (v if isinstance(v, str) else "" for v in values)
-    return NodeView(id=raw["ID"], name=name, status=status, hostname=hostname)
+    name, hostname = (v if isinstance(v, str) else "" for v in (raw.get("Name"), attributes.get("unique.hostname")))
+    return NodeView(name=name, hostname=hostname)
 
 
 @dataclass(frozen=True)

@@ -393,7 +393,6 @@ def test_parse_alloc_builds_the_whole_view() -> None:
         "team-a",
         "train",
         1.7e9 + 0.5,
-        "stop",
         (("t", frozenset({"U1", "U2"})), ("t", frozenset({"U3"})), ("w", frozenset({"U4"}))),
         frozenset({"U4"}),
     )
