@@ -128,7 +128,7 @@ class JournalFull(PluginError):
 
 
 class JournalCorrupt(ValueError):
-    """Raised by ``decode`` with the reason the file cannot be trusted."""
+    """The reason the file cannot be trusted."""
 
 
 def _canonical(value: Any) -> str:
@@ -146,7 +146,6 @@ def encode(entries: Iterable[JournalEntry]) -> bytes:
 
 
 def decode(data: bytes) -> list[JournalEntry]:
-    """Parse and verify a journal file's bytes, or raise ``JournalCorrupt``."""
     return list(_parse_file(data)[0].values())
 
 
@@ -244,7 +243,6 @@ class Journal:
         path = Path(data_dir) / FILE_NAME
         return decode(path.read_bytes()) if path.exists() else []
 
-    # -- reading: what the file holds now --------------------------------------------------
     def entries(self) -> list[JournalEntry]:
         return list(self._current().values())
 
@@ -254,7 +252,6 @@ class Journal:
     def __len__(self) -> int:
         return len(self._current())
 
-    # -- writing (each durable before it returns) ----------------------------------------
     def put(self, entry: JournalEntry) -> None:
         with self._locked(fcntl.LOCK_EX) as dir_fd:
             self._catch_up()
@@ -274,22 +271,21 @@ class Journal:
             return True
 
     def close(self) -> None:
-        """Let go of the file (the journal stays on disk; a later call opens it again)."""
+        """Let go of the file (a later call opens it again)."""
         with self._lock:
             file, self._file = self._file, None
         if file is not None:
             file.close()
 
-    # -- internals -------------------------------------------------------------------------
     def _current(self) -> dict[str, JournalEntry]:
-        """The entries, caught up with other processes; a new dict on every change, never changed in place."""
+        """Caught up with other processes; a new dict on every change, never changed in place."""
         with self._locked(fcntl.LOCK_SH):
             self._catch_up()
             return self._entries
 
     @contextmanager
     def _locked(self, kind: int) -> Iterator[int]:
-        """This thread's turn, and the directory's ``flock`` (shared or exclusive) among processes."""
+        """This thread's turn, and the directory's ``flock`` among processes."""
         with self._lock:
             dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:

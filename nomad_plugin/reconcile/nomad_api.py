@@ -122,14 +122,12 @@ def task_started(state: Any) -> bool:
     """
     if state is None:
         return False
-    if not isinstance(state, dict):
-        return True
-    if state.get("State") == "running":
+    if not isinstance(state, dict) or state.get("State") == "running":
         return True
     started_at = state.get("StartedAt")
-    if started_at is None or started_at == "":
-        return False
-    return not (isinstance(started_at, str) and started_at.startswith(ZERO_TIME_PREFIX))
+    return started_at not in (None, "") and not (
+        isinstance(started_at, str) and started_at.startswith(ZERO_TIME_PREFIX)
+    )
 
 
 def parse_alloc(raw: Any) -> AllocView:
@@ -231,7 +229,7 @@ def parse_node_meta(body: Any) -> NodeMetaView:
 
 
 def required_capability(path: str) -> str:
-    """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
+    """The ACL capability a GET of ``path`` needs."""
     if path.startswith("/v1/agent/"):
         return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
     return "node:read"
@@ -338,7 +336,7 @@ class NomadClient:
 
     @property
     def _http(self) -> httpx.Client:
-        """The HTTP client, made (and httpx imported) on the first request: a client may never be used.
+        """Made (and httpx imported) on the first request: a client may never be used.
 
         Never httpx's command-line client, which its package imports whenever click, rich and
         pygments are installed: a ``None`` in ``sys.modules`` makes that import fail, as httpx expects.
@@ -543,9 +541,7 @@ def _parsed(parse: Any, body: Any, what: str) -> Any:
         raise NomadApiError(f"{what}: {exc}", "bad-response") from None
 
 
-# --- what the token can see ------------------------------------------------------------------
-# Can the token see every allocation on this node? (Release only on evidence.)
-#
+# --- what the token can see: release only on evidence ----------------------------------------
 # Nomad's ``GET /v1/node/:id/allocations`` needs ``node:read`` and then
 # silently leaves out allocations in namespaces where the token lacks the
 # ``read-job`` capability, still answering 200 (``Node.GetAllocs`` in
@@ -638,9 +634,9 @@ def namespace_rules(text: str) -> dict[str, set[str]]:
     """Namespace label -> capabilities of one policy (HCL or JSON rules); ``ValueError`` if unreadable."""
     try:
         doc = parse_rules(text)
-    except ValueError:
-        raise
     except Exception as exc:  # the HCL parser raises its own exception types
+        if isinstance(exc, ValueError):
+            raise
         raise ValueError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(doc, dict):
         raise ValueError("rules are not an object")
