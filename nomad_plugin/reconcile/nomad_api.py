@@ -361,12 +361,6 @@ class NomadClient:
                 )
             return self._client
 
-    @_http.setter
-    def _http(self, client: httpx.Client) -> None:
-        """Use ``client`` instead (tests hand in their own transport)."""
-        with self._client_lock:
-            self._client = client
-
     def _ssl_context(self) -> ssl.SSLContext:
         s = self.settings
         ctx = ssl.create_default_context(cafile=s.ca_cert or None)

@@ -581,7 +581,7 @@ def test_close_closes_the_http_client_and_a_second_close_is_harmless(api: Script
     api.answers["/v1/acl/policy/p"] = (200, {"Name": "p", "Rules": "x"})
     c = client(api)
     handed_in = httpx.Client(base_url=api.address)
-    c._http = handed_in
+    c._client = handed_in
     c.close()
     assert handed_in.is_closed
     c.close()
