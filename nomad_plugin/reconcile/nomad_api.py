@@ -536,29 +536,24 @@ def _parsed(parse: Any, body: Any, what: str) -> Any:
 
 
 # --- what the token can see: release only on evidence ----------------------------------------
-# Nomad's ``GET /v1/node/:id/allocations`` needs ``node:read`` and then
-# silently leaves out allocations in namespaces where the token lacks the
-# ``read-job`` capability, still answering 200 (``Node.GetAllocs`` in
-# hashicorp/nomad nomad/node_endpoint.go; the ACL table of "List Node
-# Allocations" in website/content/api-docs/nodes.mdx says
-# ``node:read,namespace:read-job``). An allocation missing from the answer is
-# therefore evidence of nothing unless the view is *complete*:
+# Nomad's ``GET /v1/node/:id/allocations`` needs ``node:read`` and then silently leaves out allocations in
+# namespaces where the token lacks the ``read-job`` capability, still answering 200 (``Node.GetAllocs`` in
+# hashicorp/nomad nomad/node_endpoint.go; the ACL table of "List Node Allocations" in
+# website/content/api-docs/nodes.mdx says ``node:read,namespace:read-job``). An allocation missing from the
+# answer is therefore evidence of nothing unless the view is *complete*:
 #
 # - ACLs are disabled (``/v1/acl/token/self`` answers "ACL support disabled"),
 # - the token is a ``management`` token, or
-# - the token's own policies (directly and through its roles) grant
-#   ``read-job`` on every namespace: a namespace rule whose label is only
-#   ``*`` globs (it matches every name), and no namespace rule in any of the
-#   policies that lacks ``read-job`` or carries ``deny``. Nomad applies to a
-#   namespace the exact rule, else the closest glob, and merges the same label
-#   across policies (union of capabilities, ``deny`` wins), so when every
-#   label grants ``read-job`` every namespace does. ``policy = "read"`` and
-#   ``"write"`` include ``read-job``; ``"scale"`` and ``"deny"`` do not.
+# - the token's own policies (directly and through its roles) grant ``read-job`` on every namespace: a
+#   namespace rule whose label is only ``*`` globs (it matches every name), and no namespace rule in any of
+#   the policies that lacks ``read-job`` or carries ``deny``. Nomad applies to a namespace the exact rule,
+#   else the closest glob, and merges the same label across policies (union of capabilities, ``deny`` wins),
+#   so when every label grants ``read-job`` every namespace does. ``policy = "read"`` and ``"write"``
+#   include ``read-job``; ``"scale"`` and ``"deny"`` do not.
 #
-# Any valid token may read itself (``/v1/acl/token/self``) and the policies
-# and roles attached to it (``/v1/acl/policy/:name``, ``/v1/acl/role/:id``),
-# so the check needs no more rights than the plugin already has. Anything the
-# check cannot read or parse counts as incomplete: the safe answer.
+# Any valid token may read itself (``/v1/acl/token/self``) and the policies and roles attached to it
+# (``/v1/acl/policy/:name``, ``/v1/acl/role/:id``), so the check needs no more rights than the plugin
+# already has. Anything the check cannot read or parse counts as incomplete: the safe answer.
 
 #: The policy the docs recommend; doctor and the warning name it.
 RECOMMENDED_POLICY = (
