@@ -381,8 +381,13 @@ class Doctor:
             self.add("topology", OK, f"topology levels: {', '.join(levels) or 'none'}")
 
     def check_nomad(self) -> None:
-        from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
-        from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, check_visibility
+        from nomad_plugin.reconcile.nomad_api import (
+            RECOMMENDED_POLICY,
+            NomadApiError,
+            NomadApiSettings,
+            NomadClient,
+            check_visibility,
+        )
 
         assert self.config is not None
         settings = NomadApiSettings.from_config(self.config, self.host.environ)

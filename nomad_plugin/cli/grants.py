@@ -28,10 +28,17 @@ from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad.reserve import describe_limits
 from nomad_plugin.nomad_view.types import table
-from nomad_plugin.reconcile.nomad_api import AllocView, NomadApiError, NomadApiSettings, NomadClient
+from nomad_plugin.reconcile.nomad_api import (
+    RECOMMENDED_POLICY,
+    AllocView,
+    NomadApiError,
+    NomadApiSettings,
+    NomadClient,
+    Visibility,
+    check_visibility,
+)
 from nomad_plugin.reconcile.reconciler import Claim, ReconcilerState, reconciler_state_path
 from nomad_plugin.reconcile.requests import MANUAL_REASON, check_grant_id, submit_release, wait_result, withdraw
-from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
 
 LIVE, ORPHANED, PENDING, UNVERIFIABLE, LEAKED = "live", "orphaned", "pending release", "unverifiable", "leaked"
 

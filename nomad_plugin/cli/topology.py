@@ -68,8 +68,7 @@ def parser() -> argparse.ArgumentParser:
 
 def read_cluster(client: Any) -> tuple[list[ClusterNode], dict[str, set[str]], bool, str]:
     """Nodes, device IDs held per node, and whether (and why) the allocation view is complete."""
-    from nomad_plugin.reconcile.nomad_api import NomadApiError
-    from nomad_plugin.reconcile.visibility import check_visibility
+    from nomad_plugin.reconcile.nomad_api import NomadApiError, check_visibility
 
     nodes = [parse_node(client.node_record(s["ID"])) for s in client.list_nodes() if isinstance(s.get("ID"), str)]
     held = {}

@@ -2,15 +2,14 @@
 
 The plugin never changes the mode of a directory it did not create: an
 existing ``data_dir`` must be owned by the plugin's user, writable by nobody
-else, not sticky and not a system directory (symlinks followed), else it is
-refused with the reason; a missing one is created 0700 (parents 0755), set
-exactly. ``problem`` only looks (SetConfig creates nothing: Nomad kills the
-plugin's first two launches at once); ``prepare`` creates or checks.
+else, not sticky and not a system directory (symlinks followed); a missing
+one is created 0700 (parents 0755). ``problem`` only looks (SetConfig creates
+nothing: Nomad kills the plugin's first two launches at once).
 
 The journal's one writer holds an exclusive ``flock`` on ``plugin.lock``,
 which the kernel drops when it dies, even by SIGKILL: the plugin for its
-whole life (a second plugin waits for it, ``app.py``), or ``grants release``
-while no plugin runs (else it asks the plugin, ``reconcile/requests.py``).
+whole life, or ``grants release`` while no plugin runs (else it asks the
+plugin, ``reconcile/requests.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ class DataDirRefused(PluginError):
 
 
 def problem(data_dir: str | os.PathLike[str]) -> str | None:
-    """Why ``data_dir`` cannot be used, looking at the disk but changing nothing (None: usable or creatable)."""
+    """Why ``data_dir`` cannot be used (None: usable or creatable); changes nothing."""
     text = os.fspath(data_dir)
     found = data_dir_problem(text)
     if found is not None:
@@ -64,7 +63,7 @@ def problem(data_dir: str | os.PathLike[str]) -> str | None:
 
 
 def prepare(data_dir: str | os.PathLike[str]) -> Path:
-    """Create ``data_dir`` (0700, parents 0755) or check the existing one; ``DataDirRefused`` if it cannot be used."""
+    """Create ``data_dir`` or check the existing one; ``DataDirRefused`` if it cannot be used."""
     text = os.fspath(data_dir)
     path = Path(text)
     if data_dir_problem(text) is None:
@@ -87,8 +86,6 @@ OWNER_LOCK = "plugin.lock"
 
 
 class OwnerLock:
-    """``plugin.lock``, held by the one process that writes the journal (module docstring)."""
-
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.path = Path(data_dir) / OWNER_LOCK
         self._fd: int | None = None
@@ -115,7 +112,7 @@ class OwnerLock:
         return True
 
     def holder(self) -> int | None:
-        """The pid the lock file names (its holder, or its last one); None if unreadable."""
+        """The pid the lock file names (its holder, or its last one)."""
         try:
             text = self.path.read_text(errors="replace").strip()
         except OSError:
@@ -143,7 +140,7 @@ def _try_flock(fd: int, kind: int) -> bool:
 
 
 def plugin_running(data_dir: str | os.PathLike[str]) -> bool:
-    """Whether another process (the plugin) holds ``plugin.lock``; read-only, creates nothing (doctor, ``grants``)."""
+    """Whether another process (the plugin) holds ``plugin.lock``; creates nothing."""
     try:
         fd = os.open(Path(data_dir) / OWNER_LOCK, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -155,7 +152,7 @@ def plugin_running(data_dir: str | os.PathLike[str]) -> bool:
 
 
 def write_state(path: Path, doc: Any) -> None:
-    """A small JSON file in ``data_dir`` (0600), replaced whole by a rename: a reader never sees half of it."""
+    """A small JSON file (0600), replaced whole by a rename: a reader never sees half of it."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:

@@ -6,13 +6,12 @@ release it later (docs/reserve.md). As kubelet's device-manager checkpoint
 renames it over ``<data_dir>/journal.json`` and fsyncs the directory before
 it returns. The file is ``{"checksum": "sha256:<hex>", "entries": [...],
 "version": 1}``, the checksum over the canonical JSON of ``entries``; one
-that does not verify is set aside. An earlier build's file, a snapshot and
-then ``["put", entry, checksum]`` / ``["del", grant id, checksum]`` records,
-is read once (a partial last record, never acknowledged, dropped) and
-rewritten. Several processes may open one journal (the plugin, ``grants
-release``): a change holds an exclusive ``flock`` on the directory and first
-reads the file again if another process replaced it (each write makes a new
-inode; the one last read stays open, so it is not reused): no update is lost.
+that does not verify is set aside. An earlier build's file (the snapshot,
+then ``["put"|"del", payload, checksum]`` lines; a partial last line was
+never acknowledged) is read once and rewritten. Several processes may open
+one journal: a change holds an exclusive ``flock`` on the directory and
+first reads the file again if another process replaced it (a new inode per
+write; the one last read stays open, so it is not reused).
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
@@ -70,10 +68,6 @@ class JournalEntry:
 
     def with_state(self, state: EntryState, granted: tuple[GrantedDevice, ...] | None = None) -> JournalEntry:
         return replace(self, state=state, granted=self.granted if granted is None else granted)
-
-    @cached_property
-    def canonical(self) -> str:  # made once: each write encodes every entry, nearly all unchanged
-        return _canonical(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
         raw = {n: getattr(self, n) for n in ("grant_id", "group", "kind", "created_at", "settle_until")}
@@ -134,7 +128,7 @@ class JournalFull(PluginError):
 
 
 class JournalCorrupt(ValueError):
-    """Raised by ``decode`` with the reason the file cannot be trusted."""
+    """The reason the file cannot be trusted."""
 
 
 def _canonical(value: Any) -> str:
@@ -142,19 +136,16 @@ def _canonical(value: Any) -> str:
 
 
 def checksum(body: Any) -> str:
-    """The checksum of a snapshot's ``entries`` (or of an earlier build's ``[op, payload]`` record)."""
+    """Of a snapshot's ``entries``, or of an earlier build's ``[op, payload]`` record."""
     return "sha256:" + hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
 def encode(entries: Iterable[JournalEntry]) -> bytes:
-    """A journal file holding ``entries``."""
-    body = "[" + ",".join(e.canonical for e in entries) + "]"
-    digest = "sha256:" + hashlib.sha256(body.encode()).hexdigest()
-    return f'{{"checksum": "{digest}", "entries": {body}, "version": {VERSION}}}\n'.encode()
+    body = [e.to_json() for e in entries]  # the bytes an earlier build reads too: a rollback keeps the journal
+    return f'{{"checksum": "{checksum(body)}", "entries": {_canonical(body)}, "version": {VERSION}}}\n'.encode()
 
 
 def decode(data: bytes) -> list[JournalEntry]:
-    """Parse and verify a journal file's bytes, or raise ``JournalCorrupt``."""
     return list(_parse_file(data)[0].values())
 
 
@@ -232,7 +223,6 @@ class Journal:
         self.path = self.dir / FILE_NAME
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self.corrupt_set_aside: Path | None = None
-        self.generation = 0  # moves whenever the entries this process knows change (no disk access to read)
         self._entries: dict[str, JournalEntry] = {}
         self._file: IO[bytes] | None = None  # the file as this process last read or wrote it
         self._lock = threading.Lock()
@@ -253,7 +243,6 @@ class Journal:
         path = Path(data_dir) / FILE_NAME
         return decode(path.read_bytes()) if path.exists() else []
 
-    # -- reading: what the file holds now --------------------------------------------------
     def entries(self) -> list[JournalEntry]:
         return list(self._current().values())
 
@@ -263,7 +252,6 @@ class Journal:
     def __len__(self) -> int:
         return len(self._current())
 
-    # -- writing (each durable before it returns) ----------------------------------------
     def put(self, entry: JournalEntry) -> None:
         with self._locked(fcntl.LOCK_EX) as dir_fd:
             self._catch_up()
@@ -283,22 +271,21 @@ class Journal:
             return True
 
     def close(self) -> None:
-        """Let go of the file (the journal stays on disk; a later call opens it again)."""
+        """Let go of the file (a later call opens it again)."""
         with self._lock:
             file, self._file = self._file, None
         if file is not None:
             file.close()
 
-    # -- internals -------------------------------------------------------------------------
     def _current(self) -> dict[str, JournalEntry]:
-        """The entries, caught up with other processes; a new dict on every change, never changed in place."""
+        """Caught up with other processes; a new dict on every change, never changed in place."""
         with self._locked(fcntl.LOCK_SH):
             self._catch_up()
             return self._entries
 
     @contextmanager
     def _locked(self, kind: int) -> Iterator[int]:
-        """This thread's turn, and the directory's ``flock`` (shared or exclusive) among processes."""
+        """This thread's turn, and the directory's ``flock`` among processes."""
         with self._lock:
             dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
@@ -360,7 +347,6 @@ class Journal:
         if self._file is not None:
             self._file.close()
         self._entries, self._file = entries, file
-        self.generation += 1
 
     def _set_aside(self, reason: str) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -1,16 +1,14 @@
 """Which task is starting, and does it mount volumes? Asked of the Nomad API at Reserve.
 
 Under ``container_mounts = "auto"`` XDM's mounts are passed only to a task
-without ``volume_mount``: in Nomad's task runner a non-empty mount list from
-the device hook *replaces* the volume hook's (docs/reserve.md, "Mounts").
-Reserve carries only device IDs, so the task is the one whose device block
-in this node's allocation list holds exactly them (Nomad calls Reserve in
-the task's prestart, so the allocation is already listed), and its
-``VolumeMounts`` come from the allocation's job. When that cannot be told,
-the verdict is "unknown" with the reason and the mounts are withheld: losing
-a task's volumes is worse than lacking XDM's driver mounts. An API that
-timed out is not asked again for ``TIMEOUT_BACKOFF`` seconds, so the
-Reserves in between do not each wait out the client timeout.
+without ``volume_mount``: a non-empty mount list from the device hook
+*replaces* the volume hook's (docs/reserve.md, "Mounts"). Reserve carries
+only device IDs, so the task is the one whose device block in this node's
+allocation list holds exactly them, and its ``VolumeMounts`` come from the
+allocation's job. When that cannot be told the verdict is "unknown" and the
+mounts are withheld: losing a task's volumes is worse than lacking XDM's
+driver mounts. An API that timed out is not asked again for
+``TIMEOUT_BACKOFF`` seconds, so the Reserves in between do not each wait.
 """
 
 from __future__ import annotations
@@ -27,13 +25,12 @@ from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClien
 #: Tries when no allocation holds the IDs yet, and the pause between them.
 LOOKUP_ATTEMPTS = 3
 LOOKUP_RETRY_DELAY = 0.5
-#: After a request to the API timed out: seconds before it is asked again.
 TIMEOUT_BACKOFF = 10.0
 
 
 @dataclass(frozen=True)
 class VolumeVerdict:
-    """``has_volume_mounts`` is meaningful only when ``known``; ``reason`` says why, for the log."""
+    """``has_volume_mounts`` is meaningful only when ``known``."""
 
     known: bool
     has_volume_mounts: bool
@@ -53,11 +50,10 @@ class Candidate:
 
 
 def find_candidates(allocs: Sequence[Any], device_ids: Sequence[str]) -> list[Candidate]:
-    """Non-terminal allocations with a device block holding exactly ``device_ids`` (pending included).
+    """Non-terminal allocations with a device block holding exactly ``device_ids``.
 
     When some are desired to run and others to stop (an old allocation still stopping while its
-    replacement starts with the same IDs), only those desired to run are kept. ``ValueError`` on a
-    drifted shape of the devices (``parse_alloc``).
+    replacement starts with the same IDs), only those desired to run are kept.
     """
     wanted = frozenset(device_ids)
     found: list[Candidate] = []
@@ -89,7 +85,7 @@ def task_volume_mounts(alloc: dict[str, Any], task: str) -> list[Any] | None:
 
 
 class AllocVolumeLookup:
-    """``lookup(device_ids)`` -> ``VolumeVerdict``; thread-safe, the node ID is asked once."""
+    """``lookup(device_ids)`` -> ``VolumeVerdict``; thread-safe."""
 
     def __init__(
         self,
@@ -110,7 +106,6 @@ class AllocVolumeLookup:
         self._backoff = backoff
         self._clock = clock
         self._lock = threading.Lock()
-        # (when, error text) of the last request that timed out.
         self._timed_out: tuple[float, str] | None = None
 
     def close(self) -> None:

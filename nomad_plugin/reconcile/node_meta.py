@@ -1,16 +1,15 @@
 """Publish XDM's topology as Nomad dynamic node metadata (``node_meta = true``).
 
-One thread: the keys from the backend's inventory (``model/node_meta.py``)
-against the agent's metadata (``GET /v1/client/metadata``, ``node:read``);
-only what differs is written (``POST``, ``node:write``), keys under the
-prefix no longer wanted as null (Nomad unsets them), keys outside it never.
-It looks ``SETTLE_S`` after an inventory change and every ``refresh_period``,
-and writes at most every ``MIN_INTERVAL_S`` (Nomad batches node updates
-anyway: ``client/client.go`` ``watchNodeUpdates``). Failures never reach
-Nomad's calls: a 403 is logged once and retried every ``FORBIDDEN_RETRY_S``.
-Nothing is published before the backend's first answer, and level keys are
-not unset while no card carries topology, so a restart while XDM is down
-unsets nothing. ``node-meta-state.json`` in ``data_dir`` is for ``doctor``.
+One thread: the keys from the inventory (``model/node_meta.py``) against the
+agent's metadata (``GET /v1/client/metadata``); only what differs is written
+(``POST``, ``node:write``), keys under the prefix no longer wanted as null
+(Nomad unsets them), keys outside it never. It looks ``SETTLE_S`` after an
+inventory change and every ``refresh_period``, and writes at most every
+``MIN_INTERVAL_S`` (Nomad batches node updates anyway: ``client/client.go``
+``watchNodeUpdates``). A 403 is logged once and retried every
+``FORBIDDEN_RETRY_S``. Nothing is published before the backend's first
+answer, and level keys are not unset while no card carries topology, so a
+restart while XDM is down unsets nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.node_meta import meta_changes, node_meta
-from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient
-from nomad_plugin.reconcile.visibility import parse_rules
+from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient, parse_rules
 from nomad_plugin.util.threads import Backoff
 
 log = logging.getLogger(__name__)
@@ -39,12 +37,10 @@ SETTLE_S = 1.0
 MIN_INTERVAL_S = 5.0
 FORBIDDEN_RETRY_S = 300.0
 STATE_FILE = "node-meta-state.json"
-#: The policy line that grants what the publisher needs (doctor and the log name it).
 WRITE_POLICY = 'node { policy = "write" }'
 
 
 def forbidden_hint(error: NomadApiError) -> str:
-    """What to do about a 403 (the error text already names the capability)."""
     need = "node:write" if "node:write" in str(error) else "node:read"
     return (
         f"the Nomad token lacks {need}, so the plugin cannot publish its topology as node metadata "
@@ -55,7 +51,7 @@ def forbidden_hint(error: NomadApiError) -> str:
 
 @dataclass
 class PublisherState:
-    """What the publisher last did, for ``doctor`` (a cache: a missing file means nothing known)."""
+    """What the publisher last did, for ``doctor``."""
 
     updated_at: float = 0.0
     wanted: dict[str, str] = field(default_factory=dict)
@@ -86,12 +82,10 @@ def load_publisher_state(path: Path) -> PublisherState | None:
 
 
 def node_write(client: NomadClient) -> tuple[bool, str]:
-    """Whether the token may write node metadata (``node:write``), and why; read-only.
+    """Whether the token may write node metadata, and why.
 
-    ACLs off or a management token: yes. Otherwise the token's policies, directly and through its
-    roles, must give the node rule ``policy = "write"`` and none ``"deny"`` (acl/acl.go
-    ``AllowNodeWrite``; across policies the strongest wins, deny above all). ``NomadApiError`` when
-    Nomad cannot answer.
+    The token's policies, directly and through its roles, must give the node rule ``policy =
+    "write"`` and none ``"deny"`` (acl/acl.go ``AllowNodeWrite``: the strongest wins, deny above all).
     """
     token = client.token_self()
     if token is None:
@@ -113,7 +107,7 @@ def node_write(client: NomadClient) -> tuple[bool, str]:
 
 
 def node_policies(rules: str) -> set[str]:
-    """The ``node { policy = ... }`` values of one policy's rules (HCL or JSON); empty if it has none."""
+    """The ``node { policy = ... }`` values of one policy's rules (HCL or JSON)."""
     try:
         doc = parse_rules(rules)
     except Exception:  # unreadable rules grant nothing the check can vouch for
@@ -125,7 +119,7 @@ def node_policies(rules: str) -> set[str]:
 
 
 def ready(inventory: Inventory) -> bool:
-    """Whether the backend has answered at least once (else nothing is published, nothing unset)."""
+    """Whether the backend has answered at least once."""
     return inventory.reachable or bool(inventory.cards)
 
 
@@ -163,7 +157,6 @@ class NodeMetaPublisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="node-meta", daemon=True)
@@ -178,10 +171,9 @@ class NodeMetaPublisher:
         self.client.close()
 
     def notify(self, _inventory: object = None) -> None:
-        """An inventory listener: something may have changed, look soon."""
+        """An inventory listener: look soon."""
         self._wake.set()
 
-    # -- the loop ----------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -199,7 +191,7 @@ class NodeMetaPublisher:
                 self._stop.wait(self.settle)  # let a burst of changes become one write
 
     def sync(self) -> bool:
-        """One round: read the agent's metadata, write what differs. True when a write was made."""
+        """One round; True when a write was made."""
         self._wake.clear()
         self.rounds += 1
         inventory = self.inventory()
@@ -260,11 +252,6 @@ class NodeMetaPublisher:
 
 
 def _describe_changes(changes: Mapping[str, str | None]) -> str:
-    sets = [f"{k}={v}" for k, v in changes.items() if v is not None]
-    unsets = [k for k, v in changes.items() if v is None]
-    parts = []
-    if sets:
-        parts.append("set " + ", ".join(sets))
-    if unsets:
-        parts.append("unset " + ", ".join(unsets))
-    return "; ".join(parts)
+    sets = ", ".join(f"{k}={v}" for k, v in changes.items() if v is not None)
+    unsets = ", ".join(k for k, v in changes.items() if v is None)
+    return "; ".join(part for part in (sets and f"set {sets}", unsets and f"unset {unsets}") if part)

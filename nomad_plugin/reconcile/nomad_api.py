@@ -1,21 +1,19 @@
-"""A small typed client for the local Nomad agent's HTTP API.
+"""A small typed client for the local Nomad agent's HTTP API, and what its token can see.
 
-This node's allocations by blocking query (``?index=N&wait=<Go duration>``;
-``X-Nomad-Index`` is the next ``index``), the node itself (proof that it
-exists, so an empty list means "nothing runs here"), the token's ACL token
-and policies (``visibility.py``) and the agent's dynamic node metadata.
-Settings come from the plugin config, else the usual ``NOMAD_*`` variables.
+This node's allocations by blocking query (``X-Nomad-Index`` is the next
+``index``), the node itself, the token's ACL objects and the agent's dynamic
+node metadata. Settings come from the plugin config, else ``NOMAD_*``.
 
 Every call has an overall deadline, not only httpx's per-read timeouts (an
 API that answers one byte every half second keeps each read inside its
-timeout for ever): every socket operation gets only the time left. The ACL
-token goes only into the ``X-Nomad-Token`` header; a trailing newline is
-stripped, a token with a control character inside is never sent, and every
-spelling of it is masked in errors (``util/text.secret_forms``).
+timeout for ever). The ACL token goes only into ``X-Nomad-Token``; a trailing
+newline is stripped, a token with a control character inside is never sent,
+and every spelling of it is masked in errors (``util/text.secret_forms``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import sys
@@ -35,8 +33,7 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
-#: Allocation client statuses after which Nomad frees the devices; every other one (pending, running,
-#: unknown, any new one) counts as live.
+#: Client statuses after which Nomad frees the devices; any other (a new one included) counts as live.
 TERMINAL = frozenset({"complete", "failed", "lost"})
 #: The answer of an ACL endpoint on a cluster without ACLs (nomad/acl.go aclDisabled).
 ACL_DISABLED = "ACL support disabled"
@@ -101,7 +98,6 @@ class AllocView:
     namespace: str = "default"
     job: str = ""
     modify_time: float = 0.0  # unix seconds of the last change Nomad recorded
-    desired_status: str = "run"
     # (task, device IDs of one ``device`` block) per block: which task a Reserve's IDs belong to.
     task_devices: tuple[tuple[str, frozenset[str]], ...] = ()
     # Device IDs of tasks that have not started yet, so have not been Reserved yet (``task_started``).
@@ -126,14 +122,12 @@ def task_started(state: Any) -> bool:
     """
     if state is None:
         return False
-    if not isinstance(state, dict):
-        return True
-    if state.get("State") == "running":
+    if not isinstance(state, dict) or state.get("State") == "running":
         return True
     started_at = state.get("StartedAt")
-    if started_at is None or started_at == "":
-        return False
-    return not (isinstance(started_at, str) and started_at.startswith(ZERO_TIME_PREFIX))
+    return started_at not in (None, "") and not (
+        isinstance(started_at, str) and started_at.startswith(ZERO_TIME_PREFIX)
+    )
 
 
 def parse_alloc(raw: Any) -> AllocView:
@@ -173,9 +167,6 @@ def parse_alloc(raw: Any) -> AllocView:
     namespace, job = raw.get("Namespace") or "default", raw.get("JobID") or ""
     if not isinstance(namespace, str) or not isinstance(job, str):
         raise ValueError(f"{where}: Namespace/JobID is not a string")
-    # Only the mount lookup reads DesiredStatus, to trust this allocation; releases never do, so a
-    # drifted value must not fail the whole answer: kept as unknown, never "run".
-    desired = raw.get("DesiredStatus") or "run"
     modify = raw.get("ModifyTime") or 0
     # Only the leak check reads task states, so a drifted shape counts as started (task_started).
     states = raw.get("TaskStates") or {}
@@ -187,7 +178,6 @@ def parse_alloc(raw: Any) -> AllocView:
         namespace=namespace,
         job=job,
         modify_time=modify / 1e9 if isinstance(modify, int | float) and not isinstance(modify, bool) else 0.0,
-        desired_status=desired if isinstance(desired, str) else "unknown",
         task_devices=tuple(blocks),
         unstarted_ids=frozenset().union(*unstarted),
     )
@@ -197,9 +187,7 @@ def parse_alloc(raw: Any) -> AllocView:
 class NodeView:
     """What the reconciler checks of the node it watches (``GET /v1/node/<id>``)."""
 
-    id: str
     name: str
-    status: str
     hostname: str  # Attributes["unique.hostname"]; "" when absent
 
 
@@ -210,9 +198,8 @@ def parse_node_view(raw: Any) -> NodeView:
     attributes = raw.get("Attributes") or {}
     if not isinstance(attributes, dict):
         raise ValueError("node Attributes is not an object")
-    values = (raw.get("Name", ""), raw.get("Status", ""), attributes.get("unique.hostname", ""))
-    name, status, hostname = (v if isinstance(v, str) else "" for v in values)
-    return NodeView(id=raw["ID"], name=name, status=status, hostname=hostname)
+    name, hostname = (v if isinstance(v, str) else "" for v in (raw.get("Name"), attributes.get("unique.hostname")))
+    return NodeView(name=name, hostname=hostname)
 
 
 @dataclass(frozen=True)
@@ -242,7 +229,7 @@ def parse_node_meta(body: Any) -> NodeMetaView:
 
 
 def required_capability(path: str) -> str:
-    """The ACL capability a GET of ``path`` needs: /v1/agent/* is agent:read, the rest node:read."""
+    """The ACL capability a GET of ``path`` needs."""
     if path.startswith("/v1/agent/"):
         return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
     return "node:read"
@@ -349,7 +336,7 @@ class NomadClient:
 
     @property
     def _http(self) -> httpx.Client:
-        """The HTTP client, made (and httpx imported) on the first request: a client may never be used.
+        """Made (and httpx imported) on the first request: a client may never be used.
 
         Never httpx's command-line client, which its package imports whenever click, rich and
         pygments are installed: a ``None`` in ``sys.modules`` makes that import fail, as httpx expects.
@@ -373,12 +360,6 @@ class NomadClient:
                     trust_env=False,
                 )
             return self._client
-
-    @_http.setter
-    def _http(self, client: httpx.Client) -> None:
-        """Use ``client`` instead (tests hand in their own transport)."""
-        with self._client_lock:
-            self._client = client
 
     def _ssl_context(self) -> ssl.SSLContext:
         s = self.settings
@@ -552,3 +533,137 @@ def _parsed(parse: Any, body: Any, what: str) -> Any:
         return parse(body)
     except ValueError as exc:
         raise NomadApiError(f"{what}: {exc}", "bad-response") from None
+
+
+# --- what the token can see: release only on evidence ----------------------------------------
+# Nomad's ``GET /v1/node/:id/allocations`` needs ``node:read`` and then silently leaves out allocations in
+# namespaces where the token lacks the ``read-job`` capability, still answering 200 (``Node.GetAllocs`` in
+# hashicorp/nomad nomad/node_endpoint.go; the ACL table of "List Node Allocations" in
+# website/content/api-docs/nodes.mdx says ``node:read,namespace:read-job``). An allocation missing from the
+# answer is therefore evidence of nothing unless the view is *complete*:
+#
+# - ACLs are disabled (``/v1/acl/token/self`` answers "ACL support disabled"),
+# - the token is a ``management`` token, or
+# - the token's own policies (directly and through its roles) grant ``read-job`` on every namespace: a
+#   namespace rule whose label is only ``*`` globs (it matches every name), and no namespace rule in any of
+#   the policies that lacks ``read-job`` or carries ``deny``. Nomad applies to a namespace the exact rule,
+#   else the closest glob, and merges the same label across policies (union of capabilities, ``deny`` wins),
+#   so when every label grants ``read-job`` every namespace does. ``policy = "read"`` and ``"write"``
+#   include ``read-job``; ``"scale"`` and ``"deny"`` do not.
+#
+# Any valid token may read itself (``/v1/acl/token/self``) and the policies and roles attached to it
+# (``/v1/acl/policy/:name``, ``/v1/acl/role/:id``), so the check needs no more rights than the plugin
+# already has. Anything the check cannot read or parse counts as incomplete: the safe answer.
+
+#: The policy the docs recommend; doctor and the warning name it.
+RECOMMENDED_POLICY = (
+    'namespace "*" { capabilities = ["read-job"] }\nnode { policy = "read" }\nagent { policy = "read" }'
+)
+_READ_JOB_POLICIES = frozenset({"read", "write"})
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """Whether the allocation list is complete, and why (one sentence, no secrets)."""
+
+    complete: bool
+    reason: str
+
+
+def check_visibility(client: NomadClient) -> Visibility:
+    """Ask Nomad about the token itself; raises ``NomadApiError`` only when Nomad cannot answer."""
+    token = client.token_self()
+    if token is None:
+        return Visibility(True, "ACLs are disabled on this cluster: every allocation is visible")
+    if token.get("Type") == "management":
+        return Visibility(True, "the token is a management token: every allocation is visible")
+    names = [p for p in token.get("Policies") or [] if isinstance(p, str)]
+    roles = [r.get("ID") for r in token.get("Roles") or [] if isinstance(r, dict)]
+    for role_id in roles:
+        if not isinstance(role_id, str):
+            return Visibility(False, "the token's roles could not be read")
+        try:
+            names.extend(client.acl_role_policies(role_id))
+        except NomadApiError as exc:
+            if exc.kind in ("unreachable", "timeout"):
+                raise
+            return Visibility(False, f"the token's role {role_id} could not be read ({exc.kind})")
+    rules: dict[str, str] = {}
+    for name in dict.fromkeys(names):
+        try:
+            rules[name] = client.acl_policy_rules(name)
+        except NomadApiError as exc:
+            if exc.kind in ("unreachable", "timeout"):
+                raise
+            return Visibility(False, f"the token's policy {name!r} could not be read ({exc.kind})")
+    return judge_policies(rules)
+
+
+def judge_policies(rules: dict[str, str]) -> Visibility:
+    """Pure: do these policies (name -> rules text) grant read-job on every namespace?"""
+    if not rules:
+        return Visibility(False, "the token has no policies, so it reads no namespace")
+    merged: dict[str, set[str]] = {}
+    for name, text in rules.items():
+        try:
+            namespaces = namespace_rules(text)
+        except ValueError as exc:
+            return Visibility(False, f"policy {name!r} could not be parsed ({exc})")
+        for label, caps in namespaces.items():
+            merged.setdefault(label, set()).update(caps)
+    if not any(label and set(label) == {"*"} for label in merged):
+        return Visibility(False, 'no policy of the token has a namespace "*" rule, so some namespaces are unread')
+    lacking = sorted(label for label, caps in merged.items() if "deny" in caps or "read-job" not in caps)
+    if lacking:
+        return Visibility(False, f"namespace rule(s) {', '.join(repr(x) for x in lacking)} do not grant read-job")
+    return Visibility(True, f"policies {', '.join(sorted(rules))} grant read-job on every namespace")
+
+
+def namespace_rules(text: str) -> dict[str, set[str]]:
+    """Namespace label -> capabilities of one policy (HCL or JSON rules); ``ValueError`` if unreadable."""
+    try:
+        doc = parse_rules(text)
+    except Exception as exc:  # the HCL parser raises its own exception types
+        if isinstance(exc, ValueError):
+            raise
+        raise ValueError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("rules are not an object")
+    blocks = doc.get("namespace") or []
+    if isinstance(blocks, dict):
+        blocks = [blocks]
+    out: dict[str, set[str]] = {}
+    for block in blocks:
+        if not isinstance(block, dict):
+            raise ValueError("a namespace block is not an object")
+        for label, body in block.items():
+            if not isinstance(body, dict):
+                raise ValueError(f"namespace {label!r} is not a block")
+            caps = out.setdefault(_unquote(label), set())
+            policy = _unquote(body.get("policy", ""))
+            if policy == "deny":
+                caps.add("deny")
+            elif policy in _READ_JOB_POLICIES:
+                caps.add("read-job")
+            raw_caps = body.get("capabilities") or []
+            if not isinstance(raw_caps, list):
+                raise ValueError(f"namespace {label!r}: capabilities is not a list")
+            caps.update(_unquote(c) for c in raw_caps if isinstance(c, str))
+    return out
+
+
+def parse_rules(text: str) -> Any:
+    """One ACL policy's rules, written in JSON or HCL, as a document (python-hcl2's shape for HCL)."""
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    import hcl2
+
+    return hcl2.loads(text)
+
+
+def _unquote(value: Any) -> str:
+    """python-hcl2 >= 5 keeps string quotes in values and block labels."""
+    text = str(value)
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    return text

@@ -1,15 +1,13 @@
 """The reconciler: watch this node's allocations, release the grants whose allocation ended.
 
 One thread. Each round: retry failed releases; at start and every
-``visibility_period`` prove the node (Nomad answers ``200 []`` for the
-allocations of a node it does not know, so an empty list means "nothing runs
-here" only once ``GET /v1/node/<id>`` showed the node and its
-``unique.hostname`` is this host's) and check what the token sees; then one
-blocking query on ``/v1/node/<id>/allocations`` and ``decide``. Any API
-failure is logged and backed off: nothing is released without a fresh
-answer. After each observation ``reconciler-state.json`` in ``data_dir`` is
-written: what ``grants`` shows, and the claims a restarted plugin reads back
-as evidence (a cache, never the source of truth).
+``visibility_period`` prove the node (Nomad answers ``200 []`` for a node it
+does not know, so an empty list means "nothing runs here" only once
+``GET /v1/node/<id>`` showed the node on this host) and check what the token
+sees; then one blocking query and ``decide``. An API failure is backed off:
+nothing is released without a fresh answer. ``reconciler-state.json`` is
+what ``grants`` shows, and the claims a restarted plugin reads back as
+evidence (a cache, never the source of truth).
 """
 
 from __future__ import annotations
@@ -28,8 +26,15 @@ from typing import Any, Protocol
 from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.journal.datadir import write_state
 from nomad_plugin.model.instances import Catalog
-from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView, NomadApiError, NomadClient
-from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, Visibility, check_visibility
+from nomad_plugin.reconcile.nomad_api import (
+    RECOMMENDED_POLICY,
+    AllocPage,
+    AllocView,
+    NomadApiError,
+    NomadClient,
+    Visibility,
+    check_visibility,
+)
 from nomad_plugin.util.threads import Backoff
 
 log = logging.getLogger(__name__)
@@ -40,11 +45,7 @@ VISIBILITY_PERIOD = 300.0
 
 @dataclass
 class LifecycleCounters:
-    """Monotonic counters, and gauges (``journal_size``, ``view_incomplete`` 0/1, ``unverifiable_grants``).
-
-    ``leaked_grants_found``: live allocations using this plugin's devices with
-    no journal entry (the grant id is unknown, so it cannot be released).
-    """
+    """Monotonic counters, and gauges (``journal_size``, ``view_incomplete`` 0/1, ``unverifiable_grants``)."""
 
     grants_released_by_reconcile: int = 0
     grants_released_by_reserve: int = 0
@@ -62,7 +63,6 @@ class LifecycleCounters:
             setattr(self, name, getattr(self, name) + by)
 
     def set(self, name: str, value: int) -> None:
-        """Set a gauge."""
         with self._lock:
             setattr(self, name, value)
 
@@ -72,20 +72,14 @@ class LifecycleCounters:
 
 
 class GrantReleaser(Protocol):
-    """What reconcile/ needs of the reserve layer: the journalled grants, and releasing one.
-
-    ``nomad.reserve.Reserver`` satisfies it and ``app.py`` passes it in, so
-    reconcile/ never imports the Nomad services (docs/architecture.md).
-    """
+    """What reconcile/ needs of ``nomad.reserve.Reserver``, which it never imports (docs/architecture.md)."""
 
     @property
     def counters(self) -> LifecycleCounters: ...
 
     def entries(self) -> list[JournalEntry]: ...
 
-    def release_grant(self, grant_id: str, reason: str) -> bool:
-        """Release through the backend, journalled; False while XDM has not confirmed it."""
-        ...
+    def release_grant(self, grant_id: str, reason: str) -> bool: ...  # False until XDM confirms it
 
     def retry_pending(self) -> int: ...
 
@@ -95,7 +89,7 @@ class GrantReleaser(Protocol):
 # ("live": any client status but complete, failed and lost). The claim is remembered. A grant with
 # no live holder is *orphaned*, and released once that has held in every observation for ``grace``
 # seconds, but only on evidence: its claiming allocation was seen live and is now terminal or gone
-# (garbage-collected), or nothing ever claimed it and the view is *complete* (``visibility.py``).
+# (garbage-collected), or nothing ever claimed it and the view is *complete* (``nomad_api.check_visibility``).
 # With an incomplete view an unclaimed grant is *unverifiable*: kept and reported. A live allocation
 # whose *started* tasks use this plugin's devices without a journal entry is *leaked* once that has
 # held for ``grace`` (a Reserve may be in flight); tasks not started yet have not asked for their
@@ -129,7 +123,7 @@ class Decision:
     release: tuple[tuple[str, str], ...]  # (grant id, why)
     new_leaks: tuple[AllocView, ...]
     next_deadline: float | None  # earliest time a pending timer expires
-    unverifiable: tuple[str, ...] = ()  # unclaimed grants kept because the view is incomplete
+    unverifiable: tuple[str, ...] = ()
 
 
 def decide(
@@ -261,7 +255,6 @@ class ReconcilerState:
 
     @classmethod
     def load(cls, path: Path) -> ReconcilerState | None:
-        """The saved state, or None when there is none or it cannot be read."""
         try:
             return cls.from_json(json.loads(path.read_bytes()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -326,8 +319,7 @@ class Reconciler:
         return self.visibility is not None and self.visibility.complete
 
     def start(self) -> None:
-        if self.state_path is not None:
-            self._restore_claims()
+        self._restore_claims()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="grant-reconciler", daemon=True)
             self._thread.start()
@@ -356,7 +348,6 @@ class Reconciler:
                 self._stop.wait(self.backoff.next_delay())
 
     def round(self) -> None:
-        """One observation and its releases (also called directly by tests)."""
         self.reserver.retry_pending()
         if self.client is None:
             self._stop.wait(self.idle_period)
@@ -375,7 +366,6 @@ class Reconciler:
         self.observe(page)
 
     def _prove_node(self) -> None:
-        """At start and every ``visibility_period``: the node exists, and it is this host (module docstring)."""
         assert self.client is not None
         now = self.clock()
         if now < self._next_node_check:
@@ -401,7 +391,6 @@ class Reconciler:
         self._next_node_check = now + self.visibility_period
 
     def _refresh_visibility(self) -> None:
-        """At start and every ``visibility_period``: can the token see every allocation?"""
         assert self.client is not None
         now = self.clock()
         if now < self._next_visibility:
@@ -520,8 +509,7 @@ class Reconciler:
 
     def _restore_claims(self) -> None:
         """Claims of the previous process: evidence that survives a restart."""
-        assert self.state_path is not None
-        state = ReconcilerState.load(self.state_path)
+        state = ReconcilerState.load(self.state_path) if self.state_path is not None else None
         if state is None:
             return
         known = {e.grant_id for e in self.reserver.entries()}

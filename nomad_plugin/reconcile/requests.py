@@ -1,12 +1,10 @@
 """Operator requests to the running plugin: ``grants release`` while the plugin runs.
 
-Only the owner of ``plugin.lock`` writes the journal (``journal/datadir.py``),
-so an operator command does not touch a running plugin's journal: it drops
-``<data_dir>/requests/<grant id>.release.json`` (written whole by a rename)
-and waits for ``<grant id>.result.json``. The plugin's ``RequestWatcher``
-lists the directory every ``period`` (half a second: an operator gets the
-answer within a second), releases through the Reserver (journalled, audit
-line included) and writes the result.
+Only the owner of ``plugin.lock`` writes the journal, so an operator command
+drops ``<data_dir>/requests/<grant id>.release.json`` (written whole by a
+rename) and waits for ``<grant id>.result.json``. The plugin's
+``RequestWatcher`` lists the directory every ``period``, releases through
+the Reserver (journalled, audit line included) and writes the result.
 """
 
 from __future__ import annotations
@@ -108,7 +106,6 @@ class RequestWatcher:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        """Answer what is there (requests left from before a restart), then look every ``period``."""
         while not self._stop.is_set():
             try:
                 self.poll()
@@ -117,7 +114,7 @@ class RequestWatcher:
             self._stop.wait(self.period)
 
     def poll(self) -> int:
-        """Handle every pending request once; returns how many were handled."""
+        """Handle every pending request once (those left from before a restart too); returns how many."""
         try:
             names = sorted(name for name in os.listdir(self.dir) if name.endswith(REQUEST_SUFFIX))
         except FileNotFoundError:

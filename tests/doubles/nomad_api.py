@@ -21,7 +21,7 @@ see"): ``/v1/node/:id/allocations`` needs ``node:read`` (else 403) and then
 ``read-job`` (``Node.GetAllocs`` in nomad/node_endpoint.go), still answering
 200 with ``X-Nomad-Index`` computed over every allocation. The policy
 evaluation here is written independently of the plugin's own
-(``nomad_plugin/reconcile/visibility.py``), so a test cannot pass because
+(``nomad_plugin/reconcile/nomad_api.py``), so a test cannot pass because
 both share a mistake.
 """
 

@@ -55,7 +55,7 @@ class ReconcileRig:
         self.reserver = Reserver(self.backend, lambda: catalog, journal, PluginConfig())  # type: ignore[arg-type]
         self.client = NomadClient(NomadApiSettings(address="http://127.0.0.1:1"))
         self._body = b"[]"
-        self.client._http = httpx.Client(
+        self.client._client = httpx.Client(
             base_url="http://nomad", transport=httpx.MockTransport(self._answer), timeout=httpx.Timeout(1.0)
         )
         self.reconciler = Reconciler(self.reserver, self.client, lambda: catalog, grace=0.0, node_id="node-1")

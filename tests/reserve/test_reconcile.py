@@ -764,7 +764,7 @@ def test_a_blocking_query_may_take_its_wait_plus_nomads_jitter_and_a_plain_read_
         return httpx.Response(200, headers={"X-Nomad-Index": "9"}, json=[])
 
     client = NomadClient(NomadApiSettings(address="http://127.0.0.1:4646", timeout=2.0))
-    client._http = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://127.0.0.1:4646")
+    client._client = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://127.0.0.1:4646")
     try:
         client.node_allocations("n-1")
         client.node_allocations("n-1", 5, wait=10.0)

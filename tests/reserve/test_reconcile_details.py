@@ -25,11 +25,13 @@ from nomad_plugin.reconcile.nomad_api import (
     NomadApiError,
     NomadApiSettings,
     NomadClient,
+    Visibility,
+    judge_policies,
+    namespace_rules,
     parse_alloc,
     required_capability,
 )
 from nomad_plugin.reconcile.reconciler import Reconciler
-from nomad_plugin.reconcile.visibility import Visibility, judge_policies, namespace_rules
 from nomad_plugin.util.threads import Backoff
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
@@ -391,7 +393,6 @@ def test_parse_alloc_builds_the_whole_view() -> None:
         "team-a",
         "train",
         1.7e9 + 0.5,
-        "stop",
         (("t", frozenset({"U1", "U2"})), ("t", frozenset({"U3"})), ("w", frozenset({"U4"}))),
         frozenset({"U4"}),
     )
@@ -507,7 +508,7 @@ def test_a_released_claim_leaves_the_state_in_the_same_round(tmp_path) -> None:
 
 
 def test_visibility_lines_once_per_change_and_a_failed_check(tmp_path, caplog) -> None:
-    from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY
+    from nomad_plugin.reconcile.nomad_api import RECOMMENDED_POLICY
 
     api = Scripted().start()
     try:
@@ -538,7 +539,7 @@ def test_visibility_lines_once_per_change_and_a_failed_check(tmp_path, caplog) -
 
 
 def test_the_incomplete_warning_in_full(tmp_path, caplog) -> None:
-    from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY
+    from nomad_plugin.reconcile.nomad_api import RECOMMENDED_POLICY
 
     with NomadApiDouble() as api:
         api.enable_acls()
@@ -580,7 +581,7 @@ def test_close_closes_the_http_client_and_a_second_close_is_harmless(api: Script
     api.answers["/v1/acl/policy/p"] = (200, {"Name": "p", "Rules": "x"})
     c = client(api)
     handed_in = httpx.Client(base_url=api.address)
-    c._http = handed_in
+    c._client = handed_in
     c.close()
     assert handed_in.is_closed
     c.close()
@@ -661,7 +662,7 @@ def test_the_token_self_read_refused_bad_or_slow_is_an_error_in_full(api: Script
 
 
 def test_check_visibility_verdicts_from_the_token_and_its_roles(api: Scripted) -> None:
-    from nomad_plugin.reconcile.visibility import check_visibility
+    from nomad_plugin.reconcile.nomad_api import check_visibility
 
     token = "/v1/acl/token/self"
     api.answers[token] = (200, {"Type": "management"})
@@ -683,7 +684,7 @@ def test_check_visibility_verdicts_from_the_token_and_its_roles(api: Scripted) -
 def test_a_role_or_policy_that_cannot_be_read_for_now_is_an_error_not_a_verdict(
     api: Scripted, fault: str, token: dict[str, Any]
 ) -> None:
-    from nomad_plugin.reconcile.visibility import check_visibility
+    from nomad_plugin.reconcile.nomad_api import check_visibility
 
     api.answers["/v1/acl/token/self"] = (200, token)
     if fault == "timeout":

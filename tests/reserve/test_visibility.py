@@ -6,8 +6,13 @@ import json
 
 import pytest
 
-from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
-from nomad_plugin.reconcile.visibility import RECOMMENDED_POLICY, check_visibility, judge_policies
+from nomad_plugin.reconcile.nomad_api import (
+    RECOMMENDED_POLICY,
+    NomadApiSettings,
+    NomadClient,
+    check_visibility,
+    judge_policies,
+)
 from tests.doubles.nomad_api import NomadApiDouble
 
 NODE = 'node { policy = "read" }\nagent { policy = "read" }\n'
