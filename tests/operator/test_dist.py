@@ -26,6 +26,7 @@ import pytest
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.cli.main import SUBCOMMANDS
 from nomad_plugin.launcher import PluginProcess
+from nomad_plugin.launcher.config import full_config, msgpack_config
 from nomad_plugin.util.bundle import restore_child_environment
 from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host, start_host
 
@@ -139,12 +140,14 @@ def test_conformance_host_passes_the_dist_file_without_python(
 
 
 def test_runs_its_own_interpreter_and_libraries(dist: Path, no_python: dict[str, str]) -> None:
-    """Right after the handshake, every Python library mapped into the plugin comes from its unpacked bundle."""
+    """After the handshake and a SetConfig, every Python library mapped into the plugin comes from its unpacked
+    bundle (msgpack's C extension loads with the first SetConfig)."""
     proc = PluginProcess([str(dist)], env=no_python, handshake_timeout=60)
     with proc:
         assert proc.handshake is not None
         info = proc.plugin_info()
         assert (info.type, info.name, info.version) == ("DEVICE", PLUGIN_NAME, __version__)
+        proc.set_config(msgpack_config(full_config({"enabled": False})))
         assert proc.proc is not None
         maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
         status = Path(f"/proc/{proc.proc.pid}/status").read_text()
