@@ -1,5 +1,5 @@
 """A Python go-plugin client that launches the plugin exactly as a Nomad client does (``process.py``),
-with the config an agent would send it (``config.py``, ``agent_hcl.py``)."""
+with the config an agent would send it (``config.py``)."""
 
 from __future__ import annotations
 
