@@ -1,13 +1,10 @@
-"""The plugin's config as a Nomad agent reads it and sends it in SetConfig.
+"""The plugin's config as a Nomad agent reads it and sends it in SetConfig, byte for byte.
 
-``nomad agent -config=DIR`` reads every ``*.hcl`` and ``*.json`` file of the directory in lexical
-order (HCL files by the agent's HCL v1 rules, below; a JSON file holds the same blocks). The agent
-decodes the ``plugin "<name>" { config { ... } }`` block with the plugin's ConfigSchema (an Object
-of ``Default(Attr, Literal)``: hcldec and go-cty's conversions) and msgpack-encodes the cty object:
-every attribute, defaults filled in, keys sorted, integers compact, exact non-integers as float64
-and inexact ones as decimal text (go-cty's cty/msgpack/marshal.go). This module does the same from
-the agent's files plus ``key=value`` overrides, so the operator commands send the plugin exactly
-the bytes an agent would.
+``nomad agent -config=DIR`` reads the directory's ``*.hcl`` and ``*.json`` files in lexical order,
+decodes the ``plugin "<name>" { config { ... } }`` block with the plugin's ConfigSchema (hcldec and
+go-cty's conversions) and msgpack-encodes the cty object: every attribute, defaults filled in, keys
+sorted, integers compact, exact non-integers as float64, inexact ones as decimal text (go-cty's
+cty/msgpack/marshal.go). Here the same is done from those files plus ``key=value`` overrides.
 """
 
 from __future__ import annotations
@@ -37,23 +34,19 @@ class LauncherConfigError(ValueError):
 
 
 # -- an agent file by the rules of the agent's parser, HCL v1 ----------------------------
-# An agent configuration file read by the rules of the Nomad agent's own parser, HCL v1.
-#
-# The agent reads ``-config`` files with ``github.com/hashicorp/hcl`` (v1; command/agent/config_parse.go).
-# python-hcl2 parses HCL v2 and is more lenient than both: it reads ``default_mode = tdm`` (a bare
-# word), ``null``, ``True`` and multi-line quoted strings as values. This module walks python-hcl2's
-# parse tree and keeps only what HCL v1 accepts, with HCL v1's values: literals only (quoted strings
-# on one line, heredocs, numbers with a leading ``0`` octal, true/false, lists and objects); the last
-# of a repeated attribute; blocks of one type as a list; two ``config`` blocks of a plugin block
-# merged (helper/pluginutils/loader). A ``${...}`` or ``%{...}`` is refused: the agent evaluates it
-# as a template with no variables (hclutils.ParseHclInterface), doctor does not. Where python-hcl2
-# refuses what HCL v1 accepts (hex numbers, commas between attributes) the file is reported as not
-# valid HCL: stricter than the agent, never more lenient (docs/operator.md lists the differences;
-# tests/operator/test_config_corpus.py proves the rest against HCL v1 itself).
+# The agent reads ``-config`` files with HCL v1 (command/agent/config_parse.go); python-hcl2 parses
+# HCL v2, which also takes bare words, ``null``, ``True`` and multi-line quoted strings. The walker
+# below keeps only what HCL v1 accepts, with its values: literals (one-line quoted strings, heredocs,
+# leading-``0`` octal, true/false, lists, objects), the last of a repeated attribute, blocks as
+# lists, a plugin block's ``config`` blocks merged (helper/pluginutils/loader). ``${...}`` and
+# ``%{...}`` are refused: the agent evaluates them with no variables (hclutils.ParseHclInterface).
+# What python-hcl2 refuses and HCL v1 takes (hex numbers, commas between attributes) is reported as
+# not valid HCL: stricter than the agent, never more lenient (docs/operator.md;
+# tests/operator/test_config_corpus.py checks the rest against HCL v1 itself).
 
 
 class AgentSyntaxError(ValueError):
-    """Something in the file that the Nomad agent's parser refuses (the message names the place)."""
+    """Something in the file that the Nomad agent's parser refuses."""
 
 
 @dataclass
@@ -69,6 +62,7 @@ class PluginBlock:
 
 
 _SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
+_ESCAPE = re.compile(r'\\(?:([abfnrtv\\"])|(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})|([0-7]{3})|.?)', re.S)
 _NEWLINE = "new_line_or_comment"
 _EXPRESSIONS = {
     "function_call": "a function call",
@@ -104,9 +98,8 @@ _NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def _unquote_keys(text: str) -> tuple[str, dict[str, str]]:
-    """HCL v1 allows a quoted attribute name (``"driver.raw_exec.enable" = "1"`` in a client's
-    ``options`` block); HCL v2 does not. Each becomes a name of the same length (columns in error
-    messages stay right), mapped back to the quoted text."""
+    """HCL v1 allows a quoted attribute name (``"driver.raw_exec.enable" = "1"``), HCL v2 does not:
+    each becomes a name of the same length (error columns stay right), mapped back afterwards."""
     names: dict[str, str] = {}
 
     def name(match: re.Match[str]) -> str:
@@ -152,7 +145,6 @@ def _block_type(block: Tree[Any]) -> str:
 
 
 def _block_labels(block: Tree[Any]) -> list[Tree[Any]]:
-    """The label nodes of a block: everything between its type and its ``{``."""
     labels: list[Tree[Any]] = []
     for child in block.children[1:]:
         if isinstance(child, Token):
@@ -361,34 +353,17 @@ class _Walker:
 
     def unescape(self, node: Tree[Any], raw: str, key: str) -> str:
         """Go's escapes, as HCL v1's strconv.Unquote reads them."""
-        out: list[str] = []
-        pos = 0
-        while pos < len(raw):
-            ch = raw[pos]
-            if ch != "\\":
-                out.append(ch)
-                pos += 1
-                continue
-            nxt = raw[pos + 1 : pos + 2]
-            if nxt in _SIMPLE_ESCAPES:
-                out.append(_SIMPLE_ESCAPES[nxt])
-                pos += 2
-                continue
-            width = {"x": 2, "u": 4, "U": 8}.get(nxt)
-            digits = raw[pos + 2 : pos + 2 + width] if width else raw[pos + 1 : pos + 4]
+
+        def one(match: re.Match[str]) -> str:
+            simple, hexa, octal = match.group(1, 2, 3)
             try:
-                if width and len(digits) == width:
-                    out.append(chr(int(digits, 16)))
-                    pos += 2 + width
-                    continue
-                if not width and len(digits) == 3 and all(d in "01234567" for d in digits):
-                    out.append(chr(int(digits, 8)))
-                    pos += 4
-                    continue
-            except ValueError:
+                if simple or hexa or octal:
+                    return _SIMPLE_ESCAPES[simple] if simple else chr(int(hexa[1:], 16) if hexa else int(octal, 8))
+            except (ValueError, OverflowError):  # beyond U+10FFFF
                 pass
-            raise self.fail(node, f"{key}: the escape \\{nxt} is not valid in a quoted string")
-        return "".join(out)
+            raise self.fail(node, f"{key}: the escape \\{match.group(0)[1:2]} is not valid in a quoted string")
+
+        return _ESCAPE.sub(one, raw)
 
     def heredoc(self, node: Tree[Any], key: str) -> str:
         token = _first_token(node)
@@ -476,7 +451,6 @@ def _file_plugin_blocks(path: Path) -> list[PluginBlock]:
 
 
 def find_plugin_blocks(path: str | Path) -> PluginBlocks:
-    """All plugin blocks under ``path`` (a file or an agent config directory)."""
     result = PluginBlocks(files=agent_files(path))
     if not result.files:
         raise LauncherConfigError(f"{path}: no *.hcl or *.json file (Nomad reads only those from a directory)")
@@ -501,7 +475,7 @@ def chosen_block(blocks: PluginBlocks, source: str | Path, name: str = PLUGIN_NA
 
 
 def duplicate_notes(blocks: PluginBlocks, name: str = PLUGIN_NAME) -> list[str]:
-    """What the agent silently resolves in the plugin's blocks: doctor shows it as a warning."""
+    """What the agent silently resolves in the plugin's blocks (doctor warns)."""
     notes: list[str] = []
     found = blocks.blocks.get(name, [])
     if len(found) > 1:
@@ -584,9 +558,8 @@ def _brief(value: Any) -> str:
 
 
 def agent_value(value: Any, opt: Option, where: str) -> Any:
-    """``value`` converted to the option's schema type as the agent's decoder does (hcldec and
-    go-cty's conversions: a number or a bool becomes a string, a numeric string a number, "true",
-    "false", "1" or "0" a bool), or LauncherConfigError with the agent's message."""
+    """``value`` converted to the option's schema type as hcldec and go-cty do (a number or bool to a
+    string, a numeric string to a number, "true"/"false"/"1"/"0" to a bool), or the agent's error."""
     try:
         return _convert(value, opt.hcl_type)
     except TypeError as exc:

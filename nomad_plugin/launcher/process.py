@@ -1,13 +1,10 @@
 """The plugin launched the way a Nomad client launches it, and talked to over gRPC.
 
-As go-plugin's ``Client.Start`` does (go-plugin/client.go): exec the file with Nomad's magic
-cookie and ``PLUGIN_PROTOCOL_VERSIONS=2``, read the one handshake line
-``CORE|APP|unix|<socket>|grpc`` from its stdout, dial the socket; hclog lines arrive on stderr.
-To stop it, ``GRPCController.Shutdown``, then SIGKILL 2 s later (``Client.Kill``). Nomad's
-long-lived launch calls PluginInfo, ConfigSchema, SetConfig (twice: the validate launch sends it
-too, so the plugin must be idempotent), then Fingerprint, then Stats. :func:`launch` does exactly
-that, and :class:`LiveNode` adds the node to fingerprint (an embedded simulator, a socket
-directory or the real config), so the operator commands exercise the very path an agent uses.
+As go-plugin's ``Client.Start`` does (go-plugin/client.go): exec with Nomad's magic cookie and
+``PLUGIN_PROTOCOL_VERSIONS=2``, read the handshake line ``CORE|APP|unix|<socket>|grpc``, dial;
+stop with ``GRPCController.Shutdown``, SIGKILL 2 s later (``Client.Kill``). :func:`launch` then
+calls PluginInfo, ConfigSchema and SetConfig twice (the validate launch sends it too), as Nomad
+does; :class:`LiveNode` adds the node to fingerprint, so the operator commands take the agent's path.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -54,16 +50,12 @@ DP2MGR, CONFIG_DAEMON = "dp2mgr.sock", "config-daemon.sock"
 
 
 class LaunchError(RuntimeError):
-    """The plugin did not start, did not hand-shake, or an RPC failed (the message says which)."""
+    """The plugin did not start, did not hand-shake, or an RPC failed."""
 
 
 @dataclass(frozen=True)
 class Handshake:
-    core: int
-    app: int
-    network: str
     address: str
-    protocol: str
     seconds: float
 
 
@@ -90,11 +82,11 @@ def parse_handshake(line: str, seconds: float = 0.0) -> Handshake:
         raise LaunchError(f"handshake app protocol {app}; Nomad offers only 2")
     if parts[4] != "grpc":
         raise LaunchError(f"handshake protocol {parts[4]!r}; Nomad allows only grpc")
-    return Handshake(core, app, parts[2], parts[3], parts[4], seconds)
+    return Handshake(parts[3], seconds)
 
 
 class Stream(Generic[T]):
-    """A server stream read by a background thread: every message with its arrival time."""
+    """A server stream read by a thread: every message with its arrival time."""
 
     def __init__(self, call: Any, convert: Callable[[Any], T], name: str) -> None:
         self._call = call
@@ -254,9 +246,7 @@ class PluginProcess:
         self.start()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     @property
@@ -310,10 +300,7 @@ class PluginProcess:
 
 
 # -- protobuf -> nomad_view values --------------------------------------------------------
-
-
 def device_groups(resp: Any) -> list[DeviceGroup]:
-    """A FingerprintResponse -> groups, in the order the plugin sent them."""
     groups = []
     for g in resp.device_group:
         devices = tuple(
@@ -351,7 +338,6 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, StatValue]:
 
 
 def instance_stats(resp: Any) -> list[InstanceStats]:
-    """A StatsResponse -> one entry per instance."""
     out = []
     for g in resp.groups:
         for device_id, ds in sorted(g.instance_stats.items()):
@@ -393,7 +379,6 @@ def plugin_command(explicit: str | None = None, argv0: str | None = None) -> lis
 
 
 def plugin_env(command: list[str], base: dict[str, str] | None = None) -> dict[str, str]:
-    """Our environment, plus PYTHONPATH for the ``-m`` fallback."""
     env = dict(os.environ if base is None else base)
     if command[1:2] == ["-m"]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
@@ -558,7 +543,5 @@ class LiveNode:
             self.tmp = None
         return code
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
