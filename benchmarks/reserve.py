@@ -67,7 +67,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nomad_plugin._proto.nomad import device_pb2, device_pb2_grpc
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import Journal
-from nomad_plugin.launcher import full_config, launch, wait_for_devices
+from nomad_plugin.launcher.config import full_config
+from nomad_plugin.launcher.process import launch, wait_for_devices
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGroup, Kind
 from nomad_plugin.nomad.reserve import Reserver

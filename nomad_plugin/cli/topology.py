@@ -1,18 +1,10 @@
 """``nomad-device-lingjun topology``: where does a job of N cards fit? The cluster by pod and leaf switch.
 
-Reads the cluster through Nomad's HTTP API as the token sees it: every node (``/v1/nodes``, then
-``/v1/node/:id`` for its meta and device groups; ``node:read``) and the allocations holding
-devices on each (``/v1/node/:id/allocations``; Nomad leaves out those in namespaces the token
-cannot ``read-job``, so the command checks the token's visibility and says when free counts may be
-too high). Then, per point of delivery and per leaf switch (the ``lingjun.*`` node meta the plugin
-publishes with ``node_meta = true``, or the device groups' attributes): the nodes, the healthy
-and free cards by model and mode, and which nodes publish no topology. ``--need N --model M``
-lists the domains with N free cards.
-
-It is the counterpart of the Kubernetes Scheduler Framework's topology view, not of its
-scheduler: it reserves nothing, and Nomad has no gang scheduling, so other jobs may take the
-cards before the job is placed. Exit status: 0 (with ``--need``: some domain fits), 1 none fits,
-2 the cluster could not be read.
+Reads every node and the device-holding allocations on each through Nomad's HTTP API as the token
+sees it (``node:read``; Nomad leaves out namespaces the token cannot ``read-job``, so the view's
+completeness is checked and said), then counts healthy and free cards by model and mode per point
+of delivery and leaf switch. A snapshot, not a reservation: Nomad has no gang scheduling. Exit
+status: 0 (with ``--need``: some domain fits), 1 none fits, 2 the cluster could not be read.
 """
 
 from __future__ import annotations
@@ -29,15 +21,11 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nomad_view.types import Style
 
 # -- the cluster's cards by domain (pure) --------------------------------------------------
-# The cluster's cards by point of delivery and leaf switch, from what Nomad's servers hold.
-# A card's domain at a level is its device group's attribute of that name when the group has one,
-# else the node's ``<prefix><level>`` meta. A value naming several domains (``a,b``: an H800 node
-# behind two leaf switches) cannot say which card is behind which: such cards are shown under the
-# joined value, marked as spanning, and never count as fitting one domain. Whole cards and
-# ``mig-instance`` instances count one card each; a ``tdm`` or ``mig`` group is one card whose shares
-# or slices are its ``units``, free when none is held. A card is free when it is healthy, no live
-# allocation holds it and its node takes work (ready, eligible, not draining); allocations the token
-# cannot see are left out by Nomad, so the caller says so.
+# A card's domain at a level is its group's attribute of that name, else the node's
+# ``<prefix><level>`` meta. A value naming several domains (``a,b``) spans: which card is behind
+# which is unknown, so it never counts as fitting one domain. A ``tdm`` or ``mig`` group is one card
+# whose shares or slices are its ``units``. A card is free when healthy, unheld and on a node that
+# takes work (ready, eligible, not draining).
 
 LEVELS = ("point_of_delivery", "leaf_switch")
 LEVEL_TITLES = {"point_of_delivery": "point of delivery", "leaf_switch": "leaf switch"}
@@ -50,7 +38,7 @@ class ClusterDataError(ValueError):
 
 @dataclass(frozen=True)
 class NodeGroup:
-    """One ``NodeDeviceResource``: vendor/type/name, instances (id -> healthy) and string attributes."""
+    """One ``NodeDeviceResource``: instances (id -> healthy) and string attributes."""
 
     vendor: str
     type: str
