@@ -77,10 +77,8 @@ class Doctor:
     blocks: PluginBlocks | None = None
     verbose: bool = False
 
-    def add(self, check: str, status: str, summary: str, next_step: str = "") -> Finding:
-        finding = Finding(check, status, summary, next_step)
-        self.findings.append(finding)
-        return finding
+    def add(self, check: str, status: str, summary: str, next_step: str = "") -> None:
+        self.findings.append(Finding(check, status, summary, next_step))
 
     def check_config(self) -> None:
         from nomad_plugin.backend_select import accept_config

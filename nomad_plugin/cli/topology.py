@@ -170,14 +170,16 @@ class Domain:
                 out.setdefault(key, Counts()).add(counts)
         return dict(sorted(out.items()))
 
-    def usable(self, model: str, mode: str, per_node: int) -> int:
-        """Free cards of (model, mode) a job can take in allocations of ``per_node`` cards each."""
-        found = 0
-        for per in self.nodes.values():
-            for (m, md), counts in per.items():
-                if m.casefold() == model.casefold() and md == mode:
-                    found += (counts.free // per_node) * per_node
-        return found
+    def usable(self, model: str, mode: str, per_node: int) -> list[int]:
+        """Per node, the free cards of (model, mode) a job can take in allocations of ``per_node`` each."""
+        return [
+            sum(
+                (c.free // per_node) * per_node
+                for (m, md), c in per.items()
+                if m.casefold() == model.casefold() and md == mode
+            )
+            for per in self.nodes.values()
+        ]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -277,17 +279,9 @@ def fits(topology: ClusterTopology, need: int, model: str, mode: str = "whole", 
         for domain in topology.domains[level]:
             if domain.spans:
                 continue
-            free = domain.usable(model, mode, per_node)
-            if free >= need:
-                contributing = sum(
-                    1
-                    for per in domain.nodes.values()
-                    if any(
-                        m.casefold() == model.casefold() and md == mode and c.free >= per_node
-                        for (m, md), c in per.items()
-                    )
-                )
-                found.append(Fit(domain, free, contributing))
+            per_node_free = domain.usable(model, mode, per_node)
+            if sum(per_node_free) >= need:
+                found.append(Fit(domain, sum(per_node_free), sum(1 for free in per_node_free if free)))
     # The nearest domain first (a leaf switch before its point of delivery), then the tightest fit.
     return sorted(found, key=lambda f: (-LEVELS.index(f.domain.level), f.free, f.domain.name))
 

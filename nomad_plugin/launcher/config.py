@@ -394,7 +394,6 @@ class _Walker:
 class PluginBlocks:
     """Every ``plugin`` block found: label -> (file, block), in load order."""
 
-    files: list[Path] = field(default_factory=list)
     blocks: dict[str, list[tuple[Path, PluginBlock]]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
@@ -451,10 +450,11 @@ def _file_plugin_blocks(path: Path) -> list[PluginBlock]:
 
 
 def find_plugin_blocks(path: str | Path) -> PluginBlocks:
-    result = PluginBlocks(files=agent_files(path))
-    if not result.files:
+    files = agent_files(path)
+    if not files:
         raise LauncherConfigError(f"{path}: no *.hcl or *.json file (Nomad reads only those from a directory)")
-    for file in result.files:
+    result = PluginBlocks()
+    for file in files:
         for block in _file_plugin_blocks(file):
             result.blocks.setdefault(block.label, []).append((file, block))
     return result
