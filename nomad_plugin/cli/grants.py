@@ -243,7 +243,7 @@ def release(
 
 
 def _release_here(config: PluginConfig, grant_id: str, force: bool) -> tuple[bool, str]:
-    """No plugin runs: release while holding the owner lock, so no plugin writes the journal meanwhile."""
+    """No plugin runs: release under the owner lock, so none writes the journal meanwhile."""
     from nomad_plugin.backend_select import select_backend
     from nomad_plugin.model.instances import Catalog
     from nomad_plugin.nomad.reserve import Reserver

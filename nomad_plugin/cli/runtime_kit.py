@@ -40,7 +40,7 @@ def _word(enabled: bool) -> str:
 
 
 def held_grants(config: PluginConfig) -> int:
-    """Grants the plugin's journal holds on this node (read without writing); 0 when there is no journal."""
+    """Grants the plugin's journal holds (read without writing); 0 without a journal."""
     from nomad_plugin.journal import Journal, JournalCorrupt
 
     try:
