@@ -1,11 +1,8 @@
 """``nomad-device-lingjun demo``: the plugin end to end on any machine, in under 30 seconds.
 
-Starts an in-process XDM simulator in a temp dir, launches the plugin the way Nomad does
-(handshake, SetConfig twice, Fingerprint, Stats), then shows what Nomad would show: the node's
-device groups (``nomad node status -verbose``), a reservation for
-examples/jobs/whole-card.nomad.hcl (IDs picked with the scheduler's rules, Reserve, the task's env
-and device nodes), live stats (``nomad alloc status -stats``) and a card health flip and recovery
-as seen in the fingerprint stream. Then it shuts everything down.
+An in-process XDM simulator, the plugin launched as Nomad launches it, then what Nomad would show:
+the device groups, a Reserve for examples/jobs/whole-card.nomad.hcl, live stats and a card's
+health flip and recovery in the fingerprint stream.
 """
 
 from __future__ import annotations
@@ -57,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 class Tour:
-    """Collects the JSON document and, unless --json, prints the human-readable tour as it goes."""
+    """The JSON document, and unless --json the tour printed as it goes."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json

@@ -1,12 +1,10 @@
 """nomad-device-lingjun doctor: check a node's install and say what to fix.
 
-Each check yields a finding (ok / warn / fail / skip) with a concrete next step. The config verdict
-is the agent's and the plugin's own: the agent's parser (HCL v1 rules), the schema's types, then
-the plugin's SetConfig code path (``backend_select.accept_config``). Then: the data dir, the XDM
-sockets and XDM's answers (schema binding, Runtime Kit, inventory, topology) or NVML, the Nomad API
-with the token, node metadata, the running plugin's grants, the plugin file in plugin_dir and the
-lj-runtime container runtime. doctor writes nothing and leaves the data dir as found. Exit status 0
-when nothing failed (warnings allowed), 1 otherwise.
+Each check yields a finding (ok / warn / fail / skip) with a next step. The config is judged by
+the agent's parser (HCL v1), the schema's types and the plugin's own SetConfig; then the data dir,
+XDM (sockets, schema, Runtime Kit, inventory, topology) or NVML, the Nomad API and its token, node
+metadata, the running plugin's grants, the plugin file and lj-runtime. doctor writes nothing.
+Exit status 0 when nothing failed (warnings allowed), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -56,9 +54,6 @@ class Finding:
     summary: str
     next_step: str = ""
 
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
-
 
 @dataclass
 class Host:
@@ -82,18 +77,18 @@ class Doctor:
     blocks: PluginBlocks | None = None
     verbose: bool = False
 
-    def add(self, check: str, status: str, summary: str, next_step: str = "") -> Finding:
-        finding = Finding(check, status, summary, next_step)
-        self.findings.append(finding)
-        return finding
+    def add(self, check: str, status: str, summary: str, next_step: str = "") -> None:
+        self.findings.append(Finding(check, status, summary, next_step))
 
     def check_config(self) -> None:
-        """The agent's verdict: its parser (HCL v1 rules), the schema's types, then the plugin's own SetConfig."""
         from nomad_plugin.backend_select import accept_config
 
         where = self.plugin_config or "(no --plugin-config: defaults)"
         try:
-            user = self._user_config() if self.plugin_config else {}
+            user = {}
+            if self.plugin_config:
+                self.blocks = find_plugin_blocks(self.plugin_config)
+                user = plugin_user_config(self.blocks, self.plugin_config)
             extra = dict(parse_override(o) for o in self.overrides)
             data = msgpack_config(full_config(user, extra))
             self.config = accept_config(data)
@@ -128,14 +123,7 @@ class Doctor:
                 "stream open meanwhile, so Nomad keeps it loaded (docs/nvidia-dropin.md)",
             )
 
-    def _user_config(self) -> dict[str, Any]:
-        """The plugin block's config from a file or an agent config directory (HCL or JSON)."""
-        assert self.plugin_config is not None
-        self.blocks = find_plugin_blocks(self.plugin_config)
-        return plugin_user_config(self.blocks, self.plugin_config)
-
     def check_data_dir(self) -> None:
-        """The grant journal's directory must be creatable and writable, or every Reserve fails."""
         assert self.config is not None
         problem = data_dir_problem(Path(self.config.data_dir))
         if problem:
@@ -150,7 +138,6 @@ class Doctor:
         self.add("data dir", OK, f"data_dir {self.config.data_dir!r} can hold the grant journal")
 
     def check_nvml(self) -> None:
-        """The NVML backend's view: NVML loads, cards are read, and which are unhealthy and why."""
         assert self.config is not None
         from nomad_plugin.nvml.backend import NvmlBackend
 
@@ -195,8 +182,7 @@ class Doctor:
         )
 
     def _card_health(self, cards: Any, check: str = "card health", dropin: bool = False) -> None:
-        """Unhealthy cards, each with its reason: Nomad places nothing on them until they recover.
-        ``dropin``: NVML cards, which nomad-device-nvidia would report healthy; the next step says so."""
+        """Unhealthy cards with their reasons; ``dropin``: NVML cards, which nomad-device-nvidia would call healthy."""
         sick = [c for c in cards if not c.healthy]
         if not sick:
             self.add(check, OK, f"all {len(list(cards))} cards healthy")
@@ -217,13 +203,6 @@ class Doctor:
                 else ""
             ),
         )
-
-    def backend_name(self) -> str:
-        """The backend the plugin would pick here, by its own rule."""
-        from nomad_plugin.backend_select import choose_backend_name
-
-        assert self.config is not None
-        return choose_backend_name(self.config, self.host.nvml_usable)
 
     def check_sockets(self) -> bool:
         assert self.config is not None
@@ -431,8 +410,8 @@ class Doctor:
         )
 
     def check_node_meta(self) -> None:
-        """``node_meta``: may the token write the node's metadata (judged from its policies: nothing is
-        written to find out), and did the running plugin manage to (``node-meta-state.json``)?"""
+        """May the token write node metadata (judged from its policies, nothing written), and did the
+        running plugin manage to (``node-meta-state.json``)?"""
         from nomad_plugin.journal import plugin_running
         from nomad_plugin.reconcile.node_meta import WRITE_POLICY, load_publisher_state, node_write, state_path
         from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadApiSettings, NomadClient
@@ -586,7 +565,7 @@ class Doctor:
                 self.add("plugin file", OK, f"{path} is executable and matches its plugin block")
 
     def _block_names(self) -> set[str] | None:
-        """Plugin block labels of the agent config; None when it cannot be read (the config finding says why)."""
+        """Plugin block labels of the agent config; None when it cannot be read."""
         if not self.plugin_config:
             return {PLUGIN_NAME}
         if self.blocks is None:
@@ -597,7 +576,6 @@ class Doctor:
         return set(self.blocks.names())
 
     def _check_nvidia_neighbour(self, directory: Path, blocks: set[str]) -> None:
-        """HashiCorp's NVIDIA plugin in the same plugin_dir offers the same GPUs a second time."""
         neighbours = [p.name for p in sorted(directory.iterdir()) if p.name.startswith(NVIDIA_PLUGIN)]
         if not neighbours:
             return
@@ -637,7 +615,10 @@ class Doctor:
             return self.findings
         if self.config is not None:
             self._guard("data dir", self.check_data_dir)
-            if self._guard("backend", self.backend_name) == "nvml":
+            from nomad_plugin.backend_select import choose_backend_name
+
+            config = self.config
+            if self._guard("backend", lambda: choose_backend_name(config, self.host.nvml_usable)) == "nvml":
                 self.add("sockets", SKIP, "the plugin would use the NVML backend: XDM sockets not used")
                 self._guard("nvml", self.check_nvml)
             elif self._guard("sockets", self.check_sockets):
@@ -714,7 +695,6 @@ def data_dir_problem(path: Path) -> str:
 
 
 def _config_next_step(message: str) -> str:
-    """The next step for a config finding: the file, its syntax, the plugin block, or an option."""
     if message.startswith("cannot read "):
         return (
             "point --plugin-config at the agent config file or directory the Nomad client is started with "
@@ -792,7 +772,7 @@ def main(argv: list[str], host: Host | None = None) -> int:
     findings = doctor.run(config_only=args.config_only)
     failed = any(f.status == FAIL for f in findings)
     if args.json:
-        doc = {"ok": not failed, "summary": summary_line(findings), "findings": [f.to_json() for f in findings]}
+        doc = {"ok": not failed, "summary": summary_line(findings), "findings": [asdict(f) for f in findings]}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 1 if failed else 0
     style = Style(sys.stdout)

@@ -1,16 +1,10 @@
 """``fingerprint`` and ``node-meta``: what this node would send Nomad, shown before Nomad sees it.
 
-``fingerprint`` launches the real plugin as Nomad does (handshake, SetConfig with the agent
-config's msgpack bytes, the Fingerprint stream), waits for the first fingerprint with devices and
-prints it as ``nomad node status -verbose`` would, or as JSON that ``check-job --fingerprint`` reads
-back, with the node meta keys the plugin computes from the same inventory (``plugin_keys``).
-
-``node-meta`` prints those keys as a ``client { meta { } }`` block, for clusters where the plugin
-may not write node metadata (no Nomad API, or a token without ``node:write``): the plugin's own
-backend runs in this process until the first inventory, and ``model/node_meta.py`` makes the keys
-the plugin publishes with ``node_meta = true``. Static meta does not follow later changes (a card
-gone, Runtime Kit switched): run it again then. Neither command disturbs the plugin Nomad runs: a
-temporary data_dir, no reconciler, no metrics port, nothing written.
+``fingerprint`` launches the real plugin as Nomad does and prints its first fingerprint with
+devices as ``nomad node status -verbose`` would, or as JSON for ``check-job --fingerprint``.
+``node-meta`` runs the plugin's backend in this process and prints the keys ``node_meta = true``
+publishes as a ``client { meta { } }`` block (static: run it again when the cards change). Neither
+disturbs the plugin Nomad runs: a temporary data_dir, no reconciler, no metrics port.
 """
 
 from __future__ import annotations
@@ -96,8 +90,7 @@ def read_inventory(config: PluginConfig, timeout: float) -> Inventory:
 
 
 def plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys | None, str]:
-    """The keys a plugin with this config map publishes (or would, with ``node_meta = true``), from
-    the same backend code while its XDM (or simulator) is up; None and why when there are none."""
+    """The keys a plugin with this config publishes (or would, with ``node_meta``); None and why if none."""
     try:
         config = decode_config(msgpack_config(config_map))
         found = node_meta(read_inventory(config, timeout), config)

@@ -1,14 +1,9 @@
 """``nomad-device-lingjun grants``: every grant the plugin holds, and why; ``grants release`` by hand.
 
-The journal (read without writing) is joined with Nomad's view of this node's allocations and with
-what the running plugin's reconciler knows (``<data_dir>/reconciler-state.json``: claims, release
-times); XDM has no RPC that lists grants. Each grant is ``live``, ``orphaned`` (with the time left
-before the plugin releases it), ``pending release`` or ``unverifiable`` (no allocation visible to
-the token claims it and the view is incomplete); live allocations that use this plugin's devices
-without a grant are ``leaked``. ``grants release <id>`` refuses while a live allocation holds the
-grant's devices, or while that cannot be ruled out (Nomad unreachable, incomplete view,
-``reconcile = false``), unless ``--force``. It is journalled like any release: by the running
-plugin (a request file it answers) or, while no plugin runs, here, holding the journal's owner lock.
+The journal is joined with Nomad's allocations on this node and the running reconciler's state
+(``reconciler-state.json``); XDM has no RPC that lists grants. A release is refused while a live
+allocation may hold the grant (``--force`` overrides) and is journalled like any other: by the
+running plugin (a request file it answers) or, with none running, here under the owner lock.
 """
 
 from __future__ import annotations
@@ -255,7 +250,7 @@ def release(
 
 
 def _release_here(config: PluginConfig, grant_id: str, force: bool) -> tuple[bool, str]:
-    """No plugin runs: release while holding the owner lock, so no plugin writes the journal meanwhile."""
+    """No plugin runs: release under the owner lock, so none writes the journal meanwhile."""
     from nomad_plugin.backend_select import select_backend
     from nomad_plugin.model.instances import Catalog
     from nomad_plugin.nomad.reserve import Reserver

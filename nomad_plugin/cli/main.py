@@ -1,11 +1,9 @@
 """``nomad-device-lingjun``: serve the plugin (what Nomad runs), or run an operator command.
 
-Nomad starts the file with its magic cookie in the environment and no arguments: then it serves
-go-plugin. Without the cookie and without a command it explains itself and exits 1 (go-plugin's
-convention). Commands are imported by name and everything heavy inside functions, because Nomad
-launches the plugin three times at every agent start and waits for each handshake
-(tests/goplugin/test_imports_before_handshake.py). The options the commands share are built here,
-so that each is spelled and explained once.
+With Nomad's magic cookie and no arguments it serves go-plugin; without either it explains itself
+and exits 1 (go-plugin's convention). Commands are imported by name and heavy imports stay inside
+functions: Nomad launches the plugin three times at every agent start and waits for each handshake.
+The options the commands share are built here, so each is spelled and explained once.
 """
 
 from __future__ import annotations
@@ -132,9 +130,8 @@ def _dispatch(args: list[str]) -> int:
 
 
 def closed_pipe_exit() -> int:
-    """The reader of stdout went away (``doctor | head -1``): stop quietly, as a shell tool does.
-    stdout is pointed at /dev/null so the interpreter's final flush does not print "Exception
-    ignored ... BrokenPipeError"; 141 is 128 + SIGPIPE."""
+    """The reader of stdout went away (``doctor | head -1``): stop quietly with 128 + SIGPIPE; stdout
+    goes to /dev/null so the interpreter's final flush prints no "Exception ignored"."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
@@ -145,9 +142,8 @@ def closed_pipe_exit() -> int:
 
 
 class NomadDevicePlugin:
-    """Nomad's BasePlugin and DevicePlugin services over one ``PluginApp``: here, and only here, the
-    transport (which receives its servicers instead of importing them) meets Nomad's services and
-    the engines (docs/architecture.md). The transport builds it after the handshake."""
+    """Nomad's BasePlugin and DevicePlugin services over one ``PluginApp``: the one place where the
+    transport meets Nomad's services and the engines (docs/architecture.md)."""
 
     def __init__(self) -> None:
         from nomad_plugin.app import PluginApp
@@ -203,8 +199,7 @@ def command_parser(name: str, doc: str, paragraph: int = 0, epilog: str | None =
 
 
 def add_config_options(p: argparse.ArgumentParser, node: bool = False) -> argparse._MutuallyExclusiveGroup | None:
-    """``--plugin-config`` and ``--set``, read as the agent reads them; with ``node``, also where the
-    cards come from: ``--profile`` (an embedded simulator) or ``--socket-dir`` (mutually exclusive)."""
+    """``--plugin-config`` and ``--set``; with ``node`` also ``--profile`` or ``--socket-dir``."""
     source = None
     if node:
         source = p.add_mutually_exclusive_group()
@@ -222,8 +217,7 @@ def add_config_options(p: argparse.ArgumentParser, node: bool = False) -> argpar
 
 
 def plugin_config(path: str | None, overrides: list[str], validate: bool = False) -> PluginConfig:
-    """The config the plugin's SetConfig decodes from the agent's files and the overrides; with
-    ``validate`` also SetConfig's checks beyond the decoder. LauncherConfigError or ConfigError."""
+    """The config SetConfig decodes from the agent's files and overrides (``validate``: and checks)."""
     from nomad_plugin.backend_select import accept_config
     from nomad_plugin.config.decode import decode_config
     from nomad_plugin.launcher.config import load_config, msgpack_config

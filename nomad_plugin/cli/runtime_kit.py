@@ -1,14 +1,10 @@
 """``nomad-device-lingjun runtime-kit status|enable|disable``: the Runtime Kit switch of this node.
 
-Calls config-daemon's QueryStatus, Enable and Disable (``xdm/runtime_switch.py``; the plugin
-itself never calls the last two): Nomad's counterpart of the Runtime Kit Controller's Job Agent,
-run by hand or from ``examples/jobs/runtime-kit-controller.sysbatch.hcl``, off-peak as Runtime
-Kit's guide advises (docs/operator.md, "Switching Runtime Kit"). ``enable`` and ``disable`` change
-nothing when the status is already as asked; otherwise they ask for confirmation (``--yes`` skips
-it; without a terminal it is required), call the RPC and read the status again. ``disable``
-refuses while the plugin's journal holds grants, unless ``--force``: what XDM does to running
-allocations when disabled is not documented. Exit status: 0 done (or nothing to do), 1 failed or
-refused, 2 bad usage or config.
+config-daemon's QueryStatus, Enable and Disable (``xdm/runtime_switch.py``; the plugin itself never
+calls the last two), the Runtime Kit Controller's Job Agent for Nomad (docs/operator.md). A switch
+asks for confirmation (``--yes``), and ``disable`` refuses while the journal holds grants unless
+``--force``: what XDM does to running allocations then is not documented. Exit status: 0 done or
+nothing to do, 1 failed or refused, 2 bad usage or config.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ def _word(enabled: bool) -> str:
 
 
 def held_grants(config: PluginConfig) -> int:
-    """Grants the plugin's journal holds on this node (read without writing); 0 when there is no journal."""
+    """Grants the plugin's journal holds (read without writing); 0 without a journal."""
     from nomad_plugin.journal import Journal, JournalCorrupt
 
     try:

@@ -1,18 +1,10 @@
 """``nomad-device-lingjun topology``: where does a job of N cards fit? The cluster by pod and leaf switch.
 
-Reads the cluster through Nomad's HTTP API as the token sees it: every node (``/v1/nodes``, then
-``/v1/node/:id`` for its meta and device groups; ``node:read``) and the allocations holding
-devices on each (``/v1/node/:id/allocations``; Nomad leaves out those in namespaces the token
-cannot ``read-job``, so the command checks the token's visibility and says when free counts may be
-too high). Then, per point of delivery and per leaf switch (the ``lingjun.*`` node meta the plugin
-publishes with ``node_meta = true``, or the device groups' attributes): the nodes, the healthy
-and free cards by model and mode, and which nodes publish no topology. ``--need N --model M``
-lists the domains with N free cards.
-
-It is the counterpart of the Kubernetes Scheduler Framework's topology view, not of its
-scheduler: it reserves nothing, and Nomad has no gang scheduling, so other jobs may take the
-cards before the job is placed. Exit status: 0 (with ``--need``: some domain fits), 1 none fits,
-2 the cluster could not be read.
+Reads every node and the device-holding allocations on each through Nomad's HTTP API as the token
+sees it (``node:read``; Nomad leaves out namespaces the token cannot ``read-job``, so the view's
+completeness is checked and said), then counts healthy and free cards by model and mode per point
+of delivery and leaf switch. A snapshot, not a reservation: Nomad has no gang scheduling. Exit
+status: 0 (with ``--need``: some domain fits), 1 none fits, 2 the cluster could not be read.
 """
 
 from __future__ import annotations
@@ -20,24 +12,281 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nomad_plugin.cli.main import command_parser, fail
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.nomad_view.cluster import (
-    LEVEL_TITLES,
-    LEVELS,
-    MODES,
-    ClusterDataError,
-    ClusterNode,
-    ClusterTopology,
-    Domain,
-    Fit,
-    cluster_topology,
-    fits,
-    parse_node,
-)
 from nomad_plugin.nomad_view.types import Style
+
+# -- the cluster's cards by domain (pure) --------------------------------------------------
+# A card's domain at a level is its group's attribute of that name, else the node's
+# ``<prefix><level>`` meta. A value naming several domains (``a,b``) spans: which card is behind
+# which is unknown, so it never counts as fitting one domain. A ``tdm`` or ``mig`` group is one card
+# whose shares or slices are its ``units``. A card is free when healthy, unheld and on a node that
+# takes work (ready, eligible, not draining).
+
+LEVELS = ("point_of_delivery", "leaf_switch")
+LEVEL_TITLES = {"point_of_delivery": "point of delivery", "leaf_switch": "leaf switch"}
+MODES = ("whole", "tdm", "mig", "mig-instance")
+
+
+class ClusterDataError(ValueError):
+    """A node answer that does not have Nomad's shape."""
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """One ``NodeDeviceResource``: instances (id -> healthy) and string attributes."""
+
+    vendor: str
+    type: str
+    name: str
+    instances: tuple[tuple[str, bool], ...]
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str:
+        return self.attributes.get("model") or self.name
+
+    @property
+    def mode(self) -> str:
+        if self.type.endswith("-share"):
+            return "tdm"
+        if self.type.endswith("-mig"):
+            return "mig"
+        if "mig_profile" in self.attributes:
+            return "mig-instance"
+        return "whole"
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    id: str
+    name: str
+    status: str
+    eligible: bool
+    draining: bool
+    meta: Mapping[str, str]
+    groups: tuple[NodeGroup, ...]
+
+    @property
+    def unplaceable(self) -> str:
+        """Why Nomad places nothing here ("" when it does)."""
+        if self.status != "ready":
+            return f"status {self.status}"
+        if self.draining:
+            return "draining"
+        if not self.eligible:
+            return "ineligible"
+        return ""
+
+
+def _attr_text(raw: Any) -> str | None:
+    """A ``psstructs.Attribute`` JSON object's value as text (String, Int, Float or Bool)."""
+    if not isinstance(raw, dict):
+        return None
+    for key in ("String", "Int", "Float", "Bool"):
+        value = raw.get(key)
+        if value is not None:
+            return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return None
+
+
+def parse_node(raw: Any) -> ClusterNode:
+    """One ``/v1/node/:id`` answer; ``ClusterDataError`` on a wrong shape."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("ID"), str):
+        raise ClusterDataError("node answer without an ID")
+    meta = raw.get("Meta") or {}
+    resources = raw.get("NodeResources") or {}
+    devices = resources.get("Devices") or [] if isinstance(resources, dict) else None
+    if not isinstance(meta, dict) or not isinstance(devices, list):
+        raise ClusterDataError(f"node {raw['ID']}: Meta or NodeResources.Devices has the wrong shape")
+    groups = []
+    for dev in devices:
+        if not isinstance(dev, dict) or not isinstance(dev.get("Instances") or [], list):
+            raise ClusterDataError(f"node {raw['ID']}: a device group has the wrong shape")
+        instances = tuple(
+            (str(i.get("ID")), i.get("Healthy") is True)  # anything but true is not healthy
+            for i in dev.get("Instances") or []
+            if isinstance(i, dict) and isinstance(i.get("ID"), str)
+        )
+        attributes = {}
+        for key, value in (dev.get("Attributes") or {}).items():
+            text = _attr_text(value)
+            if text is not None:
+                attributes[str(key)] = text
+        groups.append(
+            NodeGroup(str(dev.get("Vendor")), str(dev.get("Type")), str(dev.get("Name")), instances, attributes)
+        )
+    return ClusterNode(
+        id=raw["ID"],
+        name=str(raw.get("Name") or raw["ID"][:8]),
+        status=str(raw.get("Status") or "unknown"),
+        eligible=raw.get("SchedulingEligibility", "eligible") == "eligible",
+        draining=bool(raw.get("DrainStrategy")) or bool(raw.get("Drain")),
+        meta={str(k): str(v) for k, v in meta.items()},
+        groups=tuple(groups),
+    )
+
+
+@dataclass
+class Counts:
+    cards: int = 0
+    healthy: int = 0
+    free: int = 0
+    units: int = 0
+    free_units: int = 0
+
+    def add(self, other: Counts) -> None:
+        for name, value in asdict(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class Domain:
+    level: str
+    pod: str  # the point of delivery ("" when unknown); a leaf switch is named within its pod
+    value: str
+    nodes: dict[str, dict[tuple[str, str], Counts]] = field(default_factory=dict)  # node name -> (model, mode)
+
+    @property
+    def name(self) -> str:
+        return self.value if self.level == "point_of_delivery" else f"{self.pod or '?'}/{self.value}"
+
+    @property
+    def spans(self) -> bool:
+        """The value names several domains: which card is behind which is not known."""
+        return "," in self.value
+
+    def totals(self) -> dict[tuple[str, str], Counts]:
+        out: dict[tuple[str, str], Counts] = {}
+        for per_node in self.nodes.values():
+            for key, counts in per_node.items():
+                out.setdefault(key, Counts()).add(counts)
+        return dict(sorted(out.items()))
+
+    def usable(self, model: str, mode: str, per_node: int) -> list[int]:
+        """Per node, the free cards of (model, mode) a job can take in allocations of ``per_node`` each."""
+        return [
+            sum(
+                (c.free // per_node) * per_node
+                for (m, md), c in per.items()
+                if m.casefold() == model.casefold() and md == mode
+            )
+            for per in self.nodes.values()
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "name": self.name,
+            "point_of_delivery": self.pod,
+            "value": self.value,
+            "spans": self.spans,
+            "nodes": sorted(self.nodes),
+            "cards": [{"model": m, "mode": md, **c.to_json()} for (m, md), c in self.totals().items()],
+        }
+
+
+@dataclass
+class ClusterTopology:
+    domains: dict[str, list[Domain]]  # level -> domains, by name
+    without_topology: list[tuple[str, str]]  # (node name, why)
+    not_placeable: list[tuple[str, str]]  # (node name, why)
+    nodes_with_devices: int
+    totals: dict[tuple[str, str], Counts]
+
+    def models(self) -> list[str]:
+        return sorted({m for m, _ in self.totals})
+
+
+def group_counts(group: NodeGroup, held: frozenset[str], placeable: bool) -> Counts:
+    if group.mode in ("tdm", "mig"):
+        healthy = all(ok for _, ok in group.instances) and bool(group.instances)
+        unheld = [i for i, ok in group.instances if ok and i not in held]
+        card_free = placeable and healthy and len(unheld) == len(group.instances)
+        return Counts(1, int(healthy), int(card_free), len(group.instances), len(unheld) if placeable else 0)
+    healthy_ids = [i for i, ok in group.instances if ok]
+    free_ids = [i for i in healthy_ids if i not in held] if placeable else []
+    return Counts(len(group.instances), len(healthy_ids), len(free_ids))
+
+
+def _domain_value(group: NodeGroup, node: ClusterNode, level: str, prefix: str) -> str:
+    return (group.attributes.get(level) or node.meta.get(prefix + level) or "").strip()
+
+
+def cluster_topology(
+    nodes: Iterable[ClusterNode], held: Mapping[str, Iterable[str]], prefix: str = "lingjun."
+) -> ClusterTopology:
+    """Domains at every level; ``held`` is node id -> device IDs held by live allocations."""
+    domains: dict[str, dict[tuple[str, str], Domain]] = {level: {} for level in LEVELS}
+    without: list[tuple[str, str]] = []
+    unplaceable: list[tuple[str, str]] = []
+    totals: dict[tuple[str, str], Counts] = {}
+    with_devices = 0
+    for node in sorted(nodes, key=lambda n: n.name):
+        if not node.groups:
+            continue
+        with_devices += 1
+        if node.unplaceable:
+            unplaceable.append((node.name, node.unplaceable))
+        taken = frozenset(held.get(node.id, ()))
+        missing = False
+        for group in node.groups:
+            counts = group_counts(group, taken, not node.unplaceable)
+            totals.setdefault((group.model, group.mode), Counts()).add(counts)
+            pod = _domain_value(group, node, "point_of_delivery", prefix)
+            for level in LEVELS:
+                value = _domain_value(group, node, level, prefix)
+                if not value:
+                    missing = True
+                    continue
+                key = (pod if level != "point_of_delivery" else "", value)
+                domain = domains[level].setdefault(key, Domain(level, key[0], value))
+                domain.nodes.setdefault(node.name, {}).setdefault((group.model, group.mode), Counts()).add(counts)
+        if missing:
+            levels = [
+                f"{prefix}{level}"
+                for level in LEVELS
+                if not any(_domain_value(g, node, level, prefix) for g in node.groups)
+            ]
+            without.append((node.name, f"no {' or '.join(levels) or 'topology for some cards'}"))
+    return ClusterTopology(
+        {level: sorted(found.values(), key=lambda d: d.name) for level, found in domains.items()},
+        without,
+        unplaceable,
+        with_devices,
+        dict(sorted(totals.items())),
+    )
+
+
+@dataclass(frozen=True)
+class Fit:
+    domain: Domain
+    free: int  # usable free cards of the asked model and mode
+    nodes: int  # nodes contributing
+
+
+def fits(topology: ClusterTopology, need: int, model: str, mode: str = "whole", per_node: int = 1) -> list[Fit]:
+    """Domains (one leaf switch, one point of delivery) with at least ``need`` usable free cards."""
+    found = []
+    for level in LEVELS:
+        for domain in topology.domains[level]:
+            if domain.spans:
+                continue
+            per_node_free = domain.usable(model, mode, per_node)
+            if sum(per_node_free) >= need:
+                found.append(Fit(domain, sum(per_node_free), sum(1 for free in per_node_free if free)))
+    # The nearest domain first (a leaf switch before its point of delivery), then the tightest fit.
+    return sorted(found, key=lambda f: (-LEVELS.index(f.domain.level), f.free, f.domain.name))
+
+
+# -- the command ------------------------------------------------------------------------
 
 NO_GANG = (
     "This is a snapshot, not a reservation: nothing is held for the job, and Nomad places each allocation on its "

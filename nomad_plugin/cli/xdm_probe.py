@@ -1,11 +1,10 @@
 """``nomad-device-lingjun xdm-probe``: call XDM's read-only RPCs and print what comes back.
 
-Probes both sockets (dp2mgr.sock, config-daemon.sock), finds the device service name (reflection,
-then the known candidates) and prints the decoded answer of ListSupportedXPUType, ListGpuInfo, one
-ListAndWatch push, ExporterGetConfig, ExporterGetStatus and QueryStatus. With ``--raw`` each answer
-is also fetched as bytes and decoded like ``protoc --decode_raw``, so that the schema can be
-re-derived on a real node (docs/xdm-risks.md). With ``--capture DIR`` it writes a bundle for a bug
-report instead (``xdm/capture.py``). Never calls Allocate, Release, Enable or Disable.
+Probes both sockets, finds the device service name and prints the decoded answers of
+ListSupportedXPUType, ListGpuInfo, one ListAndWatch push, ExporterGetConfig, ExporterGetStatus and
+QueryStatus; ``--raw`` adds each answer's bytes decoded like ``protoc --decode_raw`` (to re-derive
+the schema on a real node, docs/xdm-risks.md); ``--capture DIR`` writes a bug-report bundle
+instead. Never calls Allocate, Release, Enable or Disable.
 """
 
 from __future__ import annotations
@@ -61,7 +60,6 @@ def _plain(value: Any) -> Any:
 
 
 def _raw_call(socket: str, path: str, request: Any, timeout: float, streaming: bool) -> bytes:
-    """One call's answer as bytes, the first message of a stream."""
     kinds: dict[str, Callable[..., Any]] = {"request_serializer": adapter.serialize, "response_deserializer": bytes}
     with grpc.insecure_channel(f"unix:{socket}") as channel:
         if not streaming:
@@ -111,27 +109,17 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
             finally:
                 sub.cancel()
 
-        steps: list[tuple[str, Callable[[], Any], str, Any, bool]] = [
-            (
-                "ListSupportedXPUType",
-                client.list_supported_xpu_types,
-                "dp2mgr",
-                adapter.request("ListSupportedXPUType"),
-                False,
-            ),
-            ("ListGpuInfo", client.list_gpu_info, "dp2mgr", adapter.request("ListGpuInfo"), False),
-            ("ListAndWatch (first push)", first_push, "dp2mgr", adapter.request("ListAndWatch"), True),
-            ("ExporterGetConfig", client.exporter_get_config, "dp2mgr", adapter.request("ExporterGetConfig"), False),
-            ("ExporterGetStatus", client.exporter_get_status, "dp2mgr", adapter.request("ExporterGetStatus"), False),
-            (
-                "QueryStatus",
-                lambda: _query_status(client, config),
-                "config-daemon",
-                adapter.request("QueryStatus"),
-                False,
-            ),
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("ListSupportedXPUType", client.list_supported_xpu_types),
+            ("ListGpuInfo", client.list_gpu_info),
+            ("ListAndWatch (first push)", first_push),
+            ("ExporterGetConfig", client.exporter_get_config),
+            ("ExporterGetStatus", client.exporter_get_status),
+            ("QueryStatus", lambda: _query_status(client, config)),
         ]
-        for name, call, sock, request, streaming in steps:
+        for name, call in steps:
+            method = name.split(" ")[0]
+            sock = "config-daemon" if method == "QueryStatus" else "dp2mgr"
             entry: dict[str, Any] = {"rpc": name, "socket": sock}
             try:
                 entry["response"] = _plain(call())
@@ -140,13 +128,13 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
                 entry.update(ok=False, error=str(exc), kind=getattr(exc, "kind", type(exc).__name__))
             except StopIteration:
                 entry.update(ok=False, error="the stream ended without a message")
-            method = name.split(" ")[0]
             owner = client.service_of(method)
             entry["path"] = f"/{owner}/{method}" if owner else None
             if raw and owner:
                 target = config.config_socket if sock == "config-daemon" else config.xdm_socket
                 try:
-                    data = _raw_call(target, f"/{owner}/{method}", request, timeout, streaming)
+                    streaming = method == "ListAndWatch"
+                    data = _raw_call(target, f"/{owner}/{method}", adapter.request(method), timeout, streaming)
                     entry["raw_hex"], entry["raw"] = data.hex(), raw_text(data)
                 except grpc.RpcError as exc:
                     entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
@@ -162,8 +150,8 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
 
 
 def _query_status(client: Any, config: Any) -> Any:
-    """QueryStatus, whose failure names config-daemon.sock: the socket it goes to is checked first,
-    and a failure that came from dp2mgr.sock (where XDM's schema is bound) says so."""
+    """QueryStatus, its socket checked first; a failure that came from binding XDM's schema through
+    dp2mgr.sock says so."""
     from nomad_plugin.model.errors import BackendUnavailable
 
     problem = socket_problem(config.config_socket)

@@ -167,7 +167,7 @@ MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its terminating NUL
 
 def socket_dir_problem(socket_dir: Path) -> str:
     """Why the simulator cannot serve in ``socket_dir`` ("" if it can): a path too long for a Unix
-    socket, or a socket there that answers (a running XDM or simulator; it is never replaced)."""
+    socket, or a socket there that answers (an XDM or simulator, never replaced)."""
     for name in SOCKET_NAMES:
         path = socket_dir / name
         size = len(os.fsencode(str(path.absolute())))

@@ -1,13 +1,10 @@
-"""The plugin's config as a Nomad agent reads it and sends it in SetConfig.
+"""The plugin's config as a Nomad agent reads it and sends it in SetConfig, byte for byte.
 
-``nomad agent -config=DIR`` reads every ``*.hcl`` and ``*.json`` file of the directory in lexical
-order (HCL files by the rules of ``agent_hcl.py``; a JSON file holds the same blocks). The agent
-decodes the ``plugin "<name>" { config { ... } }`` block with the plugin's ConfigSchema (an Object
-of ``Default(Attr, Literal)``: hcldec and go-cty's conversions) and msgpack-encodes the cty object:
-every attribute, defaults filled in, keys sorted, integers compact, exact non-integers as float64
-and inexact ones as decimal text (go-cty's cty/msgpack/marshal.go). This module does the same from
-the agent's files plus ``key=value`` overrides, so the operator commands send the plugin exactly
-the bytes an agent would.
+``nomad agent -config=DIR`` reads the directory's ``*.hcl`` and ``*.json`` files in lexical order,
+decodes the ``plugin "<name>" { config { ... } }`` block with the plugin's ConfigSchema (hcldec and
+go-cty's conversions) and msgpack-encodes the cty object: every attribute, defaults filled in, keys
+sorted, integers compact, exact non-integers as float64, inexact ones as decimal text (go-cty's
+cty/msgpack/marshal.go). Here the same is done from those files plus ``key=value`` overrides.
 """
 
 from __future__ import annotations
@@ -22,11 +19,11 @@ from typing import Any
 
 import hcl2
 import msgpack
+from lark import Token, Tree
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.launcher.agent_hcl import AgentSyntaxError, PluginBlock, parse_agent_text
-from nomad_plugin.util.hcl import is_expression, is_meta, plain, unlabelled
+from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, plain, unlabelled
 
 AGENT_SUFFIXES = (".hcl", ".json")
 _NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -36,6 +33,360 @@ class LauncherConfigError(ValueError):
     """A plugin config file or override that Nomad would refuse too."""
 
 
+# -- an agent file by the rules of the agent's parser, HCL v1 ----------------------------
+# The agent reads ``-config`` files with HCL v1 (command/agent/config_parse.go); python-hcl2 parses
+# HCL v2, which also takes bare words, ``null``, ``True`` and multi-line quoted strings. The walker
+# below keeps only what HCL v1 accepts, with its values: literals (one-line quoted strings, heredocs,
+# leading-``0`` octal, true/false, lists, objects), the last of a repeated attribute, blocks as
+# lists, a plugin block's ``config`` blocks merged (helper/pluginutils/loader). ``${...}`` and
+# ``%{...}`` are refused: the agent evaluates them with no variables (hclutils.ParseHclInterface).
+# What python-hcl2 refuses and HCL v1 takes (hex numbers, commas between attributes) is reported as
+# not valid HCL: stricter than the agent, never more lenient (docs/operator.md;
+# tests/operator/test_config_corpus.py checks the rest against HCL v1 itself).
+
+
+class AgentSyntaxError(ValueError):
+    """Something in the file that the Nomad agent's parser refuses."""
+
+
+@dataclass
+class PluginBlock:
+    """One ``plugin "<label>" { args = [...] config { ... } }`` block as the agent keeps it."""
+
+    label: str
+    args: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    line: int = 0
+    extra_keys: list[str] = field(default_factory=list)  # ignored by the agent; doctor warns
+    config_blocks: int = 0
+
+
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
+_ESCAPE = re.compile(r'\\(?:([abfnrtv\\"])|(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})|([0-7]{3})|.?)', re.S)
+_NEWLINE = "new_line_or_comment"
+_EXPRESSIONS = {
+    "function_call": "a function call",
+    "binary_op": "an operator",
+    "unary_op": "an operator",
+    "conditional": "a conditional expression",
+    "index_expr_term": "an index",
+    "get_attr_expr_term": "an attribute reference",
+    "attr_splat_expr_term": "a splat expression",
+    "full_splat_expr_term": "a splat expression",
+    "for_tuple_expr": "a for expression",
+    "for_object_expr": "a for expression",
+}
+
+
+def parse_agent_text(text: str, source: str) -> list[PluginBlock]:
+    """``text`` (one agent config file) -> its plugin blocks; AgentSyntaxError for what the agent refuses."""
+    spelled, quoted = _unquote_keys(text)
+    try:
+        tree = hcl2.parses_to_tree(spelled)
+    except Exception as exc:  # lark raises many types; all mean "not valid HCL"
+        raise AgentSyntaxError(describe_hcl_error(exc, text, source)) from None
+    walker = _Walker(text, source, quoted)
+    body = _first_tree(tree, "body")
+    if body is None:
+        return []
+    walker.body(body)  # checks the whole file: the agent refuses a bad value anywhere in it
+    return [walker.plugin_block(b) for b in _children(body, "block") if _block_type(b) == "plugin"]
+
+
+_QUOTED_KEY = re.compile(r'^([ \t]*)"([^"\\$%\n]*)"(?=[ \t]*=)', re.MULTILINE)
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _unquote_keys(text: str) -> tuple[str, dict[str, str]]:
+    """HCL v1 allows a quoted attribute name (``"driver.raw_exec.enable" = "1"``), HCL v2 does not:
+    each becomes a name of the same length (error columns stay right), mapped back afterwards."""
+    names: dict[str, str] = {}
+
+    def name(match: re.Match[str]) -> str:
+        key = match.group(2)
+        placeholder = "Q" + _NOT_NAME.sub("_", key) + "Q"
+        names[placeholder] = key
+        return match.group(1) + placeholder
+
+    return _QUOTED_KEY.sub(name, text), names
+
+
+# --- tree helpers ----------------------------------------------------------------------
+
+
+def _children(tree: Tree[Any], name: str) -> list[Tree[Any]]:
+    return [c for c in tree.children if isinstance(c, Tree) and c.data == name]
+
+
+def _first_tree(tree: Tree[Any], name: str) -> Tree[Any] | None:
+    found = _children(tree, name)
+    return found[0] if found else None
+
+
+def _first_token(node: Any) -> Token | None:
+    if isinstance(node, Token):
+        return node
+    if isinstance(node, Tree):
+        for child in node.children:
+            token = _first_token(child)
+            if token is not None:
+                return token
+    return None
+
+
+def _name(node: Tree[Any]) -> str:
+    token = _first_token(node)
+    return str(token) if token is not None else ""
+
+
+def _block_type(block: Tree[Any]) -> str:
+    ident = _first_tree(block, "identifier")
+    return _name(ident) if ident is not None else ""
+
+
+def _block_labels(block: Tree[Any]) -> list[Tree[Any]]:
+    labels: list[Tree[Any]] = []
+    for child in block.children[1:]:
+        if isinstance(child, Token):
+            break
+        if child.data in ("string", "identifier"):
+            labels.append(child)
+    return labels
+
+
+def _hcl1_shape(value: Any, in_list: bool) -> Any:
+    """HCL v1's decoding into interface{}: an object under a key becomes a list of one map."""
+    if isinstance(value, dict):
+        shaped = {k: _hcl1_shape(v, in_list=False) for k, v in value.items()}
+        return shaped if in_list else [shaped]
+    if isinstance(value, list):
+        return [_hcl1_shape(v, in_list=True) for v in value]
+    return value
+
+
+def _source_text(node: Any) -> str:
+    if isinstance(node, Token):
+        return str(node)
+    return "".join(_source_text(c) for c in node.children)
+
+
+class _Walker:
+    def __init__(self, text: str, source: str, quoted: dict[str, str] | None = None) -> None:
+        self.text = text
+        self.source = source
+        self.quoted = quoted or {}
+
+    def fail(self, node: Any, message: str) -> AgentSyntaxError:
+        token = _first_token(node)
+        line = getattr(token, "line", None)
+        column = getattr(token, "column", None)
+        if not isinstance(line, int) or not isinstance(column, int):
+            return AgentSyntaxError(f"{self.source}: {message}")
+        lines = self.text.splitlines()
+        shown = lines[line - 1] if 0 < line <= len(lines) else ""
+        caret = " " * (column - 1) + "^"
+        return AgentSyntaxError(
+            f"{self.source}:{line}:{column}: not valid in a Nomad agent config: {message}\n    {shown}\n    {caret}"
+        )
+
+    # -- bodies ---------------------------------------------------------------------------
+    def body(self, body: Tree[Any]) -> dict[str, Any]:
+        """A body as HCL v1 decodes it into a map: attributes (last wins) and blocks (lists)."""
+        out: dict[str, Any] = {}
+        for child in body.children:
+            if not isinstance(child, Tree):
+                continue
+            if child.data == "attribute":
+                ident = _first_tree(child, "identifier")
+                key = _name(ident) if ident is not None else ""
+                key = self.quoted.get(key, key)
+                out[key] = _hcl1_shape(self.value(child.children[-1], key), in_list=False)
+            elif child.data == "block":
+                key = _block_type(child)
+                inner = _first_tree(child, "body")
+                value: Any = self.body(inner) if inner is not None else {}
+                for label in reversed(_block_labels(child)):
+                    value = {self.label(label): [value]}
+                previous = out.get(key)
+                out[key] = [*previous, value] if isinstance(previous, list) else [value]
+        return out
+
+    def label(self, node: Tree[Any]) -> str:
+        if node.data == "identifier":
+            return _name(node)
+        return self.string(node)
+
+    def plugin_block(self, block: Tree[Any]) -> PluginBlock:
+        labels = _block_labels(block)
+        token = _first_token(block)
+        line = token.line if token is not None and isinstance(token.line, int) else 0
+        if len(labels) != 1:
+            raise self.fail(
+                block, f'a plugin block takes one label, its file name: plugin "<name>" {{ ... }} ({len(labels)} given)'
+            )
+        plugin = PluginBlock(self.label(labels[0]), line=line)
+        inner = _first_tree(block, "body")
+        if inner is None:
+            return plugin
+        for child in inner.children:
+            if not isinstance(child, Tree) or child.data not in ("attribute", "block"):
+                continue
+            kind = _name(_first_tree(child, "identifier") or child)
+            if child.data == "block" and kind == "config" and not _block_labels(child):
+                body = _first_tree(child, "body")
+                plugin.config.update(self.body(body) if body is not None else {})  # HCL v1 merges them
+                plugin.config_blocks += 1
+            elif child.data == "attribute" and kind == "config":
+                value = _hcl1_shape(self.value(child.children[-1], "config"), in_list=False)
+                merged = value[0] if isinstance(value, list) and len(value) == 1 else value
+                if not isinstance(merged, dict):
+                    raise self.fail(child, "config must be a block: config { ... }")
+                plugin.config.update(merged)
+                plugin.config_blocks += 1
+            elif child.data == "attribute" and kind == "args":
+                args = self.value(child.children[-1], "args")
+                if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                    raise self.fail(child, 'args must be a list of strings, e.g. args = ["-v"]')
+                plugin.args = args
+            else:
+                plugin.extra_keys.append(kind)
+        return plugin
+
+    # -- values ---------------------------------------------------------------------------
+    def value(self, node: Any, key: str) -> Any:
+        if isinstance(node, Token):
+            raise self.fail(node, f"{key} = {node}: not a value")
+        kind = node.data
+        if kind == "expr_term":
+            inner = [c for c in node.children if isinstance(c, Tree) and c.data != _NEWLINE]
+            if len(inner) != 1 or any(isinstance(c, Token) and str(c) == "(" for c in node.children):
+                raise self.fail(
+                    node, f"{key} = {_source_text(node).strip()}: parentheses are not allowed; write a literal value"
+                )
+            return self.value(inner[0], key)
+        if kind == "identifier":
+            word = _name(node)
+            raise self.fail(
+                node,
+                f'{key} = {word} is a bare word; the agent refuses it ("Unknown token: IDENT {word}"): '
+                f'quote it, {key} = "{word}"',
+            )
+        if kind == "literal_value":
+            word = _name(node)
+            if word in ("true", "false"):
+                return word == "true"
+            raise self.fail(
+                node, f'{key} = {word}: the agent refuses {word} ("Unknown token: IDENT {word}"); leave the option out'
+            )
+        if kind == "string":
+            return self.string(node, key)
+        if kind in ("heredoc_template", "heredoc_template_trim"):
+            return self.heredoc(node, key)
+        if kind == "int_lit":
+            return self.integer(node, key)
+        if kind == "float_lit":
+            return float(_name(node))
+        if kind == "unary_op" and str(node.children[0]) == "-":
+            number = self.value(node.children[1], key)
+            if isinstance(number, (int, float)) and not isinstance(number, bool):
+                return -number
+        if kind == "tuple":
+            return [self.value(c, key) for c in node.children if isinstance(c, Tree) and c.data != _NEWLINE]
+        if kind == "object":
+            return self.object(node, key)
+        what = _EXPRESSIONS.get(kind, "an expression")
+        raise self.fail(
+            node,
+            f"{key} = {_source_text(node).strip()}: {what}; the agent's parser (HCL v1) accepts only literal values "
+            "(quoted strings, numbers, true/false, lists and objects of them)",
+        )
+
+    def object(self, node: Tree[Any], key: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for elem in _children(node, "object_elem"):
+            if any(isinstance(c, Token) and str(c).strip() == ":" for c in elem.children):
+                raise self.fail(elem, f'{key}: use "=" between a key and its value (the agent refuses ":")')
+            key_node = _first_tree(elem, "object_elem_key")
+            term = key_node.children[0] if key_node is not None and key_node.children else None
+            inner = term.children[0] if isinstance(term, Tree) and term.children else term
+            if isinstance(inner, Tree) and inner.data == "identifier":
+                name = _name(inner)
+            elif isinstance(inner, Tree) and inner.data == "string":
+                name = self.string(inner, key)
+            else:
+                raise self.fail(elem, f"{key}: an object key must be a name or a quoted string")
+            out[name] = self.value(elem.children[-1], f"{key}.{name}")
+        return out
+
+    def integer(self, node: Tree[Any], key: str) -> int:
+        text = _name(node)
+        try:
+            return int(text, 8) if len(text) > 1 and text.startswith("0") else int(text)  # HCL v1: leading 0 = octal
+        except ValueError:
+            raise self.fail(
+                node, f"{key} = {text}: a leading 0 makes an octal number in HCL v1, and {text} is not one"
+            ) from None
+
+    def string(self, node: Tree[Any], key: str = "label") -> str:
+        parts: list[str] = []
+        for child in node.children:
+            if not isinstance(child, Tree) or child.data != "string_part":
+                continue
+            if any(isinstance(c, Tree) for c in child.children):
+                raise self.template(child, key)
+            parts.append(_name(child))
+        raw = "".join(parts)
+        if "\n" in raw:
+            raise self.fail(
+                node, f'{key}: a quoted string ends on its own line in HCL v1 ("literal not terminated"); use a heredoc'
+            )
+        if "%{" in raw.replace("%%{", ""):
+            raise self.template(node, key)
+        return self.unescape(node, raw, key)
+
+    def template(self, node: Any, key: str) -> AgentSyntaxError:
+        return self.fail(
+            node,
+            f"{key}: a ${{...}} or %{{...}} template; the agent evaluates it with no variables (HCL v2's JSON decoder) "
+            "and doctor does not evaluate templates: write the value itself",
+        )
+
+    def unescape(self, node: Tree[Any], raw: str, key: str) -> str:
+        """Go's escapes, as HCL v1's strconv.Unquote reads them."""
+
+        def one(match: re.Match[str]) -> str:
+            simple, hexa, octal = match.group(1, 2, 3)
+            try:
+                if simple or hexa or octal:
+                    return _SIMPLE_ESCAPES[simple] if simple else chr(int(hexa[1:], 16) if hexa else int(octal, 8))
+            except (ValueError, OverflowError):  # beyond U+10FFFF
+                pass
+            raise self.fail(node, f"{key}: the escape \\{match.group(0)[1:2]} is not valid in a quoted string")
+
+        return _ESCAPE.sub(one, raw)
+
+    def heredoc(self, node: Tree[Any], key: str) -> str:
+        token = _first_token(node)
+        start, end = getattr(token, "start_pos", None), getattr(token, "end_pos", None)
+        # From the file as written: quoted names were respelled in the parsed copy (same offsets).
+        text = self.text[start:end] if isinstance(start, int) and isinstance(end, int) else _name(node)
+        first, _, rest = text.partition("\n")
+        lines = rest.split("\n")
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        closing = lines[-1] if lines else ""
+        content = lines[:-1]
+        body = "".join(line + "\n" for line in content)
+        if "${" in body.replace("$${", "") or "%{" in body.replace("%%{", ""):
+            raise self.template(node, key)
+        if not first.startswith("<<-"):
+            return body
+        prefix = closing[: len(closing) - len(closing.lstrip(" \t"))]
+        if all(line.startswith(prefix) for line in content):
+            return "".join(line[len(prefix) :] + "\n" for line in content)
+        return body
+
+
 # -- the agent's files ---------------------------------------------------------------------
 
 
@@ -43,7 +394,6 @@ class LauncherConfigError(ValueError):
 class PluginBlocks:
     """Every ``plugin`` block found: label -> (file, block), in load order."""
 
-    files: list[Path] = field(default_factory=list)
     blocks: dict[str, list[tuple[Path, PluginBlock]]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
@@ -100,11 +450,11 @@ def _file_plugin_blocks(path: Path) -> list[PluginBlock]:
 
 
 def find_plugin_blocks(path: str | Path) -> PluginBlocks:
-    """All plugin blocks under ``path`` (a file or an agent config directory)."""
-    result = PluginBlocks(files=agent_files(path))
-    if not result.files:
+    files = agent_files(path)
+    if not files:
         raise LauncherConfigError(f"{path}: no *.hcl or *.json file (Nomad reads only those from a directory)")
-    for file in result.files:
+    result = PluginBlocks()
+    for file in files:
         for block in _file_plugin_blocks(file):
             result.blocks.setdefault(block.label, []).append((file, block))
     return result
@@ -125,7 +475,7 @@ def chosen_block(blocks: PluginBlocks, source: str | Path, name: str = PLUGIN_NA
 
 
 def duplicate_notes(blocks: PluginBlocks, name: str = PLUGIN_NAME) -> list[str]:
-    """What the agent silently resolves in the plugin's blocks: doctor shows it as a warning."""
+    """What the agent silently resolves in the plugin's blocks (doctor warns)."""
     notes: list[str] = []
     found = blocks.blocks.get(name, [])
     if len(found) > 1:
@@ -208,9 +558,8 @@ def _brief(value: Any) -> str:
 
 
 def agent_value(value: Any, opt: Option, where: str) -> Any:
-    """``value`` converted to the option's schema type as the agent's decoder does (hcldec and
-    go-cty's conversions: a number or a bool becomes a string, a numeric string a number, "true",
-    "false", "1" or "0" a bool), or LauncherConfigError with the agent's message."""
+    """``value`` converted to the option's schema type as hcldec and go-cty do (a number or bool to a
+    string, a numeric string to a number, "true"/"false"/"1"/"0" to a bool), or the agent's error."""
     try:
         return _convert(value, opt.hcl_type)
     except TypeError as exc:

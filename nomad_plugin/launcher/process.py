@@ -1,13 +1,10 @@
 """The plugin launched the way a Nomad client launches it, and talked to over gRPC.
 
-As go-plugin's ``Client.Start`` does (go-plugin/client.go): exec the file with Nomad's magic
-cookie and ``PLUGIN_PROTOCOL_VERSIONS=2``, read the one handshake line
-``CORE|APP|unix|<socket>|grpc`` from its stdout, dial the socket; hclog lines arrive on stderr.
-To stop it, ``GRPCController.Shutdown``, then SIGKILL 2 s later (``Client.Kill``). Nomad's
-long-lived launch calls PluginInfo, ConfigSchema, SetConfig (twice: the validate launch sends it
-too, so the plugin must be idempotent), then Fingerprint, then Stats. :func:`launch` does exactly
-that, and :class:`LiveNode` adds the node to fingerprint (an embedded simulator, a socket
-directory or the real config), so the operator commands exercise the very path an agent uses.
+As go-plugin's ``Client.Start`` does (go-plugin/client.go): exec with Nomad's magic cookie and
+``PLUGIN_PROTOCOL_VERSIONS=2``, read the handshake line ``CORE|APP|unix|<socket>|grpc``, dial;
+stop with ``GRPCController.Shutdown``, SIGKILL 2 s later (``Client.Kill``). :func:`launch` then
+calls PluginInfo, ConfigSchema and SetConfig twice (the validate launch sends it too), as Nomad
+does; :class:`LiveNode` adds the node to fingerprint, so the operator commands take the agent's path.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -54,16 +50,12 @@ DP2MGR, CONFIG_DAEMON = "dp2mgr.sock", "config-daemon.sock"
 
 
 class LaunchError(RuntimeError):
-    """The plugin did not start, did not hand-shake, or an RPC failed (the message says which)."""
+    """The plugin did not start, did not hand-shake, or an RPC failed."""
 
 
 @dataclass(frozen=True)
 class Handshake:
-    core: int
-    app: int
-    network: str
     address: str
-    protocol: str
     seconds: float
 
 
@@ -90,11 +82,11 @@ def parse_handshake(line: str, seconds: float = 0.0) -> Handshake:
         raise LaunchError(f"handshake app protocol {app}; Nomad offers only 2")
     if parts[4] != "grpc":
         raise LaunchError(f"handshake protocol {parts[4]!r}; Nomad allows only grpc")
-    return Handshake(core, app, parts[2], parts[3], parts[4], seconds)
+    return Handshake(parts[3], seconds)
 
 
 class Stream(Generic[T]):
-    """A server stream read by a background thread: every message with its arrival time."""
+    """A server stream read by a thread: every message with its arrival time."""
 
     def __init__(self, call: Any, convert: Callable[[Any], T], name: str) -> None:
         self._call = call
@@ -254,9 +246,7 @@ class PluginProcess:
         self.start()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     @property
@@ -310,10 +300,7 @@ class PluginProcess:
 
 
 # -- protobuf -> nomad_view values --------------------------------------------------------
-
-
 def device_groups(resp: Any) -> list[DeviceGroup]:
-    """A FingerprintResponse -> groups, in the order the plugin sent them."""
     groups = []
     for g in resp.device_group:
         devices = tuple(
@@ -351,7 +338,6 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, StatValue]:
 
 
 def instance_stats(resp: Any) -> list[InstanceStats]:
-    """A StatsResponse -> one entry per instance."""
     out = []
     for g in resp.groups:
         for device_id, ds in sorted(g.instance_stats.items()):
@@ -379,22 +365,20 @@ def reservation(resp: Any) -> Reservation:
 # -- the launch sequence -------------------------------------------------------------------
 
 
-def plugin_command(explicit: str | None = None, argv0: str | None = None) -> list[str]:
-    """The argv that starts the plugin: ``--plugin`` or ``$NOMAD_DEVICE_LINGJUN_PLUGIN``, else the file
-    running this command when it is the plugin (what runs is what Nomad runs), else
-    ``<this interpreter> -m nomad_plugin``. No arguments: Nomad passes none unless ``args`` is set."""
+def plugin_command(explicit: str | None = None) -> list[str]:
+    """``--plugin`` or ``$NOMAD_DEVICE_LINGJUN_PLUGIN``, else this file when it is the plugin (what runs
+    is what Nomad runs), else ``<this interpreter> -m nomad_plugin``; no arguments, as Nomad passes none."""
     chosen = explicit or os.environ.get(PLUGIN_ENV)
     if chosen:
         return [str(Path(chosen).absolute())]
-    own = Path(sys.argv[0] if argv0 is None else argv0)
+    own = Path(sys.argv[0])
     if own.name.startswith(PLUGIN_NAME) and own.is_file() and os.access(own, os.X_OK):
         return [str(own.absolute())]
     return [sys.executable, "-m", "nomad_plugin"]
 
 
-def plugin_env(command: list[str], base: dict[str, str] | None = None) -> dict[str, str]:
-    """Our environment, plus PYTHONPATH for the ``-m`` fallback."""
-    env = dict(os.environ if base is None else base)
+def plugin_env(command: list[str]) -> dict[str, str]:
+    env = dict(os.environ)
     if command[1:2] == ["-m"]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
     return env
@@ -408,12 +392,10 @@ class Session:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def launch(
-    config: dict[str, Any], plugin: str | None = None, set_config_times: int = 2, handshake_timeout: float = 30.0
-) -> Session:
+def launch(config: dict[str, Any], plugin: str | None = None) -> Session:
     """Start the plugin and bring it to the fingerprinting state; LaunchError on any failure."""
     command = plugin_command(plugin)
-    proc = PluginProcess(command, env=plugin_env(command), handshake_timeout=handshake_timeout)
+    proc = PluginProcess(command, env=plugin_env(command))
     t0 = time.monotonic()
     shake = proc.start()
     try:
@@ -422,7 +404,7 @@ def launch(
             raise LaunchError(f"PluginInfo says {info.type} plugin {info.name!r}; expected DEVICE {PLUGIN_NAME!r}")
         proc.config_schema()
         data = msgpack_config(config)
-        for _ in range(set_config_times):
+        for _ in range(2):  # the validate launch and the long-lived one both send it
             proc.set_config(data, info.api_versions[0] if info.api_versions else "v0.1.0")
         t1 = time.monotonic()
         stream = proc.fingerprint()
@@ -444,8 +426,7 @@ def log_text(line: str) -> str:
 
 
 def wait_for_devices(session: Session, timeout: float) -> list[DeviceGroup]:
-    """The first fingerprint holding devices (the backend starts lazily, so the first may be empty);
-    LaunchError with the plugin's last log lines otherwise."""
+    """The first fingerprint holding devices (the first may be empty: the backend starts lazily)."""
     t0 = time.monotonic()
     hit = session.fingerprints.wait_for(lambda groups: any(g.devices for g in groups), timeout)
     if hit is None:
@@ -461,9 +442,8 @@ def socket_overrides(socket_dir: str | Path) -> list[str]:
 
 
 def preflight(config: dict[str, Any]) -> None:
-    """Stop before launching when the plugin would use XDM and XDM's socket cannot be dialled: the
-    first clear cause, in one line, instead of waiting for devices that cannot come. A config the
-    plugin refuses is left to the plugin: its SetConfig answers at once, in its own words."""
+    """Fail at once when the plugin would use XDM and its socket cannot be dialled, rather than wait for
+    devices that cannot come; a config the plugin refuses is left to its SetConfig's own words."""
     from nomad_plugin.backend_select import accept_config, choose_backend_name
     from nomad_plugin.config.model import ConfigError
     from nomad_plugin.nvml.lib import nvml_available
@@ -482,11 +462,9 @@ def preflight(config: dict[str, Any]) -> None:
 
 @dataclass
 class LiveNode:
-    """The node a dry run looks at, as a context manager: the config Nomad would send (the agent
-    file plus overrides), an embedded simulator (``profile``) or another socket directory, and,
-    with ``launch_plugin``, the real plugin on it. A dry run never touches the live plugin's
-    journal, Nomad or metrics port: its own data_dir, no reconciler, no Prometheus endpoint and no
-    node metadata written (``config`` keeps the node_meta asked for: check-job reads it)."""
+    """The node a dry run looks at: the config Nomad would send, an embedded simulator (``profile``) or
+    socket directory, and with ``launch_plugin`` the real plugin on it. It never touches the live
+    plugin's journal, Nomad or metrics port (``config`` keeps the node_meta asked for: check-job reads it)."""
 
     plugin_config: str | None = None
     overrides: list[str] = field(default_factory=list)
@@ -558,7 +536,5 @@ class LiveNode:
             self.tmp = None
         return code
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -1,9 +1,7 @@
 """Plain views of what the plugin sends Nomad, and their text as the Nomad CLI prints it.
 
-The launcher converts protobuf messages into these values, so the operator commands, the job-spec
-evaluator and the tests never import generated code. ``nomad node status -verbose`` prints "Device
-Group Attributes" as ``key = value unit``; ``nomad alloc status -stats`` prints "Device Stats" with
-every attribute flattened by ``.`` and sorted (Nomad's command/node_status.go, alloc_status.go).
+The launcher converts protobuf into these, so the operator commands and the job-spec evaluator
+never import generated code. Text follows Nomad's command/node_status.go and alloc_status.go.
 """
 
 from __future__ import annotations
@@ -28,9 +26,6 @@ class Attribute:
         text = ("true" if self.value else "false") if isinstance(self.value, bool) else str(self.value)
         return f"{text} {self.unit}" if self.unit else text
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Device:
@@ -38,9 +33,6 @@ class Device:
     healthy: bool
     health_description: str = ""
     pci_bus_id: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -66,8 +58,8 @@ class DeviceGroup:
             "vendor": self.vendor,
             "type": self.type,
             "name": self.name,
-            "attributes": {k: a.to_json() for k, a in sorted(self.attributes.items())},
-            "devices": [d.to_json() for d in self.devices],
+            "attributes": {k: asdict(a) for k, a in sorted(self.attributes.items())},
+            "devices": [asdict(d) for d in self.devices],
         }
 
 
@@ -191,8 +183,7 @@ SUMMARY_ATTRIBUTES = ("memory", "share_memory", "share_core_percent", "mig_slice
 
 
 def fingerprint_summary(groups: list[DeviceGroup], style: Style) -> list[str]:
-    """One line per group (instances, healthy, the attributes a job constrains on most), then
-    every unhealthy instance with its reason."""
+    """One line per group with the attributes jobs constrain on most, then the unhealthy instances."""
     if not groups:
         return ["(no devices fingerprinted)"]
     shown = [a for a in SUMMARY_ATTRIBUTES if any(a in g.attributes for g in groups)]

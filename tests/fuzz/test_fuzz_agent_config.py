@@ -1,4 +1,4 @@
-"""Agent config files of arbitrary shape through doctor's config path (nomad_plugin/launcher/agent_hcl.py,
+"""Agent config files of arbitrary shape through doctor's config path (nomad_plugin/launcher/config.py,
 the schema's conversions, SetConfig's checks): each ends in a named refusal or a config, never in
 another exception."""
 
@@ -9,8 +9,14 @@ from hypothesis import strategies as st
 
 from nomad_plugin.backend_select import accept_config
 from nomad_plugin.config.model import ConfigError
-from nomad_plugin.launcher.agent_hcl import AgentSyntaxError, parse_agent_text
-from nomad_plugin.launcher.config import LauncherConfigError, agent_config_values, full_config, msgpack_config
+from nomad_plugin.launcher.config import (
+    AgentSyntaxError,
+    LauncherConfigError,
+    agent_config_values,
+    full_config,
+    msgpack_config,
+    parse_agent_text,
+)
 
 TOKENS = (
     "plugin", '"nomad-device-lingjun"', "{", "}", "config", "card", "=", '"x"', '"tdm"', "tdm", "1", "010",

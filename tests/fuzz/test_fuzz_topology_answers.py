@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings
 
-from nomad_plugin.nomad_view.cluster import ClusterDataError, ClusterNode, cluster_topology, parse_node
+from nomad_plugin.cli.topology import ClusterDataError, ClusterNode, cluster_topology, parse_node
 from nomad_plugin.reconcile.nomad_api import NodeMetaView, NomadApiError, parse_node_meta
 from tests.fuzz.strategies import DEADLINE, EXAMPLES, json_values
 

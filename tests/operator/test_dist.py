@@ -25,8 +25,8 @@ import pytest
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.cli.main import SUBCOMMANDS
-from nomad_plugin.launcher import PluginProcess
 from nomad_plugin.launcher.config import full_config, msgpack_config
+from nomad_plugin.launcher.process import PluginProcess
 from nomad_plugin.util.bundle import restore_child_environment
 from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host, start_host
 
