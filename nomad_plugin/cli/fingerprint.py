@@ -7,7 +7,7 @@ back, with the node meta keys the plugin computes from the same inventory (``plu
 
 ``node-meta`` prints those keys as a ``client { meta { } }`` block, for clusters where the plugin
 may not write node metadata (no Nomad API, or a token without ``node:write``): the plugin's own
-backend runs in this process until the first inventory, and ``model/node_meta.py`` makes the keys
+backend runs in this process until the first inventory, and ``model/card.py`` makes the keys
 the plugin publishes with ``node_meta = true``. Static meta does not follow later changes (a card
 gone, Runtime Kit switched): run it again then. Neither command disturbs the plugin Nomad runs: a
 temporary data_dir, no reconciler, no metrics port, nothing written.
@@ -26,9 +26,8 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.jobspec.node_values import PluginKeys
 from nomad_plugin.launcher.config import LauncherConfigError, msgpack_config
 from nomad_plugin.launcher.process import LaunchError, LiveNode
-from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.card import Inventory, client_meta_block, node_meta
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.model.node_meta import client_meta_block, node_meta
 from nomad_plugin.nomad_view.types import Style, fingerprint_summary, fingerprint_text
 
 NEXT = "nomad-device-lingjun doctor checks the node step by step"

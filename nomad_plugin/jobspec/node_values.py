@@ -15,7 +15,7 @@ check-job knows some of these and not others, and never guesses:
   -self -json``, ``GET /v1/node/<id>``) or the local agent: fields,
   attributes, meta;
 - the plugin's own meta keys (``node_meta_prefix``), computed from the same
-  inventory as the fingerprint (``model/node_meta.py``). When the plugin
+  inventory as the fingerprint (``model/card.py``). When the plugin
   publishes them (``node_meta = true``) they are the node's values under the
   prefix, whatever the servers hold now (the plugin writes them; Nomad sees
   them within about 10 s), except level keys while no card carries a
@@ -39,7 +39,7 @@ NODE_FIELDS = {
     "${node.class}": "NodeClass",
     "${node.pool}": "NodePool",
 }
-SUMMARY_KEYS = ("model", "card_count", "runtime_kit")  # model/node_meta.py's summary keys (after the prefix)
+SUMMARY_KEYS = ("model", "card_count", "runtime_kit")  # model/card.py's summary keys (after the prefix)
 #: How to make a value known, by kind of value.
 HINT_NODE = "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent"
 HINT_STATE = "--node-value {kind}=VALUE"

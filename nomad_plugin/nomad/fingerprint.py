@@ -51,8 +51,7 @@ from datetime import datetime, timezone
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.backend_port import Backend
-from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.card import Backend, Inventory
 from nomad_plugin.model.instances import Attr, Catalog, Kind
 from nomad_plugin.nomad.catalog import build_catalog, check_modes
 from nomad_plugin.util.text import has_unsafe, printable

@@ -1,6 +1,6 @@
 """Publish XDM's topology as Nomad dynamic node metadata (``node_meta = true``).
 
-One thread: the keys from the backend's inventory (``model/node_meta.py``)
+One thread: the keys from the backend's inventory (``model/card.py``)
 against the agent's metadata (``GET /v1/client/metadata``, ``node:read``);
 only what differs is written (``POST``, ``node:write``), keys under the
 prefix no longer wanted as null (Nomad unsets them), keys outside it never.
@@ -27,8 +27,7 @@ from typing import Any
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal.datadir import write_state
-from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.node_meta import meta_changes, node_meta
+from nomad_plugin.model.card import Inventory, meta_changes, node_meta
 from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient
 from nomad_plugin.reconcile.visibility import parse_rules
 from nomad_plugin.util.threads import Backoff

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from nomad_plugin.model.backend_port import Backend
+from nomad_plugin.model.card import Backend
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.stats.cache import Clock, MetricsCache

@@ -1,4 +1,4 @@
-"""XdmBackend: the ``nomad_plugin.model.backend_port.Backend`` over XDM.
+"""XdmBackend: the ``nomad_plugin.model.card.Backend`` over XDM.
 
 The *watcher* thread subscribes ListAndWatch (each push is the complete list) and resubscribes
 with ``Backoff`` (1 s, x2, cap 30 s, jitter; reset after a push). The *resync* thread calls
@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.backend_port import InventoryListener
-from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.card import Card, Inventory, InventoryListener
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample
