@@ -1,13 +1,11 @@
 """SetConfig's ``msgpack_config`` -> a validated ``PluginConfig``.
 
-Nomad decodes the agent's ``config { }`` block with our ConfigSchema and
-msgpack-encodes the resulting cty object (go-cty's ``cty/msgpack``, called
-in Nomad's ``helper/pluginutils/loader/init.go``): a map with every attribute present,
-null for unset ones, integers compact, exact non-integers as float64, other
-numbers as *decimal strings*; empty bytes when there is no config at all. This module accepts all of those spellings
-and rejects anything else with a ``ConfigError`` that names the option, the
-(truncated, secret-masked) value and what is allowed. It never raises
-anything else, whatever the bytes.
+Nomad msgpack-encodes the cty object it decoded with our ConfigSchema (go-cty's
+``cty/msgpack``, called in Nomad's ``helper/pluginutils/loader/init.go``): every
+attribute present, null for unset ones, numbers as ints, float64 or decimal
+strings; empty bytes for no config. Anything else is a ``ConfigError`` naming
+the option, the (truncated, secret-masked) value and what is allowed; nothing
+else is ever raised, whatever the bytes.
 """
 
 from __future__ import annotations

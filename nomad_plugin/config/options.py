@@ -1,20 +1,13 @@
 """Every option the plugin accepts, with its HCL type, default and meaning, and what is rendered from it.
 
-This table is the single source of truth for ConfigSchema, SetConfig
-decoding and validation, ``plugin.hcl`` and the README reference; tests keep
-those in step. Durations are Go-style strings ("30s", "1m", "500ms").
+The single source of ConfigSchema, the decoder, ``plugin.hcl`` and the README
+reference (``python -m nomad_plugin.config.options plugin.hcl | readme``).
 
-ConfigSchema follows Nomad's conversion rules for hclspec (Nomad's
-``plugins/shared/hclspec``): the root is an ``Object`` (Nomad requires an
-object at the root); each option is ``Default(primary=Attr(name, type),
-default=Literal(value))`` because hcldec converts both halves of a Default
-with an empty implied name, so the Attr must carry its own name;
-``Literal.value`` is an HCL expression, so strings are quoted and escaped.
-``card`` blocks are a ``BlockList`` whose nested Object holds the card options.
-
-``python -m nomad_plugin.config.options plugin.hcl`` prints ``plugin.hcl``
-and ``python -m nomad_plugin.config.options readme`` the README's table (the
-README holds it between marker comments).
+ConfigSchema follows Nomad's ``plugins/shared/hclspec``: the root is an
+``Object``; each option is ``Default(primary=Attr(name, type),
+default=Literal(value))`` (hcldec converts both halves with an empty implied
+name, so the Attr carries its own); ``Literal.value`` is an HCL expression.
+``card`` blocks are a ``BlockList``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
-"""What a backend knows about the node's accelerator cards, their topology included.
+"""The node's accelerator cards as a backend sees them, the node metadata made of them, and the Backend port.
 
-XDM's per-card topology (``extenderResources["topology"]``) is kept by level
-*name* (``numaNodes``, ``leafSwitch``), never by number: level numbers differ
-between models. The contract is loose on purpose: levels may come in any order,
-``peers`` is optional, ``topo<level>`` is an int list for intra-node levels and a
-string for rack and network levels. A bad topology must never drop the card, so
-:func:`parse_topology` never raises: it returns what it could read plus an
-``error`` text.
+Topology levels (XDM's ``extenderResources["topology"]``) are kept by *name*
+(``numaNodes``, ``leafSwitch``): level numbers differ between models, and the
+JSON is loose (any order, optional ``peers``, ``topo<level>`` an int list or a
+string). A bad topology never drops the card: :func:`parse_topology` never
+raises, it returns what it read plus an ``error``.
 
-Node metadata: The node metadata the plugin publishes for job-level placement (pure; keys in docs/topology.md).
+Nomad evaluates ``constraint``, ``affinity`` and ``spread`` outside a ``device``
+block on node attributes and meta only, so the topology also becomes node meta
+(:func:`node_meta`, keys in docs/topology.md), which the publisher and
+``nomad-device-lingjun node-meta`` both call.
 
-Nomad evaluates ``constraint``, ``affinity`` and ``spread`` outside a
-``device`` block on node attributes and meta only, so XDM's network topology
-must become node meta for a job to say "all my allocations in one point of
-delivery". The publisher (``reconcile/node_meta.py``) and ``nomad-device-lingjun
-node-meta`` both call :func:`node_meta`, so the two never disagree. Only the
-cards the plugin offers count. Nomad refuses a key that is not a dotted HCL
-identifier, so a level name that cannot become one is left out and reported.
-
-The Backend port: The contract every device backend (XDM, NVML) fulfils for the Nomad layer.
-
-A backend owns its I/O and threads; the Nomad-facing services only see the
-plain types of ``nomad_plugin.model``. Implementations: ``nomad_plugin.xdm.backend``
-and ``nomad_plugin.nvml.backend``; ``nomad_plugin.backend_select.select_backend`` picks one.
+``Backend`` is the contract XDM and NVML fulfil (``xdm.backend``,
+``nvml.backend``; ``backend_select`` picks one): each owns its I/O and threads.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Turn a card inventory plus the config into Nomad instances and groups (pure).
 
-Nomad fills one ``device`` request from ONE group and gives each instance
-whole to one allocation, so the grouping *is* the placement policy:
+Nomad fills one ``device`` request from ONE group and gives each instance whole
+to one allocation, so the grouping *is* the placement policy: whole cards form
+one group per model (nomad-device-nvidia's vendor/type/name and attribute
+names) or per topology domain with ``group_by`` (``<model> numa0``); tdm shares
+and MIG slice units form one group per card (``<vendor>/<type>-share/<model>
+card<minor>``), so ``count = k`` never straddles two cards.
 
-- whole cards form one group per model (``nvidia/gpu/<model>``, the same
-  vendor/type/name and attribute names as HashiCorp's NVIDIA plugin), or one
-  group per topology domain with ``group_by`` (``<model> numa0``), so that
-  ``count = 4`` lands inside one domain;
-- time-division shares (tdm) and MIG slice units form one group *per card*
-  (``<vendor>/<type>-share/<model> card<minor>``), so ``count = k`` buys k
-  bundles of one card and never straddles two.
-
-A card has exactly one mode, chosen by ``cards`` rules (UUID > minor > exact
-model) or ``default_mode``. A mode the card cannot run (mig on a non-MIG model,
-more shares than GiB of memory) falls back to whole and is reported by
-:func:`check_modes`, which the caller logs after the first inventory.
-
-Units follow Nomad's units table: ``memory`` MiB (the card total, as the
-NVIDIA plugin), ``share_memory``/``slice_memory`` GiB, percentages unitless.
-MIG splits memory in eighths and compute in sevenths, hence 7 units per card
-each worth floor(memory_gib / 8) GiB.
+A card's mode comes from ``cards`` rules (UUID > minor > exact model) or
+``default_mode``; a mode it cannot run falls back to whole and is reported by
+:func:`check_modes`. Units follow Nomad's ``plugins/shared/structs/units.go``:
+``memory`` MiB (the card total, as nomad-device-nvidia), ``share_memory`` and
+``slice_memory`` GiB. MIG splits memory in eighths and compute in sevenths.
 """
 
 from __future__ import annotations

@@ -1,42 +1,19 @@
 """Fingerprint: the stream through which Nomad learns the node's devices and their health.
 
-Nomad never assigns an unhealthy instance but keeps it visible, so health is
-how the plugin says "not now" without wiping the node:
+Health says "not now" without wiping the node: an unhealthy card recovers only
+after ``recovery_checks`` healthy observations or ``recovery_delay`` seconds of
+health; an unreachable backend makes every instance unhealthy, saying since
+when; an instance blocked by a grant in another mode is unhealthy with why.
 
-- a card the backend calls unhealthy is unhealthy at once; it becomes
-  eligible again only after ``recovery_checks`` consecutive healthy
-  observations OR ``recovery_delay`` seconds of continuous health, so a
-  flapping card does not attract and kill allocations;
-- while the backend is unreachable every instance is unhealthy with a
-  description that says why and since when; recovery is automatic;
-- an instance blocked by grants in another mode (a whole card while shares
-  of it are granted, shares of a card held whole, MIG units of a card used
-  otherwise) is unhealthy with the reason, so Nomad cannot double-book it.
-
-Nomad drops a device plugin until the agent restarts when its Fingerprint
-stream ends, fails, or carries a fingerprint that fails validation
-(``handleFingerprint`` in Nomad's ``client/devicemanager/instance.go``, which
-calls ``DeviceGroup.Validate`` in ``plugins/device/device.go``): an empty
-vendor/type/name, a device without ID, an attribute with no value, or a unit
-Nomad does not know. So every outgoing response goes through
-:func:`sanitize`, which removes what Nomad would reject and reports it,
-instead of losing the node. Beyond Nomad's own checks it also drops duplicate
-instance IDs inside a group and duplicate vendor/type/name triples (the
-scheduler keys on both, so a duplicate would silently shadow the other), empty
-attribute keys and non-finite floats (they cannot be compared by constraints).
-
-The engine (``FingerprintEngine``):
-
-- the first response goes out at once, even empty, before the backend answered;
-- every backend push is turned into a response in the pushing thread and
-  published under a Condition; each stream wakes on it and sends only when
-  the canonical bytes differ from what it last sent (output order is fixed:
-  groups in catalog order, devices in instance order, attributes by key);
-- a background timer re-evaluates when a card's recovery delay expires and
-  right after :meth:`FingerprintEngine.notify_grants_changed` (on the timer
-  thread, so a caller that holds its own lock while notifying cannot deadlock
-  with ``grants_view``), and every ``tick`` seconds as a safety net;
-- any failure while rebuilding is logged and the last good response is kept.
+Nomad drops a plugin until the agent restarts when this stream ends, fails or
+carries a group ``DeviceGroup.Validate`` rejects (``handleFingerprint`` in
+Nomad's ``client/devicemanager/instance.go``, ``plugins/device/device.go``).
+So every response goes through :func:`sanitize`, which removes and reports what
+Nomad would reject, plus duplicate IDs and groups, empty keys and non-finite
+floats. Streams send only when the canonical bytes change; a timer thread
+re-evaluates at recovery deadlines and on ``notify_grants_changed`` (so a caller
+holding its own lock cannot deadlock with ``grants_view``); a failed rebuild
+keeps the last good response.
 """
 
 from __future__ import annotations

@@ -1,45 +1,21 @@
 """Reserve: Nomad device IDs -> one XDM grant -> a ``ContainerReservation``.
 
-Nomad calls Reserve once per task ``device`` block at task start and never
-again, and never says when the task ends. So every grant is journalled
-(the intent durable before Allocate, the grant durable before Reserve
-returns) and released later by one of the
-routes in ``docs/reserve.md``: (a) a new Reserve of the same IDs, (b) the
-Nomad-API reconciler, (c) startup recovery, all idempotent (d).
+Nomad calls Reserve once per task ``device`` block and never says when the task
+ends, so every grant is journalled (the intent durable before Allocate, the
+grant before Reserve returns) and released by a later Reserve of the same IDs,
+the Nomad-API reconciler or startup recovery (``docs/reserve.md``).
 
-``plan_request`` is pure (IDs + catalog -> asks); ``Reserver`` does the I/O.
+A device plugin's non-empty mount list *replaces* the task's host and CSI
+volume mounts in Nomad's task runner (docs/reserve.md, "Mounts"), so
+``container_mounts`` (``MountPolicy``) decides after XDM's answer whether its
+validated mounts reach the task: ``never``, ``always``, or ``auto`` (unless the
+task has a ``volume_mount``, asked of the Nomad API; withheld when unknown).
 
-``container_mounts`` (``MountPolicy``) decides whether a Reserve hands XDM's
-host mounts to the task. Nomad's task runner lets a device plugin's non-empty
-mount list *replace* the task's host and CSI volume mounts (docs/reserve.md,
-"Mounts"). So:
-
-- ``never``: XDM's mounts are validated and dropped (driver libraries come
-  from the image or the lj-runtime shim);
-- ``always``: they are passed; a task with a ``volume_mount`` loses its volumes;
-- ``auto``: they are passed unless the starting task has a ``volume_mount``,
-  found through the Nomad API from the device IDs; when that cannot be told,
-  they are withheld and the reason is logged.
-
-Only Reserves whose grant carries mounts ask for a decision, after XDM's answer, so
-"auto" asks the API only when there is something to decide.
-
-Grant -> Nomad ``ContainerReservation``: what the task needs to see its devices.
-
-Pure and defensive: everything XDM returns is validated here, because a path
-in a ``Mount`` becomes a host bind mount, a device spec opens a host device
-to the task, and an env value goes through Nomad's ``${...}`` interpolation
-into the task's environment. A root XDM owns the node anyway, but a drifted
-XDM or a wrong schema binding sends the same bytes, so the grant must also
-pass the Reserve content policy (``ReservePolicy``, docs/reserve.md "What
-XDM may hand a task"): device nodes of the accelerator families the plugin
-knows and only for the granted cards; no env that overrides ``NOMAD_*``,
-``PATH`` or ``LD_*`` unless the operator allows the name; visibility
-variables naming exactly the granted cards; read-only mounts that cover no
-system path; bounded sizes. A grant that fails raises ``GrantRejected``
-(with the ``rule`` it broke, a bounded metric label); the reserver then
-releases it, so a malformed or hostile answer never reaches a task. The env
-names and the annotation mapping are documented in ``docs/reserve.md``.
+Everything XDM returns passes the Reserve content policy (``ReservePolicy``,
+docs/reserve.md "What XDM may hand a task") before it reaches a task: a mount
+becomes a host bind mount, a device spec opens a host device, an env value goes
+through Nomad's ``${...}`` interpolation. A grant that fails raises
+``GrantRejected`` (its ``rule`` a bounded metric label) and is released.
 """
 
 from __future__ import annotations
@@ -244,24 +220,14 @@ XDM_GONE_KINDS = frozenset({"socket-missing", "connection-refused", "permission-
 def outcome_known(exc: BaseException) -> bool:
     """Did XDM answer the Allocate (or never get it), so that it cannot commit the grant later?
 
-    Only XDM's own answer ends the call for sure: a refusal in its response
-    or an application status code (``BackendRefused``), a grant that does not
-    match (``GrantMismatch``, released at once), an answer the schema cannot
-    decode, or a call refused before it was sent. Everything else, whatever
-    the error (deadline exceeded, UNAVAILABLE, CANCELLED, a reset stream, a
-    bug of ours), leaves the outcome unknown: XDM may have the request and
+    Only XDM's own answer (a refusal, a mismatching grant, an undecodable
+    answer) or a daemon that is gone ends the call for sure. Any other error
+    (deadline, UNAVAILABLE, a reset stream, a bug) leaves it unknown: XDM may
     commit it later, so the intent stays unresolved (``Reserver._grant``).
-    A daemon that is gone (refused connections, no socket) cannot commit
-    later; a grant it persisted before dying is released by the ordinary
-    retry once it is back.
     """
     if isinstance(exc, (BackendRefused, GrantMismatch, ReservationRejected, SchemaMismatch)):
         return True
     return isinstance(exc, BackendUnavailable) and exc.kind in XDM_GONE_KINDS
-
-
-def empty_response() -> device_pb2.ReserveResponse:
-    return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
 
 
 class Reserver:
@@ -289,7 +255,7 @@ class Reserver:
         self._on_changed = on_grants_changed
         # Without a policy: include_mounts=True passes XDM's mounts always, else never.
         self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
-        self._policy = ReservePolicy.for_config(config.xdm_env_allow, config.xdm_mount_allow, config.data_dir)
+        self._policy = ReservePolicy(frozenset(config.xdm_env_allow), config.xdm_mount_allow, config.data_dir)
         self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
         self._locks_guard = threading.Lock()
@@ -300,13 +266,9 @@ class Reserver:
 
     # -- Reserve ------------------------------------------------------------------
     def reserve(self, device_ids: Sequence[str], after_reply: AfterReply | None = None) -> device_pb2.ReserveResponse:
-        """Make, journal and describe one grant for ``device_ids``.
-
-        ``after_reply``: where the grant's audit line is written once the reply
-        has gone out (gRPC's ``add_callback``); written at once when absent or refused.
-        """
+        """Make, journal and describe one grant; its audit line goes out after the reply (``after_reply``)."""
         if not device_ids:
-            return empty_response()
+            return device_pb2.ReserveResponse(container_res=device_pb2.ContainerReservation())
         plan = plan_request(list(device_ids), self.catalog_source())
         try:
             with self._cards_locked(plan.card_uuids):
@@ -321,10 +283,7 @@ class Reserver:
         return device_pb2.ReserveResponse(container_res=spec.to_proto())
 
     def _apply_mount_policy(self, plan: RequestPlan, spec: ContainerSpec) -> tuple[ContainerSpec, MountsOutcome | None]:
-        """Keep or drop XDM's (validated) mounts per ``container_mounts``; outside the card locks.
-
-        Returns the spec to send and, when the grant carried mounts, what became of them (for the audit line).
-        """
+        """The spec to send, per ``container_mounts``, and what became of XDM's mounts if it had any."""
         if not spec.mounts:
             return spec, None
         decision = self._mounts.decide([i.id for i in plan.instances])
@@ -334,14 +293,10 @@ class Reserver:
     def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec]:
         """Journal the intent, Allocate, journal the grant.
 
-        The intent names a grant id that XDM may hold, and may still come to
-        hold until its ``settle_until``: the Allocate's deadline, and as long
-        again for an XDM that goes on with a call its client gave up (its
-        slowest legitimate Allocate takes up to one deadline). The entry
-        leaves the journal only after a Release at or after that time
-        succeeded (or said "not found"): so a plugin killed mid-Allocate, or
-        an Allocate that failed without XDM's answer, never leaks a grant
-        that XDM commits late. XDM's own answer resolves it at once.
+        XDM may come to hold the intent's grant id until ``settle_until`` (the
+        Allocate deadline, and one more for an XDM that goes on with a call its
+        client gave up); the entry leaves the journal only after a Release at or
+        after that time, so a late commit never leaks. XDM's answer settles it at once.
         """
         now = time.time()
         entry = JournalEntry(
@@ -355,8 +310,7 @@ class Reserver:
             state=EntryState.INTENT,
             settle_until=now + 2 * self._allocate_deadline(),
         )
-        # Durable before Allocate: whatever crashes next (the process, the machine), the grant
-        # id XDM may come to hold is on disk, and the next plugin releases it (route (c)).
+        # Durable before Allocate: after any crash the next plugin releases it (startup recovery).
         self._put(entry)
         self._step("before-allocate")
         try:
@@ -364,9 +318,7 @@ class Reserver:
         except BaseException as exc:
             if outcome_known(exc):
                 entry = replace(entry, settle_until=0.0)  # XDM answered: one release settles it
-            else:
-                # Unresolved: XDM may commit this grant after our error. Kept (releasing)
-                # until it can no longer, released by retry_pending until then.
+            else:  # XDM may still commit it: kept releasing (retry_pending) until it cannot
                 settle = max(entry.settle_until, time.time() + self._allocate_deadline())
                 entry = replace(entry, state=EntryState.RELEASING, settle_until=settle)
                 self._put(entry)
@@ -675,10 +627,6 @@ class ReservePolicy:
     mount_allow: tuple[str, ...] = ()
     #: The plugin's own directory: never shown to a task.
     data_dir: str = ""
-
-    @classmethod
-    def for_config(cls, env_allow: Iterable[str], mount_allow: Iterable[str], data_dir: str) -> ReservePolicy:
-        return cls(frozenset(env_allow), tuple(mount_allow), data_dir)
 
     def mount_allowed(self, host_path: str) -> bool:
         return any(_under(host_path, allowed) for allowed in self.mount_allow)
@@ -1006,15 +954,9 @@ def _derived_nodes(grant: Grant, group: GroupKey, path_exists: Callable[[str], b
 
 
 def _uuid_of(minor: int, instances: Sequence[Instance]) -> str:
-    for inst in instances:
-        if inst.minor == minor:
-            return inst.card_uuid
-    return ""
+    return next((inst.card_uuid for inst in instances if inst.minor == minor), "")
 
 
 def _unique(values: Iterable[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for v in values:
-        if v:
-            seen.setdefault(v, None)
-    return list(seen)
+    """The non-empty values, first occurrence first."""
+    return list(dict.fromkeys(v for v in values if v))

@@ -1,26 +1,16 @@
 """Nomad's plugin services, BasePlugin and DevicePlugin: adapters from gRPC onto two narrow ports.
 
-``ConfigTarget`` and ``DeviceEngines`` say what the services need from the
-engines behind them; ``app.PluginApp`` satisfies both and the composition root
-(``serve`` in ``cli/main.py``) hands it over, so the services never import the application
-that imports them (docs/architecture.md).
+``ConfigTarget`` and ``DeviceEngines`` are what the services need; ``app.PluginApp``
+satisfies both and ``cli/main.py`` hands it over (docs/architecture.md).
 
-BasePlugin: Nomad calls PluginInfo, ConfigSchema and SetConfig on every
-launch, before anything else, and may call SetConfig two or three times in one
-process with the same bytes, so SetConfig is idempotent. A config error
-returns INVALID_ARGUMENT, which makes Nomad refuse to start the agent with our
-message: it names the option, the value and what is allowed.
-
-DevicePlugin: all device logic lives behind the engines; this module only
-enforces Nomad's stream rules and maps errors to gRPC codes:
-
-* Fingerprint and Stats never end or fail while the call is active: Nomad
-  treats a closed stream as a plugin failure (``handleFingerprintError`` in
-  Nomad's ``client/devicemanager/instance.go``). If the engine's iterator
-  raises or runs dry it is logged and started again after a backoff.
-* The call's cancellation (or the plugin's shutdown) sets the Event the
-  engine waits on, so the worker thread is released at once.
-* Reserve always carries ``container_res`` (Nomad dereferences it).
+Nomad calls PluginInfo, ConfigSchema and SetConfig on every launch, SetConfig
+possibly several times with the same bytes (so it is idempotent); a config
+error is INVALID_ARGUMENT, which makes Nomad refuse to start with our message.
+Fingerprint and Stats never end while the call is active (Nomad treats a closed
+stream as a plugin failure: ``handleFingerprintError`` in
+``client/devicemanager/instance.go``): an engine iterator that raises or runs
+dry is restarted after a backoff. Reserve always carries ``container_res``
+(Nomad dereferences it).
 """
 
 from __future__ import annotations
