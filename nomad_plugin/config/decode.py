@@ -272,11 +272,7 @@ def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
 def default_value(opt: Option) -> Any:
     if opt.duration:
         return parse_go_duration(str(opt.default))
-    if isinstance(opt.default, list):
-        return tuple(opt.default)
-    if isinstance(opt.default, dict):
-        return tuple(sorted(opt.default.items()))
-    return opt.default
+    return tuple(opt.default) if isinstance(opt.default, list) else opt.default
 
 
 # --- objects ------------------------------------------------------------------------
@@ -432,14 +428,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_plugin_settings(values: dict[str, Any]) -> None:
-    """``data_dir``, ``nomad_node_id``, ``metrics_bind``, ``nomad_token`` and the Reserve allow lists.
-
-    Each would otherwise be accepted here and fail (or do harm) only later:
-    a relative or system ``data_dir`` took over the agent's working
-    directory, a wrong node ID made every grant look unused, a bad bind
-    address failed at start. The token loses a trailing newline (read from a
-    file) and is refused with a control character inside; it is never shown.
-    """
+    """Settings that would otherwise fail, or do harm, only later: ``data_dir``, ``nomad_node_id``,
+    ``metrics_bind``, ``nomad_token`` (a trailing newline dropped, never shown) and the allow lists."""
     from nomad_plugin.util.text import data_dir_problem, normalise_token
 
     found = data_dir_problem(str(values["data_dir"]))
@@ -478,15 +468,11 @@ def check_bind_address(address: str) -> None:
 def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> None:
     """``fingerprint_period`` (nomad-device-nvidia's key) and ``inventory_resync_period`` are one setting.
 
-    Nomad sends every option with its schema default filled in (both "1m"),
-    so the one that differs from its default is the one the operator wrote;
-    both written and different is refused. ``fingerprint_period`` takes what
-    nomad-device-nvidia's ``time.ParseDuration`` takes, so an agent block that
-    loads that plugin loads this one: "0s" or less (re-read without pause
-    there) re-reads every ``MIN_FINGERPRINT_PERIOD_S`` here, and more than 30
-    days is kept. "" (this plugin's old default) means "not written". The
-    result: ``fingerprint_period`` as written, ``inventory_resync_period`` the
-    period in use, both in seconds.
+    Nomad fills in every schema default, so the one that differs from its
+    default is the one written; both written and different is refused.
+    ``fingerprint_period`` takes what Go's ``time.ParseDuration`` takes (as that
+    plugin); "0s" or less re-reads every ``MIN_FINGERPRINT_PERIOD_S``; "" means
+    not written. Result: ``fingerprint_period`` as written, ``inventory_resync_period`` in use.
     """
     text = str(values["fingerprint_period"]).strip()
     written = values["inventory_resync_period"]

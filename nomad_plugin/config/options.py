@@ -13,7 +13,6 @@ name, so the Attr carries its own); ``Literal.value`` is an HCL expression.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,10 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 
-# ``card`` blocks (repeatable): per-card or per-model mode overrides.
-#   card { match = "NVIDIA A100-SXM4-80GB"  mode = "mig" }
-#   card { match = "3"  mode = "tdm"  shares = 4 }
-#   card { match = "GPU-1b2c..."  mode = "tdm"  share_percent = 25 }
+# ``card`` blocks (repeatable): per-card or per-model mode overrides (CARD_EXAMPLE below).
 CARD_BLOCK = "card"
 CARD_OPTIONS: tuple[Option, ...] = (
     Option("match", "string", "", "A card minor, a card UUID, or an exact model name."),
@@ -313,21 +309,15 @@ def hcl_string(text: str) -> str:
 
 
 def hcl_literal(value: Any) -> str:
-    """An HCL expression for a default value: string, number, bool, or a list or map of them."""
+    """An HCL expression for a default value: a string, int, bool, or a list of them."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"no HCL literal for {value!r}")
-        return repr(value)
     if isinstance(value, str):
         return hcl_string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(hcl_literal(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{hcl_string(str(k))} = {hcl_literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no HCL literal for {type(value).__name__} {value!r}")
 
 

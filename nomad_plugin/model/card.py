@@ -159,14 +159,8 @@ class MigInstance:
 
 @dataclass(frozen=True)
 class Card:
-    """One physical card as seen by a backend, units normalised.
-
-    ``memory_mib`` is MiB (XDM's ``totalMemory`` unit); ``total_core`` is the
-    card's compute capacity in percent of one card (100 for a whole card).
-    ``vendor`` is lower-case ("nvidia", "alibaba", "amd"); ``xpu_type`` is the
-    family XDM reports ("gpu", "ppu", ...). ``healthy``/``health_reason`` are
-    the backend's raw verdict before hysteresis.
-    """
+    """One physical card: ``memory_mib`` in XDM's ``totalMemory`` unit, ``total_core`` in percent of
+    a card, ``healthy`` the backend's raw verdict before hysteresis."""
 
     minor: int
     uuid: str
@@ -216,13 +210,8 @@ class Card:
 
 @dataclass(frozen=True)
 class Inventory:
-    """A complete snapshot of the node's cards (every push replaces the last).
-
-    ``reachable`` is False when the backend cannot be reached; the cards are
-    then the last known ones and ``unreachable_reason``/``unreachable_since``
-    say why and since when (unix seconds). ``node`` holds node-wide facts
-    (driver version, xpu types, runtime-kit status) as plain strings.
-    """
+    """A complete snapshot (each push replaces the last). While unreachable the cards are the last
+    known ones; ``unreachable_since`` is unix seconds. ``node``: node-wide facts as strings."""
 
     cards: tuple[Card, ...] = ()
     reachable: bool = True
@@ -257,13 +246,8 @@ def _ids(values: tuple[str, ...]) -> set[str]:
 
 
 def _is_filtered(card: Card, config: PluginConfig) -> bool:
-    """Whether the whole card is hidden.
-
-    ``ignored_ids`` (ours) hides a card and all carved from it by UUID or
-    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints, by
-    UUID: a card in MIG mode is not fingerprinted itself (its MIG instances
-    are), so naming it there hides none of its MIG instances, as in that plugin.
-    """
+    """Whether the whole card is hidden. ``ignored_gpu_ids`` hides what nomad-device-nvidia
+    fingerprints: a card in MIG mode is not, its MIG instances are, so it stays."""
     ours = _ids(config.ignored_ids)
     if card.uuid.casefold() in ours or str(card.minor) in ours:
         return True
@@ -283,10 +267,8 @@ def _is_filtered(card: Card, config: PluginConfig) -> bool:
 def offered_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[Card, ...], list[str]]:
     """The cards the plugin offers (by minor), and every problem found on the way.
 
-    ``enabled = false`` (nomad-device-nvidia's switch) offers none. MIG
-    instances are hidden by their own UUID too, by either ignore list, as
-    nomad-device-nvidia does. A card without UUID cannot form a stable device
-    ID; a duplicate UUID is skipped.
+    MIG instances are hidden by their own UUID in either ignore list, as
+    nomad-device-nvidia does; a card without or with a duplicate UUID is skipped.
     """
     if not config.enabled:
         return (), []
@@ -404,12 +386,9 @@ def node_meta(inventory: Inventory, config: PluginConfig) -> NodeMeta:
 def meta_changes(
     wanted: Mapping[str, str], current: Mapping[str, str], prefix: str, *, topology_known: bool = True
 ) -> dict[str, str | None]:
-    """The smallest update from ``current`` (the node's merged Meta) to ``wanted``.
-
-    A key is sent when its value differs; a key under ``prefix`` that is no
-    longer wanted is sent as None (Nomad unsets it), except a level key while
-    the topology is not known. Keys outside ``prefix`` are never part of the answer.
-    """
+    """The smallest update from ``current`` (the node's merged Meta) to ``wanted``: a key under
+    ``prefix`` no longer wanted is None (Nomad unsets it), but level keys stay while the topology is
+    unknown; keys outside ``prefix`` are never touched."""
     changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
     summary = {prefix + key for key in SUMMARY_KEYS}
     for key in current:
@@ -419,15 +398,9 @@ def meta_changes(
 
 
 def client_meta_block(keys: Mapping[str, str]) -> str:
-    """The keys as the agent configuration's ``client { meta = { } }`` (HCL).
-
-    Written as a map assignment with quoted keys, the form Nomad's own agent
-    tests use for dotted keys (command/agent/command_test.go,
-    TestCommand_MetaConfigValidation): Nomad's agent config (HCL1) reads it
-    like a ``meta { }`` block, and HCL2 parsers (python-hcl2, which this
-    project's operator tools read agent files with) accept it too, where they
-    refuse a quoted name in block form.
-    """
+    """The keys as the agent configuration's ``client { meta = { } }``: a map assignment with quoted
+    keys, as Nomad's command/agent/command_test.go (TestCommand_MetaConfigValidation) writes dotted
+    keys; HCL1 and python-hcl2 both read it (python-hcl2 refuses a quoted block name)."""
     width = max((len(k) + 2 for k in keys), default=0)
     lines = ["client {", "  meta = {"]
     for key, value in keys.items():
@@ -463,10 +436,7 @@ class Backend(Protocol):
         """Call ``listener`` with every new snapshot; returns an unsubscribe."""
 
     def allocate(self, request: GrantRequest) -> Grant:
-        """Grant exactly what is asked, verified, or raise a ``PluginError``.
-
-        On any mismatch the backend releases what it got before raising.
-        """
+        """Grant exactly what is asked, verified, or release what it got and raise a ``PluginError``."""
 
     def release(self, grant_id: str) -> None:
         """Release a grant; "not found" counts as released (idempotent)."""
@@ -475,7 +445,4 @@ class Backend(Protocol):
         """One poll of current metrics; raises ``BackendUnavailable``."""
 
     def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
-        """One metrics subscription; ends or raises when it breaks.
-
-        The caller resubscribes with ``nomad_plugin.util.threads.Backoff``.
-        """
+        """One metrics subscription; ends or raises when it breaks (the caller resubscribes)."""

@@ -117,11 +117,8 @@ class CardPlan:
 
 
 def normalize_pci_bus_id(raw: str) -> str:
-    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs form Nomad's NUMA matcher uses).
-
-    Nomad compares bus IDs case-sensitively after trimming the domain's zeros,
-    so lower case matters; unparseable input is returned stripped and lower-cased.
-    """
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0``: Nomad's NUMA matcher compares sysfs bus IDs
+    case-sensitively; unparseable input comes back stripped and lower-cased."""
     text = raw.strip()
     match = _PCI_RE.match(text)
     if match is None:
@@ -245,11 +242,8 @@ def _period_problems(config: PluginConfig) -> list[str]:
 
 
 def unmatched_settings(inventory: Inventory, config: PluginConfig) -> list[str]:
-    """Config values that name nothing on this node: card blocks, type and vendor filters.
-
-    Each would otherwise be silently without effect (a typo in a model name
-    leaves the card in its default mode). Empty when the inventory is empty.
-    """
+    """Card blocks and type/vendor filters that name nothing on this node (else silently without
+    effect: a typo in a model name); empty for an empty inventory."""
     cards = inventory.cards
     if not cards or not config.enabled:
         return []
@@ -361,10 +355,8 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
 
 
 def common_attributes(per_card: list[dict[str, Attr]]) -> dict[str, Attr]:
-    """A multi-card group's attributes: nomad-device-nvidia's from the first card, ours where all agree.
-
-    Per-card identity never appears. The caller orders the cards (by UUID, as that plugin does).
-    """
+    """A multi-card group's attributes: nomad-device-nvidia's from the first card (the caller orders
+    them by UUID, as that plugin does), ours where all agree; never per-card identity."""
     first = per_card[0]
     return {
         key: value

@@ -60,11 +60,8 @@ class _CardState:
 
 
 class HealthTracker:
-    """Per-card hysteresis over raw backend health (thread-safe).
-
-    ``observe`` counts one observation per backend report; ``verdicts`` may be
-    called any time (it applies time-based recovery without counting one).
-    """
+    """Per-card hysteresis over raw backend health (thread-safe): ``observe`` counts one
+    observation per report, ``verdicts`` applies time-based recovery without counting one."""
 
     def __init__(self, recovery_checks: int = 3, recovery_delay: float = 30.0, clock: Clock = time.monotonic) -> None:
         self.recovery_checks = max(1, recovery_checks)
@@ -256,10 +253,8 @@ def _group_label(group: device_pb2.DeviceGroup) -> str:
 def sanitize(
     response: device_pb2.FingerprintResponse,
 ) -> tuple[device_pb2.FingerprintResponse, list[str]]:
-    """Return a response without anything Nomad would reject, and what was removed.
-
-    The input is never modified: a valid response is returned as is, an invalid one as a cleaned copy.
-    """
+    """A response without anything Nomad would reject (a cleaned copy; the input is never modified),
+    and what was removed."""
     found: list[str] = []
     out = device_pb2.FingerprintResponse()
     seen_keys: set[tuple[str, str, str]] = set()
@@ -391,11 +386,8 @@ class FingerprintEngine:
             self._rebuild()
 
     def reevaluate(self) -> None:
-        """Rebuild now (hysteresis expiry, grants); publishes only if content changed.
-
-        Calls ``grants_view`` on this thread: never call it while holding a lock
-        that ``grants_view`` takes; use :meth:`notify_grants_changed` there.
-        """
+        """Rebuild now; calls ``grants_view`` on this thread (never call it holding a lock that
+        ``grants_view`` takes: :meth:`notify_grants_changed` is for that)."""
         with self._lock:
             self._rebuild()
 
@@ -490,20 +482,14 @@ class FingerprintEngine:
             return self._catalog
 
     def catalog_of(self, response: device_pb2.FingerprintResponse) -> Catalog | None:
-        """The catalog a published response was built from; None once a newer one replaced it.
-
-        Stats use this so they never mention a group before the fingerprint
-        that introduces it has been sent.
-        """
+        """The catalog a published response was built from (None once replaced): Stats never name a
+        group before the fingerprint that introduces it."""
         with self._published:
             return self._response_catalog if response is self._response else None
 
     def responses(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
-        """The first response at once, then one per content change, until ``cancel``.
-
-        Never raises and never ends on its own. Yielded messages are shared
-        between streams and must not be modified.
-        """
+        """The first response at once, then one per content change, until ``cancel``; never raises
+        or ends on its own. Yielded messages are shared between streams: never modify them."""
         seen_version = -1
         sent: bytes | None = None
         poll: float | None = _CANCEL_POLL_S

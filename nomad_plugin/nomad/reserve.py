@@ -170,16 +170,9 @@ def describe_limits(kind: str, asks: Sequence[DeviceAsk]) -> str:
     return ", ".join(f"instance {a.mig_uuid or a.minor}: {a.slices} slices" for a in asks)
 
 
-@dataclass(frozen=True)
-class MountsOutcome:
-    """What became of the mounts XDM's grant carried: for the grant's audit line."""
-
-    count: int
-    decision: MountDecision
-
-
-def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: MountsOutcome | None = None) -> None:
-    """The one info line per grant made (docs/reserve.md "Audit trail"), with its mounts' fate if it had any."""
+def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: tuple[int, MountDecision] | None = None) -> None:
+    """The one info line per grant made (docs/reserve.md "Audit trail"), with the fate of its
+    ``mounts`` (how many, the decision) if it had any."""
     limits = describe_limits(entry.kind, entry.asks)
     fields = {
         "grant_id": entry.grant_id,
@@ -192,18 +185,19 @@ def _audit_grant(entry: JournalEntry, plan: RequestPlan, mounts: MountsOutcome |
     message = "grant %s made: devices %s; cards %s; mode %s; limits %s"
     args: list[object] = [entry.grant_id, ", ".join(entry.device_ids), ", ".join(entry.cards), entry.kind, limits]
     if mounts is not None:
-        passed, reason = mounts.decision.passed, mounts.decision.reason
-        if mounts.decision.outcome == "unknown":  # withheld because it could not be told
+        count, decision = mounts
+        passed, reason = decision.passed, decision.reason
+        if decision.outcome == "unknown":  # withheld because it could not be told
             log.warning(
                 "grant %s: XDM's %d mount(s) withheld from the task (%s); its devices and env are passed",
                 entry.grant_id,
-                mounts.count,
+                count,
                 reason,
             )
         message += "; XDM's %d mount(s) " + (
             "passed (%s)" if passed else "withheld (%s); its devices and env are passed"
         )
-        args += [mounts.count, reason]
+        args += [count, reason]
         fields["mounts"] = "passed" if passed else "withheld"
         fields["mounts_reason"] = reason
     log.info(message, *args, extra={"fields": fields})
@@ -276,19 +270,16 @@ class Reserver:
                 entry, spec = self._grant(str(uuid.uuid4()), plan)
         finally:
             self._changed()
-        spec, mounts = self._apply_mount_policy(plan, spec)
+        mounts: tuple[int, MountDecision] | None = None
+        if spec.mounts:  # a decision only when XDM's grant carries mounts; outside the card locks
+            decision = self._mounts.decide([i.id for i in plan.instances])
+            mounts = (len(spec.mounts), decision)
+            if not decision.passed:
+                spec = replace(spec, mounts=())
         audit = partial(_audit_grant, entry, plan, mounts)
         if after_reply is None or not after_reply(audit):
             audit()
         return device_pb2.ReserveResponse(container_res=spec.to_proto())
-
-    def _apply_mount_policy(self, plan: RequestPlan, spec: ContainerSpec) -> tuple[ContainerSpec, MountsOutcome | None]:
-        """The spec to send, per ``container_mounts``, and what became of XDM's mounts if it had any."""
-        if not spec.mounts:
-            return spec, None
-        decision = self._mounts.decide([i.id for i in plan.instances])
-        outcome = MountsOutcome(len(spec.mounts), decision)
-        return (spec if decision.passed else replace(spec, mounts=())), outcome
 
     def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec]:
         """Journal the intent, Allocate, journal the grant.
@@ -308,7 +299,7 @@ class Reserver:
             asks=plan.asks,
             created_at=now,
             state=EntryState.INTENT,
-            settle_until=now + 2 * self._allocate_deadline(),
+            settle_until=now + 2 * self.config.xdm_allocate_timeout,
         )
         # Durable before Allocate: after any crash the next plugin releases it (startup recovery).
         self._put(entry)
@@ -319,7 +310,7 @@ class Reserver:
             if outcome_known(exc):
                 entry = replace(entry, settle_until=0.0)  # XDM answered: one release settles it
             else:  # XDM may still commit it: kept releasing (retry_pending) until it cannot
-                settle = max(entry.settle_until, time.time() + self._allocate_deadline())
+                settle = max(entry.settle_until, time.time() + self.config.xdm_allocate_timeout)
                 entry = replace(entry, state=EntryState.RELEASING, settle_until=settle)
                 self._put(entry)
             self._abandon(entry, f"Allocate failed: {exc}")
@@ -437,10 +428,6 @@ class Reserver:
             state = "no grant was made" if entry.state is EntryState.INTENT else "the grant is being released"
             raise JournalWriteFailed(f"grant journal write failed in {self.journal.dir}: {exc}; {state}") from exc
         self.counters.journal_size = len(self.journal)
-
-    def _allocate_deadline(self) -> float:
-        """The Allocate deadline: XDM's slowest legitimate Allocate fits in it (``xdm_allocate_timeout``)."""
-        return float(self.config.xdm_allocate_timeout)
 
     def _changed(self) -> None:
         """Tell the fingerprint engine, unless no card's set of granted kinds changed (all it reads of grants)."""
@@ -839,13 +826,8 @@ def build_container(
     path_exists: Callable[[str], bool] = os.path.exists,
     policy: ReservePolicy = ReservePolicy(),
 ) -> ContainerSpec:
-    """Validate ``grant`` against the content policy and turn it into what Nomad gives the task.
-
-    ``instances`` are the Nomad instances the grant was made for (in request
-    order). Mounts are validated always but passed on only with
-    ``include_mounts`` (a non-empty mount list replaces the task's volume
-    mounts in Nomad: docs/reserve.md, "Mounts").
-    """
+    """Validate ``grant`` (made for ``instances``, in request order) against the content policy and
+    turn it into what Nomad gives the task; mounts are validated always, passed with ``include_mounts``."""
     _check_sizes(grant)
     mounts = _checked_mounts(grant, policy)
     nodes = _checked_nodes(grant, group) or _derived_nodes(grant, group, path_exists)
@@ -889,11 +871,8 @@ def build_container(
 
 
 def in_request_order(visible: str, instances: Sequence[Instance]) -> str:
-    """``NVIDIA_VISIBLE_DEVICES`` in the order Nomad asked, as nomad-device-nvidia joins the IDs.
-
-    Only when the value lists exactly the requested IDs (whole cards, existing
-    MIG instances); CUDA numbers the visible devices in this order.
-    """
+    """``NVIDIA_VISIBLE_DEVICES`` in the order Nomad asked (CUDA numbers devices so), as
+    nomad-device-nvidia joins the IDs, when it lists exactly the requested IDs."""
     ids = [i.id for i in instances]
     listed = [v for v in visible.split(",") if v]
     return ",".join(ids) if sorted(listed) == sorted(ids) else visible

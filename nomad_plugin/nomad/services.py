@@ -87,8 +87,8 @@ class Streams(Protocol):
 
 
 class BaseService(base_pb2_grpc.BasePluginServicer):
-    """``apply_logging`` hands an accepted config's log level and secrets to the log handler, which
-    the composition root owns, before the config is applied."""
+    """``apply_logging`` hands an accepted config's log level and secrets to the composition root's
+    log handler before the config is applied."""
 
     def __init__(self, app: ConfigTarget, apply_logging: Callable[[PluginConfig], None]) -> None:
         self._app = app
@@ -183,16 +183,8 @@ def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
 
 def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The code that means it.
-
-    INVALID_ARGUMENT: Nomad's device IDs or the config are wrong. UNAVAILABLE:
-    XDM, the journal or the owner lock cannot be had now (a stream reset
-    included); retrying may work. XDM's own refusal: its code when it sent one,
-    else FAILED_PRECONDITION. FAILED_PRECONDITION too for a grant the plugin
-    refuses (it does not match the request, or breaks the content policy: the
-    request was valid, XDM's answer was not) and for a data_dir the plugin
-    cannot own; RESOURCE_EXHAUSTED for a full journal. INTERNAL only for a bug.
-    """
+    """INVALID_ARGUMENT: the request or config is wrong; UNAVAILABLE: retrying may work; XDM's
+    refusal keeps its code; FAILED_PRECONDITION: a grant the plugin refuses; INTERNAL: a bug."""
     if isinstance(exc, (ReservationRejected, ConfigError)):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, BackendUnavailable):
