@@ -127,23 +127,12 @@ def normalize_pci_bus_id(raw: str) -> str:
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
 
 
-def is_mig_capable(card: Card, config: PluginConfig) -> bool:
-    if card.mig_capable:
-        return True
-    model = card.model.casefold()
-    return any(sub.strip() and sub.strip().casefold() in model for sub in config.mig_models)
-
-
 def resolve_group_by(name: str) -> str:
     """The XDM level name a ``group_by`` value means ("" for none)."""
     value = name.strip()
     if value.lower() in ("", "none"):
         return ""
     return GROUP_BY_ALIASES.get(value.lower(), value)
-
-
-def _rule_key(rule: CardRule) -> tuple[str, int, int]:
-    return (rule.mode, rule.shares, rule.share_percent)
 
 
 def matching_rules(card: Card, rules: Iterable[CardRule]) -> tuple[list[CardRule], list[CardRule]]:
@@ -173,7 +162,7 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
     specific, by_model = matching_rules(card, config.cards)
     tier = specific or by_model
     rule = tier[0] if tier else None
-    if len({_rule_key(r) for r in tier}) > 1:
+    if len({(r.mode, r.shares, r.share_percent) for r in tier}) > 1:
         listed = ", ".join(f"match={r.match!r} mode={r.mode}" for r in tier)
         problems.append(f"{card.label}: conflicting card rules ({listed}); using the first")
     mode = rule.mode.strip().lower() if rule is not None else config.default_mode.strip().lower()
@@ -194,7 +183,8 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
         problems.append(f"{label}: unknown mode {mode!r} ({source}); advertised whole")
         return CardPlan(card, MODE_WHOLE)
     if mode == MODE_MIG:
-        if not is_mig_capable(card, config):
+        model = card.model.casefold()
+        if not card.mig_capable and not any(m.strip() and m.strip().casefold() in model for m in config.mig_models):
             problems.append(
                 f"{label}: mode mig ({source}) but the model is not MIG-capable "
                 f"(mig_models={list(config.mig_models)}); advertised whole"
@@ -370,10 +360,6 @@ def common_attributes(per_card: list[dict[str, Attr]]) -> dict[str, Attr]:
 _Member = tuple[Instance, dict[str, Attr]]
 
 
-def _domain_suffix(level: str, domain: str) -> str:
-    return _DOMAIN_PREFIX.get(level, f"{level}-") + domain.replace(",", "-")
-
-
 def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
     """Every instance Nomad should see, grouped; deterministic for equal input."""
     plans, _ = plan_cards(inventory, config)
@@ -388,7 +374,8 @@ def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
         pci = normalize_pci_bus_id(card.pci_bus_id)
         if plan.mode == MODE_WHOLE:
             domain = card.topology.domain(level) if level else None
-            key = GroupKey(vendor, family, f"{model} {_domain_suffix(level, domain)}" if domain else model)
+            suffix = _DOMAIN_PREFIX.get(level, f"{level}-") + domain.replace(",", "-") if domain else ""
+            key = GroupKey(vendor, family, f"{model} {suffix}" if domain else model)
             shared.setdefault(key, []).append(
                 (Instance(card.uuid, Kind.WHOLE, card.uuid, card.minor, pci_bus_id=pci), attrs)
             )

@@ -299,16 +299,12 @@ SAFETY_TICK_S = 10.0
 _CANCEL_POLL_S = 0.25
 
 
-def _no_grants() -> Mapping[str, frozenset[Kind]]:
-    return {}
-
-
 class FingerprintEngine:
     def __init__(
         self,
         backend: Backend,
         config: PluginConfig,
-        grants_view: GrantsView = _no_grants,
+        grants_view: GrantsView = dict,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         tick: float = SAFETY_TICK_S,

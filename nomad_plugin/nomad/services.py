@@ -177,30 +177,28 @@ PASSED_ON = frozenset(
 
 
 def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC code and message (one line, bounded) Nomad gets for an engine error."""
-    code, message = _status_for(exc)
-    return code, printable(message, MAX_ERROR_TEXT)
+    """The gRPC code and message (one line, bounded) Nomad gets for an engine error.
 
-
-def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """INVALID_ARGUMENT: the request or config is wrong; UNAVAILABLE: retrying may work; XDM's
-    refusal keeps its code; FAILED_PRECONDITION: a grant the plugin refuses; INTERNAL: a bug."""
+    INVALID_ARGUMENT: the request or config is wrong; UNAVAILABLE: retrying may work; XDM's
+    refusal keeps its code; FAILED_PRECONDITION: a grant the plugin refuses; INTERNAL: a bug.
+    """
+    message = str(exc)
     if isinstance(exc, (ReservationRejected, ConfigError)):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, BackendUnavailable):
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
-    if isinstance(exc, BackendRefused):
-        code = getattr(exc, "code", None)  # xdm.client.GrpcRefused: the code XDM answered with
-        return (code if code in PASSED_ON else grpc.StatusCode.FAILED_PRECONDITION), str(exc)
-    if isinstance(exc, (GrantMismatch, GrantRejected, DataDirRefused)):
-        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-    if isinstance(exc, JournalFull):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
-    if isinstance(exc, JournalWriteFailed):
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
-    if isinstance(exc, PluginError):
-        return grpc.StatusCode.INTERNAL, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        code = grpc.StatusCode.INVALID_ARGUMENT
+    elif isinstance(exc, (BackendUnavailable, JournalWriteFailed)):
+        code = grpc.StatusCode.UNAVAILABLE
+    elif isinstance(exc, BackendRefused):
+        answered = getattr(exc, "code", None)  # xdm.client.GrpcRefused: the code XDM answered with
+        code = answered if answered in PASSED_ON else grpc.StatusCode.FAILED_PRECONDITION
+    elif isinstance(exc, (GrantMismatch, GrantRejected, DataDirRefused)):
+        code = grpc.StatusCode.FAILED_PRECONDITION
+    elif isinstance(exc, JournalFull):
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    else:
+        code = grpc.StatusCode.INTERNAL
+        if not isinstance(exc, PluginError):
+            message = f"internal error: {type(exc).__name__}: {exc}"
+    return code, printable(message, MAX_ERROR_TEXT)
 
 
 def stats_interval(request: device_pb2.StatsRequest) -> float:
