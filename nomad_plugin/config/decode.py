@@ -50,6 +50,7 @@ REDACTED = "<redacted>"
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
 
 
 # --- showing a value in an error message ----------------------------------------
@@ -102,22 +103,15 @@ def invalid(name: str, value: Any, allowed: str, secret: bool = False, problem: 
 def parse_go_duration(text: str) -> float:
     """Seconds in a Go duration string ("500ms", "1m30s", "1.5h", "0"); ValueError if not one."""
     body = text.strip()
-    sign = 1.0
-    if body and body[0] in "+-":
-        sign = -1.0 if body[0] == "-" else 1.0
-        body = body[1:]
+    sign = -1.0 if body.startswith("-") else 1.0
+    body = body[1:] if body[:1] in ("+", "-") else body
     if body == "0":
         return 0.0
     if not body:
         raise ValueError("empty duration")
-    total, pos = 0.0, 0
-    while pos < len(body):
-        match = _DURATION_PART.match(body, pos)
-        if match is None:
-            raise ValueError(f"bad duration {text!r}")
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    return sign * total
+    if not _DURATION.fullmatch(body):
+        raise ValueError(f"bad duration {text!r}")
+    return sign * sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(body))
 
 
 def whole_number(value: Any) -> int | None:
