@@ -43,8 +43,7 @@ LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 # Nomad refuses a dynamic meta key that is not a dotted HCL identifier (NodeMetaApplyRequest.Validate).
 META_PREFIX = re.compile(r"(?:[A-Za-z][A-Za-z0-9_-]*\.){1,8}")
 SHOWN_CHARS = 60
-# Old spellings of a mode, accepted with a warning (deprecated_spellings): "share" is what
-# LINGJUN_MODE once said for a time-division share.
+# Deprecated spellings of a mode, accepted with a warning (deprecated_spellings).
 DEPRECATED_MODES = {"share": "tdm"}
 REDACTED = "<redacted>"
 

@@ -291,21 +291,19 @@ def option(name: str) -> Option:
 
 # --- ConfigSchema --------------------------------------------------------------------------
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: The escapes HCL knows; every other control character as \\u.
+_ESCAPES = {code: f"\\u{code:04x}" for code in (*range(0x20), 0x7F)} | {
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
 
 
 def hcl_string(text: str) -> str:
-    """A quoted HCL string literal using only the escapes HCL knows."""
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    # "${" and "%{" would start template sequences inside an HCL string.
-    return '"' + "".join(out).replace("${", "$${").replace("%{", "%%{") + '"'
+    """A quoted HCL string literal; "${" and "%{" would start template sequences, so they are doubled."""
+    return '"' + text.translate(_ESCAPES).replace("${", "$${").replace("%{", "%%{") + '"'
 
 
 def hcl_literal(value: Any) -> str:

@@ -563,31 +563,25 @@ class GrantRejected(PluginError):
 
 
 # --- the Reserve content policy -------------------------------------------------------------
-#: Bounds on what one grant may hand a task. execve fails with E2BIG past 128 KiB for one string
-#: and past the stack limit / 4 for all of them; a 16-card MIG grant needs ~250 device nodes
-#: (a card node and two capability nodes per MIG instance), a driver ~60 library mounts.
+#: Bounds on one grant, above what a 16-card MIG grant needs: execve fails with E2BIG past 128 KiB
+#: for one string and past the stack limit / 4 for all of them.
 MAX_ENV = 256
 MAX_ENV_VALUE = 32 * 1024
 MAX_ENV_TOTAL = 128 * 1024
 MAX_DEVICE_NODES = 512
 MAX_MOUNTS = 256
 MAX_PATH = 4096
-#: Env names a grant may never set, unless ``xdm_env_allow`` names them: the task's own Nomad
-#: variables, the command search path and the dynamic loader's variables.
+#: Env names a grant may never set, unless ``xdm_env_allow`` names them.
 PROTECTED_ENV = re.compile(r"(?:NOMAD_.*|PATH|LD_.*)\Z")
-#: Env variables that decide which cards a container runtime exposes: they must name exactly the
-#: granted cards (by card UUID, MIG UUID or minor), never "all" or others.
+#: Env variables that decide which cards a container runtime exposes: exactly the granted cards.
 VISIBILITY_ENV = frozenset(
     {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "PPU_VISIBLE_DEVICES"}
 )
-#: Host trees a mount may not show a task (secrets, sockets such as docker.sock, other services'
-#: state, device nodes outside the device specs), nor a tree holding one, unless ``xdm_mount_allow``.
+#: Host trees (secrets, sockets, others' state, devices) a mount may not show nor hold, unless ``xdm_mount_allow``.
 PROTECTED_HOST_TREES = ("/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", "/var/run", "/var/lib")
-#: Task trees a mount may not land in: the kernel's, the devices', Nomad's task directories and /etc
-#: (the runtime writes hosts and resolv.conf there).
+#: Task trees a mount may not land in (the runtime writes hosts and resolv.conf to /etc).
 PROTECTED_TASK_TREES = ("/proc", "/sys", "/dev", "/etc", "/alloc", "/local", "/secrets")
-#: Device node families, per accelerator family: (pattern, whether the number must be a granted minor,
-#: offset from the minor). Control nodes carry no number.
+#: Per accelerator family: (node pattern, whether its number must be a granted minor, offset from the minor).
 _NODE_FAMILIES: dict[str, tuple[tuple[re.Pattern[str], bool, int], ...]] = {
     "nvidia": (
         (re.compile(r"/dev/nvidia(\d+)\Z"), True, 0),

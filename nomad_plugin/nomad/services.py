@@ -69,15 +69,6 @@ ACCEPTED_API_VERSIONS = frozenset({DEVICE_API_VERSION, DEVICE_API_VERSION.lstrip
 log = logging.getLogger(__name__)
 
 
-def plugin_info() -> base_pb2.PluginInfoResponse:
-    return base_pb2.PluginInfoResponse(
-        type=base_pb2.DEVICE,
-        plugin_api_versions=[DEVICE_API_VERSION],
-        plugin_version=__version__,
-        name=PLUGIN_NAME,
-    )
-
-
 class Streams(Protocol):
     """The transport's register of open streams: each ends when the plugin is told to stop."""
 
@@ -99,7 +90,9 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
     def PluginInfo(
         self, request: base_pb2.PluginInfoRequest, context: grpc.ServicerContext
     ) -> base_pb2.PluginInfoResponse:
-        return plugin_info()
+        return base_pb2.PluginInfoResponse(
+            type=base_pb2.DEVICE, plugin_api_versions=[DEVICE_API_VERSION], plugin_version=__version__, name=PLUGIN_NAME
+        )
 
     def ConfigSchema(
         self, request: base_pb2.ConfigSchemaRequest, context: grpc.ServicerContext
@@ -159,7 +152,7 @@ T = TypeVar("T")
 
 
 #: Bound of an error's text: it travels in a gRPC trailer (gRPC's metadata limit is 8-16 KiB) and
-#: lands in Nomad's task events and agent log; a Reserve of 10,000 IDs once made one of 59,000 chars.
+#: lands in Nomad's task events and agent log, whatever Nomad sent.
 MAX_ERROR_TEXT = 4000
 #: XDM's own gRPC refusals, passed on with their code: each already says what is wrong.
 PASSED_ON = frozenset(
