@@ -302,9 +302,7 @@ def decode_cards(value: Any) -> tuple[CardRule, ...]:
         if not isinstance(block, dict):
             raise invalid(where, block, "a block with match, mode, shares, share_percent", problem="is not a block")
         fields = _decode_object(block, CARD_OPTIONS, where)
-        rule = CardRule(
-            match=fields["match"], mode=fields["mode"], shares=fields["shares"], share_percent=fields["share_percent"]
-        )
+        rule = CardRule(**fields)  # the card options are CardRule's fields
         check_card_rule(rule, where)
         previous = modes.setdefault(rule.match, rule.mode)
         if previous != rule.mode:

@@ -348,9 +348,7 @@ README_END = "<!-- config-reference:end -->"
 
 
 def _readme_default(opt: Option) -> str:
-    value: Any = opt.default
-    if opt.secret and value:
-        return "(secret)"
+    value: Any = opt.default  # a secret option's default is empty
     text = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
     return f"`{text}`"
 
