@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from nomad_plugin.journal.store import Journal
     from nomad_plugin.metrics import PluginMetrics
     from nomad_plugin.metrics.prometheus import MetricsEndpoint
-    from nomad_plugin.model.backend_port import Backend
-    from nomad_plugin.model.card import Inventory
+    from nomad_plugin.model.card import Backend, Inventory
     from nomad_plugin.model.instances import Kind
     from nomad_plugin.nomad.fingerprint import FingerprintEngine
     from nomad_plugin.nomad.reserve import AfterReply, MountPolicy, Reserver

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.backend_port import Backend
+from nomad_plugin.model.card import Backend
 
 if TYPE_CHECKING:
     from nomad_plugin.nvml.companion import NvmlCompanion

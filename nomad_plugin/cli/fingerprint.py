@@ -20,9 +20,8 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.jobspec import PluginKeys
 from nomad_plugin.launcher.config import LauncherConfigError, msgpack_config
 from nomad_plugin.launcher.process import LaunchError, LiveNode
-from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.card import Inventory, client_meta_block, node_meta
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.model.node_meta import client_meta_block, node_meta
 from nomad_plugin.nomad_view.types import Style, fingerprint_summary, fingerprint_text
 
 NEXT = "nomad-device-lingjun doctor checks the node step by step"

@@ -1,13 +1,11 @@
 """SetConfig's ``msgpack_config`` -> a validated ``PluginConfig``.
 
-Nomad decodes the agent's ``config { }`` block with our ConfigSchema and
-msgpack-encodes the resulting cty object (go-cty's ``cty/msgpack``, called
-in Nomad's ``helper/pluginutils/loader/init.go``): a map with every attribute present,
-null for unset ones, integers compact, exact non-integers as float64, other
-numbers as *decimal strings*; empty bytes when there is no config at all. This module accepts all of those spellings
-and rejects anything else with a ``ConfigError`` that names the option, the
-(truncated, secret-masked) value and what is allowed. It never raises
-anything else, whatever the bytes.
+Nomad msgpack-encodes the cty object it decoded with our ConfigSchema (go-cty's
+``cty/msgpack``, called in Nomad's ``helper/pluginutils/loader/init.go``): every
+attribute present, null for unset ones, numbers as ints, float64 or decimal
+strings; empty bytes for no config. Anything else is a ``ConfigError`` naming
+the option, the (truncated, secret-masked) value and what is allowed; nothing
+else is ever raised, whatever the bytes.
 """
 
 from __future__ import annotations
@@ -45,13 +43,13 @@ LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 # Nomad refuses a dynamic meta key that is not a dotted HCL identifier (NodeMetaApplyRequest.Validate).
 META_PREFIX = re.compile(r"(?:[A-Za-z][A-Za-z0-9_-]*\.){1,8}")
 SHOWN_CHARS = 60
-# Old spellings of a mode, accepted with a warning (deprecated_spellings): "share" is what
-# LINGJUN_MODE once said for a time-division share.
+# Deprecated spellings of a mode, accepted with a warning (deprecated_spellings).
 DEPRECATED_MODES = {"share": "tdm"}
 REDACTED = "<redacted>"
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
 
 
 # --- showing a value in an error message ----------------------------------------
@@ -104,22 +102,15 @@ def invalid(name: str, value: Any, allowed: str, secret: bool = False, problem: 
 def parse_go_duration(text: str) -> float:
     """Seconds in a Go duration string ("500ms", "1m30s", "1.5h", "0"); ValueError if not one."""
     body = text.strip()
-    sign = 1.0
-    if body and body[0] in "+-":
-        sign = -1.0 if body[0] == "-" else 1.0
-        body = body[1:]
+    sign = -1.0 if body.startswith("-") else 1.0
+    body = body[1:] if body[:1] in ("+", "-") else body
     if body == "0":
         return 0.0
     if not body:
         raise ValueError("empty duration")
-    total, pos = 0.0, 0
-    while pos < len(body):
-        match = _DURATION_PART.match(body, pos)
-        if match is None:
-            raise ValueError(f"bad duration {text!r}")
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    return sign * total
+    if not _DURATION.fullmatch(body):
+        raise ValueError(f"bad duration {text!r}")
+    return sign * sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(body))
 
 
 def whole_number(value: Any) -> int | None:
@@ -274,11 +265,7 @@ def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
 def default_value(opt: Option) -> Any:
     if opt.duration:
         return parse_go_duration(str(opt.default))
-    if isinstance(opt.default, list):
-        return tuple(opt.default)
-    if isinstance(opt.default, dict):
-        return tuple(sorted(opt.default.items()))
-    return opt.default
+    return tuple(opt.default) if isinstance(opt.default, list) else opt.default
 
 
 # --- objects ------------------------------------------------------------------------
@@ -315,9 +302,7 @@ def decode_cards(value: Any) -> tuple[CardRule, ...]:
         if not isinstance(block, dict):
             raise invalid(where, block, "a block with match, mode, shares, share_percent", problem="is not a block")
         fields = _decode_object(block, CARD_OPTIONS, where)
-        rule = CardRule(
-            match=fields["match"], mode=fields["mode"], shares=fields["shares"], share_percent=fields["share_percent"]
-        )
+        rule = CardRule(**fields)  # the card options are CardRule's fields
         check_card_rule(rule, where)
         previous = modes.setdefault(rule.match, rule.mode)
         if previous != rule.mode:
@@ -434,14 +419,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_plugin_settings(values: dict[str, Any]) -> None:
-    """``data_dir``, ``nomad_node_id``, ``metrics_bind``, ``nomad_token`` and the Reserve allow lists.
-
-    Each would otherwise be accepted here and fail (or do harm) only later:
-    a relative or system ``data_dir`` took over the agent's working
-    directory, a wrong node ID made every grant look unused, a bad bind
-    address failed at start. The token loses a trailing newline (read from a
-    file) and is refused with a control character inside; it is never shown.
-    """
+    """Settings that would otherwise fail, or do harm, only later: ``data_dir``, ``nomad_node_id``,
+    ``metrics_bind``, ``nomad_token`` (a trailing newline dropped, never shown) and the allow lists."""
     from nomad_plugin.util.text import data_dir_problem, normalise_token
 
     found = data_dir_problem(str(values["data_dir"]))
@@ -480,15 +459,11 @@ def check_bind_address(address: str) -> None:
 def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> None:
     """``fingerprint_period`` (nomad-device-nvidia's key) and ``inventory_resync_period`` are one setting.
 
-    Nomad sends every option with its schema default filled in (both "1m"),
-    so the one that differs from its default is the one the operator wrote;
-    both written and different is refused. ``fingerprint_period`` takes what
-    nomad-device-nvidia's ``time.ParseDuration`` takes, so an agent block that
-    loads that plugin loads this one: "0s" or less (re-read without pause
-    there) re-reads every ``MIN_FINGERPRINT_PERIOD_S`` here, and more than 30
-    days is kept. "" (this plugin's old default) means "not written". The
-    result: ``fingerprint_period`` as written, ``inventory_resync_period`` the
-    period in use, both in seconds.
+    Nomad fills in every schema default, so the one that differs from its
+    default is the one written; both written and different is refused.
+    ``fingerprint_period`` takes what Go's ``time.ParseDuration`` takes (as that
+    plugin); "0s" or less re-reads every ``MIN_FINGERPRINT_PERIOD_S``; "" means
+    not written. Result: ``fingerprint_period`` as written, ``inventory_resync_period`` in use.
     """
     text = str(values["fingerprint_period"]).strip()
     written = values["inventory_resync_period"]

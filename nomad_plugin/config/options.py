@@ -1,26 +1,18 @@
 """Every option the plugin accepts, with its HCL type, default and meaning, and what is rendered from it.
 
-This table is the single source of truth for ConfigSchema, SetConfig
-decoding and validation, ``plugin.hcl`` and the README reference; tests keep
-those in step. Durations are Go-style strings ("30s", "1m", "500ms").
+The single source of ConfigSchema, the decoder, ``plugin.hcl`` and the README
+reference (``python -m nomad_plugin.config.options plugin.hcl | readme``).
 
-ConfigSchema follows Nomad's conversion rules for hclspec (Nomad's
-``plugins/shared/hclspec``): the root is an ``Object`` (Nomad requires an
-object at the root); each option is ``Default(primary=Attr(name, type),
-default=Literal(value))`` because hcldec converts both halves of a Default
-with an empty implied name, so the Attr must carry its own name;
-``Literal.value`` is an HCL expression, so strings are quoted and escaped.
-``card`` blocks are a ``BlockList`` whose nested Object holds the card options.
-
-``python -m nomad_plugin.config.options plugin.hcl`` prints ``plugin.hcl``
-and ``python -m nomad_plugin.config.options readme`` the README's table (the
-README holds it between marker comments).
+ConfigSchema follows Nomad's ``plugins/shared/hclspec``: the root is an
+``Object``; each option is ``Default(primary=Attr(name, type),
+default=Literal(value))`` (hcldec converts both halves with an empty implied
+name, so the Attr carries its own); ``Literal.value`` is an HCL expression.
+``card`` blocks are a ``BlockList``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,10 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 
-# ``card`` blocks (repeatable): per-card or per-model mode overrides.
-#   card { match = "NVIDIA A100-SXM4-80GB"  mode = "mig" }
-#   card { match = "3"  mode = "tdm"  shares = 4 }
-#   card { match = "GPU-1b2c..."  mode = "tdm"  share_percent = 25 }
+# ``card`` blocks (repeatable): per-card or per-model mode overrides (CARD_EXAMPLE below).
 CARD_BLOCK = "card"
 CARD_OPTIONS: tuple[Option, ...] = (
     Option("match", "string", "", "A card minor, a card UUID, or an exact model name."),
@@ -302,39 +291,31 @@ def option(name: str) -> Option:
 
 # --- ConfigSchema --------------------------------------------------------------------------
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: The escapes HCL knows; every other control character as \\u.
+_ESCAPES = {code: f"\\u{code:04x}" for code in (*range(0x20), 0x7F)} | {
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
 
 
 def hcl_string(text: str) -> str:
-    """A quoted HCL string literal using only the escapes HCL knows."""
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    # "${" and "%{" would start template sequences inside an HCL string.
-    return '"' + "".join(out).replace("${", "$${").replace("%{", "%%{") + '"'
+    """A quoted HCL string literal; "${" and "%{" would start template sequences, so they are doubled."""
+    return '"' + text.translate(_ESCAPES).replace("${", "$${").replace("%{", "%%{") + '"'
 
 
 def hcl_literal(value: Any) -> str:
-    """An HCL expression for a default value: string, number, bool, or a list or map of them."""
+    """An HCL expression for a default value: a string, int, bool, or a list of them."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"no HCL literal for {value!r}")
-        return repr(value)
     if isinstance(value, str):
         return hcl_string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(hcl_literal(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{hcl_string(str(k))} = {hcl_literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no HCL literal for {type(value).__name__} {value!r}")
 
 
@@ -367,9 +348,7 @@ README_END = "<!-- config-reference:end -->"
 
 
 def _readme_default(opt: Option) -> str:
-    value: Any = opt.default
-    if opt.secret and value:
-        return "(secret)"
+    value: Any = opt.default  # a secret option's default is empty
     text = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
     return f"`{text}`"
 

@@ -3,7 +3,7 @@
 ``resolveTarget`` (``scheduler/feasible/feasible.go``) reads ``${node.*}`` fields
 (always found), ``${attr.*}`` and ``${meta.*}`` (not found when absent); any other
 ``${...}`` is not found. check-job knows the node from a file or the agent, the
-plugin's own meta keys (``model/node_meta.py``; while ``node_meta = true`` they
+plugin's own meta keys (``model/card.py``; while ``node_meta = true`` they
 are the node's values, which Nomad sees once the plugin writes them) and what
 ``--node-value`` states; any other value is unknown, never guessed, and the
 answer says what would make it known. Constraints are ``ConstraintChecker``
@@ -33,7 +33,7 @@ NODE_FIELDS = {
     "${node.class}": "NodeClass",
     "${node.pool}": "NodePool",
 }
-SUMMARY_KEYS = ("model", "card_count", "runtime_kit")  # model/node_meta.py's summary keys (after the prefix)
+SUMMARY_KEYS = ("model", "card_count", "runtime_kit")  # model/card.py's summary keys (after the prefix)
 #: How to make a value known, by kind of value.
 HINT_NODE = "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent"
 HINT_STATE = "--node-value {kind}=VALUE"

@@ -1,20 +1,31 @@
-"""What a backend knows about the node's accelerator cards, their topology included.
+"""The node's accelerator cards as a backend sees them, the node metadata made of them, and the Backend port.
 
-XDM's per-card topology (``extenderResources["topology"]``) is kept by level
-*name* (``numaNodes``, ``leafSwitch``), never by number: level numbers differ
-between models. The contract is loose on purpose: levels may come in any order,
-``peers`` is optional, ``topo<level>`` is an int list for intra-node levels and a
-string for rack and network levels. A bad topology must never drop the card, so
-:func:`parse_topology` never raises: it returns what it could read plus an
-``error`` text.
+Topology levels (XDM's ``extenderResources["topology"]``) are kept by *name*
+(``numaNodes``, ``leafSwitch``): level numbers differ between models, and the
+JSON is loose (any order, optional ``peers``, ``topo<level>`` an int list or a
+string). A bad topology never drops the card: :func:`parse_topology` never
+raises, it returns what it read plus an ``error``.
+
+Nomad evaluates ``constraint``, ``affinity`` and ``spread`` outside a ``device``
+block on node attributes and meta only, so the topology also becomes node meta
+(:func:`node_meta`, keys in docs/topology.md), which the publisher and
+``nomad-device-lingjun node-meta`` both call.
+
+``Backend`` is the contract XDM and NVML fulfil (``xdm.backend``,
+``nvml.backend``; ``backend_select`` picks one): each owns its I/O and threads.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nomad_plugin.model.grant import Grant, GrantRequest
+from nomad_plugin.model.metrics import MetricSample
 
 if TYPE_CHECKING:
     from nomad_plugin.config.model import PluginConfig
@@ -148,14 +159,8 @@ class MigInstance:
 
 @dataclass(frozen=True)
 class Card:
-    """One physical card as seen by a backend, units normalised.
-
-    ``memory_mib`` is MiB (XDM's ``totalMemory`` unit); ``total_core`` is the
-    card's compute capacity in percent of one card (100 for a whole card).
-    ``vendor`` is lower-case ("nvidia", "alibaba", "amd"); ``xpu_type`` is the
-    family XDM reports ("gpu", "ppu", ...). ``healthy``/``health_reason`` are
-    the backend's raw verdict before hysteresis.
-    """
+    """One physical card: ``memory_mib`` in XDM's ``totalMemory`` unit, ``total_core`` in percent of
+    a card, ``healthy`` the backend's raw verdict before hysteresis."""
 
     minor: int
     uuid: str
@@ -205,13 +210,8 @@ class Card:
 
 @dataclass(frozen=True)
 class Inventory:
-    """A complete snapshot of the node's cards (every push replaces the last).
-
-    ``reachable`` is False when the backend cannot be reached; the cards are
-    then the last known ones and ``unreachable_reason``/``unreachable_since``
-    say why and since when (unix seconds). ``node`` holds node-wide facts
-    (driver version, xpu types, runtime-kit status) as plain strings.
-    """
+    """A complete snapshot (each push replaces the last). While unreachable the cards are the last
+    known ones; ``unreachable_since`` is unix seconds. ``node``: node-wide facts as strings."""
 
     cards: tuple[Card, ...] = ()
     reachable: bool = True
@@ -246,13 +246,8 @@ def _ids(values: tuple[str, ...]) -> set[str]:
 
 
 def _is_filtered(card: Card, config: PluginConfig) -> bool:
-    """Whether the whole card is hidden.
-
-    ``ignored_ids`` (ours) hides a card and all carved from it by UUID or
-    minor. ``ignored_gpu_ids`` hides what nomad-device-nvidia fingerprints, by
-    UUID: a card in MIG mode is not fingerprinted itself (its MIG instances
-    are), so naming it there hides none of its MIG instances, as in that plugin.
-    """
+    """Whether the whole card is hidden. ``ignored_gpu_ids`` hides what nomad-device-nvidia
+    fingerprints: a card in MIG mode is not, its MIG instances are, so it stays."""
     ours = _ids(config.ignored_ids)
     if card.uuid.casefold() in ours or str(card.minor) in ours:
         return True
@@ -272,10 +267,8 @@ def _is_filtered(card: Card, config: PluginConfig) -> bool:
 def offered_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[Card, ...], list[str]]:
     """The cards the plugin offers (by minor), and every problem found on the way.
 
-    ``enabled = false`` (nomad-device-nvidia's switch) offers none. MIG
-    instances are hidden by their own UUID too, by either ignore list, as
-    nomad-device-nvidia does. A card without UUID cannot form a stable device
-    ID; a duplicate UUID is skipped.
+    MIG instances are hidden by their own UUID in either ignore list, as
+    nomad-device-nvidia does; a card without or with a duplicate UUID is skipped.
     """
     if not config.enabled:
         return (), []
@@ -307,3 +300,149 @@ def offered_cards(inventory: Inventory, config: PluginConfig) -> tuple[tuple[Car
         kept_migs = tuple(m for m in card.mig_instances if m.uuid.casefold() not in ignored)
         offered.append(card if len(kept_migs) == len(card.mig_instances) else replace(card, mig_instances=kept_migs))
     return tuple(offered), problems
+
+
+# --- node metadata ---------------------------------------------------------------
+
+#: The summary keys (after the prefix); a topology level of the same name is left out.
+MODEL_KEY = "model"
+CARD_COUNT_KEY = "card_count"
+RUNTIME_KIT_KEY = "runtime_kit"
+SUMMARY_KEYS = (MODEL_KEY, CARD_COUNT_KEY, RUNTIME_KIT_KEY)
+
+_IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
+_WORD_BOUNDARY = (re.compile(r"([a-z0-9])([A-Z])"), re.compile(r"([A-Z]+)([A-Z][a-z])"))
+
+
+def level_key(name: str) -> str:
+    """XDM's level name in snake_case: ``pointOfDelivery`` -> ``point_of_delivery``; "" if it cannot be a key."""
+    text = name.strip()
+    for pattern in _WORD_BOUNDARY:
+        text = pattern.sub(r"\1_\2", text)
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+    return text if _IDENTIFIER.fullmatch(text) else ""
+
+
+def joined(values: Iterable[str]) -> str:
+    """One value for all cards: the shared value, or the sorted distinct values joined by ``,``."""
+    return ",".join(sorted({v.strip() for v in values if v.strip()}))
+
+
+@dataclass(frozen=True)
+class NodeMeta:
+    """The keys to publish (full names, prefix included) and what had to be left out, and why."""
+
+    keys: Mapping[str, str] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    #: Whether any card carries a topology level. When none does, the inventory says nothing about
+    #: the topology (XDM's first ListAndWatch push, which carries it, has not come yet): the
+    #: publisher then keeps the level keys it finds instead of unsetting them.
+    topology_known: bool = True
+
+
+def topology_values(cards: Iterable[Card]) -> tuple[dict[str, str], list[str]]:
+    """Snake-case level name -> joined value, for every string level of ``cards``; plus problems."""
+    values: dict[str, set[str]] = {}
+    names: dict[str, set[str]] = {}
+    problems: list[str] = []
+    for card in cards:
+        for level in card.topology.levels:
+            if not isinstance(level.domain, str) or not level.domain.strip():
+                continue
+            key = level_key(level.name)
+            if not key:
+                problems.append(f"topology level {level.name!r} cannot be a Nomad meta key; left out")
+                continue
+            values.setdefault(key, set()).add(level.domain)
+            names.setdefault(key, set()).add(level.name)
+    for key, spelled in names.items():
+        if len(spelled) > 1:
+            problems.append(f"topology levels {', '.join(sorted(spelled))} share the meta key {key!r}; values merged")
+    return {key: joined(found) for key, found in sorted(values.items())}, sorted(set(problems))
+
+
+def node_meta(inventory: Inventory, config: PluginConfig) -> NodeMeta:
+    """The prefixed keys for this inventory (see the module docstring)."""
+    cards, _ = offered_cards(inventory, config)
+    prefix = config.node_meta_prefix
+    levels, problems = topology_values(cards)
+    out: dict[str, str] = {}
+    for key, value in levels.items():
+        if key in SUMMARY_KEYS:
+            problems.append(f"topology level {key!r} would hide the summary key {prefix}{key}; left out")
+            continue
+        out[prefix + key] = value
+    models = joined(card.model_name for card in cards)
+    if models:
+        out[prefix + MODEL_KEY] = models
+    out[prefix + CARD_COUNT_KEY] = str(len(cards))
+    status = inventory.node.get(NODE_RUNTIME_KIT, "").strip()
+    if status:
+        out[prefix + RUNTIME_KIT_KEY] = status
+    known = any(card.topology.levels for card in cards)
+    return NodeMeta(dict(sorted(out.items())), tuple(problems), known)
+
+
+def meta_changes(
+    wanted: Mapping[str, str], current: Mapping[str, str], prefix: str, *, topology_known: bool = True
+) -> dict[str, str | None]:
+    """The smallest update from ``current`` (the node's merged Meta) to ``wanted``: a key under
+    ``prefix`` no longer wanted is None (Nomad unsets it), but level keys stay while the topology is
+    unknown; keys outside ``prefix`` are never touched."""
+    changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
+    summary = {prefix + key for key in SUMMARY_KEYS}
+    for key in current:
+        if key.startswith(prefix) and key not in wanted and (topology_known or key in summary):
+            changes[key] = None
+    return dict(sorted(changes.items()))
+
+
+def client_meta_block(keys: Mapping[str, str]) -> str:
+    """The keys as the agent configuration's ``client { meta = { } }``: a map assignment with quoted
+    keys, as Nomad's command/agent/command_test.go (TestCommand_MetaConfigValidation) writes dotted
+    keys; HCL1 and python-hcl2 both read it (python-hcl2 refuses a quoted block name)."""
+    width = max((len(k) + 2 for k in keys), default=0)
+    lines = ["client {", "  meta = {"]
+    for key, value in keys.items():
+        lines.append(f"    {_quoted(key):<{width}} = {_quoted(value)}")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _quoted(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+# --- the Backend port ------------------------------------------------------------
+
+InventoryListener = Callable[[Inventory], None]
+
+
+class Backend(Protocol):
+    #: "xdm" or "nvml": goes into attributes and logs.
+    name: str
+
+    def start(self) -> None:
+        """Begin watching (threads, streams). Must not block on the device."""
+
+    def stop(self) -> None:
+        """Stop all threads and close channels; idempotent."""
+
+    def inventory(self) -> Inventory:
+        """The latest complete snapshot (possibly stale, see ``reachable``)."""
+
+    def subscribe(self, listener: InventoryListener) -> Callable[[], None]:
+        """Call ``listener`` with every new snapshot; returns an unsubscribe."""
+
+    def allocate(self, request: GrantRequest) -> Grant:
+        """Grant exactly what is asked, verified, or release what it got and raise a ``PluginError``."""
+
+    def release(self, grant_id: str) -> None:
+        """Release a grant; "not found" counts as released (idempotent)."""
+
+    def metrics_snapshot(self) -> Sequence[MetricSample]:
+        """One poll of current metrics; raises ``BackendUnavailable``."""
+
+    def metrics_stream(self, cancel: threading.Event) -> Iterator[Sequence[MetricSample]]:
+        """One metrics subscription; ends or raises when it breaks (the caller resubscribes)."""

@@ -8,11 +8,8 @@ class PluginError(Exception):
 
 
 class BackendUnavailable(PluginError):
-    """The backend cannot be reached right now (retryable).
-
-    ``kind`` tells the cause apart: "socket-missing", "connection-refused",
-    "permission-denied", "unimplemented", "timeout", "unavailable".
-    """
+    """The backend cannot be reached right now (retryable); ``kind`` names the cause
+    ("socket-missing", "connection-refused", "permission-denied", "timeout", ...)."""
 
     def __init__(self, message: str, kind: str = "unavailable") -> None:
         super().__init__(message)
@@ -20,11 +17,8 @@ class BackendUnavailable(PluginError):
 
 
 class SchemaMismatch(BackendUnavailable):
-    """XDM answers, but not in a schema the plugin could bind or trust ("XDM schema mismatch: ...").
-
-    Cards are published unhealthy with this message and Reserve is refused
-    with it; nothing is sent to XDM that could grant a wrong card.
-    """
+    """XDM answers in a schema the plugin cannot bind or trust: cards go unhealthy and Reserve is
+    refused with this message, so nothing could grant a wrong card."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="schema-mismatch")

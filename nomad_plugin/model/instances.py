@@ -47,12 +47,8 @@ class Attr:
 
 @dataclass(frozen=True)
 class Instance:
-    """One schedulable instance.
-
-    ``core`` is the compute percent it is worth (100 for a whole card, 100/N
-    for a share, 0 for MIG units), ``memory_gib`` the memory it carries (0 =
-    the whole card, unlimited), ``slices`` the MIG slices (1 per MIG unit).
-    """
+    """One schedulable instance: ``core`` percent of a card (0 for MIG units), ``memory_gib`` (0 =
+    unlimited), ``slices`` (1 per MIG unit)."""
 
     id: str
     kind: Kind

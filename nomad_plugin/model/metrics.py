@@ -10,13 +10,8 @@ NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 class MetricSample(NamedTuple):
-    """One reading. ``device`` is the card minor or UUID as XDM reports it;
-    ``labels`` may carry an allocation id for per-grant samples.
-
-    A named tuple: hundreds arrive every second from the exporter stream, and it
-    is the cheapest immutable record to build. The default labels are a
-    read-only empty mapping.
-    """
+    """One reading: ``device`` is the card minor or UUID as XDM reports it, ``labels`` may carry a
+    grant's allocation id. A named tuple: hundreds arrive every second."""
 
     device: str
     metric_id: int

@@ -1,25 +1,17 @@
 """Turn a card inventory plus the config into Nomad instances and groups (pure).
 
-Nomad fills one ``device`` request from ONE group and gives each instance
-whole to one allocation, so the grouping *is* the placement policy:
+Nomad fills one ``device`` request from ONE group and gives each instance whole
+to one allocation, so the grouping *is* the placement policy: whole cards form
+one group per model (nomad-device-nvidia's vendor/type/name and attribute
+names) or per topology domain with ``group_by`` (``<model> numa0``); tdm shares
+and MIG slice units form one group per card (``<vendor>/<type>-share/<model>
+card<minor>``), so ``count = k`` never straddles two cards.
 
-- whole cards form one group per model (``nvidia/gpu/<model>``, the same
-  vendor/type/name and attribute names as HashiCorp's NVIDIA plugin), or one
-  group per topology domain with ``group_by`` (``<model> numa0``), so that
-  ``count = 4`` lands inside one domain;
-- time-division shares (tdm) and MIG slice units form one group *per card*
-  (``<vendor>/<type>-share/<model> card<minor>``), so ``count = k`` buys k
-  bundles of one card and never straddles two.
-
-A card has exactly one mode, chosen by ``cards`` rules (UUID > minor > exact
-model) or ``default_mode``. A mode the card cannot run (mig on a non-MIG model,
-more shares than GiB of memory) falls back to whole and is reported by
-:func:`check_modes`, which the caller logs after the first inventory.
-
-Units follow Nomad's units table: ``memory`` MiB (the card total, as the
-NVIDIA plugin), ``share_memory``/``slice_memory`` GiB, percentages unitless.
-MIG splits memory in eighths and compute in sevenths, hence 7 units per card
-each worth floor(memory_gib / 8) GiB.
+A card's mode comes from ``cards`` rules (UUID > minor > exact model) or
+``default_mode``; a mode it cannot run falls back to whole and is reported by
+:func:`check_modes`. Units follow Nomad's ``plugins/shared/structs/units.go``:
+``memory`` MiB (the card total, as nomad-device-nvidia), ``share_memory`` and
+``slice_memory`` GiB. MIG splits memory in eighths and compute in sevenths.
 """
 
 from __future__ import annotations
@@ -125,11 +117,8 @@ class CardPlan:
 
 
 def normalize_pci_bus_id(raw: str) -> str:
-    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs form Nomad's NUMA matcher uses).
-
-    Nomad compares bus IDs case-sensitively after trimming the domain's zeros,
-    so lower case matters; unparseable input is returned stripped and lower-cased.
-    """
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0``: Nomad's NUMA matcher compares sysfs bus IDs
+    case-sensitively; unparseable input comes back stripped and lower-cased."""
     text = raw.strip()
     match = _PCI_RE.match(text)
     if match is None:
@@ -138,23 +127,12 @@ def normalize_pci_bus_id(raw: str) -> str:
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
 
 
-def is_mig_capable(card: Card, config: PluginConfig) -> bool:
-    if card.mig_capable:
-        return True
-    model = card.model.casefold()
-    return any(sub.strip() and sub.strip().casefold() in model for sub in config.mig_models)
-
-
 def resolve_group_by(name: str) -> str:
     """The XDM level name a ``group_by`` value means ("" for none)."""
     value = name.strip()
     if value.lower() in ("", "none"):
         return ""
     return GROUP_BY_ALIASES.get(value.lower(), value)
-
-
-def _rule_key(rule: CardRule) -> tuple[str, int, int]:
-    return (rule.mode, rule.shares, rule.share_percent)
 
 
 def matching_rules(card: Card, rules: Iterable[CardRule]) -> tuple[list[CardRule], list[CardRule]]:
@@ -184,7 +162,7 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
     specific, by_model = matching_rules(card, config.cards)
     tier = specific or by_model
     rule = tier[0] if tier else None
-    if len({_rule_key(r) for r in tier}) > 1:
+    if len({(r.mode, r.shares, r.share_percent) for r in tier}) > 1:
         listed = ", ".join(f"match={r.match!r} mode={r.mode}" for r in tier)
         problems.append(f"{card.label}: conflicting card rules ({listed}); using the first")
     mode = rule.mode.strip().lower() if rule is not None else config.default_mode.strip().lower()
@@ -205,7 +183,8 @@ def _plan_card(card: Card, config: PluginConfig, problems: list[str]) -> CardPla
         problems.append(f"{label}: unknown mode {mode!r} ({source}); advertised whole")
         return CardPlan(card, MODE_WHOLE)
     if mode == MODE_MIG:
-        if not is_mig_capable(card, config):
+        model = card.model.casefold()
+        if not card.mig_capable and not any(m.strip() and m.strip().casefold() in model for m in config.mig_models):
             problems.append(
                 f"{label}: mode mig ({source}) but the model is not MIG-capable "
                 f"(mig_models={list(config.mig_models)}); advertised whole"
@@ -253,11 +232,8 @@ def _period_problems(config: PluginConfig) -> list[str]:
 
 
 def unmatched_settings(inventory: Inventory, config: PluginConfig) -> list[str]:
-    """Config values that name nothing on this node: card blocks, type and vendor filters.
-
-    Each would otherwise be silently without effect (a typo in a model name
-    leaves the card in its default mode). Empty when the inventory is empty.
-    """
+    """Card blocks and type/vendor filters that name nothing on this node (else silently without
+    effect: a typo in a model name); empty for an empty inventory."""
     cards = inventory.cards
     if not cards or not config.enabled:
         return []
@@ -369,10 +345,8 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
 
 
 def common_attributes(per_card: list[dict[str, Attr]]) -> dict[str, Attr]:
-    """A multi-card group's attributes: nomad-device-nvidia's from the first card, ours where all agree.
-
-    Per-card identity never appears. The caller orders the cards (by UUID, as that plugin does).
-    """
+    """A multi-card group's attributes: nomad-device-nvidia's from the first card (the caller orders
+    them by UUID, as that plugin does), ours where all agree; never per-card identity."""
     first = per_card[0]
     return {
         key: value
@@ -384,10 +358,6 @@ def common_attributes(per_card: list[dict[str, Attr]]) -> dict[str, Attr]:
 # --- the catalog ---------------------------------------------------------------
 
 _Member = tuple[Instance, dict[str, Attr]]
-
-
-def _domain_suffix(level: str, domain: str) -> str:
-    return _DOMAIN_PREFIX.get(level, f"{level}-") + domain.replace(",", "-")
 
 
 def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
@@ -404,7 +374,8 @@ def build_catalog(inventory: Inventory, config: PluginConfig) -> Catalog:
         pci = normalize_pci_bus_id(card.pci_bus_id)
         if plan.mode == MODE_WHOLE:
             domain = card.topology.domain(level) if level else None
-            key = GroupKey(vendor, family, f"{model} {_domain_suffix(level, domain)}" if domain else model)
+            suffix = _DOMAIN_PREFIX.get(level, f"{level}-") + domain.replace(",", "-") if domain else ""
+            key = GroupKey(vendor, family, f"{model} {suffix}" if domain else model)
             shared.setdefault(key, []).append(
                 (Instance(card.uuid, Kind.WHOLE, card.uuid, card.minor, pci_bus_id=pci), attrs)
             )

@@ -1,42 +1,19 @@
 """Fingerprint: the stream through which Nomad learns the node's devices and their health.
 
-Nomad never assigns an unhealthy instance but keeps it visible, so health is
-how the plugin says "not now" without wiping the node:
+Health says "not now" without wiping the node: an unhealthy card recovers only
+after ``recovery_checks`` healthy observations or ``recovery_delay`` seconds of
+health; an unreachable backend makes every instance unhealthy, saying since
+when; an instance blocked by a grant in another mode is unhealthy with why.
 
-- a card the backend calls unhealthy is unhealthy at once; it becomes
-  eligible again only after ``recovery_checks`` consecutive healthy
-  observations OR ``recovery_delay`` seconds of continuous health, so a
-  flapping card does not attract and kill allocations;
-- while the backend is unreachable every instance is unhealthy with a
-  description that says why and since when; recovery is automatic;
-- an instance blocked by grants in another mode (a whole card while shares
-  of it are granted, shares of a card held whole, MIG units of a card used
-  otherwise) is unhealthy with the reason, so Nomad cannot double-book it.
-
-Nomad drops a device plugin until the agent restarts when its Fingerprint
-stream ends, fails, or carries a fingerprint that fails validation
-(``handleFingerprint`` in Nomad's ``client/devicemanager/instance.go``, which
-calls ``DeviceGroup.Validate`` in ``plugins/device/device.go``): an empty
-vendor/type/name, a device without ID, an attribute with no value, or a unit
-Nomad does not know. So every outgoing response goes through
-:func:`sanitize`, which removes what Nomad would reject and reports it,
-instead of losing the node. Beyond Nomad's own checks it also drops duplicate
-instance IDs inside a group and duplicate vendor/type/name triples (the
-scheduler keys on both, so a duplicate would silently shadow the other), empty
-attribute keys and non-finite floats (they cannot be compared by constraints).
-
-The engine (``FingerprintEngine``):
-
-- the first response goes out at once, even empty, before the backend answered;
-- every backend push is turned into a response in the pushing thread and
-  published under a Condition; each stream wakes on it and sends only when
-  the canonical bytes differ from what it last sent (output order is fixed:
-  groups in catalog order, devices in instance order, attributes by key);
-- a background timer re-evaluates when a card's recovery delay expires and
-  right after :meth:`FingerprintEngine.notify_grants_changed` (on the timer
-  thread, so a caller that holds its own lock while notifying cannot deadlock
-  with ``grants_view``), and every ``tick`` seconds as a safety net;
-- any failure while rebuilding is logged and the last good response is kept.
+Nomad drops a plugin until the agent restarts when this stream ends, fails or
+carries a group ``DeviceGroup.Validate`` rejects (``handleFingerprint`` in
+Nomad's ``client/devicemanager/instance.go``, ``plugins/device/device.go``).
+So every response goes through :func:`sanitize`, which removes and reports what
+Nomad would reject, plus duplicate IDs and groups, empty keys and non-finite
+floats. Streams send only when the canonical bytes change; a timer thread
+re-evaluates at recovery deadlines and on ``notify_grants_changed`` (so a caller
+holding its own lock cannot deadlock with ``grants_view``); a failed rebuild
+keeps the last good response.
 """
 
 from __future__ import annotations
@@ -51,8 +28,7 @@ from datetime import datetime, timezone
 
 from nomad_plugin._proto.nomad import attribute_pb2, device_pb2
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.backend_port import Backend
-from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.card import Backend, Inventory
 from nomad_plugin.model.instances import Attr, Catalog, Kind
 from nomad_plugin.nomad.catalog import build_catalog, check_modes
 from nomad_plugin.util.text import has_unsafe, printable
@@ -84,11 +60,8 @@ class _CardState:
 
 
 class HealthTracker:
-    """Per-card hysteresis over raw backend health (thread-safe).
-
-    ``observe`` counts one observation per backend report; ``verdicts`` may be
-    called any time (it applies time-based recovery without counting one).
-    """
+    """Per-card hysteresis over raw backend health (thread-safe): ``observe`` counts one
+    observation per report, ``verdicts`` applies time-based recovery without counting one."""
 
     def __init__(self, recovery_checks: int = 3, recovery_delay: float = 30.0, clock: Clock = time.monotonic) -> None:
         self.recovery_checks = max(1, recovery_checks)
@@ -280,10 +253,8 @@ def _group_label(group: device_pb2.DeviceGroup) -> str:
 def sanitize(
     response: device_pb2.FingerprintResponse,
 ) -> tuple[device_pb2.FingerprintResponse, list[str]]:
-    """Return a response without anything Nomad would reject, and what was removed.
-
-    The input is never modified: a valid response is returned as is, an invalid one as a cleaned copy.
-    """
+    """A response without anything Nomad would reject (a cleaned copy; the input is never modified),
+    and what was removed."""
     found: list[str] = []
     out = device_pb2.FingerprintResponse()
     seen_keys: set[tuple[str, str, str]] = set()
@@ -328,16 +299,12 @@ SAFETY_TICK_S = 10.0
 _CANCEL_POLL_S = 0.25
 
 
-def _no_grants() -> Mapping[str, frozenset[Kind]]:
-    return {}
-
-
 class FingerprintEngine:
     def __init__(
         self,
         backend: Backend,
         config: PluginConfig,
-        grants_view: GrantsView = _no_grants,
+        grants_view: GrantsView = dict,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         tick: float = SAFETY_TICK_S,
@@ -415,11 +382,8 @@ class FingerprintEngine:
             self._rebuild()
 
     def reevaluate(self) -> None:
-        """Rebuild now (hysteresis expiry, grants); publishes only if content changed.
-
-        Calls ``grants_view`` on this thread: never call it while holding a lock
-        that ``grants_view`` takes; use :meth:`notify_grants_changed` there.
-        """
+        """Rebuild now; calls ``grants_view`` on this thread (never call it holding a lock that
+        ``grants_view`` takes: :meth:`notify_grants_changed` is for that)."""
         with self._lock:
             self._rebuild()
 
@@ -514,20 +478,14 @@ class FingerprintEngine:
             return self._catalog
 
     def catalog_of(self, response: device_pb2.FingerprintResponse) -> Catalog | None:
-        """The catalog a published response was built from; None once a newer one replaced it.
-
-        Stats use this so they never mention a group before the fingerprint
-        that introduces it has been sent.
-        """
+        """The catalog a published response was built from (None once replaced): Stats never name a
+        group before the fingerprint that introduces it."""
         with self._published:
             return self._response_catalog if response is self._response else None
 
     def responses(self, cancel: threading.Event) -> Iterator[device_pb2.FingerprintResponse]:
-        """The first response at once, then one per content change, until ``cancel``.
-
-        Never raises and never ends on its own. Yielded messages are shared
-        between streams and must not be modified.
-        """
+        """The first response at once, then one per content change, until ``cancel``; never raises
+        or ends on its own. Yielded messages are shared between streams: never modify them."""
         seen_version = -1
         sent: bytes | None = None
         poll: float | None = _CANCEL_POLL_S

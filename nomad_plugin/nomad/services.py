@@ -1,26 +1,16 @@
 """Nomad's plugin services, BasePlugin and DevicePlugin: adapters from gRPC onto two narrow ports.
 
-``ConfigTarget`` and ``DeviceEngines`` say what the services need from the
-engines behind them; ``app.PluginApp`` satisfies both and the composition root
-(``serve`` in ``cli/main.py``) hands it over, so the services never import the application
-that imports them (docs/architecture.md).
+``ConfigTarget`` and ``DeviceEngines`` are what the services need; ``app.PluginApp``
+satisfies both and ``cli/main.py`` hands it over (docs/architecture.md).
 
-BasePlugin: Nomad calls PluginInfo, ConfigSchema and SetConfig on every
-launch, before anything else, and may call SetConfig two or three times in one
-process with the same bytes, so SetConfig is idempotent. A config error
-returns INVALID_ARGUMENT, which makes Nomad refuse to start the agent with our
-message: it names the option, the value and what is allowed.
-
-DevicePlugin: all device logic lives behind the engines; this module only
-enforces Nomad's stream rules and maps errors to gRPC codes:
-
-* Fingerprint and Stats never end or fail while the call is active: Nomad
-  treats a closed stream as a plugin failure (``handleFingerprintError`` in
-  Nomad's ``client/devicemanager/instance.go``). If the engine's iterator
-  raises or runs dry it is logged and started again after a backoff.
-* The call's cancellation (or the plugin's shutdown) sets the Event the
-  engine waits on, so the worker thread is released at once.
-* Reserve always carries ``container_res`` (Nomad dereferences it).
+Nomad calls PluginInfo, ConfigSchema and SetConfig on every launch, SetConfig
+possibly several times with the same bytes (so it is idempotent); a config
+error is INVALID_ARGUMENT, which makes Nomad refuse to start with our message.
+Fingerprint and Stats never end while the call is active (Nomad treats a closed
+stream as a plugin failure: ``handleFingerprintError`` in
+``client/devicemanager/instance.go``): an engine iterator that raises or runs
+dry is restarted after a backoff. Reserve always carries ``container_res``
+(Nomad dereferences it).
 """
 
 from __future__ import annotations
@@ -45,8 +35,7 @@ from nomad_plugin.model.errors import (
     PluginError,
     ReservationRejected,
 )
-from nomad_plugin.nomad.container import GrantRejected
-from nomad_plugin.nomad.reserve import AfterReply, JournalWriteFailed
+from nomad_plugin.nomad.reserve import AfterReply, GrantRejected, JournalWriteFailed
 from nomad_plugin.util.text import printable
 from nomad_plugin.util.threads import Backoff
 
@@ -80,15 +69,6 @@ ACCEPTED_API_VERSIONS = frozenset({DEVICE_API_VERSION, DEVICE_API_VERSION.lstrip
 log = logging.getLogger(__name__)
 
 
-def plugin_info() -> base_pb2.PluginInfoResponse:
-    return base_pb2.PluginInfoResponse(
-        type=base_pb2.DEVICE,
-        plugin_api_versions=[DEVICE_API_VERSION],
-        plugin_version=__version__,
-        name=PLUGIN_NAME,
-    )
-
-
 class Streams(Protocol):
     """The transport's register of open streams: each ends when the plugin is told to stop."""
 
@@ -98,8 +78,8 @@ class Streams(Protocol):
 
 
 class BaseService(base_pb2_grpc.BasePluginServicer):
-    """``apply_logging`` hands an accepted config's log level and secrets to the log handler, which
-    the composition root owns, before the config is applied."""
+    """``apply_logging`` hands an accepted config's log level and secrets to the composition root's
+    log handler before the config is applied."""
 
     def __init__(self, app: ConfigTarget, apply_logging: Callable[[PluginConfig], None]) -> None:
         self._app = app
@@ -110,7 +90,9 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
     def PluginInfo(
         self, request: base_pb2.PluginInfoRequest, context: grpc.ServicerContext
     ) -> base_pb2.PluginInfoResponse:
-        return plugin_info()
+        return base_pb2.PluginInfoResponse(
+            type=base_pb2.DEVICE, plugin_api_versions=[DEVICE_API_VERSION], plugin_version=__version__, name=PLUGIN_NAME
+        )
 
     def ConfigSchema(
         self, request: base_pb2.ConfigSchemaRequest, context: grpc.ServicerContext
@@ -170,7 +152,7 @@ T = TypeVar("T")
 
 
 #: Bound of an error's text: it travels in a gRPC trailer (gRPC's metadata limit is 8-16 KiB) and
-#: lands in Nomad's task events and agent log; a Reserve of 10,000 IDs once made one of 59,000 chars.
+#: lands in Nomad's task events and agent log, whatever Nomad sent.
 MAX_ERROR_TEXT = 4000
 #: XDM's own gRPC refusals, passed on with their code: each already says what is wrong.
 PASSED_ON = frozenset(
@@ -188,38 +170,28 @@ PASSED_ON = frozenset(
 
 
 def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC code and message (one line, bounded) Nomad gets for an engine error."""
-    code, message = _status_for(exc)
-    return code, printable(message, MAX_ERROR_TEXT)
+    """The gRPC code and message (one line, bounded) Nomad gets for an engine error.
 
-
-def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The code that means it.
-
-    INVALID_ARGUMENT: Nomad's device IDs or the config are wrong. UNAVAILABLE:
-    XDM, the journal or the owner lock cannot be had now (a stream reset
-    included); retrying may work. XDM's own refusal: its code when it sent one,
-    else FAILED_PRECONDITION. FAILED_PRECONDITION too for a grant the plugin
-    refuses (it does not match the request, or breaks the content policy: the
-    request was valid, XDM's answer was not) and for a data_dir the plugin
-    cannot own; RESOURCE_EXHAUSTED for a full journal. INTERNAL only for a bug.
+    INVALID_ARGUMENT: the request or config is wrong; UNAVAILABLE: retrying may work; XDM's
+    refusal keeps its code; FAILED_PRECONDITION: a grant the plugin refuses; INTERNAL: a bug.
     """
+    message = str(exc)
     if isinstance(exc, (ReservationRejected, ConfigError)):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, BackendUnavailable):
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
-    if isinstance(exc, BackendRefused):
-        code = getattr(exc, "code", None)  # xdm.client.GrpcRefused: the code XDM answered with
-        return (code if code in PASSED_ON else grpc.StatusCode.FAILED_PRECONDITION), str(exc)
-    if isinstance(exc, (GrantMismatch, GrantRejected, DataDirRefused)):
-        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-    if isinstance(exc, JournalFull):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
-    if isinstance(exc, JournalWriteFailed):
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
-    if isinstance(exc, PluginError):
-        return grpc.StatusCode.INTERNAL, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        code = grpc.StatusCode.INVALID_ARGUMENT
+    elif isinstance(exc, (BackendUnavailable, JournalWriteFailed)):
+        code = grpc.StatusCode.UNAVAILABLE
+    elif isinstance(exc, BackendRefused):
+        answered = getattr(exc, "code", None)  # xdm.client.GrpcRefused: the code XDM answered with
+        code = answered if answered in PASSED_ON else grpc.StatusCode.FAILED_PRECONDITION
+    elif isinstance(exc, (GrantMismatch, GrantRejected, DataDirRefused)):
+        code = grpc.StatusCode.FAILED_PRECONDITION
+    elif isinstance(exc, JournalFull):
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    else:
+        code = grpc.StatusCode.INTERNAL
+        if not isinstance(exc, PluginError):
+            message = f"internal error: {type(exc).__name__}: {exc}"
+    return code, printable(message, MAX_ERROR_TEXT)
 
 
 def stats_interval(request: device_pb2.StatsRequest) -> float:

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.backend_port import InventoryListener
-from nomad_plugin.model.card import NODE_SOURCE, SOURCE_NVML, Card, Inventory, MigInstance
+from nomad_plugin.model.card import NODE_SOURCE, SOURCE_NVML, Card, Inventory, InventoryListener, MigInstance
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
 from nomad_plugin.model.grant import DeviceAsk, DeviceNode, Grant, GrantedDevice, GrantRequest
 from nomad_plugin.model.metrics import MetricSample

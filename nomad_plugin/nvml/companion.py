@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from nomad_plugin.model.backend_port import Backend, InventoryListener
-from nomad_plugin.model.card import Inventory
+from nomad_plugin.model.card import Backend, Inventory, InventoryListener
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import devices, lib

@@ -1,6 +1,6 @@
 """Publish XDM's topology as Nomad dynamic node metadata (``node_meta = true``).
 
-One thread: the keys from the inventory (``model/node_meta.py``) against the
+One thread: the keys from the inventory (``model/card.py``) against the
 agent's metadata (``GET /v1/client/metadata``); only what differs is written
 (``POST``, ``node:write``), keys under the prefix no longer wanted as null
 (Nomad unsets them), keys outside it never. It looks ``SETTLE_S`` after an
@@ -26,8 +26,7 @@ from typing import Any
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal.datadir import write_state
-from nomad_plugin.model.card import Inventory
-from nomad_plugin.model.node_meta import meta_changes, node_meta
+from nomad_plugin.model.card import Inventory, meta_changes, node_meta
 from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadClient, parse_rules
 from nomad_plugin.util.threads import Backoff
 

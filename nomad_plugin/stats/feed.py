@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from nomad_plugin.model.backend_port import Backend
+from nomad_plugin.model.card import Backend
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import ALL_METRIC_NAMES, GRANT_LABEL, MetricSample
 from nomad_plugin.util.threads import Backoff, CancelEvent

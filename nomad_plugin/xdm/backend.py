@@ -1,4 +1,4 @@
-"""XdmBackend: the ``nomad_plugin.model.backend_port.Backend`` over XDM.
+"""XdmBackend: the ``nomad_plugin.model.card.Backend`` over XDM.
 
 The *watcher* thread subscribes ListAndWatch (each push is the complete list) and resubscribes with
 ``Backoff``. The *resync* thread calls ListGpuInfo (a first push is not guaranteed, R12), the xPU
@@ -16,8 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.backend_port import InventoryListener
-from nomad_plugin.model.card import Card, Inventory
+from nomad_plugin.model.card import Card, Inventory, InventoryListener
 from nomad_plugin.model.errors import BackendUnavailable, PluginError, SchemaMismatch
 from nomad_plugin.model.grant import Grant, GrantRequest
 from nomad_plugin.model.metrics import MetricSample

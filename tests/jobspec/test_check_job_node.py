@@ -1,7 +1,7 @@
 """check-job's node-level rules through the real command: where the node's values come from, and what it says.
 
 The plugin's own keys come from the simulator the fingerprint comes from (the
-same inventory, ``model/node_meta.py``), the rest of the node from a node
+same inventory, ``model/card.py``), the rest of the node from a node
 file, the local agent (a Nomad API double that serves ``/v1/agent/self`` and
 ``/v1/node/<id>`` as a client agent forwards them) or ``--node-value``; a
 value none of them gives is unknown and the verdict says how to know it.

@@ -1,4 +1,4 @@
-"""The node metadata keys (model/node_meta.py), against the simulator's own topology JSON.
+"""The node metadata keys (model/card.py), against the simulator's own topology JSON.
 
 The oracle reads each profile's per-card topology JSON with ``json`` and a
 hand-written name table, not with the plugin's parser or its snake_case
@@ -16,8 +16,15 @@ import pytest
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.config import full_config, msgpack_config
-from nomad_plugin.model.card import Card, Inventory, parse_topology
-from nomad_plugin.model.node_meta import client_meta_block, level_key, meta_changes, node_meta
+from nomad_plugin.model.card import (
+    Card,
+    Inventory,
+    client_meta_block,
+    level_key,
+    meta_changes,
+    node_meta,
+    parse_topology,
+)
 from nomad_plugin.sim.profiles import PROFILES, build_cards
 
 #: XDM level names of the simulator's string levels -> the meta key the issue names.

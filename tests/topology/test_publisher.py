@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.model.card import Inventory, parse_topology
-from nomad_plugin.model.node_meta import node_meta
+from nomad_plugin.model.card import Inventory, node_meta, parse_topology
 from nomad_plugin.reconcile.node_meta import NodeMetaPublisher, load_publisher_state
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from tests.doubles.nomad_api import NomadApiDouble
