@@ -172,7 +172,7 @@ class PluginApp:
             from nomad_plugin.nvml.companion import EXTRAS_SOURCE
 
             nvml.start_extras(lambda samples: feed.cache.update(samples, EXTRAS_SOURCE))
-        stats = StatsEngine(feed.cache, lambda: self._sent_catalog, backend.inventory, self._grant_of)
+        stats = StatsEngine(feed.cache, lambda: self._sent_catalog, backend.inventory, self._grants)
         endpoint = self._endpoint(config, metrics, feed, backend)
         return Engines(backend, nvml, metrics, fingerprint, feed, stats, node_meta, endpoint)
 
@@ -353,19 +353,22 @@ class PluginApp:
         reserver = self.reserver
         return reserver.active_kinds() if reserver is not None else {}
 
-    def _grant_of(self, instance_id: str) -> GrantInfo | None:
+    def _grants(self) -> Mapping[str, GrantInfo]:
+        """The journal's grants by instance id, for one stats response (the journal read once)."""
         from nomad_plugin.stats.engine import GrantInfo
 
         reserver = self.reserver
-        entry = reserver.holder(instance_id) if reserver is not None else None
-        if entry is None:
-            return None
-        return GrantInfo(
-            grant_id=entry.grant_id,
-            core_limit_percent=sum(a.core for a in entry.asks),
-            memory_limit_gib=sum(a.memory_gib for a in entry.asks),
-            slices=sum(a.slices for a in entry.asks),
-        )
+        held: dict[str, GrantInfo] = {}
+        for entry in reserver.entries() if reserver is not None else ():
+            info = GrantInfo(
+                grant_id=entry.grant_id,
+                core_limit_percent=sum(a.core for a in entry.asks),
+                memory_limit_gib=sum(a.memory_gib for a in entry.asks),
+                slices=sum(a.slices for a in entry.asks),
+            )
+            for device_id in entry.device_ids:
+                held.setdefault(device_id, info)
+        return held
 
     def _housekeeping(self) -> None:
         """Mirror the lifecycle counters into the Prometheus metrics every few seconds."""

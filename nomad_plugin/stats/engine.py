@@ -86,6 +86,8 @@ class GrantInfo:
 
 #: Which grant holds an instance (by instance id), if any.
 GrantOf = Callable[[str], "GrantInfo | None"]
+#: The grants by instance id, read once per response.
+Grants = Callable[[], Mapping[str, "GrantInfo"]]
 
 
 def effective_interval(interval: float) -> float:
@@ -95,6 +97,10 @@ def effective_interval(interval: float) -> float:
 
 def no_grants(instance_id: str) -> GrantInfo | None:
     return None
+
+
+def none_held() -> Mapping[str, GrantInfo]:
+    return {}
 
 
 def decode_throttle(mask: int) -> list[str]:
@@ -365,14 +371,14 @@ class StatsEngine:
         cache: MetricsCache,
         catalog_source: Callable[[], Catalog],
         inventory_source: Callable[[], Inventory],
-        grant_of: GrantOf = no_grants,
+        grants: Grants = none_held,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
     ) -> None:
         self._cache = cache
         self._catalog = catalog_source
         self._inventory = inventory_source
-        self._grant_of = grant_of
+        self._grants = grants
         self._clock = clock  # the cache's clock: ages and staleness
         self._wall_clock = wall_clock  # only for the timestamps Nomad shows
 
@@ -380,7 +386,7 @@ class StatsEngine:
         """One response from the cache, or with every value "N/A" (``empty``); may raise."""
         now = self._clock()
         cache = MetricsCache(clock=self._clock, max_entries=1) if empty else self._cache
-        grant_of = no_grants if empty else self._grant_of
+        grant_of = no_grants if empty else self._grants().get
         return build_stats(self._catalog(), self._inventory(), cache, grant_of, now, interval, self._wall_clock() - now)
 
     def responses(self, interval: float, cancel: threading.Event) -> Iterator[device_pb2.StatsResponse]:

@@ -65,7 +65,7 @@ def test_layout_error_sends_na_values_not_an_exception(three_cards) -> None:  # 
     cache = MetricsCache()
     cache.update([sample("GPU-0", "temperature_c", 44)])
 
-    def broken_grants(_id: str) -> None:
+    def broken_grants() -> None:
         raise RuntimeError("reserve layer bug")
 
     engine = StatsEngine(cache, lambda: catalog, lambda: inventory, broken_grants)  # type: ignore[arg-type]
@@ -122,7 +122,7 @@ def test_share_stats_follow_the_reservers_journal_through_reserve_and_release(tm
     app = PluginApp()
     reserver = Reserver(FakeBackend(), lambda: cat, Journal(tmp_path), PluginConfig(), path_exists=lambda p: False)
     app._owner = SimpleNamespace(reserver=reserver)  # the part of the owner record the stats read
-    engine = StatsEngine(MetricsCache(), lambda: cat, Inventory, app._grant_of)
+    engine = StatsEngine(MetricsCache(), lambda: cat, Inventory, app._grants)
     share = f"{card_uuid(0)}-share-1"
 
     def shown() -> str:
