@@ -39,11 +39,9 @@ class ControlTarget(Protocol):
     def slow_start(self, seconds: float) -> None: ...
     def set_latency(self, rpc: str, seconds: float) -> None: ...
     def set_drift(self, mode: str | None) -> None: ...
-    def set_error_mode(self, mode: str) -> None: ...
+    def set_choice(self, name: str, value: str) -> None: ...
     def set_enabled(self, enabled: bool) -> None: ...
     def set_topology_level(self, name: str, value: str | None, minors: list[int] | None = None) -> None: ...
-    def set_duplicate_id_mode(self, mode: str) -> None: ...
-    def set_release_unknown(self, mode: str) -> None: ...
     def set_exporter_state(self, state: str) -> None: ...
     def close_streams(self) -> None: ...
 
@@ -91,6 +89,11 @@ def _args(args: list[str], count: int, usage: str) -> list[str]:
     return args
 
 
+def _choice(name: str, usage: str) -> Callable[[ControlTarget, list[str]], None]:
+    """A command setting option ``name`` to its one argument."""
+    return lambda sim, a: sim.set_choice(name, _args(a, 1, usage)[0])
+
+
 def _health(sim: ControlTarget, args: list[str]) -> None:
     if len(args) < 2 or args[1].lower() not in ("healthy", "unhealthy"):
         raise ValueError("usage: health MINOR healthy|unhealthy [REASON]")
@@ -128,12 +131,12 @@ _HANDLERS: dict[str, Callable[[ControlTarget, list[str]], Any]] = {
     "slow-start": lambda sim, a: sim.slow_start(_seconds(_args(a, 1, "slow-start SECONDS")[0])),
     "latency": _latency,
     "drift": lambda sim, a: sim.set_drift(_args(a, 1, "drift MODE|none")[0]),
-    "error-mode": lambda sim, a: sim.set_error_mode(_args(a, 1, "error-mode inband|grpc")[0]),
+    "error-mode": _choice("error_mode", "error-mode inband|grpc"),
     "topology": _topology,
     "enable": lambda sim, a: sim.set_enabled(True),
     "disable": lambda sim, a: sim.set_enabled(False),
-    "duplicate-id": lambda sim, a: sim.set_duplicate_id_mode(_args(a, 1, "duplicate-id reject|idempotent")[0]),
-    "release-unknown": lambda sim, a: sim.set_release_unknown(_args(a, 1, "release-unknown not-found|ok")[0]),
+    "duplicate-id": _choice("duplicate_id_mode", "duplicate-id reject|idempotent"),
+    "release-unknown": _choice("release_unknown", "release-unknown not-found|ok"),
     "exporter": lambda sim, a: sim.set_exporter_state(_args(a, 1, "exporter running|stopped|error")[0]),
     "close-streams": lambda sim, a: sim.close_streams(),
 }
