@@ -39,11 +39,9 @@ class ControlTarget(Protocol):
     def slow_start(self, seconds: float) -> None: ...
     def set_latency(self, rpc: str, seconds: float) -> None: ...
     def set_drift(self, mode: str | None) -> None: ...
-    def set_error_mode(self, mode: str) -> None: ...
+    def set_choice(self, name: str, value: str) -> None: ...
     def set_enabled(self, enabled: bool) -> None: ...
     def set_topology_level(self, name: str, value: str | None, minors: list[int] | None = None) -> None: ...
-    def set_duplicate_id_mode(self, mode: str) -> None: ...
-    def set_release_unknown(self, mode: str) -> None: ...
     def set_exporter_state(self, state: str) -> None: ...
     def close_streams(self) -> None: ...
 
@@ -85,10 +83,16 @@ def _seconds(text: str) -> float:
         raise ValueError(f"seconds: {text!r} is not a number") from None
 
 
-def _args(args: list[str], count: int, usage: str) -> list[str]:
-    if len(args) != count:
+def _one(args: list[str], usage: str, *allowed: str) -> str:
+    """The command's single argument (one of ``allowed``, if given)."""
+    if len(args) != 1 or (allowed and args[0] not in allowed):
         raise ValueError(f"usage: {usage}")
-    return args
+    return args[0]
+
+
+def _choice(name: str, usage: str) -> Callable[[ControlTarget, list[str]], None]:
+    """A command setting option ``name`` to its one argument."""
+    return lambda sim, a: sim.set_choice(name, _one(a, usage))
 
 
 def _health(sim: ControlTarget, args: list[str]) -> None:
@@ -103,38 +107,32 @@ def _topology(sim: ControlTarget, args: list[str]) -> None:
     sim.set_topology_level(args[0], None if args[1] == "none" else args[1], [_minor(m) for m in args[2:]] or None)
 
 
-def _reflection(sim: ControlTarget, args: list[str]) -> None:
-    (word,) = _args(args, 1, "reflection on|off")
-    if word not in ("on", "off"):
-        raise ValueError(f"reflection: {word!r} is not on or off")
-    sim.set_reflection(word == "on")
-
-
 def _latency(sim: ControlTarget, args: list[str]) -> None:
-    rpc, seconds = _args(args, 2, "latency RPC SECONDS")
-    sim.set_latency(rpc, _seconds(seconds))
+    if len(args) != 2:
+        raise ValueError("usage: latency RPC SECONDS")
+    sim.set_latency(args[0], _seconds(args[1]))
 
 
 _HANDLERS: dict[str, Callable[[ControlTarget, list[str]], Any]] = {
     "status": lambda sim, a: sim.status(),
     "grants": lambda sim, a: {gid: g.to_json() for gid, g in sim.grants().items()},
     "health": _health,
-    "remove": lambda sim, a: sim.remove_device(_minor(_args(a, 1, "remove MINOR")[0])),
-    "add": lambda sim, a: sim.add_device(_minor(_args(a, 1, "add MINOR")[0])),
+    "remove": lambda sim, a: sim.remove_device(_minor(_one(a, "remove MINOR"))),
+    "add": lambda sim, a: sim.add_device(_minor(_one(a, "add MINOR"))),
     "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5, schema=a[1] if len(a) > 1 else None),
-    "reflection": _reflection,
+    "reflection": lambda sim, a: sim.set_reflection(_one(a, "reflection on|off", "on", "off") == "on"),
     "crash": lambda sim, a: sim.crash(),
     "revive": lambda sim, a: sim.revive(),
-    "slow-start": lambda sim, a: sim.slow_start(_seconds(_args(a, 1, "slow-start SECONDS")[0])),
+    "slow-start": lambda sim, a: sim.slow_start(_seconds(_one(a, "slow-start SECONDS"))),
     "latency": _latency,
-    "drift": lambda sim, a: sim.set_drift(_args(a, 1, "drift MODE|none")[0]),
-    "error-mode": lambda sim, a: sim.set_error_mode(_args(a, 1, "error-mode inband|grpc")[0]),
+    "drift": lambda sim, a: sim.set_drift(_one(a, "drift MODE|none")),
+    "error-mode": _choice("error_mode", "error-mode inband|grpc"),
     "topology": _topology,
     "enable": lambda sim, a: sim.set_enabled(True),
     "disable": lambda sim, a: sim.set_enabled(False),
-    "duplicate-id": lambda sim, a: sim.set_duplicate_id_mode(_args(a, 1, "duplicate-id reject|idempotent")[0]),
-    "release-unknown": lambda sim, a: sim.set_release_unknown(_args(a, 1, "release-unknown not-found|ok")[0]),
-    "exporter": lambda sim, a: sim.set_exporter_state(_args(a, 1, "exporter running|stopped|error")[0]),
+    "duplicate-id": _choice("duplicate_id_mode", "duplicate-id reject|idempotent"),
+    "release-unknown": _choice("release_unknown", "release-unknown not-found|ok"),
+    "exporter": lambda sim, a: sim.set_exporter_state(_one(a, "exporter running|stopped|error")),
     "close-streams": lambda sim, a: sim.close_streams(),
 }
 

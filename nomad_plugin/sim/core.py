@@ -1,9 +1,8 @@
-"""The simulated XDM node: its options, cards, health, grants and flags, the RPC logic, and its metrics.
+"""The simulated XDM node: its options, state and RPC logic (no transport), and its metrics.
 
-Transport-free: each RPC method takes a request message and returns a response,
-or raises :class:`~nomad_plugin.sim.allocation.Refusal`, which the server turns
-into an in-band status or a gRPC status (``error_mode``). All state sits behind
-one lock; changes are pushed to the ListAndWatch subscribers' queues.
+An RPC method takes a request and returns a response or raises
+:class:`~nomad_plugin.sim.allocation.Refusal`, which the server answers in-band or
+as a gRPC status (``error_mode``). All state sits behind one lock.
 """
 
 from __future__ import annotations
@@ -168,7 +167,6 @@ class SimCore:
         self._changed("card %d added", minor)
 
     def _changed(self, what: str, *args: object) -> None:
-        """Log a change of the node and push the device list."""
         self._samples_stale = True
         log.info(what, *args)
         self.push()
@@ -190,18 +188,9 @@ class SimCore:
         log.info("drift: %s", drift.describe())
 
     def set_choice(self, name: str, value: str) -> None:
-        """Switch one of the :data:`CHOICES` options at run time."""
+        """Switch one of the :data:`CHOICES` options (``error_mode``, ``release_unknown``...) at run time."""
         check_choice(name, value, CHOICES[name])
         setattr(self.options, name, value)
-
-    def set_error_mode(self, mode: str) -> None:
-        self.set_choice("error_mode", mode)
-
-    def set_duplicate_id_mode(self, mode: str) -> None:
-        self.set_choice("duplicate_id_mode", mode)
-
-    def set_release_unknown(self, mode: str) -> None:
-        self.set_choice("release_unknown", mode)
 
     def set_config_failure(self, fail: bool) -> None:
         """Enable and Disable answer ``success: false`` while set."""

@@ -1,18 +1,17 @@
 """``--nvml-mirror``: this machine's real NVIDIA GPUs presented as an XDM node.
 
-Cards (names, UUIDs, memory, PCI addresses, MIG capability) and the exporter's
-card-level readings come from NVML; allocation rules, topology (the NVIDIA
-shape) and faults are simulated as usual. pynvml (nvidia-ml-py) is imported
-only here, only when asked for.
+Cards and the exporter's card-level readings come from NVML, read by the NVML
+backend's own functions (``nomad_plugin.nvml``); allocation rules, topology
+(the NVIDIA shape) and faults are simulated as usual.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from nomad_plugin.model.metrics import METRIC_IDS
+from nomad_plugin.nvml import devices, lib
 from nomad_plugin.sim.profiles import CardSpec, render_topology, topology_for
 
 
@@ -22,23 +21,9 @@ class MirrorUnavailable(RuntimeError):
 
 def _nvml() -> Any:
     try:
-        return importlib.import_module("pynvml")
-    except ImportError as exc:
-        raise MirrorUnavailable(
-            "nvml mirror: the pynvml module is not installed (pip install nvidia-ml-py, or the plugin's [nvml] extra)"
-        ) from exc
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _or(default: Any, nvml: Any, function: str, *args: Any) -> Any:
-    """``nvml.function(*args)``, or ``default`` where this card, driver or binding cannot answer."""
-    try:
-        return getattr(nvml, function)(*args)
-    except Exception:  # an NVMLError: the reading is not supported on this card or driver
-        return default
+        return lib.load()
+    except lib.NvmlMissing as exc:
+        raise MirrorUnavailable(f"nvml mirror: {exc}") from exc
 
 
 def load_cards(topology_variant: str = "normal") -> tuple[list[CardSpec], dict[str, Any]]:
@@ -51,31 +36,28 @@ def load_cards(topology_variant: str = "normal") -> tuple[list[CardSpec], dict[s
         raise MirrorUnavailable(f"nvml mirror: NVML is not usable here: {exc}") from exc
     if count == 0:
         raise MirrorUnavailable("nvml mirror: NVML found no NVIDIA GPU on this machine")
-    driver = _text(nvml.nvmlSystemGetDriverVersion())
-    cuda = _or(None, nvml, "nvmlSystemGetCudaDriverVersion")
-    sdk = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}" if cuda is not None else ""
+    facts = devices.node_facts(nvml)
     cards: list[CardSpec] = []
     handles: dict[str, Any] = {}
     for index in range(count):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        domain, _, rest = _text(nvml.nvmlDeviceGetPciInfo(handle).busId).lower().partition(":")
+        uuid = lib.text(nvml.nvmlDeviceGetUUID(handle))
         cards.append(
             CardSpec(
                 minor=index,
                 uuid=uuid,
-                model=_text(nvml.nvmlDeviceGetName(handle)),
+                model=lib.text(nvml.nvmlDeviceGetName(handle)),
                 vendor="nvidia",
                 xpu_type="gpu",
                 memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
                 total_core=100,
-                pci_bus_id=f"{int(domain, 16):04x}:{rest}" if rest else domain,
-                mig_capable=_or(None, nvml, "nvmlDeviceGetMigMode", handle) is not None,
-                driver_version=driver,
-                sdk_version=sdk,
-                serial_number=_text(_or("", nvml, "nvmlDeviceGetSerial", handle)),
+                pci_bus_id=devices.bus_id(nvml, handle),
+                mig_capable=devices.mig_mode(nvml, handle)[0],
+                driver_version=facts["driver_version"],
+                sdk_version=facts.get("cuda_version", ""),
+                serial_number=lib.text(lib.optional(nvml, "nvmlDeviceGetSerial", handle) or ""),
                 numa_node=0,
-                power_limit_w=int(_or(300_000, nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)) // 1000,
+                power_limit_w=int(lib.optional(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle) or 300_000) // 1000,
                 topology_json=render_topology(topology_for("nvidia", index, count), topology_variant),
             )
         )
@@ -83,29 +65,22 @@ def load_cards(topology_variant: str = "normal") -> tuple[list[CardSpec], dict[s
     return cards, handles
 
 
+# The readings the mirror takes from NVML; the others stay simulated.
+MIRRORED = ("core_util_percent", "memory_used_mib", "temperature_c", "power_w", "sm_clock_mhz", "memory_clock_mhz")
+
+
 def make_reader(handles: Mapping[str, Any]) -> Callable[[CardSpec], dict[int, float]]:
-    """The exporter hook: real readings for a card, metric id -> value (what NVML cannot give stays simulated)."""
+    """The exporter hook: real readings for a card, metric id -> value."""
     nvml = _nvml()
 
     def read(card: CardSpec) -> dict[int, float]:
-        h = handles[card.uuid]
-        probes: dict[str, Callable[[], float]] = {
-            "core_util_percent": lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
-            "memory_used_mib": lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / (1024 * 1024),
-            "temperature_c": lambda: float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
-            "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-            "sm_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
-            "memory_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
-        }
-        out: dict[int, float] = {}
-        for name, probe in probes.items():
-            try:
-                out[METRIC_IDS[name]] = round(probe(), 1)
-            except Exception:  # noqa: S112 - a reading NVML cannot give stays simulated
-                continue
-        used = out.get(METRIC_IDS["memory_used_mib"])
-        if used is not None:
-            out[METRIC_IDS["memory_util_percent"]] = round(used / card.memory_mib * 100, 2)
+        try:
+            values = devices.card_values(nvml, handles[card.uuid])
+        except nvml.NVMLError:  # a card fault: this collection stays simulated
+            return {}
+        out = {METRIC_IDS[name]: round(float(values[name]), 1) for name in MIRRORED if name in values}
+        if "memory_used_mib" in values:
+            out[METRIC_IDS["memory_util_percent"]] = round(values["memory_used_mib"] / card.memory_mib * 100, 2)
         return out
 
     return read

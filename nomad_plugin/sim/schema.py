@@ -1,23 +1,12 @@
 """What the simulator puts on the wire: the served schema, and schema drift on top of it.
 
 Every field number of the reconstructed proto (``proto/lingjun/``) is a guess
-(docs/xdm-risks.md): a real XDM that keeps the names but numbers the fields
-otherwise decodes silently wrong in a client that trusts the guess. The served
-schemas make that trap reproducible: ``builtin`` (the reconstruction),
-``renumbered`` (the same names, numbers permuted per message: :data:`RENUMBER`)
-and ``foreign`` (the renumbering under :data:`FOREIGN_PACKAGES`, so that even the
-service paths differ). They are built at run time from the reconstruction's
-descriptors; the simulator's logic keeps the builtin classes and messages are
-converted by field name at the gRPC edge.
-
-Drift modes (``--drift``, comma separated) answer in shapes no schema declares:
-``package=<name>`` (``none``: no package), ``split-services`` (the five monitoring
-RPCs under ``<pkg>.XpuExporterService``), ``extra-fields`` (unknown fields 1000 and
-1001 in every response message, nested ones too), ``type-clash`` (``Device.health``
-as a bool varint; ``totalMemory`` and ``MetricData.metricId`` as decimal strings),
-``status-shift`` (a failure's status and message at fields 15 and 16, so that it
-looks like success) and ``minor-omit-zero`` (Allocate reads ``minor: 0`` as "left
-empty").
+(docs/xdm-risks.md): an XDM that keeps the names but numbers the fields otherwise
+decodes silently wrong in a client that trusts the guess. The served schemas,
+built at run time from the reconstruction's descriptors, make that trap
+reproducible; messages are converted by field name at the gRPC edge, so the
+simulator's logic keeps the builtin classes. Drift modes answer in shapes no
+schema declares. Both are listed in this package's README.md.
 """
 
 from __future__ import annotations
@@ -176,23 +165,18 @@ class ServedSchema:
         served_cls = self._served_class(builtin_cls)
         return lambda data: _copy(served_cls.FromString(data), builtin_cls)
 
-    def descriptor_set(self) -> descriptor_pb2.FileDescriptorSet:
-        """As ``protoc --include_imports --descriptor_set_out`` writes it (the files import nothing)."""
-        return descriptor_pb2.FileDescriptorSet(file=list(self.files))
-
-    def render_protos(self) -> dict[str, str]:
-        """File name -> ``.proto`` source rendered from the descriptors (it compiles with protoc)."""
-        return {fdp.name: render_proto(fdp, f"xdm-sim served schema {self.name!r}") for fdp in self.files}
-
     def emit(self, directory: Path) -> list[Path]:
-        """Write the ``.proto`` files and ``descriptor_set.pb`` into ``directory``."""
+        """Write the ``.proto`` files (they compile with protoc) and ``descriptor_set.pb`` into ``directory``.
+
+        The set is what ``protoc --include_imports --descriptor_set_out`` writes (the files import nothing).
+        """
         directory.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name, text in self.render_protos().items():
-            (directory / name).write_text(text)
-            written.append(directory / name)
-        (directory / DESCRIPTOR_SET_FILE).write_bytes(self.descriptor_set().SerializeToString())
-        return [*written, directory / DESCRIPTOR_SET_FILE]
+        for fdp in self.files:
+            (directory / fdp.name).write_text(render_proto(fdp, f"xdm-sim served schema {self.name!r}"))
+        (directory / DESCRIPTOR_SET_FILE).write_bytes(
+            descriptor_pb2.FileDescriptorSet(file=self.files).SerializeToString()
+        )
+        return [*(directory / fdp.name for fdp in self.files), directory / DESCRIPTOR_SET_FILE]
 
 
 @functools.cache

@@ -1,11 +1,9 @@
 """The simulator's public face: :class:`Simulator`, its lifecycle, its faults and its two gRPC servers.
 
-Methods are looked up per call, so drift modes (another package, the exporter RPCs
-in a second service), the served schema and reflection take effect at once, even
-on a running server. Every call first passes the fault gate (slow start, per-RPC
-latency or hang). The served schema is applied at this edge only: requests are
-decoded with the served classes into builtin ones and responses the other way,
-so the node's logic (:class:`~nomad_plugin.sim.core.SimCore`) never changes.
+Methods are looked up per call, so drift, the served schema and reflection take
+effect at once on a running server. Every call first passes the fault gate. The
+served schema is applied at this edge only (requests decoded into builtin
+classes, responses the other way), so the node's logic never changes.
 """
 
 from __future__ import annotations
@@ -112,7 +110,7 @@ class Simulator(SimCore):
                 self._collector = threading.Thread(target=self._collect_loop, name="xdm-sim-collector", daemon=True)
                 self._collector.start()
             if self.options.control and self._control is None:
-                self._start_control()
+                self._control = ControlServer(self, self.control_path)
         log.info("xdm-sim %s: %d x %s on %s", self.profile, len(self.cards), self.cards[0].model, self.socket_dir)
         return self
 
@@ -132,9 +130,6 @@ class Simulator(SimCore):
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
-
-    def _start_control(self) -> None:
-        self._control = ControlServer(self, self.control_path)
 
     def _collect_loop(self) -> None:
         while not self._collector_stop.wait(self.options.collect_interval_ms / 1000.0):
@@ -199,11 +194,9 @@ class Simulator(SimCore):
                 if self.socket_dir.exists():
                     self.socket_dir.rmdir()
             time.sleep(downtime)
-            self.reload()
-            self._serve()
-            self.crashed = False
+            self.revive()
             if remove_dir and control_was_up:
-                self._start_control()
+                self._control = ControlServer(self, self.control_path)
             log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self.options.reflection)
 
     def crash(self) -> None:

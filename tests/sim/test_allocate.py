@@ -248,7 +248,7 @@ def test_error_mode_grpc(make_sim):
     with pytest.raises(grpc.RpcError) as err:
         c.allocate("g", {"minor": 99})
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "no card 99" in err.value.details()
-    sim.set_error_mode("inband")
+    sim.set_choice("error_mode", "inband")
     refused(c.allocate("g", {"minor": 99}), NOT_FOUND)
 
 
@@ -282,7 +282,7 @@ def test_release_unknown_not_found_by_default(sim_client):
     sim, c = sim_client
     resp = c.xdm.Release(pb.ReleaseRequest(id="nope"), timeout=5)
     assert resp.status == NOT_FOUND and "nope" in resp.message
-    sim.set_release_unknown("ok")
+    sim.set_choice("release_unknown", "ok")
     assert c.xdm.Release(pb.ReleaseRequest(id="nope"), timeout=5).status == 0
 
 

@@ -101,7 +101,7 @@ def test_minor_omit_zero_caught_and_released(sim: object, client: XdmClient, soc
 
 @pytest.mark.parametrize("mode", ["inband", "grpc"])
 def test_refusals_pass_the_message_through(sim: object, client: XdmClient, mode: str) -> None:
-    sim.set_error_mode(mode)  # type: ignore[attr-defined]
+    sim.set_choice("error_mode", mode)  # type: ignore[attr-defined]
     with pytest.raises(BackendRefused) as info:
         client.allocate(_ask("r-1", 0, core=150))
     assert "core" in str(info.value)
