@@ -17,8 +17,10 @@ templates, and python-hcl2 cannot read HCL v1's hex numbers, quoted attribute na
 between attributes); docs/operator.md lists them. Where HCL v2 disagrees with the agent, the row
 says so: HCL v2 is not the agent's parser for agent files.
 
-data_dir rows are not here: data_dir's rules live in SetConfig's validation and join this
-corpus when they land; every row points data_dir at a temporary directory.
+Every row points data_dir at a temporary directory of its own, except the data_dir rows, which
+write data_dir in the file (``{data}`` stands for that temporary directory): SetConfig refuses a
+data_dir that is empty, relative, has a ``..`` component, is a system directory or lies in a
+kernel filesystem, and doctor must say so before the agent does.
 """
 
 from __future__ import annotations
@@ -51,10 +53,15 @@ class Row:
     doctor: str | None = None  # doctor's verdict when it is stricter than the agent's
     why: str = ""
 
+    @property
+    def own_data_dir(self) -> bool:
+        return "data_dir" in self.body
+
     def text(self, data_dir: Path) -> str:
-        if self.body.startswith("FILE:"):
-            return self.body[len("FILE:") :].lstrip("\n")
-        return f'plugin "{PLUGIN}" {{\n  config {{\n{self.body}\n  }}\n}}\n'
+        body = self.body.replace("{data}", str(data_dir))
+        if body.startswith("FILE:"):
+            return body[len("FILE:") :].lstrip("\n")
+        return f'plugin "{PLUGIN}" {{\n  config {{\n{body}\n  }}\n}}\n'
 
 
 ROWS = [
@@ -194,6 +201,13 @@ ROWS = [
         hcl2=REFUSED,
         why="HCL v1 keeps $${ and the JSON decoder unescapes it once; HCL v2 unescapes it twice",
     ),
+    # --- data_dir: SetConfig's rules, which doctor applies too -------------------------
+    Row("data_dir of the plugin's own", '    data_dir = "{data}/plugin"', OK),
+    Row("data_dir empty", '    data_dir = ""', REFUSED, why="the journal would land in the agent's working directory"),
+    Row("data_dir relative", '    data_dir = "nomad-device-lingjun"', REFUSED),
+    Row("data_dir with a .. component", '    data_dir = "{data}/../elsewhere"', REFUSED),
+    Row("data_dir a system directory", '    data_dir = "/var/lib"', REFUSED),
+    Row("data_dir in a kernel filesystem", '    data_dir = "/proc/nomad-device-lingjun"', REFUSED),
     # --- doctor stricter than the agent (documented in docs/operator.md) --------------
     Row(
         "function in a template",
@@ -220,10 +234,14 @@ class Verdicts:
     hcl2_text: str
 
 
-def _doctor(path: Path, data_dir: Path) -> tuple[str, str]:
+def _data_dir_set(data_dir: Path | None) -> list[str]:
+    return [] if data_dir is None else ["--set", f'data_dir="{data_dir}"']
+
+
+def _doctor(path: Path, data_dir: Path | None) -> tuple[str, str]:
     proc = subprocess.run(
         [str(real_plugin()), "doctor", "--config-only", "--json", "--plugin-config", str(path),
-         "--set", f'data_dir="{data_dir}"'],
+         *_data_dir_set(data_dir)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
@@ -233,10 +251,10 @@ def _doctor(path: Path, data_dir: Path) -> tuple[str, str]:
     return (REFUSED if failed else OK), " ".join(f["summary"] for f in config)
 
 
-def _host(host: Path, path: Path, data_dir: Path, syntax: str) -> tuple[str, str, str]:
+def _host(host: Path, path: Path, data_dir: Path | None, syntax: str) -> tuple[str, str, str]:
     proc = subprocess.run(
         [str(host), "--plugin", str(real_plugin()), "--phase", "validate", "--agent-syntax", syntax,
-         "--config", str(path), "--set", f'data_dir="{data_dir}"'],
+         "--config", str(path), *_data_dir_set(data_dir)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -263,9 +281,10 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdicts]:
         path = root / f"row{index:02d}.hcl"
         data_dir = root / f"data{index:02d}"
         path.write_text(row.text(data_dir))
-        doctor, doctor_text = _doctor(path, data_dir)
-        nomad, nomad_text, stage = _host(host, path, data_dir, "hcl1")
-        hcl2, hcl2_text, _ = _host(host, path, data_dir, "hcl2")
+        given = None if row.own_data_dir else data_dir
+        doctor, doctor_text = _doctor(path, given)
+        nomad, nomad_text, stage = _host(host, path, given, "hcl1")
+        hcl2, hcl2_text, _ = _host(host, path, given, "hcl2")
         return row.name, Verdicts(doctor, doctor_text, nomad, nomad_text, stage, hcl2, hcl2_text)
 
     with ThreadPoolExecutor(max_workers=3) as pool:
