@@ -415,10 +415,6 @@ class Reserver:
                 kinds.setdefault(card, set()).add(Kind(entry.kind))
         return {card: frozenset(found) for card, found in kinds.items()}
 
-    def holder(self, device_id: str) -> JournalEntry | None:
-        """The journalled grant that holds ``device_id`` (for the stats layout), or None."""
-        return next((e for e in self.journal.entries() if device_id in e.device_ids), None)
-
     # -- internals --------------------------------------------------------------------
 
     def _put(self, entry: JournalEntry) -> None:
