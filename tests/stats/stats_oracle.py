@@ -51,42 +51,25 @@ from nomad_plugin._proto.nomad import device_pb2, stats_pb2
 from nomad_plugin.model.card import Card, Inventory
 from nomad_plugin.model.instances import Catalog, Instance, Kind
 from nomad_plugin.model.metrics import UNSUPPORTED_BITS
-from nomad_plugin.stats.feed import MetricsCache, Reading
-
-STALE_INTERVALS = 2.0
-NOT_AVAILABLE = "N/A"
-
-# NVML's clock-throttle-reason bits (nvmlClocksEventReasons), the encoding the
-# exporter's ``throttle_reasons`` bitmask is assumed to follow.
-THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal"),
-    (0x40, "hw_thermal"),
-    (0x80, "power_brake"),
-    (0x100, "display_clock_setting"),
+from nomad_plugin.stats.engine import (  # the facts both builders share: names, descriptions, bits
+    DESC_BAR1,
+    DESC_DECODER,
+    DESC_ECC_L1,
+    DESC_ECC_L2,
+    DESC_ECC_MEMORY,
+    DESC_ENCODER,
+    DESC_GPU_UTIL,
+    DESC_MEMORY_STATE,
+    DESC_MEMORY_UTIL,
+    DESC_POWER,
+    DESC_TEMPERATURE,
+    NOT_AVAILABLE,
+    STALE_INTERVALS,
+    THROTTLE_REASONS,
+    GrantInfo,
+    GrantOf,
 )
-
-
-@dataclass(frozen=True)
-class GrantInfo:
-    """What the reserve layer granted to one instance (0 = unlimited / not MIG)."""
-
-    grant_id: str
-    core_limit_percent: int = 0
-    memory_limit_gib: int = 0
-    slices: int = 0
-
-
-GrantOf = Callable[[str], "GrantInfo | None"]
-
-
-def no_grants(instance_id: str) -> GrantInfo | None:
-    """A ``GrantOf`` for when no reserve layer is wired: nothing is granted."""
-    return None
+from nomad_plugin.stats.feed import MetricsCache, Reading
 
 
 def decode_throttle(mask: int) -> list[str]:
@@ -222,19 +205,6 @@ CardSpecs = tuple[list[tuple[str, Spec]], list[tuple[str, Spec]]]
 
 # nomad-device-nvidia's descriptions of its eleven stats (stats.go), word for word: the API,
 # `nomad alloc status -json` and whatever reads them get the same text from either plugin.
-DESC_POWER = "Power usage for this GPU in watts and its associated circuitry (e.g. memory) / Maximum GPU Power"
-DESC_GPU_UTIL = (
-    "Percent of time over the past sample period during which one or more kernels were executing on the GPU."
-)
-DESC_MEMORY_UTIL = "Percentage of bandwidth used during the past sample period"
-DESC_ENCODER = "Percent of time over the past sample period during which GPU Encoder was used"
-DESC_DECODER = "Percent of time over the past sample period during which GPU Decoder was used"
-DESC_TEMPERATURE = "Temperature of the Unit"
-DESC_MEMORY_STATE = "UsedMemory / TotalMemory"
-DESC_BAR1 = "UsedBAR1 / TotalBAR1"
-DESC_ECC_L1 = "Requested L1Cache error counter for the device"
-DESC_ECC_L2 = "Requested L2Cache error counter for the device"
-DESC_ECC_MEMORY = "Requested memory error counter for the device"
 
 
 def _unsupported(r: Callable[[str], Reading | None]) -> int:
