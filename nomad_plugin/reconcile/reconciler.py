@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 
 #: How often the node and the token's visibility are checked again (policies can change at any time).
 VISIBILITY_PERIOD = 300.0
+#: The least time between two answers acted on: a burst of allocation changes (tasks starting, each
+#: with a Reserve) makes one round, not one per change. Nomad's client batches its own allocation
+#: updates the same way (client/client.go, ``allocSyncIntv``).
+MIN_ROUND_INTERVAL = 0.5
 
 
 @dataclass
@@ -140,11 +144,16 @@ def decide(
     entries, allocs = list(entries), list(allocs)
     by_id = {a.id: a for a in allocs}
     live = [a for a in allocs if a.live]
+    first_holder: dict[str, int] = {}  # device id -> index in ``live`` of the first allocation holding it
+    for n, alloc in enumerate(live):
+        for device_id in alloc.device_ids:
+            first_holder.setdefault(device_id, n)
     release: list[tuple[str, str]] = []
     unverifiable: list[str] = []
     deadlines: list[float] = []
     for entry in (e for e in entries if e.state is EntryState.GRANTED):
-        holder = next((a for a in live if a.device_ids.intersection(entry.device_ids)), None)
+        held = [first_holder[d] for d in entry.device_ids if d in first_holder]
+        holder = live[min(held)] if held else None
         if holder is not None:
             timers.claims[entry.grant_id] = Claim(holder.id, holder.namespace, holder.job)
             timers.orphaned_since.pop(entry.grant_id, None)
@@ -282,6 +291,7 @@ class Reconciler:
         state_path: str | Path | None = None,
         wall_clock: Callable[[], float] = time.time,
         hostname: str | None = None,
+        min_round_interval: float = 0.0,
     ) -> None:
         self.reserver = reserver
         self.client = client
@@ -290,6 +300,8 @@ class Reconciler:
         self.node_id = node_id
         self.max_wait = max_wait
         self.idle_period = idle_period
+        self.min_round_interval = min_round_interval
+        self._answered_at = float("-inf")
         self.backoff = backoff or Backoff()
         self.clock = clock
         self.timers = Timers()
@@ -357,7 +369,11 @@ class Reconciler:
             log.info("reconciler: watching allocations of Nomad node %s", self.node_id)
         self._prove_node()
         self._refresh_visibility()
+        pause = self._answered_at + self.min_round_interval - self.clock()
+        if pause > 0 and self._stop.wait(pause):
+            return
         page = self.client.node_allocations(self.node_id, self.index, self._wait())
+        self._answered_at = self.clock()
         self.backoff.reset()
         self.last_error = ""
         # An index that goes backwards (a server restored from a snapshot, a new leader behind) would make

@@ -129,6 +129,22 @@ def test_terminal_alloc_released_after_grace_not_before(tmp_path, api):
     assert reserver.counters.grants_released_by_reconcile == 1
 
 
+def test_a_burst_of_changes_is_answered_once_per_min_round_interval(tmp_path, api):
+    reserver, backend, rec = setup(tmp_path, api)
+    rec.min_round_interval = 0.4
+    rec.round()  # the first answer: acted on at once
+    gid = grant_of(reserver, [card_uuid(0)])
+    api.add_alloc("alloc-1", [card_uuid(0)])
+    t0 = time.monotonic()
+    rec.round()
+    assert time.monotonic() - t0 >= 0.35, "the next answer waits out the interval"
+    assert rec.timers.claims[gid].alloc_id == "alloc-1", "and carries every change made meanwhile"
+    rec.stop()
+    t0 = time.monotonic()
+    rec.round()  # stopped during the pause: no query
+    assert time.monotonic() - t0 < 0.3
+
+
 @pytest.mark.parametrize("status", ["failed", "lost"])
 def test_other_terminal_statuses(tmp_path, api, status):
     clock = Clock()
