@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -259,15 +259,17 @@ class Journal:
     def __len__(self) -> int:
         return len(self._current())
 
-    def put(self, entry: JournalEntry) -> None:
+    def put(self, entry: JournalEntry, remove: Collection[str] = ()) -> None:
+        """Add or replace ``entry``, and drop the grants ``remove`` names, in one write."""
         with self._locked(fcntl.LOCK_EX) as dir_fd:
             self._catch_up()
-            if entry.grant_id not in self._entries and len(self._entries) >= self.max_entries:
+            kept = {g: e for g, e in self._entries.items() if g not in remove} if remove else self._entries
+            if entry.grant_id not in kept and len(kept) >= self.max_entries:
                 raise JournalFull(
-                    f"the grant journal holds {len(self._entries)} grants (limit {self.max_entries}); "
+                    f"the grant journal holds {len(kept)} grants (limit {self.max_entries}); "
                     "grants are not being released - check the reconciler and the Nomad API"
                 )
-            self._write({**self._entries, entry.grant_id: entry}, dir_fd)
+            self._write({**kept, entry.grant_id: entry}, dir_fd)
 
     def remove(self, grant_id: str) -> bool:
         with self._locked(fcntl.LOCK_EX) as dir_fd:

@@ -266,8 +266,8 @@ class Reserver:
         plan = plan_request(list(device_ids), self.catalog_source())
         try:
             with self._cards_locked(plan.card_uuids):
-                self._release_previous_holders(plan)
-                entry, spec = self._grant(str(uuid.uuid4()), plan)
+                released = self._release_previous_holders(plan)
+                entry, spec = self._grant(str(uuid.uuid4()), plan, released)
         finally:
             self._changed()
         mounts: tuple[int, MountDecision] | None = None
@@ -281,8 +281,10 @@ class Reserver:
             audit()
         return device_pb2.ReserveResponse(container_res=spec.to_proto())
 
-    def _grant(self, grant_id: str, plan: RequestPlan) -> tuple[JournalEntry, ContainerSpec]:
-        """Journal the intent, Allocate, journal the grant.
+    def _grant(
+        self, grant_id: str, plan: RequestPlan, released: tuple[str, ...] = ()
+    ) -> tuple[JournalEntry, ContainerSpec]:
+        """Journal the intent (dropping the ``released`` grants in the same write), Allocate, journal the grant.
 
         XDM may come to hold the intent's grant id until ``settle_until`` (the
         Allocate deadline, and one more for an XDM that goes on with a call its
@@ -302,7 +304,7 @@ class Reserver:
             settle_until=now + 2 * self.config.xdm_allocate_timeout,
         )
         # Durable before Allocate: after any crash the next plugin releases it (startup recovery).
-        self._put(entry)
+        self._put(entry, released)
         self._step("before-allocate")
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
@@ -334,12 +336,18 @@ class Reserver:
         self._step("after-journal")
         return entry, spec
 
-    def _release_previous_holders(self, plan: RequestPlan) -> None:
-        """Route (a): Nomad hands out only free IDs, so an older holder of them has ended."""
+    def _release_previous_holders(self, plan: RequestPlan) -> tuple[str, ...]:
+        """Route (a): Nomad hands out only free IDs, so an older holder of them has ended.
+
+        Returns the grants XDM no longer holds: they leave the journal with the new intent's write.
+        """
         ids = {i.id for i in plan.instances}
+        released = []
         for old in [e for e in self.journal.entries() if ids.intersection(e.device_ids)]:
-            self._release_locked(old, "re-reserved: its device IDs were handed to a new allocation")
+            if self._release_locked(old, "re-reserved: its device IDs were handed to a new allocation", forget=False):
+                released.append(old.grant_id)
             self.counters.inc("grants_released_by_reserve")
+        return tuple(released)
 
     def _abandon(self, entry: JournalEntry, why: str) -> None:
         log.warning("grant %s abandoned (%s); releasing it", entry.grant_id, why)
@@ -358,7 +366,8 @@ class Reserver:
         finally:
             self._changed()
 
-    def _release_locked(self, entry: JournalEntry, reason: str) -> bool:
+    def _release_locked(self, entry: JournalEntry, reason: str, *, forget: bool = True) -> bool:
+        """Release in XDM; True when that is final. ``forget``: also drop the entry from the journal now."""
         try:
             self.backend.release(entry.grant_id)
         except PluginError as exc:
@@ -372,8 +381,9 @@ class Reserver:
             if entry.state is not EntryState.RELEASING:
                 self._put(entry.with_state(EntryState.RELEASING))
             return False
-        self.journal.remove(entry.grant_id)
-        self.counters.journal_size = len(self.journal)
+        if forget:
+            self.journal.remove(entry.grant_id)
+            self.counters.journal_size = len(self.journal)
         log.info(
             "grant %s released: %s",
             entry.grant_id,
@@ -417,9 +427,9 @@ class Reserver:
 
     # -- internals --------------------------------------------------------------------
 
-    def _put(self, entry: JournalEntry) -> None:
+    def _put(self, entry: JournalEntry, remove: tuple[str, ...] = ()) -> None:
         try:
-            self.journal.put(entry)
+            self.journal.put(entry, remove)
         except OSError as exc:
             state = "no grant was made" if entry.state is EntryState.INTENT else "the grant is being released"
             raise JournalWriteFailed(f"grant journal write failed in {self.journal.dir}: {exc}; {state}") from exc

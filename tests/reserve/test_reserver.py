@@ -387,7 +387,7 @@ def test_a_failed_release_warns_with_its_reason_and_is_journalled_as_releasing_o
     b.fail_release = UNAVAILABLE
     puts = []
     real_put = r.journal.put
-    r.journal.put = lambda entry: (puts.append(entry.state), real_put(entry))[1]
+    r.journal.put = lambda entry, remove=(): (puts.append(entry.state), real_put(entry, remove))[1]
     with caplog.at_level("WARNING"):
         assert not r.release_grant(gid, "allocation a1 of job default/web ended (complete)")
         assert not r.release_grant(gid, "retry of an earlier failed release")
@@ -646,6 +646,26 @@ def test_a_re_reserve_releases_every_earlier_holder_with_its_reason(tmp_path, ca
     assert [e.grant_id for e in r.entries()] == [new] and set(b.grants) == {new}
 
 
+def test_a_re_reserve_drops_the_released_holder_in_the_intents_write(tmp_path):
+    """Two journal writes for a re-reserve: the intent (without the released holder), then the grant."""
+    seen = []
+    r, b, _ = make(tmp_path, step_hook=lambda step: seen.append((step, Journal.snapshot(tmp_path / "data"))))
+    old = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    writes = []
+    real_put, real_remove = r.journal.put, r.journal.remove
+    r.journal.put = lambda entry, remove=(): (
+        writes.append(("put", entry.state, tuple(remove))),
+        real_put(entry, remove),
+    )[1]
+    r.journal.remove = lambda grant_id: (writes.append(("remove", grant_id)), real_remove(grant_id))[1]
+    seen.clear()
+    new = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
+    assert writes == [("put", EntryState.INTENT, (old,)), ("put", EntryState.GRANTED, ())]
+    step, on_disk = seen[0]
+    assert step == "before-allocate" and [(e.grant_id, e.state) for e in on_disk] == [(new, EntryState.INTENT)]
+    assert old in b.released and set(b.grants) == {new}
+
+
 def test_retry_pending_releases_with_its_reason(tmp_path, caplog):
     r, b, _ = make(tmp_path)
     gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
@@ -664,7 +684,7 @@ def test_journal_write_failures_say_where_and_what_it_means(tmp_path):
     gid = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
     real_put = r.journal.put
 
-    def failing_put(entry):
+    def failing_put(entry, remove=()):
         raise OSError(28, "No space left on device")
 
     r.journal.put = failing_put
@@ -689,10 +709,10 @@ def test_a_grant_that_cannot_be_journalled_after_allocate_is_released(tmp_path):
     r, b, _ = make(tmp_path)
     real_put = r.journal.put
 
-    def put(entry):
+    def put(entry, remove=()):
         if entry.state is EntryState.GRANTED:
             raise OSError(5, "Input/output error")
-        real_put(entry)
+        real_put(entry, remove)
 
     r.journal.put = put
     with pytest.raises(JournalWriteFailed) as info:
