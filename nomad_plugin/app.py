@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from nomad_plugin.nomad.reserve import AfterReply, MountPolicy, Reserver
     from nomad_plugin.nvml.companion import NvmlCompanion
     from nomad_plugin.reconcile.node_meta import NodeMetaPublisher
-    from nomad_plugin.reconcile.nomad_api import AllocView
+    from nomad_plugin.reconcile.nomad_api import AllocPage, AllocView
     from nomad_plugin.reconcile.reconciler import Reconciler
     from nomad_plugin.reconcile.requests import RequestWatcher
     from nomad_plugin.stats.engine import GrantInfo, StatsEngine
@@ -243,7 +243,7 @@ class PluginApp:
         first or the journal is unusable (``journal_error``)."""
         from nomad_plugin.nomad.reserve import Reserver
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
-        from nomad_plugin.reconcile.reconciler import Reconciler, reconciler_state_path
+        from nomad_plugin.reconcile.reconciler import MIN_ROUND_INTERVAL, Reconciler, reconciler_state_path
         from nomad_plugin.reconcile.requests import RequestWatcher
 
         taken = self._take_ownership(config)
@@ -263,6 +263,7 @@ class PluginApp:
             grace=config.release_grace_period,
             node_id=config.nomad_node_id,
             state_path=reconciler_state_path(config.data_dir),
+            min_round_interval=MIN_ROUND_INTERVAL,
         )
         requests = RequestWatcher(reserver, config.data_dir, self._live_holder)
         owner = Owner(lock, reserver, reconciler, requests, close_mounts)
@@ -332,7 +333,7 @@ class PluginApp:
         if mode != "auto":
             return MountPolicy(mode, observe=observe), None
         client = NomadClient(NomadApiSettings.from_config(config))
-        lookup = AllocVolumeLookup(client, config.nomad_node_id)
+        lookup = AllocVolumeLookup(client, config.nomad_node_id, recent=self._last_page)
         policy = MountPolicy(mode, lookup.lookup, observe)
 
         def close() -> None:
@@ -341,10 +342,14 @@ class PluginApp:
 
         return policy, close
 
+    def _last_page(self) -> AllocPage | None:
+        """This node's allocations as the reconciler last saw them."""
+        owner = self._owner
+        return owner.reconciler.last_page if owner is not None else None
+
     def _live_holder(self, entry: JournalEntry) -> AllocView | None:
         """The live allocation holding one of ``entry``'s devices, as the reconciler last saw (``grants release``)."""
-        owner = self._owner
-        page = owner.reconciler.last_page if owner is not None else None
+        page = self._last_page()
         ids = set(entry.device_ids)
         return next((a for a in page.allocs if a.live and a.device_ids & ids), None) if page is not None else None
 

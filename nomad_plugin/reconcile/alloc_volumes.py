@@ -9,6 +9,13 @@ allocation's job. When that cannot be told the verdict is "unknown" and the
 mounts are withheld: losing a task's volumes is worse than lacking XDM's
 driver mounts. An API that timed out is not asked again for
 ``TIMEOUT_BACKOFF`` seconds, so the Reserves in between do not each wait.
+
+The reconciler's last page (``recent``) usually names the allocation already:
+Nomad places it, and the node's blocking query answers, before its task
+starts. Only those allocations are read then, afresh; the node's whole list
+(every allocation with its job) is read when the page names none, or names
+one that has ended or is no longer desired to run (a page from before the
+replacement was placed).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from nomad_plugin.reconcile.nomad_api import TERMINAL, NomadApiError, NomadClient, parse_alloc
+from nomad_plugin.reconcile.nomad_api import TERMINAL, AllocPage, NomadApiError, NomadClient, parse_alloc
 
 #: Tries when no allocation holds the IDs yet, and the pause between them.
 LOOKUP_ATTEMPTS = 3
@@ -97,8 +104,10 @@ class AllocVolumeLookup:
         sleep: Callable[[float], None] = time.sleep,
         backoff: float = TIMEOUT_BACKOFF,
         clock: Callable[[], float] = time.monotonic,
+        recent: Callable[[], AllocPage | None] = lambda: None,
     ) -> None:
         self._client = client
+        self._recent = recent
         self._node_id = node_id
         self._attempts = max(1, attempts)
         self._retry_delay = retry_delay
@@ -145,10 +154,13 @@ class AllocVolumeLookup:
             return self._node_id
 
     def _once(self, node_id: str, device_ids: Sequence[str]) -> VolumeVerdict | None:
-        body = self._client.get(f"/v1/node/{quote(node_id, safe='')}/allocations")
-        if not isinstance(body, list):
-            raise ValueError("node allocations answer is not a list")
-        candidates = find_candidates(body, device_ids)
+        allocs = self._recently_placed(device_ids)
+        if allocs is None:
+            body = self._client.get(f"/v1/node/{quote(node_id, safe='')}/allocations")
+            if not isinstance(body, list):
+                raise ValueError("node allocations answer is not a list")
+            allocs = body
+        candidates = find_candidates(allocs, device_ids)
         if not candidates:
             return None
         answers: dict[bool, list[str]] = {}
@@ -170,3 +182,23 @@ class AllocVolumeLookup:
             )
         has = next(iter(answers))
         return VolumeVerdict(True, has, f"task {', '.join(answers[has])} {'has' if has else 'has no'} volume_mount")
+
+    def _recently_placed(self, device_ids: Sequence[str]) -> list[Any] | None:
+        """The live allocations of the last page holding exactly ``device_ids``, as Nomad answers now;
+        None when there are none, or one has ended or is not desired to run."""
+        page = self._recent()
+        wanted = frozenset(device_ids)
+        named = [a.id for a in page.allocs if a.live and wanted in (ids for _, ids in a.task_devices)] if page else []
+        fresh = []
+        for alloc_id in named:
+            try:
+                alloc = self._client.get(f"/v1/allocation/{quote(alloc_id, safe='')}")
+            except NomadApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            live = isinstance(alloc, dict) and alloc.get("ClientStatus") not in TERMINAL
+            if not live or alloc.get("DesiredStatus", "run") != "run":
+                return None
+            fresh.append(alloc)
+        return fresh or None

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup, VolumeVerdict, find_candidates, task_volume_mounts
-from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient, parse_alloc
+from nomad_plugin.reconcile.nomad_api import AllocPage, NomadApiSettings, NomadClient, parse_alloc
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.nomad_jobs import HostVolume, NodeListWithoutJobs, add_alloc_with_job
 from tests.doubles.reserve_fakes import Clock
@@ -339,3 +339,57 @@ def test_parse_alloc_keeps_each_device_block_with_its_task() -> None:
     drifted = alloc("a3", IDS, desired=7)  # type: ignore[arg-type]
     assert parse_alloc(drifted).device_ids == frozenset(IDS), "a drifted DesiredStatus fails nothing"
     assert found([drifted, alloc("a4", IDS)]) == [("a4", "t")], "and it is not read as run"
+
+
+# -- the reconciler's last page names the allocation ---------------------------------
+
+
+def page_of(api: NomadApiDouble) -> AllocPage:
+    """The node's allocations as the reconciler's blocking query last answered."""
+    return NomadClient(NomadApiSettings(address=api.address)).node_allocations(api.node_id)
+
+
+def test_the_allocation_the_page_names_is_read_alone(api: NomadApiDouble) -> None:
+    add_alloc_with_job(api, "a1", IDS, volumes=[HostVolume()])
+    add_alloc_with_job(api, "b1", ["GPU-cccc"])
+    page = page_of(api)
+    api.requests.clear()
+    assert lookup(api, recent=lambda: page).lookup(IDS) == VolumeVerdict(True, True, "task a1/task has volume_mount")
+    assert paths(api) == ["/v1/agent/self", "/v1/allocation/a1"], "the node's ID, then the one allocation"
+
+
+def test_a_page_from_before_the_replacement_falls_back_to_the_whole_list(api: NomadApiDouble) -> None:
+    """The page names the old holder; Nomad has since asked it to stop and placed the replacement."""
+    add_alloc_with_job(api, "old", IDS)
+    page = page_of(api)
+    add_alloc_with_job(api, "old", IDS, desired_status="stop")
+    add_alloc_with_job(api, "new", IDS, "pending", volumes=[HostVolume()])
+    api.requests.clear()
+    assert lookup(api, recent=lambda: page).lookup(IDS) == VolumeVerdict(True, True, "task new/task has volume_mount")
+    assert paths(api)[-1] == f"/v1/node/{api.node_id}/allocations"
+
+
+@pytest.mark.parametrize("change", ["complete", "gone"])
+def test_a_named_allocation_that_ended_or_is_gone_falls_back_to_the_whole_list(
+    api: NomadApiDouble, change: str
+) -> None:
+    add_alloc_with_job(api, "old", IDS)
+    page = page_of(api)
+    if change == "gone":
+        api.remove_alloc("old")
+    else:
+        api.set_status("old", change)
+    add_alloc_with_job(api, "new", IDS, "pending")
+    assert lookup(api, recent=lambda: page).lookup(IDS) == VolumeVerdict(
+        True, False, "task new/task has no volume_mount"
+    )
+    assert paths(api)[-1] == f"/v1/node/{api.node_id}/allocations"
+
+
+def test_a_page_that_names_no_holder_falls_back_to_the_whole_list(api: NomadApiDouble) -> None:
+    page = page_of(api)
+    add_alloc_with_job(api, "a1", IDS)
+    assert lookup(api, recent=lambda: page).lookup(IDS) == VolumeVerdict(
+        True, False, "task a1/task has no volume_mount"
+    )
+    assert paths(api)[-1] == f"/v1/node/{api.node_id}/allocations"
