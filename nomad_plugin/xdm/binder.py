@@ -15,6 +15,7 @@ import functools
 import hashlib
 import importlib.resources
 import logging
+import operator
 import os
 import re
 import tempfile
@@ -466,6 +467,8 @@ def _reader(mfield: FieldDescriptor, tfield: FieldDescriptor) -> Reader:
         if mfield.is_repeated:
             return lambda m: list(getattr(m, name))
         return lambda m: getattr(m, name) if m.HasField(name) else None
+    if mcat == tcat or (mcat == "int" and tcat == "enum"):
+        return (lambda m: list(getattr(m, name))) if mfield.is_repeated else operator.attrgetter(name)
     convert = _converter(mcat, tcat, tfield)
     if mfield.is_repeated:
         return lambda m: [convert(v) for v in getattr(m, name)]
@@ -473,8 +476,6 @@ def _reader(mfield: FieldDescriptor, tfield: FieldDescriptor) -> Reader:
 
 
 def _converter(mcat: str, tcat: str, tfield: FieldDescriptor) -> Callable[[Any], Any]:
-    if mcat == tcat or (mcat == "int" and tcat == "enum"):
-        return lambda v: v
     if mcat == "string" and tcat == "enum":
         values = {v.number: v.name for v in tfield.enum_type.values} if tfield.enum_type is not None else {}
         return lambda v: values.get(v, str(v))
