@@ -145,10 +145,9 @@ def is_not_found(error: BackendRefused) -> bool:
     return guesses.says_not_found(str(error))
 
 
-#: A 16-card node's push stays far under gRPC's 4 MiB default: past 16 MiB it is malformed.
-MAX_MESSAGE_BYTES = 16 << 20
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # a 16-card node's push stays far under gRPC's 4 MiB default: past 16 MiB it is malformed
+    ("grpc.max_receive_message_length", 16 << 20),
     # the reference's reconnect rule
     ("grpc.initial_reconnect_backoff_ms", 1000),
     ("grpc.min_reconnect_backoff_ms", 1000),
@@ -282,7 +281,6 @@ class XdmClient:
         self._findings: dict[str, tuple[str, str]] = {}
         self.binds = 0  # successful (re)binds
 
-    # ------------------------------------------------------------ schema binding
     def binding(self) -> Binding:
         """The bound schema; ``SchemaMismatch`` if it lacks what the plugin needs."""
         with self._bind_lock:
@@ -380,7 +378,6 @@ class XdmClient:
             log.info("XDM %s answers plausibly again", rpc)
         return text
 
-    # ------------------------------------------------------------ public API
     def list_supported_xpu_types(self) -> list[str]:
         b = self.binding()
         return adapter.xpu_types(self._call(b, "ListSupportedXPUType"), b)
@@ -396,7 +393,7 @@ class XdmClient:
     def list_and_watch(self) -> Subscription[list[Card]]:
         """Subscribe once; each item is the complete card list (R12), judged by the adapter."""
         b = self.binding()
-        rpc = self._rpc(b, "ListAndWatch")
+        rpc = b.rpc("ListAndWatch")
 
         def cards(msg: Message) -> list[Card]:
             found = adapter.cards_from_list_and_watch(msg, self.drift, b)
@@ -452,7 +449,7 @@ class XdmClient:
 
     def exporter_data_stream(self) -> Subscription[list[MetricSample]]:
         b = self.binding()
-        rpc = self._rpc(b, "ExporterDataStream")
+        rpc = b.rpc("ExporterDataStream")
         path = rpc.path
         if path is None:
             if not {"ExporterDataStream", "ExporterGetDataList"} & set(self._services):
@@ -504,18 +501,11 @@ class XdmClient:
         self._dp2mgr.reset()
         self._config.reset()
 
-    # ------------------------------------------------------------ calls
-    def _rpc(self, b: Binding, method: str) -> Rpc:
-        rpc = b.rpcs.get(method)
-        if rpc is None:
-            raise BackendUnavailable(f"XDM {method}: the bound schema ({b.source}) has no such RPC", "unimplemented")
-        return rpc
-
     def _call(
         self, b: Binding, method: str, request: Message | None = None, timeout: float = 0.0, inband: bool = False
     ) -> Message:
         """One unary call (an empty request by default); ``inband``: raise XDM's in-band refusal."""
-        rpc = self._rpc(b, method)
+        rpc = b.rpc(method)
         request = request if request is not None else rpc.request.new()
         endpoint = self._config if rpc.role == "config" else self._dp2mgr
         if rpc.path is not None:
