@@ -46,17 +46,6 @@ CAPTURED_RPCS = tuple(
 WRITING_RPCS = frozenset({"Allocate", "Release", "Enable", "Disable"})  # never captured (tests/captures)
 
 
-def _reflect(channel: grpc.Channel, timeout: float) -> tuple[FileSet | None, str]:
-    """(XDM's reflected schema, "") or (None, why not); never raises for a bad answer."""
-    try:
-        fds = binder.reflect(channel, timeout)
-    except grpc.RpcError as exc:
-        return None, f"{exc.code().name}: {exc.details()}"
-    except binder.SchemaError as exc:
-        return None, f"bad reflection answer: {exc}"
-    return (fds, "") if fds is not None else (None, "UNIMPLEMENTED: no reflection service")
-
-
 def _candidates(role: str, rpc: str, config: PluginConfig, reflected: FileSet | None) -> list[str]:
     found = binder.services_with(reflected, rpc) if reflected is not None else []
     if role == "config":
@@ -115,7 +104,12 @@ def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[
     try:
         reflected: dict[str, FileSet | None] = {}
         for name, channel in channels.items():
-            fds, why = _reflect(channel, timeout)
+            try:  # a bad answer is recorded, never raised
+                fds, why = binder.reflect(channel, timeout), "UNIMPLEMENTED: no reflection service"
+            except grpc.RpcError as exc:
+                fds, why = None, f"{exc.code().name}: {exc.details()}"
+            except binder.SchemaError as exc:
+                fds, why = None, f"bad reflection answer: {exc}"
             reflected[name] = fds
             entry: dict[str, Any] = {"served": fds is not None}
             if fds is not None:

@@ -434,14 +434,10 @@ class XdmClient:
         """Release; "not found" counts as released (R6)."""
         b = self.binding()
         try:
-            response = self._call(b, "Release", adapter.request("Release", b, id=grant_id))
+            self._call(b, "Release", adapter.request("Release", b, id=grant_id), inband=True)
         except BackendRefused as exc:
-            if is_not_found(exc):
-                return
-            raise
-        refusal = inband_refusal(*adapter.inband_status(response, b.rpc("Release").response), "Release")
-        if refusal is not None and not is_not_found(refusal):
-            raise refusal
+            if not is_not_found(exc):
+                raise
 
     def exporter_get_data_list(self) -> list[MetricSample]:
         b = self.binding()
