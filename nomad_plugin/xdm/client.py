@@ -311,7 +311,6 @@ class XdmClient:
             return found
 
     def invalidate_binding(self, why: str) -> None:
-        """Forget the binding: the next call binds afresh."""
         with self._bind_lock:
             if self._binding is not None:
                 log.debug("XDM schema binding dropped (%s); binding again on the next call", why)
