@@ -263,7 +263,6 @@ class NvmlBackend:
         self._snapshot = Inventory(reachable=False, unreachable_reason="NVML backend not started")
         self._last_error = ""
 
-    # --- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
@@ -281,7 +280,6 @@ class NvmlBackend:
         """True once the first inventory was read."""
         return self._ready.wait(timeout)
 
-    # --- Backend contract -----------------------------------------------------------
     def inventory(self) -> Inventory:
         with self._lock:
             return self._snapshot
@@ -331,7 +329,6 @@ class NvmlBackend:
             yield self.metrics_snapshot()
             cancel.wait(STREAM_PERIOD_S)
 
-    # --- watcher thread ---------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -501,7 +498,6 @@ class NvmlBackend:
                 self._health.record_lost(uuid, f"cannot read card: {message}", now)
         self._publish()
 
-    # --- snapshots --------------------------------------------------------------------
     def _publish(self) -> None:
         with self._lock:
             cards = []
@@ -542,9 +538,6 @@ def _placeholder(nvml: Nvml, ref: devices.DeviceRef, node: dict[str, str]) -> Ca
         model = "unknown"
     driver = node.get("driver_version", "")
     return Card(ref.minor, ref.uuid, model, vendor="nvidia", xpu_type="gpu", memory_mib=0, driver_version=driver)
-
-
-# --- grants ----------------------------------------------------------------------------------------
 
 
 def _card_of(ask: DeviceAsk, inventory: Inventory) -> Card:

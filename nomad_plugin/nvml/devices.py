@@ -254,9 +254,6 @@ def read_card(
     )
 
 
-# --- readings (polled: NVML has no push) ---------------------------------------------------------------
-
-
 def sample(device: str, name: str, value: float, ts_ms: int, labels: dict[str, str] | None = None) -> MetricSample:
     return MetricSample(device, METRIC_IDS[name], name, float(value), ts_ms, labels or {})
 

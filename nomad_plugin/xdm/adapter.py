@@ -409,8 +409,6 @@ def _identity_problems(items: Sequence[tuple[int, str, int]], what: str) -> list
 
 def card_problems(cards: Sequence[Card]) -> list[str]:
     """What is implausible about one ListAndWatch push (empty = plausible)."""
-    if not cards:
-        return []
     problems = _identity_problems([(c.minor, c.uuid, c.memory_mib) for c in cards], "ListAndWatch")
     unreadable = [c for c in cards if c.health_reason.startswith(guesses.HEALTH_UNREADABLE)]
     if unreadable:
@@ -427,7 +425,7 @@ def card_problems(cards: Sequence[Card]) -> list[str]:
 
 def facts_problems(facts: Sequence[GpuFacts]) -> list[str]:
     """What is implausible about one ListGpuInfo answer (empty = plausible)."""
-    return _identity_problems([(f.minor, f.uuid, f.memory_mib) for f in facts], "ListGpuInfo") if facts else []
+    return _identity_problems([(f.minor, f.uuid, f.memory_mib) for f in facts], "ListGpuInfo")
 
 
 def grant_problem(request: GrantRequest, grant: Grant, error_code_hints: Sequence[str] = ()) -> str | None:

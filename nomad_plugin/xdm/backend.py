@@ -98,7 +98,6 @@ class XdmBackend:
         self._runtime_problem = ""  # why QueryStatus last failed ("" = it answered)
         self.resubscribes = 0  # how many times ListAndWatch was (re)opened
 
-    # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
         with self._lock:
             if self._threads:
@@ -121,7 +120,6 @@ class XdmBackend:
             thread.join(timeout=10)
         self.client.close()
 
-    # ------------------------------------------------------------ inventory
     def inventory(self) -> Inventory:
         with self._lock:
             return self._inventory
@@ -262,7 +260,6 @@ class XdmBackend:
                 self._inventory = new = replace(new, generation=old.generation + 1)
             self._listeners.notify(new)
 
-    # ------------------------------------------------------------ grants and metrics
     def allocate(self, request: GrantRequest) -> Grant:
         return self.client.allocate(request)
 

@@ -32,7 +32,7 @@ from google.protobuf.message import DecodeError, Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as _pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as _cpb
-from nomad_plugin.model.errors import SchemaMismatch
+from nomad_plugin.model.errors import BackendUnavailable, SchemaMismatch
 from nomad_plugin.xdm.guesses import FIELD_ALIASES
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,10 @@ class Binding:
     mismatch: list[str]
 
     def rpc(self, method: str) -> Rpc:
-        return self.rpcs[method]
+        rpc = self.rpcs.get(method)
+        if rpc is None:
+            raise BackendUnavailable(f"XDM {method}: the bound schema ({self.source}) has no such RPC", "unimplemented")
+        return rpc
 
     @property
     def ok(self) -> bool:
@@ -204,7 +207,6 @@ class Binding:
         }
 
 
-# ------------------------------------------------------------------ binding
 def builtin_set() -> FileSet:
     """The reconstruction as a FileDescriptorSet: what ``xdm_schema = "builtin"`` binds."""
     out = FileSet()
@@ -488,7 +490,6 @@ def _converter(mcat: str, tcat: str, tfield: FieldDescriptor) -> Callable[[Any],
     return {"string": str, "float": float, "bool": bool}.get(mcat, lambda v: v)
 
 
-# ------------------------------------------------------------------ schema sources
 KEYWORDS = ("auto", "reflection", "builtin")
 MAX_SCHEMA_BYTES = 16 << 20
 MAX_PROTO_FILES = 256

@@ -38,28 +38,12 @@ from nomad_plugin.xdm.binder import Binding, FileSet
 FORMAT = "xdm-capture/1"
 MANIFEST = "manifest.json"
 BINDING_REPORT = "binding-report.json"
-# (rpc, socket, role, server-streaming); the role picks the service candidates.
-CAPTURED_RPCS: tuple[tuple[str, str, str, bool], ...] = (
-    ("ListSupportedXPUType", "dp2mgr", "device", False),
-    ("ListGpuInfo", "dp2mgr", "exporter", False),
-    ("ListAndWatch", "dp2mgr", "device", True),
-    ("ExporterGetConfig", "dp2mgr", "exporter", False),
-    ("ExporterGetStatus", "dp2mgr", "exporter", False),
-    ("ExporterDataStream", "dp2mgr", "exporter", True),
-    ("QueryStatus", "config-daemon", "config", False),
+#: In this order; role and shape come from ``binder.RPCS`` (the role picks the service candidates).
+CAPTURED_RPCS = tuple(
+    "ListSupportedXPUType ListGpuInfo ListAndWatch ExporterGetConfig ExporterGetStatus ExporterDataStream "
+    "QueryStatus".split()
 )
 WRITING_RPCS = frozenset({"Allocate", "Release", "Enable", "Disable"})  # never captured (tests/captures)
-
-
-def _reflect(channel: grpc.Channel, timeout: float) -> tuple[FileSet | None, str]:
-    """(XDM's reflected schema, "") or (None, why not); never raises for a bad answer."""
-    try:
-        fds = binder.reflect(channel, timeout)
-    except grpc.RpcError as exc:
-        return None, f"{exc.code().name}: {exc.details()}"
-    except binder.SchemaError as exc:
-        return None, f"bad reflection answer: {exc}"
-    return (fds, "") if fds is not None else (None, "UNIMPLEMENTED: no reflection service")
 
 
 def _candidates(role: str, rpc: str, config: PluginConfig, reflected: FileSet | None) -> list[str]:
@@ -120,7 +104,12 @@ def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[
     try:
         reflected: dict[str, FileSet | None] = {}
         for name, channel in channels.items():
-            fds, why = _reflect(channel, timeout)
+            try:  # a bad answer is recorded, never raised
+                fds, why = binder.reflect(channel, timeout), "UNIMPLEMENTED: no reflection service"
+            except grpc.RpcError as exc:
+                fds, why = None, f"{exc.code().name}: {exc.details()}"
+            except binder.SchemaError as exc:
+                fds, why = None, f"bad reflection answer: {exc}"
             reflected[name] = fds
             entry: dict[str, Any] = {"served": fds is not None}
             if fds is not None:
@@ -128,7 +117,10 @@ def capture(config: PluginConfig, out: Path, render_raw: Callable[[bytes], list[
                 (out / f"reflection/{name}.pb").write_bytes(fds.SerializeToString())
                 entry.update(file=f"reflection/{name}.pb", files=[f.name for f in fds.file])
             manifest["reflection"][name] = entry if fds is not None else entry | {"why": why}
-        for rpc, sock, role, streaming in CAPTURED_RPCS:
+        shapes = {method: (role, streaming) for method, role, streaming in binder.RPCS}
+        for rpc in CAPTURED_RPCS:
+            role, streaming = shapes[rpc]
+            sock = "config-daemon" if role == "config" else "dp2mgr"
             candidates = _candidates(role, rpc, config, reflected[sock])
             record = {"rpc": rpc, "socket": sock} | _capture_call(channels[sock], rpc, streaming, candidates, timeout)
             data = record.pop("data", None)

@@ -39,10 +39,9 @@ def device_services(configured: str = "", reflected: Sequence[str] = ()) -> list
     return _unique(configured, *reflected, *(qualified(p, DEVICE_SERVICE) for p in DEVICE_PACKAGES))
 
 
-def exporter_services(devices: Sequence[str], reflected: Sequence[str] = ()) -> list[str]:
-    """Candidates for a monitoring RPC: the device service(s), reflected ones, then exporter-like names."""
-    guessed = (qualified(d.rpartition(".")[0], s) for d in devices for s in EXPORTER_SERVICES)
-    return _unique(*devices, *reflected, *guessed)
+def exporter_services(devices: Sequence[str]) -> list[str]:
+    """Candidates for a monitoring RPC: the device service(s), then exporter-like names beside them."""
+    return _unique(*devices, *(qualified(d.rpartition(".")[0], s) for d in devices for s in EXPORTER_SERVICES))
 
 
 def config_services(reflected: Sequence[str] = ()) -> list[str]:

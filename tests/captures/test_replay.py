@@ -82,7 +82,7 @@ def test_bundle_is_complete_and_read_only(root: Path):
     assert bundle.manifest["format"] == FORMAT
     assert (root / EXPECTED).exists() and (root / BINDING_REPORT).exists()
     calls = {c["rpc"]: c for c in bundle.manifest["calls"]}
-    assert set(calls) == {r[0] for r in CAPTURED_RPCS} and not set(calls) & WRITING_RPCS
+    assert set(calls) == set(CAPTURED_RPCS) and not set(calls) & WRITING_RPCS
     for rpc, call in calls.items():
         assert call["ok"], f"{rpc}: {call['error']}"
         data = bundle.raw(rpc)
