@@ -9,7 +9,6 @@ cty/msgpack/marshal.go). Here the same is done from those files plus ``key=value
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import msgpack
 from lark import Token, Tree
 
 from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.config.decode import did_you_mean
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
 from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, plain, unlabelled
 
@@ -544,12 +544,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     if is_expression(value):
         return key, literal
     return key, plain(value)
-
-
-def did_you_mean(word: str, choices: set[str] | list[str] | tuple[str, ...]) -> str:
-    """``; did you mean "x"?`` for a close match (as check-job suggests), else ""."""
-    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.75)
-    return f'; did you mean "{close[0]}"?' if close else ""
 
 
 def _brief(value: Any) -> str:
