@@ -35,17 +35,14 @@ class LauncherConfigError(ValueError):
 
 # -- an agent file by the rules of the agent's parser, HCL v1 ----------------------------
 # The agent reads ``-config`` files with HCL v1 (command/agent/config_parse.go); python-hcl2 parses
-# HCL v2, which also takes bare words, ``null``, ``True`` and multi-line quoted strings. The walker
-# below keeps only what HCL v1 accepts, with its values: literals (one-line quoted strings, heredocs,
-# leading-``0`` octal, true/false, lists, objects), the last of a repeated attribute, blocks as
-# lists, a plugin block's ``config`` blocks merged (helper/pluginutils/loader). ``${...}`` and
-# ``%{...}`` are refused: the agent evaluates them with no variables (hclutils.ParseHclInterface).
-# What python-hcl2 refuses and HCL v1 takes (hex numbers, commas between attributes) is reported as
-# not valid HCL: stricter than the agent, never more lenient (docs/operator.md;
-# tests/operator/test_config_corpus.py checks the rest against HCL v1 itself).
+# HCL v2, which also takes bare words, ``null``, ``True`` and multi-line quoted strings, so the walker
+# keeps only what HCL v1 accepts, with its values. ``${...}`` and ``%{...}`` are refused: the agent
+# evaluates them with no variables (hclutils.ParseHclInterface). What python-hcl2 refuses and HCL v1
+# takes (hex numbers, commas between attributes) is refused too: stricter than the agent, never more
+# lenient (docs/operator.md; tests/operator/test_config_corpus.py checks against HCL v1 itself).
 
 
-class AgentSyntaxError(ValueError):
+class AgentSyntaxError(LauncherConfigError):
     """Something in the file that the Nomad agent's parser refuses."""
 
 
@@ -171,10 +168,10 @@ def _source_text(node: Any) -> str:
 
 
 class _Walker:
-    def __init__(self, text: str, source: str, quoted: dict[str, str] | None = None) -> None:
+    def __init__(self, text: str, source: str, quoted: dict[str, str]) -> None:
         self.text = text
         self.source = source
-        self.quoted = quoted or {}
+        self.quoted = quoted
 
     def fail(self, node: Any, message: str) -> AgentSyntaxError:
         token = _first_token(node)
@@ -443,10 +440,7 @@ def _file_plugin_blocks(path: Path) -> list[PluginBlock]:
         except ValueError as exc:
             raise LauncherConfigError(f"{path} is not valid JSON: {exc}") from None
         return _json_plugin_blocks(data)
-    try:
-        return parse_agent_text(text, str(path))
-    except AgentSyntaxError as exc:
-        raise LauncherConfigError(str(exc)) from None
+    return parse_agent_text(text, str(path))
 
 
 def find_plugin_blocks(path: str | Path) -> PluginBlocks:
