@@ -15,6 +15,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -115,7 +116,7 @@ def _latency(sim: ControlTarget, args: list[str]) -> None:
 
 _HANDLERS: dict[str, Callable[[ControlTarget, list[str]], Any]] = {
     "status": lambda sim, a: sim.status(),
-    "grants": lambda sim, a: {gid: g.to_json() for gid, g in sim.grants().items()},
+    "grants": lambda sim, a: {gid: asdict(g) for gid, g in sim.grants().items()},
     "health": _health,
     "remove": lambda sim, a: sim.remove_device(_minor(_one(a, "remove MINOR"))),
     "add": lambda sim, a: sim.add_device(_minor(_one(a, "add MINOR"))),

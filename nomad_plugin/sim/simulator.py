@@ -1,9 +1,8 @@
 """The simulator's public face: :class:`Simulator`, its lifecycle, its faults and its two gRPC servers.
 
-Methods are looked up per call, so drift, the served schema and reflection take
-effect at once on a running server. Every call first passes the fault gate. The
-served schema is applied at this edge only (requests decoded into builtin
-classes, responses the other way), so the node's logic never changes.
+Methods are looked up per call, so drift, the served schema and reflection take effect at once; every
+call first passes the fault gate. The served schema is applied at this edge only, so the node's logic
+keeps the builtin classes.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeAlias
 
 import grpc
@@ -27,7 +25,7 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.sim.allocation import Refusal
+from nomad_plugin.sim.allocation import Refusal, load_state
 from nomad_plugin.sim.control import ControlServer
 from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
 from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
@@ -68,11 +66,8 @@ class _Dispatch(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
 
 class Simulator(SimCore):
-    """A simulated XDM node serving ``dp2mgr.sock`` and ``config-daemon.sock`` in ``socket_dir``.
-
-    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields. Use it as a
-    context manager, or call :meth:`start` and :meth:`stop`.
-    """
+    """A simulated XDM node serving ``dp2mgr.sock`` and ``config-daemon.sock`` in ``socket_dir``;
+    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields."""
 
     def __init__(
         self, socket_dir: Path | str, profile: str = "h800-8", state_file: Path | str | None = None, **options: Any
@@ -128,7 +123,7 @@ class Simulator(SimCore):
     def __enter__(self) -> Simulator:
         return self.start()
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _collect_loop(self) -> None:
@@ -166,12 +161,10 @@ class Simulator(SimCore):
     def restart(
         self, downtime: float = 0.5, remove_dir: bool = False, schema: str | None = None, reflection: bool | None = None
     ) -> None:
-        """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, bind again.
+        """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, bind again; grants survive.
 
-        Grants survive (read back from the state file, or kept in memory). ``remove_dir``
-        also removes the socket directory during the downtime (only when nothing but the
-        simulator's own sockets is in it). ``schema`` and ``reflection``: come back as an
-        upgraded XDM serving another schema, with or without server reflection.
+        ``remove_dir`` also removes the (otherwise empty) socket directory while down; ``schema`` and
+        ``reflection``: come back as an upgraded XDM serving another schema, with or without reflection.
         """
         if schema is not None:
             check_choice("schema", schema, CHOICES["schema"])
@@ -214,7 +207,10 @@ class Simulator(SimCore):
         with self._lifecycle:
             if self._servers:
                 return
-            self.reload()
+            if self.state_file is not None:  # grants read back, as a restarted XDM does
+                with self.lock:
+                    self.state = load_state(self.state_file, self.options.enabled)
+                    self._samples_stale = True
             self._serve()
             self.crashed = False
             log.info("revive: serving again")
@@ -308,8 +304,8 @@ class Simulator(SimCore):
 
     def _gate(self, rpc: str, context: grpc.ServicerContext) -> None:
         """Count the call, then hold it during slow start and injected latency (inf: until the client gives up)."""
-        self.count_call(rpc)
         with self.lock:
+            self.call_counts[rpc] += 1
             delay = self.latency.get(rpc, self.latency.get("*", 0.0))
             until = math.inf if math.isinf(delay) else max(self.hang_until, time.monotonic() + delay)
         while time.monotonic() < until:
@@ -339,7 +335,9 @@ class Simulator(SimCore):
 
     def _list_and_watch(self, request: pb.ListAndWatchRequest, context: grpc.ServicerContext) -> Iterator[Message]:
         self._gate("ListAndWatch", context)
-        q = self.subscribe()
+        q: queue.Queue[Any] = queue.Queue()
+        with self.lock:
+            self.subscribers.add(q)
         context.add_callback(lambda: q.put(_CANCELLED))
         log.info("ListAndWatch subscribed (%d subscribers)", self.subscriber_count())
         try:
@@ -359,7 +357,8 @@ class Simulator(SimCore):
                     context.abort(grpc.StatusCode.UNAVAILABLE, "xdm-sim: stream closed (service restart or stop)")
                 yield item
         finally:
-            self.unsubscribe(q)
+            with self.lock:
+                self.subscribers.discard(q)
             log.info("ListAndWatch stream ended")
 
     def _data_stream(self, request: pb.ExporterDataRequest, context: grpc.ServicerContext) -> Iterator[Message]:
