@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -105,7 +106,7 @@ class Simulator(SimCore):
                 self._collector = threading.Thread(target=self._collect_loop, name="xdm-sim-collector", daemon=True)
                 self._collector.start()
             if self.options.control and self._control is None:
-                self._control = ControlServer(self, self.control_path)
+                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
         log.info("xdm-sim %s: %d x %s on %s", self.profile, len(self.cards), self.cards[0].model, self.socket_dir)
         return self
 
@@ -189,7 +190,7 @@ class Simulator(SimCore):
             time.sleep(downtime)
             self.revive()
             if remove_dir and control_was_up:
-                self._control = ControlServer(self, self.control_path)
+                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
             log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self.options.reflection)
 
     def crash(self) -> None:
@@ -393,3 +394,85 @@ def _summary(msg: Message) -> str:
     if isinstance(msg, pb.ExporterDataResponse):
         return f" samples={len(msg.dataList)}"
     return "" if msg.DESCRIPTOR.name.endswith("Response") else text_format.MessageToString(msg, as_one_line=True)
+
+
+# ---------------------------------------------------------------- control commands (control.COMMANDS)
+
+
+def _minor(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"minor: {text!r} is not a card number") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        return math.inf if text in ("inf", "hang") else float(text)
+    except ValueError:
+        raise ValueError(f"seconds: {text!r} is not a number") from None
+
+
+def _one(args: list[str], usage: str, *allowed: str) -> str:
+    """The command's single argument (one of ``allowed``, if given)."""
+    if len(args) != 1 or (allowed and args[0] not in allowed):
+        raise ValueError(f"usage: {usage}")
+    return args[0]
+
+
+def _choice(name: str, usage: str) -> Callable[[Simulator, list[str]], None]:
+    """A command setting option ``name`` to its one argument."""
+    return lambda sim, a: sim.set_choice(name, _one(a, usage))
+
+
+def _health(sim: Simulator, args: list[str]) -> None:
+    if len(args) < 2 or args[1].lower() not in ("healthy", "unhealthy"):
+        raise ValueError("usage: health MINOR healthy|unhealthy [REASON]")
+    sim.set_health(_minor(args[0]), args[1].lower() == "healthy", " ".join(args[2:]))
+
+
+def _topology(sim: Simulator, args: list[str]) -> None:
+    if len(args) < 2:
+        raise ValueError("usage: topology LEVEL VALUE|none [MINOR...]")
+    sim.set_topology_level(args[0], None if args[1] == "none" else args[1], [_minor(m) for m in args[2:]] or None)
+
+
+def _latency(sim: Simulator, args: list[str]) -> None:
+    if len(args) != 2:
+        raise ValueError("usage: latency RPC SECONDS")
+    sim.set_latency(args[0], _seconds(args[1]))
+
+
+_HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
+    "status": lambda sim, a: sim.status(),
+    "grants": lambda sim, a: {gid: asdict(g) for gid, g in sim.grants().items()},
+    "health": _health,
+    "remove": lambda sim, a: sim.remove_device(_minor(_one(a, "remove MINOR"))),
+    "add": lambda sim, a: sim.add_device(_minor(_one(a, "add MINOR"))),
+    "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5, schema=a[1] if len(a) > 1 else None),
+    "reflection": lambda sim, a: sim.set_reflection(_one(a, "reflection on|off", "on", "off") == "on"),
+    "crash": lambda sim, a: sim.crash(),
+    "revive": lambda sim, a: sim.revive(),
+    "slow-start": lambda sim, a: sim.slow_start(_seconds(_one(a, "slow-start SECONDS"))),
+    "latency": _latency,
+    "drift": lambda sim, a: sim.set_drift(_one(a, "drift MODE|none")),
+    "error-mode": _choice("error_mode", "error-mode inband|grpc"),
+    "topology": _topology,
+    "enable": lambda sim, a: sim.set_enabled(True),
+    "disable": lambda sim, a: sim.set_enabled(False),
+    "duplicate-id": _choice("duplicate_id_mode", "duplicate-id reject|idempotent"),
+    "release-unknown": _choice("release_unknown", "release-unknown not-found|ok"),
+    "exporter": lambda sim, a: sim.set_exporter_state(_one(a, "exporter running|stopped|error")),
+    "close-streams": lambda sim, a: sim.close_streams(),
+}
+
+
+def run_command(sim: Simulator, argv: list[str]) -> Any:
+    """Apply one command to ``sim`` ("ok" unless it has a result); ValueError for bad input."""
+    if not argv:
+        raise ValueError("empty command")
+    handler = _HANDLERS.get(argv[0])
+    if handler is None:
+        raise ValueError(f"unknown command {argv[0]!r} (known: {', '.join(_HANDLERS)})")
+    result = handler(sim, [str(a) for a in argv[1:]])
+    return "ok" if result is None else result
