@@ -83,9 +83,7 @@ def parse_agent_text(text: str, source: str) -> list[PluginBlock]:
     except Exception as exc:  # lark raises many types; all mean "not valid HCL"
         raise AgentSyntaxError(describe_hcl_error(exc, text, source)) from None
     walker = _Walker(text, source, quoted)
-    body = _first_tree(tree, "body")
-    if body is None:
-        return []
+    body = _body(tree)
     walker.body(body)  # checks the whole file: the agent refuses a bad value anywhere in it
     return [walker.plugin_block(b) for b in _children(body, "block") if _block_type(b) == "plugin"]
 
@@ -118,6 +116,11 @@ def _children(tree: Tree[Any], name: str) -> list[Tree[Any]]:
 def _first_tree(tree: Tree[Any], name: str) -> Tree[Any] | None:
     found = _children(tree, name)
     return found[0] if found else None
+
+
+def _body(tree: Tree[Any]) -> Tree[Any]:
+    """The body of a file or block (python-hcl2's grammar gives each exactly one)."""
+    return _children(tree, "body")[0]
 
 
 def _first_token(node: Any) -> Token | None:
@@ -200,8 +203,7 @@ class _Walker:
                 out[key] = _hcl1_shape(self.value(child.children[-1], key), in_list=False)
             elif child.data == "block":
                 key = _block_type(child)
-                inner = _first_tree(child, "body")
-                value: Any = self.body(inner) if inner is not None else {}
+                value: Any = self.body(_body(child))
                 for label in reversed(_block_labels(child)):
                     value = {self.label(label): [value]}
                 previous = out.get(key)
@@ -222,16 +224,12 @@ class _Walker:
                 block, f'a plugin block takes one label, its file name: plugin "<name>" {{ ... }} ({len(labels)} given)'
             )
         plugin = PluginBlock(self.label(labels[0]), line=line)
-        inner = _first_tree(block, "body")
-        if inner is None:
-            return plugin
-        for child in inner.children:
+        for child in _body(block).children:
             if not isinstance(child, Tree) or child.data not in ("attribute", "block"):
                 continue
             kind = _name(_first_tree(child, "identifier") or child)
             if child.data == "block" and kind == "config" and not _block_labels(child):
-                body = _first_tree(child, "body")
-                plugin.config.update(self.body(body) if body is not None else {})  # HCL v1 merges them
+                plugin.config.update(self.body(_body(child)))  # HCL v1 merges them
                 plugin.config_blocks += 1
             elif child.data == "attribute" and kind == "config":
                 value = _hcl1_shape(self.value(child.children[-1], "config"), in_list=False)
