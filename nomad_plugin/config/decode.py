@@ -1,11 +1,9 @@
 """SetConfig's ``msgpack_config`` -> a validated ``PluginConfig``.
 
-Nomad msgpack-encodes the cty object it decoded with our ConfigSchema (go-cty's
-``cty/msgpack``, called in Nomad's ``helper/pluginutils/loader/init.go``): every
-attribute present, null for unset ones, numbers as ints, float64 or decimal
-strings; empty bytes for no config. Anything else is a ``ConfigError`` naming
-the option, the (truncated, secret-masked) value and what is allowed; nothing
-else is ever raised, whatever the bytes.
+Nomad msgpack-encodes the cty object it decoded with our ConfigSchema (go-cty's ``cty/msgpack``, called in
+Nomad's ``helper/pluginutils/loader/init.go``): every attribute present, null for unset ones, numbers as
+ints, float64 or decimal strings; empty bytes for no config. Anything else is a ``ConfigError`` naming the
+option, the (truncated, secret-masked) value and what is allowed; nothing else is raised, whatever the bytes.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ GO_MAX_DURATION = (2**63 - 1) / 1e9
 VERBATIM_LISTS = frozenset({"ignored_gpu_ids"})
 # Durations that must be > 0 (a zero timeout or resync period makes no sense).
 POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "xdm_allocate_timeout", "inventory_resync_period"})
-# Socket options: a relative path would resolve against the plugin's working
-# directory (wherever Nomad started it), so it is refused rather than guessed.
+# A relative socket path would resolve against wherever Nomad started the plugin: refused, not guessed.
 ABSOLUTE_PATHS = ("xdm_socket", "config_socket")
 URL_SCHEMES = ("http", "https", "unix")
 LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
@@ -355,9 +352,7 @@ def unpack(data: bytes) -> Any:
 
 def decode_config(data: bytes) -> PluginConfig:
     """Decode and validate ``SetConfigRequest.msgpack_config``; empty bytes = all defaults."""
-    if not data:
-        return PluginConfig()
-    raw = unpack(data)
+    raw = unpack(data) if data else None
     if raw is None:
         return PluginConfig()
     if not isinstance(raw, dict):

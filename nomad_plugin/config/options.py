@@ -1,13 +1,12 @@
 """Every option the plugin accepts, with its HCL type, default and meaning, and what is rendered from it.
 
-The single source of ConfigSchema, the decoder, ``plugin.hcl`` and the README
-reference (``python -m nomad_plugin.config.options plugin.hcl | readme``).
+The single source of ConfigSchema, the decoder, ``plugin.hcl`` and the README reference
+(``python -m nomad_plugin.config.options plugin.hcl | readme``).
 
-ConfigSchema follows Nomad's ``plugins/shared/hclspec``: the root is an
-``Object``; each option is ``Default(primary=Attr(name, type),
-default=Literal(value))`` (hcldec converts both halves with an empty implied
-name, so the Attr carries its own); ``Literal.value`` is an HCL expression.
-``card`` blocks are a ``BlockList``.
+ConfigSchema follows Nomad's ``plugins/shared/hclspec``: the root is an ``Object``; each option is
+``Default(primary=Attr(name, type), default=Literal(value))`` (hcldec converts both halves with an empty
+implied name, so the Attr carries its own); ``Literal.value`` is an HCL expression; ``card`` blocks are a
+``BlockList``.
 """
 
 from __future__ import annotations
