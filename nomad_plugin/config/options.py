@@ -413,20 +413,10 @@ CARD_EXAMPLE = f"""\
 
 
 def plugin_hcl() -> str:
-    lines = [PLUGIN_HCL_HEADER, f'plugin "{PLUGIN_NAME}" {{', "  config {"]
-    for index, opt in enumerate(OPTIONS):
-        if index:
-            lines.append("")
-        lines.append(f"    # {opt.doc}")
-        lines.append(f"    {opt.name} = {hcl_literal(opt.default)}")
-    lines.append("")
-    lines.append(CARD_EXAMPLE.rstrip("\n"))
-    lines.append("    # Card block options:")
-    for opt in CARD_OPTIONS:
-        lines.append(f"    #   {opt.name} (default {hcl_literal(opt.default)}): {opt.doc}")
-    lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    options = "\n\n".join(f"    # {opt.doc}\n    {opt.name} = {hcl_literal(opt.default)}" for opt in OPTIONS)
+    cards = "".join(f"    #   {opt.name} (default {hcl_literal(opt.default)}): {opt.doc}\n" for opt in CARD_OPTIONS)
+    body = f"{options}\n\n{CARD_EXAMPLE}    # Card block options:\n{cards}"
+    return f'{PLUGIN_HCL_HEADER}\nplugin "{PLUGIN_NAME}" {{\n  config {{\n{body}  }}\n}}\n'
 
 
 def main(argv: list[str] | None = None) -> int:

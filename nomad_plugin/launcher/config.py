@@ -124,14 +124,9 @@ def _body(tree: Tree[Any]) -> Tree[Any]:
 
 
 def _first_token(node: Any) -> Token | None:
-    if isinstance(node, Token):
-        return node
     if isinstance(node, Tree):
-        for child in node.children:
-            token = _first_token(child)
-            if token is not None:
-                return token
-    return None
+        return next(node.scan_values(lambda leaf: isinstance(leaf, Token)), None)
+    return node if isinstance(node, Token) else None
 
 
 def _name(node: Tree[Any]) -> str:
@@ -409,18 +404,12 @@ def agent_files(path: str | Path) -> list[Path]:
 def _json_plugin_blocks(data: Any) -> list[PluginBlock]:
     """``plugin`` blocks of a JSON agent file: a plain map, or HCL's JSON form with lists of objects."""
     found: list[PluginBlock] = []
-    for doc in data if isinstance(data, list) else [data]:
-        plugins = doc.get("plugin") if isinstance(doc, dict) else None
-        for item in plugins if isinstance(plugins, list) else [plugins]:
-            for label, body in item.items() if isinstance(item, dict) else ():
-                for one in body if isinstance(body, list) else [body]:
-                    if not isinstance(one, dict):
-                        continue
-                    config = one.get("config", {})
-                    configs = [c for c in (config if isinstance(config, list) else [config]) if isinstance(c, dict)]
-                    merged: dict[str, Any] = {}
-                    for c in configs:
-                        merged.update(c)
+    for doc in unlabelled(data):
+        for item in unlabelled(doc.get("plugin")):
+            for label, body in item.items():
+                for one in unlabelled(body):
+                    configs = unlabelled(one.get("config", {}))
+                    merged = {key: value for config in configs for key, value in config.items()}
                     found.append(PluginBlock(str(label), config=merged, config_blocks=len(configs)))
     return found
 
