@@ -34,9 +34,6 @@ from nomad_plugin.sim.schema import ServedSchema, served_schema
 
 log = logging.getLogger(__name__)
 
-DP2MGR_SOCKET = "dp2mgr.sock"
-CONFIG_SOCKET = "config-daemon.sock"
-CONTROL_SOCKET = "xdm-sim-control.sock"
 MAX_WORKERS = 256  # every open stream holds one worker thread (created lazily)
 REFLECTION_PATHS = (  # v1 has the same wire format as v1alpha
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
@@ -86,9 +83,9 @@ class Simulator(SimCore):
         super().__init__(profile, cards, opts, Path(state_file) if state_file is not None else None, reader)
         self.socket_dir = Path(socket_dir)
         self.schema: ServedSchema = served_schema(opts.schema)
-        self.dp2mgr_path = self.socket_dir / DP2MGR_SOCKET
-        self.config_path = self.socket_dir / CONFIG_SOCKET
-        self.control_path = self.socket_dir / CONTROL_SOCKET
+        self.dp2mgr_path = self.socket_dir / "dp2mgr.sock"
+        self.config_path = self.socket_dir / "config-daemon.sock"
+        self.control_path = self.socket_dir / "xdm-sim-control.sock"
         self.crashed = False
         self._lifecycle = threading.RLock()
         self._servers: list[grpc.Server] = []
