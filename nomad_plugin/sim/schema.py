@@ -95,9 +95,7 @@ def _transform(
         table = RENUMBER.get(msg.name, {}) if renumber else {}
         for fd in msg.field:
             fd.number = table.get(fd.name, fd.number)
-        ordered = [type(fd).FromString(fd.SerializeToString()) for fd in sorted(msg.field, key=lambda f: f.number)]
-        del msg.field[:]
-        msg.field.extend(ordered)  # declared in number order, as protoc would list them
+        msg.field.sort(key=lambda f: f.number)  # declared in number order, as protoc would list them
         for fd in [*msg.field, *(f for nested in msg.nested_type for f in nested.field)]:
             if fd.type_name:
                 fd.type_name = retype(fd.type_name)
