@@ -1,5 +1,2 @@
-"""The plugin's typed configuration: one option table, one frozen object.
-
-``options.py`` is the single source of truth: ConfigSchema, the decoder,
-``plugin.hcl`` and the README's configuration reference all derive from it.
-"""
+"""The plugin's typed configuration: one option table (``options.py``, the source of ConfigSchema, the
+decoder, ``plugin.hcl`` and the README reference), one frozen object (``model.py``)."""

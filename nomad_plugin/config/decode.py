@@ -1,11 +1,9 @@
 """SetConfig's ``msgpack_config`` -> a validated ``PluginConfig``.
 
-Nomad msgpack-encodes the cty object it decoded with our ConfigSchema (go-cty's
-``cty/msgpack``, called in Nomad's ``helper/pluginutils/loader/init.go``): every
-attribute present, null for unset ones, numbers as ints, float64 or decimal
-strings; empty bytes for no config. Anything else is a ``ConfigError`` naming
-the option, the (truncated, secret-masked) value and what is allowed; nothing
-else is ever raised, whatever the bytes.
+Nomad msgpack-encodes the cty object it decoded with our ConfigSchema (go-cty's ``cty/msgpack``, called in
+Nomad's ``helper/pluginutils/loader/init.go``): every attribute present, null for unset ones, numbers as
+ints, float64 or decimal strings; empty bytes for no config. Anything else is a ``ConfigError`` naming the
+option, the (truncated, secret-masked) value and what is allowed; nothing else is raised, whatever the bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ import ipaddress
 import math
 import posixpath
 import re
+from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,8 +34,7 @@ GO_MAX_DURATION = (2**63 - 1) / 1e9
 VERBATIM_LISTS = frozenset({"ignored_gpu_ids"})
 # Durations that must be > 0 (a zero timeout or resync period makes no sense).
 POSITIVE_DURATIONS = frozenset({"xdm_call_timeout", "xdm_allocate_timeout", "inventory_resync_period"})
-# Socket options: a relative path would resolve against the plugin's working
-# directory (wherever Nomad started it), so it is refused rather than guessed.
+# A relative socket path would resolve against wherever Nomad started the plugin: refused, not guessed.
 ABSOLUTE_PATHS = ("xdm_socket", "config_socket")
 URL_SCHEMES = ("http", "https", "unix")
 LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
@@ -92,6 +90,12 @@ def _cap(text: str) -> str:
     return text if len(text) <= 2 * SHOWN_CHARS else text[: 2 * SHOWN_CHARS] + "..."
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``; did you mean "x"?`` for a close match (as Nomad's check-job suggests), else ""."""
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.75)
+    return f'; did you mean "{close[0]}"?' if close else ""
+
+
 def invalid(name: str, value: Any, allowed: str, secret: bool = False, problem: str = "is not valid") -> ConfigError:
     return ConfigError(f'config option "{name}": value {show(value, secret)} {problem}; allowed: {allowed}')
 
@@ -132,15 +136,11 @@ def whole_number(value: Any) -> int | None:
     return None
 
 
-def _number_allowed(opt: Option) -> str:
-    lo = "" if opt.minimum is None else f" from {opt.minimum:g}"
-    hi = "" if opt.maximum is None else f" to {opt.maximum:g}"
-    return f"a whole number{lo}{hi}"
-
-
 def decode_number(opt: Option, value: Any, name: str) -> int:
     number = whole_number(value)
-    allowed = _number_allowed(opt)
+    lo = "" if opt.minimum is None else f" from {opt.minimum:g}"
+    hi = "" if opt.maximum is None else f" to {opt.maximum:g}"
+    allowed = f"a whole number{lo}{hi}"
     if number is None:
         raise invalid(name, value, allowed, opt.secret, "is not a whole number")
     if (opt.minimum is not None and number < opt.minimum) or (opt.maximum is not None and number > opt.maximum):
@@ -187,12 +187,6 @@ def decode_duration(opt: Option, value: Any, name: str) -> float:
         floor = "> 0" if opt.name in POSITIVE_DURATIONS else ">= 0"
         raise invalid(name, value, f"{allowed}, {floor} and at most 30 days", opt.secret, "is out of range")
     return seconds
-
-
-def decode_bool(opt: Option, value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise invalid(name, value, "true or false", opt.secret, "is not a bool")
-    return value
 
 
 def decode_list(opt: Option, value: Any, name: str) -> tuple[Any, ...]:
@@ -247,7 +241,9 @@ def decode_option(opt: Option, value: Any, name: str | None = None) -> Any:
     if opt.hcl_type == "number":
         return decode_number(opt, value, label)
     if opt.hcl_type == "bool":
-        return decode_bool(opt, value, label)
+        if not isinstance(value, bool):
+            raise invalid(label, value, "true or false", opt.secret, "is not a bool")
+        return value
     if opt.hcl_type.startswith("list("):
         return decode_list(opt, value, label)
     if opt.duration:
@@ -274,13 +270,13 @@ def default_value(opt: Option) -> Any:
 def _decode_object(
     raw: dict[Any, Any], options: tuple[Option, ...], where: str, extra: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
-    known = {opt.name: opt for opt in options}
+    known = {opt.name for opt in options} | extra
     for key in raw:
-        if not isinstance(key, str) or (key not in known and key not in extra):
-            names = ", ".join(sorted([*known, *extra]))
-            close = difflib.get_close_matches(str(key), sorted([*known, *extra]), n=1, cutoff=0.75)
-            hint = f'; did you mean "{close[0]}"?' if close else ""
-            raise ConfigError(f"{where}: unknown option {show(key)}{hint}; allowed options: {names}")
+        if not isinstance(key, str) or key not in known:
+            names = ", ".join(sorted(known))
+            raise ConfigError(
+                f"{where}: unknown option {show(key)}{did_you_mean(str(key), known)}; allowed options: {names}"
+            )
     values: dict[str, Any] = {}
     for opt in options:
         value = raw.get(opt.name)
@@ -301,9 +297,21 @@ def decode_cards(value: Any) -> tuple[CardRule, ...]:
         where = f"{CARD_BLOCK}[{index}]"
         if not isinstance(block, dict):
             raise invalid(where, block, "a block with match, mode, shares, share_percent", problem="is not a block")
-        fields = _decode_object(block, CARD_OPTIONS, where)
-        rule = CardRule(**fields)  # the card options are CardRule's fields
-        check_card_rule(rule, where)
+        rule = CardRule(**_decode_object(block, CARD_OPTIONS, where))  # the card options are CardRule's fields
+        if not rule.match.strip():
+            raise invalid(f"{where}.match", rule.match, "a card minor, a card UUID or a model name", problem="is empty")
+        if rule.shares and rule.share_percent:
+            raise ConfigError(
+                f"{where}: shares = {rule.shares} and share_percent = {rule.share_percent} are both set; "
+                "allowed: at most one of them"
+            )
+        if rule.share_percent and 100 % rule.share_percent:
+            raise invalid(
+                f"{where}.share_percent",
+                rule.share_percent,
+                "a divisor of 100 (1, 2, 4, 5, 10, 20, 25, 50, 100)",
+                problem="does not divide 100",
+            )
         previous = modes.setdefault(rule.match, rule.mode)
         if previous != rule.mode:
             raise ConfigError(
@@ -312,23 +320,6 @@ def decode_cards(value: Any) -> tuple[CardRule, ...]:
             )
         rules.append(rule)
     return tuple(rules)
-
-
-def check_card_rule(rule: CardRule, where: str) -> None:
-    if not rule.match.strip():
-        raise invalid(f"{where}.match", rule.match, "a card minor, a card UUID or a model name", problem="is empty")
-    if rule.shares and rule.share_percent:
-        raise ConfigError(
-            f"{where}: shares = {rule.shares} and share_percent = {rule.share_percent} are both set; "
-            "allowed: at most one of them"
-        )
-    if rule.share_percent and 100 % rule.share_percent:
-        raise invalid(
-            f"{where}.share_percent",
-            rule.share_percent,
-            "a divisor of 100 (1, 2, 4, 5, 10, 20, 25, 50, 100)",
-            problem="does not divide 100",
-        )
 
 
 def apply_xdm_mounts_alias(values: dict[str, Any], raw: dict[Any, Any]) -> None:
@@ -361,9 +352,7 @@ def unpack(data: bytes) -> Any:
 
 def decode_config(data: bytes) -> PluginConfig:
     """Decode and validate ``SetConfigRequest.msgpack_config``; empty bytes = all defaults."""
-    if not data:
-        return PluginConfig()
-    raw = unpack(data)
+    raw = unpack(data) if data else None
     if raw is None:
         return PluginConfig()
     if not isinstance(raw, dict):
@@ -401,18 +390,6 @@ def check_paths_and_urls(values: dict[str, Any]) -> None:
         raise invalid("nomad_address", address, allowed, problem="names no host")
 
 
-def go_duration(value: str, name: str) -> float:
-    """Seconds of a duration exactly as Go's ``time.ParseDuration`` takes it: any sign, no 30-day cap."""
-    allowed = _string_allowed(option("inventory_resync_period"))
-    try:
-        seconds = parse_go_duration(value)
-    except ValueError:
-        raise invalid(name, value, allowed, problem="is not a Go duration") from None
-    if abs(seconds) > GO_MAX_DURATION:
-        raise invalid(name, value, f"{allowed}, within Go's limit of about 292 years", problem="is out of range")
-    return seconds
-
-
 #: A Nomad node ID is a UUID (``uuid.Generate`` in Nomad's helper/uuid).
 NODE_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -431,7 +408,13 @@ def check_plugin_settings(values: dict[str, Any]) -> None:
     if node and not NODE_ID.fullmatch(node):
         allowed = 'a Nomad node ID (a UUID such as "4c1a2b3d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"), or "" to ask the agent'
         raise invalid("nomad_node_id", node, allowed, problem="is not a UUID")
-    check_bind_address(str(values["metrics_bind"]))
+    bind = str(values["metrics_bind"])
+    try:
+        if bind != "localhost":  # an IP address or "localhost": nothing is resolved or bound here
+            ipaddress.ip_address(bind)
+    except ValueError:
+        allowed = 'an IP address such as "127.0.0.1", "0.0.0.0", "::1" or "::", or "localhost"'
+        raise invalid("metrics_bind", bind, allowed, problem="is not an IP address") from None
     token, problem = normalise_token(str(values["nomad_token"]))
     if problem is not None:
         raise invalid("nomad_token", values["nomad_token"], "one line of printable text", secret=True, problem=problem)
@@ -445,30 +428,23 @@ def check_plugin_settings(values: dict[str, Any]) -> None:
             raise invalid(f"xdm_mount_allow[{index}]", path, allowed)
 
 
-def check_bind_address(address: str) -> None:
-    """``metrics_bind`` is an IP address (v4 or v6) or "localhost": nothing is resolved or bound here."""
-    if address == "localhost":
-        return
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
-        allowed = 'an IP address such as "127.0.0.1", "0.0.0.0", "::1" or "::", or "localhost"'
-        raise invalid("metrics_bind", address, allowed, problem="is not an IP address") from None
-
-
 def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> None:
-    """``fingerprint_period`` (nomad-device-nvidia's key) and ``inventory_resync_period`` are one setting.
-
-    Nomad fills in every schema default, so the one that differs from its
-    default is the one written; both written and different is refused.
-    ``fingerprint_period`` takes what Go's ``time.ParseDuration`` takes (as that
-    plugin); "0s" or less re-reads every ``MIN_FINGERPRINT_PERIOD_S``; "" means
-    not written. Result: ``fingerprint_period`` as written, ``inventory_resync_period`` in use.
-    """
+    """``fingerprint_period`` (nomad-device-nvidia's key, Go's ``time.ParseDuration`` syntax) and
+    ``inventory_resync_period`` are one setting. Nomad fills in every default, so the one that differs
+    from its default was written; both written and different is refused; "" means not written."""
     text = str(values["fingerprint_period"]).strip()
     written = values["inventory_resync_period"]
     resync_default = default_value(option("inventory_resync_period"))
-    period = go_duration(text, "fingerprint_period") if text else None
+    period = None
+    if text:  # any sign and no 30-day cap, as time.ParseDuration
+        allowed = _string_allowed(option("inventory_resync_period"))
+        try:
+            period = parse_go_duration(text)
+        except ValueError:
+            raise invalid("fingerprint_period", text, allowed, problem="is not a Go duration") from None
+        if abs(period) > GO_MAX_DURATION:
+            allowed += ", within Go's limit of about 292 years"
+            raise invalid("fingerprint_period", text, allowed, problem="is out of range")
     if period is None or (
         period == parse_go_duration(str(option("fingerprint_period").default)) and written != resync_default
     ):

@@ -9,7 +9,6 @@ cty/msgpack/marshal.go). Here the same is done from those files plus ``key=value
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import msgpack
 from lark import Token, Tree
 
 from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.config.decode import did_you_mean
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
 from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, plain, unlabelled
 
@@ -35,17 +35,14 @@ class LauncherConfigError(ValueError):
 
 # -- an agent file by the rules of the agent's parser, HCL v1 ----------------------------
 # The agent reads ``-config`` files with HCL v1 (command/agent/config_parse.go); python-hcl2 parses
-# HCL v2, which also takes bare words, ``null``, ``True`` and multi-line quoted strings. The walker
-# below keeps only what HCL v1 accepts, with its values: literals (one-line quoted strings, heredocs,
-# leading-``0`` octal, true/false, lists, objects), the last of a repeated attribute, blocks as
-# lists, a plugin block's ``config`` blocks merged (helper/pluginutils/loader). ``${...}`` and
-# ``%{...}`` are refused: the agent evaluates them with no variables (hclutils.ParseHclInterface).
-# What python-hcl2 refuses and HCL v1 takes (hex numbers, commas between attributes) is reported as
-# not valid HCL: stricter than the agent, never more lenient (docs/operator.md;
-# tests/operator/test_config_corpus.py checks the rest against HCL v1 itself).
+# HCL v2, which also takes bare words, ``null``, ``True`` and multi-line quoted strings, so the walker
+# keeps only what HCL v1 accepts, with its values. ``${...}`` and ``%{...}`` are refused: the agent
+# evaluates them with no variables (hclutils.ParseHclInterface). What python-hcl2 refuses and HCL v1
+# takes (hex numbers, commas between attributes) is refused too: stricter than the agent, never more
+# lenient (docs/operator.md; tests/operator/test_config_corpus.py checks against HCL v1 itself).
 
 
-class AgentSyntaxError(ValueError):
+class AgentSyntaxError(LauncherConfigError):
     """Something in the file that the Nomad agent's parser refuses."""
 
 
@@ -86,9 +83,7 @@ def parse_agent_text(text: str, source: str) -> list[PluginBlock]:
     except Exception as exc:  # lark raises many types; all mean "not valid HCL"
         raise AgentSyntaxError(describe_hcl_error(exc, text, source)) from None
     walker = _Walker(text, source, quoted)
-    body = _first_tree(tree, "body")
-    if body is None:
-        return []
+    body = _body(tree)
     walker.body(body)  # checks the whole file: the agent refuses a bad value anywhere in it
     return [walker.plugin_block(b) for b in _children(body, "block") if _block_type(b) == "plugin"]
 
@@ -123,15 +118,15 @@ def _first_tree(tree: Tree[Any], name: str) -> Tree[Any] | None:
     return found[0] if found else None
 
 
+def _body(tree: Tree[Any]) -> Tree[Any]:
+    """The body of a file or block (python-hcl2's grammar gives each exactly one)."""
+    return _children(tree, "body")[0]
+
+
 def _first_token(node: Any) -> Token | None:
-    if isinstance(node, Token):
-        return node
     if isinstance(node, Tree):
-        for child in node.children:
-            token = _first_token(child)
-            if token is not None:
-                return token
-    return None
+        return next(node.scan_values(lambda leaf: isinstance(leaf, Token)), None)
+    return node if isinstance(node, Token) else None
 
 
 def _name(node: Tree[Any]) -> str:
@@ -171,10 +166,10 @@ def _source_text(node: Any) -> str:
 
 
 class _Walker:
-    def __init__(self, text: str, source: str, quoted: dict[str, str] | None = None) -> None:
+    def __init__(self, text: str, source: str, quoted: dict[str, str]) -> None:
         self.text = text
         self.source = source
-        self.quoted = quoted or {}
+        self.quoted = quoted
 
     def fail(self, node: Any, message: str) -> AgentSyntaxError:
         token = _first_token(node)
@@ -203,8 +198,7 @@ class _Walker:
                 out[key] = _hcl1_shape(self.value(child.children[-1], key), in_list=False)
             elif child.data == "block":
                 key = _block_type(child)
-                inner = _first_tree(child, "body")
-                value: Any = self.body(inner) if inner is not None else {}
+                value: Any = self.body(_body(child))
                 for label in reversed(_block_labels(child)):
                     value = {self.label(label): [value]}
                 previous = out.get(key)
@@ -225,16 +219,12 @@ class _Walker:
                 block, f'a plugin block takes one label, its file name: plugin "<name>" {{ ... }} ({len(labels)} given)'
             )
         plugin = PluginBlock(self.label(labels[0]), line=line)
-        inner = _first_tree(block, "body")
-        if inner is None:
-            return plugin
-        for child in inner.children:
+        for child in _body(block).children:
             if not isinstance(child, Tree) or child.data not in ("attribute", "block"):
                 continue
             kind = _name(_first_tree(child, "identifier") or child)
             if child.data == "block" and kind == "config" and not _block_labels(child):
-                body = _first_tree(child, "body")
-                plugin.config.update(self.body(body) if body is not None else {})  # HCL v1 merges them
+                plugin.config.update(self.body(_body(child)))  # HCL v1 merges them
                 plugin.config_blocks += 1
             elif child.data == "attribute" and kind == "config":
                 value = _hcl1_shape(self.value(child.children[-1], "config"), in_list=False)
@@ -414,18 +404,12 @@ def agent_files(path: str | Path) -> list[Path]:
 def _json_plugin_blocks(data: Any) -> list[PluginBlock]:
     """``plugin`` blocks of a JSON agent file: a plain map, or HCL's JSON form with lists of objects."""
     found: list[PluginBlock] = []
-    for doc in data if isinstance(data, list) else [data]:
-        plugins = doc.get("plugin") if isinstance(doc, dict) else None
-        for item in plugins if isinstance(plugins, list) else [plugins]:
-            for label, body in item.items() if isinstance(item, dict) else ():
-                for one in body if isinstance(body, list) else [body]:
-                    if not isinstance(one, dict):
-                        continue
-                    config = one.get("config", {})
-                    configs = [c for c in (config if isinstance(config, list) else [config]) if isinstance(c, dict)]
-                    merged: dict[str, Any] = {}
-                    for c in configs:
-                        merged.update(c)
+    for doc in unlabelled(data):
+        for item in unlabelled(doc.get("plugin")):
+            for label, body in item.items():
+                for one in unlabelled(body):
+                    configs = unlabelled(one.get("config", {}))
+                    merged = {key: value for config in configs for key, value in config.items()}
                     found.append(PluginBlock(str(label), config=merged, config_blocks=len(configs)))
     return found
 
@@ -443,10 +427,7 @@ def _file_plugin_blocks(path: Path) -> list[PluginBlock]:
         except ValueError as exc:
             raise LauncherConfigError(f"{path} is not valid JSON: {exc}") from None
         return _json_plugin_blocks(data)
-    try:
-        return parse_agent_text(text, str(path))
-    except AgentSyntaxError as exc:
-        raise LauncherConfigError(str(exc)) from None
+    return parse_agent_text(text, str(path))
 
 
 def find_plugin_blocks(path: str | Path) -> PluginBlocks:
@@ -544,12 +525,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     if is_expression(value):
         return key, literal
     return key, plain(value)
-
-
-def did_you_mean(word: str, choices: set[str] | list[str] | tuple[str, ...]) -> str:
-    """``; did you mean "x"?`` for a close match (as check-job suggests), else ""."""
-    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.75)
-    return f'; did you mean "{close[0]}"?' if close else ""
 
 
 def _brief(value: Any) -> str:

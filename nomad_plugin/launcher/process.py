@@ -194,15 +194,10 @@ class PluginProcess:
 
     def _read_stdout(self, lines: queue.Queue[str | None]) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        first = True
+        first = self.proc.stdout.readline()
+        lines.put(first.decode(errors="replace") if first else None)
         for raw in self.proc.stdout:
-            if first:
-                lines.put(raw.decode(errors="replace"))
-                first = False
-            else:
-                self.extra_stdout.append(raw.decode(errors="replace"))
-        if first:
-            lines.put(None)
+            self.extra_stdout.append(raw.decode(errors="replace"))
 
     def _read_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None

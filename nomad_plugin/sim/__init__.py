@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nomad_plugin.sim.allocation import GrantedSlot, GrantRecord
+from nomad_plugin.sim.allocation import GrantRecord
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
 from nomad_plugin.sim.simulator import Simulator
 
-__all__ = ["ALIASES", "PROFILES", "GrantRecord", "GrantedSlot", "Simulator"]
+__all__ = ["ALIASES", "PROFILES", "GrantRecord", "Simulator"]

@@ -1,9 +1,8 @@
 """What XDM grants: the Allocate rules, the grant records, the container spec of a grant, the state file.
 
-The rules are those the XDM API reference states for Allocate (ranges, homogeneous
-elements, whole cards exclusive, TDM and MIG never on one card, per-card sums) plus
-NVIDIA's MIG placement. :func:`plan` touches no state: the caller commits only when
-every element fits, so a refused request grants nothing.
+The rules are those the XDM API reference states for Allocate (ranges, homogeneous elements, whole
+cards exclusive, TDM and MIG never on one card, per-card sums) plus NVIDIA's MIG placement. :func:`plan`
+touches no state, so a refused request grants nothing.
 """
 
 from __future__ import annotations
@@ -86,9 +85,6 @@ class GrantRecord:
         if self.slice > 0:
             return "mig"
         return "whole" if self.core == 0 and self.memory == 0 else "tdm"
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GrantRecord:
@@ -223,12 +219,9 @@ def plan(
 
 
 def grant_response(style: str, grant: GrantRecord, nvidia: bool) -> pb.AllocateResponse:
-    """The successful Allocate answer for ``grant``, request annotations echoed.
-
-    What real XDM puts in it is unknown (docs/xdm-risks.md); every name here is a guess.
-    ``env+devices`` answers as a Kubernetes device plugin does (visibility and share env,
-    device nodes, a read-only driver mount), ``annotations`` as an annotation-driven OCI
-    shim would (``xdm.amp.com/...`` keys only), ``both`` with both.
+    """The successful Allocate answer for ``grant``, request annotations echoed. What real XDM puts in it
+    is unknown (docs/xdm-risks.md): ``env+devices`` answers as a Kubernetes device plugin does (env, device
+    nodes, a read-only driver mount), ``annotations`` as an annotation-driven OCI shim would, ``both`` both.
     """
     slots = grant.devices
     envs: dict[str, str] = {}
@@ -298,7 +291,7 @@ def save_state(path: Path | None, state: PersistentState) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"version": 1, "enabled": state.enabled, "grants": [g.to_json() for g in state.grants.values()]}
+    body = {"version": 1, "enabled": state.enabled, "grants": [asdict(g) for g in state.grants.values()]}
     fd, tmp = tempfile.mkstemp(prefix=".xdm-sim-state.", dir=str(path.parent))
     with os.fdopen(fd, "w") as fh:
         json.dump(body, fh, indent=1, sort_keys=True)

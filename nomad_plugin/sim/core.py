@@ -1,12 +1,12 @@
 """The simulated XDM node: its options, state and RPC logic (no transport), and its metrics.
 
-An RPC method takes a request and returns a response or raises
-:class:`~nomad_plugin.sim.allocation.Refusal`, which the server answers in-band or
-as a gRPC status (``error_mode``). All state sits behind one lock.
+An RPC method returns a response or raises :class:`~nomad_plugin.sim.allocation.Refusal`, which the
+server answers in-band or as a gRPC status (``error_mode``). All state sits behind one lock.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import queue
@@ -129,23 +129,16 @@ class SimCore:
         self.hang_until = 0.0  # time.monotonic() until which every RPC hangs
         self.exporter_state = "running"
         self.config_fail = False
-        self._calls: dict[str, int] = {}  # RPC name -> calls received, Enable and Disable included
+        self.call_counts: collections.Counter[str] = collections.Counter()  # Enable and Disable included
         self.stream_epoch = 0  # bumped by close_streams: open exporter streams end
         self.metrics = MetricsModel(self.cards, options.seed, real_reader)
         self.samples: list[pb.MetricData] = []
         self.samples_gen = 0
         self._last_collect_ms = 0
         self._samples_stale = True  # health or grants changed since the last collection
-        self._subscribers: set[queue.Queue[Any]] = set()
+        self.subscribers: set[queue.Queue[Any]] = set()  # one per open ListAndWatch
 
     # ------------------------------------------------------------ state changes
-    def reload(self) -> None:
-        """Read persisted grants back, as a restarted XDM does."""
-        if self.state_file is not None:
-            with self.lock:
-                self.state = load_state(self.state_file, self.options.enabled)
-                self._samples_stale = True
-
     def _card(self, minor: int) -> CardSpec:
         if not 0 <= minor < len(self.cards):
             raise ValueError(f"minor: no card {minor} in profile {self.profile} (0..{len(self.cards) - 1})")
@@ -196,14 +189,10 @@ class SimCore:
         """Enable and Disable answer ``success: false`` while set."""
         self.config_fail = fail
 
-    def count_call(self, rpc: str) -> None:
-        with self.lock:
-            self._calls[rpc] = self._calls.get(rpc, 0) + 1
-
     def calls(self) -> dict[str, int]:
         """How many times each RPC was called (a stream counts once per subscription)."""
         with self.lock:
-            return dict(self._calls)
+            return dict(self.call_counts)
 
     def grants(self) -> dict[str, GrantRecord]:
         with self.lock:
@@ -226,32 +215,22 @@ class SimCore:
                 ))  # fmt: skip
             return pb.ListAndWatchResponse(devices=devices)
 
-    def subscribe(self) -> queue.Queue[Any]:
-        q: queue.Queue[Any] = queue.Queue()
-        with self.lock:
-            self._subscribers.add(q)
-        return q
-
-    def unsubscribe(self, q: queue.Queue[Any]) -> None:
-        with self.lock:
-            self._subscribers.discard(q)
-
     def subscriber_count(self) -> int:
         with self.lock:
-            return len(self._subscribers)
+            return len(self.subscribers)
 
     def push(self) -> None:
         """Send the complete device list to every ListAndWatch subscriber."""
         with self.lock:
             listing = self.device_list()
-            for q in self._subscribers:
+            for q in self.subscribers:
                 q.put(listing)
 
     def close_streams(self) -> None:
         """End every open ListAndWatch and ExporterDataStream with UNAVAILABLE."""
         with self.lock:
             self.stream_epoch += 1
-            for q in self._subscribers:
+            for q in self.subscribers:
                 q.put(CLOSE)
             self.metrics_cond.notify_all()
 
@@ -438,13 +417,9 @@ class _CardState:
 
 
 class MetricsModel:
-    """Plausible readings that drift by a seeded random walk and agree with the grants.
-
-    Values stay inside the card's capacities (used <= total, power <= limit). Each share
-    or MIG grant gets its own samples labelled ``GRANT_LABEL`` (its allocation id), whose
-    memory never exceeds what was granted; the card's memory is the sum of its grants'
-    plus a little driver overhead.
-    """
+    """Plausible readings that drift by a seeded random walk and agree with the grants: inside the card's
+    capacities, each share or MIG grant sampled under ``GRANT_LABEL`` within what it was granted, the card's
+    memory the sum of its grants' plus a little driver overhead."""
 
     def __init__(self, cards: list[CardSpec], seed: int = 0, real_reader: RealReader | None = None) -> None:
         self.cards = cards

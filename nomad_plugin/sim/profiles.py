@@ -1,13 +1,10 @@
 """The node types the simulator presents: cards and their per-card topology JSON.
 
-Cards derive deterministically from profile + minor (same UUID, PCI address and
-serial on every run), so Nomad device IDs stay stable across simulator restarts.
-Minors are 0-based; real XDM might count from 1 (docs/xdm-risks.md).
+Cards derive deterministically from profile + minor, so Nomad device IDs stay stable across simulator
+restarts. Minors are 0-based; real XDM might count from 1 (docs/xdm-risks.md).
 
-Topology: GPU 0 of the M890P and 810E families is exactly the example of the XDM
-API reference (tests/seed_topologies.py); the other cards generalise it. NVIDIA
-has no published example: its shape (PCIe switch, NUMA node, CPU socket, then
-network levels) is a guess.
+Topology: GPU 0 of the M890P and 810E families is exactly the XDM API reference's example
+(tests/seed_topologies.py); the other cards generalise it. NVIDIA's shape is a guess (no published example).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What the simulator puts on the wire: the served schema, and schema drift on top of it.
 
-Every field number of the reconstructed proto (``proto/lingjun/``) is a guess
-(docs/xdm-risks.md): an XDM that keeps the names but numbers the fields otherwise
-decodes silently wrong in a client that trusts the guess. The served schemas,
-built at run time from the reconstruction's descriptors, make that trap
-reproducible; messages are converted by field name at the gRPC edge, so the
-simulator's logic keeps the builtin classes. Drift modes answer in shapes no
-schema declares. Both are listed in this package's README.md.
+Every field number of the reconstructed proto (``proto/lingjun/``) is a guess (docs/xdm-risks.md): an
+XDM that keeps the names but numbers the fields otherwise decodes silently wrong in a client that trusts
+the guess. The served schemas, built from the reconstruction's descriptors, make that trap reproducible;
+drift modes answer in shapes no schema declares (both listed in this package's README.md).
 """
 
 from __future__ import annotations
@@ -98,9 +95,7 @@ def _transform(
         table = RENUMBER.get(msg.name, {}) if renumber else {}
         for fd in msg.field:
             fd.number = table.get(fd.name, fd.number)
-        ordered = [type(fd).FromString(fd.SerializeToString()) for fd in sorted(msg.field, key=lambda f: f.number)]
-        del msg.field[:]
-        msg.field.extend(ordered)  # declared in number order, as protoc would list them
+        msg.field.sort(key=lambda f: f.number)  # declared in number order, as protoc would list them
         for fd in [*msg.field, *(f for nested in msg.nested_type for f in nested.field)]:
             if fd.type_name:
                 fd.type_name = retype(fd.type_name)

@@ -1,9 +1,8 @@
 """The simulator's public face: :class:`Simulator`, its lifecycle, its faults and its two gRPC servers.
 
-Methods are looked up per call, so drift, the served schema and reflection take
-effect at once on a running server. Every call first passes the fault gate. The
-served schema is applied at this edge only (requests decoded into builtin
-classes, responses the other way), so the node's logic never changes.
+Methods are looked up per call, so drift, the served schema and reflection take effect at once; every
+call first passes the fault gate. The served schema is applied at this edge only, so the node's logic
+keeps the builtin classes.
 """
 
 from __future__ import annotations
@@ -17,8 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from dataclasses import asdict
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeAlias
 
 import grpc
@@ -27,7 +26,7 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.sim.allocation import Refusal
+from nomad_plugin.sim.allocation import Refusal, load_state
 from nomad_plugin.sim.control import ControlServer
 from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
 from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
@@ -35,9 +34,6 @@ from nomad_plugin.sim.schema import ServedSchema, served_schema
 
 log = logging.getLogger(__name__)
 
-DP2MGR_SOCKET = "dp2mgr.sock"
-CONFIG_SOCKET = "config-daemon.sock"
-CONTROL_SOCKET = "xdm-sim-control.sock"
 MAX_WORKERS = 256  # every open stream holds one worker thread (created lazily)
 REFLECTION_PATHS = (  # v1 has the same wire format as v1alpha
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
@@ -68,11 +64,8 @@ class _Dispatch(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
 
 class Simulator(SimCore):
-    """A simulated XDM node serving ``dp2mgr.sock`` and ``config-daemon.sock`` in ``socket_dir``.
-
-    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields. Use it as a
-    context manager, or call :meth:`start` and :meth:`stop`.
-    """
+    """A simulated XDM node serving ``dp2mgr.sock`` and ``config-daemon.sock`` in ``socket_dir``;
+    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields."""
 
     def __init__(
         self, socket_dir: Path | str, profile: str = "h800-8", state_file: Path | str | None = None, **options: Any
@@ -90,9 +83,9 @@ class Simulator(SimCore):
         super().__init__(profile, cards, opts, Path(state_file) if state_file is not None else None, reader)
         self.socket_dir = Path(socket_dir)
         self.schema: ServedSchema = served_schema(opts.schema)
-        self.dp2mgr_path = self.socket_dir / DP2MGR_SOCKET
-        self.config_path = self.socket_dir / CONFIG_SOCKET
-        self.control_path = self.socket_dir / CONTROL_SOCKET
+        self.dp2mgr_path = self.socket_dir / "dp2mgr.sock"
+        self.config_path = self.socket_dir / "config-daemon.sock"
+        self.control_path = self.socket_dir / "xdm-sim-control.sock"
         self.crashed = False
         self._lifecycle = threading.RLock()
         self._servers: list[grpc.Server] = []
@@ -110,7 +103,7 @@ class Simulator(SimCore):
                 self._collector = threading.Thread(target=self._collect_loop, name="xdm-sim-collector", daemon=True)
                 self._collector.start()
             if self.options.control and self._control is None:
-                self._control = ControlServer(self, self.control_path)
+                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
         log.info("xdm-sim %s: %d x %s on %s", self.profile, len(self.cards), self.cards[0].model, self.socket_dir)
         return self
 
@@ -128,7 +121,7 @@ class Simulator(SimCore):
     def __enter__(self) -> Simulator:
         return self.start()
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _collect_loop(self) -> None:
@@ -166,12 +159,10 @@ class Simulator(SimCore):
     def restart(
         self, downtime: float = 0.5, remove_dir: bool = False, schema: str | None = None, reflection: bool | None = None
     ) -> None:
-        """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, bind again.
+        """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, bind again; grants survive.
 
-        Grants survive (read back from the state file, or kept in memory). ``remove_dir``
-        also removes the socket directory during the downtime (only when nothing but the
-        simulator's own sockets is in it). ``schema`` and ``reflection``: come back as an
-        upgraded XDM serving another schema, with or without server reflection.
+        ``remove_dir`` also removes the (otherwise empty) socket directory while down; ``schema`` and
+        ``reflection``: come back as an upgraded XDM serving another schema, with or without reflection.
         """
         if schema is not None:
             check_choice("schema", schema, CHOICES["schema"])
@@ -196,7 +187,7 @@ class Simulator(SimCore):
             time.sleep(downtime)
             self.revive()
             if remove_dir and control_was_up:
-                self._control = ControlServer(self, self.control_path)
+                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
             log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self.options.reflection)
 
     def crash(self) -> None:
@@ -214,7 +205,10 @@ class Simulator(SimCore):
         with self._lifecycle:
             if self._servers:
                 return
-            self.reload()
+            if self.state_file is not None:  # grants read back, as a restarted XDM does
+                with self.lock:
+                    self.state = load_state(self.state_file, self.options.enabled)
+                    self._samples_stale = True
             self._serve()
             self.crashed = False
             log.info("revive: serving again")
@@ -308,8 +302,8 @@ class Simulator(SimCore):
 
     def _gate(self, rpc: str, context: grpc.ServicerContext) -> None:
         """Count the call, then hold it during slow start and injected latency (inf: until the client gives up)."""
-        self.count_call(rpc)
         with self.lock:
+            self.call_counts[rpc] += 1
             delay = self.latency.get(rpc, self.latency.get("*", 0.0))
             until = math.inf if math.isinf(delay) else max(self.hang_until, time.monotonic() + delay)
         while time.monotonic() < until:
@@ -339,7 +333,9 @@ class Simulator(SimCore):
 
     def _list_and_watch(self, request: pb.ListAndWatchRequest, context: grpc.ServicerContext) -> Iterator[Message]:
         self._gate("ListAndWatch", context)
-        q = self.subscribe()
+        q: queue.Queue[Any] = queue.Queue()
+        with self.lock:
+            self.subscribers.add(q)
         context.add_callback(lambda: q.put(_CANCELLED))
         log.info("ListAndWatch subscribed (%d subscribers)", self.subscriber_count())
         try:
@@ -359,7 +355,8 @@ class Simulator(SimCore):
                     context.abort(grpc.StatusCode.UNAVAILABLE, "xdm-sim: stream closed (service restart or stop)")
                 yield item
         finally:
-            self.unsubscribe(q)
+            with self.lock:
+                self.subscribers.discard(q)
             log.info("ListAndWatch stream ended")
 
     def _data_stream(self, request: pb.ExporterDataRequest, context: grpc.ServicerContext) -> Iterator[Message]:
@@ -394,3 +391,85 @@ def _summary(msg: Message) -> str:
     if isinstance(msg, pb.ExporterDataResponse):
         return f" samples={len(msg.dataList)}"
     return "" if msg.DESCRIPTOR.name.endswith("Response") else text_format.MessageToString(msg, as_one_line=True)
+
+
+# ---------------------------------------------------------------- control commands (control.COMMANDS)
+
+
+def _minor(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"minor: {text!r} is not a card number") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        return math.inf if text in ("inf", "hang") else float(text)
+    except ValueError:
+        raise ValueError(f"seconds: {text!r} is not a number") from None
+
+
+def _one(args: list[str], usage: str, *allowed: str) -> str:
+    """The command's single argument (one of ``allowed``, if given)."""
+    if len(args) != 1 or (allowed and args[0] not in allowed):
+        raise ValueError(f"usage: {usage}")
+    return args[0]
+
+
+def _choice(name: str, usage: str) -> Callable[[Simulator, list[str]], None]:
+    """A command setting option ``name`` to its one argument."""
+    return lambda sim, a: sim.set_choice(name, _one(a, usage))
+
+
+def _health(sim: Simulator, args: list[str]) -> None:
+    if len(args) < 2 or args[1].lower() not in ("healthy", "unhealthy"):
+        raise ValueError("usage: health MINOR healthy|unhealthy [REASON]")
+    sim.set_health(_minor(args[0]), args[1].lower() == "healthy", " ".join(args[2:]))
+
+
+def _topology(sim: Simulator, args: list[str]) -> None:
+    if len(args) < 2:
+        raise ValueError("usage: topology LEVEL VALUE|none [MINOR...]")
+    sim.set_topology_level(args[0], None if args[1] == "none" else args[1], [_minor(m) for m in args[2:]] or None)
+
+
+def _latency(sim: Simulator, args: list[str]) -> None:
+    if len(args) != 2:
+        raise ValueError("usage: latency RPC SECONDS")
+    sim.set_latency(args[0], _seconds(args[1]))
+
+
+_HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
+    "status": lambda sim, a: sim.status(),
+    "grants": lambda sim, a: {gid: asdict(g) for gid, g in sim.grants().items()},
+    "health": _health,
+    "remove": lambda sim, a: sim.remove_device(_minor(_one(a, "remove MINOR"))),
+    "add": lambda sim, a: sim.add_device(_minor(_one(a, "add MINOR"))),
+    "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5, schema=a[1] if len(a) > 1 else None),
+    "reflection": lambda sim, a: sim.set_reflection(_one(a, "reflection on|off", "on", "off") == "on"),
+    "crash": lambda sim, a: sim.crash(),
+    "revive": lambda sim, a: sim.revive(),
+    "slow-start": lambda sim, a: sim.slow_start(_seconds(_one(a, "slow-start SECONDS"))),
+    "latency": _latency,
+    "drift": lambda sim, a: sim.set_drift(_one(a, "drift MODE|none")),
+    "error-mode": _choice("error_mode", "error-mode inband|grpc"),
+    "topology": _topology,
+    "enable": lambda sim, a: sim.set_enabled(True),
+    "disable": lambda sim, a: sim.set_enabled(False),
+    "duplicate-id": _choice("duplicate_id_mode", "duplicate-id reject|idempotent"),
+    "release-unknown": _choice("release_unknown", "release-unknown not-found|ok"),
+    "exporter": lambda sim, a: sim.set_exporter_state(_one(a, "exporter running|stopped|error")),
+    "close-streams": lambda sim, a: sim.close_streams(),
+}
+
+
+def run_command(sim: Simulator, argv: list[str]) -> Any:
+    """Apply one command to ``sim`` ("ok" unless it has a result); ValueError for bad input."""
+    if not argv:
+        raise ValueError("empty command")
+    handler = _HANDLERS.get(argv[0])
+    if handler is None:
+        raise ValueError(f"unknown command {argv[0]!r} (known: {', '.join(_HANDLERS)})")
+    result = handler(sim, [str(a) for a in argv[1:]])
+    return "ok" if result is None else result

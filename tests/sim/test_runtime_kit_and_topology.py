@@ -10,7 +10,7 @@ import pytest
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.sim.control import run_command
+from nomad_plugin.sim.simulator import run_command
 from tests.sim.topology_invariants import check_invariants
 
 
