@@ -130,7 +130,7 @@ def test_terminal_alloc_released_after_grace_not_before(tmp_path, api):
 
 
 def test_a_burst_of_changes_is_answered_once_per_min_round_interval(tmp_path, api):
-    reserver, backend, rec = setup(tmp_path, api)
+    reserver, _backend, rec = setup(tmp_path, api)
     rec.min_round_interval = 0.4
     rec.round()  # the first answer: acted on at once
     gid = grant_of(reserver, [card_uuid(0)])
