@@ -73,11 +73,6 @@ class Rule:
     def head(self) -> str:
         return f"{self.attribute} {self.operator}" + ("" if self.unary else f" {self.value!r}")
 
-    def text(self) -> str:
-        return f'{self.attribute} {self.operator} "{self.value}"' + (
-            f" (weight {self.weight})" if self.affinity else ""
-        )
-
 
 @dataclass(frozen=True)
 class DeviceRequest:
@@ -278,24 +273,6 @@ def device_requests(parsed: dict[str, Any]) -> list[DeviceRequest]:
     ]
 
 
-def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
-    if is_json(text):
-        return json_device_requests(load_json_job(text, source))
-    return device_requests(load_hcl(text, source))
-
-
-def is_json(text: str) -> bool:
-    return text.lstrip().startswith("{")
-
-
-def load_hcl(text: str, source: str = "job") -> dict[str, Any]:
-    try:
-        parsed: dict[str, Any] = hcl2.loads(text)
-    except Exception as exc:
-        raise JobParseError(describe_hcl_error(exc, text, source)) from None
-    return parsed
-
-
 # --- JSON jobs ----------------------------------------------------------------------------------
 
 
@@ -313,17 +290,6 @@ def load_json_job(text: str, source: str = "job") -> dict[str, Any]:
             f'{source}: a JSON job needs "TaskGroups" (the form `nomad job run -output job.hcl` prints: {{"Job": ...}})'
         )
     return job
-
-
-def json_device_requests(job: dict[str, Any]) -> list[DeviceRequest]:
-    job_name = str(job.get("Name") or job.get("ID") or "")
-    requests: list[DeviceRequest] = []
-    for group in dicts(job.get("TaskGroups")):
-        for task in dicts(group.get("Tasks")):
-            resources = task.get("Resources") if isinstance(task.get("Resources"), dict) else {}
-            for device in dicts((resources or {}).get("Devices")):
-                requests.append(_json_device(job_name, str(group.get("Name", "")), str(task.get("Name", "")), device))
-    return requests
 
 
 def _no_constant(name: str) -> Any:
@@ -664,8 +630,8 @@ def _json_level(raw: dict[str, Any], where: str, spreads: bool) -> _Level:
 
 
 def _json_job(job: dict[str, Any]) -> ParsedJob:
-    requests = json_device_requests(job)
     name = str(job.get("Name") or job.get("ID") or "")
+    requests: list[DeviceRequest] = []
     problems: list[str] = []
     job_type = json_text(job.get("Type"), "Type", problems) or "service"
     top = _json_level(job, "job", spreads=True)
@@ -674,6 +640,9 @@ def _json_job(job: dict[str, Any]) -> ParsedJob:
         group_name = group["Name"] if isinstance(group.get("Name"), str) else ""
         levels = [_json_level(group, f'group "{group_name}"', spreads=True)]
         for task in dicts(group.get("Tasks")):
+            resources = task["Resources"] if isinstance(task.get("Resources"), dict) else {}
+            for device in dicts(resources.get("Devices")):
+                requests.append(_json_device(name, str(group.get("Name", "")), str(task.get("Name", "")), device))
             task_name = task["Name"] if isinstance(task.get("Name"), str) else ""
             levels.append(_json_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
@@ -720,6 +689,14 @@ def _group(job: str, name: str, job_type: str, top: _Level, levels: list[_Level]
 
 def parse_job(text: str, source: str = "job") -> ParsedJob:
     """A job file's device blocks and node-level rules."""
-    if is_json(text):
+    if text.lstrip().startswith("{"):
         return _json_job(load_json_job(text, source))
-    return _hcl_job(load_hcl(text, source))
+    try:
+        parsed: dict[str, Any] = hcl2.loads(text)
+    except Exception as exc:
+        raise JobParseError(describe_hcl_error(exc, text, source)) from None
+    return _hcl_job(parsed)
+
+
+def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
+    return parse_job(text, source).requests
