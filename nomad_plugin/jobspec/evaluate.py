@@ -122,7 +122,10 @@ def resolve(target: str, group: DeviceGroup) -> Target:
         key = target[len("${device.attr.") :].removesuffix("}")
         found = group.attributes.get(key)
         if found is None:
-            return Target(None, target, unknown_attribute(key, group.attributes))
+            names = sorted(group.attributes)
+            close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; the group has: {', '.join(names)}"
+            return Target(None, target, f"unknown attribute {key!r}{hint}")
         return Target(found, humanize(found))
     return Target(
         None,
@@ -130,13 +133,6 @@ def resolve(target: str, group: DeviceGroup) -> Target:
         f"{target} is not found inside a device block: only ${{device.attr.<name>}}, ${{device.vendor}}, "
         "${device.type}, ${device.model} and ${device.ids} resolve there",
     )
-
-
-def unknown_attribute(key: str, attributes: Iterable[str]) -> str:
-    names = sorted(attributes)
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; the group has: {', '.join(names)}"
-    return f"unknown attribute {key!r}{hint}"
 
 
 def check_rule(rule: Rule, group: DeviceGroup) -> RuleResult:
@@ -344,16 +340,12 @@ def evaluate_request(
             why.append(hint or "no device group matches the request (Nomad: no devices match request)")
     picked = tuple(chosen.free_ids[: request.count]) if chosen else ()
     warnings = (mig_count_problem(request.count, chosen.group),) if chosen else ()
+    # The block's regexps whose verdict RE2 cannot settle for Go.
+    regexps = (golang.caveat(r.value) for r in (*request.constraints, *request.affinities) if r.operator == "regexp")
     return RequestVerdict(
-        request, verdicts, chosen, picked, tuple(problems), outcome, tuple(why),
-        tuple(dict.fromkeys(notes)), tuple(w for w in warnings if w), tuple(ties), caveats(request),
+        request, verdicts, chosen, picked, tuple(problems), outcome, tuple(why), tuple(dict.fromkeys(notes)),
+        tuple(w for w in warnings if w), tuple(ties), tuple(dict.fromkeys(c for c in regexps if c)),
     )  # fmt: skip
-
-
-def caveats(request: DeviceRequest) -> tuple[str, ...]:
-    """The block's rules whose verdict RE2 cannot settle for Go (golang.caveat)."""
-    found = (golang.caveat(r.value) for r in (*request.constraints, *request.affinities) if r.operator == "regexp")
-    return tuple(dict.fromkeys(c for c in found if c))
 
 
 def device_checker(requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup]) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 from nomad_plugin.jobspec.evaluate import NOT_PLACED, OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN, tagged
 from nomad_plugin.jobspec.operators import check_string
 from nomad_plugin.jobspec.parse import CLUSTER_OPERATORS, GroupRules, ParsedJob, Placed, Spread
+from nomad_plugin.model.card import SUMMARY_KEYS
 from nomad_plugin.nomad_view.types import Style
 
 #: ``${node.<field>}`` targets Nomad resolves, and the node JSON field each reads.
@@ -33,7 +34,6 @@ NODE_FIELDS = {
     "${node.class}": "NodeClass",
     "${node.pool}": "NodePool",
 }
-SUMMARY_KEYS = ("model", "card_count", "runtime_kit")  # model/card.py's summary keys (after the prefix)
 #: How to make a value known, by kind of value.
 HINT_NODE = "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent"
 HINT_STATE = "--node-value {kind}=VALUE"
@@ -300,10 +300,6 @@ class JobPlacement:
     groups: tuple[GroupPlacement, ...]
 
     @property
-    def problems(self) -> tuple[str, ...]:
-        return self.job.problems
-
-    @property
     def unevaluated(self) -> bool:
         """Some rule's text holds a variable or function: Nomad's answer could be anything, a refusal included."""
         return bool(self.job.unsupported) or any(g.rules.unsupported for g in self.groups)
@@ -317,7 +313,7 @@ def final_outcome(device_outcomes: Sequence[str], placement: JobPlacement) -> st
     not know; else placed.
     """
     outcomes = [*device_outcomes, *(g.outcome for g in placement.groups)]
-    if placement.problems or REFUSE in outcomes:
+    if placement.job.problems or REFUSE in outcomes:
         return REFUSE
     if placement.unevaluated or UNKNOWN in device_outcomes:
         return UNKNOWN
@@ -440,7 +436,7 @@ def _group_json(g: GroupPlacement) -> dict[str, Any]:
 def placement_json(placement: JobPlacement, values: NodeValues) -> dict[str, Any]:
     return {
         "type": placement.job.type,
-        "problems": list(placement.problems),
+        "problems": list(placement.job.problems),
         "unsupported": list(placement.job.unsupported),
         "node": {
             "sources": values.describe(),
@@ -455,11 +451,11 @@ def _line(style: Style, label: str, colour: str, text: str) -> str:
 
 
 def placement_text(placement: JobPlacement, values: NodeValues, style: Style) -> list[str]:
-    if not placement.groups and not placement.problems and not placement.job.unsupported:
+    if not placement.groups and not placement.job.problems and not placement.job.unsupported:
         return []
     lines = [style("node-level rules (job, group and task constraint, affinity, spread) on this node", "bold")]
     lines += [f"  {line}" for line in values.describe()]
-    lines += tagged(style, "INVALID ", placement.problems, "red", "bold")
+    lines += tagged(style, "INVALID ", placement.job.problems, "red", "bold")
     lines += tagged(style, "CANNOT EVALUATE ", placement.job.unsupported, "yellow", "bold")
     lines.append("")
     for g in placement.groups:
@@ -493,25 +489,16 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
         elif g.outcome == REFUSE and g.rules.problems:
             lines.append("  " + style("REFUSED ", "red", "bold") + OUTCOME_TEXT[REFUSE] + " (INVALID above)")
         elif g.outcome == UNKNOWN and g.unknown:
-            lines.append("  " + style("UNKNOWN ", "yellow", "bold") + OUTCOME_TEXT[UNKNOWN] + "; to know: " + hints(g))
+            found = dict.fromkeys(h for r in g.unknown for h in r.hints)
+            lines.append(
+                "  " + style("UNKNOWN ", "yellow", "bold") + OUTCOME_TEXT[UNKNOWN] + "; to know: " + ", or ".join(found)
+            )
         lines.append("")
     return lines
 
 
 def failures(g: GroupPlacement) -> str:
     return "; ".join(f"constraint {r.placed.rule.head()} fails: {r.sides()}" for r in g.failed)
-
-
-def hints(g: GroupPlacement) -> str:
-    found = dict.fromkeys(h for r in g.unknown for h in r.hints)
-    return ", or ".join(found)
-
-
-def cluster_rules(placement: JobPlacement) -> list[str]:
-    """The kinds of rule that need the cluster (spread, distinct_hosts, distinct_property), if the job has any."""
-    kinds = {"spread" for g in placement.groups if g.spreads}
-    kinds |= {r.placed.rule.operator for g in placement.groups for r in g.constraints if r.status == CLUSTER}
-    return sorted(kinds)
 
 
 def verdict_detail(placement: JobPlacement, outcome: str) -> str:
@@ -523,7 +510,11 @@ def verdict_detail(placement: JobPlacement, outcome: str) -> str:
         named = [f'group "{g.rules.group}" {r.placed.rule.head()}' for g in placement.groups for r in g.unknown]
         found = dict.fromkeys(h for g in placement.groups for r in g.unknown for h in r.hints)
         return f"{', '.join(named)} cannot be decided here; to know: {', or '.join(found)}" if named else ""
-    kinds = cluster_rules(placement)
+    # The kinds of rule that need the cluster: spread, distinct_hosts, distinct_property.
+    kinds = sorted(
+        {"spread" for g in placement.groups if g.spreads}
+        | {r.placed.rule.operator for g in placement.groups for r in g.constraints if r.status == CLUSTER}
+    )
     if outcome == PLACE and kinds:
         return (
             f"on this node ({' and '.join(kinds)} {'needs' if len(kinds) == 1 else 'need'} the cluster: not evaluated)"

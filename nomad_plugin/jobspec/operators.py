@@ -125,10 +125,6 @@ def exact_value(attr: Attribute) -> Fraction:
     return number / unit.multiplier if unit.inverse else number * unit.multiplier
 
 
-def _exact_or_inf(attr: Attribute) -> Fraction | float:
-    return attr.value if isinstance(attr.value, float) and math.isinf(attr.value) else exact_value(attr)
-
-
 def nomad_int(attr: Attribute) -> int:
     """``getInt``: the integer in its base unit, with int64 overflow and truncating division."""
     assert isinstance(attr.value, int) and not isinstance(attr.value, bool)
@@ -194,7 +190,8 @@ def compare(a: Attribute, b: Attribute) -> Comparison:
     for side in (a, b):
         if _nan(side):
             return Comparison(None, panic=f"{render(side)} is NaN: Go's math/big panics on it (ErrNaN)")
-    return Comparison(_sign(_nomad_big(a), _nomad_big(b)), exact=_sign(_exact_or_inf(a), _exact_or_inf(b)))
+    exact = [s.value if isinstance(s.value, float) and math.isinf(s.value) else exact_value(s) for s in (a, b)]
+    return Comparison(_sign(_nomad_big(a), _nomad_big(b)), exact=_sign(*exact))
 
 
 def humanize(attr: Attribute) -> str:
