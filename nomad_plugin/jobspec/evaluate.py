@@ -1,13 +1,11 @@
 """A job's ``device`` blocks decided against one node's fingerprint, as Nomad's scheduler decides them.
 
-Feasibility is ``DeviceChecker`` (``scheduler/feasible/feasible.go``); the pick is
-``deviceAllocator.createOffer`` (``scheduler/feasible/device.go``): per task and
-request in order, the requests of one task group sharing the node's instances,
-a group qualifies by name, every constraint (``nodeDeviceMatches``) and enough
-free healthy instances that pass the ``${device.ids}`` constraints one by one
-(``deviceIDMatchesConstraint``); the highest affinity score wins. Go's map order
-makes ties and the instances picked random: check-job shows the first and says
-so. A MIG count Reserve refuses is a warning on top of Nomad's outcome.
+Feasibility is ``DeviceChecker`` (``scheduler/feasible/feasible.go``); the pick
+``deviceAllocator.createOffer`` (``scheduler/feasible/device.go``): a group
+qualifies by name, every constraint (``nodeDeviceMatches``) and enough free
+healthy instances, each passing the ``${device.ids}`` constraints
+(``deviceIDMatchesConstraint``); the highest affinity score wins, ties by Go's
+random map order (check-job shows the first and says so).
 """
 
 from __future__ import annotations
@@ -101,10 +99,6 @@ class RequestVerdict:
     @property
     def ok(self) -> bool:
         return self.outcome == PLACE and not self.warnings
-
-    @property
-    def outcome_text(self) -> str:
-        return OUTCOME_TEXT[self.outcome]
 
 
 def resolve(target: str, group: DeviceGroup) -> Target:
@@ -430,7 +424,7 @@ def verdicts_json(verdicts: Sequence[RequestVerdict]) -> list[dict[str, Any]]:
             "count": v.request.count,
             "ok": v.ok,
             "outcome": v.outcome,
-            "verdict": v.outcome_text,
+            "verdict": OUTCOME_TEXT[v.outcome],
             "problems": list(v.problems),
             "unsupported": list(v.request.unsupported),
             "why": list(v.why),

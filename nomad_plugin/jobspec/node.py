@@ -1,17 +1,13 @@
 """A task group's node-level rules decided on this node, with what check-job knows of the node's values.
 
-``resolveTarget`` (``scheduler/feasible/feasible.go``) reads ``${node.*}`` fields
-(always found), ``${attr.*}`` and ``${meta.*}`` (not found when absent); any other
-``${...}`` is not found. check-job knows the node from a file or the agent, the
-plugin's own meta keys (``model/card.py``; while ``node_meta = true`` they
-are the node's values, which Nomad sees once the plugin writes them) and what
-``--node-value`` states; any other value is unknown, never guessed, and the
-answer says what would make it known. Constraints are ``ConstraintChecker``
-(one that fails keeps the group off the node); affinities
-``NodeAffinityIterator`` (``rank.go``: matched weights over the sum of absolute
-weights; a score ranks, never excludes); ``distinct_hosts``,
-``distinct_property`` and spreads need the job's other allocations, so they are
-shown, not decided.
+``resolveTarget`` (``scheduler/feasible/feasible.go``) always finds ``${node.*}``
+fields, ``${attr.*}`` and ``${meta.*}`` when present, any other ``${...}`` never.
+check-job knows the node from a file or the agent, the plugin's own meta keys
+(``model/card.py``: the node's values while ``node_meta = true``) and
+``--node-value``; any other value is unknown, never guessed. Constraints are
+``ConstraintChecker``; affinities ``NodeAffinityIterator`` (``rank.go``: they
+rank, never exclude); ``distinct_hosts``, ``distinct_property`` and spreads
+need the job's other allocations, so they are shown, not decided.
 """
 
 from __future__ import annotations
@@ -34,10 +30,6 @@ NODE_FIELDS = {
     "${node.class}": "NodeClass",
     "${node.pool}": "NodePool",
 }
-#: How to make a value known, by kind of value.
-HINT_NODE = "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent"
-HINT_STATE = "--node-value {kind}=VALUE"
-HINT_PUBLISH = "--set node_meta=true (as if the plugin published its keys)"
 
 
 class NodeFileError(ValueError):
@@ -186,7 +178,11 @@ class NodeValues:
         if self.node_why and not publish:
             why += f" ({self.node_why})"
         kind = "meta.<key>" if key.startswith("meta.") else "attr.<key>" if key.startswith("attr.") else key
-        hints = (*((HINT_PUBLISH,) if publish else ()), HINT_NODE, HINT_STATE.format(kind=kind))
+        hints = (
+            *(("--set node_meta=true (as if the plugin published its keys)",) if publish else ()),
+            "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent",
+            f"--node-value {kind}=VALUE",
+        )
         return Resolved(None, known=False, why_unknown=why, hints=hints)
 
     def _meta(self, key: str) -> Resolved:
@@ -299,23 +295,16 @@ class JobPlacement:
     job: ParsedJob
     groups: tuple[GroupPlacement, ...]
 
-    @property
-    def unevaluated(self) -> bool:
-        """Some rule's text holds a variable or function: Nomad's answer could be anything, a refusal included."""
-        return bool(self.job.unsupported) or any(g.rules.unsupported for g in self.groups)
-
 
 def final_outcome(device_outcomes: Sequence[str], placement: JobPlacement) -> str:
     """The job's outcome from its device blocks and its node-level rules.
 
-    Refused wins; then a text check-job could not evaluate (a variable may hide
-    a refusal); then a rule that fails on this node; then a value check-job does
-    not know; else placed.
+    A rule's text check-job could not evaluate (a variable, a function) comes right after a refusal: it may hide one.
     """
     outcomes = [*device_outcomes, *(g.outcome for g in placement.groups)]
     if placement.job.problems or REFUSE in outcomes:
         return REFUSE
-    if placement.unevaluated or UNKNOWN in device_outcomes:
+    if placement.job.unsupported or any(g.rules.unsupported for g in placement.groups) or UNKNOWN in device_outcomes:
         return UNKNOWN
     for outcome in (NOT_PLACED, UNKNOWN):
         if outcome in outcomes:

@@ -1,14 +1,12 @@
 """A Nomad job file (HCL2 or the JSON ``nomad job run -output`` prints), decoded and validated as Nomad does.
 
-Decoding is ``jobspec2/hcl_conversions.go`` and gohcl for HCL (unknown keys are
-errors; a constraint's ``set_contains_all``, ``set_contains_any``, ``is_set``
-and ``is_not_set`` keys are accepted, then dropped; weights are int8), the API
-structs for JSON (only ``Count`` and ``Weight`` are defaulted). Validation is
-``nomad/structs/structs.go`` (``Job``, ``TaskGroup``, ``Task``,
-``Constraint``, ``Affinity``, ``Spread`` and ``RequestedDevice.Validate``) and
-``nomad/structs/constraint.go``, in Nomad's words. Which node-level rules apply
-to a task group is ``scheduler/feasible/stack.go``: the job's, the group's and
-every task's constraints and affinities, the job's and the group's spreads.
+Decoding is ``jobspec2/hcl_conversions.go`` and gohcl for HCL (a constraint's
+``set_contains_all``, ``set_contains_any``, ``is_set`` and ``is_not_set`` keys
+are accepted, then dropped), the API structs for JSON. Validation is
+``nomad/structs/structs.go`` and ``nomad/structs/constraint.go``, in Nomad's
+words. The node-level rules of a task group are ``scheduler/feasible/stack.go``'s:
+the job's, the group's and every task's constraints and affinities, the job's
+and the group's spreads.
 """
 
 from __future__ import annotations
