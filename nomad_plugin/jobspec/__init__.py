@@ -13,7 +13,6 @@ from nomad_plugin.jobspec.evaluate import (
     verdicts_text,
 )
 from nomad_plugin.jobspec.node import (
-    NODE_FIELDS,
     NodeDocument,
     NodeFileError,
     NodeValues,
@@ -25,7 +24,7 @@ from nomad_plugin.jobspec.node import (
     placement_text,
     verdict_detail,
 )
-from nomad_plugin.jobspec.parse import JobParseError, ParsedJob, go_strings, parse_job, parse_job_text
+from nomad_plugin.jobspec.parse import NODE_FIELDS, JobParseError, ParsedJob, go_strings, parse_job, parse_job_text
 
 __all__ = [
     "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "JobParseError", "NodeDocument", "NodeFileError",

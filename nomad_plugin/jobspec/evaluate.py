@@ -17,8 +17,8 @@ from typing import Any
 
 from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.operators import (
+    CLUSTER_OPERATORS,
     NOT_EQUAL,
-    NOT_HANDLED,
     Outcome,
     check_attribute,
     humanize,
@@ -150,7 +150,7 @@ def instance_outcome(instance_id: str, rule: Rule, group: DeviceGroup) -> Outcom
     other = rule.value if rule.attribute == IDS_TARGET else rule.attribute
     target = resolve(other, group).attr
     if target is None:
-        return Outcome(rule.operator in ("is_set", *NOT_HANDLED))
+        return Outcome(rule.operator in ("is_set", *CLUSTER_OPERATORS))
     return check_attribute(rule.operator, target, Attribute(instance_id))
 
 

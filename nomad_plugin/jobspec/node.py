@@ -17,19 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nomad_plugin.jobspec.evaluate import NOT_PLACED, OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN, tagged
-from nomad_plugin.jobspec.operators import check_string
-from nomad_plugin.jobspec.parse import CLUSTER_OPERATORS, GroupRules, ParsedJob, Placed, Spread
+from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, check_string
+from nomad_plugin.jobspec.parse import NODE_FIELDS, GroupRules, ParsedJob, Placed, Spread
 from nomad_plugin.model.card import SUMMARY_KEYS
 from nomad_plugin.nomad_view.types import Style
-
-#: ``${node.<field>}`` targets Nomad resolves, and the node JSON field each reads.
-NODE_FIELDS = {
-    "${node.unique.id}": "ID",
-    "${node.datacenter}": "Datacenter",
-    "${node.unique.name}": "Name",
-    "${node.class}": "NodeClass",
-    "${node.pool}": "NodePool",
-}
 
 
 class NodeFileError(ValueError):

@@ -211,7 +211,7 @@ EQUAL = ("=", "==", "is")
 NOT_EQUAL = ("!=", "not")
 ORDER = ("<", "<=", ">", ">=")
 SET_ALL = ("set_contains", "set_contains_all")
-NOT_HANDLED = ("distinct_hosts", "distinct_property")  # node-set constraints: other iterators decide them
+CLUSTER_OPERATORS = ("distinct_hosts", "distinct_property")  # node-set constraints: other iterators decide them
 OPERATORS = (
     *EQUAL, *NOT_EQUAL, *ORDER, "version", "semver", "regexp", *SET_ALL, "set_contains_any", "is_set", "is_not_set",
 )  # fmt: skip
@@ -245,7 +245,7 @@ def check_version(version_text: str, constraint_text: str, semver: bool) -> Outc
 
 def _unary(operator: str, left: object) -> Outcome | None:
     """What both evaluators decide before they look at the values."""
-    if operator in NOT_HANDLED:
+    if operator in CLUSTER_OPERATORS:
         return Outcome(True)
     if operator in ("is_set", "is_not_set"):
         return Outcome((left is not None) == (operator == "is_set"))

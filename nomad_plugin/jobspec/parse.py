@@ -21,6 +21,7 @@ from typing import Any
 import hcl2
 
 from nomad_plugin.jobspec import golang
+from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS
 from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
@@ -36,9 +37,16 @@ CONSTRAINT_KEYS = frozenset(
 AFFINITY_KEYS = frozenset({*_BASE_KEYS, *_AFFINITY_SUGAR, "weight"})
 DEVICE_KEYS = frozenset({"count", "constraint", "affinity"})
 SPREAD_KEYS = frozenset({"attribute", "weight", "target"})
-CLUSTER_OPERATORS = ("distinct_hosts", "distinct_property")
 _HCL_NUMBER = re.compile(r"\$\{\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*\}")  # python-hcl2 leaves 1e3 so
 UINT64_MAX = 2**64 - 1
+#: ``${node.<field>}`` targets Nomad resolves, and the node JSON field each reads.
+NODE_FIELDS = {
+    "${node.unique.id}": "ID",
+    "${node.datacenter}": "Datacenter",
+    "${node.unique.name}": "Name",
+    "${node.class}": "NodeClass",
+    "${node.pool}": "NodePool",
+}
 
 
 class JobParseError(ValueError):
