@@ -21,7 +21,7 @@ from typing import Any
 import hcl2
 
 from nomad_plugin.jobspec import golang
-from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS
+from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, EQUAL, NOT_EQUAL, ORDER, SET_ALL
 from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
@@ -368,10 +368,9 @@ def json_rule(raw: dict[str, Any], affinity: bool, problems: list[str]) -> Rule:
 
 # --- job validation -----------------------------------------------------------------------------
 
-_EXACT_TARGETS = ("${node.unique.id}", "${node.datacenter}", "${node.unique.name}", "${node.class}", "${node.pool}")
 _PREFIX_TARGETS = ("${attr.", "${device.", "${meta.")
-_COMPARISONS = ("=", "==", "is", "!=", "not", "<", "<=", ">", ">=")
-_SETS = ("set_contains_all", "set_contains_any", "set_contains")
+_COMPARISONS = (*EQUAL, *NOT_EQUAL, *ORDER)
+_SETS = (*SET_ALL, "set_contains_any")
 
 
 def quoted(text: str) -> str:
@@ -387,7 +386,7 @@ def validate_target(target: str) -> str:
         return f"attribute {quoted(target)} is missing an opening brace"
     if not target.endswith("}"):
         return f"attribute {quoted(target)} is missing a closing brace"
-    if target in _EXACT_TARGETS or target.startswith(_PREFIX_TARGETS):
+    if target in NODE_FIELDS or target.startswith(_PREFIX_TARGETS):
         return ""
     return f"unsupported attribute {quoted(target)}"
 
