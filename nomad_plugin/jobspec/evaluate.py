@@ -368,15 +368,13 @@ def evaluate_job(
     requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup], config: Mapping[str, Any] | None = None
 ) -> list[RequestVerdict]:
     """Every device block; the blocks of one task group share the node, so IDs picked earlier are taken."""
-    taken: dict[tuple[str, str], set[str]] = {}
     by_group: dict[tuple[str, str], list[int]] = {}
     out: list[RequestVerdict] = []
     for request in requests:
-        used = taken.setdefault((request.job, request.group), set())
-        verdict = evaluate_request(request, groups, frozenset(used), config)
-        used.update(verdict.picked_ids)
-        by_group.setdefault((request.job, request.group), []).append(len(out))
-        out.append(verdict)
+        earlier = by_group.setdefault((request.job, request.group), [])
+        taken = frozenset(i for index in earlier for i in out[index].picked_ids)
+        earlier.append(len(out))
+        out.append(evaluate_request(request, groups, taken, config))
     for indexes in by_group.values():
         members = [out[i] for i in indexes]
         if all(v.outcome == PLACE for v in members) and not device_checker([v.request for v in members], groups):

@@ -358,7 +358,13 @@ def evaluate_placement(job: ParsedJob, values: NodeValues) -> JobPlacement:
 # --- output ------------------------------------------------------------------------------------
 
 
-_LABEL = {HOLDS: ("holds", "green"), FAILS: ("FAILS", "red"), UNKNOWN_RULE: ("UNKNOWN", "yellow")}
+_LABEL = {
+    HOLDS: ("holds", "green"),
+    FAILS: ("FAILS", "red"),
+    UNKNOWN_RULE: ("UNKNOWN", "yellow"),
+    CLUSTER: ("CLUSTER", "cyan"),
+}
+_AFFINITY_LABEL = {**_LABEL, HOLDS: ("matches", "green"), FAILS: ("no match", "yellow")}
 
 
 def _level(result: NodeRuleResult, group: str) -> str:
@@ -447,15 +453,8 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
             kind = "affinity" if r.placed.rule.affinity else "constraint"
             weight = f" (weight {r.placed.rule.weight})" if r.placed.rule.affinity else ""
             where = _level(r, g.rules.group)
-            if r.status == CLUSTER:
-                lines.append(_line(style, "CLUSTER", "cyan", f"{where}{kind} {r.describe()}"))
-            else:
-                label, colour = _LABEL[r.status]
-                if r.placed.rule.affinity and r.status == FAILS:
-                    label, colour = "no match", "yellow"
-                elif r.placed.rule.affinity and r.status == HOLDS:
-                    label = "matches"
-                lines.append(_line(style, label, colour, f"{where}{kind}{weight} {r.describe()}"))
+            label, colour = (_AFFINITY_LABEL if r.placed.rule.affinity else _LABEL)[r.status]
+            lines.append(_line(style, label, colour, f"{where}{kind}{weight} {r.describe()}"))
             remarks += [*r.remarks, *([r.placed.rule.note] if r.placed.rule.note else [])]
         for s in g.spreads:
             where = "job " if s.spread.level == "job" else ""
