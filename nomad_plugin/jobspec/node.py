@@ -327,7 +327,7 @@ def check_on_node(placed: Placed, values: NodeValues) -> NodeRuleResult:
     return NodeRuleResult(placed, HOLDS if outcome.holds else FAILS, shown_left, shown_right, reason, remarks)
 
 
-def evaluate_group(rules: GroupRules, values: NodeValues, job_problems: bool = False) -> GroupPlacement:
+def place_group(rules: GroupRules, values: NodeValues, job_problems: bool = False) -> GroupPlacement:
     constraints = tuple(check_on_node(p, values) for p in rules.constraints)
     affinities = tuple(check_on_node(p, values) for p in rules.affinities)
     spreads = tuple(SpreadResult(s, values.resolve(s.attribute)) for s in rules.spreads)
@@ -351,7 +351,7 @@ def evaluate_group(rules: GroupRules, values: NodeValues, job_problems: bool = F
 
 def evaluate_placement(job: ParsedJob, values: NodeValues) -> JobPlacement:
     """Every task group's node-level rules (groups without any are left out)."""
-    groups = tuple(evaluate_group(g, values, bool(job.problems)) for g in job.groups if g.has_rules)
+    groups = tuple(place_group(g, values, bool(job.problems)) for g in job.groups if g.has_rules)
     return JobPlacement(job, groups)
 
 
@@ -376,7 +376,7 @@ def _level(result: NodeRuleResult, group: str) -> str:
     return level.removeprefix(f'group "{group}" ') + " "
 
 
-def _rule_json(r: NodeRuleResult) -> dict[str, Any]:
+def _node_rule_json(r: NodeRuleResult) -> dict[str, Any]:
     rule = r.placed.rule
     return {
         "level": r.placed.level,
@@ -393,7 +393,7 @@ def _rule_json(r: NodeRuleResult) -> dict[str, Any]:
     }
 
 
-def _group_json(g: GroupPlacement) -> dict[str, Any]:
+def _group_placement_json(g: GroupPlacement) -> dict[str, Any]:
     return {
         "job": g.rules.job,
         "group": g.rules.group,
@@ -401,8 +401,8 @@ def _group_json(g: GroupPlacement) -> dict[str, Any]:
         "verdict": OUTCOME_TEXT[g.outcome],
         "problems": list(g.rules.problems),
         "unsupported": list(g.rules.unsupported),
-        "constraints": [_rule_json(r) for r in g.constraints],
-        "affinities": [_rule_json(r) for r in g.affinities],
+        "constraints": [_node_rule_json(r) for r in g.constraints],
+        "affinities": [_node_rule_json(r) for r in g.affinities],
         "affinity_score": g.score,
         "spreads": [
             {
@@ -428,7 +428,7 @@ def placement_json(placement: JobPlacement, values: NodeValues) -> dict[str, Any
             "sources": values.describe(),
             "plugin_keys": values.plugin.to_json() if values.plugin is not None else None,
         },
-        "groups": [_group_json(g) for g in placement.groups],
+        "groups": [_group_placement_json(g) for g in placement.groups],
     }
 
 
