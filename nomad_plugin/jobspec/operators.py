@@ -297,9 +297,7 @@ def check_attribute(operator: str, left: Attribute | None, right: Attribute | No
             note = note or "bools have no order in Nomad: only >= always holds, <= and > mean equal and unequal"
         return Outcome(holds, note=note)
     if operator in ("version", "semver"):
-        if isinstance(left.value, str) or kind(left) == "int":
-            version_text = str(left.value)  # Nomad formats an integer attribute and reads it as a version
-        else:
+        if kind(left) not in ("string", "int"):  # Nomad formats an integer attribute and reads it as a version
             return Outcome(
                 False, f"{operator} needs a string or an integer, not {_article(kind(left))} ({render(left)})"
             )
@@ -309,7 +307,7 @@ def check_attribute(operator: str, left: Attribute | None, right: Attribute | No
                 f"{operator} needs a string constraint: Nomad reads {render(right)} as {_article(kind(right))} "
                 f'(write an operator, e.g. "= {render(right)}" or ">= {render(right)}")',
             )
-        return check_version(version_text, right.value, operator == "semver")
+        return check_version(str(left.value), right.value, operator == "semver")
     if not isinstance(left.value, str) or not isinstance(right.value, str):
         side = right if not isinstance(right.value, str) else left
         return Outcome(False, f"{operator} compares strings only: Nomad reads {render(side)} as {_article(kind(side))}")
