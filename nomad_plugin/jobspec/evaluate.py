@@ -461,13 +461,6 @@ def collapse(groups: Sequence[GroupVerdict]) -> list[tuple[str, list[GroupVerdic
     return [(key[1:], members) for key, members in by_reason.items()]
 
 
-def _names(members: Sequence[GroupVerdict]) -> str:
-    names = [m.group.full_name for m in members]
-    if len(names) <= 3:
-        return ", ".join(names)
-    return f"{names[0]}, {names[1]}, ... {names[-1]}"
-
-
 def tagged(style: Style, label: str, items: Iterable[str], *names: str) -> list[str]:
     return ["  " + style(label, *names) + item for item in items]
 
@@ -506,7 +499,9 @@ def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected
             if len(members) == 1:
                 lines.append(f"  {label} {members[0].group.full_name}: {_why(members[0])}")
             else:
-                lines.append(f"  {label} {len(members)} groups ({_names(members)}): {reason}")
+                names = [m.group.full_name for m in members]
+                shown = ", ".join(names) if len(names) <= 3 else f"{names[0]}, {names[1]}, ... {names[-1]}"
+                lines.append(f"  {label} {len(members)} groups ({shown}): {reason}")
         if len(collapsed) > max_rejected:
             lines.append(f"  ... {len(collapsed) - max_rejected} more reasons (use --json for all)")
         lines += tagged(style, "NOTE ", v.notes, "cyan")
