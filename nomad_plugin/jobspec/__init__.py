@@ -1,8 +1,4 @@
-"""Nomad job ``device`` blocks: parse them and evaluate them against a fingerprint.
-
-Pure functions with Nomad's scheduler semantics (name forms, count, unit-aware
-constraints and affinities); ``check-job`` and ``demo`` build on them.
-"""
+"""Nomad job ``device`` blocks and node-level rules, decided as Nomad's scheduler decides them (``check-job``)."""
 
 from __future__ import annotations
 
@@ -11,16 +7,12 @@ from nomad_plugin.jobspec.evaluate import (
     PLACE,
     REFUSE,
     UNKNOWN,
-    GroupVerdict,
-    RequestVerdict,
-    RuleResult,
     evaluate_job,
     evaluate_request,
     verdicts_json,
     verdicts_text,
 )
 from nomad_plugin.jobspec.node import (
-    NODE_FIELDS,
     NodeDocument,
     NodeFileError,
     NodeValues,
@@ -32,21 +24,11 @@ from nomad_plugin.jobspec.node import (
     placement_text,
     verdict_detail,
 )
-from nomad_plugin.jobspec.operators import compare, parse_attribute
-from nomad_plugin.jobspec.parse import (
-    DeviceRequest,
-    JobParseError,
-    ParsedJob,
-    Rule,
-    go_strings,
-    parse_job,
-    parse_job_text,
-)
+from nomad_plugin.jobspec.parse import NODE_FIELDS, JobParseError, ParsedJob, go_strings, parse_job, parse_job_text
 
 __all__ = [
-    "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "DeviceRequest", "GroupVerdict", "JobParseError",
-    "NodeDocument", "NodeFileError", "NodeValues", "ParsedJob", "PluginKeys", "RequestVerdict", "Rule", "RuleResult",
-    "compare", "evaluate_job", "evaluate_placement", "evaluate_request", "final_outcome", "go_strings",
-    "node_from_json", "parse_attribute", "parse_job", "parse_job_text", "placement_json", "placement_text",
+    "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "JobParseError", "NodeDocument", "NodeFileError",
+    "NodeValues", "ParsedJob", "PluginKeys", "evaluate_job", "evaluate_placement", "evaluate_request", "final_outcome",
+    "go_strings", "node_from_json", "parse_job", "parse_job_text", "placement_json", "placement_text",
     "verdict_detail", "verdicts_json", "verdicts_text",
 ]  # fmt: skip

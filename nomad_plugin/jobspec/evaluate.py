@@ -1,13 +1,11 @@
 """A job's ``device`` blocks decided against one node's fingerprint, as Nomad's scheduler decides them.
 
-Feasibility is ``DeviceChecker`` (``scheduler/feasible/feasible.go``); the pick is
-``deviceAllocator.createOffer`` (``scheduler/feasible/device.go``): per task and
-request in order, the requests of one task group sharing the node's instances,
-a group qualifies by name, every constraint (``nodeDeviceMatches``) and enough
-free healthy instances that pass the ``${device.ids}`` constraints one by one
-(``deviceIDMatchesConstraint``); the highest affinity score wins. Go's map order
-makes ties and the instances picked random: check-job shows the first and says
-so. A MIG count Reserve refuses is a warning on top of Nomad's outcome.
+Feasibility is ``DeviceChecker`` (``scheduler/feasible/feasible.go``); the pick
+``deviceAllocator.createOffer`` (``scheduler/feasible/device.go``): a group
+qualifies by name, every constraint (``nodeDeviceMatches``) and enough free
+healthy instances, each passing the ``${device.ids}`` constraints
+(``deviceIDMatchesConstraint``); the highest affinity score wins, ties by Go's
+random map order (check-job shows the first and says so).
 """
 
 from __future__ import annotations
@@ -19,8 +17,8 @@ from typing import Any
 
 from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.operators import (
+    CLUSTER_OPERATORS,
     NOT_EQUAL,
-    NOT_HANDLED,
     Outcome,
     check_attribute,
     humanize,
@@ -102,10 +100,6 @@ class RequestVerdict:
     def ok(self) -> bool:
         return self.outcome == PLACE and not self.warnings
 
-    @property
-    def outcome_text(self) -> str:
-        return OUTCOME_TEXT[self.outcome]
-
 
 def resolve(target: str, group: DeviceGroup) -> Target:
     """``resolveDeviceTarget``: a device interpolation, or a literal read by ``ParseAttribute``."""
@@ -122,7 +116,10 @@ def resolve(target: str, group: DeviceGroup) -> Target:
         key = target[len("${device.attr.") :].removesuffix("}")
         found = group.attributes.get(key)
         if found is None:
-            return Target(None, target, unknown_attribute(key, group.attributes))
+            names = sorted(group.attributes)
+            close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; the group has: {', '.join(names)}"
+            return Target(None, target, f"unknown attribute {key!r}{hint}")
         return Target(found, humanize(found))
     return Target(
         None,
@@ -130,13 +127,6 @@ def resolve(target: str, group: DeviceGroup) -> Target:
         f"{target} is not found inside a device block: only ${{device.attr.<name>}}, ${{device.vendor}}, "
         "${device.type}, ${device.model} and ${device.ids} resolve there",
     )
-
-
-def unknown_attribute(key: str, attributes: Iterable[str]) -> str:
-    names = sorted(attributes)
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; the group has: {', '.join(names)}"
-    return f"unknown attribute {key!r}{hint}"
 
 
 def check_rule(rule: Rule, group: DeviceGroup) -> RuleResult:
@@ -160,7 +150,7 @@ def instance_outcome(instance_id: str, rule: Rule, group: DeviceGroup) -> Outcom
     other = rule.value if rule.attribute == IDS_TARGET else rule.attribute
     target = resolve(other, group).attr
     if target is None:
-        return Outcome(rule.operator in ("is_set", *NOT_HANDLED))
+        return Outcome(rule.operator in ("is_set", *CLUSTER_OPERATORS))
     return check_attribute(rule.operator, target, Attribute(instance_id))
 
 
@@ -344,16 +334,12 @@ def evaluate_request(
             why.append(hint or "no device group matches the request (Nomad: no devices match request)")
     picked = tuple(chosen.free_ids[: request.count]) if chosen else ()
     warnings = (mig_count_problem(request.count, chosen.group),) if chosen else ()
+    # The block's regexps whose verdict RE2 cannot settle for Go.
+    regexps = (golang.caveat(r.value) for r in (*request.constraints, *request.affinities) if r.operator == "regexp")
     return RequestVerdict(
-        request, verdicts, chosen, picked, tuple(problems), outcome, tuple(why),
-        tuple(dict.fromkeys(notes)), tuple(w for w in warnings if w), tuple(ties), caveats(request),
+        request, verdicts, chosen, picked, tuple(problems), outcome, tuple(why), tuple(dict.fromkeys(notes)),
+        tuple(w for w in warnings if w), tuple(ties), tuple(dict.fromkeys(c for c in regexps if c)),
     )  # fmt: skip
-
-
-def caveats(request: DeviceRequest) -> tuple[str, ...]:
-    """The block's rules whose verdict RE2 cannot settle for Go (golang.caveat)."""
-    found = (golang.caveat(r.value) for r in (*request.constraints, *request.affinities) if r.operator == "regexp")
-    return tuple(dict.fromkeys(c for c in found if c))
 
 
 def device_checker(requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup]) -> bool:
@@ -382,15 +368,13 @@ def evaluate_job(
     requests: Sequence[DeviceRequest], groups: Sequence[DeviceGroup], config: Mapping[str, Any] | None = None
 ) -> list[RequestVerdict]:
     """Every device block; the blocks of one task group share the node, so IDs picked earlier are taken."""
-    taken: dict[tuple[str, str], set[str]] = {}
     by_group: dict[tuple[str, str], list[int]] = {}
     out: list[RequestVerdict] = []
     for request in requests:
-        used = taken.setdefault((request.job, request.group), set())
-        verdict = evaluate_request(request, groups, frozenset(used), config)
-        used.update(verdict.picked_ids)
-        by_group.setdefault((request.job, request.group), []).append(len(out))
-        out.append(verdict)
+        earlier = by_group.setdefault((request.job, request.group), [])
+        taken = frozenset(i for index in earlier for i in out[index].picked_ids)
+        earlier.append(len(out))
+        out.append(evaluate_request(request, groups, taken, config))
     for indexes in by_group.values():
         members = [out[i] for i in indexes]
         if all(v.outcome == PLACE for v in members) and not device_checker([v.request for v in members], groups):
@@ -438,7 +422,7 @@ def verdicts_json(verdicts: Sequence[RequestVerdict]) -> list[dict[str, Any]]:
             "count": v.request.count,
             "ok": v.ok,
             "outcome": v.outcome,
-            "verdict": v.outcome_text,
+            "verdict": OUTCOME_TEXT[v.outcome],
             "problems": list(v.problems),
             "unsupported": list(v.request.unsupported),
             "why": list(v.why),
@@ -475,13 +459,6 @@ def collapse(groups: Sequence[GroupVerdict]) -> list[tuple[str, list[GroupVerdic
         key = ("+" if g.eligible else "-") + _why(g).replace(repr(g.group.name), "each group's name")
         by_reason.setdefault(key, []).append(g)
     return [(key[1:], members) for key, members in by_reason.items()]
-
-
-def _names(members: Sequence[GroupVerdict]) -> str:
-    names = [m.group.full_name for m in members]
-    if len(names) <= 3:
-        return ", ".join(names)
-    return f"{names[0]}, {names[1]}, ... {names[-1]}"
 
 
 def tagged(style: Style, label: str, items: Iterable[str], *names: str) -> list[str]:
@@ -522,7 +499,9 @@ def verdicts_text(verdicts: Sequence[RequestVerdict], style: Style, max_rejected
             if len(members) == 1:
                 lines.append(f"  {label} {members[0].group.full_name}: {_why(members[0])}")
             else:
-                lines.append(f"  {label} {len(members)} groups ({_names(members)}): {reason}")
+                names = [m.group.full_name for m in members]
+                shown = ", ".join(names) if len(names) <= 3 else f"{names[0]}, {names[1]}, ... {names[-1]}"
+                lines.append(f"  {label} {len(members)} groups ({shown}): {reason}")
         if len(collapsed) > max_rejected:
             lines.append(f"  ... {len(collapsed) - max_rejected} more reasons (use --json for all)")
         lines += tagged(style, "NOTE ", v.notes, "cyan")

@@ -342,10 +342,6 @@ def _re2(pattern: str) -> tuple[Any, str]:
         return None, _go_words(text)
 
 
-def _re2_error(pattern: str) -> str:
-    return _re2(pattern)[1]
-
-
 @lru_cache(maxsize=256)
 def compile_error(pattern: str) -> str:
     """Empty when Go's ``regexp.Compile`` accepts ``pattern``, else its reason in Go's words.
@@ -353,11 +349,11 @@ def compile_error(pattern: str) -> str:
     Go's parser stops at the first problem from the left: RE2's comes first when the text before Go's
     own refusal already fails (other than by being unclosed).
     """
-    error, shape = _re2_error(pattern), _shape(pattern)
+    error, shape = _re2(pattern)[1], _shape(pattern)
     if not shape.refusal or (error and shape.refusal_at >= len(pattern)):
         return error
     if error:
-        before = _re2_error(pattern[: shape.refusal_at])
+        before = _re2(pattern[: shape.refusal_at])[1]
         if before and not before.startswith(_UNCLOSED):
             return error
     return shape.refusal
@@ -366,7 +362,7 @@ def compile_error(pattern: str) -> str:
 @lru_cache(maxsize=256)
 def caveat(pattern: str) -> str:
     """Why check-job's answer for ``pattern`` may not be Nomad's, or empty (docs/operator.md lists these)."""
-    error = _re2_error(pattern)
+    error = _re2(pattern)[1]
     if error.startswith(TOO_LARGE):
         return (
             f"regexp {pattern[:40]!r}{'...' if len(pattern) > 40 else ''} is too large for RE2, which check-job "

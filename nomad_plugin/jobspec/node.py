@@ -1,17 +1,13 @@
 """A task group's node-level rules decided on this node, with what check-job knows of the node's values.
 
-``resolveTarget`` (``scheduler/feasible/feasible.go``) reads ``${node.*}`` fields
-(always found), ``${attr.*}`` and ``${meta.*}`` (not found when absent); any other
-``${...}`` is not found. check-job knows the node from a file or the agent, the
-plugin's own meta keys (``model/card.py``; while ``node_meta = true`` they
-are the node's values, which Nomad sees once the plugin writes them) and what
-``--node-value`` states; any other value is unknown, never guessed, and the
-answer says what would make it known. Constraints are ``ConstraintChecker``
-(one that fails keeps the group off the node); affinities
-``NodeAffinityIterator`` (``rank.go``: matched weights over the sum of absolute
-weights; a score ranks, never excludes); ``distinct_hosts``,
-``distinct_property`` and spreads need the job's other allocations, so they are
-shown, not decided.
+``resolveTarget`` (``scheduler/feasible/feasible.go``) always finds ``${node.*}``
+fields, ``${attr.*}`` and ``${meta.*}`` when present, any other ``${...}`` never.
+check-job knows the node from a file or the agent, the plugin's own meta keys
+(``model/card.py``: the node's values while ``node_meta = true``) and
+``--node-value``; any other value is unknown, never guessed. Constraints are
+``ConstraintChecker``; affinities ``NodeAffinityIterator`` (``rank.go``: they
+rank, never exclude); ``distinct_hosts``, ``distinct_property`` and spreads
+need the job's other allocations, so they are shown, not decided.
 """
 
 from __future__ import annotations
@@ -21,23 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nomad_plugin.jobspec.evaluate import NOT_PLACED, OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN, tagged
-from nomad_plugin.jobspec.operators import check_string
-from nomad_plugin.jobspec.parse import CLUSTER_OPERATORS, GroupRules, ParsedJob, Placed, Spread
+from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, check_string
+from nomad_plugin.jobspec.parse import NODE_FIELDS, GroupRules, ParsedJob, Placed, Spread
+from nomad_plugin.model.card import SUMMARY_KEYS
 from nomad_plugin.nomad_view.types import Style
-
-#: ``${node.<field>}`` targets Nomad resolves, and the node JSON field each reads.
-NODE_FIELDS = {
-    "${node.unique.id}": "ID",
-    "${node.datacenter}": "Datacenter",
-    "${node.unique.name}": "Name",
-    "${node.class}": "NodeClass",
-    "${node.pool}": "NodePool",
-}
-SUMMARY_KEYS = ("model", "card_count", "runtime_kit")  # model/card.py's summary keys (after the prefix)
-#: How to make a value known, by kind of value.
-HINT_NODE = "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent"
-HINT_STATE = "--node-value {kind}=VALUE"
-HINT_PUBLISH = "--set node_meta=true (as if the plugin published its keys)"
 
 
 class NodeFileError(ValueError):
@@ -186,7 +169,11 @@ class NodeValues:
         if self.node_why and not publish:
             why += f" ({self.node_why})"
         kind = "meta.<key>" if key.startswith("meta.") else "attr.<key>" if key.startswith("attr.") else key
-        hints = (*((HINT_PUBLISH,) if publish else ()), HINT_NODE, HINT_STATE.format(kind=kind))
+        hints = (
+            *(("--set node_meta=true (as if the plugin published its keys)",) if publish else ()),
+            "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent",
+            f"--node-value {kind}=VALUE",
+        )
         return Resolved(None, known=False, why_unknown=why, hints=hints)
 
     def _meta(self, key: str) -> Resolved:
@@ -299,27 +286,16 @@ class JobPlacement:
     job: ParsedJob
     groups: tuple[GroupPlacement, ...]
 
-    @property
-    def problems(self) -> tuple[str, ...]:
-        return self.job.problems
-
-    @property
-    def unevaluated(self) -> bool:
-        """Some rule's text holds a variable or function: Nomad's answer could be anything, a refusal included."""
-        return bool(self.job.unsupported) or any(g.rules.unsupported for g in self.groups)
-
 
 def final_outcome(device_outcomes: Sequence[str], placement: JobPlacement) -> str:
     """The job's outcome from its device blocks and its node-level rules.
 
-    Refused wins; then a text check-job could not evaluate (a variable may hide
-    a refusal); then a rule that fails on this node; then a value check-job does
-    not know; else placed.
+    A rule's text check-job could not evaluate (a variable, a function) comes right after a refusal: it may hide one.
     """
     outcomes = [*device_outcomes, *(g.outcome for g in placement.groups)]
-    if placement.problems or REFUSE in outcomes:
+    if placement.job.problems or REFUSE in outcomes:
         return REFUSE
-    if placement.unevaluated or UNKNOWN in device_outcomes:
+    if placement.job.unsupported or any(g.rules.unsupported for g in placement.groups) or UNKNOWN in device_outcomes:
         return UNKNOWN
     for outcome in (NOT_PLACED, UNKNOWN):
         if outcome in outcomes:
@@ -351,7 +327,7 @@ def check_on_node(placed: Placed, values: NodeValues) -> NodeRuleResult:
     return NodeRuleResult(placed, HOLDS if outcome.holds else FAILS, shown_left, shown_right, reason, remarks)
 
 
-def evaluate_group(rules: GroupRules, values: NodeValues, job_problems: bool = False) -> GroupPlacement:
+def place_group(rules: GroupRules, values: NodeValues, job_problems: bool = False) -> GroupPlacement:
     constraints = tuple(check_on_node(p, values) for p in rules.constraints)
     affinities = tuple(check_on_node(p, values) for p in rules.affinities)
     spreads = tuple(SpreadResult(s, values.resolve(s.attribute)) for s in rules.spreads)
@@ -375,14 +351,20 @@ def evaluate_group(rules: GroupRules, values: NodeValues, job_problems: bool = F
 
 def evaluate_placement(job: ParsedJob, values: NodeValues) -> JobPlacement:
     """Every task group's node-level rules (groups without any are left out)."""
-    groups = tuple(evaluate_group(g, values, bool(job.problems)) for g in job.groups if g.has_rules)
+    groups = tuple(place_group(g, values, bool(job.problems)) for g in job.groups if g.has_rules)
     return JobPlacement(job, groups)
 
 
 # --- output ------------------------------------------------------------------------------------
 
 
-_LABEL = {HOLDS: ("holds", "green"), FAILS: ("FAILS", "red"), UNKNOWN_RULE: ("UNKNOWN", "yellow")}
+_LABEL = {
+    HOLDS: ("holds", "green"),
+    FAILS: ("FAILS", "red"),
+    UNKNOWN_RULE: ("UNKNOWN", "yellow"),
+    CLUSTER: ("CLUSTER", "cyan"),
+}
+_AFFINITY_LABEL = {**_LABEL, HOLDS: ("matches", "green"), FAILS: ("no match", "yellow")}
 
 
 def _level(result: NodeRuleResult, group: str) -> str:
@@ -394,7 +376,7 @@ def _level(result: NodeRuleResult, group: str) -> str:
     return level.removeprefix(f'group "{group}" ') + " "
 
 
-def _rule_json(r: NodeRuleResult) -> dict[str, Any]:
+def _node_rule_json(r: NodeRuleResult) -> dict[str, Any]:
     rule = r.placed.rule
     return {
         "level": r.placed.level,
@@ -411,7 +393,7 @@ def _rule_json(r: NodeRuleResult) -> dict[str, Any]:
     }
 
 
-def _group_json(g: GroupPlacement) -> dict[str, Any]:
+def _group_placement_json(g: GroupPlacement) -> dict[str, Any]:
     return {
         "job": g.rules.job,
         "group": g.rules.group,
@@ -419,8 +401,8 @@ def _group_json(g: GroupPlacement) -> dict[str, Any]:
         "verdict": OUTCOME_TEXT[g.outcome],
         "problems": list(g.rules.problems),
         "unsupported": list(g.rules.unsupported),
-        "constraints": [_rule_json(r) for r in g.constraints],
-        "affinities": [_rule_json(r) for r in g.affinities],
+        "constraints": [_node_rule_json(r) for r in g.constraints],
+        "affinities": [_node_rule_json(r) for r in g.affinities],
         "affinity_score": g.score,
         "spreads": [
             {
@@ -440,13 +422,13 @@ def _group_json(g: GroupPlacement) -> dict[str, Any]:
 def placement_json(placement: JobPlacement, values: NodeValues) -> dict[str, Any]:
     return {
         "type": placement.job.type,
-        "problems": list(placement.problems),
+        "problems": list(placement.job.problems),
         "unsupported": list(placement.job.unsupported),
         "node": {
             "sources": values.describe(),
             "plugin_keys": values.plugin.to_json() if values.plugin is not None else None,
         },
-        "groups": [_group_json(g) for g in placement.groups],
+        "groups": [_group_placement_json(g) for g in placement.groups],
     }
 
 
@@ -455,11 +437,11 @@ def _line(style: Style, label: str, colour: str, text: str) -> str:
 
 
 def placement_text(placement: JobPlacement, values: NodeValues, style: Style) -> list[str]:
-    if not placement.groups and not placement.problems and not placement.job.unsupported:
+    if not placement.groups and not placement.job.problems and not placement.job.unsupported:
         return []
     lines = [style("node-level rules (job, group and task constraint, affinity, spread) on this node", "bold")]
     lines += [f"  {line}" for line in values.describe()]
-    lines += tagged(style, "INVALID ", placement.problems, "red", "bold")
+    lines += tagged(style, "INVALID ", placement.job.problems, "red", "bold")
     lines += tagged(style, "CANNOT EVALUATE ", placement.job.unsupported, "yellow", "bold")
     lines.append("")
     for g in placement.groups:
@@ -471,15 +453,8 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
             kind = "affinity" if r.placed.rule.affinity else "constraint"
             weight = f" (weight {r.placed.rule.weight})" if r.placed.rule.affinity else ""
             where = _level(r, g.rules.group)
-            if r.status == CLUSTER:
-                lines.append(_line(style, "CLUSTER", "cyan", f"{where}{kind} {r.describe()}"))
-            else:
-                label, colour = _LABEL[r.status]
-                if r.placed.rule.affinity and r.status == FAILS:
-                    label, colour = "no match", "yellow"
-                elif r.placed.rule.affinity and r.status == HOLDS:
-                    label = "matches"
-                lines.append(_line(style, label, colour, f"{where}{kind}{weight} {r.describe()}"))
+            label, colour = (_AFFINITY_LABEL if r.placed.rule.affinity else _LABEL)[r.status]
+            lines.append(_line(style, label, colour, f"{where}{kind}{weight} {r.describe()}"))
             remarks += [*r.remarks, *([r.placed.rule.note] if r.placed.rule.note else [])]
         for s in g.spreads:
             where = "job " if s.spread.level == "job" else ""
@@ -493,25 +468,16 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
         elif g.outcome == REFUSE and g.rules.problems:
             lines.append("  " + style("REFUSED ", "red", "bold") + OUTCOME_TEXT[REFUSE] + " (INVALID above)")
         elif g.outcome == UNKNOWN and g.unknown:
-            lines.append("  " + style("UNKNOWN ", "yellow", "bold") + OUTCOME_TEXT[UNKNOWN] + "; to know: " + hints(g))
+            found = dict.fromkeys(h for r in g.unknown for h in r.hints)
+            lines.append(
+                "  " + style("UNKNOWN ", "yellow", "bold") + OUTCOME_TEXT[UNKNOWN] + "; to know: " + ", or ".join(found)
+            )
         lines.append("")
     return lines
 
 
 def failures(g: GroupPlacement) -> str:
     return "; ".join(f"constraint {r.placed.rule.head()} fails: {r.sides()}" for r in g.failed)
-
-
-def hints(g: GroupPlacement) -> str:
-    found = dict.fromkeys(h for r in g.unknown for h in r.hints)
-    return ", or ".join(found)
-
-
-def cluster_rules(placement: JobPlacement) -> list[str]:
-    """The kinds of rule that need the cluster (spread, distinct_hosts, distinct_property), if the job has any."""
-    kinds = {"spread" for g in placement.groups if g.spreads}
-    kinds |= {r.placed.rule.operator for g in placement.groups for r in g.constraints if r.status == CLUSTER}
-    return sorted(kinds)
 
 
 def verdict_detail(placement: JobPlacement, outcome: str) -> str:
@@ -523,7 +489,11 @@ def verdict_detail(placement: JobPlacement, outcome: str) -> str:
         named = [f'group "{g.rules.group}" {r.placed.rule.head()}' for g in placement.groups for r in g.unknown]
         found = dict.fromkeys(h for g in placement.groups for r in g.unknown for h in r.hints)
         return f"{', '.join(named)} cannot be decided here; to know: {', or '.join(found)}" if named else ""
-    kinds = cluster_rules(placement)
+    # The kinds of rule that need the cluster: spread, distinct_hosts, distinct_property.
+    kinds = sorted(
+        {"spread" for g in placement.groups if g.spreads}
+        | {r.placed.rule.operator for g in placement.groups for r in g.constraints if r.status == CLUSTER}
+    )
     if outcome == PLACE and kinds:
         return (
             f"on this node ({' and '.join(kinds)} {'needs' if len(kinds) == 1 else 'need'} the cluster: not evaluated)"

@@ -125,10 +125,6 @@ def exact_value(attr: Attribute) -> Fraction:
     return number / unit.multiplier if unit.inverse else number * unit.multiplier
 
 
-def _exact_or_inf(attr: Attribute) -> Fraction | float:
-    return attr.value if isinstance(attr.value, float) and math.isinf(attr.value) else exact_value(attr)
-
-
 def nomad_int(attr: Attribute) -> int:
     """``getInt``: the integer in its base unit, with int64 overflow and truncating division."""
     assert isinstance(attr.value, int) and not isinstance(attr.value, bool)
@@ -194,7 +190,8 @@ def compare(a: Attribute, b: Attribute) -> Comparison:
     for side in (a, b):
         if _nan(side):
             return Comparison(None, panic=f"{render(side)} is NaN: Go's math/big panics on it (ErrNaN)")
-    return Comparison(_sign(_nomad_big(a), _nomad_big(b)), exact=_sign(_exact_or_inf(a), _exact_or_inf(b)))
+    exact = [s.value if isinstance(s.value, float) and math.isinf(s.value) else exact_value(s) for s in (a, b)]
+    return Comparison(_sign(_nomad_big(a), _nomad_big(b)), exact=_sign(*exact))
 
 
 def humanize(attr: Attribute) -> str:
@@ -214,7 +211,7 @@ EQUAL = ("=", "==", "is")
 NOT_EQUAL = ("!=", "not")
 ORDER = ("<", "<=", ">", ">=")
 SET_ALL = ("set_contains", "set_contains_all")
-NOT_HANDLED = ("distinct_hosts", "distinct_property")  # node-set constraints: other iterators decide them
+CLUSTER_OPERATORS = ("distinct_hosts", "distinct_property")  # node-set constraints: other iterators decide them
 OPERATORS = (
     *EQUAL, *NOT_EQUAL, *ORDER, "version", "semver", "regexp", *SET_ALL, "set_contains_any", "is_set", "is_not_set",
 )  # fmt: skip
@@ -248,7 +245,7 @@ def check_version(version_text: str, constraint_text: str, semver: bool) -> Outc
 
 def _unary(operator: str, left: object) -> Outcome | None:
     """What both evaluators decide before they look at the values."""
-    if operator in NOT_HANDLED:
+    if operator in CLUSTER_OPERATORS:
         return Outcome(True)
     if operator in ("is_set", "is_not_set"):
         return Outcome((left is not None) == (operator == "is_set"))
@@ -300,9 +297,7 @@ def check_attribute(operator: str, left: Attribute | None, right: Attribute | No
             note = note or "bools have no order in Nomad: only >= always holds, <= and > mean equal and unequal"
         return Outcome(holds, note=note)
     if operator in ("version", "semver"):
-        if isinstance(left.value, str) or kind(left) == "int":
-            version_text = str(left.value)  # Nomad formats an integer attribute and reads it as a version
-        else:
+        if kind(left) not in ("string", "int"):  # Nomad formats an integer attribute and reads it as a version
             return Outcome(
                 False, f"{operator} needs a string or an integer, not {_article(kind(left))} ({render(left)})"
             )
@@ -312,7 +307,7 @@ def check_attribute(operator: str, left: Attribute | None, right: Attribute | No
                 f"{operator} needs a string constraint: Nomad reads {render(right)} as {_article(kind(right))} "
                 f'(write an operator, e.g. "= {render(right)}" or ">= {render(right)}")',
             )
-        return check_version(version_text, right.value, operator == "semver")
+        return check_version(str(left.value), right.value, operator == "semver")
     if not isinstance(left.value, str) or not isinstance(right.value, str):
         side = right if not isinstance(right.value, str) else left
         return Outcome(False, f"{operator} compares strings only: Nomad reads {render(side)} as {_article(kind(side))}")

@@ -1,14 +1,12 @@
 """A Nomad job file (HCL2 or the JSON ``nomad job run -output`` prints), decoded and validated as Nomad does.
 
-Decoding is ``jobspec2/hcl_conversions.go`` and gohcl for HCL (unknown keys are
-errors; a constraint's ``set_contains_all``, ``set_contains_any``, ``is_set``
-and ``is_not_set`` keys are accepted, then dropped; weights are int8), the API
-structs for JSON (only ``Count`` and ``Weight`` are defaulted). Validation is
-``nomad/structs/structs.go`` (``Job``, ``TaskGroup``, ``Task``,
-``Constraint``, ``Affinity``, ``Spread`` and ``RequestedDevice.Validate``) and
-``nomad/structs/constraint.go``, in Nomad's words. Which node-level rules apply
-to a task group is ``scheduler/feasible/stack.go``: the job's, the group's and
-every task's constraints and affinities, the job's and the group's spreads.
+Decoding is ``jobspec2/hcl_conversions.go`` and gohcl for HCL (a constraint's
+``set_contains_all``, ``set_contains_any``, ``is_set`` and ``is_not_set`` keys
+are accepted, then dropped), the API structs for JSON. Validation is
+``nomad/structs/structs.go`` and ``nomad/structs/constraint.go``, in Nomad's
+words. The node-level rules of a task group are ``scheduler/feasible/stack.go``'s:
+the job's, the group's and every task's constraints and affinities, the job's
+and the group's spreads.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from typing import Any
 import hcl2
 
 from nomad_plugin.jobspec import golang
+from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, EQUAL, NOT_EQUAL, ORDER, SET_ALL
 from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
@@ -38,9 +37,16 @@ CONSTRAINT_KEYS = frozenset(
 AFFINITY_KEYS = frozenset({*_BASE_KEYS, *_AFFINITY_SUGAR, "weight"})
 DEVICE_KEYS = frozenset({"count", "constraint", "affinity"})
 SPREAD_KEYS = frozenset({"attribute", "weight", "target"})
-CLUSTER_OPERATORS = ("distinct_hosts", "distinct_property")
 _HCL_NUMBER = re.compile(r"\$\{\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*\}")  # python-hcl2 leaves 1e3 so
 UINT64_MAX = 2**64 - 1
+#: ``${node.<field>}`` targets Nomad resolves, and the node JSON field each reads.
+NODE_FIELDS = {
+    "${node.unique.id}": "ID",
+    "${node.datacenter}": "Datacenter",
+    "${node.unique.name}": "Name",
+    "${node.class}": "NodeClass",
+    "${node.pool}": "NodePool",
+}
 
 
 class JobParseError(ValueError):
@@ -72,11 +78,6 @@ class Rule:
 
     def head(self) -> str:
         return f"{self.attribute} {self.operator}" + ("" if self.unary else f" {self.value!r}")
-
-    def text(self) -> str:
-        return f'{self.attribute} {self.operator} "{self.value}"' + (
-            f" (weight {self.weight})" if self.affinity else ""
-        )
 
 
 @dataclass(frozen=True)
@@ -278,24 +279,6 @@ def device_requests(parsed: dict[str, Any]) -> list[DeviceRequest]:
     ]
 
 
-def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
-    if is_json(text):
-        return json_device_requests(load_json_job(text, source))
-    return device_requests(load_hcl(text, source))
-
-
-def is_json(text: str) -> bool:
-    return text.lstrip().startswith("{")
-
-
-def load_hcl(text: str, source: str = "job") -> dict[str, Any]:
-    try:
-        parsed: dict[str, Any] = hcl2.loads(text)
-    except Exception as exc:
-        raise JobParseError(describe_hcl_error(exc, text, source)) from None
-    return parsed
-
-
 # --- JSON jobs ----------------------------------------------------------------------------------
 
 
@@ -313,17 +296,6 @@ def load_json_job(text: str, source: str = "job") -> dict[str, Any]:
             f'{source}: a JSON job needs "TaskGroups" (the form `nomad job run -output job.hcl` prints: {{"Job": ...}})'
         )
     return job
-
-
-def json_device_requests(job: dict[str, Any]) -> list[DeviceRequest]:
-    job_name = str(job.get("Name") or job.get("ID") or "")
-    requests: list[DeviceRequest] = []
-    for group in dicts(job.get("TaskGroups")):
-        for task in dicts(group.get("Tasks")):
-            resources = task.get("Resources") if isinstance(task.get("Resources"), dict) else {}
-            for device in dicts((resources or {}).get("Devices")):
-                requests.append(_json_device(job_name, str(group.get("Name", "")), str(task.get("Name", "")), device))
-    return requests
 
 
 def _no_constant(name: str) -> Any:
@@ -396,10 +368,9 @@ def json_rule(raw: dict[str, Any], affinity: bool, problems: list[str]) -> Rule:
 
 # --- job validation -----------------------------------------------------------------------------
 
-_EXACT_TARGETS = ("${node.unique.id}", "${node.datacenter}", "${node.unique.name}", "${node.class}", "${node.pool}")
 _PREFIX_TARGETS = ("${attr.", "${device.", "${meta.")
-_COMPARISONS = ("=", "==", "is", "!=", "not", "<", "<=", ">", ">=")
-_SETS = ("set_contains_all", "set_contains_any", "set_contains")
+_COMPARISONS = (*EQUAL, *NOT_EQUAL, *ORDER)
+_SETS = (*SET_ALL, "set_contains_any")
 
 
 def quoted(text: str) -> str:
@@ -415,7 +386,7 @@ def validate_target(target: str) -> str:
         return f"attribute {quoted(target)} is missing an opening brace"
     if not target.endswith("}"):
         return f"attribute {quoted(target)} is missing a closing brace"
-    if target in _EXACT_TARGETS or target.startswith(_PREFIX_TARGETS):
+    if target in NODE_FIELDS or target.startswith(_PREFIX_TARGETS):
         return ""
     return f"unsupported attribute {quoted(target)}"
 
@@ -664,8 +635,8 @@ def _json_level(raw: dict[str, Any], where: str, spreads: bool) -> _Level:
 
 
 def _json_job(job: dict[str, Any]) -> ParsedJob:
-    requests = json_device_requests(job)
     name = str(job.get("Name") or job.get("ID") or "")
+    requests: list[DeviceRequest] = []
     problems: list[str] = []
     job_type = json_text(job.get("Type"), "Type", problems) or "service"
     top = _json_level(job, "job", spreads=True)
@@ -674,6 +645,9 @@ def _json_job(job: dict[str, Any]) -> ParsedJob:
         group_name = group["Name"] if isinstance(group.get("Name"), str) else ""
         levels = [_json_level(group, f'group "{group_name}"', spreads=True)]
         for task in dicts(group.get("Tasks")):
+            resources = task["Resources"] if isinstance(task.get("Resources"), dict) else {}
+            for device in dicts(resources.get("Devices")):
+                requests.append(_json_device(name, str(group.get("Name", "")), str(task.get("Name", "")), device))
             task_name = task["Name"] if isinstance(task.get("Name"), str) else ""
             levels.append(_json_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
@@ -720,6 +694,14 @@ def _group(job: str, name: str, job_type: str, top: _Level, levels: list[_Level]
 
 def parse_job(text: str, source: str = "job") -> ParsedJob:
     """A job file's device blocks and node-level rules."""
-    if is_json(text):
+    if text.lstrip().startswith("{"):
         return _json_job(load_json_job(text, source))
-    return _hcl_job(load_hcl(text, source))
+    try:
+        parsed: dict[str, Any] = hcl2.loads(text)
+    except Exception as exc:
+        raise JobParseError(describe_hcl_error(exc, text, source)) from None
+    return _hcl_job(parsed)
+
+
+def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:
+    return parse_job(text, source).requests

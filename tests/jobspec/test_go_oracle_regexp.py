@@ -206,7 +206,7 @@ def test_caveats_name_what_check_job_cannot_settle() -> None:
 
 def test_the_comparison_catches_a_wrong_engine(go_oracle: GoOracle, monkeypatch: pytest.MonkeyPatch) -> None:
     """RE2 alone (without golang.py's Go rules) disagrees with Go, and the comparison says where."""
-    monkeypatch.setattr(golang, "compile_error", golang._re2_error)
+    monkeypatch.setattr(golang, "compile_error", lambda pattern: golang._re2(pattern)[1])
     found, _, _ = compare(go_oracle, [r"\C", r"(?P<é>x)", r"a"], ["a"])
     assert len(found) == 2 and found[0].startswith("'\\\\C'") and "é" in found[1]
 

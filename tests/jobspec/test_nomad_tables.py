@@ -14,7 +14,7 @@ import pytest
 
 from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.evaluate import device_checker, evaluate_request
-from nomad_plugin.jobspec.node import NodeValues, evaluate_group, node_from_json
+from nomad_plugin.jobspec.node import NodeValues, node_from_json, place_group
 from nomad_plugin.jobspec.operators import check_attribute, check_string, compare, parse_attribute
 from nomad_plugin.jobspec.parse import (
     DeviceRequest,
@@ -264,14 +264,14 @@ def test_constraint_checker(row: dict[str, Any]) -> None:
     job = _group_rules({"group": {"Constraints": row["constraints"]}})
     (group,) = job.groups
     assert not group.problems and not job.problems, (group.problems, job.problems)
-    placement = evaluate_group(group, node_values(row["node"]))
+    placement = place_group(group, node_values(row["node"]))
     assert (placement.outcome == "place") is row["result"], placement.constraints
 
 
 @pytest.mark.parametrize("row", rows("node", "affinity"), ids=row_id)
 def test_node_affinity_iterator(row: dict[str, Any]) -> None:
     (group,) = _group_rules({"group": {"Affinities": row["affinities"]}}).groups
-    placement = evaluate_group(group, node_values(row["node"]))
+    placement = place_group(group, node_values(row["node"]))
     assert placement.outcome == "place"  # an affinity never keeps a group off a node
     assert placement.score is not None and math.isclose(placement.score, row["score"], abs_tol=1e-12), placement
 

@@ -184,7 +184,8 @@ def test_json_job_in_nomad_output_form_is_accepted(tmp_path: Path, capsys: pytes
     assert req["chosen"] == "nvidia/gpu/NVIDIA H800"
     (request,) = parse_job_text(nomad_output_json())
     assert (request.job, request.group, request.task) == ("gpu-json", "smi", "smi")
-    assert request.constraints[0].text() == '${device.attr.memory} >= "40 GiB"'
+    rule = request.constraints[0]
+    assert (rule.attribute, rule.operator, rule.value) == ("${device.attr.memory}", ">=", "40 GiB")
     assert request.affinities[0].weight == 50
 
 
