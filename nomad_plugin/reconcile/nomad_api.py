@@ -19,7 +19,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -108,10 +108,15 @@ class AllocView:
         return self.client_status not in TERMINAL
 
 
+#: The body of an answer that was the same bytes as the one before (``NomadClient._call``).
+UNCHANGED: Any = object()
+
+
 @dataclass(frozen=True)
 class AllocPage:
     allocs: tuple[AllocView, ...]
     index: int
+    content: bytes = field(default=b"", repr=False, compare=False)  # the answer as it came
 
 
 def task_started(state: Any) -> bool:
@@ -392,15 +397,29 @@ class NomadClient:
         found, body = self._found(f"/v1/node/{quote(node_id, safe='')}")
         return _parsed(parse_node_view, body, "node answer") if found else None
 
-    def node_allocations(self, node_id: str, index: int = 0, wait: float = 0.0) -> AllocPage:
+    def node_allocations(
+        self, node_id: str, index: int = 0, wait: float = 0.0, known: AllocPage | None = None
+    ) -> AllocPage:
+        """The node's allocations, blocking until Nomad's index passes ``index`` or ``wait`` ends. An answer
+        byte for byte ``known``'s (a wait that ran out) is not parsed again: ``known``'s allocations are it."""
         params = {"index": str(index), "wait": wait_duration(wait)} if index > 0 else {}
         # Nomad adds up to wait/16 of jitter to a blocking query.
         path = f"/v1/node/{quote(node_id, safe='')}/allocations"
-        body, new_index = self._get(path, params, self.settings.timeout + wait * 1.1)
+        content: list[bytes] = []
+        body, new_index = self._call(
+            "GET",
+            path,
+            params,
+            self.settings.timeout + wait * 1.1,
+            same_as=known.content if known is not None else None,
+            content=content.append,
+        )
+        if known is not None and body is UNCHANGED:
+            return replace(known, index=new_index)
         if not isinstance(body, list):
             raise NomadApiError("node allocations answer is not a list", "bad-response")
         allocs = _parsed(lambda b: tuple(parse_alloc(a) for a in b), body, "node allocations answer")
-        return AllocPage(allocs=allocs, index=new_index)
+        return AllocPage(allocs=allocs, index=new_index, content=content[0])
 
     def allocation(self, alloc_id: str) -> AllocView | None:
         """One allocation; None when Nomad no longer has it (404: garbage-collected)."""
@@ -490,8 +509,11 @@ class NomadClient:
         *,
         acl: bool = False,
         payload: Any = None,
+        same_as: bytes | None = None,
+        content: Callable[[bytes], None] | None = None,
     ) -> tuple[Any, int]:
-        """One request; ``timeout`` bounds each read and the whole call (``_deadline``)."""
+        """One request; ``timeout`` bounds each read and the whole call (``_deadline``). An answer of the
+        bytes ``same_as`` is not decoded (its body is ``UNCHANGED``); ``content`` is given the bytes."""
         what = f"Nomad API {path}" if method == "GET" else f"Nomad API {method} {path}"
         if self.settings.token_problem:
             raise NomadApiError(f"{what}: not asked: {self.settings.token_problem}", "config")
@@ -513,12 +535,16 @@ class NomadClient:
             raise NomadApiError(f"{what}: 403 {text} (the token needs {need})", "forbidden", 403)
         if resp.status_code != 200:
             raise NomadApiError(f"{what}: HTTP {resp.status_code} {text}", "http", resp.status_code)
+        header = resp.headers.get("X-Nomad-Index", "0")
+        index = int(header) if header.isdigit() else 0
+        if content is not None:
+            content(resp.content)
+        if same_as is not None and resp.content == same_as:
+            return UNCHANGED, index
         try:
-            body = resp.json()
+            return resp.json(), index
         except ValueError:
             raise NomadApiError(f"{what}: answer is not JSON", "bad-response") from None
-        index = resp.headers.get("X-Nomad-Index", "0")
-        return body, int(index) if index.isdigit() else 0
 
     def _redact(self, text: str) -> str:
         """``text`` (an error, the API's answer) with every spelling of the token masked, escaped and bounded."""

@@ -302,6 +302,7 @@ class Reconciler:
         self.idle_period = idle_period
         self.min_round_interval = min_round_interval
         self._answered_at = float("-inf")
+        self._saved: dict[str, Any] | None = None  # the state last written, ``updated_at`` aside
         self.backoff = backoff or Backoff()
         self.clock = clock
         self.timers = Timers()
@@ -372,7 +373,7 @@ class Reconciler:
         pause = self._answered_at + self.min_round_interval - self.clock()
         if pause > 0 and self._stop.wait(pause):
             return
-        page = self.client.node_allocations(self.node_id, self.index, self._wait())
+        page = self.client.node_allocations(self.node_id, self.index, self._wait(), known=self.last_page)
         self._answered_at = self.clock()
         self.backoff.reset()
         self.last_error = ""
@@ -518,8 +519,12 @@ class Reconciler:
             allocs=list(self.last_page.allocs) if self.last_page else [],
             leaked=sorted(self.timers.reported_leaks),
         )
+        content = {**state.to_json(), "updated_at": None}
+        if content == self._saved:  # a blocking query that timed out, with no timer moved: nothing to tell
+            return
         try:
             state.save(self.state_path)
+            self._saved = content
         except OSError as exc:
             log.warning("reconciler: could not write %s: %s", self.state_path, exc)
 

@@ -21,6 +21,7 @@ from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.journal import Journal
 from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import (
+    AllocPage,
     AllocView,
     NomadApiError,
     NomadApiSettings,
@@ -31,7 +32,7 @@ from nomad_plugin.reconcile.nomad_api import (
     parse_alloc,
     required_capability,
 )
-from nomad_plugin.reconcile.reconciler import Reconciler
+from nomad_plugin.reconcile.reconciler import Reconciler, ReconcilerState
 from nomad_plugin.util.threads import Backoff
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.doubles.reserve_fakes import Clock, FakeBackend, card_uuid, catalog, whole_group
@@ -399,6 +400,35 @@ def test_parse_alloc_builds_the_whole_view() -> None:
 
 
 # -- what the reconciler writes for `grants`, and the reason of a release without a claim ---------
+
+
+def test_an_answer_of_the_same_bytes_is_the_page_already_known() -> None:
+    with NomadApiDouble() as api:
+        nomad = client(api, timeout=30.0)
+        api.add_alloc("a1", [card_uuid(0)])
+        page = nomad.node_allocations(api.node_id)
+        again = nomad.node_allocations(api.node_id, page.index, 0.1, known=page)  # the wait ran out
+        assert again.allocs is page.allocs and again.index == page.index
+        threading.Timer(0.1, api.add_alloc, ("a2", [card_uuid(1)])).start()
+        moved = nomad.node_allocations(api.node_id, page.index, 5.0, known=page)
+        assert moved.index > page.index and sorted(a.id for a in moved.allocs) == ["a1", "a2"]
+        other = AllocPage(allocs=(), index=moved.index, content=b"[]")  # other bytes: parsed afresh
+        assert nomad.node_allocations(api.node_id, moved.index, 0.1, known=other).allocs == moved.allocs
+
+
+def test_a_round_that_changed_nothing_leaves_the_state_file_alone(tmp_path) -> None:
+    with NomadApiDouble() as api:
+        path = tmp_path / "reconciler-state.json"
+        reserver, _, rec = setup(tmp_path, api, grace=5, max_wait=0.1, state_path=path)
+        reserver.reserve([card_uuid(0)])
+        api.add_alloc("a1", [card_uuid(0)])
+        rec.round()
+        written = path.stat().st_ino
+        rec.round()  # the blocking query times out: the same answer
+        assert path.stat().st_ino == written, "an unchanged state is not written again"
+        api.set_status("a1", "complete")
+        rec.round()
+        assert path.stat().st_ino != written and ReconcilerState.load(path) is not None
 
 
 def test_the_state_written_after_a_round(tmp_path, caplog) -> None:
