@@ -29,10 +29,8 @@ from nomad_plugin.launcher.config import (
     PluginBlocks,
     duplicate_notes,
     find_plugin_blocks,
-    full_config,
+    load_config,
     msgpack_config,
-    parse_override,
-    plugin_user_config,
 )
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad_view.types import Style
@@ -85,12 +83,9 @@ class Doctor:
 
         where = self.plugin_config or "(no --plugin-config: defaults)"
         try:
-            user = {}
             if self.plugin_config:
                 self.blocks = find_plugin_blocks(self.plugin_config)
-                user = plugin_user_config(self.blocks, self.plugin_config)
-            extra = dict(parse_override(o) for o in self.overrides)
-            data = msgpack_config(full_config(user, extra))
+            data = msgpack_config(load_config(self.plugin_config, self.overrides))
             self.config = accept_config(data)
         except (LauncherConfigError, ConfigError, PluginError) as exc:
             self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
@@ -767,8 +762,9 @@ def summary_line(findings: list[Finding]) -> str:
 
 def main(argv: list[str], host: Host | None = None) -> int:
     args = parser().parse_args(argv)
-    doctor = Doctor(args.plugin_config, args.plugin_dir, args.set, host or Host(root=Path(args.root)))
-    doctor.verbose = args.verbose
+    doctor = Doctor(
+        args.plugin_config, args.plugin_dir, args.set, host or Host(root=Path(args.root)), verbose=args.verbose
+    )
     findings = doctor.run(config_only=args.config_only)
     failed = any(f.status == FAIL for f in findings)
     if args.json:

@@ -200,19 +200,13 @@ def print_report(doc: dict[str, Any]) -> None:
                 r.get("alloc_id", "")[:8],
                 f"{r['namespace']}/{r['job']}" if r.get("job") else "",
                 r.get("client_status", ""),
-                _since(r.get("since")),
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["since"])) if r.get("since") else "",
                 r.get("mode", ""),
                 str(len(r["device_ids"])),
                 note,
             ]
         )
     out.write("".join(line + "\n" for line in table(table_rows)))
-
-
-def _since(unix: float | None) -> str:
-    if not unix:
-        return ""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def release(

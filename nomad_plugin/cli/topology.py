@@ -143,9 +143,6 @@ class Counts:
         for name, value in asdict(other).items():
             setattr(self, name, getattr(self, name) + value)
 
-    def to_json(self) -> dict[str, int]:
-        return asdict(self)
-
 
 @dataclass
 class Domain:
@@ -189,7 +186,7 @@ class Domain:
             "value": self.value,
             "spans": self.spans,
             "nodes": sorted(self.nodes),
-            "cards": [{"model": m, "mode": md, **c.to_json()} for (m, md), c in self.totals().items()],
+            "cards": [{"model": m, "mode": md, **asdict(c)} for (m, md), c in self.totals().items()],
         }
 
 
@@ -376,10 +373,6 @@ def render_text(found: ClusterTopology, address: str, complete: bool, why: str, 
     return lines
 
 
-def _fit_json(fit: Fit) -> dict[str, Any]:
-    return {"level": fit.domain.level, "name": fit.domain.name, "free": fit.free, "nodes": fit.nodes}
-
-
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if args.need is not None and (args.need < 1 or not args.model):
@@ -422,7 +415,9 @@ def main(argv: list[str]) -> int:
         }
         if args.need is not None:
             doc["need"] = {"cards": args.need, "model": args.model, "mode": args.mode, "per_node": args.per_node}
-            doc["fits"] = [_fit_json(f) for f in fitting]
+            doc["fits"] = [
+                {"level": f.domain.level, "name": f.domain.name, "free": f.free, "nodes": f.nodes} for f in fitting
+            ]
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return code
     style = Style(sys.stdout)

@@ -28,7 +28,6 @@ from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import socket_overrides
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.xdm import adapter
 from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 
@@ -59,13 +58,13 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def _raw_call(socket: str, path: str, request: Any, timeout: float, streaming: bool) -> bytes:
-    kinds: dict[str, Callable[..., Any]] = {"request_serializer": adapter.serialize, "response_deserializer": bytes}
+def _raw_call(socket: str, path: str, timeout: float, streaming: bool) -> bytes:
+    """The answer's bytes to an empty request (the read-only RPCs' "all" filters), undecoded."""
     with grpc.insecure_channel(f"unix:{socket}") as channel:
         if not streaming:
-            data: bytes = channel.unary_unary(path, **kinds)(request, timeout=timeout)
+            data: bytes = channel.unary_unary(path, None, None)(b"", timeout=timeout)
             return data
-        stream = channel.unary_stream(path, **kinds)(request, timeout=timeout)
+        stream = channel.unary_stream(path, None, None)(b"", timeout=timeout)
         try:
             first: bytes = next(iter(stream), b"")
             return first
@@ -133,8 +132,7 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
             if raw and owner:
                 target = config.config_socket if sock == "config-daemon" else config.xdm_socket
                 try:
-                    streaming = method == "ListAndWatch"
-                    data = _raw_call(target, f"/{owner}/{method}", adapter.request(method), timeout, streaming)
+                    data = _raw_call(target, f"/{owner}/{method}", timeout, method == "ListAndWatch")
                     entry["raw_hex"], entry["raw"] = data.hex(), raw_text(data)
                 except grpc.RpcError as exc:
                     entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
