@@ -201,10 +201,8 @@ class Doctor:
 
     def check_sockets(self) -> bool:
         assert self.config is not None
-        ok = True
-        for label, path in (("dp2mgr", self.config.xdm_socket), ("config-daemon", self.config.config_socket)):
-            ok = self._socket(label, path) and ok
-        return ok
+        sockets = (("dp2mgr", self.config.xdm_socket), ("config-daemon", self.config.config_socket))
+        return all([self._socket(label, path) for label, path in sockets])  # both judged, both reported
 
     def _socket(self, label: str, path: str) -> bool:
         check = f"socket {label}"
