@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -156,14 +157,12 @@ def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> 
 
     config = decode_config(msgpack_config(config_map)) if config_map else plugin_config(args.plugin_config, args.set)
     settings = NomadApiSettings.from_config(config)
-    client = NomadClient(settings)
-    try:
-        node_id = config.nomad_node_id or client.node_id()
-        doc = client.node_record(node_id)
-    except (NomadApiError, OSError) as exc:  # OSError: the TLS files (nomad_ca_cert, ...) cannot be read
-        raise ValueError(f"the Nomad agent at {settings.address} did not give this node: {exc}") from None
-    finally:
-        client.close()
+    with closing(NomadClient(settings)) as client:
+        try:
+            node_id = config.nomad_node_id or client.node_id()
+            doc = client.node_record(node_id)
+        except (NomadApiError, OSError) as exc:  # OSError: the TLS files (nomad_ca_cert, ...) cannot be read
+            raise ValueError(f"the Nomad agent at {settings.address} did not give this node: {exc}") from None
     return node_from_json(doc, f"Nomad at {settings.address}, /v1/node/{node_id}")
 
 

@@ -366,25 +366,23 @@ class Doctor:
         if not self.config.reconcile:
             self.add("nomad api", SKIP, "reconcile = false: the plugin does not use the Nomad API")
             return
-        client = NomadClient(settings)
         policy = " ".join(RECOMMENDED_POLICY.split())
-        try:
-            node_id = self.config.nomad_node_id or client.node_id()
-            page = client.node_allocations(node_id)
-            visibility = check_visibility(client)
-        except NomadApiError as exc:
-            steps = {
-                "forbidden": "the token needs node:read, agent:read (unless nomad_node_id is set) and read-job on "
-                f"every namespace: give it a policy with {policy}; set nomad_token or NOMAD_TOKEN",
-                "unreachable": f"is the Nomad agent running and listening on {settings.address}? set nomad_address "
-                "or NOMAD_ADDR (and the TLS options for an https agent)",
-                "timeout": f"the agent at {settings.address} is too slow to answer; check its load",
-            }
-            step = steps.get(exc.kind, "check nomad_address and the TLS options")
-            self.add("nomad api", FAIL, f"{settings.address}: {exc}", step)
-            return
-        finally:
-            client.close()
+        with contextlib.closing(NomadClient(settings)) as client:
+            try:
+                node_id = self.config.nomad_node_id or client.node_id()
+                page = client.node_allocations(node_id)
+                visibility = check_visibility(client)
+            except NomadApiError as exc:
+                steps = {
+                    "forbidden": "the token needs node:read, agent:read (unless nomad_node_id is set) and read-job on "
+                    f"every namespace: give it a policy with {policy}; set nomad_token or NOMAD_TOKEN",
+                    "unreachable": f"is the Nomad agent running and listening on {settings.address}? set "
+                    "nomad_address or NOMAD_ADDR (and the TLS options for an https agent)",
+                    "timeout": f"the agent at {settings.address} is too slow to answer; check its load",
+                }
+                step = steps.get(exc.kind, "check nomad_address and the TLS options")
+                self.add("nomad api", FAIL, f"{settings.address}: {exc}", step)
+                return
         self.add(
             "nomad api",
             OK,
@@ -420,20 +418,20 @@ class Doctor:
             )
             return
         settings = NomadApiSettings.from_config(config, self.host.environ)
-        client = NomadClient(settings)
         fix = (
             f"give the token a policy with {WRITE_POLICY} (node:write), or set node_meta = false and put the output "
             "of `nomad-device-lingjun node-meta` in the agent's client { meta { } }"
         )
-        try:
-            view = client.node_meta()
-            allowed, why = node_write(client)
-        except NomadApiError as exc:
-            step = fix if exc.kind == "forbidden" else f"check nomad_address ({settings.address}) and the TLS options"
-            self.add(check, FAIL, f"{settings.address}{META_PATH}: {exc}", step)
-            return
-        finally:
-            client.close()
+        with contextlib.closing(NomadClient(settings)) as client:
+            try:
+                view = client.node_meta()
+                allowed, why = node_write(client)
+            except NomadApiError as exc:
+                step = (
+                    fix if exc.kind == "forbidden" else f"check nomad_address ({settings.address}) and the TLS options"
+                )
+                self.add(check, FAIL, f"{settings.address}{META_PATH}: {exc}", step)
+                return
         prefix = config.node_meta_prefix
         published = {k: v for k, v in view.meta.items() if k.startswith(prefix)}
         failed = not allowed

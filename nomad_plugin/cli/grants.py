@@ -9,10 +9,10 @@ running plugin (a request file it answers) or, with none running, here under the
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,15 +69,12 @@ def read_journal(config: PluginConfig) -> list[JournalEntry]:
 def nomad_view(config: PluginConfig, environ: Mapping[str, str] | None = None) -> NomadView:
     if not config.reconcile:
         return NomadView(error="reconcile = false: the plugin does not consult Nomad")
-    client = NomadClient(NomadApiSettings.from_config(config, environ))
-    try:
-        node_id = config.nomad_node_id or client.node_id()
-        page = client.node_allocations(node_id)
-        visibility = check_visibility(client)
-    except NomadApiError as exc:
-        return NomadView(error=f"Nomad API: {exc}")
-    finally:
-        client.close()
+    with closing(NomadClient(NomadApiSettings.from_config(config, environ))) as client:
+        try:
+            page = client.node_allocations(config.nomad_node_id or client.node_id())
+            visibility = check_visibility(client)
+        except NomadApiError as exc:
+            return NomadView(error=f"Nomad API: {exc}")
     return NomadView(allocs=list(page.allocs), visibility=visibility)
 
 
@@ -289,24 +286,21 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
         p.add_argument("--json", action="store_true", help="print one JSON document")
     add_config_options(p)
     opts = p.parse_args(args)
-    env = os.environ if environ is None else environ
     try:
         config = plugin_config(opts.plugin_config, opts.set, validate=True)
     except (LauncherConfigError, ConfigError, PluginError) as exc:
         return fail("grants", f"{opts.plugin_config or '(defaults)'}: {exc}")
     try:
         if releasing:
-            ok, message = release(config, opts.grant_id, opts.force, opts.timeout, env)
+            ok, message = release(config, opts.grant_id, opts.force, opts.timeout, environ)
             (sys.stdout if ok else sys.stderr).write(message + "\n")
             return 0 if ok else 1
-        doc = report(config, env)
+        doc = report(config, environ)
     except (GrantsError, ValueError) as exc:
         return fail("grants", str(exc))
     except OSError as exc:
-        why = exc.strerror or str(exc)
-        return fail(
-            "grants", f"{exc.filename or 'the data_dir'}: {why} (data_dir must be the plugin's directory; run as root)"
-        )
+        where = f"{exc.filename or 'the data_dir'}: {exc.strerror or exc}"
+        return fail("grants", f"{where} (data_dir must be the plugin's directory; run as root)")
     if opts.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -384,16 +385,14 @@ def main(argv: list[str]) -> int:
     settings = NomadApiSettings.from_config(
         PluginConfig(nomad_address=args.address or "", nomad_token=args.token or "")
     )
-    client = NomadClient(settings)
-    try:
-        nodes, held, complete, why = read_cluster(client)
-    except NomadApiError as exc:
-        hint = " (the token needs node:read)" if exc.kind == "forbidden" and "node:read" not in str(exc) else ""
-        return fail("topology", f"{settings.address}: {exc}{hint}")
-    except ClusterDataError as exc:
-        return fail("topology", f"{settings.address}: {exc}")
-    finally:
-        client.close()
+    with closing(NomadClient(settings)) as client:
+        try:
+            nodes, held, complete, why = read_cluster(client)
+        except NomadApiError as exc:
+            hint = " (the token needs node:read)" if exc.kind == "forbidden" and "node:read" not in str(exc) else ""
+            return fail("topology", f"{settings.address}: {exc}{hint}")
+        except ClusterDataError as exc:
+            return fail("topology", f"{settings.address}: {exc}")
     found = cluster_topology(nodes, held, args.prefix)
     fitting: list[Fit] = []
     known_model = True
