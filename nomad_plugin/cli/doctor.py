@@ -255,11 +255,8 @@ class Doctor:
         if problem is not None:
             self.add("xdm", FAIL, str(problem), _xdm_next_step(problem.kind))
             return
-        client = XdmClient(self.config)
-        try:
+        with contextlib.closing(XdmClient(self.config)) as client:
             self._xdm_calls(client)
-        finally:
-            client.close()
 
     def _schema(self, client: Any) -> None:
         """How XDM's schema (``xdm_schema``) bound; the field-by-field report with ``--verbose``."""

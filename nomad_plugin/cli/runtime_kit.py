@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from contextlib import closing
 from typing import TYPE_CHECKING, TextIO
 
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
@@ -66,17 +67,15 @@ def main(argv: list[str], ask: Callable[[str, TextIO, TextIO], bool | None] = co
         return fail("runtime-kit", f"{args.plugin_config or '(defaults)'}: {exc}")
     from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
 
-    switch = RuntimeKitSwitch(config, timeout=args.timeout)
-    try:
-        return _run(args, config, switch, ask)
-    except PluginError as exc:
-        sys.stderr.write(
-            f"runtime-kit: config-daemon ({config.config_socket}): {exc}\n"
-            "(is Runtime Kit installed and its config-daemon running? `nomad-device-lingjun doctor` checks it)\n"
-        )
-        return 1
-    finally:
-        switch.close()
+    with closing(RuntimeKitSwitch(config, timeout=args.timeout)) as switch:
+        try:
+            return _run(args, config, switch, ask)
+        except PluginError as exc:
+            sys.stderr.write(
+                f"runtime-kit: config-daemon ({config.config_socket}): {exc}\n"
+                "(is Runtime Kit installed and its config-daemon running? `nomad-device-lingjun doctor` checks it)\n"
+            )
+            return 1
 
 
 def _run(
@@ -128,7 +127,7 @@ def _run(
         + (f": {outcome.message}" if outcome.message else "")
     )
     if args.json:
-        doc2 = {
+        doc = {
             "action": outcome.action,
             "before": _word(outcome.before.enabled),
             "after": _word(outcome.after.enabled),
@@ -136,7 +135,7 @@ def _run(
             "message": outcome.message,
             "done": outcome.done,
         }
-        sys.stdout.write(json.dumps(doc2) + "\n")
+        sys.stdout.write(json.dumps(doc) + "\n")
     if not outcome.done:
         sys.stderr.write(
             f"runtime-kit: {said}, but QueryStatus still says {_word(outcome.after.enabled)}: nothing changed\n"

@@ -15,6 +15,7 @@ import json
 import struct
 import sys
 from collections.abc import Callable
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +83,10 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
             "problem": str(problem) if problem else "",
             "kind": problem.kind if problem else "",
         }
-    client = XdmClient(config)
     timeout = float(config.xdm_call_timeout)
-    try:
-        try:
+    with closing(XdmClient(config)) as client:
+        with suppress(PluginError):  # reported below; the raw calls still run
             client.binding()
-        except PluginError:
-            pass  # reported below; the raw calls still run
         bound = client.last_binding
         report["binding"] = {
             "error": client.last_bind_error,
@@ -137,8 +135,6 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
                 except grpc.RpcError as exc:
                     entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
             report["calls"].append(entry)
-    finally:
-        client.close()
     report["ok"] = (
         all(s["ok"] for s in report["sockets"].values())
         and all(c["ok"] for c in report["calls"])
