@@ -102,13 +102,10 @@ def grant_rows(
             "since": alloc.modify_time if alloc else None,
             "release_in_s": None,
         }
-        if entry.state is not EntryState.GRANTED:
-            row["status"] = PENDING
-            row["why"] = (
-                "a release is in progress or failed and is retried"
-                if entry.state is EntryState.RELEASING
-                else ("left mid-Reserve; the plugin releases it at start")
-            )
+        if entry.state is EntryState.RELEASING:
+            row["status"], row["why"] = PENDING, "a release is in progress or failed and is retried"
+        elif entry.state is EntryState.INTENT:
+            row["status"], row["why"] = PENDING, "left mid-Reserve; the plugin releases it at start"
         elif holder is not None:
             row["status"], row["why"] = LIVE, f"held by {holder.client_status} allocation {holder.id}"
         elif view.error:

@@ -68,17 +68,12 @@ INTERNAL_ERROR = "internal error"  # tests/operator/test_dist_adverse.py fails o
 def main(argv: list[str] | None = None) -> int:
     """Run a command; a closed stdout ends it quietly, whatever wrote to it (argparse's --help too)."""
     try:
-        code = _dispatch(list(sys.argv[1:] if argv is None else argv))
-        sys.stdout.flush()
+        try:
+            return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            sys.stdout.flush()
     except BrokenPipeError:
         return closed_pipe_exit()
-    except SystemExit:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            return closed_pipe_exit()
-        raise
-    return code
 
 
 def _dispatch(args: list[str]) -> int:

@@ -113,11 +113,8 @@ def parse_node(raw: Any) -> ClusterNode:
             for i in dev.get("Instances") or []
             if isinstance(i, dict) and isinstance(i.get("ID"), str)
         )
-        attributes = {}
-        for key, value in (dev.get("Attributes") or {}).items():
-            text = _attr_text(value)
-            if text is not None:
-                attributes[str(key)] = text
+        raw_attributes = (dev.get("Attributes") or {}).items()
+        attributes = {str(k): text for k, v in raw_attributes if (text := _attr_text(v)) is not None}
         groups.append(
             NodeGroup(str(dev.get("Vendor")), str(dev.get("Type")), str(dev.get("Name")), instances, attributes)
         )
@@ -335,13 +332,6 @@ def _counts_line(model: str, mode: str, c: Any) -> str:
     return f"{model} ({mode}): {c.cards} cards, {c.healthy} healthy, {c.free} free{units}"
 
 
-def _domain_lines(domain: Domain, style: Style) -> list[str]:
-    mark = " *" if domain.spans else ""
-    nodes = ", ".join(sorted(domain.nodes))
-    head = f"{LEVEL_TITLES[domain.level]} {style(domain.name, 'bold')}{mark}: {len(domain.nodes)} node(s) ({nodes})"
-    return [head, *(f"    {_counts_line(m, md, c)}" for (m, md), c in domain.totals().items())]
-
-
 def render_text(found: ClusterTopology, address: str, complete: bool, why: str, prefix: str, style: Style) -> list[str]:
     cards = sum(c.cards for c in found.totals.values())
     free = sum(c.free for c in found.totals.values())
@@ -356,7 +346,10 @@ def render_text(found: ClusterTopology, address: str, complete: bool, why: str, 
         if not found.domains[level]:
             lines.append(f"no {LEVEL_TITLES[level]} known ({prefix}{level} meta or the {level} device attribute)")
         for domain in found.domains[level]:
-            lines += _domain_lines(domain, style)
+            mark = " *" if domain.spans else ""
+            nodes = f"{len(domain.nodes)} node(s) ({', '.join(sorted(domain.nodes))})"
+            lines.append(f"{LEVEL_TITLES[level]} {style(domain.name, 'bold')}{mark}: {nodes}")
+            lines += [f"    {_counts_line(m, md, c)}" for (m, md), c in domain.totals().items()]
     if any(d.spans for level in LEVELS for d in found.domains[level]):
         lines += [
             "",
