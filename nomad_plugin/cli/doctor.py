@@ -567,11 +567,8 @@ class Doctor:
         neighbours = [p.name for p in sorted(directory.iterdir()) if p.name.startswith(NVIDIA_PLUGIN)]
         if not neighbours:
             return
-        enabled = (
-            f"its plugin block {', '.join(sorted(b for b in blocks if 'nvidia' in b))}"
-            if any("nvidia" in b for b in blocks)
-            else "no plugin block for it in this config"
-        )
+        theirs = sorted(b for b in blocks if "nvidia" in b)
+        enabled = f"its plugin block {', '.join(theirs)}" if theirs else "no plugin block for it in this config"
         self.add(
             "nvidia plugin",
             WARN,

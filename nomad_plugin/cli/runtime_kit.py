@@ -40,16 +40,6 @@ def _word(enabled: bool) -> str:
     return "enabled" if enabled else "disabled"
 
 
-def held_grants(config: PluginConfig) -> int:
-    """Grants the plugin's journal holds (read without writing); 0 without a journal."""
-    from nomad_plugin.journal import Journal, JournalCorrupt
-
-    try:
-        return len(Journal.snapshot(config.data_dir))
-    except (OSError, JournalCorrupt):
-        return 0
-
-
 def confirm(question: str, stdin: TextIO, stdout: TextIO) -> bool | None:
     """y/N on a terminal; None when there is no terminal to ask on."""
     if not stdin.isatty():
@@ -99,7 +89,12 @@ def _run(
         sys.stdout.write(f"Runtime Kit is already {_word(wanted)} on this node: nothing changed\n")
         return 0
     if not wanted and not args.force:
-        grants = held_grants(config)
+        from nomad_plugin.journal import Journal, JournalCorrupt
+
+        try:
+            grants = len(Journal.snapshot(config.data_dir))  # read without writing
+        except (OSError, JournalCorrupt):
+            grants = 0  # no journal: no grants
         if grants:
             sys.stderr.write(
                 f"runtime-kit: the plugin holds {grants} grant(s) on this node (`nomad-device-lingjun grants`); "
