@@ -28,6 +28,7 @@ from typing import Any
 
 from nomad_plugin.cli.fingerprint import plugin_keys
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
+from nomad_plugin.config.decode import decode_config
 from nomad_plugin.jobspec import (
     NODE_FIELDS,
     OUTCOME_TEXT,
@@ -53,9 +54,11 @@ from nomad_plugin.jobspec import (
     verdicts_text,
 )
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
+from nomad_plugin.launcher.config import msgpack_config
 from nomad_plugin.launcher.process import LiveNode
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad_view.types import DeviceGroup, Style, group_from_json
+from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 
 EPILOG = """\
 examples:
@@ -151,10 +154,6 @@ def _stated(items: list[str]) -> dict[str, str]:
 def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> NodeDocument:
     """This node from the local agent: /v1/agent/self for its ID (unless nomad_node_id), then /v1/node/<id>;
     ValueError (``NodeFileError`` included) when it does not come."""
-    from nomad_plugin.config.decode import decode_config
-    from nomad_plugin.launcher.config import msgpack_config
-    from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
-
     config = decode_config(msgpack_config(config_map)) if config_map else plugin_config(args.plugin_config, args.set)
     settings = NomadApiSettings.from_config(config)
     with closing(NomadClient(settings)) as client:

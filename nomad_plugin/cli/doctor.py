@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.backend_select import accept_config, choose_backend_name
 from nomad_plugin.cli.main import add_config_options, command_parser
+from nomad_plugin.config.decode import deprecated_spellings
 from nomad_plugin.config.model import ConfigError, PluginConfig
+from nomad_plugin.journal import datadir, plugin_running
 from nomad_plugin.launcher.config import (
     LauncherConfigError,
     PluginBlocks,
@@ -32,10 +35,24 @@ from nomad_plugin.launcher.config import (
     load_config,
     msgpack_config,
 )
+from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.errors import PluginError
+from nomad_plugin.nomad.catalog import check_modes
 from nomad_plugin.nomad_view.types import Style
 from nomad_plugin.nvml import lib as nvml_lib
+from nomad_plugin.nvml.backend import NvmlBackend
 from nomad_plugin.nvml.lib import nvml_available
+from nomad_plugin.reconcile.node_meta import WRITE_POLICY, load_publisher_state, node_write, state_path
+from nomad_plugin.reconcile.nomad_api import (
+    META_PATH,
+    RECOMMENDED_POLICY,
+    NomadApiError,
+    NomadApiSettings,
+    NomadClient,
+    check_visibility,
+)
+from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
+from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 NVIDIA_PLUGIN = "nomad-device-nvidia"
@@ -79,8 +96,6 @@ class Doctor:
         self.findings.append(Finding(check, status, summary, next_step))
 
     def check_config(self) -> None:
-        from nomad_plugin.backend_select import accept_config
-
         where = self.plugin_config or "(no --plugin-config: defaults)"
         try:
             if self.plugin_config:
@@ -91,8 +106,6 @@ class Doctor:
             self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
             self.config = None
             return
-        from nomad_plugin.config.decode import deprecated_spellings
-
         for warning in deprecated_spellings(data):
             self.add("config", WARN, warning, "the old spelling still works; the plugin logs the same warning")
         for note in duplicate_notes(self.blocks) if self.blocks is not None else []:
@@ -134,8 +147,6 @@ class Doctor:
 
     def check_nvml(self) -> None:
         assert self.config is not None
-        from nomad_plugin.nvml.backend import NvmlBackend
-
         backend = NvmlBackend(self.config, loader=self.host.nvml_loader, event_timeout_ms=100)
         backend.start()
         try:
@@ -160,9 +171,6 @@ class Doctor:
 
     def _config_vs_cards(self, cards: Any) -> None:
         """What the agent log would warn about: card blocks, filters or modes this node's cards defeat."""
-        from nomad_plugin.model.card import Inventory
-        from nomad_plugin.nomad.catalog import check_modes
-
         assert self.config is not None
         problems = check_modes(Inventory(cards=tuple(cards)), self.config)
         if not problems:
@@ -248,8 +256,6 @@ class Doctor:
         return True
 
     def check_xdm(self) -> None:
-        from nomad_plugin.xdm.client import XdmClient, socket_problem
-
         assert self.config is not None
         problem = socket_problem(self.config.xdm_socket)
         if problem is not None:
@@ -350,14 +356,6 @@ class Doctor:
             self.add("topology", OK, f"topology levels: {', '.join(levels) or 'none'}")
 
     def check_nomad(self) -> None:
-        from nomad_plugin.reconcile.nomad_api import (
-            RECOMMENDED_POLICY,
-            NomadApiError,
-            NomadApiSettings,
-            NomadClient,
-            check_visibility,
-        )
-
         assert self.config is not None
         settings = NomadApiSettings.from_config(self.config, self.host.environ)
         if not self.config.reconcile:
@@ -400,10 +398,6 @@ class Doctor:
     def check_node_meta(self) -> None:
         """May the token write node metadata (judged from its policies, nothing written), and did the
         running plugin manage to (``node-meta-state.json``)?"""
-        from nomad_plugin.journal import plugin_running
-        from nomad_plugin.reconcile.node_meta import WRITE_POLICY, load_publisher_state, node_write, state_path
-        from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadApiSettings, NomadClient
-
         assert self.config is not None
         config, check = self.config, "node meta"
         if not config.node_meta:
@@ -463,9 +457,6 @@ class Doctor:
 
     def check_grants(self) -> None:
         """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
-        from nomad_plugin.journal import plugin_running
-        from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
-
         assert self.config is not None
         try:
             running = plugin_running(self.config.data_dir)
@@ -600,8 +591,6 @@ class Doctor:
             return self.findings
         if self.config is not None:
             self._guard("data dir", self.check_data_dir)
-            from nomad_plugin.backend_select import choose_backend_name
-
             config = self.config
             if self._guard("backend", lambda: choose_backend_name(config, self.host.nvml_usable)) == "nvml":
                 self.add("sockets", SKIP, "the plugin would use the NVML backend: XDM sockets not used")
@@ -650,9 +639,7 @@ def data_dir_problem(path: Path) -> str:
     try:
         if path.exists() and not path.is_dir():
             return "exists but is not a directory"
-        from nomad_plugin.journal.datadir import problem  # the plugin's own rules: owner, mode, system dirs
-
-        rule = problem(path)
+        rule = datadir.problem(path)  # the plugin's own rules: owner, mode, system dirs
         if rule is not None:
             return rule
         found = path.stat() if path.exists() else None

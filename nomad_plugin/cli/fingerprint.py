@@ -14,6 +14,7 @@ import sys
 import threading
 from typing import Any
 
+from nomad_plugin.backend_select import select_backend
 from nomad_plugin.cli.main import add_config_options, command_parser, fail
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
@@ -23,6 +24,7 @@ from nomad_plugin.launcher.process import LaunchError, LiveNode
 from nomad_plugin.model.card import NodeMeta, client_meta_block, node_meta
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad_view.types import Style, fingerprint_summary, fingerprint_text
+from nomad_plugin.reconcile.node_meta import ready
 
 NEXT = "nomad-device-lingjun doctor checks the node step by step"
 
@@ -70,9 +72,6 @@ def main(argv: list[str]) -> int:
 
 def node_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginConfig, NodeMeta]:
     """The decoded config and the keys the plugin's own backend derives from its first inventory (or PluginError)."""
-    from nomad_plugin.backend_select import select_backend
-    from nomad_plugin.reconcile.node_meta import ready
-
     config = decode_config(msgpack_config(config_map))
     backend = select_backend(config)
     arrived = threading.Event()

@@ -16,12 +16,14 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
+from nomad_plugin.backend_select import select_backend
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import EntryState, Journal, JournalCorrupt, JournalEntry, OwnerLock, plugin_running
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.nomad.reserve import describe_limits
+from nomad_plugin.model.instances import Catalog
+from nomad_plugin.nomad.reserve import Reserver, describe_limits
 from nomad_plugin.nomad_view.types import table
 from nomad_plugin.reconcile.nomad_api import (
     RECOMMENDED_POLICY,
@@ -239,10 +241,6 @@ def release(
 
 def _release_here(config: PluginConfig, grant_id: str, force: bool) -> tuple[bool, str]:
     """No plugin runs: release under the owner lock, so none writes the journal meanwhile."""
-    from nomad_plugin.backend_select import select_backend
-    from nomad_plugin.model.instances import Catalog
-    from nomad_plugin.nomad.reserve import Reserver
-
     with OwnerLock(config.data_dir) as lock:
         if not lock.acquire(timeout=5.0):
             return False, "a plugin started meanwhile; run the command again"

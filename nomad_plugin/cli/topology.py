@@ -20,6 +20,7 @@ from typing import Any
 from nomad_plugin.cli.main import command_parser, fail
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nomad_view.types import Style
+from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient, check_visibility
 
 # -- the cluster's cards by domain (pure) --------------------------------------------------
 # A card's domain at a level is its group's attribute of that name, else the node's
@@ -312,8 +313,6 @@ def parser() -> argparse.ArgumentParser:
 
 def read_cluster(client: Any) -> tuple[list[ClusterNode], dict[str, set[str]], bool, str]:
     """Nodes, device IDs held per node, and whether (and why) the allocation view is complete."""
-    from nomad_plugin.reconcile.nomad_api import NomadApiError, check_visibility
-
     nodes = [parse_node(client.node_record(s["ID"])) for s in client.list_nodes() if isinstance(s.get("ID"), str)]
     held = {}
     for node in nodes:
@@ -373,8 +372,6 @@ def main(argv: list[str]) -> int:
         return fail("topology", "--need takes a positive number of cards and --model")
     if args.per_node < 1:
         return fail("topology", "--per-node must be at least 1")
-    from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
-
     settings = NomadApiSettings.from_config(
         PluginConfig(nomad_address=args.address or "", nomad_token=args.token or "")
     )
