@@ -14,15 +14,14 @@ import json
 import sys
 from collections.abc import Callable
 from contextlib import closing
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
+from nomad_plugin.journal import Journal, JournalCorrupt
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.model.errors import PluginError
-
-if TYPE_CHECKING:
-    from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
+from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,8 +54,6 @@ def main(argv: list[str], ask: Callable[[str, TextIO, TextIO], bool | None] = co
         config = plugin_config(args.plugin_config, args.set)
     except (LauncherConfigError, ConfigError, PluginError) as exc:
         return fail("runtime-kit", f"{args.plugin_config or '(defaults)'}: {exc}")
-    from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
-
     with closing(RuntimeKitSwitch(config, timeout=args.timeout)) as switch:
         try:
             return _run(args, config, switch, ask)
@@ -89,8 +86,6 @@ def _run(
         sys.stdout.write(f"Runtime Kit is already {_word(wanted)} on this node: nothing changed\n")
         return 0
     if not wanted and not args.force:
-        from nomad_plugin.journal import Journal, JournalCorrupt
-
         try:
             grants = len(Journal.snapshot(config.data_dir))  # read without writing
         except (OSError, JournalCorrupt):

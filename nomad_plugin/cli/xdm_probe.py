@@ -28,7 +28,8 @@ from nomad_plugin.cli.main import add_config_options, command_parser, fail, plug
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import socket_overrides
-from nomad_plugin.model.errors import PluginError
+from nomad_plugin.model.errors import BackendUnavailable, PluginError
+from nomad_plugin.xdm.capture import capture
 from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 
@@ -146,8 +147,6 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
 def _query_status(client: Any, config: Any) -> Any:
     """QueryStatus, its socket checked first; a failure that came from binding XDM's schema through
     dp2mgr.sock says so."""
-    from nomad_plugin.model.errors import BackendUnavailable
-
     problem = socket_problem(config.config_socket)
     if problem is not None:
         raise problem
@@ -211,8 +210,6 @@ def main(argv: list[str]) -> int:
 
 
 def _capture(directory: str, config: PluginConfig) -> int:
-    from nomad_plugin.xdm.capture import capture
-
     try:
         manifest = capture(config, Path(directory), render_raw=raw_text)
     except OSError as exc:

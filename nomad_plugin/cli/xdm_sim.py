@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from nomad_plugin.cli.main import command_parser, fail
+from nomad_plugin.sim import Simulator
 from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
@@ -211,8 +212,6 @@ def claim_socket_dir(socket_dir: Path) -> int | str:
 
 
 def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
-    from nomad_plugin.sim import Simulator
-
     try:
         sim = Simulator(
             socket_dir,
