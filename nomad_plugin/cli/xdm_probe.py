@@ -178,8 +178,7 @@ def _text(report: dict[str, Any]) -> list[str]:
         f"device service: {service}" if service else f"device service: NOT FOUND: {report.get('device_service_error')}"
     )
     for c in report["calls"]:
-        lines.append("")
-        lines.append(f"== {c['rpc']}  [{c.get('path') or '?'} on {c['socket']}]")
+        lines += ["", f"== {c['rpc']}  [{c.get('path') or '?'} on {c['socket']}]"]
         if c["ok"]:
             lines.append(json.dumps(c["response"], indent=2))
         else:
