@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from nomad_plugin.cli.fingerprint import plugin_keys
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
+from nomad_plugin.config.decode import decode_config
 from nomad_plugin.jobspec import (
     NODE_FIELDS,
     OUTCOME_TEXT,
@@ -52,9 +54,11 @@ from nomad_plugin.jobspec import (
     verdicts_text,
 )
 from nomad_plugin.launcher import LauncherConfigError, LaunchError
+from nomad_plugin.launcher.config import msgpack_config
 from nomad_plugin.launcher.process import LiveNode
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad_view.types import DeviceGroup, Style, group_from_json
+from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 
 EPILOG = """\
 examples:
@@ -148,25 +152,17 @@ def _stated(items: list[str]) -> dict[str, str]:
 
 
 def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> NodeDocument:
-    """This node from the local agent: /v1/agent/self for its ID (unless nomad_node_id), then /v1/node/<id>."""
-    from nomad_plugin.config.decode import decode_config
-    from nomad_plugin.launcher.config import msgpack_config
-    from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
-
+    """This node from the local agent: /v1/agent/self for its ID (unless nomad_node_id), then /v1/node/<id>;
+    ValueError (``NodeFileError`` included) when it does not come."""
     config = decode_config(msgpack_config(config_map)) if config_map else plugin_config(args.plugin_config, args.set)
     settings = NomadApiSettings.from_config(config)
-    client = NomadClient(settings)
-    try:
-        node_id = config.nomad_node_id or client.node_id()
-        doc = client.node_record(node_id)
-    except (NomadApiError, OSError) as exc:  # OSError: the TLS files (nomad_ca_cert, ...) cannot be read
-        raise ValueError(f"the Nomad agent at {settings.address} did not give this node: {exc}") from None
-    finally:
-        client.close()
-    try:
-        return node_from_json(doc, f"Nomad at {settings.address}, /v1/node/{node_id}")
-    except NodeFileError as exc:
-        raise ValueError(str(exc)) from None
+    with closing(NomadClient(settings)) as client:
+        try:
+            node_id = config.nomad_node_id or client.node_id()
+            doc = client.node_record(node_id)
+        except (NomadApiError, OSError) as exc:  # OSError: the TLS files (nomad_ca_cert, ...) cannot be read
+            raise ValueError(f"the Nomad agent at {settings.address} did not give this node: {exc}") from None
+    return node_from_json(doc, f"Nomad at {settings.address}, /v1/node/{node_id}")
 
 
 def _node_values(
@@ -181,10 +177,7 @@ def _node_values(
     node: NodeDocument | None = None
     node_why = ""
     if args.node:
-        try:
-            node = node_from_json(_read_json(args.node), f"node file {args.node}")
-        except NodeFileError as exc:
-            raise ValueError(str(exc)) from None
+        node = node_from_json(_read_json(args.node), f"node file {args.node}")
     else:
         own_node = not (args.profile or args.socket_dir or args.fingerprint)
         ask = args.agent if args.agent is not None else own_node
@@ -199,12 +192,6 @@ def _node_values(
 
 
 EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node): 1
-
-
-def verdict_line(outcome: str, warned: bool, detail: str = "") -> str:
-    if outcome == PLACE and warned:
-        return f"{OUTCOME_TEXT[PLACE]}, but the plugin would refuse it at task start (WARNING above)"
-    return OUTCOME_TEXT[outcome] + (f": {detail}" if detail else "")
 
 
 def main(argv: list[str]) -> int:
@@ -228,10 +215,9 @@ def main(argv: list[str]) -> int:
             if node_rules:
                 plugin, plugin_why = saved, why
         else:
-            live = LiveNode(
+            with LiveNode(
                 args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin, device_timeout=args.timeout
-            )
-            with live:
+            ) as live:
                 groups, source, config = live.devices(), live.source, dict(live.config)
                 if node_rules:
                     plugin, plugin_why = plugin_keys(config, args.timeout)
@@ -244,10 +230,14 @@ def main(argv: list[str]) -> int:
     verdicts = evaluate_job(requests, groups, config)
     placement = evaluate_placement(job, values)
     outcome = final_outcome([v.outcome for v in verdicts], placement)
-    warned = any(v.warnings for v in verdicts)
-    ok = outcome == PLACE and not warned
-    code = EXIT.get(outcome, 1) if not (outcome == PLACE and warned) else 1
-    detail = verdict_detail(placement, outcome)
+    refused_at_start = outcome == PLACE and any(v.warnings for v in verdicts)
+    ok = outcome == PLACE and not refused_at_start
+    code = 1 if refused_at_start else EXIT.get(outcome, 1)
+    if refused_at_start:
+        verdict = f"{OUTCOME_TEXT[PLACE]}, but the plugin would refuse it at task start (WARNING above)"
+    else:
+        detail = verdict_detail(placement, outcome)
+        verdict = OUTCOME_TEXT[outcome] + (f": {detail}" if detail else "")
     if args.json:
         doc = {
             "job_file": args.job,
@@ -255,7 +245,7 @@ def main(argv: list[str]) -> int:
             "requests": verdicts_json(verdicts),
             "node_rules": placement_json(placement, values),
             "outcome": outcome,
-            "verdict": verdict_line(outcome, warned, detail),
+            "verdict": verdict,
             "ok": ok,
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -267,7 +257,6 @@ def main(argv: list[str]) -> int:
     ]
     lines += placement_text(placement, values, style)
     lines += verdicts_text(verdicts, style)
-    verdict = verdict_line(outcome, warned, detail)
     if not requests and outcome == PLACE:
         verdict += ": the job has no device blocks, it asks nothing of this plugin"
     lines.append(style(verdict, "green" if ok else "red", "bold"))

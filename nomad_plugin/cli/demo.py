@@ -72,12 +72,8 @@ class Tour:
             sys.stdout.flush()
 
 
-def _job_text() -> str:
-    return EXAMPLE.read_text() if EXAMPLE.is_file() else FALLBACK_JOB
-
-
 def _reserve(tour: Tour, session: Session, groups: list[DeviceGroup]) -> list[str]:
-    requests = parse_job_text(_job_text(), "whole-card.nomad.hcl")
+    requests = parse_job_text(EXAMPLE.read_text() if EXAMPLE.is_file() else FALLBACK_JOB, "whole-card.nomad.hcl")
     (verdict,) = evaluate_job(requests, groups)
     req = verdict.request
     if not verdict.ok or verdict.chosen is None:
@@ -133,11 +129,7 @@ def _health_flip(tour: Tour, session: Session, sim: Any, reserved: list[str]) ->
     reason = "XID 79: GPU has fallen off the bus (demo)"
 
     def health_of(groups: list[DeviceGroup]) -> bool | None:
-        for g in groups:
-            for d in g.devices:
-                if d.id == card.uuid:
-                    return d.healthy
-        return None
+        return next((d.healthy for g in groups for d in g.devices if d.id == card.uuid), None)
 
     tour.section(f"Health flip: card {card.minor} ({card.uuid}) reported unhealthy by XDM, then healthy again")
     start = len(stream)
@@ -172,7 +164,6 @@ def _health_flip(tour: Tour, session: Session, sim: Any, reserved: list[str]) ->
 
 def run(tour: Tour, profile: str, seconds: float, plugin: str | None) -> None:
     node = LiveNode(profile=profile, plugin=plugin, overrides=[f'health_recovery_delay="{RECOVERY_DELAY}"'])
-    code: int | None = None
     try:
         node.start()
         assert node.session is not None and node.tmp is not None

@@ -22,22 +22,37 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
+from nomad_plugin.backend_select import accept_config, choose_backend_name
 from nomad_plugin.cli.main import add_config_options, command_parser
+from nomad_plugin.config.decode import deprecated_spellings
 from nomad_plugin.config.model import ConfigError, PluginConfig
+from nomad_plugin.journal import datadir, plugin_running
 from nomad_plugin.launcher.config import (
     LauncherConfigError,
     PluginBlocks,
     duplicate_notes,
     find_plugin_blocks,
-    full_config,
+    load_config,
     msgpack_config,
-    parse_override,
-    plugin_user_config,
 )
+from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.errors import PluginError
+from nomad_plugin.nomad.catalog import check_modes
 from nomad_plugin.nomad_view.types import Style
 from nomad_plugin.nvml import lib as nvml_lib
+from nomad_plugin.nvml.backend import NvmlBackend
 from nomad_plugin.nvml.lib import nvml_available
+from nomad_plugin.reconcile.node_meta import WRITE_POLICY, load_publisher_state, node_write, state_path
+from nomad_plugin.reconcile.nomad_api import (
+    META_PATH,
+    RECOMMENDED_POLICY,
+    NomadApiError,
+    NomadApiSettings,
+    NomadClient,
+    check_visibility,
+)
+from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
+from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 NVIDIA_PLUGIN = "nomad-device-nvidia"
@@ -81,23 +96,16 @@ class Doctor:
         self.findings.append(Finding(check, status, summary, next_step))
 
     def check_config(self) -> None:
-        from nomad_plugin.backend_select import accept_config
-
         where = self.plugin_config or "(no --plugin-config: defaults)"
         try:
-            user = {}
             if self.plugin_config:
                 self.blocks = find_plugin_blocks(self.plugin_config)
-                user = plugin_user_config(self.blocks, self.plugin_config)
-            extra = dict(parse_override(o) for o in self.overrides)
-            data = msgpack_config(full_config(user, extra))
+            data = msgpack_config(load_config(self.plugin_config, self.overrides))
             self.config = accept_config(data)
         except (LauncherConfigError, ConfigError, PluginError) as exc:
             self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
             self.config = None
             return
-        from nomad_plugin.config.decode import deprecated_spellings
-
         for warning in deprecated_spellings(data):
             self.add("config", WARN, warning, "the old spelling still works; the plugin logs the same warning")
         for note in duplicate_notes(self.blocks) if self.blocks is not None else []:
@@ -139,8 +147,6 @@ class Doctor:
 
     def check_nvml(self) -> None:
         assert self.config is not None
-        from nomad_plugin.nvml.backend import NvmlBackend
-
         backend = NvmlBackend(self.config, loader=self.host.nvml_loader, event_timeout_ms=100)
         backend.start()
         try:
@@ -165,9 +171,6 @@ class Doctor:
 
     def _config_vs_cards(self, cards: Any) -> None:
         """What the agent log would warn about: card blocks, filters or modes this node's cards defeat."""
-        from nomad_plugin.model.card import Inventory
-        from nomad_plugin.nomad.catalog import check_modes
-
         assert self.config is not None
         problems = check_modes(Inventory(cards=tuple(cards)), self.config)
         if not problems:
@@ -206,10 +209,8 @@ class Doctor:
 
     def check_sockets(self) -> bool:
         assert self.config is not None
-        ok = True
-        for label, path in (("dp2mgr", self.config.xdm_socket), ("config-daemon", self.config.config_socket)):
-            ok = self._socket(label, path) and ok
-        return ok
+        sockets = (("dp2mgr", self.config.xdm_socket), ("config-daemon", self.config.config_socket))
+        return all([self._socket(label, path) for label, path in sockets])  # both judged, both reported
 
     def _socket(self, label: str, path: str) -> bool:
         check = f"socket {label}"
@@ -255,18 +256,13 @@ class Doctor:
         return True
 
     def check_xdm(self) -> None:
-        from nomad_plugin.xdm.client import XdmClient, socket_problem
-
         assert self.config is not None
         problem = socket_problem(self.config.xdm_socket)
         if problem is not None:
             self.add("xdm", FAIL, str(problem), _xdm_next_step(problem.kind))
             return
-        client = XdmClient(self.config)
-        try:
+        with contextlib.closing(XdmClient(self.config)) as client:
             self._xdm_calls(client)
-        finally:
-            client.close()
 
     def _schema(self, client: Any) -> None:
         """How XDM's schema (``xdm_schema``) bound; the field-by-field report with ``--verbose``."""
@@ -360,38 +356,28 @@ class Doctor:
             self.add("topology", OK, f"topology levels: {', '.join(levels) or 'none'}")
 
     def check_nomad(self) -> None:
-        from nomad_plugin.reconcile.nomad_api import (
-            RECOMMENDED_POLICY,
-            NomadApiError,
-            NomadApiSettings,
-            NomadClient,
-            check_visibility,
-        )
-
         assert self.config is not None
         settings = NomadApiSettings.from_config(self.config, self.host.environ)
         if not self.config.reconcile:
             self.add("nomad api", SKIP, "reconcile = false: the plugin does not use the Nomad API")
             return
-        client = NomadClient(settings)
         policy = " ".join(RECOMMENDED_POLICY.split())
-        try:
-            node_id = self.config.nomad_node_id or client.node_id()
-            page = client.node_allocations(node_id)
-            visibility = check_visibility(client)
-        except NomadApiError as exc:
-            steps = {
-                "forbidden": "the token needs node:read, agent:read (unless nomad_node_id is set) and read-job on "
-                f"every namespace: give it a policy with {policy}; set nomad_token or NOMAD_TOKEN",
-                "unreachable": f"is the Nomad agent running and listening on {settings.address}? set nomad_address "
-                "or NOMAD_ADDR (and the TLS options for an https agent)",
-                "timeout": f"the agent at {settings.address} is too slow to answer; check its load",
-            }
-            step = steps.get(exc.kind, "check nomad_address and the TLS options")
-            self.add("nomad api", FAIL, f"{settings.address}: {exc}", step)
-            return
-        finally:
-            client.close()
+        with contextlib.closing(NomadClient(settings)) as client:
+            try:
+                node_id = self.config.nomad_node_id or client.node_id()
+                page = client.node_allocations(node_id)
+                visibility = check_visibility(client)
+            except NomadApiError as exc:
+                steps = {
+                    "forbidden": "the token needs node:read, agent:read (unless nomad_node_id is set) and read-job on "
+                    f"every namespace: give it a policy with {policy}; set nomad_token or NOMAD_TOKEN",
+                    "unreachable": f"is the Nomad agent running and listening on {settings.address}? set "
+                    "nomad_address or NOMAD_ADDR (and the TLS options for an https agent)",
+                    "timeout": f"the agent at {settings.address} is too slow to answer; check its load",
+                }
+                step = steps.get(exc.kind, "check nomad_address and the TLS options")
+                self.add("nomad api", FAIL, f"{settings.address}: {exc}", step)
+                return
         self.add(
             "nomad api",
             OK,
@@ -412,10 +398,6 @@ class Doctor:
     def check_node_meta(self) -> None:
         """May the token write node metadata (judged from its policies, nothing written), and did the
         running plugin manage to (``node-meta-state.json``)?"""
-        from nomad_plugin.journal import plugin_running
-        from nomad_plugin.reconcile.node_meta import WRITE_POLICY, load_publisher_state, node_write, state_path
-        from nomad_plugin.reconcile.nomad_api import META_PATH, NomadApiError, NomadApiSettings, NomadClient
-
         assert self.config is not None
         config, check = self.config, "node meta"
         if not config.node_meta:
@@ -427,20 +409,20 @@ class Doctor:
             )
             return
         settings = NomadApiSettings.from_config(config, self.host.environ)
-        client = NomadClient(settings)
         fix = (
             f"give the token a policy with {WRITE_POLICY} (node:write), or set node_meta = false and put the output "
             "of `nomad-device-lingjun node-meta` in the agent's client { meta { } }"
         )
-        try:
-            view = client.node_meta()
-            allowed, why = node_write(client)
-        except NomadApiError as exc:
-            step = fix if exc.kind == "forbidden" else f"check nomad_address ({settings.address}) and the TLS options"
-            self.add(check, FAIL, f"{settings.address}{META_PATH}: {exc}", step)
-            return
-        finally:
-            client.close()
+        with contextlib.closing(NomadClient(settings)) as client:
+            try:
+                view = client.node_meta()
+                allowed, why = node_write(client)
+            except NomadApiError as exc:
+                step = (
+                    fix if exc.kind == "forbidden" else f"check nomad_address ({settings.address}) and the TLS options"
+                )
+                self.add(check, FAIL, f"{settings.address}{META_PATH}: {exc}", step)
+                return
         prefix = config.node_meta_prefix
         published = {k: v for k, v in view.meta.items() if k.startswith(prefix)}
         failed = not allowed
@@ -475,9 +457,6 @@ class Doctor:
 
     def check_grants(self) -> None:
         """Grants the running plugin keeps because nothing visible claims them (reconciler-state.json)."""
-        from nomad_plugin.journal import plugin_running
-        from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
-
         assert self.config is not None
         try:
             running = plugin_running(self.config.data_dir)
@@ -579,11 +558,8 @@ class Doctor:
         neighbours = [p.name for p in sorted(directory.iterdir()) if p.name.startswith(NVIDIA_PLUGIN)]
         if not neighbours:
             return
-        enabled = (
-            f"its plugin block {', '.join(sorted(b for b in blocks if 'nvidia' in b))}"
-            if any("nvidia" in b for b in blocks)
-            else "no plugin block for it in this config"
-        )
+        theirs = sorted(b for b in blocks if "nvidia" in b)
+        enabled = f"its plugin block {', '.join(theirs)}" if theirs else "no plugin block for it in this config"
         self.add(
             "nvidia plugin",
             WARN,
@@ -615,8 +591,6 @@ class Doctor:
             return self.findings
         if self.config is not None:
             self._guard("data dir", self.check_data_dir)
-            from nomad_plugin.backend_select import choose_backend_name
-
             config = self.config
             if self._guard("backend", lambda: choose_backend_name(config, self.host.nvml_usable)) == "nvml":
                 self.add("sockets", SKIP, "the plugin would use the NVML backend: XDM sockets not used")
@@ -665,9 +639,7 @@ def data_dir_problem(path: Path) -> str:
     try:
         if path.exists() and not path.is_dir():
             return "exists but is not a directory"
-        from nomad_plugin.journal.datadir import problem  # the plugin's own rules: owner, mode, system dirs
-
-        rule = problem(path)
+        rule = datadir.problem(path)  # the plugin's own rules: owner, mode, system dirs
         if rule is not None:
             return rule
         found = path.stat() if path.exists() else None
@@ -767,8 +739,9 @@ def summary_line(findings: list[Finding]) -> str:
 
 def main(argv: list[str], host: Host | None = None) -> int:
     args = parser().parse_args(argv)
-    doctor = Doctor(args.plugin_config, args.plugin_dir, args.set, host or Host(root=Path(args.root)))
-    doctor.verbose = args.verbose
+    doctor = Doctor(
+        args.plugin_config, args.plugin_dir, args.set, host or Host(root=Path(args.root)), verbose=args.verbose
+    )
     findings = doctor.run(config_only=args.config_only)
     failed = any(f.status == FAIL for f in findings)
     if args.json:

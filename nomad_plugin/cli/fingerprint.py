@@ -14,15 +14,17 @@ import sys
 import threading
 from typing import Any
 
+from nomad_plugin.backend_select import select_backend
 from nomad_plugin.cli.main import add_config_options, command_parser, fail
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.jobspec import PluginKeys
 from nomad_plugin.launcher.config import LauncherConfigError, msgpack_config
 from nomad_plugin.launcher.process import LaunchError, LiveNode
-from nomad_plugin.model.card import Inventory, client_meta_block, node_meta
+from nomad_plugin.model.card import NodeMeta, client_meta_block, node_meta
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.nomad_view.types import Style, fingerprint_summary, fingerprint_text
+from nomad_plugin.reconcile.node_meta import ready
 
 NEXT = "nomad-device-lingjun doctor checks the node step by step"
 
@@ -68,11 +70,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def read_inventory(config: PluginConfig, timeout: float) -> Inventory:
-    """The backend's first inventory (the plugin's own backend code); ``PluginError`` if none comes."""
-    from nomad_plugin.backend_select import select_backend
-    from nomad_plugin.reconcile.node_meta import ready
-
+def node_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginConfig, NodeMeta]:
+    """The decoded config and the keys the plugin's own backend derives from its first inventory (or PluginError)."""
+    config = decode_config(msgpack_config(config_map))
     backend = select_backend(config)
     arrived = threading.Event()
     backend.subscribe(lambda inv: arrived.set() if ready(inv) else None)
@@ -85,14 +85,13 @@ def read_inventory(config: PluginConfig, timeout: float) -> Inventory:
     if not ready(inventory):
         reason = inventory.unreachable_reason or f"no inventory within {timeout:g} s"
         raise PluginError(f"the {backend.name} backend gave no cards: {reason}")
-    return inventory
+    return config, node_meta(inventory, config)
 
 
 def plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys | None, str]:
     """The keys a plugin with this config publishes (or would, with ``node_meta``); None and why if none."""
     try:
-        config = decode_config(msgpack_config(config_map))
-        found = node_meta(read_inventory(config, timeout), config)
+        config, found = node_keys(config_map, timeout)
     except (PluginError, ValueError, OSError) as exc:
         return None, f"the plugin's backend gave no inventory: {exc}"
     return PluginKeys(
@@ -112,8 +111,7 @@ def node_meta_command(argv: list[str]) -> int:
     args = p.parse_args(argv)
     try:
         with LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, launch_plugin=False) as node:
-            config = decode_config(msgpack_config(node.config))
-            found = node_meta(read_inventory(config, args.timeout), config)
+            _, found = node_keys(node.config, args.timeout)
     except (LauncherConfigError, PluginError, ValueError, OSError) as exc:
         return fail("node-meta", f"{exc} ({NEXT})", 1)
     if args.json:

@@ -9,19 +9,21 @@ running plugin (a request file it answers) or, with none running, here under the
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
+from nomad_plugin.backend_select import select_backend
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import EntryState, Journal, JournalCorrupt, JournalEntry, OwnerLock, plugin_running
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.nomad.reserve import describe_limits
+from nomad_plugin.model.instances import Catalog
+from nomad_plugin.nomad.reserve import Reserver, describe_limits
 from nomad_plugin.nomad_view.types import table
 from nomad_plugin.reconcile.nomad_api import (
     RECOMMENDED_POLICY,
@@ -69,15 +71,12 @@ def read_journal(config: PluginConfig) -> list[JournalEntry]:
 def nomad_view(config: PluginConfig, environ: Mapping[str, str] | None = None) -> NomadView:
     if not config.reconcile:
         return NomadView(error="reconcile = false: the plugin does not consult Nomad")
-    client = NomadClient(NomadApiSettings.from_config(config, environ))
-    try:
-        node_id = config.nomad_node_id or client.node_id()
-        page = client.node_allocations(node_id)
-        visibility = check_visibility(client)
-    except NomadApiError as exc:
-        return NomadView(error=f"Nomad API: {exc}")
-    finally:
-        client.close()
+    with closing(NomadClient(NomadApiSettings.from_config(config, environ))) as client:
+        try:
+            page = client.node_allocations(config.nomad_node_id or client.node_id())
+            visibility = check_visibility(client)
+        except NomadApiError as exc:
+            return NomadView(error=f"Nomad API: {exc}")
     return NomadView(allocs=list(page.allocs), visibility=visibility)
 
 
@@ -105,13 +104,10 @@ def grant_rows(
             "since": alloc.modify_time if alloc else None,
             "release_in_s": None,
         }
-        if entry.state is not EntryState.GRANTED:
-            row["status"] = PENDING
-            row["why"] = (
-                "a release is in progress or failed and is retried"
-                if entry.state is EntryState.RELEASING
-                else ("left mid-Reserve; the plugin releases it at start")
-            )
+        if entry.state is EntryState.RELEASING:
+            row["status"], row["why"] = PENDING, "a release is in progress or failed and is retried"
+        elif entry.state is EntryState.INTENT:
+            row["status"], row["why"] = PENDING, "left mid-Reserve; the plugin releases it at start"
         elif holder is not None:
             row["status"], row["why"] = LIVE, f"held by {holder.client_status} allocation {holder.id}"
         elif view.error:
@@ -200,19 +196,13 @@ def print_report(doc: dict[str, Any]) -> None:
                 r.get("alloc_id", "")[:8],
                 f"{r['namespace']}/{r['job']}" if r.get("job") else "",
                 r.get("client_status", ""),
-                _since(r.get("since")),
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["since"])) if r.get("since") else "",
                 r.get("mode", ""),
                 str(len(r["device_ids"])),
                 note,
             ]
         )
     out.write("".join(line + "\n" for line in table(table_rows)))
-
-
-def _since(unix: float | None) -> str:
-    if not unix:
-        return ""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def release(
@@ -251,10 +241,6 @@ def release(
 
 def _release_here(config: PluginConfig, grant_id: str, force: bool) -> tuple[bool, str]:
     """No plugin runs: release under the owner lock, so none writes the journal meanwhile."""
-    from nomad_plugin.backend_select import select_backend
-    from nomad_plugin.model.instances import Catalog
-    from nomad_plugin.nomad.reserve import Reserver
-
     with OwnerLock(config.data_dir) as lock:
         if not lock.acquire(timeout=5.0):
             return False, "a plugin started meanwhile; run the command again"
@@ -295,24 +281,21 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
         p.add_argument("--json", action="store_true", help="print one JSON document")
     add_config_options(p)
     opts = p.parse_args(args)
-    env = os.environ if environ is None else environ
     try:
         config = plugin_config(opts.plugin_config, opts.set, validate=True)
     except (LauncherConfigError, ConfigError, PluginError) as exc:
         return fail("grants", f"{opts.plugin_config or '(defaults)'}: {exc}")
     try:
         if releasing:
-            ok, message = release(config, opts.grant_id, opts.force, opts.timeout, env)
+            ok, message = release(config, opts.grant_id, opts.force, opts.timeout, environ)
             (sys.stdout if ok else sys.stderr).write(message + "\n")
             return 0 if ok else 1
-        doc = report(config, env)
+        doc = report(config, environ)
     except (GrantsError, ValueError) as exc:
         return fail("grants", str(exc))
     except OSError as exc:
-        why = exc.strerror or str(exc)
-        return fail(
-            "grants", f"{exc.filename or 'the data_dir'}: {why} (data_dir must be the plugin's directory; run as root)"
-        )
+        where = f"{exc.filename or 'the data_dir'}: {exc.strerror or exc}"
+        return fail("grants", f"{where} (data_dir must be the plugin's directory; run as root)")
     if opts.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

@@ -68,17 +68,12 @@ INTERNAL_ERROR = "internal error"  # tests/operator/test_dist_adverse.py fails o
 def main(argv: list[str] | None = None) -> int:
     """Run a command; a closed stdout ends it quietly, whatever wrote to it (argparse's --help too)."""
     try:
-        code = _dispatch(list(sys.argv[1:] if argv is None else argv))
-        sys.stdout.flush()
+        try:
+            return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            sys.stdout.flush()
     except BrokenPipeError:
         return closed_pipe_exit()
-    except SystemExit:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            return closed_pipe_exit()
-        raise
-    return code
 
 
 def _dispatch(args: list[str]) -> int:
@@ -179,20 +174,17 @@ def serve(argv: list[str]) -> int:
 # -- what the operator commands share -----------------------------------------------------
 
 
-def plain_text(text: str) -> str:
-    """Docstring markup (``x``, :role:`x`) as plain text for --help; one paragraph on one line."""
-    return " ".join(re.sub(r":[a-z]+:`([^`]+)`", r"\1", re.sub(r"``([^`]+)``", r"\1", text)).split())
-
-
 def command_parser(name: str, doc: str, paragraph: int = 0, epilog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of ``nomad-device-lingjun <name>``, described by one paragraph of ``doc``."""
+    """The parser of ``nomad-device-lingjun <name>``, described by one paragraph of ``doc`` with its
+    markup (``x``, :role:`x`) as plain text."""
     import argparse
     import textwrap
 
     parts = [part for part in doc.strip().split("\n\n") if part.strip()]
+    text = re.sub(r":[a-z]+:`([^`]+)`", r"\1", re.sub(r"``([^`]+)``", r"\1", parts[min(paragraph, len(parts) - 1)]))
     return argparse.ArgumentParser(
         prog=f"nomad-device-lingjun {name}",
-        description=textwrap.fill(plain_text(parts[min(paragraph, len(parts) - 1)]), 100),
+        description=textwrap.fill(" ".join(text.split()), 100),
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

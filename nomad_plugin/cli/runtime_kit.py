@@ -13,15 +13,15 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from contextlib import closing
+from typing import TextIO
 
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
+from nomad_plugin.journal import Journal, JournalCorrupt
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.model.errors import PluginError
-
-if TYPE_CHECKING:
-    from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
+from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,16 +39,6 @@ def _word(enabled: bool) -> str:
     return "enabled" if enabled else "disabled"
 
 
-def held_grants(config: PluginConfig) -> int:
-    """Grants the plugin's journal holds (read without writing); 0 without a journal."""
-    from nomad_plugin.journal import Journal, JournalCorrupt
-
-    try:
-        return len(Journal.snapshot(config.data_dir))
-    except (OSError, JournalCorrupt):
-        return 0
-
-
 def confirm(question: str, stdin: TextIO, stdout: TextIO) -> bool | None:
     """y/N on a terminal; None when there is no terminal to ask on."""
     if not stdin.isatty():
@@ -64,19 +54,15 @@ def main(argv: list[str], ask: Callable[[str, TextIO, TextIO], bool | None] = co
         config = plugin_config(args.plugin_config, args.set)
     except (LauncherConfigError, ConfigError, PluginError) as exc:
         return fail("runtime-kit", f"{args.plugin_config or '(defaults)'}: {exc}")
-    from nomad_plugin.xdm.runtime_switch import RuntimeKitSwitch
-
-    switch = RuntimeKitSwitch(config, timeout=args.timeout)
-    try:
-        return _run(args, config, switch, ask)
-    except PluginError as exc:
-        sys.stderr.write(
-            f"runtime-kit: config-daemon ({config.config_socket}): {exc}\n"
-            "(is Runtime Kit installed and its config-daemon running? `nomad-device-lingjun doctor` checks it)\n"
-        )
-        return 1
-    finally:
-        switch.close()
+    with closing(RuntimeKitSwitch(config, timeout=args.timeout)) as switch:
+        try:
+            return _run(args, config, switch, ask)
+        except PluginError as exc:
+            sys.stderr.write(
+                f"runtime-kit: config-daemon ({config.config_socket}): {exc}\n"
+                "(is Runtime Kit installed and its config-daemon running? `nomad-device-lingjun doctor` checks it)\n"
+            )
+            return 1
 
 
 def _run(
@@ -100,7 +86,10 @@ def _run(
         sys.stdout.write(f"Runtime Kit is already {_word(wanted)} on this node: nothing changed\n")
         return 0
     if not wanted and not args.force:
-        grants = held_grants(config)
+        try:
+            grants = len(Journal.snapshot(config.data_dir))  # read without writing
+        except (OSError, JournalCorrupt):
+            grants = 0  # no journal: no grants
         if grants:
             sys.stderr.write(
                 f"runtime-kit: the plugin holds {grants} grant(s) on this node (`nomad-device-lingjun grants`); "
@@ -128,7 +117,7 @@ def _run(
         + (f": {outcome.message}" if outcome.message else "")
     )
     if args.json:
-        doc2 = {
+        doc = {
             "action": outcome.action,
             "before": _word(outcome.before.enabled),
             "after": _word(outcome.after.enabled),
@@ -136,7 +125,7 @@ def _run(
             "message": outcome.message,
             "done": outcome.done,
         }
-        sys.stdout.write(json.dumps(doc2) + "\n")
+        sys.stdout.write(json.dumps(doc) + "\n")
     if not outcome.done:
         sys.stderr.write(
             f"runtime-kit: {said}, but QueryStatus still says {_word(outcome.after.enabled)}: nothing changed\n"

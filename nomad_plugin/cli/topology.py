@@ -13,12 +13,14 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nomad_plugin.cli.main import command_parser, fail
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nomad_view.types import Style
+from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient, check_visibility
 
 # -- the cluster's cards by domain (pure) --------------------------------------------------
 # A card's domain at a level is its group's attribute of that name, else the node's
@@ -112,11 +114,8 @@ def parse_node(raw: Any) -> ClusterNode:
             for i in dev.get("Instances") or []
             if isinstance(i, dict) and isinstance(i.get("ID"), str)
         )
-        attributes = {}
-        for key, value in (dev.get("Attributes") or {}).items():
-            text = _attr_text(value)
-            if text is not None:
-                attributes[str(key)] = text
+        raw_attributes = (dev.get("Attributes") or {}).items()
+        attributes = {str(k): text for k, v in raw_attributes if (text := _attr_text(v)) is not None}
         groups.append(
             NodeGroup(str(dev.get("Vendor")), str(dev.get("Type")), str(dev.get("Name")), instances, attributes)
         )
@@ -142,9 +141,6 @@ class Counts:
     def add(self, other: Counts) -> None:
         for name, value in asdict(other).items():
             setattr(self, name, getattr(self, name) + value)
-
-    def to_json(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass
@@ -189,7 +185,7 @@ class Domain:
             "value": self.value,
             "spans": self.spans,
             "nodes": sorted(self.nodes),
-            "cards": [{"model": m, "mode": md, **c.to_json()} for (m, md), c in self.totals().items()],
+            "cards": [{"model": m, "mode": md, **asdict(c)} for (m, md), c in self.totals().items()],
         }
 
 
@@ -317,8 +313,6 @@ def parser() -> argparse.ArgumentParser:
 
 def read_cluster(client: Any) -> tuple[list[ClusterNode], dict[str, set[str]], bool, str]:
     """Nodes, device IDs held per node, and whether (and why) the allocation view is complete."""
-    from nomad_plugin.reconcile.nomad_api import NomadApiError, check_visibility
-
     nodes = [parse_node(client.node_record(s["ID"])) for s in client.list_nodes() if isinstance(s.get("ID"), str)]
     held = {}
     for node in nodes:
@@ -337,13 +331,6 @@ def _counts_line(model: str, mode: str, c: Any) -> str:
     return f"{model} ({mode}): {c.cards} cards, {c.healthy} healthy, {c.free} free{units}"
 
 
-def _domain_lines(domain: Domain, style: Style) -> list[str]:
-    mark = " *" if domain.spans else ""
-    nodes = ", ".join(sorted(domain.nodes))
-    head = f"{LEVEL_TITLES[domain.level]} {style(domain.name, 'bold')}{mark}: {len(domain.nodes)} node(s) ({nodes})"
-    return [head, *(f"    {_counts_line(m, md, c)}" for (m, md), c in domain.totals().items())]
-
-
 def render_text(found: ClusterTopology, address: str, complete: bool, why: str, prefix: str, style: Style) -> list[str]:
     cards = sum(c.cards for c in found.totals.values())
     free = sum(c.free for c in found.totals.values())
@@ -358,7 +345,10 @@ def render_text(found: ClusterTopology, address: str, complete: bool, why: str, 
         if not found.domains[level]:
             lines.append(f"no {LEVEL_TITLES[level]} known ({prefix}{level} meta or the {level} device attribute)")
         for domain in found.domains[level]:
-            lines += _domain_lines(domain, style)
+            mark = " *" if domain.spans else ""
+            nodes = f"{len(domain.nodes)} node(s) ({', '.join(sorted(domain.nodes))})"
+            lines.append(f"{LEVEL_TITLES[level]} {style(domain.name, 'bold')}{mark}: {nodes}")
+            lines += [f"    {_counts_line(m, md, c)}" for (m, md), c in domain.totals().items()]
     if any(d.spans for level in LEVELS for d in found.domains[level]):
         lines += [
             "",
@@ -376,31 +366,23 @@ def render_text(found: ClusterTopology, address: str, complete: bool, why: str, 
     return lines
 
 
-def _fit_json(fit: Fit) -> dict[str, Any]:
-    return {"level": fit.domain.level, "name": fit.domain.name, "free": fit.free, "nodes": fit.nodes}
-
-
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if args.need is not None and (args.need < 1 or not args.model):
         return fail("topology", "--need takes a positive number of cards and --model")
     if args.per_node < 1:
         return fail("topology", "--per-node must be at least 1")
-    from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
-
     settings = NomadApiSettings.from_config(
         PluginConfig(nomad_address=args.address or "", nomad_token=args.token or "")
     )
-    client = NomadClient(settings)
-    try:
-        nodes, held, complete, why = read_cluster(client)
-    except NomadApiError as exc:
-        hint = " (the token needs node:read)" if exc.kind == "forbidden" and "node:read" not in str(exc) else ""
-        return fail("topology", f"{settings.address}: {exc}{hint}")
-    except ClusterDataError as exc:
-        return fail("topology", f"{settings.address}: {exc}")
-    finally:
-        client.close()
+    with closing(NomadClient(settings)) as client:
+        try:
+            nodes, held, complete, why = read_cluster(client)
+        except NomadApiError as exc:
+            hint = " (the token needs node:read)" if exc.kind == "forbidden" and "node:read" not in str(exc) else ""
+            return fail("topology", f"{settings.address}: {exc}{hint}")
+        except ClusterDataError as exc:
+            return fail("topology", f"{settings.address}: {exc}")
     found = cluster_topology(nodes, held, args.prefix)
     fitting: list[Fit] = []
     known_model = True
@@ -422,7 +404,9 @@ def main(argv: list[str]) -> int:
         }
         if args.need is not None:
             doc["need"] = {"cards": args.need, "model": args.model, "mode": args.mode, "per_node": args.per_node}
-            doc["fits"] = [_fit_json(f) for f in fitting]
+            doc["fits"] = [
+                {"level": f.domain.level, "name": f.domain.name, "free": f.free, "nodes": f.nodes} for f in fitting
+            ]
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return code
     style = Style(sys.stdout)

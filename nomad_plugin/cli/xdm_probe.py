@@ -15,6 +15,7 @@ import json
 import struct
 import sys
 from collections.abc import Callable
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,8 @@ from nomad_plugin.cli.main import add_config_options, command_parser, fail, plug
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import socket_overrides
-from nomad_plugin.model.errors import PluginError
-from nomad_plugin.xdm import adapter
+from nomad_plugin.model.errors import BackendUnavailable, PluginError
+from nomad_plugin.xdm.capture import capture
 from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 
@@ -59,13 +60,13 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def _raw_call(socket: str, path: str, request: Any, timeout: float, streaming: bool) -> bytes:
-    kinds: dict[str, Callable[..., Any]] = {"request_serializer": adapter.serialize, "response_deserializer": bytes}
+def _raw_call(socket: str, path: str, timeout: float, streaming: bool) -> bytes:
+    """The answer's bytes to an empty request (the read-only RPCs' "all" filters), undecoded."""
     with grpc.insecure_channel(f"unix:{socket}") as channel:
         if not streaming:
-            data: bytes = channel.unary_unary(path, **kinds)(request, timeout=timeout)
+            data: bytes = channel.unary_unary(path, None, None)(b"", timeout=timeout)
             return data
-        stream = channel.unary_stream(path, **kinds)(request, timeout=timeout)
+        stream = channel.unary_stream(path, None, None)(b"", timeout=timeout)
         try:
             first: bytes = next(iter(stream), b"")
             return first
@@ -83,13 +84,10 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
             "problem": str(problem) if problem else "",
             "kind": problem.kind if problem else "",
         }
-    client = XdmClient(config)
     timeout = float(config.xdm_call_timeout)
-    try:
-        try:
+    with closing(XdmClient(config)) as client:
+        with suppress(PluginError):  # reported below; the raw calls still run
             client.binding()
-        except PluginError:
-            pass  # reported below; the raw calls still run
         bound = client.last_binding
         report["binding"] = {
             "error": client.last_bind_error,
@@ -133,14 +131,11 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
             if raw and owner:
                 target = config.config_socket if sock == "config-daemon" else config.xdm_socket
                 try:
-                    streaming = method == "ListAndWatch"
-                    data = _raw_call(target, f"/{owner}/{method}", adapter.request(method), timeout, streaming)
+                    data = _raw_call(target, f"/{owner}/{method}", timeout, method == "ListAndWatch")
                     entry["raw_hex"], entry["raw"] = data.hex(), raw_text(data)
                 except grpc.RpcError as exc:
                     entry["raw_error"] = f"{exc.code().name}: {exc.details()}"
             report["calls"].append(entry)
-    finally:
-        client.close()
     report["ok"] = (
         all(s["ok"] for s in report["sockets"].values())
         and all(c["ok"] for c in report["calls"])
@@ -152,8 +147,6 @@ def probe(config: PluginConfig, raw: bool) -> dict[str, Any]:
 def _query_status(client: Any, config: Any) -> Any:
     """QueryStatus, its socket checked first; a failure that came from binding XDM's schema through
     dp2mgr.sock says so."""
-    from nomad_plugin.model.errors import BackendUnavailable
-
     problem = socket_problem(config.config_socket)
     if problem is not None:
         raise problem
@@ -185,8 +178,7 @@ def _text(report: dict[str, Any]) -> list[str]:
         f"device service: {service}" if service else f"device service: NOT FOUND: {report.get('device_service_error')}"
     )
     for c in report["calls"]:
-        lines.append("")
-        lines.append(f"== {c['rpc']}  [{c.get('path') or '?'} on {c['socket']}]")
+        lines += ["", f"== {c['rpc']}  [{c.get('path') or '?'} on {c['socket']}]"]
         if c["ok"]:
             lines.append(json.dumps(c["response"], indent=2))
         else:
@@ -217,8 +209,6 @@ def main(argv: list[str]) -> int:
 
 
 def _capture(directory: str, config: PluginConfig) -> int:
-    from nomad_plugin.xdm.capture import capture
-
     try:
         manifest = capture(config, Path(directory), render_raw=raw_text)
     except OSError as exc:

@@ -19,9 +19,9 @@ import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from nomad_plugin.cli.main import command_parser, fail
+from nomad_plugin.sim import Simulator
 from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
@@ -143,17 +143,14 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s xdm-sim %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    from nomad_plugin.sim import Simulator
-
     socket_dir = Path(args.socket_dir)
-    problem = socket_dir_problem(socket_dir)
-    if problem:
+    if problem := socket_dir_problem(socket_dir):
         return fail("xdm-sim", problem)
     lock = claim_socket_dir(socket_dir)
     if isinstance(lock, str):
         return fail("xdm-sim", lock)
     try:
-        return _serve(args, socket_dir, Simulator)
+        return _serve(args, socket_dir)
     finally:
         with contextlib.suppress(OSError):
             (socket_dir / LOCK_NAME).unlink()
@@ -214,9 +211,9 @@ def claim_socket_dir(socket_dir: Path) -> int | str:
     return fd
 
 
-def _serve(args: argparse.Namespace, socket_dir: Path, simulator: Any) -> int:
+def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
     try:
-        sim = simulator(
+        sim = Simulator(
             socket_dir,
             "nvml" if args.nvml_mirror else args.profile,
             state_file=args.state_file,
