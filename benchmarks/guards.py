@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/guards.py [--plugin PATH] [--json FILE] [--set KEY=JSON ...]
                                           [--steady-seconds 30] [--reserves 200] [--flips 60]
                                           [--releases 5] [--handshakes 20]
+                                          [--stats-interval 1] [--collect-interval-ms 1000]
 
 One simulated 16-card node (the simulator's ``810e-16`` profile, in this
 process), every card in tdm mode with 10 shares: 160 instances. The real
@@ -94,7 +95,9 @@ def ms(seconds: float) -> float:
 class Node:
     """The simulator, the Nomad API double and the real plugin under the host, filled to 160 grants."""
 
-    def __init__(self, plugin: Path, sim: Simulator, api: NomadApiDouble, root: Path, extra: list[str]) -> None:
+    def __init__(
+        self, plugin: Path, sim: Simulator, api: NomadApiDouble, root: Path, extra: list[str], stats_interval: float
+    ) -> None:
         self.sim, self.api = sim, api
         sets = {
             "backend": "xdm",
@@ -115,7 +118,7 @@ class Node:
             args += ["--set", set_of(key, value)]
         for item in extra:  # after ours: the host applies overrides in order
             args += ["--set", item]
-        args += ["--duration", "0", "--stats-interval", "1"]
+        args += ["--duration", "0", "--stats-interval", f"{stats_interval:g}"]
         self.proc: HostProcess = start_host(args, binary=build_host())
         fp = self.proc.wait_for(lambda e: e["event"] == "fingerprint" and e["n_devices"] >= CARDS * SHARES, 120)
         group = fp["groups"][0]
@@ -304,10 +307,10 @@ def handshake_guard(plugin: Path, runs: int) -> Guard:
 
 def run(args: argparse.Namespace, plugin: Path) -> tuple[list[Guard], list[Event]]:
     root = short_root("guards")
-    sim = Simulator(root / "s", profile=f"810e-{CARDS}").start()
+    sim = Simulator(root / "s", profile=f"810e-{CARDS}", collect_interval_ms=args.collect_interval_ms).start()
     try:
         with NomadApiDouble() as api:
-            node = Node(plugin, sim, api, root, args.set)
+            node = Node(plugin, sim, api, root, args.set, args.stats_interval)
             rss = PeakRss(node.pid)
             try:
                 fill = [node.reserve_for_new_alloc(share) for share in node.ids]
@@ -339,6 +342,14 @@ def main() -> int:
         help="another plugin config override (repeatable), e.g. 'container_mounts=\"never\"' to see what a "
         "feature costs; the guards' verdicts hold only for the defaults",
     )
+    parser.add_argument(
+        "--stats-interval",
+        type=float,
+        default=1.0,
+        help="Nomad's collection interval in seconds; with --collect-interval-ms, to see what the Stats stream and "
+        "the exporter feed each cost (the CPU guard's verdict holds only for the defaults)",
+    )
+    parser.add_argument("--collect-interval-ms", type=int, default=1000, help="the simulated exporter's interval")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds after the fill before the CPU window")
     parser.add_argument("--steady-seconds", type=float, default=30.0, help="the CPU window")
     parser.add_argument("--reserves", type=int, default=200, help="timed Reserves (and as many raw pairs)")
