@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
 from nomad_plugin.sim.allocation import NVIDIA_DRIVER_DIR
 from tests.conformance.hostlib import HostProcess, HostRun, start_host
 from tests.doubles.nomad_api import NomadApiDouble
@@ -20,8 +21,10 @@ from tests.integration.harness import (
     reserve,
     set_of,
 )
+from tests.waiting import wait_until
 
 DEVICE = "nvidia/gpu/NVIDIA H800"
+EMPTY = ReconcilerState(updated_at=0.0, grace=0.0, view_complete=False, view_reason="")
 DRIVER_MOUNT = {"task_path": NVIDIA_DRIVER_DIR, "host_path": NVIDIA_DRIVER_DIR, "read_only": True}
 
 
@@ -108,17 +111,25 @@ def test_never_withholds_mounts_from_a_task_without_volumes(
 def test_auto_beside_the_reconciler_gives_the_same_verdicts(
     node: Node, api: NomadApiDouble, conformance_host: Path
 ) -> None:
-    """With the reconciler watching the same agent, a Reserve still asks the node list and reads the task there."""
+    """With the reconciler watching the same agent, a Reserve reads only the allocation the reconciler's
+    last answer names (afresh), and the verdicts are those the node list gives."""
     proc = _launch(node, api, conformance_host, "auto", set_of("reconcile", True), set_of("nomad_node_id", api.node_id))
     uuids = [c.uuid for c in node.sim.cards]
     add_alloc_with_job(api, "a-plain", uuids[0:1], "pending", device=DEVICE)
     add_alloc_with_job(api, "a-volume", uuids[1:3], "pending", device=DEVICE, volumes=[HostVolume()])
+    state = reconciler_state_path(str(node.data_dir))
+    wait_until(
+        lambda: {"a-plain", "a-volume"} <= {a.id for a in (ReconcilerState.load(state) or EMPTY).allocs},
+        "the reconciler to see both allocations",
+    )
     mark = len(api.requests)
     assert _mounts(proc, uuids[0:1], "plain") == [DRIVER_MOUNT]
     assert _mounts(proc, uuids[1:3], "volume") == []
     asked = [path for path, _ in api.requests[mark:]]
-    assert f"/v1/node/{api.node_id}/allocations" in asked, asked  # the list embeds each job: nothing more to ask
-    assert not [path for path in asked if path.startswith("/v1/allocation/")], asked
+    assert [p for p in asked if p.startswith("/v1/allocation/")] == [
+        "/v1/allocation/a-plain",
+        "/v1/allocation/a-volume",
+    ]
     run = _finish(proc)
     for line in ("task a-plain/task has no volume_mount", "task a-volume/task has volume_mount"):
         assert line in run.stderr, "the audit line names the task the answer came from"
