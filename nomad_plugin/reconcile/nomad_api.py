@@ -19,7 +19,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -106,10 +106,6 @@ class AllocView:
     @property
     def live(self) -> bool:
         return self.client_status not in TERMINAL
-
-
-#: The body of an answer that was the same bytes as the one before (``NomadClient._call``).
-UNCHANGED: Any = object()
 
 
 @dataclass(frozen=True)
@@ -405,21 +401,14 @@ class NomadClient:
         params = {"index": str(index), "wait": wait_duration(wait)} if index > 0 else {}
         # Nomad adds up to wait/16 of jitter to a blocking query.
         path = f"/v1/node/{quote(node_id, safe='')}/allocations"
-        content: list[bytes] = []
-        body, new_index = self._call(
-            "GET",
-            path,
-            params,
-            self.settings.timeout + wait * 1.1,
-            same_as=known.content if known is not None else None,
-            content=content.append,
-        )
-        if known is not None and body is UNCHANGED:
+        content, new_index = self._answer("GET", path, params, self.settings.timeout + wait * 1.1)
+        if known is not None and known.content and content == known.content:
             return replace(known, index=new_index)
+        body = _decoded(content, _what("GET", path))
         if not isinstance(body, list):
             raise NomadApiError("node allocations answer is not a list", "bad-response")
         allocs = _parsed(lambda b: tuple(parse_alloc(a) for a in b), body, "node allocations answer")
-        return AllocPage(allocs=allocs, index=new_index, content=content[0])
+        return AllocPage(allocs=allocs, index=new_index, content=content)
 
     def allocation(self, alloc_id: str) -> AllocView | None:
         """One allocation; None when Nomad no longer has it (404: garbage-collected)."""
@@ -509,12 +498,24 @@ class NomadClient:
         *,
         acl: bool = False,
         payload: Any = None,
-        same_as: bytes | None = None,
-        content: Callable[[bytes], None] | None = None,
     ) -> tuple[Any, int]:
-        """One request; ``timeout`` bounds each read and the whole call (``_deadline``). An answer of the
-        bytes ``same_as`` is not decoded (its body is ``UNCHANGED``); ``content`` is given the bytes."""
-        what = f"Nomad API {path}" if method == "GET" else f"Nomad API {method} {path}"
+        """One request: (JSON body, X-Nomad-Index)."""
+        content, index = self._answer(method, path, params, timeout, acl=acl, payload=payload)
+        return _decoded(content, _what(method, path)), index
+
+    def _answer(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None,
+        timeout: float,
+        *,
+        acl: bool = False,
+        payload: Any = None,
+    ) -> tuple[bytes, int]:
+        """One request: (the body's bytes, X-Nomad-Index); ``timeout`` bounds each read and the whole call
+        (``_deadline``)."""
+        what = _what(method, path)
         if self.settings.token_problem:
             raise NomadApiError(f"{what}: not asked: {self.settings.token_problem}", "config")
         http = self._http
@@ -536,21 +537,24 @@ class NomadClient:
         if resp.status_code != 200:
             raise NomadApiError(f"{what}: HTTP {resp.status_code} {text}", "http", resp.status_code)
         header = resp.headers.get("X-Nomad-Index", "0")
-        index = int(header) if header.isdigit() else 0
-        if content is not None:
-            content(resp.content)
-        if same_as is not None and resp.content == same_as:
-            return UNCHANGED, index
-        try:
-            return resp.json(), index
-        except ValueError:
-            raise NomadApiError(f"{what}: answer is not JSON", "bad-response") from None
+        return resp.content, int(header) if header.isdigit() else 0
 
     def _redact(self, text: str) -> str:
         """``text`` (an error, the API's answer) with every spelling of the token masked, escaped and bounded."""
         for secret in self._secrets:
             text = text.replace(secret, "<redacted>")
         return printable(text, 400)
+
+
+def _what(method: str, path: str) -> str:
+    return f"Nomad API {path}" if method == "GET" else f"Nomad API {method} {path}"
+
+
+def _decoded(content: bytes, what: str) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        raise NomadApiError(f"{what}: answer is not JSON", "bad-response") from None
 
 
 def _parsed(parse: Any, body: Any, what: str) -> Any:

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,8 +42,8 @@ log = logging.getLogger(__name__)
 #: How often the node and the token's visibility are checked again (policies can change at any time).
 VISIBILITY_PERIOD = 300.0
 #: The least time between two answers acted on: a burst of allocation changes (tasks starting, each
-#: with a Reserve) makes one round, not one per change. Nomad's client batches its own allocation
-#: updates the same way (client/client.go, ``allocSyncIntv``).
+#: with a Reserve) makes one round, not one per change. Releases wait on a grace period of seconds,
+#: so half a second later changes no outcome.
 MIN_ROUND_INTERVAL = 0.5
 
 
@@ -302,7 +302,7 @@ class Reconciler:
         self.idle_period = idle_period
         self.min_round_interval = min_round_interval
         self._answered_at = float("-inf")
-        self._saved: dict[str, Any] | None = None  # the state last written, ``updated_at`` aside
+        self._saved: ReconcilerState | None = None  # the state last written, ``updated_at`` aside
         self.backoff = backoff or Backoff()
         self.clock = clock
         self.timers = Timers()
@@ -519,7 +519,7 @@ class Reconciler:
             allocs=list(self.last_page.allocs) if self.last_page else [],
             leaked=sorted(self.timers.reported_leaks),
         )
-        content = {**state.to_json(), "updated_at": None}
+        content = replace(state, updated_at=0.0)
         if content == self._saved:  # a blocking query that timed out, with no timer moved: nothing to tell
             return
         try:
