@@ -7,15 +7,22 @@ GO_PKGS := golang-go golang-github-hashicorp-go-plugin-dev golang-google-grpc-de
   golang-goprotobuf-dev protobuf-compiler golang-github-zclconf-go-cty-dev \
   golang-github-hashicorp-hcl-v2-dev golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-dev
 
-.PHONY: demo test venv go-deps lint typecheck pytest protos dist bench clean mutate promtool
+.PHONY: lock demo test venv go-deps lint typecheck pytest protos dist bench clean mutate promtool
 
-$(BIN)/.installed: pyproject.toml
+# Every install goes through requirements.lock (exact versions; `make lock` refreshes it on
+# purpose). PIP_CONSTRAINT reaches pip's isolated build environment too, so setuptools is pinned.
+LOCK := $(CURDIR)/requirements.lock
+$(BIN)/.installed: pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	PIP_CONSTRAINT=$(LOCK) $(BIN)/pip install -q --disable-pip-version-check pip setuptools
+	PIP_CONSTRAINT=$(LOCK) $(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $@
 
 venv: $(BIN)/.installed
+
+# Resolve today's newest releases into requirements.lock; review the diff, fix what they break.
+lock:
+	$(PY) tools/lock.py
 
 demo: venv
 	$(BIN)/nomad-device-lingjun demo
@@ -56,7 +63,7 @@ protos: venv
 DIST := dist/nomad-device-lingjun
 dist: $(DIST)
 
-$(DIST): pyproject.toml tools/build_dist.py tools/build_python.py $(shell find nomad_plugin -name '*.py' 2>/dev/null)
+$(DIST): pyproject.toml requirements.lock tools/build_dist.py tools/build_python.py $(shell find nomad_plugin -name '*.py' 2>/dev/null)
 	$(PY) tools/build_dist.py
 
 # Prometheus's promtool (checks and unit-tests deploy/prometheus's alert rules): Debian's

@@ -64,11 +64,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_python import GLIBC_FLOOR, interpreter  # tools/ is not a package
+from build_python import GLIBC_FLOOR, LOCK, interpreter, locked  # tools/ is not a package
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "nomad-device-lingjun"
-PYINSTALLER = "pyinstaller==6.22.3"
+PYINSTALLER = locked("pyinstaller")
 BUILD = REPO / "build"
 VENV = BUILD / "dist-venv"
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
@@ -125,7 +125,7 @@ def log(message: str) -> None:
 
 
 def requirements() -> list[str]:
-    """Runtime dependencies from pyproject.toml plus the nvml extra and the pinned PyInstaller."""
+    """Runtime dependencies from pyproject.toml plus the nvml extra and PyInstaller (installed under requirements.lock)."""
     try:
         import tomllib
     except ImportError:  # Python 3.10: the same parser, as vendored by pip
@@ -142,7 +142,9 @@ def build_venv(interpreter: Path) -> Path:
     depend on the driving interpreter's pip; wheels only, so nothing is compiled on the build
     machine against its glibc.
     """
-    wanted = json.dumps({"python": str(interpreter.resolve()), "requirements": requirements()}, sort_keys=True)
+    wanted = json.dumps(
+        {"python": str(interpreter.resolve()), "requirements": requirements(), "lock": LOCK.read_text()}, sort_keys=True
+    )
     stamp = VENV / ".dist-stamp"
     python = VENV / "bin" / "python"
     if stamp.exists() and stamp.read_text() == wanted and python.exists():
@@ -151,7 +153,7 @@ def build_venv(interpreter: Path) -> Path:
     shutil.rmtree(VENV, ignore_errors=True)
     subprocess.run([str(interpreter), "-m", "venv", str(VENV)], check=True)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--only-binary", ":all:", *requirements()], check=True)
+    subprocess.run([*pip, "--only-binary", ":all:", "-c", str(LOCK), *requirements()], check=True)
     stamp.write_text(wanted)
     return python
 

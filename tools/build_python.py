@@ -55,7 +55,19 @@ import time
 import urllib.request
 from pathlib import Path
 
-ZIGLANG = "ziglang==0.17.1"
+REPO = Path(__file__).resolve().parents[1]
+LOCK = REPO / "requirements.lock"
+
+
+def locked(name: str) -> str:
+    """``name==version`` as requirements.lock pins it (every build tool is installed at its locked version)."""
+    for line in LOCK.read_text().splitlines():
+        if line.split("==")[0].strip().lower() == name.lower():
+            return line.strip()
+    raise SystemExit(f"{LOCK.name} pins no {name}: run `make lock`")
+
+
+ZIGLANG = locked("ziglang")
 TARGET = "x86_64-linux-gnu.2.17"
 GLIBC_FLOOR = (2, 17)
 

@@ -314,7 +314,7 @@ class Simulator(SimCore):
             self._stopping.wait(min(0.05, max(0.0, until - time.monotonic())))
 
     def _unary(
-        self, rpc: str, resp_cls: type[Message], fn: Callable[[SimCore, Any], Message]
+        self, rpc: str, resp_cls: Callable[..., Message], fn: Callable[[SimCore, Any], Message]
     ) -> Callable[[Any, grpc.ServicerContext], Message]:
         def handler(request: Any, context: grpc.ServicerContext) -> Message:
             self._gate(rpc, context)
