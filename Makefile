@@ -57,7 +57,7 @@ protos: venv
 	$(BIN)/python tools/gen_protos.py
 
 # The shipped executable: dist/nomad-device-lingjun and its .sha256 (tools/build_dist.py says how
-# and why). Needs $(PY), PyPI and deb.debian.org: its Python is built for glibc 2.17 by
+# and why). Needs $(PY), PyPI and Debian's archive: its Python is built for glibc 2.17 by
 # tools/build_python.py (cached in ~/.cache/nomad-device-lingjun-build), then its own small build
 # venv (build/dist-venv); rebuilt when a source changes.
 DIST := dist/nomad-device-lingjun

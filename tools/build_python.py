@@ -4,7 +4,7 @@ Why: PyInstaller bundles the interpreter it runs under, and an interpreter built
 on the build machine asks for that machine's glibc (Debian 12: 2.36), while
 Lingjun nodes run Alibaba Cloud Linux 3 (glibc 2.32) and EL8 has 2.28.
 python.org and python-build-standalone downloads are not reachable from the
-build hosts; PyPI and deb.debian.org are. So:
+build hosts; PyPI and Debian's archive are. So:
 
 * the C compiler is Zig's ``zig cc`` from PyPI's ``ziglang`` wheel, with
   ``-target x86_64-linux-gnu.2.17``: it compiles against glibc headers and
@@ -12,7 +12,8 @@ build hosts; PyPI and deb.debian.org are. So:
   can ask for a newer symbol version (the manylinux2014 level, the same as
   the grpcio, protobuf and msgpack wheels the bundle carries);
 * the sources are the pristine upstream tarballs inside Debian's source
-  packages (``*.orig.tar.*`` on deb.debian.org), each checked against a
+  packages (``*.orig.tar.*`` in Debian's archive, at the mirror this machine's
+  apt is configured with), each checked against a
   pinned SHA-256: CPython 3.11, OpenSSL 3.0 (the ``ssl`` module: httpx to an
   https Nomad), libffi (``ctypes``: NVML through nvidia-ml-py) and zlib;
 * OpenSSL, libffi and zlib are built as static ``-fPIC`` archives and linked
@@ -71,24 +72,61 @@ ZIGLANG = locked("ziglang")
 TARGET = "x86_64-linux-gnu.2.17"
 GLIBC_FLOOR = (2, 17)
 
-# (name, version, sha256, candidate URLs: the first one that answers wins). Debian moves a
-# superseded security release out of the pool, so the stable point release's copy comes second.
-DEB = "https://deb.debian.org/debian/pool/main"
+# (name, version, sha256, candidate paths in Debian's archives: the first one that answers wins). Debian
+# moves a superseded security release out of the pool, so the stable point release's copy comes second.
 SOURCES: list[tuple[str, str, str, list[str]]] = [
     ("zlib", "1.2.13", "71feb7947e3c00ef125f83b79a4e529bde31171e5babe48b391f06758d1ab0a1",
-     [f"{DEB}/z/zlib/zlib_1.2.13.dfsg.orig.tar.bz2"]),
+     ["debian/pool/main/z/zlib/zlib_1.2.13.dfsg.orig.tar.bz2"]),
     ("libffi", "3.4.4", "d66c56ad259a82cf2a9dfc408b32bf5da52371500b84745f7fb8b645712df676",
-     [f"{DEB}/libf/libffi/libffi_3.4.4.orig.tar.gz"]),
+     ["debian/pool/main/libf/libffi/libffi_3.4.4.orig.tar.gz"]),
     ("openssl", "3.0.22", "67ebca7e50d17383028045486653492195b83db95f8558709701bb47b5c1ef81",
-     ["https://deb.debian.org/debian-security/pool/updates/main/o/openssl/openssl_3.0.22.orig.tar.gz"]),
+     ["debian-security/pool/updates/main/o/openssl/openssl_3.0.22.orig.tar.gz"]),
     ("python", "3.11.2", "2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849",
-     [f"{DEB}/p/python3.11/python3.11_3.11.2.orig.tar.gz"]),
+     ["debian/pool/main/p/python3.11/python3.11_3.11.2.orig.tar.gz"]),
 ]  # fmt: skip
 # Used when the pinned OpenSSL is gone from the security pool (Debian removes superseded ones).
 OPENSSL_FALLBACK = (
     "openssl", "3.0.20", "c80a01dfc70ece4dc21168932c37739042d404d46ccc81a5986dd75314ecda6f",
-    [f"{DEB}/o/openssl/openssl_3.0.20.orig.tar.gz"],
+    ["debian/pool/main/o/openssl/openssl_3.0.20.orig.tar.gz"],
 )  # fmt: skip
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+
+
+def debian_archives() -> dict[str, str]:
+    """The base URI of each Debian archive (``debian``, ``debian-security``) this machine's apt uses.
+
+    The sources come from whatever mirror the build machine is configured with, as its own
+    ``apt-get`` would reach it; the pinned SHA-256 is what makes a download trusted, not the mirror.
+    """
+    files = [APT_SOURCES[0], *sorted(APT_SOURCES[1].glob("*.list")), *sorted(APT_SOURCES[1].glob("*.sources"))]
+    uris: list[str] = []
+    for file in files:
+        if not file.is_file():
+            continue
+        for line in file.read_text(errors="replace").splitlines():
+            words = line.split("#", 1)[0].split()
+            if words[:1] == ["URIs:"]:
+                uris += words[1:]
+            elif words[:1] in (["deb"], ["deb-src"]):
+                uris += [w for w in words[1:] if "://" in w][:1]
+    archives: dict[str, str] = {}
+    for uri in uris:
+        base, _, archive = uri.rstrip("/").rpartition("/")
+        archives.setdefault(archive, f"{base}/{archive}")
+    return archives
+
+
+def urls(paths: list[str]) -> list[str]:
+    """Candidate URLs for archive-relative paths, at the mirrors apt is configured with."""
+    archives = debian_archives()
+    found = [f"{archives[p.split('/', 1)[0]]}/{p.split('/', 1)[1]}" for p in paths if p.split("/", 1)[0] in archives]
+    if not found:
+        wanted = sorted({p.split("/", 1)[0] for p in paths})
+        raise SystemExit(
+            f"build_python: apt on this machine has no {' or '.join(wanted)} archive configured (/etc/apt)"
+        )
+    return found
+
 
 OPENSSL_OPTIONS = [
     "no-shared", "no-tests", "no-engine", "no-comp", "no-dso", "no-module", "no-ui-console",
@@ -130,15 +168,15 @@ def ensure_zig(root: Path) -> Path:
 
 
 def download(root: Path, source: tuple[str, str, str, list[str]]) -> Path:
-    name, version, sha256, urls = source
-    dest = root / "sources" / urls[0].rsplit("/", 1)[1]
+    name, version, sha256, paths = source
+    dest = root / "sources" / paths[0].rsplit("/", 1)[1]
     if dest.exists() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     errors = []
-    for url in urls:
+    for url in urls(paths):
         try:
-            with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 (pinned https URLs, sha256 below)
+            with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 (apt's mirror, sha256 below)
                 data = r.read()
         except OSError as e:
             errors.append(f"{url}: {e}")

@@ -1,10 +1,10 @@
 #!/bin/sh
 # Run dist/nomad-device-lingjun on an older glibc than the build machine's: a chroot of Debian 11
 # (bullseye, glibc 2.31: older than Alibaba Cloud Linux 3's 2.32), made by debootstrap from
-# deb.debian.org, with no Python in it. It runs the hidden self-check (ssl, ctypes, NVML bindings,
+# Debian's archive, with no Python in it. It runs the hidden self-check (ssl, ctypes, NVML bindings,
 # zlib), `check-job`, and the Go conformance host (a static binary) against the file: Nomad's three
 # launches, fingerprint, stats, shutdown. Needs root (debootstrap, chroot, mounting /proc).
-# Older releases (buster's 2.28, stretch's 2.24) are no longer on deb.debian.org; the 2.17 floor
+# Older releases (buster's 2.28, stretch's 2.24) are no longer in Debian's archive; the 2.17 floor
 # itself is shown by tests/operator/test_dist.py, which reads every bundled ELF file's needs.
 #
 #   make dist && python3 tests/conformance/build.py && sh tools/check_old_glibc.sh [ROOT]
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 root=${1:-build/bullseye-root}
 if [ ! -x "$root/bin/sh" ]; then
   command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
-  debootstrap --variant=minbase bullseye "$root" http://deb.debian.org/debian >/dev/null
+  debootstrap --variant=minbase bullseye "$root" >/dev/null  # debootstrap's default mirror
 fi
 mkdir -p "$root/opt/lj"
 cp dist/nomad-device-lingjun plugin.hcl tests/conformance/bin/conformance-host \

@@ -491,7 +491,7 @@ def test_runs_on_an_older_glibc_in_a_chroot(dist: Path) -> None:
 
     ``tools/check_old_glibc.sh ROOT`` makes a Debian 11 chroot (glibc 2.31, older than Alibaba
     Cloud Linux 3's 2.32) with debootstrap and runs --self-check, check-job and the conformance
-    host there. It needs root and deb.debian.org, so it runs only when
+    host there. It needs root and Debian's archive, so it runs only when
     NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT names such a root (made once by that script).
     """
     root = os.environ.get("NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT", "")
