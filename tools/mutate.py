@@ -38,7 +38,7 @@ EQUIVALENT_FILE = ROOT / "tools" / "mutate_equivalent.txt"
 # Short name -> source files. Must agree with [tool.mutmut] only_mutate.
 MODULES: dict[str, tuple[str, ...]] = {
     "nomad/fingerprint": ("nomad_plugin/nomad/fingerprint.py",),
-    "nomad/reserve": ("nomad_plugin/nomad/reserve.py",),
+    "nomad/reserve": ("nomad_plugin/nomad/reserve.py", "nomad_plugin/nomad/container.py"),
     "xdm/adapter": ("nomad_plugin/xdm/adapter.py",),
     "goplugin/handshake": ("nomad_plugin/goplugin/handshake.py",),
     "config/decode": ("nomad_plugin/config/decode.py",),

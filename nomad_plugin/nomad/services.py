@@ -35,7 +35,8 @@ from nomad_plugin.model.errors import (
     PluginError,
     ReservationRejected,
 )
-from nomad_plugin.nomad.reserve import AfterReply, GrantRejected, JournalWriteFailed
+from nomad_plugin.nomad.container import GrantRejected
+from nomad_plugin.nomad.reserve import AfterReply, JournalWriteFailed
 from nomad_plugin.util.text import printable
 from nomad_plugin.util.threads import Backoff
 

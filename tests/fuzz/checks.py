@@ -28,7 +28,7 @@ from nomad_plugin.model.card import Topology, parse_topology
 from nomad_plugin.model.errors import PluginError
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.model.instances import GroupKey, Instance, Kind, share_id
-from nomad_plugin.nomad.reserve import ENV_GRANT_ID, GrantRejected, build_container
+from nomad_plugin.nomad.container import ENV_GRANT_ID, GrantRejected, build_container
 from nomad_plugin.reconcile.nomad_api import NomadApiError
 from nomad_plugin.xdm import adapter
 from nomad_plugin.xdm.adapter import DriftLog, grant_problem

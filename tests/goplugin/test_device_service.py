@@ -21,7 +21,8 @@ from nomad_plugin.goplugin.serve import Lifecycle
 from nomad_plugin.journal.datadir import DataDirRefused
 from nomad_plugin.journal.store import JournalFull
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch, ReservationRejected
-from nomad_plugin.nomad.reserve import AfterReply, GrantRejected
+from nomad_plugin.nomad.container import GrantRejected
+from nomad_plugin.nomad.reserve import AfterReply
 from nomad_plugin.nomad.services import BaseService, DeviceService, stats_interval
 from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm.client import GrpcRefused

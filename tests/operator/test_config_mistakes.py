@@ -15,7 +15,7 @@ from nomad_plugin.launcher.process import LiveNode
 from nomad_plugin.model.grant import Grant, GrantedDevice
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
 from nomad_plugin.nomad.catalog import check_modes
-from nomad_plugin.nomad.reserve import build_container, mig_core_percent
+from nomad_plugin.nomad.container import build_container, mig_core_percent
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.fingerprint.helpers import FakeBackend, h800_node

@@ -6,12 +6,7 @@ import pytest
 
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, MountSpec
 from nomad_plugin.model.instances import GroupKey, Instance, Kind
-from nomad_plugin.nomad.reserve import (
-    GrantRejected,
-    annotation_env_name,
-    build_container,
-    check_path,
-)
+from nomad_plugin.nomad.container import GrantRejected, annotation_env_name, build_container, check_path
 
 PPU = GroupKey("alibaba", "ppu", "PPU 810E")
 NV = GroupKey("nvidia", "gpu", "H800")
@@ -76,7 +71,7 @@ def test_xdm_envs_pass_through_but_cannot_override_plugin_envs():
 
 # --- the Reserve content policy (docs/reserve.md, "What XDM may hand a task") ----------------------
 def rejected_rule(g, group=PPU, policy=None, instances=WHOLE) -> str:
-    from nomad_plugin.nomad.reserve import ReservePolicy
+    from nomad_plugin.nomad.container import ReservePolicy
 
     with pytest.raises(GrantRejected) as err:
         build_container(g, instances, group, path_exists=never, policy=policy or ReservePolicy(data_dir="/var/lib/x"))
@@ -104,7 +99,7 @@ def test_protected_env_through_an_annotation_is_a_violation(key):
 
 
 def test_the_operator_may_allow_a_protected_name():
-    from nomad_plugin.nomad.reserve import ReservePolicy
+    from nomad_plugin.nomad.container import ReservePolicy
 
     policy = ReservePolicy(env_allow=frozenset({"LD_LIBRARY_PATH"}))
     spec = build_container(grant(envs={"LD_LIBRARY_PATH": "/usr/local/PPU_SDK/lib"}), WHOLE, PPU, policy=policy)
@@ -182,7 +177,7 @@ def test_mounts_read_only_and_never_over_system_paths(mount):
 
 
 def test_driver_mounts_pass_and_the_operator_may_allow_a_tree():
-    from nomad_plugin.nomad.reserve import ReservePolicy
+    from nomad_plugin.nomad.container import ReservePolicy
 
     ok = (
         MountSpec("/usr/local/nvidia", "/usr/local/nvidia"),
@@ -440,7 +435,7 @@ def test_xdm_env_errors_name_xdm_as_the_source():
 
 def test_annotations_cannot_take_plugin_or_derived_env_names(caplog):
     g = nv_grant(annotations={"lingjun_mode": "evil", "lingjun_extra": "x", "nvidia_visible_devices": "all"})
-    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.reserve"):
+    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.container"):
         spec = build_container(g, WHOLE, NV, path_exists=never)
     assert spec.envs["NVIDIA_VISIBLE_DEVICES"] == "U1,U2" and spec.envs["LINGJUN_MODE"] == "whole"
     assert "LINGJUN_EXTRA" not in spec.envs
@@ -455,7 +450,7 @@ def test_a_skipped_annotation_or_env_does_not_drop_the_ones_after_it(caplog):
         annotations={"a.bad": "${x}", "b bad": "1", "c.ok": "yes"},
         envs={"LINGJUN_X": "1", "ZZZ": "2"},
     )
-    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.reserve"):
+    with caplog.at_level("WARNING", logger="nomad_plugin.nomad.container"):
         spec = build_container(g, WHOLE, PPU, path_exists=never)
     assert spec.envs["C_OK"] == "yes" and spec.envs["ZZZ"] == "2"
     assert "A_BAD" not in spec.envs and "LINGJUN_X" not in spec.envs
@@ -471,7 +466,7 @@ def test_a_skipped_annotation_or_env_does_not_drop_the_ones_after_it(caplog):
     ("slices", "percent"), [(0, 1), (1, 14), (2, 29), (3, 43), (5, 71), (6, 86), (7, 100), (8, 100), (14, 100)]
 )
 def test_a_mig_slices_core_percent_is_its_share_of_seven_between_1_and_100(slices: int, percent: int) -> None:
-    from nomad_plugin.nomad.reserve import mig_core_percent
+    from nomad_plugin.nomad.container import mig_core_percent
 
     assert mig_core_percent(slices) == percent
 

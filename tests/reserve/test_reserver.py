@@ -15,7 +15,8 @@ from nomad_plugin.journal import EntryState, Journal
 from nomad_plugin.model.errors import BackendRefused, GrantMismatch, PluginError, ReservationRejected
 from nomad_plugin.model.grant import DeviceNode
 from nomad_plugin.model.instances import Kind, share_id
-from nomad_plugin.nomad.reserve import GrantRejected, Reserver
+from nomad_plugin.nomad.container import GrantRejected
+from nomad_plugin.nomad.reserve import Reserver
 from tests.doubles.reserve_fakes import UNAVAILABLE, FakeBackend, card_uuid, catalog, share_group, whole_group
 
 CAT = catalog(whole_group(4), share_group([4, 5]))
