@@ -1,4 +1,5 @@
-"""The composition root: what ``nomad/`` calls, and the engines behind it.
+"""The composition root: what ``nomad/`` calls, the engines behind it, and the plugin that
+``cli/main.py``'s ``serve`` hands to the go-plugin transport (``NomadDevicePlugin``).
 
 Nomad's first two launches only call PluginInfo, ConfigSchema and SetConfig
 and are killed, so nothing starts until the first Fingerprint, Reserve or
@@ -25,6 +26,9 @@ from nomad_plugin.model.errors import BackendUnavailable, PluginError, Reservati
 from nomad_plugin.model.instances import Catalog
 
 if TYPE_CHECKING:
+    import grpc
+
+    from nomad_plugin.goplugin.serve import Lifecycle
     from nomad_plugin.journal import JournalEntry
     from nomad_plugin.journal.datadir import OwnerLock
     from nomad_plugin.journal.store import Journal
@@ -489,3 +493,33 @@ def _quietly(name: str, stop: Callable[..., object], *args: float) -> None:
         stop(*args)
     except Exception:
         log.exception("error while stopping the %s", name)
+
+
+# -- the plugin Nomad talks to: the services over one PluginApp ---------------------------------
+
+
+class NomadDevicePlugin:
+    """Nomad's BasePlugin and DevicePlugin services over one ``PluginApp``: the one place where the
+    transport meets Nomad's services and the engines (docs/architecture.md)."""
+
+    def __init__(self) -> None:
+        self.app = PluginApp()
+
+    def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
+        from nomad_plugin._proto.nomad import base_pb2_grpc, device_pb2_grpc
+        from nomad_plugin.nomad.services import BaseService, DeviceService
+
+        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app, apply_logging), server)
+        device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(self.app, lifecycle), server)
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def apply_logging(config: PluginConfig) -> None:
+    """SetConfig's log level and secrets, for the hclog handler on stderr (the agent's log)."""
+    from nomad_plugin.config.decode import secret_values
+    from nomad_plugin.goplugin import logging as hclog
+
+    hclog.set_secrets(secret_values(config))
+    hclog.set_level(config.log_level)

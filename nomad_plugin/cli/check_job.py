@@ -26,8 +26,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from nomad_plugin.cli.common import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.cli.fingerprint import plugin_keys
-from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.jobspec import (
     NODE_FIELDS,

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.main import command_parser, fail
+from nomad_plugin.cli.common import command_parser, fail
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import LaunchError, LiveNode, Session

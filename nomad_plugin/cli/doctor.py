@@ -23,7 +23,7 @@ from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.backend_select import accept_config, choose_backend_name
-from nomad_plugin.cli.main import add_config_options, command_parser
+from nomad_plugin.cli.common import add_config_options, command_parser
 from nomad_plugin.config.decode import deprecated_spellings
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import datadir, plugin_running

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from nomad_plugin.backend_select import select_backend
-from nomad_plugin.cli.main import add_config_options, command_parser, fail
+from nomad_plugin.cli.common import add_config_options, command_parser, fail
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.jobspec import PluginKeys

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nomad_plugin.backend_select import select_backend
-from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
+from nomad_plugin.cli.common import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import EntryState, Journal, JournalCorrupt, JournalEntry, OwnerLock, plugin_running
 from nomad_plugin.launcher.config import LauncherConfigError

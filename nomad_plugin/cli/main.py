@@ -1,28 +1,23 @@
 """``nomad-device-lingjun``: serve the plugin (what Nomad runs), or run an operator command.
 
 With Nomad's magic cookie and no arguments it serves go-plugin; without either it explains itself
-and exits 1 (go-plugin's convention). Commands are imported by name and heavy imports stay inside
-functions: Nomad launches the plugin three times at every agent start and waits for each handshake.
-The options the commands share are built here, so each is spelled and explained once.
+and exits 1 (go-plugin's convention). This module parses the command line and dispatches: the
+plugin is assembled in ``app.py`` (the composition root), the options the commands share in
+``cli/common.py``. Commands are imported by name and heavy imports stay inside functions: Nomad
+launches the plugin three times at every agent start and waits for each handshake.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 from typing import TYPE_CHECKING
 
 from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY
 
 if TYPE_CHECKING:
-    import argparse
-
-    import grpc
-
-    from nomad_plugin.config.model import PluginConfig
-    from nomad_plugin.goplugin.serve import Lifecycle
+    from nomad_plugin.goplugin.serve import ServedPlugin
 
 # command -> ("module[:function]" taking argv and returning the exit status, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -124,6 +119,19 @@ def _dispatch(args: list[str]) -> int:
     return result
 
 
+def serve(argv: list[str]) -> int:
+    """Hand the go-plugin transport a factory of the plugin, which ``app.py`` assembles after the handshake."""
+    from nomad_plugin.goplugin import serve as transport
+
+    return transport.main(argv, _assembled_plugin)
+
+
+def _assembled_plugin() -> ServedPlugin:
+    from nomad_plugin.app import NomadDevicePlugin
+
+    return NomadDevicePlugin()
+
+
 def closed_pipe_exit() -> int:
     """The reader of stdout went away (``doctor | head -1``): stop quietly with 128 + SIGPIPE; stdout
     goes to /dev/null so the interpreter's final flush prints no "Exception ignored"."""
@@ -131,96 +139,6 @@ def closed_pipe_exit() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return 141
-
-
-# -- serve: the composition root -----------------------------------------------------------
-
-
-class NomadDevicePlugin:
-    """Nomad's BasePlugin and DevicePlugin services over one ``PluginApp``: the one place where the
-    transport meets Nomad's services and the engines (docs/architecture.md)."""
-
-    def __init__(self) -> None:
-        from nomad_plugin.app import PluginApp
-
-        self.app = PluginApp()
-
-    def register(self, server: grpc.Server, lifecycle: Lifecycle) -> None:
-        from nomad_plugin._proto.nomad import base_pb2_grpc, device_pb2_grpc
-        from nomad_plugin.nomad.services import BaseService, DeviceService
-
-        base_pb2_grpc.add_BasePluginServicer_to_server(BaseService(self.app, apply_logging), server)
-        device_pb2_grpc.add_DevicePluginServicer_to_server(DeviceService(self.app, lifecycle), server)
-
-    def close(self) -> None:
-        self.app.close()
-
-
-def apply_logging(config: PluginConfig) -> None:
-    """SetConfig's log level and secrets, for the hclog handler on stderr (the agent's log)."""
-    from nomad_plugin.config.decode import secret_values
-    from nomad_plugin.goplugin import logging as hclog
-
-    hclog.set_secrets(secret_values(config))
-    hclog.set_level(config.log_level)
-
-
-def serve(argv: list[str]) -> int:
-    from nomad_plugin.goplugin import serve as transport
-
-    return transport.main(argv, NomadDevicePlugin)
-
-
-# -- what the operator commands share -----------------------------------------------------
-
-
-def command_parser(name: str, doc: str, paragraph: int = 0, epilog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of ``nomad-device-lingjun <name>``, described by one paragraph of ``doc`` with its
-    markup (``x``, :role:`x`) as plain text."""
-    import argparse
-    import textwrap
-
-    parts = [part for part in doc.strip().split("\n\n") if part.strip()]
-    text = re.sub(r":[a-z]+:`([^`]+)`", r"\1", re.sub(r"``([^`]+)``", r"\1", parts[min(paragraph, len(parts) - 1)]))
-    return argparse.ArgumentParser(
-        prog=f"nomad-device-lingjun {name}",
-        description=textwrap.fill(" ".join(text.split()), 100),
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-
-
-def add_config_options(p: argparse.ArgumentParser, node: bool = False) -> argparse._MutuallyExclusiveGroup | None:
-    """``--plugin-config`` and ``--set``; with ``node`` also ``--profile`` or ``--socket-dir``."""
-    source = None
-    if node:
-        source = p.add_mutually_exclusive_group()
-        source.add_argument("--profile", help="an embedded XDM simulator with this profile (e.g. h800-8)")
-        source.add_argument("--socket-dir", help="XDM socket directory (dp2mgr.sock, config-daemon.sock)")
-    p.add_argument("--plugin-config", help="agent file or directory with the plugin block (e.g. /etc/nomad.d)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help='override a config option (an HCL literal, e.g. default_mode="tdm")',
-    )
-    return source
-
-
-def plugin_config(path: str | None, overrides: list[str], validate: bool = False) -> PluginConfig:
-    """The config SetConfig decodes from the agent's files and overrides (``validate``: and checks)."""
-    from nomad_plugin.backend_select import accept_config
-    from nomad_plugin.config.decode import decode_config
-    from nomad_plugin.launcher.config import load_config, msgpack_config
-
-    return (accept_config if validate else decode_config)(msgpack_config(load_config(path, overrides)))
-
-
-def fail(command: str, message: str, code: int = 2) -> int:
-    """One line on stderr, ``<command>: <message>``; the exit status."""
-    sys.stderr.write(f"{command}: {message}\n")
-    return code
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import closing
 from typing import TextIO
 
-from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
+from nomad_plugin.cli.common import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import Journal, JournalCorrupt
 from nomad_plugin.launcher.config import LauncherConfigError

@@ -17,7 +17,7 @@ from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from nomad_plugin.cli.main import command_parser, fail
+from nomad_plugin.cli.common import command_parser, fail
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.nomad_view.types import Style
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient, check_visibility

@@ -24,7 +24,7 @@ from google.protobuf import empty_pb2
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
+from nomad_plugin.cli.common import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import socket_overrides

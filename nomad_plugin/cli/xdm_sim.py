@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from nomad_plugin.cli.main import command_parser, fail
+from nomad_plugin.cli.common import command_parser, fail
 from nomad_plugin.sim import Simulator
 from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command

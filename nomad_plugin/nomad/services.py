@@ -1,7 +1,7 @@
 """Nomad's plugin services, BasePlugin and DevicePlugin: adapters from gRPC onto two narrow ports.
 
 ``ConfigTarget`` and ``DeviceEngines`` are what the services need; ``app.PluginApp``
-satisfies both and ``cli/main.py`` hands it over (docs/architecture.md).
+satisfies both and ``app.NomadDevicePlugin`` hands it over (docs/architecture.md).
 
 Nomad calls PluginInfo, ConfigSchema and SetConfig on every launch, SetConfig
 possibly several times with the same bytes (so it is idempotent); a config

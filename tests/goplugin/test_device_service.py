@@ -14,8 +14,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from nomad_plugin._proto.nomad import base_pb2, base_pb2_grpc, device_pb2, device_pb2_grpc
-from nomad_plugin.app import PluginApp
-from nomad_plugin.cli.main import apply_logging
+from nomad_plugin.app import PluginApp, apply_logging
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.goplugin.serve import Lifecycle
 from nomad_plugin.journal.datadir import DataDirRefused

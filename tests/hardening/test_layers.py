@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ RULES: tuple[Rule, ...] = (
             *(layer for layer in _IO_LAYERS if layer not in ("goplugin", "_proto")),
             *("model", "config", "jobspec", "nomad_view", "_proto.nomad", "_proto.lingjun"),
         ),
-        "the transport is a leaf: it hosts whatever servicers the composition root (cli/main.py's serve) hands it",
+        "the transport is a leaf: it hosts whatever servicers the composition root (app.py, through cli/main.py's serve) hands it",
     ),
     Rule(
         "nomad",
@@ -109,7 +110,7 @@ KNOWN_MODULE_CYCLES: Mapping[frozenset[str], str] = {}
 #: client that launches the plugin (it sends the handshake's cookie). Every other module logs with
 #: ``logging.getLogger(__name__)`` and sees the transport through a port.
 TRANSPORT = "goplugin"
-TRANSPORT_IMPORTERS = ("cli.main", "launcher.process")
+TRANSPORT_IMPORTERS = ("app", "cli.main", "launcher.process")
 
 #: Imports of goplugin/ from elsewhere that are still there: (importer, or "*" for any; imported module) -> why.
 #: Each goes once its importers are swept; test_the_transport_exceptions_are_still_needed says when.
@@ -145,15 +146,25 @@ def module_names(package_dir: Path) -> dict[str, Path]:
     return out
 
 
+#: A string that names a module of the package, as ``importlib.import_module`` or a dispatch table takes it
+#: ("nomad_plugin.cli.doctor", "nomad_plugin.app:serve").
+STRING_IMPORT = re.compile(rf"{ROOT}(?:\.[a-z_][a-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?")
+
+
 @functools.lru_cache(maxsize=512)
 def imports_of(module: str, source: str, filename: str, known: frozenset[str]) -> tuple[Import, ...]:
-    """All imports in one file, wherever they stand, resolved to absolute module names."""
+    """All imports in one file, wherever they stand, resolved to absolute module names; a string naming
+    one of the package's modules counts as an import of it (the command table's ``importlib`` imports)."""
     tree = ast.parse(source, filename=filename)
     package = module if filename.endswith("__init__.py") else module.rpartition(".")[0]
     found: list[Import] = []
     for node in ast.walk(tree):
         where = f"{filename}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and STRING_IMPORT.fullmatch(node.value):
+            target = node.value.partition(":")[0]
+            if target in known:
+                found.append(Import(module, target, where))
+        elif isinstance(node, ast.Import):
             found += [Import(module, alias.name, where) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -381,7 +392,7 @@ def test_a_reintroduced_import_is_caught(rel, line, layer, inside_function):
     ("rel", "line"),
     [
         ("nomad/reserve.py", "from nomad_plugin.goplugin.lifecycle import Lifecycle"),
-        ("app.py", "from nomad_plugin.goplugin.serve import PluginServer"),
+        ("cli/doctor.py", "from nomad_plugin.goplugin.serve import PluginServer"),
         ("reconcile/nomad_api.py", "from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY"),
     ],
 )
@@ -389,6 +400,18 @@ def test_a_new_importer_of_the_transport_is_caught(rel, line, inside_function):
     found = transport_imports(all_imports(extra={rel: _added(line, inside_function=inside_function)}))
     assert any(imp.where.startswith(f"{ROOT}/{rel}:") and _excused(imp) is None for imp in found), (
         f"putting {line!r} in {rel} went unnoticed"
+    )
+
+
+def test_the_command_tables_string_imports_are_seen():
+    imports = all_imports()
+    assert any(i.source == f"{ROOT}.cli.main" and i.target == f"{ROOT}.cli.doctor" for i in imports), (
+        "cli/main.py's command table names nomad_plugin.cli.doctor, but the scan did not see it"
+    )
+    back = {"cli/doctor.py": _added("from nomad_plugin.cli.main import SUBCOMMANDS", inside_function=True)}
+    found = module_cycles(all_imports(extra=back))
+    assert any({f"{ROOT}.cli.main", f"{ROOT}.cli.doctor"} <= c for c in found), (
+        f"a command importing back from cli/main.py (loaded by name) went unnoticed: {_report(found)}"
     )
 
 
