@@ -67,10 +67,6 @@ class Lifecycle:
         with self._lock:
             self._streams.discard(cancel)
 
-    def open_count(self) -> int:
-        with self._lock:
-            return len(self._streams)
-
     def request_stop(self, reason: str) -> None:
         """Idempotent: the first reason wins; every open stream is released."""
         with self._lock:

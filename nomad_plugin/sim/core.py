@@ -185,10 +185,6 @@ class SimCore:
         check_choice(name, value, CHOICES[name])
         setattr(self.options, name, value)
 
-    def set_config_failure(self, fail: bool) -> None:
-        """Enable and Disable answer ``success: false`` while set."""
-        self.config_fail = fail
-
     def calls(self) -> dict[str, int]:
         """How many times each RPC was called (a stream counts once per subscription)."""
         with self.lock:

@@ -54,7 +54,6 @@ class MetricsCache:
         # The known metrics again, by (scope, key): what the layout asks for.
         self._by_key: dict[tuple[str, str], dict[str, Reading]] = {}
         self._source = ""
-        self._updates = 0
 
     def update(self, samples: Iterable[MetricSample], source: str = "") -> int:
         """Store one batch; returns how many samples were kept."""
@@ -82,7 +81,6 @@ class MetricsCache:
                     group.pop(name, None)
                     if not group:
                         del self._by_key[(scope, who)]
-            self._updates += 1
             if source:
                 self._source = source
         return kept
@@ -126,11 +124,6 @@ class MetricsCache:
         """Where the last batch came from: "stream", "poll", "nvml", "nvml-extras" or ""."""
         with self._lock:
             return self._source
-
-    @property
-    def update_count(self) -> int:
-        with self._lock:
-            return self._updates
 
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from nomad_plugin.model.card import Card, MigInstance
 from nomad_plugin.model.errors import BackendUnavailable
@@ -105,3 +106,17 @@ def mig_group(c: Card, units: int = 7, memory_gib: int = 10) -> InstanceGroup:
         for i in range(units)
     )
     return InstanceGroup(GroupKey("nvidia", "gpu", f"{c.model}-mig"), insts)
+
+
+def count_updates(cache: Any) -> Callable[[], int]:
+    """How many batches ``cache`` has stored since this call: a spy on its ``update``, set before the feed starts."""
+    seen = [0]
+    store = cache.update
+
+    def counted(*args: Any, **kwargs: Any) -> int:
+        kept: int = store(*args, **kwargs)
+        seen[0] += 1
+        return kept
+
+    cache.update = counted
+    return lambda: seen[0]

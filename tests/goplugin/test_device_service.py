@@ -191,12 +191,12 @@ def test_process_stop_ends_open_streams(served: tuple[ScriptedApp, Lifecycle, gr
     app, lifecycle, channel = served
     call = device_pb2_grpc.DevicePluginStub(channel).Stats(device_pb2.StatsRequest())
     next(call)
-    assert lifecycle.open_count() == 1
+    assert len(lifecycle._streams) == 1, "the open Stats stream is not tracked"
     lifecycle.request_stop("test")
     assert app.cancels[-1].wait(5)
     remaining = list(call)  # the stream ends instead of hanging
     assert len(remaining) <= 1
-    assert lifecycle.open_count() == 0
+    assert not lifecycle._streams, "the ended stream is still tracked"
 
 
 def test_set_config_is_idempotent_and_maps_app_errors(served: tuple[ScriptedApp, Lifecycle, grpc.Channel]) -> None:

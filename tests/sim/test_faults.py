@@ -157,7 +157,7 @@ def test_config_daemon_enable_disable_query(sim_client):
     assert c.config.QueryStatus(cfg.QueryStatusRequest(), timeout=5).enabled is False
     assert c.config.Enable(cfg.EnableRequest(), timeout=5).success
     assert c.config.QueryStatus(cfg.QueryStatusRequest(), timeout=5).enabled is True
-    sim.set_config_failure(True)
+    sim.config_fail = True  # Enable and Disable answer success: false while set
     failed = c.config.Disable(cfg.DisableRequest(), timeout=5)
     assert not failed.success and "failed" in failed.message
     assert c.config.QueryStatus(cfg.QueryStatusRequest(), timeout=5).enabled is True

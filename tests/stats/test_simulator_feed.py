@@ -26,6 +26,7 @@ from nomad_plugin.stats.feed import MetricsFeed
 from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm import backend as backend_module
 from nomad_plugin.xdm import client as client_module
+from tests.doubles.stats_fakes import count_updates
 
 
 class ClientMetrics:
@@ -80,6 +81,7 @@ def config_for(sim: object) -> PluginConfig:
 def test_feed_from_simulator_exporter_survives_restart(sim) -> None:  # type: ignore[no-untyped-def]
     backend = ClientMetrics(config_for(sim))
     feed = MetricsFeed(backend, 0.05, backoff=Backoff(initial=0.1, cap=0.5, jitter=0.0))  # type: ignore[arg-type]
+    update_count = count_updates(feed.cache)
     feed.start()
     try:
         cards = [
@@ -88,7 +90,7 @@ def test_feed_from_simulator_exporter_survives_restart(sim) -> None:  # type: ig
         ]
         inventory = Inventory(cards=tuple(cards))
         catalog = whole_catalog(cards)
-        assert wait_until(lambda: feed.source == "stream" and feed.cache.update_count >= 3)
+        assert wait_until(lambda: feed.source == "stream" and update_count() >= 3)
 
         response = build_stats(catalog, inventory, feed.cache, no_grants, time.monotonic(), 0.05)
         assert sorted(response.groups[0].instance_stats) == sorted(catalog.all_ids())
@@ -104,8 +106,8 @@ def test_feed_from_simulator_exporter_survives_restart(sim) -> None:  # type: ig
         subscriptions = feed.stream_subscriptions
         sim.restart(downtime=0.3)  # the stream ends UNAVAILABLE, the sockets vanish for 0.3 s
         assert wait_until(lambda: feed.stream_subscriptions > subscriptions and feed.source == "stream")
-        updates = feed.cache.update_count
-        assert wait_until(lambda: feed.cache.update_count >= updates + 3)
+        updates = update_count()
+        assert wait_until(lambda: update_count() >= updates + 3)
     finally:
         feed.stop()
         backend.client.close()
@@ -116,9 +118,10 @@ def test_feed_through_xdm_backend(sim) -> None:  # type: ignore[no-untyped-def]
     backend = backend_module.XdmBackend(config_for(sim))
     backend.start()
     feed = MetricsFeed(backend, 0.05, backoff=Backoff(initial=0.1, cap=0.5, jitter=0.0))
+    update_count = count_updates(feed.cache)
     feed.start()
     try:
-        assert wait_until(lambda: feed.cache.update_count >= 3 and feed.source in ("stream", "poll"))
+        assert wait_until(lambda: update_count() >= 3 and feed.source in ("stream", "poll"))
         assert wait_until(lambda: len(backend.inventory().cards) == len(sim.cards))
         inventory = backend.inventory()
         catalog = whole_catalog(inventory.cards)

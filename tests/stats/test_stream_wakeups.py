@@ -25,6 +25,7 @@ from nomad_plugin.stats.feed import MetricsFeed
 from nomad_plugin.util.threads import Backoff, CancelEvent
 from nomad_plugin.xdm import backend as backend_module
 from nomad_plugin.xdm.client import STREAM_WAIT_SLICE_S, relax_stream_waits
+from tests.doubles.stats_fakes import count_updates
 from tests.waiting import wait_until
 
 
@@ -78,10 +79,11 @@ def test_feed_over_the_backend_needs_no_watcher_thread(
     )
     backend.start()
     feed = MetricsFeed(backend, 0.05, backoff=Backoff(initial=0.1, cap=0.5, jitter=0.0))
+    update_count = count_updates(feed.cache)
     feed.start()
     try:
         assert grpc_common.MAXIMUM_WAIT_TIMEOUT == STREAM_WAIT_SLICE_S, "the backend widens grpcio's wait slice"
-        wait_until(lambda: feed.source == "stream" and feed.cache.update_count >= 3, "the exporter stream feeding")
+        wait_until(lambda: feed.source == "stream" and update_count() >= 3, "the exporter stream feeding")
         names = [t.name for t in threading.enumerate()]
         assert "xdm-metrics-cancel" not in names, names
         feed.stop()

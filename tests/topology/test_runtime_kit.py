@@ -115,7 +115,7 @@ def test_disable_refuses_while_the_plugin_holds_grants(
 def test_a_failed_switch_says_nothing_changed(
     sim: Simulator, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    sim.set_config_failure(True)
+    sim.config_fail = True  # Enable and Disable answer success: false while set
     code, _, err = run(sim, capsys, "disable", "--yes", data_dir=tmp_path)
     assert code == 1 and "Disable answered failure: disable failed (simulated)" in err
     assert "QueryStatus still says enabled: nothing changed" in err
