@@ -6,9 +6,8 @@ release it later (docs/reserve.md). As kubelet's device-manager checkpoint
 renames it over ``<data_dir>/journal.json`` and fsyncs the directory before
 it returns. The file is ``{"checksum": "sha256:<hex>", "entries": [...],
 "version": 1}``, the checksum over the canonical JSON of ``entries``; one
-that does not verify is set aside. An earlier build's file (the snapshot,
-then ``["put"|"del", payload, checksum]`` lines; a partial last line was
-never acknowledged) is read once and rewritten. Several processes may open
+that does not verify, or carries anything after the snapshot, is set aside.
+Several processes may open
 one journal: a change holds an exclusive ``flock`` on the directory and
 first reads the file again if another process replaced it (a new inode per
 write; the one last read stays open, so it is not reused).
@@ -141,23 +140,23 @@ def _canonical(value: Any) -> str:
 
 
 def checksum(body: Any) -> str:
-    """Of a snapshot's ``entries``, or of an earlier build's ``[op, payload]`` record."""
+    """Of a snapshot's ``entries``."""
     return "sha256:" + hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
 def encode(entries: Iterable[JournalEntry]) -> bytes:
-    # The canonical JSON of the entries list, byte for byte what checksum() hashes: an earlier build reads it too.
+    # The canonical JSON of the entries list, byte for byte what checksum() hashes.
     body = "[" + ",".join(e.canonical for e in entries) + "]"
     digest = "sha256:" + hashlib.sha256(body.encode()).hexdigest()
     return f'{{"checksum": "{digest}", "entries": {body}, "version": {VERSION}}}\n'.encode()
 
 
 def decode(data: bytes) -> list[JournalEntry]:
-    return list(_parse_file(data)[0].values())
+    return list(_parse_file(data).values())
 
 
-def _parse_file(data: bytes) -> tuple[dict[str, JournalEntry], bool]:
-    """The entries by grant id, and whether an earlier build's records followed the snapshot."""
+def _parse_file(data: bytes) -> dict[str, JournalEntry]:
+    """The entries by grant id; anything but whitespace after the snapshot is corruption."""
     try:
         text = data.decode()
         doc, end = json.JSONDecoder().raw_decode(text, len(text) - len(text.lstrip()))
@@ -178,35 +177,9 @@ def _parse_file(data: bytes) -> tuple[dict[str, JournalEntry], bool]:
         if entry.grant_id in entries:
             raise JournalCorrupt(f"entry {i}: duplicate grant id {entry.grant_id}")
         entries[entry.grant_id] = entry
-    rest = text[end:]
-    if not rest.strip():
-        return entries, False
-    if not rest.startswith("\n"):
+    if text[end:].strip():
         raise JournalCorrupt("extra data after the snapshot")
-    *lines, _torn = rest[1:].split("\n")  # a partial last line was never acknowledged
-    for n, line in enumerate(lines, 2):
-        if line.strip():
-            _apply_record(entries, line, f"record on line {n}")
-    return entries, True
-
-
-def _apply_record(entries: dict[str, JournalEntry], line: str, where: str) -> None:
-    try:
-        record = json.loads(line)
-    except ValueError as exc:
-        raise JournalCorrupt(f"{where}: not JSON: {exc}") from None
-    if not isinstance(record, list) or len(record) != 3 or record[0] not in ("put", "del"):
-        raise JournalCorrupt(f"{where}: not a [op, payload, checksum] record")
-    op, payload, digest = record
-    if digest != checksum([op, payload]):
-        raise JournalCorrupt(f"{where}: checksum mismatch")
-    if op == "put":
-        entry = _entry(payload, where)
-        entries[entry.grant_id] = entry
-    elif isinstance(payload, str):
-        entries.pop(payload, None)
-    else:
-        raise JournalCorrupt(f"{where}: 'del' names {payload!r}, not a grant id")
+    return entries
 
 
 def _entry(raw: Any, where: str) -> JournalEntry:
@@ -237,11 +210,10 @@ class Journal:
             for stale in self.dir.glob(FILE_NAME + ".tmp-*"):
                 stale.unlink(missing_ok=True)  # a writer that died between creating and renaming it
             try:
-                rewrite = self._load()
+                self._load()
             except JournalCorrupt as exc:
-                self._set_aside(str(exc))
-                rewrite = True
-            if rewrite or self._file is None:
+                self._set_aside(str(exc))  # leaves no file read: a fresh, empty one is written
+            if self._file is None:
                 self._write(self._entries, dir_fd)
 
     @classmethod
@@ -315,24 +287,21 @@ class Journal:
                 return
         self._load()
 
-    def _load(self) -> bool:
-        """Read the file, or raise ``JournalCorrupt``; True when it is an earlier build's (to rewrite)."""
+    def _load(self) -> None:
+        """Read the file (absent: nothing), or raise ``JournalCorrupt``."""
         try:
             file = open(self.path, "rb")  # kept open as _file
         except FileNotFoundError:
-            return False
+            return
         try:
             size = os.fstat(file.fileno()).st_size
             if size > self.max_bytes:
                 raise JournalCorrupt(f"{size} bytes, over the {self.max_bytes}-byte bound")
-            entries, legacy = _parse_file(file.read())
+            entries = _parse_file(file.read())
         except BaseException:
             file.close()
             raise
-        if legacy:
-            log.info("grant journal %s holds an earlier build's change records: rewritten as a snapshot", self.path)
         self._adopt(entries, file)
-        return legacy
 
     def _write(self, entries: dict[str, JournalEntry], dir_fd: int) -> None:
         """Replace the file with ``entries``: temp file, fsync, rename, directory fsync (caller holds the flock)."""
