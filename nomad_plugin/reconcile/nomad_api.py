@@ -264,8 +264,10 @@ def _time_left(timeout: float | None) -> float | None:
     return left if timeout is None else min(timeout, left)
 
 
-def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.HTTPTransport:
-    """httpx's own transport over httpcore's pool, whose every socket operation keeps the call's deadline."""
+def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.BaseTransport:
+    """A transport whose every socket operation keeps the call's deadline: httpx and httpcore through their
+    public APIs only (a custom transport, a pool with a network backend), so an upgrade of either cannot
+    silently drop the deadline."""
     import httpcore
     import httpx
 
@@ -306,11 +308,12 @@ def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.HTT
         ) -> httpcore.NetworkStream:
             return Stream(super().connect_unix_socket(path, _time_left(timeout), socket_options))
 
-    class DeadlineTransport(httpx.HTTPTransport):
-        # httpx's __init__ offers no way to pass a network backend and would build (and load the CA bundle
-        # for) a pool only to have it replaced: this is the pool it builds with its defaults (100
-        # connections, 20 kept alive for 5 s). handle_request and close use nothing but the pool.
-        def __init__(self) -> None:  # deliberately not calling super().__init__ (above)
+    class DeadlineTransport(httpx.BaseTransport):
+        """httpx's documented custom-transport interface over an httpcore pool (httpcore's public API)
+        with the backend above; the answer is read whole here, inside the call's deadline."""
+
+        def __init__(self) -> None:
+            # httpx's own defaults: 100 connections, 20 kept alive for 5 s.
             self._pool = httpcore.ConnectionPool(
                 ssl_context=ssl_context,
                 max_connections=100,
@@ -319,6 +322,33 @@ def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.HTT
                 uds=uds,
                 network_backend=Backend(),
             )
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            url = request.url
+            core = httpcore.Request(
+                request.method,
+                httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+                headers=request.headers.raw,
+                content=request.read(),
+                extensions=request.extensions,
+            )
+            try:
+                answer = self._pool.handle_request(core)
+                try:
+                    content = answer.read()
+                finally:
+                    answer.close()
+            except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+                # httpx names its errors as httpcore does (ReadTimeout, ConnectError, RemoteProtocolError...).
+                same: Any = getattr(httpx, type(exc).__name__, None)
+                error = (
+                    same if isinstance(same, type) and issubclass(same, httpx.TransportError) else httpx.TransportError
+                )
+                raise error(str(exc), request=request) from exc
+            return httpx.Response(answer.status, headers=answer.headers, content=content, request=request)
+
+        def close(self) -> None:
+            self._pool.close()
 
     return DeadlineTransport()
 
