@@ -28,10 +28,10 @@ plugin "nomad-device-lingjun" {
     # XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).
     config_socket = "/run/amp/eKitC/xdm/sockets/config-daemon.sock"
 
-    # Fully-qualified XDM service name; empty = probe the known candidates (R1).
+    # Fully-qualified XDM service name; empty = probe the known candidates (see docs/xdm-risks.md, the service name).
     xdm_service = ""
 
-    # How a card minor is sent to Allocate: explicit (field always present) or omit-zero (R4).
+    # How a card minor is sent to Allocate: explicit (field always present) or omit-zero (docs/xdm-risks.md, card 0).
     xdm_minor_encoding = "explicit"
 
     # Deadline of every unary XDM call but Allocate.
@@ -64,7 +64,7 @@ plugin "nomad-device-lingjun" {
     # Share instances per card in tdm mode (each 100/N % compute and floor(memory/N) GiB).
     tdm_shares = 10
 
-    # Model substrings that may run in mig mode (R11); XDM's refusal still wins.
+    # Model substrings that may run in mig mode; XDM's refusal still wins (docs/xdm-risks.md, MIG availability).
     mig_models = ["A100", "A800", "H100", "H800", "H200", "H20", "A30"]
 
     # Group whole cards by a topology level name (e.g. numaNodes, pcieSwitches) so count=N lands in one domain; none = one group per model.

@@ -72,12 +72,12 @@ OPTIONS: tuple[Option, ...] = (
         f"{DEFAULT_SOCKET_DIR}/config-daemon.sock",
         "XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).",
     ),
-    Option("xdm_service", "string", "", "Fully-qualified XDM service name; empty = probe the known candidates (R1)."),
+    Option("xdm_service", "string", "", "Fully-qualified XDM service name; empty = probe the known candidates (see docs/xdm-risks.md, the service name)."),
     Option(
         "xdm_minor_encoding",
         "string",
         "explicit",
-        "How a card minor is sent to Allocate: explicit (field always present) or omit-zero (R4).",
+        "How a card minor is sent to Allocate: explicit (field always present) or omit-zero (docs/xdm-risks.md, card 0).",
         choices=("explicit", "omit-zero"),
     ),
     Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call but Allocate.", duration=True),
@@ -152,7 +152,7 @@ OPTIONS: tuple[Option, ...] = (
         "mig_models",
         "list(string)",
         ["A100", "A800", "H100", "H800", "H200", "H20", "A30"],
-        "Model substrings that may run in mig mode (R11); XDM's refusal still wins.",
+        "Model substrings that may run in mig mode; XDM's refusal still wins (docs/xdm-risks.md, MIG availability).",
     ),
     Option(
         "group_by",
