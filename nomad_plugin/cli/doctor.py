@@ -133,7 +133,7 @@ class Doctor:
 
     def check_data_dir(self) -> None:
         assert self.config is not None
-        problem = data_dir_problem(Path(self.config.data_dir))
+        problem = journal_write_problem(Path(self.config.data_dir))
         if problem:
             self.add(
                 "data dir",
@@ -632,7 +632,7 @@ def _executable_file(path: Path) -> bool:
         return False
 
 
-def data_dir_problem(path: Path) -> str:
+def journal_write_problem(path: Path) -> str:
     """Why the journal cannot live in ``path`` ("" if it can), tried for real and left as found."""
     created: list[Path] = []
     found: os.stat_result | None = None
