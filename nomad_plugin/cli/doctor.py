@@ -147,15 +147,22 @@ class Doctor:
 
     def check_nvml(self) -> None:
         assert self.config is not None
-        backend = NvmlBackend(self.config, loader=self.host.nvml_loader, event_timeout_ms=100)
-        backend.start()
-        try:
-            ready = backend.wait_ready(NVML_WAIT_S)
-            inventory = backend.inventory()
-        finally:
-            backend.stop()
-        if not ready or not inventory.reachable:
-            reason = inventory.unreachable_reason or f"no inventory within {NVML_WAIT_S:.0f} s"
+        try:  # NVML that does not initialise is said at once, not after the backend's retries
+            reason = nvml_lib.nvml_unavailable_reason(self.host.nvml_loader())
+        except nvml_lib.NvmlMissing as exc:
+            reason = str(exc)
+        inventory = None
+        if not reason:
+            backend = NvmlBackend(self.config, loader=self.host.nvml_loader, event_timeout_ms=100)
+            backend.start()
+            try:
+                ready = backend.wait_ready(NVML_WAIT_S)
+                inventory = backend.inventory()
+            finally:
+                backend.stop()
+            if not ready or not inventory.reachable:
+                reason = inventory.unreachable_reason or f"no inventory within {NVML_WAIT_S:.0f} s"
+        if reason or inventory is None:
             self.add(
                 "nvml",
                 FAIL,
