@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.main import command_parser, fail
+from nomad_plugin.cli.main import command_parser, described, fail
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import LaunchError, LiveNode, Session
@@ -229,8 +229,8 @@ def main(argv: list[str]) -> int:
     except BrokenPipeError:  # the reader of the tour went away (demo | head): main stops quietly
         raise
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
-        tour.doc["error"] = str(exc)
-        fail("demo", str(exc), 1)
+        tour.doc["error"] = described(exc)
+        fail("demo", described(exc), 1)
     tour.doc["elapsed_s"] = round(time.monotonic() - tour.t0, 2)
     if args.json:
         sys.stdout.write(json.dumps(tour.doc, indent=2) + "\n")

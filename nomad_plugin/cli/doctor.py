@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin import PLUGIN_NAME
+from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.backend_select import accept_config, choose_backend_name
 from nomad_plugin.cli.main import add_config_options, command_parser
 from nomad_plugin.config.decode import deprecated_spellings
@@ -548,7 +549,30 @@ class Doctor:
                     f'to {PLUGIN_NAME} and use plugin "{PLUGIN_NAME}" {{ ... }}',
                 )
             else:
-                self.add("plugin file", OK, f"{path} is executable and matches its plugin block")
+                self._plugin_identity(path)
+
+    def _plugin_identity(self, path: Path) -> None:
+        """Is the file that Nomad would run this plugin? Judged from its bytes: doctor runs nothing."""
+        what, version, problem = plugin_file_identity(path)
+        if problem:
+            self.add(
+                "plugin file",
+                FAIL,
+                f"{path} is named like this plugin but {problem}",
+                f"copy dist/{PLUGIN_NAME} there again (and compare it with {PLUGIN_NAME}.sha256); Nomad would run "
+                "this file and get no plugin",
+            )
+        elif version and version != __version__:
+            self.add(
+                "plugin file",
+                WARN,
+                f"{path} is {what}, version {version}; this doctor is version {__version__}",
+                "run the doctor of the version Nomad runs (the plugin file itself: "
+                f"{path} doctor ...), or install this version's file",
+            )
+        else:
+            shown = f"{what}, version {version}" if version else what
+            self.add("plugin file", OK, f"{path} is {shown}, executable and matched by its plugin block")
 
     def _block_names(self) -> set[str] | None:
         """Plugin block labels of the agent config; None when it cannot be read."""
@@ -637,6 +661,31 @@ def _executable_file(path: Path) -> bool:
         return path.is_file() and bool(os.stat(path).st_mode & 0o111)
     except OSError:
         return False
+
+
+# The first lines of the header tools/build_dist.py writes, up to where its payload starts.
+_SHIPPED_HEADER = re.compile(rb"#!/bin/sh\n# " + PLUGIN_NAME.encode() + rb' (\S+): .*?tail -c \+(\d+) "\$0"', re.S)
+_CONSOLE_SCRIPT = re.compile(rb"#!(\S+)\n(?:.*\n)?from nomad_plugin\.cli\.main import main\n")
+
+
+def plugin_file_identity(path: Path) -> tuple[str, str, str]:
+    """(what the file is, its version if it says, the problem): the shipped file, whose sh header
+    names the plugin and where its gzip'd bundle starts, or the console script of a pip install."""
+    with path.open("rb") as f:
+        head = f.read(8192)
+        shipped = _SHIPPED_HEADER.match(head)
+        if shipped is not None:
+            f.seek(int(shipped[2]) - 1)
+            if f.read(2) != b"\x1f\x8b":
+                return "", "", "its bundle is missing or damaged (no gzip'd tar where its header says)"
+            return "the shipped file", shipped[1].decode(errors="replace"), ""
+    script = _CONSOLE_SCRIPT.match(head)
+    if script is None:
+        return "", "", "is neither the shipped file (sh header and bundle) nor the console script of a pip install"
+    interpreter = script[1].decode(errors="replace")
+    if not _executable_file(Path(interpreter)):
+        return "", "", f"is a console script whose interpreter {interpreter} is missing"
+    return f"the console script of {interpreter}", "", ""
 
 
 def data_dir_problem(path: Path) -> str:
