@@ -58,6 +58,10 @@ job "whole-card" {
 }
 """
 RECOVERY_DELAY = "2s"
+POWER_NOTE = (
+    "Power usage is the draw in mW over the draw in W, as nomad-device-nvidia (1.1.0 on) sends it whatever its\n"
+    "unit says; xdm.Power draw and xdm.Power limit are in W (docs/stats.md)."
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -143,6 +147,8 @@ def _stats(tour: Tour, session: Session, ids: list[str], seconds: float) -> None
     if not samples:
         raise LaunchError(f"no stats for {ids} within 5 s ({stream.error or 'stream silent'})")
     tour.say("", "Device Stats (latest):", *stats_text(samples[-1], tour.style))
+    if any("Power usage" in i.stats for i in samples[-1]):
+        tour.say("", POWER_NOTE)
     tour.doc["stats"] = {"samples": len(samples), "instances": [i.to_json() for i in samples[-1]]}
 
 

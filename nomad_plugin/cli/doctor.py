@@ -786,8 +786,13 @@ def summary_line(findings: list[Finding]) -> str:
     counts = {status: sum(1 for f in findings if f.status == status) for status in (OK, WARN, FAIL, SKIP)}
     tally = f"{counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failed, {counts[SKIP]} skipped"
     if counts[FAIL]:
-        first = next(f for f in findings if f.status == FAIL)
-        return f"doctor: {tally}: fix the failures above first ({first.check}), then run doctor again"
+        failed = list(dict.fromkeys(f.check for f in findings if f.status == FAIL))
+        if counts[FAIL] == 1:
+            return f"doctor: {tally}: fix the failure above ({failed[0]}), then run doctor again"
+        return (
+            f"doctor: {tally}: fix the {counts[FAIL]} failures above ({', '.join(failed)}), starting with "
+            f"{failed[0]}, then run doctor again"
+        )
     if counts[WARN]:
         return f"doctor: {tally}: this node can run the plugin; read the warnings above"
     return f"doctor: {tally}: this node can run the plugin"

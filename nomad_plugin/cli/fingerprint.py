@@ -55,7 +55,8 @@ def main(argv: list[str]) -> int:
                 found, why = plugin_keys(node.config, args.timeout)
                 keys = {"plugin_keys": found.to_json()} if found else {"plugin_keys": None, "plugin_keys_error": why}
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
-        return fail("fingerprint", f"{' '.join(described(exc).split())} ({NEXT})", 1)
+        said = described(exc).rstrip()  # a syntax error's source and caret lines stay lines
+        return fail("fingerprint", f"{said}\n({NEXT})" if "\n" in said else f"{said} ({NEXT})", 1)
     if mismatch:
         return fail("fingerprint", mismatch, 1)
     if args.json:
