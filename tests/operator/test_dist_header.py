@@ -35,7 +35,7 @@ def build_dist_module():  # type: ignore[no-untyped-def]
     return build_dist
 
 
-def shipped_file(path: Path) -> Path:
+def shipped_file(path: Path, version: str = "9.9.9") -> Path:
     """A file laid out as build_dist.build() lays it out: header, then the gzip'd tar at OFFSET."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -46,7 +46,7 @@ def shipped_file(path: Path) -> Path:
     build_dist = build_dist_module()
     offset = 1
     while True:
-        head = build_dist.header("9.9.9", "0123456789abcdef", (2, 17), offset)
+        head = build_dist.header(version, "0123456789abcdef", (2, 17), offset)
         if len(head) + 1 == offset:
             break
         offset = len(head) + 1
