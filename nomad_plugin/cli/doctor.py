@@ -766,7 +766,9 @@ def _xdm_next_step(kind: str) -> str:
 def parser() -> argparse.ArgumentParser:
     p = command_parser("doctor", __doc__ or "")
     add_config_options(p)
-    p.add_argument("--plugin-dir", help="the agent's plugin_dir (checks the file's name and execute bit)")
+    p.add_argument(
+        "--plugin-dir", help="the agent's plugin_dir (checks the file's name, execute bit and that it is this plugin)"
+    )
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where /etc and /usr/local live
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--verbose", action="store_true", help="also print XDM's field-by-field schema binding report")
