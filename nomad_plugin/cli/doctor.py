@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import stat
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from nomad_plugin.reconcile.nomad_api import (
     check_visibility,
 )
 from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
+from nomad_plugin.util.bundle import plugin_file_identity
 from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -663,31 +663,6 @@ def _executable_file(path: Path) -> bool:
         return False
 
 
-# The first lines of the header tools/build_dist.py writes, up to where its payload starts.
-_SHIPPED_HEADER = re.compile(rb"#!/bin/sh\n# " + PLUGIN_NAME.encode() + rb' (\S+): .*?tail -c \+(\d+) "\$0"', re.S)
-_CONSOLE_SCRIPT = re.compile(rb"#!(\S+)\n(?:.*\n)?from nomad_plugin\.cli\.main import main\n")
-
-
-def plugin_file_identity(path: Path) -> tuple[str, str, str]:
-    """(what the file is, its version if it says, the problem): the shipped file, whose sh header
-    names the plugin and where its gzip'd bundle starts, or the console script of a pip install."""
-    with path.open("rb") as f:
-        head = f.read(8192)
-        shipped = _SHIPPED_HEADER.match(head)
-        if shipped is not None:
-            f.seek(int(shipped[2]) - 1)
-            if f.read(2) != b"\x1f\x8b":
-                return "", "", "its bundle is missing or damaged (no gzip'd tar where its header says)"
-            return "the shipped file", shipped[1].decode(errors="replace"), ""
-    script = _CONSOLE_SCRIPT.match(head)
-    if script is None:
-        return "", "", "is neither the shipped file (sh header and bundle) nor the console script of a pip install"
-    interpreter = script[1].decode(errors="replace")
-    if not _executable_file(Path(interpreter)):
-        return "", "", f"is a console script whose interpreter {interpreter} is missing"
-    return f"the console script of {interpreter}", "", ""
-
-
 def data_dir_problem(path: Path) -> str:
     """Why the journal cannot live in ``path`` ("" if it can), tried for real and left as found."""
     created: list[Path] = []
@@ -766,9 +741,7 @@ def _xdm_next_step(kind: str) -> str:
 def parser() -> argparse.ArgumentParser:
     p = command_parser("doctor", __doc__ or "")
     add_config_options(p)
-    p.add_argument(
-        "--plugin-dir", help="the agent's plugin_dir (checks the file's name, execute bit and that it is this plugin)"
-    )
+    p.add_argument("--plugin-dir", help="the agent's plugin_dir (checks its file's name, mode and contents)")
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where /etc and /usr/local live
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--verbose", action="store_true", help="also print XDM's field-by-field schema binding report")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import ssl
 import sys
 import threading
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.util.text import normalise_token, printable, secret_forms
+from nomad_plugin.util.text import normalise_token, printable, secret_forms, transport_words
 
 if TYPE_CHECKING:
     import httpcore
@@ -530,7 +529,7 @@ class NomadClient:
         except httpx.TimeoutException:
             raise NomadApiError(f"{what}: timed out after {timeout:.1f}s", "timeout") from None
         except httpx.HTTPError as exc:
-            raise NomadApiError(f"{what}: {self._redact(_transport_words(exc))}", "unreachable") from None
+            raise NomadApiError(f"{what}: {self._redact(transport_words(exc))}", "unreachable") from None
         text = self._redact(resp.text.strip()[:200]) if resp.status_code != 200 else ""
         if resp.status_code == 403:
             need = "node:write" if method == "POST" else "to be a valid ACL token" if acl else required_capability(path)
@@ -545,23 +544,6 @@ class NomadClient:
         for secret in self._secrets:
             text = text.replace(secret, "<redacted>")
         return printable(text, 400)
-
-
-# httpx's transport errors, in words; the system's reason follows without Python's "[Errno N]".
-_TRANSPORT = {
-    "ConnectError": "cannot connect",
-    "ReadError": "the connection failed while reading the answer",
-    "WriteError": "the connection failed while sending the request",
-    "RemoteProtocolError": "the answer is not HTTP",
-    "LocalProtocolError": "the request could not be sent as HTTP",
-    "UnsupportedProtocol": "the address is not http:// or https://",
-    "ProxyError": "the proxy refused the request",
-}
-
-
-def _transport_words(exc: Exception) -> str:
-    reason = re.sub(r"\[Errno -?\d+\] ", "", str(exc)) or "no reason given"
-    return f"{_TRANSPORT.get(type(exc).__name__, type(exc).__name__)}: {reason}"
 
 
 def _what(method: str, path: str) -> str:
