@@ -26,7 +26,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.fingerprint import plugin_keys
+from nomad_plugin.cli.fingerprint import plugin_keys, schema_mismatch
 from nomad_plugin.cli.main import add_config_options, command_parser, described, fail, plugin_config
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.jobspec import (
@@ -221,6 +221,9 @@ def main(argv: list[str]) -> int:
                 args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin, device_timeout=args.timeout
             ) as live:
                 groups, source, config = live.devices(), live.source, dict(live.config)
+                mismatch = schema_mismatch(groups)  # groups read with the wrong schema: no verdict on them
+                if mismatch:
+                    raise ValueError(mismatch)
                 if node_rules:
                     plugin, plugin_why = plugin_keys(config, args.timeout)
     except (LaunchError, LauncherConfigError, ValueError, KeyError, OSError) as exc:

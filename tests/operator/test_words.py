@@ -81,13 +81,17 @@ def misread_xdm() -> Iterator[Simulator]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_a_schema_mismatch_fails_fingerprint_without_misread_groups(misread_xdm: Simulator) -> None:
+def test_a_schema_mismatch_fails_fingerprint_and_check_job_without_misread_groups(misread_xdm: Simulator) -> None:
     for args in ((), ("--json",)):
         done = cli("fingerprint", "--socket-dir", str(misread_xdm.socket_dir), *args)
         assert done.returncode == 1 and done.stdout == ""
         assert done.stderr.startswith("fingerprint: XDM schema mismatch: ListGpuInfo: ")
         assert "the plugin offers all 8 cards as unhealthy, under names read with the wrong schema" in done.stderr
         assert "xdm_schema" in done.stderr and done.stderr.count("\n") == 1
+    job = str(JOBS / "whole-card.nomad.hcl")
+    check = cli("check-job", job, "--socket-dir", str(misread_xdm.socket_dir))  # no verdict on misread groups
+    assert check.returncode == 2 and check.stdout == ""
+    assert check.stderr.startswith("check-job: cannot get the fingerprint: XDM schema mismatch: ListGpuInfo: ")
 
 
 def test_doctors_summary_counts_the_failures(tmp_path: Path) -> None:
