@@ -76,7 +76,8 @@ CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
 NODE_LIBRARIES = ("libstdc++.so*", "libgcc_s.so*")
 
 # The sh header. It uses only POSIX sh and, on the first launch of a build,
-# tail, tar, gzip, mkdir, mktemp, mv -T (GNU coreutils), rm, ls and find.
+# tail, tar, gzip, mkdir, mktemp, mv -T (GNU coreutils), rm, ls and find, looked up on PATH
+# and then in the system's own directories (a bare PATH does not stop it).
 HEADER = r"""#!/bin/sh
 # @NAME@ @VERSION@: a self-contained HashiCorp Nomad device plugin (Python @PYVER@ and its
 # libraries bundled by PyInstaller; no Python needed on the node; needs glibc >= @GLIBC@ and
@@ -95,7 +96,11 @@ elif [ -n "${HOME:-}" ] && [ "$HOME" != / ]; then c=$HOME/.cache/$n
 else c=/var/cache/$n; fi
 case $c in /*) ;; *) die "the cache directory must be an absolute path, got '$c' (set @CACHE_ENV@)";; esac
 d=$c/$b
-if [ ! -x "$d/$n" ]; then (  # a subshell: its umask and variables do not reach the plugin
+if [ ! -x "$d/$n" ]; then (  # a subshell: its umask, PATH and variables do not reach the plugin
+  # The unpack finds its tools wherever the system keeps them, whatever PATH the agent was given.
+  PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; x=
+  for o in mkdir mktemp tail tar gzip mv rm; do command -v $o >/dev/null 2>&1 || x="$x $o"; done
+  [ -z "$x" ] || die "cannot unpack $0 on its first launch: no$x on PATH or in /usr/sbin, /usr/bin, /sbin, /bin (install coreutils, tar and gzip, or unpack it once where they exist, into the same cache directory $c)"
   v=$(getconf GNU_LIBC_VERSION 2>/dev/null); v=${v#glibc }; m=${v#*.}; m=${m%%.*}
   case $v in 2.*) [ "$m" -ge @GLIBC_MINOR@ ] 2>/dev/null || die "needs glibc >= @GLIBC@, this node has $v";; esac
   umask 077

@@ -22,6 +22,12 @@
 # Needs: the raw_exec driver enabled on the clients (the command talks to XDM's root-only
 # config-daemon socket), and the plugin executable at the path below (the agent's
 # plugin_dir). The plugin itself never calls Enable or Disable.
+#
+# Dry run (which group a node whose meta asks for Runtime Kit runs: "enable" places, "disable"
+# does not, so check-job exits 1; with =false it is the other way round):
+#           nomad-device-lingjun check-job examples/jobs/runtime-kit-controller.sysbatch.hcl \
+#             --profile h800-8 --node-value meta.lj_runtimekit_enable=true
+# check-job: --profile h800-8 --node-value meta.lj_runtimekit_enable=true
 job "runtime-kit-controller" {
   datacenters = ["*"]
   type        = "sysbatch"

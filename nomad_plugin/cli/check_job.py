@@ -26,8 +26,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.common import add_config_options, command_parser, fail, plugin_config
-from nomad_plugin.cli.fingerprint import plugin_keys
+from nomad_plugin.cli.common import add_config_options, command_parser, described, fail, plugin_config
+from nomad_plugin.cli.fingerprint import plugin_keys, schema_mismatch
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.jobspec import (
     NODE_FIELDS,
@@ -110,7 +110,7 @@ def _read_json(path: str) -> Any:
     try:
         return go_strings(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
+        raise ValueError(f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"{path} is not JSON ({type(exc).__name__}: {exc})") from None
 
@@ -161,7 +161,9 @@ def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> 
             node_id = config.nomad_node_id or client.node_id()
             doc = client.node_record(node_id)
         except (NomadApiError, OSError) as exc:  # OSError: the TLS files (nomad_ca_cert, ...) cannot be read
-            raise ValueError(f"the Nomad agent at {settings.address} did not give this node: {exc}") from None
+            raise ValueError(
+                f"the Nomad agent at {settings.address} did not give this node: {described(exc)}"
+            ) from None
     return node_from_json(doc, f"Nomad at {settings.address}, /v1/node/{node_id}")
 
 
@@ -185,7 +187,7 @@ def _node_values(
             try:
                 node = _agent_node(args, config_map)
             except (ValueError, PluginError, OSError) as exc:
-                node_why = str(exc)
+                node_why = described(exc)
         elif not ask:
             node_why = "" if args.agent is None else "--no-agent"
     return NodeValues(node, plugin, plugin_why, stated, node_why)
@@ -202,7 +204,7 @@ def main(argv: list[str]) -> int:
     try:
         job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
-        return fail("check-job", str(exc))
+        return fail("check-job", described(exc))
     requests = job.requests
     node_rules = any(g.has_rules for g in job.groups)
     config = None
@@ -219,10 +221,13 @@ def main(argv: list[str]) -> int:
                 args.plugin_config, args.set, args.profile, args.socket_dir, args.plugin, device_timeout=args.timeout
             ) as live:
                 groups, source, config = live.devices(), live.source, dict(live.config)
+                mismatch = schema_mismatch(groups)  # groups read with the wrong schema: no verdict on them
+                if mismatch:
+                    raise ValueError(mismatch)
                 if node_rules:
                     plugin, plugin_why = plugin_keys(config, args.timeout)
     except (LaunchError, LauncherConfigError, ValueError, KeyError, OSError) as exc:
-        return fail("check-job", f"cannot get the fingerprint: {exc}")
+        return fail("check-job", f"cannot get the fingerprint: {described(exc)}")
     try:
         values = _node_values(args, job, plugin, plugin_why, config)
     except ValueError as exc:

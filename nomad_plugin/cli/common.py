@@ -58,6 +58,13 @@ def plugin_config(path: str | None, overrides: list[str], validate: bool = False
     return (accept_config if validate else decode_config)(msgpack_config(load_config(path, overrides)))
 
 
+def described(exc: BaseException) -> str:
+    """An exception in words: an ``OSError`` as "path: reason", without Python's ``[Errno N]``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename is not None else exc.strerror
+    return str(exc)
+
+
 def fail(command: str, message: str, code: int = 2) -> int:
     """One line on stderr, ``<command>: <message>``; the exit status."""
     sys.stderr.write(f"{command}: {message}\n")

@@ -1,7 +1,8 @@
 """``nomad-device-lingjun demo``: the plugin end to end on any machine, in under 30 seconds.
 
 An in-process XDM simulator, the plugin launched as Nomad launches it, then what Nomad would show:
-the device groups, a Reserve for examples/jobs/whole-card.nomad.hcl, live stats and a card's
+the device groups, a Reserve for examples/jobs/whole-card.nomad.hcl (on a node whose cards that job
+does not ask for, the same job asking for one of this node's cards), live stats and a card's
 health flip and recovery in the fingerprint stream.
 """
 
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.cli.common import command_parser, fail
+from nomad_plugin.cli.common import command_parser, described, fail
 from nomad_plugin.jobspec import evaluate_job, parse_job_text
 from nomad_plugin.launcher.config import LauncherConfigError
 from nomad_plugin.launcher.process import LaunchError, LiveNode, Session
@@ -41,7 +42,26 @@ job "whole-card" {
   }
 }
 """
+# The same job for a node whose cards the example does not ask for: one whole card of its first group.
+NODE_JOB = """
+job "whole-card" {
+  group "one-card" {
+    task "main" {
+      driver = "docker"
+      resources {
+        device "%s" {
+          count = 1
+        }
+      }
+    }
+  }
+}
+"""
 RECOVERY_DELAY = "2s"
+POWER_NOTE = (
+    "Power usage is the draw in mW over the draw in W, as nomad-device-nvidia (1.1.0 on) sends it whatever its\n"
+    "unit says; xdm.Power draw and xdm.Power limit are in W (docs/stats.md)."
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,10 +95,16 @@ class Tour:
 def _reserve(tour: Tour, session: Session, groups: list[DeviceGroup]) -> list[str]:
     requests = parse_job_text(EXAMPLE.read_text() if EXAMPLE.is_file() else FALLBACK_JOB, "whole-card.nomad.hcl")
     (verdict,) = evaluate_job(requests, groups)
+    source = "examples/jobs/whole-card.nomad.hcl"
+    if not verdict.ok and groups:  # another vendor or a smaller card: the example, asking for this node's card
+        why = "; ".join(reason for g in verdict.groups for reason in g.reasons) or "no group fits"
+        (verdict,) = evaluate_job(parse_job_text(NODE_JOB % f"{groups[0].vendor}/{groups[0].type}", "demo"), groups)
+        source = f"whole-card.nomad.hcl for this node's cards; as written it does not fit here: {why}"
     req = verdict.request
     if not verdict.ok or verdict.chosen is None:
-        raise LaunchError(f"the example job does not fit the simulated node: {verdict.groups[0].reasons}")
-    tour.section(f'Job "{req.job}": device "{req.name}" count {req.count} (examples/jobs/whole-card.nomad.hcl)')
+        why = "; ".join(reason for g in verdict.groups for reason in g.reasons) or "the node has no device group"
+        raise LaunchError(f"the example job does not fit the simulated node: {why}")
+    tour.section(f'Job "{req.job}": device "{req.name}" count {req.count} ({source})')
     rule = verdict.chosen.rules[0].describe() if verdict.chosen.rules else "no constraints"
     tour.say(
         f"scheduler: group {verdict.chosen.group.full_name}, {rule}", f"picked IDs: {', '.join(verdict.picked_ids)}"
@@ -94,6 +120,7 @@ def _reserve(tour: Tour, session: Session, groups: list[DeviceGroup]) -> list[st
         "device": req.name,
         "group": verdict.chosen.group.full_name,
         "ids": list(verdict.picked_ids),
+        "job_source": source,
         "reserve_ms": round(ms, 2),
         **res.to_json(),
     }
@@ -120,6 +147,8 @@ def _stats(tour: Tour, session: Session, ids: list[str], seconds: float) -> None
     if not samples:
         raise LaunchError(f"no stats for {ids} within 5 s ({stream.error or 'stream silent'})")
     tour.say("", "Device Stats (latest):", *stats_text(samples[-1], tour.style))
+    if any("Power usage" in i.stats for i in samples[-1]):
+        tour.say("", POWER_NOTE)
     tour.doc["stats"] = {"samples": len(samples), "instances": [i.to_json() for i in samples[-1]]}
 
 
@@ -203,9 +232,11 @@ def main(argv: list[str]) -> int:
     try:
         run(tour, args.profile, args.seconds, args.plugin)
         tour.doc["ok"] = True
+    except BrokenPipeError:  # the reader of the tour went away (demo | head): main stops quietly
+        raise
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
-        tour.doc["error"] = str(exc)
-        fail("demo", str(exc), 1)
+        tour.doc["error"] = described(exc)
+        fail("demo", described(exc), 1)
     tour.doc["elapsed_s"] = round(time.monotonic() - tour.t0, 2)
     if args.json:
         sys.stdout.write(json.dumps(tour.doc, indent=2) + "\n")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin import PLUGIN_NAME
+from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.backend_select import accept_config, choose_backend_name
 from nomad_plugin.cli.common import add_config_options, command_parser
 from nomad_plugin.config.decode import deprecated_spellings
@@ -52,6 +52,7 @@ from nomad_plugin.reconcile.nomad_api import (
     check_visibility,
 )
 from nomad_plugin.reconcile.reconciler import ReconcilerState, reconciler_state_path
+from nomad_plugin.util.bundle import plugin_file_identity
 from nomad_plugin.xdm.client import XdmClient, socket_problem
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -147,15 +148,22 @@ class Doctor:
 
     def check_nvml(self) -> None:
         assert self.config is not None
-        backend = NvmlBackend(self.config, loader=self.host.nvml_loader, event_timeout_ms=100)
-        backend.start()
-        try:
-            ready = backend.wait_ready(NVML_WAIT_S)
-            inventory = backend.inventory()
-        finally:
-            backend.stop()
-        if not ready or not inventory.reachable:
-            reason = inventory.unreachable_reason or f"no inventory within {NVML_WAIT_S:.0f} s"
+        try:  # NVML that does not initialise is said at once, not after the backend's retries
+            reason = nvml_lib.nvml_unavailable_reason(self.host.nvml_loader())
+        except nvml_lib.NvmlMissing as exc:
+            reason = str(exc)
+        inventory = None
+        if not reason:
+            backend = NvmlBackend(self.config, loader=self.host.nvml_loader, event_timeout_ms=100)
+            backend.start()
+            try:
+                ready = backend.wait_ready(NVML_WAIT_S)
+                inventory = backend.inventory()
+            finally:
+                backend.stop()
+            if not ready or not inventory.reachable:
+                reason = inventory.unreachable_reason or f"no inventory within {NVML_WAIT_S:.0f} s"
+        if reason or inventory is None:
             self.add(
                 "nvml",
                 FAIL,
@@ -541,7 +549,30 @@ class Doctor:
                     f'to {PLUGIN_NAME} and use plugin "{PLUGIN_NAME}" {{ ... }}',
                 )
             else:
-                self.add("plugin file", OK, f"{path} is executable and matches its plugin block")
+                self._plugin_identity(path)
+
+    def _plugin_identity(self, path: Path) -> None:
+        """Is the file that Nomad would run this plugin? Judged from its bytes: doctor runs nothing."""
+        what, version, problem = plugin_file_identity(path)
+        if problem:
+            self.add(
+                "plugin file",
+                FAIL,
+                f"{path} is named like this plugin but {problem}",
+                f"copy dist/{PLUGIN_NAME} there again (and compare it with {PLUGIN_NAME}.sha256); Nomad would run "
+                "this file and get no plugin",
+            )
+        elif version and version != __version__:
+            self.add(
+                "plugin file",
+                WARN,
+                f"{path} is {what}, version {version}; this doctor is version {__version__}",
+                "run the doctor of the version Nomad runs (the plugin file itself: "
+                f"{path} doctor ...), or install this version's file",
+            )
+        else:
+            shown = f"{what}, version {version}" if version else what
+            self.add("plugin file", OK, f"{path} is {shown}, executable and matched by its plugin block")
 
     def _block_names(self) -> set[str] | None:
         """Plugin block labels of the agent config; None when it cannot be read."""
@@ -710,7 +741,7 @@ def _xdm_next_step(kind: str) -> str:
 def parser() -> argparse.ArgumentParser:
     p = command_parser("doctor", __doc__ or "")
     add_config_options(p)
-    p.add_argument("--plugin-dir", help="the agent's plugin_dir (checks the file's name and execute bit)")
+    p.add_argument("--plugin-dir", help="the agent's plugin_dir (checks its file's name, mode and contents)")
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where /etc and /usr/local live
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--verbose", action="store_true", help="also print XDM's field-by-field schema binding report")
@@ -730,8 +761,13 @@ def summary_line(findings: list[Finding]) -> str:
     counts = {status: sum(1 for f in findings if f.status == status) for status in (OK, WARN, FAIL, SKIP)}
     tally = f"{counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failed, {counts[SKIP]} skipped"
     if counts[FAIL]:
-        first = next(f for f in findings if f.status == FAIL)
-        return f"doctor: {tally}: fix the failures above first ({first.check}), then run doctor again"
+        failed = list(dict.fromkeys(f.check for f in findings if f.status == FAIL))
+        if counts[FAIL] == 1:
+            return f"doctor: {tally}: fix the failure above ({failed[0]}), then run doctor again"
+        return (
+            f"doctor: {tally}: fix the {counts[FAIL]} failures above ({', '.join(failed)}), starting with "
+            f"{failed[0]}, then run doctor again"
+        )
     if counts[WARN]:
         return f"doctor: {tally}: this node can run the plugin; read the warnings above"
     return f"doctor: {tally}: this node can run the plugin"

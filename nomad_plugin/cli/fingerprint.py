@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from nomad_plugin.backend_select import select_backend
-from nomad_plugin.cli.common import add_config_options, command_parser, fail
+from nomad_plugin.cli.common import add_config_options, command_parser, described, fail
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.jobspec import PluginKeys
@@ -23,8 +23,9 @@ from nomad_plugin.launcher.config import LauncherConfigError, msgpack_config
 from nomad_plugin.launcher.process import LaunchError, LiveNode
 from nomad_plugin.model.card import NodeMeta, client_meta_block, node_meta
 from nomad_plugin.model.errors import PluginError
-from nomad_plugin.nomad_view.types import Style, fingerprint_summary, fingerprint_text
+from nomad_plugin.nomad_view.types import DeviceGroup, Style, fingerprint_summary, fingerprint_text
 from nomad_plugin.reconcile.node_meta import ready
+from nomad_plugin.xdm.binder import MISMATCH_PREFIX
 
 NEXT = "nomad-device-lingjun doctor checks the node step by step"
 
@@ -49,11 +50,15 @@ def main(argv: list[str]) -> int:
     try:
         with node:
             groups = node.devices()
-            if args.json:
+            mismatch = schema_mismatch(groups)
+            if args.json and not mismatch:
                 found, why = plugin_keys(node.config, args.timeout)
                 keys = {"plugin_keys": found.to_json()} if found else {"plugin_keys": None, "plugin_keys_error": why}
     except (LaunchError, LauncherConfigError, ValueError, OSError) as exc:
-        return fail("fingerprint", f"{' '.join(str(exc).split())} ({NEXT})", 1)
+        said = described(exc).rstrip()  # a syntax error's source and caret lines stay lines
+        return fail("fingerprint", f"{said}\n({NEXT})" if "\n" in said else f"{said} ({NEXT})", 1)
+    if mismatch:
+        return fail("fingerprint", mismatch, 1)
     if args.json:
         sys.stdout.write(json.dumps({"source": node.source, "groups": [g.to_json() for g in groups], **keys}, indent=2))
         sys.stdout.write("\n")
@@ -68,6 +73,19 @@ def main(argv: list[str]) -> int:
     header = f"{len(groups)} device group(s), {devices} instances ({healthy} healthy) from {node.source}"
     sys.stdout.write("\n".join([header, "", *body]) + "\n")
     return 0
+
+
+def schema_mismatch(groups: list[DeviceGroup]) -> str:
+    """Why no card can be trusted ("" when one can): every card unhealthy with XDM's schema mismatch.
+    Their names and attributes were then read through the wrong schema, so none is shown."""
+    devices = [d for g in groups for d in g.devices]
+    if not devices or any(d.healthy or not d.health_description.startswith(MISMATCH_PREFIX) for d in devices):
+        return ""
+    return (
+        f"{devices[0].health_description}; the plugin offers all {len(devices)} cards as unhealthy, under names "
+        "read with the wrong schema (not shown). Set xdm_schema to XDM's official api_outer.proto or map a renamed "
+        "field with xdm_field_aliases; `nomad-device-lingjun doctor --verbose` prints the field-by-field binding"
+    )
 
 
 def node_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginConfig, NodeMeta]:
@@ -93,7 +111,7 @@ def plugin_keys(config_map: dict[str, Any], timeout: float) -> tuple[PluginKeys 
     try:
         config, found = node_keys(config_map, timeout)
     except (PluginError, ValueError, OSError) as exc:
-        return None, f"the plugin's backend gave no inventory: {exc}"
+        return None, f"the plugin's backend gave no inventory: {described(exc)}"
     return PluginKeys(
         dict(found.keys), config.node_meta_prefix, config.node_meta, found.topology_known, found.problems
     ), ""
@@ -113,7 +131,7 @@ def node_meta_command(argv: list[str]) -> int:
         with LiveNode(args.plugin_config, args.set, args.profile, args.socket_dir, launch_plugin=False) as node:
             _, found = node_keys(node.config, args.timeout)
     except (LauncherConfigError, PluginError, ValueError, OSError) as exc:
-        return fail("node-meta", f"{exc} ({NEXT})", 1)
+        return fail("node-meta", f"{described(exc)} ({NEXT})", 1)
     if args.json:
         sys.stdout.write(json.dumps(dict(found.keys), indent=2) + "\n")
         return 0

@@ -65,7 +65,7 @@ def read_journal(config: PluginConfig) -> list[JournalEntry]:
     except JournalCorrupt as exc:
         raise GrantsError(f"grant journal in {config.data_dir} cannot be read: {exc}") from None
     except PermissionError as exc:
-        raise GrantsError(f"{exc}: run as the Nomad client's user (root)") from None
+        raise GrantsError(f"{exc.filename}: {exc.strerror}: run as the Nomad client's user (root)") from None
 
 
 def nomad_view(config: PluginConfig, environ: Mapping[str, str] | None = None) -> NomadView:
@@ -76,7 +76,8 @@ def nomad_view(config: PluginConfig, environ: Mapping[str, str] | None = None) -
             page = client.node_allocations(config.nomad_node_id or client.node_id())
             visibility = check_visibility(client)
         except NomadApiError as exc:
-            return NomadView(error=f"Nomad API: {exc}")
+            said = str(exc)  # most errors name the request ("Nomad API /v1/...") already
+            return NomadView(error=said if said.startswith("Nomad API") else f"Nomad API: {said}")
     return NomadView(allocs=list(page.allocs), visibility=visibility)
 
 

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from nomad_plugin.cli.common import command_parser, fail
+from nomad_plugin.cli.common import command_parser, described, fail
 from nomad_plugin.sim import Simulator
 from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
@@ -228,7 +228,7 @@ def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
             reflection=args.reflection == "on",
         )
     except (ValueError, RuntimeError, OSError) as exc:
-        return fail("xdm-sim", str(exc))
+        return fail("xdm-sim", described(exc))
     done = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -241,7 +241,7 @@ def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
         sim.start()
     except (OSError, RuntimeError) as exc:
         sim.stop()
-        return fail("xdm-sim", f"cannot serve in {socket_dir}: {exc}")
+        return fail("xdm-sim", f"cannot serve in {socket_dir}: {described(exc)}")
     log = logging.getLogger(__name__)
     for card in sim.cards:
         log.info(

@@ -72,7 +72,12 @@ OPTIONS: tuple[Option, ...] = (
         f"{DEFAULT_SOCKET_DIR}/config-daemon.sock",
         "XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).",
     ),
-    Option("xdm_service", "string", "", "Fully-qualified XDM service name; empty = probe the known candidates (see docs/xdm-risks.md, the service name)."),
+    Option(
+        "xdm_service",
+        "string",
+        "",
+        "Fully-qualified XDM service name; empty = probe the known candidates (see docs/xdm-risks.md, the service name).",
+    ),
     Option(
         "xdm_minor_encoding",
         "string",

@@ -589,11 +589,13 @@ def _filled(
     raw: dict[str, Any], options: tuple[Option, ...], where: str, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     allowed = {opt.name for opt in options} | set(extra)
+    # A handful of names is shown; the plugin block's are too many for one line: plugin.hcl lists them.
+    listed = f"allowed: {', '.join(sorted(allowed))}" if len(allowed) <= 8 else "plugin.hcl lists every option"
     for key in raw:
         if key not in allowed:
             raise LauncherConfigError(
                 f'{where}: unsupported argument "{key}" (Nomad refuses it: "No argument or block type is named '
-                f'{json.dumps(str(key))}"){did_you_mean(str(key), allowed)}; allowed: {", ".join(sorted(allowed))}'
+                f'{json.dumps(str(key))}"){did_you_mean(str(key), allowed)}; {listed}'
             )
     return {
         opt.name: agent_value(raw[opt.name], opt, where) if raw.get(opt.name) is not None else opt.default

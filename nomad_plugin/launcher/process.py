@@ -437,18 +437,24 @@ def socket_overrides(socket_dir: str | Path) -> list[str]:
 
 
 def preflight(config: dict[str, Any]) -> None:
-    """Fail at once when the plugin would use XDM and its socket cannot be dialled, rather than wait for
-    devices that cannot come; a config the plugin refuses is left to its SetConfig's own words."""
+    """Fail at once when the plugin would use XDM and its socket cannot be dialled, or NVML and it does
+    not initialise, rather than wait for devices that cannot come; a config the plugin refuses is left
+    to its SetConfig's own words."""
     from nomad_plugin.backend_select import accept_config, choose_backend_name
     from nomad_plugin.config.model import ConfigError
-    from nomad_plugin.nvml.lib import nvml_available
+    from nomad_plugin.nvml.lib import nvml_available, nvml_unavailable_reason
     from nomad_plugin.xdm.client import socket_problem
 
     try:
         plugin_config = accept_config(msgpack_config(config))
     except ConfigError:
         return
-    if not plugin_config.enabled or choose_backend_name(plugin_config, nvml_available) != "xdm":
+    if not plugin_config.enabled:
+        return
+    if choose_backend_name(plugin_config, nvml_available) == "nvml":
+        reason = nvml_unavailable_reason()
+        if reason:
+            raise LaunchError(f"the NVML backend cannot read the cards: {reason}")
         return
     problem = socket_problem(plugin_config.xdm_socket)
     if problem is not None:
@@ -502,8 +508,13 @@ class LiveNode:
         extra: list[str] = []
         if self.profile:
             from nomad_plugin.sim import Simulator
+            from nomad_plugin.sim.nvml_mirror import MirrorUnavailable
 
-            self.sim = Simulator(self.tmp / "s", self.profile, **self.sim_options).start()
+            try:
+                self.sim = Simulator(self.tmp / "s", self.profile, **self.sim_options).start()
+            except MirrorUnavailable as exc:  # profile nvml on a machine without a usable NVIDIA GPU
+                why = str(exc).removeprefix("nvml mirror: ")
+                raise LaunchError(f"profile {self.profile} presents this machine's NVIDIA GPUs: {why}") from None
             # nvml_enrich=false: a simulated card must not pick up this host's GPUs
             extra += [*socket_overrides(self.tmp / "s"), 'backend="xdm"', "nvml_enrich=false"]
         elif self.socket_dir:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nomad_plugin.config.model import PluginConfig
-from nomad_plugin.util.text import normalise_token, printable, secret_forms
+from nomad_plugin.util.text import normalise_token, printable, secret_forms, transport_words
 
 if TYPE_CHECKING:
     import httpcore
@@ -559,7 +559,7 @@ class NomadClient:
         except httpx.TimeoutException:
             raise NomadApiError(f"{what}: timed out after {timeout:.1f}s", "timeout") from None
         except httpx.HTTPError as exc:
-            raise NomadApiError(f"{what}: {self._redact(f'{type(exc).__name__}: {exc}')}", "unreachable") from None
+            raise NomadApiError(f"{what}: {self._redact(transport_words(exc))}", "unreachable") from None
         text = self._redact(resp.text.strip()[:200]) if resp.status_code != 200 else ""
         if resp.status_code == 403:
             need = "node:write" if method == "POST" else "to be a valid ACL token" if acl else required_capability(path)

@@ -1,4 +1,5 @@
-"""The shipped executable (a PyInstaller bundle, ``make dist``): its children's environment and its self-check.
+"""The shipped executable (a PyInstaller bundle, ``make dist``): its children's environment, its self-check,
+and how a file is recognised as this plugin.
 
 PyInstaller's bootloader puts the bundle's own library directory first on ``LD_LIBRARY_PATH``
 (keeping the old value in ``LD_LIBRARY_PATH_ORIG``) before Python starts. This process has loaded
@@ -12,9 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
+from pathlib import Path
+
+from nomad_plugin import PLUGIN_NAME
 
 
 def restore_child_environment(environ: MutableMapping[str, str]) -> None:
@@ -71,3 +76,28 @@ def self_check() -> int:
     result["ok"] = not failed and result.get("re2") is True
     sys.stdout.write(json.dumps(result, sort_keys=True) + os.linesep)
     return 0 if result["ok"] else 1
+
+
+# The first lines of the header tools/build_dist.py writes, up to where its payload starts.
+_SHIPPED_HEADER = re.compile(rb"#!/bin/sh\n# " + PLUGIN_NAME.encode() + rb' (\S+): .*?tail -c \+(\d+) "\$0"', re.S)
+_CONSOLE_SCRIPT = re.compile(rb"#!(\S+)\n(?:.*\n)?from nomad_plugin\.cli\.main import main\n")
+
+
+def plugin_file_identity(path: Path) -> tuple[str, str, str]:
+    """(what the file is, its version if it says, the problem): the shipped file, whose sh header
+    names the plugin and where its gzip'd bundle starts, or the console script of a pip install."""
+    with path.open("rb") as f:
+        head = f.read(8192)
+        shipped = _SHIPPED_HEADER.match(head)
+        if shipped is not None:
+            f.seek(int(shipped[2]) - 1)
+            if f.read(2) != b"\x1f\x8b":
+                return "", "", "its bundle is missing or damaged (no gzip'd tar where its header says)"
+            return "the shipped file", shipped[1].decode(errors="replace"), ""
+    script = _CONSOLE_SCRIPT.match(head)
+    if script is None:
+        return "", "", "is neither the shipped file (sh header and bundle) nor the console script of a pip install"
+    interpreter = script[1].decode(errors="replace")
+    if not os.access(interpreter, os.X_OK):
+        return "", "", f"is a console script whose interpreter {interpreter} is missing"
+    return f"the console script of {interpreter}", "", ""

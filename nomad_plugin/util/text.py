@@ -123,3 +123,21 @@ def data_dir_problem(path: str) -> str | None:
         if normal == tree or normal.startswith(tree + "/"):
             return f"lies in {tree}, a kernel or device filesystem"
     return None
+
+
+# An HTTP client's transport errors (httpx's class names) in words.
+_TRANSPORT = {
+    "ConnectError": "cannot connect",
+    "ReadError": "the connection broke while reading the answer",
+    "WriteError": "the connection broke while sending the request",
+    "RemoteProtocolError": "the answer is not HTTP",
+    "LocalProtocolError": "the request could not be sent as HTTP",
+    "UnsupportedProtocol": "the address is not http:// or https://",
+    "ProxyError": "the proxy refused the request",
+}
+
+
+def transport_words(exc: BaseException) -> str:
+    """What failed, then the system's reason without Python's ``[Errno N]``."""
+    reason = re.sub(r"\[Errno -?\d+\] ", "", str(exc)) or "no reason given"
+    return f"{_TRANSPORT.get(type(exc).__name__, type(exc).__name__)}: {reason}"

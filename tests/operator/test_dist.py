@@ -166,6 +166,19 @@ def test_runs_its_own_interpreter_and_libraries(dist: Path, no_python: dict[str,
     assert all(p.startswith(bundle + "/") for p in python_libs), sorted(python_libs)
 
 
+def test_doctor_knows_the_shipped_file(dist: Path, tmp_path: Path) -> None:
+    """The plugin-file check reads the header tools/build_dist.py wrote, not a stand-in's."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / PLUGIN_NAME).symlink_to(dist)
+    done = subprocess.run(
+        [str(real_plugin()), "doctor", "--json", "--plugin-dir", str(plugins), "--set", f'data_dir="{tmp_path / "d"}"'],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    (found,) = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "plugin file"]
+    assert found["status"] == "ok" and f"is the shipped file, version {__version__}," in found["summary"], found
+
+
 def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
     usage = run([str(dist)], no_python, tmp_path)
     assert usage.returncode == 1 and "This binary is a plugin" in usage.stderr and usage.stdout == ""

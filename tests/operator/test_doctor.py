@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin import PLUGIN_NAME
+from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.cli import doctor
 from nomad_plugin.sim import Simulator
 from tests.doubles.nomad_api import NomadApiDouble
+from tests.operator.test_dist_header import shipped_file
 
 TOKEN = "s3cr3t-token"
 
@@ -53,9 +54,7 @@ def setup(tmp_path: Path, sim: Simulator, nomad: NomadApiDouble) -> dict[str, Pa
     )
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    exe = plugins / PLUGIN_NAME
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+    shipped_file(plugins / PLUGIN_NAME, __version__)  # laid out as tools/build_dist.py writes it
     root = tmp_path / "root"
     (root / "etc/containerd").mkdir(parents=True)
     (root / "etc/containerd/config.toml").write_text(

@@ -72,8 +72,7 @@ def test_doctor_judges_only_the_plugin_file(tmp_path: Path) -> None:
     files without an execute bit)."""
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / PLUGIN_NAME).write_text("#!/bin/sh\n")
-    (plugins / PLUGIN_NAME).chmod(0o755)
+    shutil.copy(real_plugin(), plugins / PLUGIN_NAME)  # this install's console script
     (plugins / f"{PLUGIN_NAME}.sha256").write_text(f"{'0' * 64}  {PLUGIN_NAME}\n")
     proc = cli("doctor", "--json", "--plugin-dir", str(plugins), "--set", f'data_dir="{tmp_path / "data"}"')
     plugin = [f for f in findings(proc) if f["check"] in ("plugin file", "plugin dir")]

@@ -732,7 +732,7 @@ def test_client_unreachable_and_timeout_kinds(tmp_path):
     with pytest.raises(NomadApiError) as err:
         client.node_id()
     client.close()
-    assert err.value.kind == "unreachable" and str(err.value).startswith("Nomad API /v1/agent/self: ConnectError: ")
+    assert err.value.kind == "unreachable" and str(err.value).startswith("Nomad API /v1/agent/self: cannot connect: ")
 
     def slow(path):
         time.sleep(3)
