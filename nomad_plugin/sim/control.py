@@ -21,7 +21,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 COMMANDS: dict[str, str] = {
-    "status": "summary: cards, health, grants, drift, error mode, RPC call counts",
+    "status": "summary: cards, health, grants, drift, error mode",
     "grants": "the simulator's allocations (id -> minors, core, memory, slice, time)",
     "health MINOR healthy|unhealthy [REASON]": "flip a card's health (pushed on ListAndWatch)",
     "remove MINOR / add MINOR": "a card disappears / comes back",

@@ -252,7 +252,6 @@ class Simulator(SimCore):
                 "error_mode": self.options.error_mode,
                 "exporter": self.exporter_state,
                 "latency": dict(self.latency),
-                "calls": dict(self.call_counts),
                 "cards": [
                     dict(
                         minor=c.minor, uuid=c.uuid, model=c.model, present=c.minor in self.present, healthy=h, reason=r
