@@ -72,7 +72,7 @@ class RuntimeKitSwitch:
         answer = self._call(action, self.switch_timeout)
         fits = self.binding().source != "builtin" or not adapter.unknown_fields(answer)  # else success is misread
         success = bool(response.read["success"](answer)) if response.has("success") and fits else None
-        message = str(response.read["message"](answer)) if response.has("message") else ""
+        message = str(response.read["message"](answer)) if response.has("message") and fits else ""
         return SwitchOutcome(action, before, self.status(), success, message)
 
     def describe(self) -> str:

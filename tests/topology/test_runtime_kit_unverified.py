@@ -160,3 +160,17 @@ def test_doctor_next_step_for_a_disabled_runtime_kit_is_ours(builtin: SimProcess
     assert "`nomad-device-lingjun runtime-kit enable`" in step and "sysbatch" in step, step
     assert "label" not in step, step  # Kubernetes' node label means nothing to a Nomad node
     assert builtin.switches() == {"Enable": 0, "Disable": 0}
+
+
+def test_an_empty_answer_reads_disabled_under_any_numbering(renumbered: SimProcess) -> None:
+    """Disabled, config-daemon answers QueryStatus with no field at all: that reads "disabled" whatever the
+    numbers, so enable goes ahead; its answer and the status after it do not fit, and the command says so."""
+    renumbered.ctl("disable")
+    done = command(renumbered, "runtime-kit", "status")
+    assert done.returncode == 0 and "Runtime Kit on this node: disabled" in done.stdout, done
+    done = command(renumbered, "runtime-kit", "enable", "--yes")
+    assert done.returncode == 1, done
+    assert "Enable answered (no readable success field), but QueryStatus reads unknown, because" in done.stderr
+    assert "nothing changed" not in done.stderr and "xdm_schema" in done.stderr, done.stderr
+    assert renumbered.switches() == {"Enable": 1, "Disable": 0}
+    assert renumbered.ctl("status")["enabled"] is True
