@@ -7,7 +7,7 @@ GO_PKGS := golang-go golang-github-hashicorp-go-plugin-dev golang-google-grpc-de
   golang-goprotobuf-dev protobuf-compiler golang-github-zclconf-go-cty-dev \
   golang-github-hashicorp-hcl-v2-dev golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-dev
 
-.PHONY: lock demo test venv go-deps lint typecheck pytest protos dist bench clean mutate promtool
+.PHONY: lock demo test venv go-deps go-tools lint typecheck pytest protos dist bench clean mutate promtool
 
 # Every install goes through requirements.lock (exact versions; `make lock` refreshes it on
 # purpose). PIP_CONSTRAINT reaches pip's isolated build environment too, so setuptools is pinned.
@@ -33,6 +33,14 @@ go-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GO_PKGS) >/dev/null; \
 	  else echo "conformance host needs: sudo apt-get install $(GO_PKGS)"; exit 1; fi; fi
 
+# The Go programs the tests run: the conformance host with its compiled Go unit tests, and the
+# jobspec oracle. Built here, before pytest starts: a fixture only checks that they are current (a
+# cold Go build on a loaded box outlasts any test's timeout). Each build script keeps a stamp of its
+# sources and Go's version and rebuilds only when one changed; Go's build cache lives in their bin/.
+go-tools: venv go-deps
+	$(BIN)/python tests/conformance/build.py >/dev/null
+	$(BIN)/python tests/jobspec/oracle/build.py >/dev/null
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -41,7 +49,7 @@ typecheck: venv
 	$(BIN)/mypy
 
 # tests/operator/test_dist.py runs the shipped executable (CI fails it when missing).
-pytest: venv go-deps dist promtool
+pytest: venv go-tools dist promtool
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
@@ -79,4 +87,4 @@ $(PROMTOOL):
 	$@ --version | head -1
 
 clean:
-	rm -rf $(VENV) build dist tests/conformance/bin mutants
+	rm -rf $(VENV) build dist tests/conformance/bin tests/jobspec/oracle/bin mutants

@@ -307,15 +307,18 @@ class Doctor:
                 "the config daemon (config-daemon.sock) does not answer; check the Runtime Kit Controller job",
             )
         else:
-            if status.enabled:
+            if status.doubt:
+                self.add("runtime kit", WARN, f"Runtime Kit status unknown, because {status.doubt}", _SCHEMA_NEXT_STEP)
+            elif status.enabled:
                 self.add("runtime kit", OK, "Runtime Kit enabled (QueryStatus)")
             else:
                 self.add(
                     "runtime kit",
                     FAIL,
                     f"Runtime Kit is disabled on this node (QueryStatus enabled=false{': ' + status.message if status.message else ''})",
-                    "label the node lj_runtimekit_enable=true so the Runtime Kit Controller enables it, and check the "
-                    "Controller job's status; XDM refuses allocations while disabled (the plugin never enables it)",
+                    "enable it off-peak: `nomad-device-lingjun runtime-kit enable`, or the sysbatch job "
+                    'examples/jobs/runtime-kit-controller.sysbatch.hcl for nodes with meta lj_runtimekit_enable = "true"; '
+                    "XDM refuses allocations while disabled (the plugin never enables it)",
                 )
         self._inventory(client)
 

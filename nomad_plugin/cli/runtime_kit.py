@@ -3,8 +3,9 @@
 config-daemon's QueryStatus, Enable and Disable (``xdm/runtime_switch.py``; the plugin itself never
 calls the last two), the Runtime Kit Controller's Job Agent for Nomad (docs/operator.md). A switch
 asks for confirmation (``--yes``), and ``disable`` refuses while the journal holds grants unless
-``--force``: what XDM does to running allocations then is not documented. Exit status: 0 done or
-nothing to do, 1 failed or refused, 2 bad usage or config.
+``--force``: what XDM does to running allocations then is not documented. A status the schema in use
+cannot read is "unknown, because ...", and nothing is switched on it. Exit status: 0 done or nothing
+to do, 1 failed, refused or unknown, 2 bad usage or config.
 """
 
 from __future__ import annotations
@@ -75,12 +76,18 @@ def _run(
     where = switch.describe()
     if args.action == "status":
         if args.json:
-            doc = {"enabled": status.enabled, "status": _word(status.enabled), "message": status.message}
-            sys.stdout.write(json.dumps({**doc, "config_daemon": where}) + "\n")
+            doc = {"enabled": None if status.doubt else status.enabled, "status": status.word, "reason": status.doubt}
+            sys.stdout.write(json.dumps({**doc, "message": status.message, "config_daemon": where}) + "\n")
         else:
-            note = f" ({status.message})" if status.message else ""
-            sys.stdout.write(f"Runtime Kit on this node: {_word(status.enabled)}{note}\nconfig-daemon: {where}\n")
-        return 0
+            note = f", because {status.doubt}" if status.doubt else f" ({status.message})" if status.message else ""
+            sys.stdout.write(f"Runtime Kit on this node: {status.word}{note}\nconfig-daemon: {where}\n")
+        return 1 if status.doubt else 0
+    if status.doubt:
+        sys.stderr.write(
+            f"runtime-kit: Runtime Kit's status on this node is unknown, because {status.doubt}; "
+            f"{args.action} refused: nothing was sent to config-daemon ({where})\n"
+        )
+        return 1
     wanted = args.action == "enable"
     if status.enabled == wanted:
         sys.stdout.write(f"Runtime Kit is already {_word(wanted)} on this node: nothing changed\n")
@@ -113,27 +120,27 @@ def _run(
     outcome = switch.switch("Enable" if wanted else "Disable")
     said = (
         f"{outcome.action} answered "
-        + ("success" if outcome.success else "failure" if outcome.success is False else "(no success field)")
+        + ("success" if outcome.success else "failure" if outcome.success is False else "(no readable success field)")
         + (f": {outcome.message}" if outcome.message else "")
     )
     if args.json:
         doc = {
             "action": outcome.action,
-            "before": _word(outcome.before.enabled),
-            "after": _word(outcome.after.enabled),
+            "before": outcome.before.word,
+            "after": outcome.after.word,
             "success": outcome.success,
             "message": outcome.message,
             "done": outcome.done,
         }
         sys.stdout.write(json.dumps(doc) + "\n")
     if not outcome.done:
-        sys.stderr.write(
-            f"runtime-kit: {said}, but QueryStatus still says {_word(outcome.after.enabled)}: nothing changed\n"
-        )
+        after = outcome.after
+        now = f"reads unknown, because {after.doubt}" if after.doubt else f"still says {after.word}: nothing changed"
+        sys.stderr.write(f"runtime-kit: {said}, but QueryStatus {now}\n")
         return 1
     if not args.json:
         sys.stdout.write(
-            f"Runtime Kit: {_word(outcome.before.enabled)} -> {_word(outcome.after.enabled)} ({said})\n"
+            f"Runtime Kit: {outcome.before.word} -> {outcome.after.word} ({said})\n"
             f"The plugin's runtime_kit attribute (and {config.node_meta_prefix}runtime_kit meta with node_meta) "
             f"follows within one inventory_resync_period.\n"
         )

@@ -62,9 +62,17 @@ class ExporterStatus:
 
 
 @dataclass(frozen=True)
-class RuntimeKitStatus:  # config-daemon's QueryStatus; ``enabled`` False may also mean "field absent"
+class RuntimeKitStatus:
+    """config-daemon's QueryStatus. ``doubt``: why the answer cannot be read under the bound schema;
+    then ``enabled`` means nothing, and neither the plugin nor an operator's command acts on it."""
+
     enabled: bool
     message: str = ""
+    doubt: str = ""
+
+    @property
+    def word(self) -> str:
+        return "unknown" if self.doubt else "enabled" if self.enabled else "disabled"
 
 
 @dataclass(frozen=True)
@@ -365,8 +373,22 @@ def exporter_status(msg: Message, binding: Binding | None = None) -> ExporterSta
 
 
 def runtime_kit_status(msg: Message, binding: Binding | None = None) -> RuntimeKitStatus:
-    r = _rpc("QueryStatus", binding).response.read
-    return RuntimeKitStatus(bool(r["enabled"](msg)), str(r["message"](msg)))
+    """The status, trusted only under a verified schema (reflection or a path: XDM's own numbers) or when
+    the answer fits the reconstruction's guessed numbers: a field it does not read as declared (a
+    wire-type clash, or a number it lacks) may be the real ``enabled``. An empty answer reads
+    "disabled" under any numbering of the documented ``enabled`` bool."""
+    response = _rpc("QueryStatus", binding).response
+    status = RuntimeKitStatus(bool(response.read["enabled"](msg)), str(response.read["message"](msg)))
+    source = binding.source if binding is not None else "builtin"
+    unread = unknown_fields(msg) if source == "builtin" else []
+    if not response.has("enabled"):
+        doubt = f"config-daemon's schema ({source}) has no enabled field in QueryStatus's answer"
+    elif unread:
+        shown = "; ".join(u.describe() for u in unread[:SHOWN])
+        doubt = f"its answer does not fit the built-in reconstruction's guessed field numbers ({shown})"
+    else:
+        return status
+    return replace(status, enabled=False, doubt=f"{doubt}; set xdm_schema to config-daemon's official proto")
 
 
 # The plausibility guards (R2, R3, R4): loose, they catch swapped fields, not odd values.

@@ -200,14 +200,17 @@ class XdmBackend:
 
     def _runtime_kit(self) -> str:
         try:
-            status = "enabled" if self.client.query_status().enabled else "disabled"
+            status = self.client.query_status()
+            problem = status.doubt
         except PluginError as exc:
-            if str(exc) != self._runtime_problem:  # asked every period: said once per cause
-                log.info("XDM QueryStatus unavailable: %s", exc)
-            self._runtime_problem = str(exc)
+            status, problem = None, str(exc)
+        if status is None or problem:
+            if problem != self._runtime_problem:  # asked every period: said once per cause
+                log.info("XDM QueryStatus unavailable or unreadable: %s", problem)
+            self._runtime_problem = problem
             return "unknown"
         self._runtime_problem = ""
-        return status
+        return status.word
 
     def _on_push(self, cards: list[Card]) -> None:
         with self._notify_lock:

@@ -3,7 +3,8 @@
 The plugin never switches Runtime Kit (R14: it may restart containerd or flip node features); only
 ``cli/runtime_kit.py`` imports this module (``tests/hardening/test_layers.py``). Under the
 reconstruction the service is probed with the read-only QueryStatus, and QueryStatus judges the
-outcome, so a missing or misread ``success`` field cannot pass a failure off.
+outcome, so a missing or misread ``success`` field cannot pass a failure off. A status that the bound
+schema cannot vouch for (``RuntimeKitStatus.doubt``) is never switched on: the node may already be as asked.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ class SwitchOutcome:
     action: str
     before: RuntimeKitStatus
     after: RuntimeKitStatus
-    success: bool | None = None  # the answer's ``success``; None when the schema has no such field
+    success: bool | None = None  # the answer's ``success``; None when the schema has none or cannot read it
     message: str = ""
 
     @property
     def done(self) -> bool:
-        """The node is now as asked (QueryStatus says so)."""
-        return self.after.enabled == (self.action == "Enable")
+        """The node is now as asked (QueryStatus says so, under a schema that reads it)."""
+        return not self.after.doubt and self.after.enabled == (self.action == "Enable")
 
 
 class RuntimeKitSwitch:
@@ -57,17 +58,21 @@ class RuntimeKitSwitch:
         return adapter.runtime_kit_status(self._call("QueryStatus", self.query_timeout), self.binding())
 
     def switch(self, action: str) -> SwitchOutcome:
-        """Call ``action`` unless the status already is the wanted one; then read the status again."""
+        """Call ``action`` unless the status already is the wanted one; then read the status again.
+        ``SchemaMismatch``, nothing sent, while the status is unknown."""
         if action not in ("Enable", "Disable"):
             raise ValueError(f"action: {action!r} is not Enable or Disable")
         before = self.status()
+        if before.doubt:
+            raise SchemaMismatch(f"{MISMATCH_PREFIX}: Runtime Kit's status is unknown, because {before.doubt}")
         if before.enabled == (action == "Enable"):
             return SwitchOutcome(action, before, before)  # nothing sent
         response = self.binding().rpc(action).response
         log.info("calling config-daemon %s on %s", action, self.path)
         answer = self._call(action, self.switch_timeout)
-        success = bool(response.read["success"](answer)) if response.has("success") else None
-        message = str(response.read["message"](answer)) if response.has("message") else ""
+        fits = self.binding().source != "builtin" or not adapter.unknown_fields(answer)  # else success is misread
+        success = bool(response.read["success"](answer)) if response.has("success") and fits else None
+        message = str(response.read["message"](answer)) if response.has("message") and fits else ""
         return SwitchOutcome(action, before, self.status(), success, message)
 
     def describe(self) -> str:

@@ -6,9 +6,12 @@ golang-*-dev packages put their sources). Nomad's protos are compiled with
 Debian's legacy protoc-gen-go (``plugins=grpc``) into that private tree at
 build time; nothing generated is committed.
 
-Run directly (``python tests/conformance/build.py``) or through the pytest
-session fixture. Rebuilds only when a Go source, a proto or the Go version
-changed; the Go build cache lives in tests/conformance/bin/.cache.
+Run by ``make go-tools`` (``make pytest`` runs it first) or directly
+(``python tests/conformance/build.py``); never under a test's timeout: the
+fixtures only check, with ``problem()``, that the binaries are there and
+current. Rebuilds only when a Go source, a proto or the Go version changed;
+the Go build cache lives in tests/conformance/bin/.cache. Besides the host it
+compiles the host's Go unit tests into ``conformance-host.test``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ HOST_SRC = HERE / "host"
 PROTO_ROOT = REPO / "proto"
 BIN_DIR = HERE / "bin"
 BINARY = BIN_DIR / "conformance-host"
+TEST_BINARY = BIN_DIR / "conformance-host.test"  # the host's Go unit tests, compiled
+MAKE_TARGET = "make go-tools"
 GOPATH = BIN_DIR / ".gopath"
 GOCACHE = BIN_DIR / ".cache"
 SYSTEM_GOPATH = Path("/usr/share/gocode")
@@ -118,6 +123,18 @@ def _generate_protos(src: Path) -> None:
         shutil.rmtree(tmp)
 
 
+def problem() -> str:
+    """Why the built host cannot be used as it is (missing, or built from other sources), or ""."""
+    if shutil.which("go") is None:
+        return f"`go` is not installed; the conformance host needs: apt-get install -y {DEBIAN_PACKAGES}"
+    stamp_file = BIN_DIR / ".stamp"
+    if not (BINARY.exists() and TEST_BINARY.exists() and stamp_file.exists()):
+        return f"{BINARY} is not built: `{MAKE_TARGET}` builds it (`make pytest` does so first)"
+    if stamp_file.read_text() != _stamp():
+        return f"{BINARY} was built from other Go sources, protos or Go than these: `{MAKE_TARGET}` rebuilds it"
+    return ""
+
+
 def build(force: bool = False) -> Path:
     """Build (if needed) and return the path of the conformance-host binary."""
     missing = missing_tools()
@@ -128,8 +145,10 @@ def build(force: bool = False) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = _stamp()
         stamp_file = BIN_DIR / ".stamp"
-        if not force and BINARY.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        current = BINARY.exists() and TEST_BINARY.exists() and stamp_file.exists()
+        if not force and current and stamp_file.read_text() == stamp:
             return BINARY
+        stamp_file.unlink(missing_ok=True)
         src = GOPATH / "src" / GO_IMPORT_ROOT
         shutil.rmtree(src, ignore_errors=True)
         (src / "host").mkdir(parents=True)
@@ -137,30 +156,23 @@ def build(force: bool = False) -> Path:
             shutil.copy2(go_file, src / "host" / go_file.name)
         _generate_protos(src)
         _run(["go", "build", "-o", str(BINARY), f"{GO_IMPORT_ROOT}/host"], env=_go_env())
+        _run(["go", "test", "-c", "-o", str(TEST_BINARY), f"{GO_IMPORT_ROOT}/host"], env=_go_env())
         stamp_file.write_text(stamp)
     return BINARY
 
 
 def go_test() -> str:
-    """Build, then run the host's Go unit tests; return go test's output."""
-    build()
-    with open(BIN_DIR / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.run(
-            ["go", "test", "-count=1", f"{GO_IMPORT_ROOT}/host"],
-            capture_output=True,
-            text=True,
-            env=_go_env(),
-            cwd=REPO,
-        )
+    """Run the host's compiled Go unit tests (built by ``build()``); return their verbose output."""
+    proc = subprocess.run([str(TEST_BINARY), "-test.count=1", "-test.v"], capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
-        raise BuildError(f"go test failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        raise BuildError(f"the host's Go unit tests failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
     return proc.stdout
 
 
 def main() -> int:
     try:
         if "--test" in sys.argv[1:]:
+            build()
             print(go_test(), end="")
             return 0
         path = build(force="--force" in sys.argv[1:])

@@ -1,8 +1,8 @@
-"""Python side of the Go conformance host: build it, run it, read its events.
+"""Python side of the Go conformance host: find it built (``make go-tools``), run it, read its events.
 
 Reusable from tests, soak scripts and benchmarks::
 
-    from tests.conformance.hostlib import build_host, run_host, start_host, real_plugin
+    from tests.conformance.hostlib import built_host, run_host, start_host, real_plugin
 
     events = run_host(["--plugin", str(real_plugin()), "--phase", "all", "--duration", "2"])
     assert events.returncode == 0, events.rules
@@ -15,6 +15,7 @@ own) and helpers. ``start_host`` keeps the host running for interactive use
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -38,14 +39,34 @@ PLUGIN_NAME = "nomad-device-lingjun"
 Event = dict[str, Any]
 
 
-def build_host() -> Path:
-    """Build (or reuse) tests/conformance/bin/conformance-host."""
+class HostNotBuilt(RuntimeError):
+    """The built host is missing or stale; the message names the make target that builds it."""
+
+
+@functools.cache
+def build_module() -> Any:
+    """tests/conformance/build.py, loaded by path (scripts run it without the tests package)."""
     spec = importlib.util.spec_from_file_location("conformance_build", HERE / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    path: Path = module.build()
+    return module
+
+
+def build_host() -> Path:
+    """Build (or reuse) tests/conformance/bin/conformance-host: for scripts, never under a test's timeout."""
+    path: Path = build_module().build()
     return path
+
+
+@functools.cache
+def built_host() -> Path:
+    """The host ``make go-tools`` built, current with its sources; ``HostNotBuilt`` says why not.
+    Tests use this: a cold Go build takes minutes on a loaded box, far past a test's timeout."""
+    why: str = build_module().problem()
+    if why:
+        raise HostNotBuilt(why)
+    return host_binary()
 
 
 def host_binary() -> Path:

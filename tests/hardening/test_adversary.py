@@ -40,7 +40,7 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin.journal import Journal
 from nomad_plugin.sim import Simulator
 from nomad_plugin.util.text import secret_forms
-from tests.conformance.hostlib import HostProcess, HostRun, build_host, real_plugin, run_host, start_host
+from tests.conformance.hostlib import HostProcess, HostRun, built_host, real_plugin, run_host, start_host
 from tests.doubles.fake_xdm import FakeXdm, default_devices, short_socket_dir
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.operator.test_dist import DIST, SOURCES
@@ -56,7 +56,7 @@ pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="go is missin
 
 @pytest.fixture(scope="module", autouse=True)
 def _report() -> Iterator[None]:
-    build_host()
+    built_host()
     yield
     print(f"\nadversary: {len(SCENARIOS)} scenarios; " + ", ".join(f"{k}={TALLY[k]}" for k in COUNTS))
 

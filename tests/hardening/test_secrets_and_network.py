@@ -15,7 +15,7 @@ import pytest
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.sim import Simulator
-from tests.conformance.hostlib import build_host, real_plugin, start_host
+from tests.conformance.hostlib import built_host, real_plugin, start_host
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.waiting import wait_until
 
@@ -54,7 +54,7 @@ def _host_args(sim_dir: Path, address: str, extra: dict[str, str]) -> list[str]:
 def test_nomad_token_never_in_logs_or_errors(sim, where, failure):
     if shutil.which("go") is None:
         pytest.skip("go is missing (conformance host)")
-    build_host()
+    built_host()
     _s, d = sim
     with NomadApiDouble() as api:
         api.require_token("a-different-token")  # every call is answered 403

@@ -118,11 +118,11 @@ def test_real_plugin_refuses_and_releases_a_bad_grant(tmp_path):
     """
     import json
 
-    from tests.conformance.hostlib import build_host, real_plugin, run_host
+    from tests.conformance.hostlib import built_host, real_plugin, run_host
 
     if shutil.which("go") is None:
         pytest.skip("go is missing (conformance host)")
-    build_host()
+    built_host()
     sockets = short_socket_dir()
     fake = FakeXdm(str(sockets / "dp2mgr.sock"), str(sockets / "config-daemon.sock")).start()
     _crafted(fake, nodes=[("/dev/nvidia0", "/dev/../etc/shadow", "rw")])

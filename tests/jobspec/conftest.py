@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -12,16 +13,15 @@ from tests.jobspec.oracle.client import GoOracle
 
 @pytest.fixture(scope="session")
 def go_oracle() -> Iterator[GoOracle]:
-    """The oracle, built once per session. Skips only when Go or go-version is
-    absent (CI installs both through `make go-deps`); any other build failure
-    fails the tests."""
+    """The oracle ``make go-tools`` built. Nothing is built here: a cold Go build outlasts a test's
+    timeout on a loaded box. Skips only outside CI when Go or go-version is absent (CI installs
+    both through `make go-deps`); a missing or stale oracle fails the tests, naming the make target."""
     why = build.missing()
-    if why:
+    if why and not os.environ.get("CI"):
         pytest.skip(f"no Go oracle: {why}")
-    try:
-        binary = build.build()
-    except build.BuildError as exc:
-        pytest.fail(f"building the Go oracle failed: {exc}", pytrace=False)
-    oracle = GoOracle(binary)
+    why = why or build.problem()
+    if why:
+        pytest.fail(f"no Go oracle: {why}", pytrace=False)
+    oracle = GoOracle(build.BINARY)
     yield oracle
     oracle.close()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.hostlib import build_host, real_plugin
+from tests.conformance.hostlib import built_host, real_plugin
 
 # About 210 short runs (three per config); on a loaded 2-core box the module fixture needs minutes.
 pytestmark = pytest.mark.timeout(900)
@@ -274,7 +274,7 @@ def _host(host: Path, path: Path, data_dir: Path | None, syntax: str) -> tuple[s
 def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdicts]:
     if shutil.which("go") is None:
         pytest.skip("`go` is not installed; the conformance host needs Debian's Go packages (make go-deps)")
-    host = build_host()
+    host = built_host()
     root = tmp_path_factory.mktemp("corpus")
 
     def judge(index: int, row: Row) -> tuple[str, Verdicts]:

@@ -28,7 +28,7 @@ from nomad_plugin.cli.main import SUBCOMMANDS
 from nomad_plugin.launcher.config import full_config, msgpack_config
 from nomad_plugin.launcher.process import PluginProcess
 from nomad_plugin.util.bundle import restore_child_environment
-from tests.conformance.hostlib import REPO, build_host, real_plugin, run_host, start_host
+from tests.conformance.hostlib import REPO, built_host, real_plugin, run_host, start_host
 
 DIST = REPO / "dist" / PLUGIN_NAME
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
@@ -118,7 +118,7 @@ def test_conformance_host_passes_the_dist_file_without_python(
         ["--plugin", str(dist), "--config", str(REPO / "plugin.hcl"),
          "--phase", "all", "--duration", "0", "--stats-interval", "0.5",
          "--set", f'data_dir="{tmp_path / "data"}"'],  # never plugin.hcl's default, a real node's journal
-        env=no_python, binary=build_host(), cwd=tmp_path,
+        env=no_python, binary=built_host(), cwd=tmp_path,
     )  # fmt: skip
     try:
         # The Stats stream keeps delivering: wait (with a deadline, not a fixed run time) for a second message.
@@ -418,7 +418,7 @@ def test_xdm_schema_from_proto_files_compiles_inside_the_bundle(
     """xdm_schema = "<.proto path>" runs grpcio-tools' protoc in-process, with its bundled well-known types."""
     if shutil.which("go") is None and not os.environ.get("CI"):
         pytest.skip("`go` is not installed (the conformance host needs it; `make test` installs it)")
-    host = build_host()
+    host = built_host()
     base = ["--plugin", str(dist), "--phase", "validate"]
     good = run_host(
         [*base, "--set", f'xdm_schema="{REPO / "proto" / "lingjun"}"'], env=no_python, binary=host, cwd=tmp_path
@@ -510,7 +510,7 @@ def test_runs_on_an_older_glibc_in_a_chroot(dist: Path) -> None:
     root = os.environ.get("NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT", "")
     if not root or not (Path(root) / "bin" / "sh").exists() or os.geteuid() != 0:
         pytest.skip("set NOMAD_DEVICE_LINGJUN_OLD_GLIBC_ROOT to a root made by tools/check_old_glibc.sh (as root)")
-    build_host()
+    built_host()
     done = subprocess.run(
         ["sh", str(REPO / "tools" / "check_old_glibc.sh"), root], capture_output=True, text=True, timeout=600
     )

@@ -132,7 +132,7 @@ def test_runtime_kit_disabled(setup: dict[str, Path], capsys: pytest.CaptureFixt
         sim.set_enabled(True)
     assert code == 1
     assert found["runtime kit"]["status"] == "fail" and "disabled" in found["runtime kit"]["summary"]
-    assert "lj_runtimekit_enable=true" in found["runtime kit"]["next_step"]
+    assert "nomad-device-lingjun runtime-kit enable" in found["runtime kit"]["next_step"]
 
 
 def test_bad_token(setup: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

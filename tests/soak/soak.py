@@ -34,7 +34,7 @@ from typing import Any
 from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.journal.store import FILE_NAME, JournalCorrupt, decode
 from nomad_plugin.sim import Simulator
-from tests.conformance.hostlib import REPO, Event, HostProcess, HostRun, build_host, real_plugin
+from tests.conformance.hostlib import REPO, Event, HostProcess, HostRun, built_host, real_plugin
 from tests.doubles.nomad_api import NomadApiDouble
 
 GRACE = 1.0
@@ -54,7 +54,7 @@ class SoakHost(HostProcess):
         env = dict(os.environ)
         env.pop("NOMAD_PLUGIN_MAGIC_COOKIE", None)
         self.proc = subprocess.Popen(
-            [str(build_host()), "--stdin", *args],
+            [str(built_host()), "--stdin", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr_file,

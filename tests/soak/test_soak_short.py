@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conformance.hostlib import REPO, build_host
+from tests.conformance.hostlib import REPO, built_host
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 def test_short_soak_has_no_violation_and_no_leak():
     if shutil.which("go") is None:
         pytest.skip("go is missing: install golang-go and the Debian packages in tests/conformance/README.md")
-    build_host()
+    built_host()
     proc = subprocess.run(
         [sys.executable, "-m", "tests.soak.soak", "--minutes", "1.25", "--seed", "3", "--warmup", "15"],
         cwd=REPO,

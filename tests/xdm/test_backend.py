@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -157,9 +158,13 @@ def test_stop_is_clean_and_idempotent(sockdir: Path, sim: object) -> None:
     assert not [t for t in ours if t.is_alive()]
 
 
-def test_schema_mismatch_publishes_no_healthy_card_and_recovers_on_rebind(sockdir: Path) -> None:
-    """Builtin numbers on a renumbered XDM: every card unhealthy with the mismatch; then
-    XDM restarts serving reflection and (xdm_schema auto) the plugin re-binds and trusts it."""
+def test_schema_mismatch_publishes_no_healthy_card_and_recovers_on_rebind(
+    sockdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Builtin numbers on a renumbered XDM: every card unhealthy with the mismatch, and the runtime_kit
+    attribute "unknown" (read with the guessed numbers, enabled would say "disabled"); then XDM restarts
+    serving reflection and (xdm_schema auto) the plugin re-binds and trusts it."""
+    caplog.set_level(logging.INFO, logger="nomad_plugin.xdm.backend")
     sim = Simulator(socket_dir=sockdir, profile="h800-8", schema="renumbered")
     sim.start()
     backend = XdmBackend(_config(sockdir))
@@ -173,6 +178,9 @@ def test_schema_mismatch_publishes_no_healthy_card_and_recovers_on_rebind(sockdi
             )
 
         _wait(loud)
+        _wait(
+            lambda: "does not fit the built-in" in caplog.text and backend.inventory().node["runtime_kit"] == "unknown"
+        )
         with pytest.raises(Exception, match="XDM schema mismatch"):
             backend.allocate(GrantRequest("g-1", (DeviceAsk(minor=1),)))
         assert sim.grants() == {}
@@ -180,7 +188,12 @@ def test_schema_mismatch_publishes_no_healthy_card_and_recovers_on_rebind(sockdi
 
         def trusted() -> bool:
             inv = backend.inventory()
-            return len(inv.cards) == 8 and all(c.healthy for c in inv.cards) and inv.reachable
+            return (
+                len(inv.cards) == 8
+                and all(c.healthy for c in inv.cards)
+                and inv.reachable
+                and inv.node["runtime_kit"] == "enabled"
+            )
 
         _wait(trusted, timeout=30)
         assert {c.uuid for c in backend.inventory().cards} == {c.uuid for c in sim.cards}

@@ -4,9 +4,10 @@ GOPATH mode, no modules, no network, as ``tests/conformance/build.py`` builds
 the conformance host: GOPATH is a private tree under ``bin/.gopath`` followed
 by ``/usr/share/gocode`` (Debian's golang-*-dev sources, go-version among them).
 Only packaged code is built; nothing generated is committed, and a stamp skips
-the rebuild when nothing changed. Run directly
-(``python tests/jobspec/oracle/build.py``) or through the pytest fixture
-``go_oracle``.
+the rebuild when nothing changed. Run by ``make go-tools`` (``make pytest`` runs
+it first) or directly (``python tests/jobspec/oracle/build.py``); the pytest
+fixture ``go_oracle`` only checks, with ``problem()``, that the binary is there
+and current: it never builds under a test's timeout.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SYSTEM_GOPATH = Path("/usr/share/gocode")
 GO_VERSION_PKG = "github.com/hashicorp/go-version"
 IMPORT_ROOT = "lingjunoracle"
 DEBIAN_PACKAGES = "golang-go golang-github-hashicorp-go-version-dev"
+MAKE_TARGET = "make go-tools"
 
 
 class BuildError(RuntimeError):
@@ -73,6 +75,19 @@ def _debian_go_version() -> str:
     return f"Debian {proc.stdout.strip()}" if proc.returncode == 0 and proc.stdout.strip() else "Debian"
 
 
+def problem() -> str:
+    """Why the built oracle cannot be used as it is (missing, or built from other sources), or ""."""
+    why = missing()
+    if why:
+        return why
+    stamp_file = BIN_DIR / ".stamp"
+    if not (BINARY.exists() and stamp_file.exists()):
+        return f"{BINARY} is not built: `{MAKE_TARGET}` builds it (`make pytest` does so first)"
+    if stamp_file.read_text() != _stamp():
+        return f"{BINARY} was built from other Go sources, go-version or Go than these: `{MAKE_TARGET}` rebuilds it"
+    return ""
+
+
 def build(force: bool = False) -> Path:
     """Build (if needed) and return the oracle binary."""
     why = missing()
@@ -85,6 +100,7 @@ def build(force: bool = False) -> Path:
         stamp_file = BIN_DIR / ".stamp"
         if not force and BINARY.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
             return BINARY
+        stamp_file.unlink(missing_ok=True)
         shutil.rmtree(GOPATH, ignore_errors=True)
         src = GOPATH / "src" / IMPORT_ROOT / "oracle"
         src.mkdir(parents=True)
