@@ -45,6 +45,9 @@ from nomad_plugin.jobspec import (
     evaluate_placement,
     final_outcome,
     go_strings,
+    group_outcomes,
+    groups_json,
+    groups_text,
     node_from_json,
     parse_job,
     placement_json,
@@ -191,7 +194,7 @@ def _node_values(
     return NodeValues(node, plugin, plugin_why, stated, node_why)
 
 
-EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node): 1
+EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node, or only in part): 1
 
 
 def main(argv: list[str]) -> int:
@@ -229,14 +232,15 @@ def main(argv: list[str]) -> int:
         return fail("check-job", str(exc))
     verdicts = evaluate_job(requests, groups, config)
     placement = evaluate_placement(job, values)
-    outcome = final_outcome([v.outcome for v in verdicts], placement)
+    by_group = group_outcomes(verdicts, placement)
+    outcome = final_outcome(by_group, job)
     refused_at_start = outcome == PLACE and any(v.warnings for v in verdicts)
     ok = outcome == PLACE and not refused_at_start
     code = 1 if refused_at_start else EXIT.get(outcome, 1)
     if refused_at_start:
         verdict = f"{OUTCOME_TEXT[PLACE]}, but the plugin would refuse it at task start (WARNING above)"
     else:
-        detail = verdict_detail(placement, outcome)
+        detail = verdict_detail(placement, by_group, outcome)
         verdict = OUTCOME_TEXT[outcome] + (f": {detail}" if detail else "")
     if args.json:
         doc = {
@@ -244,6 +248,7 @@ def main(argv: list[str]) -> int:
             "fingerprint": {"source": source, "groups": [g.to_json() for g in groups]},
             "requests": verdicts_json(verdicts),
             "node_rules": placement_json(placement, values),
+            "groups": groups_json(by_group),
             "outcome": outcome,
             "verdict": verdict,
             "ok": ok,
@@ -257,6 +262,7 @@ def main(argv: list[str]) -> int:
     ]
     lines += placement_text(placement, values, style)
     lines += verdicts_text(verdicts, style)
+    lines += groups_text(by_group, style)
     if not requests and outcome == PLACE:
         verdict += ": the job has no device blocks, it asks nothing of this plugin"
     lines.append(style(verdict, "green" if ok else "red", "bold"))

@@ -19,6 +19,9 @@ from nomad_plugin.jobspec.node import (
     PluginKeys,
     evaluate_placement,
     final_outcome,
+    group_outcomes,
+    groups_json,
+    groups_text,
     node_from_json,
     placement_json,
     placement_text,
@@ -29,6 +32,6 @@ from nomad_plugin.jobspec.parse import NODE_FIELDS, JobParseError, ParsedJob, go
 __all__ = [
     "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "JobParseError", "NodeDocument", "NodeFileError",
     "NodeValues", "ParsedJob", "PluginKeys", "evaluate_job", "evaluate_placement", "evaluate_request", "final_outcome",
-    "go_strings", "node_from_json", "parse_job", "parse_job_text", "placement_json", "placement_text",
+    "go_strings", "group_outcomes", "groups_json", "groups_text", "node_from_json", "parse_job", "parse_job_text", "placement_json", "placement_text",
     "verdict_detail", "verdicts_json", "verdicts_text",
 ]  # fmt: skip
