@@ -328,7 +328,7 @@ def group_outcomes(verdicts: Sequence[RequestVerdict], placement: JobPlacement) 
         unknown = [f"{r.placed.rule.head()}: {r.reason}" for r in rules_here.unknown] if rules_here is not None else []
         unknown += [*rules.unsupported, *(u for v in blocks for u in v.request.unsupported)]
         outcomes = {rules_here.outcome if rules_here is not None else PLACE, *(v.outcome for v in blocks)}
-        if REFUSE in outcomes:
+        if REFUSE in outcomes or placement.job.problems:
             out.append(GroupOutcome(rules.group, REFUSE))
         elif failed:
             out.append(GroupOutcome(rules.group, NOT_PLACED, tuple(failed)))

@@ -11,8 +11,8 @@ and the group's spreads.
 
 from __future__ import annotations
 
-import difflib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -22,7 +22,7 @@ import hcl2
 
 from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, EQUAL, NOT_EQUAL, ORDER, SET_ALL
-from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unlabelled
+from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unknown_keys, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
 DEFAULT_SPREAD_WEIGHT = 50  # api.Spread.Canonicalize
@@ -170,43 +170,6 @@ def _int_value(raw: Any, key: str, low: int, high: int) -> int:
         bounds = f"between {low} and {high}" + (" inclusive" if low == 0 else "")
         raise ValueProblem(f"{key} = {raw}: Unsuitable value: value must be a whole number, {bounds}")
     return int(number)
-
-
-def _is_block(value: Any) -> bool:
-    """python-hcl2 writes a block as a list of bodies marked ``__is_block__`` (a labelled one one level down)."""
-    items = value if isinstance(value, list) else []
-    return bool(items) and all(
-        isinstance(v, dict)
-        and (v.get("__is_block__") or any(isinstance(b, dict) and b.get("__is_block__") for b in v.values()))
-        for v in items
-    )
-
-
-#: Block types proposed for Nomad's jobspec that no Nomad release decodes (its api structs lack them).
-NOT_YET_IN_NOMAD = {"first_available": "a device block's ordered list of alternative requests"}
-
-
-def unknown_keys(body: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:
-    """Nomad's HCL decoder error for each key the block's schema lacks, with its suggestion.
-
-    The words are hcl's (``hclsyntax.Body.content``): "Unsupported argument" for an attribute,
-    "Unsupported block type" for a block.
-    """
-    problems = []
-    for key in body:
-        if is_meta(key) or key in allowed:
-            continue
-        close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
-        if _is_block(body[key]):
-            hint = f' Did you mean "{close[0]}"?' if close else ""
-            problem = f'{where}: Unsupported block type; Blocks of type "{key}" are not expected here.{hint}'
-            if key in NOT_YET_IN_NOMAD:
-                problem += f" ({key}, {NOT_YET_IN_NOMAD[key]}, is proposed Nomad work, not yet in Nomad)"
-            problems.append(problem)
-            continue
-        hint = f' Did you mean "{close[0]}"?' if close else f" Allowed: {', '.join(sorted(allowed))}."
-        problems.append(f'{where}: Unsupported argument; an argument named "{key}" is not expected here.{hint}')
-    return problems
 
 
 def int8_weight(number: Decimal) -> tuple[int, str]:
@@ -618,7 +581,7 @@ def _hcl_level(body: dict[str, Any], where: str, spreads: bool) -> _Level:
     return level
 
 
-def _hcl_job(parsed: dict[str, Any]) -> ParsedJob:
+def _hcl_job(parsed: dict[str, Any], base_dir: str = "") -> ParsedJob:
     requests = device_requests(parsed)
     ((name, job), *_) = labelled(parsed.get("job", []))
     job_type = "service"
@@ -638,15 +601,17 @@ def _hcl_job(parsed: dict[str, Any]) -> ParsedJob:
         for task_name, task in labelled(group.get("task", [])):
             levels.append(_hcl_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
-    return ParsedJob(
-        name,
-        job_type,
-        requests,
-        groups,
-        (*problems, *_validate(top, job_type)),
-        (*unsupported, *top.unsupported),
-        not unsupported,
+    from nomad_plugin.jobspec.validate import UNEVALUATED, check_hcl  # it reads values with this module's converters
+
+    type_known = not unsupported
+    decoded_type = None if raw is None else job_type if type_known and not problems else UNEVALUATED
+    named = [*unsupported, *top.unsupported, *(u for g in groups for u in g.unsupported)]
+    whole, unevaluated = check_hcl(
+        name, job, decoded_type, base_dir, [*named, *(u for r in requests for u in r.unsupported)]
     )
+    problems += [*_validate(top, job_type), *whole]
+    unsupported += [*top.unsupported, *unevaluated]
+    return ParsedJob(name, job_type, requests, groups, tuple(problems), tuple(unsupported), type_known)
 
 
 def _json_level(raw: dict[str, Any], where: str, spreads: bool) -> _Level:
@@ -683,6 +648,9 @@ def _json_job(job: dict[str, Any]) -> ParsedJob:
             task_name = task["Name"] if isinstance(task.get("Name"), str) else ""
             levels.append(_json_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
+    from nomad_plugin.jobspec.validate import validate_job  # it reads values with this module's converters
+
+    problems += validate_job(job)
     return ParsedJob(name, job_type, requests, groups, (*problems, *_validate(top, job_type)), tuple(top.unsupported))
 
 
@@ -732,7 +700,7 @@ def parse_job(text: str, source: str = "job") -> ParsedJob:
         parsed: dict[str, Any] = hcl2.loads(text)
     except Exception as exc:
         raise JobParseError(describe_hcl_error(exc, text, source)) from None
-    return _hcl_job(parsed)
+    return _hcl_job(parsed, os.path.dirname(source))
 
 
 def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:

@@ -1,0 +1,352 @@
+"""Whole-job validation at submission, in Nomad's words, on the job's API form (``api.Job`` JSON).
+
+Nomad's HTTP agent canonicalises a submitted job (``Job.Canonicalize`` and
+``TaskGroup.Canonicalize`` in ``api/jobs.go`` and ``api/tasks.go``: the
+type defaults to service, the priority to 50, a group's count to 1, the
+restart policy to the type's default merged with the group's, the job's
+update, migrate and reschedule blocks are merged into each group), then the
+job endpoint's admission hooks validate it (``jobValidate.Validate`` in
+``nomad/job_endpoint_hooks.go``: ``Job.Validate`` of
+``nomad/structs/structs.go``, with ``TaskGroup.Validate``,
+``TaskGroup.validateNetworks``, ``Task.Validate``, ``Resources.Validate``
+and ``RestartPolicy.Validate``, then the priority range). Checked here: the
+parts a job file gets wrong by hand: type, ID, datacenters, priority,
+periodic and parameterized types, group and task names, counts, the
+update, migrate and reschedule blocks a type refuses, the restart mode,
+drivers, leaders and main tasks, CPU, cores, memory and disk, and the
+group's ports. Rules on constraints, affinities, spreads and devices are
+``parse.py``'s. An HCL job is brought to this form by ``api_form`` with the
+fields checked here; a value check-job does not evaluate is named, not
+guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from nomad_plugin.jobspec.parse import ValueProblem, number_value, string_value
+from nomad_plugin.util.hcl import is_expression, is_meta, labelled, plain, unlabelled, unquote
+
+JOB_TYPES = ("service", "batch", "system", "sysbatch")
+MIN_PRIORITY, DEFAULT_MAX_PRIORITY = 1, 100  # structs.JobMinPriority; a server's job_max_priority by default
+_FS_CALL = re.compile(r'\$\{\s*(file|filebase64)\(\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\}')
+UNEVALUATED = object()  # a value check-job does not evaluate (a variable, a function)
+_ZERO = re.compile(r"0+(\.0*)?[a-zµ]*")  # a zero number or Go duration ("0", "0s")
+
+
+def _items(raw: Any) -> list[dict[str, Any]]:
+    return [v for v in raw if isinstance(v, dict)] if isinstance(raw, list) else []
+
+
+def _dict(raw: Any) -> dict[str, Any]:
+    return raw if isinstance(raw, dict) else {}
+
+
+def _str(raw: Any) -> str:
+    return raw if isinstance(raw, str) else ""
+
+
+def _int(raw: Any, default: int) -> int:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) else default
+
+
+def _set(block: Any) -> bool:
+    """``UpdateStrategy.Empty`` and the like: a block with any non-zero value."""
+    if not isinstance(block, dict):
+        return False
+    return any(
+        v not in (None, False, "", 0) and not (isinstance(v, str) and _ZERO.fullmatch(v)) for v in block.values()
+    )
+
+
+def validate_job(job: dict[str, Any]) -> list[str]:
+    """Nomad's refusals of the job at submission, each prefixed with where it is.
+
+    A ``Type`` that is no string (a value check-job does not evaluate) leaves out the checks that depend on it.
+    """
+    errors = []
+    kind: str | None = "service" if job.get("Type") is None else job["Type"] if isinstance(job["Type"], str) else None
+    job_id = _str(job.get("ID"))
+    if job_id == "":
+        errors.append("Missing job ID")
+    elif " " in job_id:
+        errors.append("Job ID contains a space")
+    elif "\0" in job_id:
+        errors.append("Job ID contains a null character")
+    if kind == "":
+        errors.append("Missing job type")
+    elif kind == "_core":
+        errors.append("job type cannot be core")
+    elif kind is not None and kind not in JOB_TYPES:
+        errors.append(f'Invalid job type: "{kind}"')
+    errors += ["Job datacenter must be non-empty string" for dc in job.get("Datacenters") or [] if dc == ""]
+    priority = _int(job.get("Priority"), 50)
+    if not MIN_PRIORITY <= priority <= DEFAULT_MAX_PRIORITY:
+        errors.append(
+            f"job priority must be between [{MIN_PRIORITY}, {DEFAULT_MAX_PRIORITY}] (the servers' job_max_priority "
+            "may raise the maximum)"
+        )
+    groups = _items(job.get("TaskGroups"))
+    if not groups:
+        errors.append("Missing job task groups")
+    for what, block in (("Periodic", "Periodic"), ("Parameterized job", "ParameterizedJob")):
+        enabled = block != "Periodic" or (job.get("Periodic") or {}).get("Enabled") is not False
+        if isinstance(job.get(block), dict) and enabled and kind not in (None, "batch", "sysbatch"):
+            errors.append(f'{what} can only be used with "batch" or "sysbatch" scheduler')
+    seen: dict[str, int] = {}
+    for index, group in enumerate(groups, start=1):
+        name = _str(group.get("Name"))
+        count = _int(group.get("Count"), 1)
+        if name == "":
+            errors.append(f"Job task group {index} missing name")
+        elif name in seen:
+            errors.append(f"Job task group {index} redefines '{name}' from group {seen[name]}")
+        else:
+            seen[name] = index
+        if kind == "system" and count > 1:
+            errors.append(f"Job task group {name} has count {count}. Count cannot exceed 1 with system scheduler")
+        errors += _group(job, group, kind, count)
+    return [e if e.startswith(("group ", "job ")) else f"job: {e}" for e in errors]
+
+
+def _group(job: dict[str, Any], group: dict[str, Any], kind: str | None, count: int) -> list[str]:
+    """``TaskGroup.Validate`` after ``TaskGroup.Canonicalize`` merged the job's blocks into the group's."""
+    errors = []
+    if "\0" in str(group.get("Name", "")):
+        errors.append("Task group name contains null character")
+    if count < 0:
+        errors.append("Task group count can't be negative")
+    tasks = _items(group.get("Tasks"))
+    if not tasks:
+        errors.append("Missing tasks for task group")
+    restart = _dict(group.get("RestartPolicy"))
+    mode = restart.get("Mode") if restart.get("Mode") is not None else "fail"
+    attempts = _int(restart.get("Attempts"), 2)  # the default is 2 or 3, by type: never 0
+    if mode not in ("delay", "fail"):
+        errors.append(f'Unsupported restart mode: "{mode}"')
+    if attempts == 0 and mode != "fail":
+        errors.append(f'Restart policy "{mode}" with 0 attempts is ambiguous')
+    if kind is None:
+        kind = ""  # not evaluated: no rule that depends on it
+    elif kind in ("system", "sysbatch") and (
+        isinstance(group.get("ReschedulePolicy"), dict) or isinstance(job.get("Reschedule"), dict)
+    ):
+        errors.append("System or sysbatch jobs should not have a reschedule policy")
+    if kind not in ("", "service", "system") and (isinstance(group.get("Update"), dict) or _set(job.get("Update"))):
+        errors.append(f'Job type "{kind}" does not allow update block')
+    if kind not in ("", "service") and (isinstance(group.get("Migrate"), dict) or isinstance(job.get("Migrate"), dict)):
+        errors.append(f'Job type "{kind}" does not allow migrate block')
+    names: dict[str, int] = {}
+    for index, task in enumerate(tasks, start=1):
+        name = _str(task.get("Name"))
+        if name == "":
+            errors.append(f"Task {index} missing name")
+        elif name in names:
+            errors.append(f"Task {index} redefines '{name}' from task {names[name]}")
+        else:
+            names[name] = index
+    if sum(1 for t in tasks if t.get("Leader") is True) > 1:
+        errors.append("Only one task may be marked as leader")
+    if tasks and all(isinstance(t.get("Lifecycle"), dict) and t["Lifecycle"].get("Hook") for t in tasks):
+        errors.append(f"Task group {group.get('Name', '')} must have at least one main task")
+    errors += [f"Task group network validation failed: {e}" for e in _ports(_items(group.get("Networks")))]
+    where = f'group "{group.get("Name", "")}"'
+    errors = [f"{where}: {e}" for e in errors]
+    for task in tasks:
+        errors += [f'{where} task "{task.get("Name", "")}": {e}' for e in _task(task)]
+    return errors
+
+
+def _ports(networks: list[dict[str, Any]]) -> list[str]:
+    """``TaskGroup.validateNetworks``: labels, static ports and mapped ports of the group's networks."""
+    errors = []
+    labels: set[str] = set()
+    static: dict[tuple[str, int], str] = {}
+    for net in networks:
+        for port in _items(net.get("ReservedPorts")) + _items(net.get("DynamicPorts")):
+            label, value, to = str(port.get("Label", "")), _int(port.get("Value"), 0), _int(port.get("To"), 0)
+            if label in labels:
+                errors.append(f"Port label {label} already in use by taskgroup network")
+            labels.add(label)
+            where = (str(port.get("HostNetwork") or "default"), value)
+            if value and where in static:
+                errors.append(f"Static port {value} already reserved by {static[where]}")
+            elif value > 65535:
+                errors.append(f"Port {label} ({value}) cannot be greater than 65535")
+            elif value:
+                static[where] = f"taskgroup network:{label}"
+            if to < -1:
+                errors.append(f'Port "{label}" cannot be mapped to negative value {to}')
+            elif to > 65535:
+                errors.append(f'Port "{label}" cannot be mapped to a port ({to}) greater than 65535')
+    return errors
+
+
+def _task(task: dict[str, Any]) -> list[str]:
+    """``Task.Validate`` and ``Resources.Validate`` (after ``Resources.Canonicalize``: cpu 100, memory 300)."""
+    errors = []
+    name = str(task.get("Name", ""))
+    if name == "alloc":
+        errors.append('Task cannot be named "alloc"')
+    if "/" in name or "\\" in name:
+        errors.append("Task name cannot include slashes")
+    if not task.get("Driver"):
+        errors.append("Missing task driver")
+    resources = _dict(task.get("Resources"))
+    cores = _int(resources.get("Cores"), 0)
+    cpu = _int(resources.get("CPU"), 100 if resources.get("Cores") is None else 0)
+    memory = _int(resources.get("MemoryMB"), 300)
+    if cores > 0 and cpu > 0:
+        errors.append("Task can only ask for 'cpu' or 'cores' resource, not both.")
+    if cores < 0:
+        errors.append(f"cores value ({cores}) cannot be negative")
+    if cpu < 1 and cores == 0:
+        errors.append(f"minimum CPU value is 1; got {cpu}")
+    if memory < 10:
+        errors.append(f"minimum MemoryMB value is 10; got {memory}")
+    if _int(resources.get("DiskMB"), 0) > 0:
+        errors.append("Task can't ask for disk resources, they have to be specified at the task group level.")
+    return errors
+
+
+# --- an HCL job in the API form, with the fields validated above ----------------------------------
+
+
+class _Reader:
+    """Values of an HCL body converted as gohcl converts them; refusals and unevaluated values collected."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.unsupported: list[str] = []
+
+    def value(self, body: dict[str, Any], key: str, convert: Callable[[Any, str], Any], where: str) -> Any:
+        """The converted value; None when absent or refused; ``UNEVALUATED`` when check-job cannot evaluate it."""
+        if body.get(key) is None:
+            return None
+        try:
+            return convert(body[key], key)
+        except ValueProblem as exc:
+            (self.unsupported if exc.unsupported else self.problems).append(f"{where}: {exc}")
+            return UNEVALUATED if exc.unsupported else None
+
+    def whole(self, body: dict[str, Any], key: str, where: str) -> int | None:
+        """A number decoded into a Go int field (None when absent, refused or not evaluated: the default applies)."""
+        number = self.value(body, key, number_value, where)
+        if number is None or number is UNEVALUATED:
+            return None
+        if number != number.to_integral_value():
+            self.problems.append(f"{where}: {key} = {number}: Unsuitable value: value must be a whole number")
+            return None
+        return int(number)
+
+
+def _block(body: dict[str, Any], key: str) -> dict[str, Any] | None:
+    blocks = unlabelled(body.get(key, []))
+    return {k: plain(v) for k, v in blocks[0].items()} if blocks else None
+
+
+def check_hcl(
+    label: str, body: dict[str, Any], job_type: Any, base_dir: str, named: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """An HCL job block's refusals at submission, and the values check-job does not evaluate.
+
+    ``job_type`` as decoded (None when absent, ``UNEVALUATED`` when not evaluated or refused); ``named``: the
+    values not evaluated that the decoding named already. Any other expression anywhere in the job (a driver's
+    ``config`` included: jobspec2 evaluates it too) is named as well, but for ``file(...)`` of a path that does not
+    exist: ``nomad job run`` refuses it (go-cty-funcs' ``filesystem`` functions, relative to the job file's
+    directory).
+    """
+    read = _Reader()
+    job = api_form(label, body, job_type, read)
+    problems = [*read.problems, *validate_job(job)]
+    for where, expression in _expressions(body, "job"):
+        call = _FS_CALL.fullmatch(expression)
+        path = os.path.normpath(os.path.join(base_dir, unquote(f'"{call.group(2)}"'))) if call else ""
+        if call and not os.path.exists(path):
+            problems.append(
+                f'{where}: Error in function call; Call to function "{call.group(1)}" failed: no file exists at {path}.'
+            )
+        elif not any(expression in text for text in (*named, *read.unsupported)):
+            read.unsupported.append(f"{where} = {expression}: check-job does not evaluate variables or functions")
+    return problems, read.unsupported
+
+
+def _expressions(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """Every expression python-hcl2 left unevaluated, with the keys that lead to it."""
+    if isinstance(value, str) and is_expression(value):
+        yield where, value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _expressions(item, where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not is_meta(key):
+                yield from _expressions(item, f"{where} {plain(key)}")
+
+
+def api_form(label: str, body: dict[str, Any], job_type: Any, read: _Reader) -> dict[str, Any]:
+    """The job block's validated fields in the API form, as ``jobspec2`` decodes them."""
+    job: dict[str, Any] = {"ID": label, "Type": job_type, "Priority": read.whole(body, "priority", "job")}
+    datacenters = body.get("datacenters")
+    if isinstance(datacenters, list):
+        job["Datacenters"] = [read.value({"datacenters": d}, "datacenters", string_value, "job") for d in datacenters]
+    for key, field in (("update", "Update"), ("migrate", "Migrate"), ("reschedule", "Reschedule")):
+        job[field] = _block(body, key)
+    periodic = _block(body, "periodic")
+    job["Periodic"] = None if periodic is None else {"Enabled": periodic.get("enabled") not in (False, "false")}
+    job["ParameterizedJob"] = _block(body, "parameterized")
+    job["TaskGroups"] = [_api_group(name, group, read) for name, group in labelled(body.get("group", []))]
+    return job
+
+
+def _api_group(name: str, body: dict[str, Any], read: _Reader) -> dict[str, Any]:
+    where = f'group "{name}"'
+    restart = _block(body, "restart")
+    group: dict[str, Any] = {
+        "Name": name,
+        "Count": read.whole(body, "count", where),
+        "Update": _block(body, "update"),
+        "Migrate": _block(body, "migrate"),
+        "ReschedulePolicy": _block(body, "reschedule"),
+        "RestartPolicy": None,
+        "Networks": [],
+    }
+    if restart is not None:
+        group["RestartPolicy"] = {
+            "Mode": read.value(restart, "mode", string_value, f"{where} restart"),
+            "Attempts": read.whole(restart, "attempts", f"{where} restart"),
+        }
+    for network in unlabelled(body.get("network", [])):
+        ports: dict[str, list[dict[str, Any]]] = {"ReservedPorts": [], "DynamicPorts": []}
+        for label, port in labelled(network.get("port", [])):
+            static = read.whole(port, "static", f"{where} port {label!r}") or 0
+            ports["ReservedPorts" if static else "DynamicPorts"].append(
+                {
+                    "Label": label,
+                    "Value": static,
+                    "To": read.whole(port, "to", f"{where} port {label!r}") or 0,
+                    "HostNetwork": plain(port.get("host_network", "")),
+                }
+            )
+        group["Networks"].append(ports)
+    group["Tasks"] = [_api_task(task_name, task, where, read) for task_name, task in labelled(body.get("task", []))]
+    return group
+
+
+def _api_task(name: str, body: dict[str, Any], group: str, read: _Reader) -> dict[str, Any]:
+    where = f'{group} task "{name}"'
+    lifecycle = _block(body, "lifecycle")
+    resources = unlabelled(body.get("resources", []))
+    fields = {"cpu": "CPU", "cores": "Cores", "memory": "MemoryMB", "disk": "DiskMB"}
+    return {
+        "Name": name,
+        "Driver": read.value(body, "driver", string_value, where),
+        "Leader": read.value(body, "leader", lambda raw, _: plain(raw) in (True, "true"), where),
+        "Lifecycle": {"Hook": str(lifecycle.get("hook", ""))} if lifecycle is not None else None,
+        "Resources": {field: read.whole(resources[0], key, where) for key, field in fields.items()}
+        if resources
+        else {},
+    }
