@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nomad_plugin.cli.fingerprint import plugin_keys
+from nomad_plugin.cli.job_readers import read_job
 from nomad_plugin.cli.main import add_config_options, command_parser, fail, plugin_config
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.jobspec import (
@@ -49,7 +50,6 @@ from nomad_plugin.jobspec import (
     groups_json,
     groups_text,
     node_from_json,
-    parse_job,
     placement_json,
     placement_text,
     verdict_detail,
@@ -83,6 +83,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    reader = p.add_argument_group("who reads the job file (Nomad itself when it can: docs/operator.md, check-job)")
+    reader.add_argument("--nomad", metavar="PATH", help="read it with this `nomad` executable (default: one on PATH)")
+    reader.add_argument("--var", action="append", default=[], metavar="KEY=VALUE", help="an HCL2 variable, as -var")
+    reader.add_argument(
+        "--var-file", action="append", default=[], metavar="FILE", help="a variables file, as -var-file"
+    )
     node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
     node.add_argument(
         "--node",
@@ -154,6 +160,22 @@ def _stated(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _asks_agent(args: argparse.Namespace) -> bool:
+    """--agent, or by default when checking this node's own plugin config (no simulator, sockets or saved file)."""
+    own_node = not (args.profile or args.socket_dir or args.fingerprint)
+    return bool(args.agent if args.agent is not None else own_node)
+
+
+def _agent_settings(args: argparse.Namespace) -> NomadApiSettings | None:
+    """The agent's address and token for reading the job, when the agent is asked (None when not, or unusable)."""
+    if not _asks_agent(args):
+        return None
+    try:
+        return NomadApiSettings.from_config(plugin_config(args.plugin_config, args.set))
+    except (ValueError, PluginError, OSError):
+        return None  # the same config fails the fingerprint, which says why
+
+
 def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> NodeDocument:
     """This node from the local agent: /v1/agent/self for its ID (unless nomad_node_id), then /v1/node/<id>;
     ValueError (``NodeFileError`` included) when it does not come."""
@@ -182,8 +204,7 @@ def _node_values(
     if args.node:
         node = node_from_json(_read_json(args.node), f"node file {args.node}")
     else:
-        own_node = not (args.profile or args.socket_dir or args.fingerprint)
-        ask = args.agent if args.agent is not None else own_node
+        ask = _asks_agent(args)
         if ask and any(g.has_rules for g in job.groups):
             try:
                 node = _agent_node(args, config_map)
@@ -203,9 +224,12 @@ def main(argv: list[str]) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")  # any text a job holds prints on any terminal
     style = Style(sys.stdout)
     try:
-        job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job)
+        reading = read_job(
+            args.job, nomad=args.nomad, settings=_agent_settings(args), variables=args.var, var_files=args.var_file
+        )
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         return fail("check-job", str(exc))
+    job = reading.job
     requests = job.requests
     node_rules = any(g.has_rules for g in job.groups)
     config = None
@@ -245,6 +269,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         doc = {
             "job_file": args.job,
+            "reader": reading.to_json(),
             "fingerprint": {"source": source, "groups": [g.to_json() for g in groups]},
             "requests": verdicts_json(verdicts),
             "node_rules": placement_json(placement, values),
@@ -258,6 +283,8 @@ def main(argv: list[str]) -> int:
     devices = sum(len(g.devices) for g in groups)
     lines = [
         f"{args.job}: {len(requests)} device block(s); fingerprint: {len(groups)} group(s), {devices} devices ({source})",
+        f"job read by {reading.detail}",
+        *(f"  (not by Nomad: {why})" for why in reading.skipped),
         "",
     ]
     lines += placement_text(placement, values, style)

@@ -97,6 +97,7 @@ def validate_job(job: dict[str, Any]) -> list[str]:
         if isinstance(job.get(block), dict) and enabled and kind not in (None, "batch", "sysbatch"):
             errors.append(f'{what} can only be used with "batch" or "sysbatch" scheduler')
     seen: dict[str, int] = {}
+    in_groups: list[str] = []
     for index, group in enumerate(groups, start=1):
         name = _str(group.get("Name"))
         count = _int(group.get("Count"), 1)
@@ -108,8 +109,8 @@ def validate_job(job: dict[str, Any]) -> list[str]:
             seen[name] = index
         if kind == "system" and count > 1:
             errors.append(f"Job task group {name} has count {count}. Count cannot exceed 1 with system scheduler")
-        errors += _group(job, group, kind, count)
-    return [e if e.startswith(("group ", "job ")) else f"job: {e}" for e in errors]
+        in_groups += _group(job, group, kind, count)
+    return [*(f"job: {e}" for e in errors), *in_groups]
 
 
 def _group(job: dict[str, Any], group: dict[str, Any], kind: str | None, count: int) -> list[str]:
@@ -245,7 +246,7 @@ class _Reader:
 
 def _block(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     blocks = unlabelled(body.get(key, []))
-    return {k: plain(v) for k, v in blocks[0].items()} if blocks else None
+    return plain(blocks[0]) if blocks else None  # plain drops python-hcl2's __is_block__
 
 
 def check_hcl(

@@ -1,8 +1,8 @@
 """A small typed client for the local Nomad agent's HTTP API, and what its token can see.
 
-This node's allocations by blocking query (``X-Nomad-Index`` is the next
-``index``), the node itself, the token's ACL objects and the agent's dynamic
-node metadata. Settings come from the plugin config, else ``NOMAD_*``.
+This node's allocations by blocking query (``X-Nomad-Index`` is the next ``index``), the node itself,
+the token's ACL objects, the agent's dynamic node metadata and Nomad's own reading of a job file.
+Settings come from the plugin config, else ``NOMAD_*``.
 
 Every call has an overall deadline, not only httpx's per-read timeouts (an
 API that answers one byte every half second keeps each read inside its
@@ -39,6 +39,8 @@ TERMINAL = frozenset({"complete", "failed", "lost"})
 ACL_DISABLED = "ACL support disabled"
 #: The local agent's dynamic node metadata (Nomad >= 1.5; command/agent/http.go routes it to NodeMetaRequest).
 META_PATH = "/v1/client/metadata"
+#: What a POST needs: ``nodeMetaApply`` (AllowNodeWrite) and ``JobsParseRequest`` (command/agent/job_endpoint.go).
+POST_NEEDS = {META_PATH: "node:write", "/v1/jobs/parse": "parse-job or submit-job on the namespace"}
 #: How Nomad's JSON writes an unset time (Go's zero ``time.Time``), e.g. the StartedAt of a task not run yet.
 ZERO_TIME_PREFIX = "0001-01-01"
 
@@ -52,10 +54,10 @@ def wait_duration(seconds: float) -> str:
 class NomadApiError(Exception):
     """The agent could not answer; ``kind`` is unreachable/timeout/forbidden/http/bad-response/config."""
 
-    def __init__(self, message: str, kind: str, status: int = 0) -> None:
+    def __init__(self, message: str, kind: str, status: int = 0, answer: str = "") -> None:
         super().__init__(message)
-        self.kind = kind
-        self.status = status  # the HTTP status, when there was one
+        self.kind, self.status = kind, status  # status: the HTTP status, when there was one
+        self.answer = answer  # the whole answer to a request the agent refused, line by line (token masked)
 
 
 @dataclass(frozen=True)
@@ -382,10 +384,8 @@ class NomadClient:
         body, _ = self._get("/v1/agent/self")
         node_id = ((body or {}).get("stats") or {}).get("client", {}).get("node_id") if isinstance(body, dict) else None
         if not isinstance(node_id, str) or not node_id:
-            raise NomadApiError(
-                "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
-                "bad-response",
-            )
+            why = "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id"
+            raise NomadApiError(why, "bad-response")
         return node_id
 
     def node(self, node_id: str) -> NodeView | None:
@@ -463,12 +463,13 @@ class NomadClient:
         return parse_node_meta(self._get(META_PATH)[0])
 
     def apply_node_meta(self, changes: Mapping[str, str | None]) -> NodeMetaView:
-        """Set (a string) or unset (None) dynamic node metadata keys; Nomad answers with the result.
+        """Set (a string) or unset (None) dynamic node metadata keys; Nomad answers with the result
+        (``POST /v1/client/metadata`` with ``{"Meta": {...}}``; ``node:write``: client/meta_endpoint.go Apply)."""
+        return parse_node_meta(self.post(META_PATH, {"Meta": changes}))
 
-        ``POST /v1/client/metadata`` with ``{"Meta": {...}}``; needs ``node:write``
-        (client/meta_endpoint.go Apply: AllowNodeWrite).
-        """
-        return parse_node_meta(self._call("POST", META_PATH, None, self.settings.timeout, payload={"Meta": changes})[0])
+    def post(self, path: str, payload: Any, params: dict[str, str] | None = None) -> Any:
+        """The JSON answer of one POST of ``payload`` as JSON."""
+        return self._call("POST", path, params, self.settings.timeout, payload=payload)[0]
 
     def get(self, path: str) -> Any:
         """The JSON answer of one GET (the mount lookup reads allocations and jobs as Nomad shapes them)."""
@@ -532,10 +533,12 @@ class NomadClient:
             raise NomadApiError(f"{what}: {self._redact(f'{type(exc).__name__}: {exc}')}", "unreachable") from None
         text = self._redact(resp.text.strip()[:200]) if resp.status_code != 200 else ""
         if resp.status_code == 403:
-            need = "node:write" if method == "POST" else "to be a valid ACL token" if acl else required_capability(path)
+            need = "to be a valid ACL token" if acl else required_capability(path)
+            need = POST_NEEDS.get(path, need) if method == "POST" else need
             raise NomadApiError(f"{what}: 403 {text} (the token needs {need})", "forbidden", 403)
         if resp.status_code != 200:
-            raise NomadApiError(f"{what}: HTTP {resp.status_code} {text}", "http", resp.status_code)
+            answer = "\n".join(self._redact(line) for line in resp.text.strip().splitlines()[:40])
+            raise NomadApiError(f"{what}: HTTP {resp.status_code} {text}", "http", resp.status_code, answer)
         header = resp.headers.get("X-Nomad-Index", "0")
         return resp.content, int(header) if header.isdigit() else 0
 
