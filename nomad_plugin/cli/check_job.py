@@ -7,10 +7,14 @@ task-level constraint and affinity on this node's values (its meta, the plugin's
 included, attributes and fields), and says Nomad's outcome: it would place the job, refuse it at
 submission, or not place it on this node, with the group that would serve each block, why every
 other group was rejected, and each node-level rule that fails. Spreads, distinct hosts and
-distinct properties need the cluster and are shown, not decided. Exit status: 0 Nomad would place
-it (and the plugin would serve it), 1 Nomad would not place it on this node or the plugin would
-refuse it at task start, 2 Nomad would refuse the job file, check-job cannot tell (a value it does
-not know), or a usage, fingerprint or plugin error.
+distinct properties need the cluster and are shown, not decided. Each task group gets its outcome,
+and the job the one its scheduler gives (a system job runs where any group does). Exit status: 0
+Nomad would place it (and the plugin would serve it), 1 Nomad would not place it on this node, or
+only part of it, or the plugin would refuse it at task start, 2 Nomad would refuse the job file,
+check-job cannot tell (a value it does not know), or a usage, fingerprint or plugin error.
+
+Nomad reads the job file when it can (``nomad job run -output`` or the agent's ``/v1/jobs/parse``,
+``job_readers.py``), check-job's own reader otherwise; the output says which.
 
 Node values come from ``--node FILE`` (Nomad's node JSON), the local Nomad agent (``--agent``; by
 default when the fingerprint is this node's own plugin config), ``--node-value`` and the plugin's

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nomad_plugin.config.options import hcl_string
-from nomad_plugin.jobspec import JobParseError, ParsedJob, parse_job
+from nomad_plugin.jobspec import JobParseError, ParsedJob, parse_and_validate
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 from nomad_plugin.util.text import printable
 
@@ -60,7 +60,7 @@ def refused(answer: str) -> ParsedJob:
 
 def from_api_form(text: str, source: str) -> ParsedJob:
     try:
-        return parse_job(text, source)
+        return parse_and_validate(text, source)
     except JobParseError as exc:
         raise NotRead(f"{source} gave no job: {exc}") from None
 
@@ -140,5 +140,7 @@ def read_job(
         except NotRead as exc:
             skipped.append(str(exc))
     if variables or var_files:
-        skipped.append("check-job's own reader does not evaluate variables: --var and --var-file are not used")
-    return Reading(parse_job(text, path), "built-in", BUILT_IN, tuple(skipped))
+        skipped.append(
+            "none read it, so --var and --var-file are not used (check-job's own reader evaluates no variable)"
+        )
+    return Reading(parse_and_validate(text, path), "built-in", BUILT_IN, tuple(skipped))

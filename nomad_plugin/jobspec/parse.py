@@ -12,7 +12,6 @@ and the group's spreads.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -518,6 +517,8 @@ class ParsedJob:
     problems: tuple[str, ...] = field(default=())  # the job level's own (Nomad refuses the job)
     unsupported: tuple[str, ...] = field(default=())
     type_known: bool = True  # False: the type is a value check-job does not evaluate
+    hcl_body: dict[str, Any] | None = field(default=None, repr=False)  # the job block (python-hcl2's form)
+    api_form: dict[str, Any] | None = field(default=None, repr=False)  # the job (Nomad's API JSON)
 
 
 @dataclass
@@ -581,7 +582,7 @@ def _hcl_level(body: dict[str, Any], where: str, spreads: bool) -> _Level:
     return level
 
 
-def _hcl_job(parsed: dict[str, Any], base_dir: str = "") -> ParsedJob:
+def _hcl_job(parsed: dict[str, Any]) -> ParsedJob:
     requests = device_requests(parsed)
     ((name, job), *_) = labelled(parsed.get("job", []))
     job_type = "service"
@@ -601,17 +602,9 @@ def _hcl_job(parsed: dict[str, Any], base_dir: str = "") -> ParsedJob:
         for task_name, task in labelled(group.get("task", [])):
             levels.append(_hcl_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
-    from nomad_plugin.jobspec.validate import UNEVALUATED, check_hcl  # it reads values with this module's converters
-
-    type_known = not unsupported
-    decoded_type = None if raw is None else job_type if type_known and not problems else UNEVALUATED
-    named = [*unsupported, *top.unsupported, *(u for g in groups for u in g.unsupported)]
-    whole, unevaluated = check_hcl(
-        name, job, decoded_type, base_dir, [*named, *(u for r in requests for u in r.unsupported)]
-    )
-    problems += [*_validate(top, job_type), *whole]
-    unsupported += [*top.unsupported, *unevaluated]
-    return ParsedJob(name, job_type, requests, groups, tuple(problems), tuple(unsupported), type_known)
+    problems += _validate(top, job_type)
+    unsupported += top.unsupported
+    return ParsedJob(name, job_type, requests, groups, tuple(problems), tuple(unsupported), not unsupported, job)
 
 
 def _json_level(raw: dict[str, Any], where: str, spreads: bool) -> _Level:
@@ -648,10 +641,8 @@ def _json_job(job: dict[str, Any]) -> ParsedJob:
             task_name = task["Name"] if isinstance(task.get("Name"), str) else ""
             levels.append(_json_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
-    from nomad_plugin.jobspec.validate import validate_job  # it reads values with this module's converters
-
-    problems += validate_job(job)
-    return ParsedJob(name, job_type, requests, groups, (*problems, *_validate(top, job_type)), tuple(top.unsupported))
+    problems += _validate(top, job_type)
+    return ParsedJob(name, job_type, requests, groups, tuple(problems), tuple(top.unsupported), api_form=job)
 
 
 def _validate(level: _Level, job_type: str, task: bool = False) -> list[str]:
@@ -700,7 +691,7 @@ def parse_job(text: str, source: str = "job") -> ParsedJob:
         parsed: dict[str, Any] = hcl2.loads(text)
     except Exception as exc:
         raise JobParseError(describe_hcl_error(exc, text, source)) from None
-    return _hcl_job(parsed, os.path.dirname(source))
+    return _hcl_job(parsed)
 
 
 def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
-from nomad_plugin.jobspec.parse import ValueProblem, number_value, string_value
+from nomad_plugin.jobspec.parse import ParsedJob, ValueProblem, number_value, parse_job, string_value
 from nomad_plugin.util.hcl import is_expression, is_meta, labelled, plain, unlabelled, unquote
 
 JOB_TYPES = ("service", "batch", "system", "sysbatch")
@@ -249,20 +250,26 @@ def _block(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     return plain(blocks[0]) if blocks else None  # plain drops python-hcl2's __is_block__
 
 
-def check_hcl(
-    label: str, body: dict[str, Any], job_type: Any, base_dir: str, named: Sequence[str]
-) -> tuple[list[str], list[str]]:
-    """An HCL job block's refusals at submission, and the values check-job does not evaluate.
+def validated(job: ParsedJob, base_dir: str) -> ParsedJob:
+    """``job`` with its refusals at submission and the values check-job does not evaluate added.
 
-    ``job_type`` as decoded (None when absent, ``UNEVALUATED`` when not evaluated or refused); ``named``: the
-    values not evaluated that the decoding named already. Any other expression anywhere in the job (a driver's
-    ``config`` included: jobspec2 evaluates it too) is named as well, but for ``file(...)`` of a path that does not
-    exist: ``nomad job run`` refuses it (go-cty-funcs' ``filesystem`` functions, relative to the job file's
-    directory).
+    An HCL job is brought to the API form first (``api_form``); an expression anywhere in it (a driver's
+    ``config`` included: jobspec2 evaluates it too) that the decoding has not named yet is named, but for
+    ``file(...)`` of a path that does not exist: ``nomad job run`` refuses it (go-cty-funcs' ``filesystem``
+    functions, relative to the job file's directory, ``base_dir``).
     """
+    if job.api_form is not None:
+        return replace(job, problems=(*job.problems, *validate_job(job.api_form)))
+    body = job.hcl_body
+    if body is None:
+        return job
     read = _Reader()
-    job = api_form(label, body, job_type, read)
-    problems = [*read.problems, *validate_job(job)]
+    refused_type = any(p.startswith("type: ") for p in job.problems)
+    decoded = None if body.get("type") is None else UNEVALUATED if refused_type or not job.type_known else job.type
+    refusals = validate_job(api_form(job.name, body, decoded, read))
+    problems = [*read.problems, *refusals]
+    named = [*job.unsupported, *(u for g in job.groups for u in g.unsupported)]
+    named += [u for r in job.requests for u in r.unsupported]
     for where, expression in _expressions(body, "job"):
         call = _FS_CALL.fullmatch(expression)
         path = os.path.normpath(os.path.join(base_dir, unquote(f'"{call.group(2)}"'))) if call else ""
@@ -272,7 +279,12 @@ def check_hcl(
             )
         elif not any(expression in text for text in (*named, *read.unsupported)):
             read.unsupported.append(f"{where} = {expression}: check-job does not evaluate variables or functions")
-    return problems, read.unsupported
+    return replace(job, problems=(*job.problems, *problems), unsupported=(*job.unsupported, *read.unsupported))
+
+
+def parse_and_validate(text: str, source: str = "job") -> ParsedJob:
+    """``parse_job``, then the whole job validated as Nomad validates it at submission."""
+    return validated(parse_job(text, source), os.path.dirname(source))
 
 
 def _expressions(value: Any, where: str) -> Iterator[tuple[str, str]]:

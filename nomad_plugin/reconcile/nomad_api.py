@@ -56,7 +56,8 @@ class NomadApiError(Exception):
 
     def __init__(self, message: str, kind: str, status: int = 0, answer: str = "") -> None:
         super().__init__(message)
-        self.kind, self.status = kind, status  # status: the HTTP status, when there was one
+        self.kind = kind
+        self.status = status  # the HTTP status, when there was one
         self.answer = answer  # the whole answer to a request the agent refused, line by line (token masked)
 
 
@@ -384,8 +385,10 @@ class NomadClient:
         body, _ = self._get("/v1/agent/self")
         node_id = ((body or {}).get("stats") or {}).get("client", {}).get("node_id") if isinstance(body, dict) else None
         if not isinstance(node_id, str) or not node_id:
-            why = "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id"
-            raise NomadApiError(why, "bad-response")
+            raise NomadApiError(
+                "the local Nomad agent did not report a client node_id (is it a client agent?); set nomad_node_id",
+                "bad-response",
+            )
         return node_id
 
     def node(self, node_id: str) -> NodeView | None:
