@@ -588,11 +588,8 @@ def groups_text(groups: Sequence[GroupOutcome], style: Style) -> list[str]:
 
 
 _GROUP_LABEL = {
-    PLACE: ("placed", "green"),
-    NOT_PLACED: ("NOT HERE", "red"),
-    UNKNOWN: ("UNKNOWN", "yellow"),
-    REFUSE: ("REFUSED", "red"),
-}
+    PLACE: ("placed", "green"), NOT_PLACED: ("NOT HERE", "red"), UNKNOWN: ("UNKNOWN", "yellow"), REFUSE: ("REFUSED", "red"),
+}  # fmt: skip
 
 
 def groups_json(groups: Sequence[GroupOutcome]) -> list[dict[str, Any]]:

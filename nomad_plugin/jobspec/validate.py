@@ -1,23 +1,15 @@
 """Whole-job validation at submission, in Nomad's words, on the job's API form (``api.Job`` JSON).
 
-Nomad's HTTP agent canonicalises a submitted job (``Job.Canonicalize`` and
-``TaskGroup.Canonicalize`` in ``api/jobs.go`` and ``api/tasks.go``: the
-type defaults to service, the priority to 50, a group's count to 1, the
-restart policy to the type's default merged with the group's, the job's
-update, migrate and reschedule blocks are merged into each group), then the
-job endpoint's admission hooks validate it (``jobValidate.Validate`` in
-``nomad/job_endpoint_hooks.go``: ``Job.Validate`` of
-``nomad/structs/structs.go``, with ``TaskGroup.Validate``,
-``TaskGroup.validateNetworks``, ``Task.Validate``, ``Resources.Validate``
-and ``RestartPolicy.Validate``, then the priority range). Checked here: the
-parts a job file gets wrong by hand: type, ID, datacenters, priority,
-periodic and parameterized types, group and task names, counts, the
-update, migrate and reschedule blocks a type refuses, the restart mode,
-drivers, leaders and main tasks, CPU, cores, memory and disk, and the
-group's ports. Rules on constraints, affinities, spreads and devices are
-``parse.py``'s. An HCL job is brought to this form by ``api_form`` with the
-fields checked here; a value check-job does not evaluate is named, not
-guessed.
+Nomad's HTTP agent canonicalises a submitted job (``Job.Canonicalize``, ``TaskGroup.Canonicalize`` in
+``api/jobs.go``, ``api/tasks.go``: type service, priority 50, count 1, the type's restart policy merged
+with the group's, the job's update, migrate and reschedule blocks merged into each group), then the job
+endpoint validates it (``jobValidate.Validate``, ``nomad/job_endpoint_hooks.go``: ``Job.Validate``,
+``TaskGroup.Validate``, ``validateNetworks``, ``Task.Validate``, ``Resources.Validate`` and
+``RestartPolicy.Validate`` of ``nomad/structs/structs.go``, then the priority range). Checked here: what a
+job file gets wrong by hand (type, ID, datacenters, priority, periodic and parameterized types, group and
+task names, counts, the blocks a type refuses, restart mode, drivers, leaders, main tasks, CPU, cores,
+memory, disk, ports). Constraints, affinities, spreads and devices are ``parse.py``'s. An HCL job is
+brought to the API form by ``api_form``; a value check-job does not evaluate is named, never guessed.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from nomad_plugin.jobspec.parse import ParsedJob, ValueProblem, number_value, parse_job, string_value
+from nomad_plugin.jobspec.parse import ParsedJob, ValueProblem, dicts, number_value, parse_job, string_value
 from nomad_plugin.util.hcl import is_expression, is_meta, labelled, plain, unlabelled, unquote
 
 JOB_TYPES = ("service", "batch", "system", "sysbatch")
@@ -36,10 +28,6 @@ MIN_PRIORITY, DEFAULT_MAX_PRIORITY = 1, 100  # structs.JobMinPriority; a server'
 _FS_CALL = re.compile(r'\$\{\s*(file|filebase64)\(\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\}')
 UNEVALUATED = object()  # a value check-job does not evaluate (a variable, a function)
 _ZERO = re.compile(r"0+(\.0*)?[a-zµ]*")  # a zero number or Go duration ("0", "0s")
-
-
-def _items(raw: Any) -> list[dict[str, Any]]:
-    return [v for v in raw if isinstance(v, dict)] if isinstance(raw, list) else []
 
 
 def _dict(raw: Any) -> dict[str, Any]:
@@ -52,6 +40,17 @@ def _str(raw: Any) -> str:
 
 def _int(raw: Any, default: int) -> int:
     return raw if isinstance(raw, int) and not isinstance(raw, bool) else default
+
+
+def _unique(items: list[dict[str, Any]], missing: str, redefines: str) -> list[str]:
+    """Names given and unique: ``missing`` takes the 1-based index, ``redefines`` it, the name and the first's."""
+    errors, seen = [], dict[str, int]()
+    for index, item in enumerate(items, start=1):
+        name = _str(item.get("Name"))
+        if name == "" or name in seen:
+            errors.append(missing.format(index) if name == "" else redefines.format(index, name, seen[name]))
+        seen.setdefault(name, index)
+    return errors
 
 
 def _set(block: Any) -> bool:
@@ -85,29 +84,19 @@ def validate_job(job: dict[str, Any]) -> list[str]:
         errors.append(f'Invalid job type: "{kind}"')
     errors += ["Job datacenter must be non-empty string" for dc in job.get("Datacenters") or [] if dc == ""]
     priority = _int(job.get("Priority"), 50)
-    if not MIN_PRIORITY <= priority <= DEFAULT_MAX_PRIORITY:
-        errors.append(
-            f"job priority must be between [{MIN_PRIORITY}, {DEFAULT_MAX_PRIORITY}] (the servers' job_max_priority "
-            "may raise the maximum)"
-        )
-    groups = _items(job.get("TaskGroups"))
+    if not MIN_PRIORITY <= priority <= DEFAULT_MAX_PRIORITY:  # a server's job_max_priority may raise the maximum
+        errors.append(f"job priority must be between [{MIN_PRIORITY}, {DEFAULT_MAX_PRIORITY}]")
+    groups = dicts(job.get("TaskGroups"))
     if not groups:
         errors.append("Missing job task groups")
     for what, block in (("Periodic", "Periodic"), ("Parameterized job", "ParameterizedJob")):
         enabled = block != "Periodic" or (job.get("Periodic") or {}).get("Enabled") is not False
         if isinstance(job.get(block), dict) and enabled and kind not in (None, "batch", "sysbatch"):
             errors.append(f'{what} can only be used with "batch" or "sysbatch" scheduler')
-    seen: dict[str, int] = {}
+    errors += _unique(groups, "Job task group {} missing name", "Job task group {} redefines '{}' from group {}")
     in_groups: list[str] = []
-    for index, group in enumerate(groups, start=1):
-        name = _str(group.get("Name"))
-        count = _int(group.get("Count"), 1)
-        if name == "":
-            errors.append(f"Job task group {index} missing name")
-        elif name in seen:
-            errors.append(f"Job task group {index} redefines '{name}' from group {seen[name]}")
-        else:
-            seen[name] = index
+    for group in groups:
+        name, count = _str(group.get("Name")), _int(group.get("Count"), 1)
         if kind == "system" and count > 1:
             errors.append(f"Job task group {name} has count {count}. Count cannot exceed 1 with system scheduler")
         in_groups += _group(job, group, kind, count)
@@ -121,7 +110,7 @@ def _group(job: dict[str, Any], group: dict[str, Any], kind: str | None, count: 
         errors.append("Task group name contains null character")
     if count < 0:
         errors.append("Task group count can't be negative")
-    tasks = _items(group.get("Tasks"))
+    tasks = dicts(group.get("Tasks"))
     if not tasks:
         errors.append("Missing tasks for task group")
     restart = _dict(group.get("RestartPolicy"))
@@ -141,20 +130,12 @@ def _group(job: dict[str, Any], group: dict[str, Any], kind: str | None, count: 
         errors.append(f'Job type "{kind}" does not allow update block')
     if kind not in ("", "service") and (isinstance(group.get("Migrate"), dict) or isinstance(job.get("Migrate"), dict)):
         errors.append(f'Job type "{kind}" does not allow migrate block')
-    names: dict[str, int] = {}
-    for index, task in enumerate(tasks, start=1):
-        name = _str(task.get("Name"))
-        if name == "":
-            errors.append(f"Task {index} missing name")
-        elif name in names:
-            errors.append(f"Task {index} redefines '{name}' from task {names[name]}")
-        else:
-            names[name] = index
+    errors += _unique(tasks, "Task {} missing name", "Task {} redefines '{}' from task {}")
     if sum(1 for t in tasks if t.get("Leader") is True) > 1:
         errors.append("Only one task may be marked as leader")
     if tasks and all(isinstance(t.get("Lifecycle"), dict) and t["Lifecycle"].get("Hook") for t in tasks):
         errors.append(f"Task group {group.get('Name', '')} must have at least one main task")
-    errors += [f"Task group network validation failed: {e}" for e in _ports(_items(group.get("Networks")))]
+    errors += [f"Task group network validation failed: {e}" for e in _ports(dicts(group.get("Networks")))]
     where = f'group "{group.get("Name", "")}"'
     errors = [f"{where}: {e}" for e in errors]
     for task in tasks:
@@ -168,7 +149,7 @@ def _ports(networks: list[dict[str, Any]]) -> list[str]:
     labels: set[str] = set()
     static: dict[tuple[str, int], str] = {}
     for net in networks:
-        for port in _items(net.get("ReservedPorts")) + _items(net.get("DynamicPorts")):
+        for port in dicts(net.get("ReservedPorts")) + dicts(net.get("DynamicPorts")):
             label, value, to = str(port.get("Label", "")), _int(port.get("Value"), 0), _int(port.get("To"), 0)
             if label in labels:
                 errors.append(f"Port label {label} already in use by taskgroup network")
@@ -317,34 +298,23 @@ def api_form(label: str, body: dict[str, Any], job_type: Any, read: _Reader) -> 
 
 def _api_group(name: str, body: dict[str, Any], read: _Reader) -> dict[str, Any]:
     where = f'group "{name}"'
+    group: dict[str, Any] = {"Name": name, "Count": read.whole(body, "count", where), "Networks": []}
+    for key, field in (("update", "Update"), ("migrate", "Migrate"), ("reschedule", "ReschedulePolicy")):
+        group[field] = _block(body, key)
     restart = _block(body, "restart")
-    group: dict[str, Any] = {
-        "Name": name,
-        "Count": read.whole(body, "count", where),
-        "Update": _block(body, "update"),
-        "Migrate": _block(body, "migrate"),
-        "ReschedulePolicy": _block(body, "reschedule"),
-        "RestartPolicy": None,
-        "Networks": [],
-    }
     if restart is not None:
-        group["RestartPolicy"] = {
-            "Mode": read.value(restart, "mode", string_value, f"{where} restart"),
-            "Attempts": read.whole(restart, "attempts", f"{where} restart"),
-        }
+        mode, attempts = read.value(restart, "mode", string_value, where), read.whole(restart, "attempts", where)
+        group["RestartPolicy"] = {"Mode": mode, "Attempts": attempts}
     for network in unlabelled(body.get("network", [])):
-        ports: dict[str, list[dict[str, Any]]] = {"ReservedPorts": [], "DynamicPorts": []}
-        for label, port in labelled(network.get("port", [])):
-            static = read.whole(port, "static", f"{where} port {label!r}") or 0
-            ports["ReservedPorts" if static else "DynamicPorts"].append(
-                {
-                    "Label": label,
-                    "Value": static,
-                    "To": read.whole(port, "to", f"{where} port {label!r}") or 0,
-                    "HostNetwork": plain(port.get("host_network", "")),
-                }
-            )
-        group["Networks"].append(ports)
+        ports = [
+            {"Label": label, "Value": read.whole(port, "static", f'{where} port "{label}"') or 0,
+             "To": read.whole(port, "to", f'{where} port "{label}"') or 0,
+             "HostNetwork": plain(port.get("host_network"))}
+            for label, port in labelled(network.get("port", []))
+        ]  # fmt: skip
+        group["Networks"].append(
+            {"ReservedPorts": [p for p in ports if p["Value"]], "DynamicPorts": [p for p in ports if not p["Value"]]}
+        )
     group["Tasks"] = [_api_task(task_name, task, where, read) for task_name, task in labelled(body.get("task", []))]
     return group
 
@@ -354,12 +324,11 @@ def _api_task(name: str, body: dict[str, Any], group: str, read: _Reader) -> dic
     lifecycle = _block(body, "lifecycle")
     resources = unlabelled(body.get("resources", []))
     fields = {"cpu": "CPU", "cores": "Cores", "memory": "MemoryMB", "disk": "DiskMB"}
+    amounts = {field: read.whole(resources[0], key, where) for key, field in fields.items()} if resources else {}
     return {
         "Name": name,
         "Driver": read.value(body, "driver", string_value, where),
         "Leader": read.value(body, "leader", lambda raw, _: plain(raw) in (True, "true"), where),
         "Lifecycle": {"Hook": str(lifecycle.get("hook", ""))} if lifecycle is not None else None,
-        "Resources": {field: read.whole(resources[0], key, where) for key, field in fields.items()}
-        if resources
-        else {},
+        "Resources": amounts,
     }

@@ -293,7 +293,7 @@ def api_job(gpus: int) -> dict[str, Any]:
 def jobspec2_stand_in(hcl: str, variables: str) -> dict[str, Any]:
     """What Nomad's jobspec2 makes of NOMAD_JOB with ``gpus`` set; its words for a required variable unset."""
     assert hcl == NOMAD_JOB
-    found = re.fullmatch(r'gpus = "(\d+)"\n', variables)
+    found = re.search(r'^gpus = "(\d+)"$', variables, re.MULTILINE)
     if not found:
         raise ValueError('input.hcl:2,1-16: Unset variable "gpus"; A used variable must be set or have a default')
     return api_job(int(found.group(1)))
@@ -319,6 +319,11 @@ def test_the_agent_reads_the_job_with_its_variables(
     code, doc, _ = run(capsys, job, "--fingerprint", fp, "--agent", "--set", at, "--var", "gpus=2")
     assert code == 0 and doc["requests"][0]["picked_ids"] and doc["verdict"] == "Nomad would place this"
     assert agent.parse_requests[-1] == {"JobHCL": NOMAD_JOB, "Variables": 'gpus = "2"\n', "Canonicalize": True}
+    var_file = tmp_path / "vars.hcl"
+    var_file.write_text('gpus = "4"\n')
+    code, doc, _ = run(capsys, job, "--fingerprint", fp, "--agent", "--set", at, "--var-file", str(var_file))
+    assert code == 0 and len(doc["requests"][0]["picked_ids"]) == 4
+    assert agent.parse_requests[-1]["Variables"].startswith('gpus = "4"\n')
     code, doc, out = run(capsys, job, "--fingerprint", fp, "--agent", "--set", at)
     assert code == 2 and doc["outcome"] == "refuse" and doc["reader"]["name"] == "nomad-agent"
     assert 'INVALID Failed to parse job: input.hcl:2,1-16: Unset variable "gpus"' in out
@@ -408,3 +413,21 @@ def test_the_dry_run_leaves_no_warning_and_no_traceback() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Warning" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert result.stdout.rstrip().endswith("Nomad would place this")
+
+
+def test_a_job_calling_file_functions_is_left_by_the_agent_to_the_next_reader(
+    agent: NomadApiDouble, tmp_path: Path, fp: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent parses without file system functions (guardFS in jobspec2/functions.go); `nomad job run` has them."""
+
+    def no_fs(hcl: str, variables: str) -> dict[str, Any]:
+        raise ValueError('input.hcl:5,19-24: Error in function call; Call to function "file" failed: '
+                         "filesystem function disabled.")  # fmt: skip
+
+    agent.job_parser = no_fs
+    (tmp_path / "cmd.txt").write_text("true")
+    body = 'job "j" {\n group "g" {\n  task "t" {\n   driver = "raw_exec"\n   config { command = file("cmd.txt") }\n  }\n }\n}'
+    job = job_file(tmp_path, body)
+    code, doc, _ = run(capsys, job, "--fingerprint", fp, "--agent", "--set", f'nomad_address="{agent.address}"')
+    assert doc["reader"]["name"] == "built-in" and "filesystem function disabled" in doc["reader"]["skipped"][0]
+    assert code == 2 and doc["outcome"] == "unknown"  # the file exists: its content is not evaluated here
