@@ -126,6 +126,8 @@ def _group(job: dict[str, Any], group: dict[str, Any], kind: str | None, count: 
         isinstance(group.get("ReschedulePolicy"), dict) or isinstance(job.get("Reschedule"), dict)
     ):
         errors.append("System or sysbatch jobs should not have a reschedule policy")
+    if kind in ("service", "batch"):
+        errors += _reschedule(kind, _dict(job.get("Reschedule")), _dict(group.get("ReschedulePolicy")))
     if kind not in ("", "service", "system") and (isinstance(group.get("Update"), dict) or _set(job.get("Update"))):
         errors.append(f'Job type "{kind}" does not allow update block')
     if kind not in ("", "service") and (isinstance(group.get("Migrate"), dict) or isinstance(job.get("Migrate"), dict)):
@@ -140,6 +142,24 @@ def _group(job: dict[str, Any], group: dict[str, Any], kind: str | None, count: 
     errors = [f"{where}: {e}" for e in errors]
     for task in tasks:
         errors += [f'{where} task "{task.get("Name", "")}": {e}' for e in _task(task)]
+    return errors
+
+
+def _reschedule(kind: str, *given: dict[str, Any]) -> list[str]:
+    """``ReschedulePolicy.Validate`` on the type's default (``NewDefaultReschedulePolicy``) merged with the job's,
+    then the group's policy: the delay function and attempts beside ``unlimited`` (durations are not checked)."""
+    service = kind == "service"
+    policy = {"Attempts": int(not service), "Unlimited": service, "DelayFunction": "constant"}
+    policy["DelayFunction"] = "exponential" if service else "constant"
+    for fields in given:
+        policy.update({key: value for key, value in fields.items() if key in policy and value is not None})
+    attempts, unlimited, errors = _int(policy["Attempts"], 0), policy["Unlimited"] is True, []
+    if attempts > 0 and unlimited:
+        errors.append("If Attempts >0, Unlimited cannot also be set to true")
+    if (attempts > 0 or unlimited) and policy["DelayFunction"] not in ("constant", "exponential", "fibonacci"):
+        errors.append(
+            f'Invalid delay function "{policy["DelayFunction"]}", must be one of ["constant" "exponential" "fibonacci"]'
+        )
     return errors
 
 
@@ -227,8 +247,13 @@ class _Reader:
 
 
 def _block(body: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """A plain block's values under the API's names (``delay_function``: ``DelayFunction``)."""
     blocks = unlabelled(body.get(key, []))
-    return plain(blocks[0]) if blocks else None  # plain drops python-hcl2's __is_block__
+    if not blocks:
+        return None
+    return {
+        "".join(w.capitalize() for w in str(k).split("_")): plain(v) for k, v in blocks[0].items() if not is_meta(k)
+    }
 
 
 def validated(job: ParsedJob, base_dir: str) -> ParsedJob:
@@ -290,7 +315,7 @@ def api_form(label: str, body: dict[str, Any], job_type: Any, read: _Reader) -> 
     for key, field in (("update", "Update"), ("migrate", "Migrate"), ("reschedule", "Reschedule")):
         job[field] = _block(body, key)
     periodic = _block(body, "periodic")
-    job["Periodic"] = None if periodic is None else {"Enabled": periodic.get("enabled") not in (False, "false")}
+    job["Periodic"] = None if periodic is None else {"Enabled": periodic.get("Enabled") not in (False, "false")}
     job["ParameterizedJob"] = _block(body, "parameterized")
     job["TaskGroups"] = [_api_group(name, group, read) for name, group in labelled(body.get("group", []))]
     return job
@@ -303,7 +328,7 @@ def _api_group(name: str, body: dict[str, Any], read: _Reader) -> dict[str, Any]
         group[field] = _block(body, key)
     restart = _block(body, "restart")
     if restart is not None:
-        mode, attempts = read.value(restart, "mode", string_value, where), read.whole(restart, "attempts", where)
+        mode, attempts = read.value(restart, "Mode", string_value, where), read.whole(restart, "Attempts", where)
         group["RestartPolicy"] = {"Mode": mode, "Attempts": attempts}
     for network in unlabelled(body.get("network", [])):
         ports = [
@@ -321,7 +346,6 @@ def _api_group(name: str, body: dict[str, Any], read: _Reader) -> dict[str, Any]
 
 def _api_task(name: str, body: dict[str, Any], group: str, read: _Reader) -> dict[str, Any]:
     where = f'{group} task "{name}"'
-    lifecycle = _block(body, "lifecycle")
     resources = unlabelled(body.get("resources", []))
     fields = {"cpu": "CPU", "cores": "Cores", "memory": "MemoryMB", "disk": "DiskMB"}
     amounts = {field: read.whole(resources[0], key, where) for key, field in fields.items()} if resources else {}
@@ -329,6 +353,6 @@ def _api_task(name: str, body: dict[str, Any], group: str, read: _Reader) -> dic
         "Name": name,
         "Driver": read.value(body, "driver", string_value, where),
         "Leader": read.value(body, "leader", lambda raw, _: plain(raw) in (True, "true"), where),
-        "Lifecycle": {"Hook": str(lifecycle.get("hook", ""))} if lifecycle is not None else None,
+        "Lifecycle": _block(body, "lifecycle"),
         "Resources": amounts,
     }

@@ -161,6 +161,8 @@ def test_a_failing_rule_decides_beside_a_count_not_evaluated(
         (f'job "j" {{\n group "g" {{\n{TASK}\n{TASK}\n }}\n}}', "Task 2 redefines 't' from task 1"),
         (f'job "j" {{\n group "g" {{\n restart {{ mode = "never" }}\n{TASK}\n }}\n}}', 'Unsupported restart mode: "never"'),
         (f'job "j" {{\n type = "system"\n group "g" {{\n reschedule {{ attempts = 1 }}\n{TASK}\n }}\n}}', "System or sysbatch jobs should not have a reschedule policy"),
+        (f'job "j" {{\n group "g" {{\n reschedule {{ delay_function = "linear" }}\n{TASK}\n }}\n}}', 'Invalid delay function "linear", must be one of ["constant" "exponential" "fibonacci"]'),
+        (f'job "j" {{\n type = "batch"\n reschedule {{ unlimited = true }}\n group "g" {{\n{TASK}\n }}\n}}', "If Attempts >0, Unlimited cannot also be set to true"),
         (f'job "j" {{\n periodic {{ crons = ["* * * * *"] }}\n group "g" {{\n{TASK}\n }}\n}}', 'Periodic can only be used with "batch" or "sysbatch" scheduler'),
         (f'job "j" {{\n datacenters = [""]\n group "g" {{\n{TASK}\n }}\n}}', "Job datacenter must be non-empty string"),
         ('job "j" {\n group "g" {\n network {\n  port "http" { static = 8080 }\n  port "http" { to = 70000 }\n }\n' + TASK + "\n }\n}", "Task group network validation failed: Port label http already in use by taskgroup network"),
