@@ -1,20 +1,14 @@
-"""Who reads check-job's job file: Nomad itself when it can be reached, check-job's own reader otherwise.
+"""Who reads check-job's job file: Nomad itself when it can be reached (its own HCL2 evaluation, ``jobspec2``),
+check-job's own reader otherwise.
 
-Nomad's readers are its own HCL2 evaluation (``jobspec2``: variables, functions, dynamic blocks), so a job
-they read leaves nothing unevaluated:
-
-- ``nomad job run -output JOB`` (``command/job_run.go``): parses the file locally, with ``-var`` and
-  ``-var-file``, and prints ``{"Job": {...}}``, the API form, uncanonicalised; a file it cannot read is
-  "Error getting job struct: ..." on stderr and exit status 1;
-- the local agent's ``POST /v1/jobs/parse`` (``JobsParseRequest`` in ``command/agent/job_endpoint.go``):
-  the HCL and the variables as one variables file's content in, the canonicalised API form out; a 400
-  "Failed to parse job: ..." for a file it cannot read. It parses without file system functions
-  (``guardFS`` in ``jobspec2/functions.go``), which ``nomad job run`` has: a job that calls them is left
-  to the next reader.
-
-A ``-var`` goes to the agent as ``KEY = "VALUE"``, the string literal ``nomad job run`` makes of it for a
-string, number or untyped variable (``expressionFromVariableDefinition`` in
-``jobspec2/types.variables.go``), and as the expression itself when the value starts with ``[`` or ``{``.
+- ``nomad job run -output JOB`` (``command/job_run.go``) parses locally, with ``-var`` and ``-var-file``, and
+  prints ``{"Job": {...}}`` (the API form); a file it cannot read: "Error getting job struct: ..." and status 1.
+- The agent's ``POST /v1/jobs/parse`` (``JobsParseRequest``, ``command/agent/job_endpoint.go``) takes the HCL
+  and the variables as one variables file's content and answers the canonicalised API form, or 400 "Failed to
+  parse job: ...". It has no file system functions (``guardFS``, ``jobspec2/functions.go``), which ``nomad
+  job run`` has: a job calling them is left to the next reader. A ``-var`` goes to it as ``KEY = "VALUE"``, the
+  literal ``nomad job run`` makes for a string, number or untyped variable (``expressionFromVariableDefinition``,
+  ``jobspec2/types.variables.go``), or as the expression itself when the value starts with ``[`` or ``{``.
 """
 
 from __future__ import annotations
@@ -125,18 +119,16 @@ def read_job(
     check-job's own reader cannot read the file."""
     text = Path(path).read_text(encoding="utf-8")
     skipped: list[str] = []
-    json_job = text.lstrip().startswith("{")
-    on_path = shutil.which("nomad") if not nomad else None
-    attempts: list[tuple[str, NomadApiSettings | str | None]] = [("nomad-cli", nomad), ("nomad-agent", settings)]
-    attempts.append(("nomad-cli", on_path))
-    for kind, how in attempts if not json_job else []:  # a JSON job is the API form already
+    readers = (nomad, settings, None if nomad else shutil.which("nomad"))
+    for how in readers if not text.lstrip().startswith("{") else ():  # a JSON job is the API form already
         try:
-            if kind == "nomad-agent" and isinstance(how, NomadApiSettings):
+            if isinstance(how, NomadApiSettings):
                 job = read_with_agent(how, text, variables_file(variables, var_files))
-                return Reading(job, kind, f"the Nomad agent at {how.address} (POST {PARSE_PATH})", tuple(skipped))
-            if isinstance(how, str):
+                detail = f"the Nomad agent at {how.address} (POST {PARSE_PATH})"
+                return Reading(job, "nomad-agent", detail, tuple(skipped))
+            if how:
                 job = read_with_cli(how, path, variables, var_files, timeout)
-                return Reading(job, kind, f"`{how} job run -output`", tuple(skipped))
+                return Reading(job, "nomad-cli", f"`{how} job run -output`", tuple(skipped))
         except NotRead as exc:
             skipped.append(str(exc))
     if variables or var_files:

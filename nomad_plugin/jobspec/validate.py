@@ -105,21 +105,20 @@ def validate_job(job: dict[str, Any]) -> list[str]:
 
 def _group(job: dict[str, Any], group: dict[str, Any], kind: str | None, count: int) -> list[str]:
     """``TaskGroup.Validate`` after ``TaskGroup.Canonicalize`` merged the job's blocks into the group's."""
-    errors = []
-    if "\0" in str(group.get("Name", "")):
-        errors.append("Task group name contains null character")
-    if count < 0:
-        errors.append("Task group count can't be negative")
-    tasks = dicts(group.get("Tasks"))
-    if not tasks:
-        errors.append("Missing tasks for task group")
-    restart = _dict(group.get("RestartPolicy"))
+    tasks, restart = dicts(group.get("Tasks")), _dict(group.get("RestartPolicy"))
     mode = restart.get("Mode") if restart.get("Mode") is not None else "fail"
     attempts = _int(restart.get("Attempts"), 2)  # the default is 2 or 3, by type: never 0
-    if mode not in ("delay", "fail"):
-        errors.append(f'Unsupported restart mode: "{mode}"')
-    if attempts == 0 and mode != "fail":
-        errors.append(f'Restart policy "{mode}" with 0 attempts is ambiguous')
+    errors = [
+        message
+        for wrong, message in (
+            ("\0" in str(group.get("Name", "")), "Task group name contains null character"),
+            (count < 0, "Task group count can't be negative"),
+            (not tasks, "Missing tasks for task group"),
+            (mode not in ("delay", "fail"), f'Unsupported restart mode: "{mode}"'),
+            (attempts == 0 and mode != "fail", f'Restart policy "{mode}" with 0 attempts is ambiguous'),
+        )
+        if wrong
+    ]
     if kind is None:
         kind = ""  # not evaluated: no rule that depends on it
     elif kind in ("system", "sysbatch") and (
@@ -190,29 +189,23 @@ def _ports(networks: list[dict[str, Any]]) -> list[str]:
 
 def _task(task: dict[str, Any]) -> list[str]:
     """``Task.Validate`` and ``Resources.Validate`` (after ``Resources.Canonicalize``: cpu 100, memory 300)."""
-    errors = []
-    name = str(task.get("Name", ""))
-    if name == "alloc":
-        errors.append('Task cannot be named "alloc"')
-    if "/" in name or "\\" in name:
-        errors.append("Task name cannot include slashes")
-    if not task.get("Driver"):
-        errors.append("Missing task driver")
-    resources = _dict(task.get("Resources"))
-    cores = _int(resources.get("Cores"), 0)
+    name, resources = str(task.get("Name", "")), _dict(task.get("Resources"))
+    cores, memory = _int(resources.get("Cores"), 0), _int(resources.get("MemoryMB"), 300)
     cpu = _int(resources.get("CPU"), 100 if resources.get("Cores") is None else 0)
-    memory = _int(resources.get("MemoryMB"), 300)
-    if cores > 0 and cpu > 0:
-        errors.append("Task can only ask for 'cpu' or 'cores' resource, not both.")
-    if cores < 0:
-        errors.append(f"cores value ({cores}) cannot be negative")
-    if cpu < 1 and cores == 0:
-        errors.append(f"minimum CPU value is 1; got {cpu}")
-    if memory < 10:
-        errors.append(f"minimum MemoryMB value is 10; got {memory}")
-    if _int(resources.get("DiskMB"), 0) > 0:
-        errors.append("Task can't ask for disk resources, they have to be specified at the task group level.")
-    return errors
+    return [
+        message
+        for wrong, message in (
+            (name == "alloc", 'Task cannot be named "alloc"'),
+            ("/" in name or "\\" in name, "Task name cannot include slashes"),
+            (not task.get("Driver"), "Missing task driver"),
+            (cores > 0 and cpu > 0, "Task can only ask for 'cpu' or 'cores' resource, not both."),
+            (cores < 0, f"cores value ({cores}) cannot be negative"),
+            (cpu < 1 and cores == 0, f"minimum CPU value is 1; got {cpu}"),
+            (memory < 10, f"minimum MemoryMB value is 10; got {memory}"),
+            (_int(resources.get("DiskMB"), 0) > 0, "Task can't ask for disk resources, they have to be specified at the task group level."),
+        )
+        if wrong
+    ]  # fmt: skip
 
 
 # --- an HCL job in the API form, with the fields validated above ----------------------------------

@@ -246,11 +246,8 @@ class PluginProcess:
         self._close_pipes()
 
     def _close_pipes(self) -> None:
-        """Close our ends of the plugin's stdout and stderr once the readers have seen them end.
-
-        A pipe a reader still blocks on (a child of the plugin holding it open) is left to that reader:
-        closing it under a blocked read is not safe.
-        """
+        """Close our ends of the plugin's stdout and stderr once their readers have seen them end (one still
+        blocked, by a child of the plugin holding the pipe open, keeps it: closing under a read is not safe)."""
         if self.proc is None or self.proc.returncode is None:
             return
         for reader in self._readers:
