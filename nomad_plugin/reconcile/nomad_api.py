@@ -39,8 +39,6 @@ TERMINAL = frozenset({"complete", "failed", "lost"})
 ACL_DISABLED = "ACL support disabled"
 #: The local agent's dynamic node metadata (Nomad >= 1.5; command/agent/http.go routes it to NodeMetaRequest).
 META_PATH = "/v1/client/metadata"
-#: What a POST needs: ``nodeMetaApply`` (AllowNodeWrite) and ``JobsParseRequest`` (command/agent/job_endpoint.go).
-POST_NEEDS = {META_PATH: "node:write", "/v1/jobs/parse": "parse-job or submit-job on the namespace"}
 #: How Nomad's JSON writes an unset time (Go's zero ``time.Time``), e.g. the StartedAt of a task not run yet.
 ZERO_TIME_PREFIX = "0001-01-01"
 
@@ -232,11 +230,11 @@ def parse_node_meta(body: Any) -> NodeMetaView:
     return NodeMetaView(parts["Meta"], parts["Dynamic"], parts["Static"])
 
 
-def required_capability(path: str) -> str:
-    """The ACL capability a GET of ``path`` needs."""
-    if path.startswith("/v1/agent/"):
-        return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
-    return "node:read"
+def required_capability(path: str, method: str = "GET") -> str:
+    """The ACL capability a request needs (a POST: client/meta_endpoint.go Apply's, JobsParseRequest's)."""
+    if method == "POST":
+        return "parse-job or submit-job on the namespace" if path == "/v1/jobs/parse" else "node:write"
+    return "agent:read (or set nomad_node_id to skip /v1/agent/self)" if path.startswith("/v1/agent/") else "node:read"
 
 
 # --- the overall deadline of one call --------------------------------------------------------
@@ -466,8 +464,7 @@ class NomadClient:
         return parse_node_meta(self._get(META_PATH)[0])
 
     def apply_node_meta(self, changes: Mapping[str, str | None]) -> NodeMetaView:
-        """Set (a string) or unset (None) dynamic node metadata keys; Nomad answers with the result
-        (``POST /v1/client/metadata`` with ``{"Meta": {...}}``; ``node:write``: client/meta_endpoint.go Apply)."""
+        """Set (a string) or unset (None) dynamic node metadata keys (``{"Meta": {...}}``); Nomad answers the result."""
         return parse_node_meta(self.post(META_PATH, {"Meta": changes}))
 
     def post(self, path: str, payload: Any, params: dict[str, str] | None = None) -> Any:
@@ -536,8 +533,7 @@ class NomadClient:
             raise NomadApiError(f"{what}: {self._redact(f'{type(exc).__name__}: {exc}')}", "unreachable") from None
         text = self._redact(resp.text.strip()[:200]) if resp.status_code != 200 else ""
         if resp.status_code == 403:
-            need = "to be a valid ACL token" if acl else required_capability(path)
-            need = POST_NEEDS.get(path, need) if method == "POST" else need
+            need = "to be a valid ACL token" if acl and method != "POST" else required_capability(path, method)
             raise NomadApiError(f"{what}: 403 {text} (the token needs {need})", "forbidden", 403)
         if resp.status_code != 200:
             answer = "\n".join(self._redact(line) for line in resp.text.strip().splitlines()[:40])
