@@ -7,10 +7,14 @@ task-level constraint and affinity on this node's values (its meta, the plugin's
 included, attributes and fields), and says Nomad's outcome: it would place the job, refuse it at
 submission, or not place it on this node, with the group that would serve each block, why every
 other group was rejected, and each node-level rule that fails. Spreads, distinct hosts and
-distinct properties need the cluster and are shown, not decided. Exit status: 0 Nomad would place
-it (and the plugin would serve it), 1 Nomad would not place it on this node or the plugin would
-refuse it at task start, 2 Nomad would refuse the job file, check-job cannot tell (a value it does
-not know), or a usage, fingerprint or plugin error.
+distinct properties need the cluster and are shown, not decided. Each task group gets its outcome,
+and the job the one its scheduler gives (a system job runs where any group does). Exit status: 0
+Nomad would place it (and the plugin would serve it), 1 Nomad would not place it on this node, or
+only part of it, or the plugin would refuse it at task start, 2 Nomad would refuse the job file,
+check-job cannot tell (a value it does not know), or a usage, fingerprint or plugin error.
+
+Nomad reads the job file when it can (``nomad job run -output`` or the agent's ``/v1/jobs/parse``,
+``job_readers.py``), check-job's own reader otherwise; the output says which.
 
 Node values come from ``--node FILE`` (Nomad's node JSON), the local Nomad agent (``--agent``; by
 default when the fingerprint is this node's own plugin config), ``--node-value`` and the plugin's
@@ -28,6 +32,7 @@ from typing import Any
 
 from nomad_plugin.cli.common import add_config_options, command_parser, described, fail, plugin_config
 from nomad_plugin.cli.fingerprint import plugin_keys, schema_mismatch
+from nomad_plugin.cli.job_readers import read_job
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.jobspec import (
     NODE_FIELDS,
@@ -45,8 +50,10 @@ from nomad_plugin.jobspec import (
     evaluate_placement,
     final_outcome,
     go_strings,
+    group_outcomes,
+    groups_json,
+    groups_text,
     node_from_json,
-    parse_job,
     placement_json,
     placement_text,
     verdict_detail,
@@ -80,6 +87,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    reader = p.add_argument_group("who reads the job file (Nomad itself when it can: docs/operator.md, check-job)")
+    reader.add_argument("--nomad", metavar="PATH", help="read it with this `nomad` executable (default: one on PATH)")
+    reader.add_argument("--var", action="append", default=[], metavar="KEY=VALUE", help="an HCL2 variable, as -var")
+    reader.add_argument(
+        "--var-file", action="append", default=[], metavar="FILE", help="a variables file, as -var-file"
+    )
     node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
     node.add_argument(
         "--node",
@@ -151,6 +164,22 @@ def _stated(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _asks_agent(args: argparse.Namespace) -> bool:
+    """--agent, or by default when checking this node's own plugin config (no simulator, sockets or saved file)."""
+    own_node = not (args.profile or args.socket_dir or args.fingerprint)
+    return bool(args.agent if args.agent is not None else own_node)
+
+
+def _agent_settings(args: argparse.Namespace) -> NomadApiSettings | None:
+    """The agent's address and token for reading the job, when the agent is asked (None when not, or unusable)."""
+    if not _asks_agent(args):
+        return None
+    try:
+        return NomadApiSettings.from_config(plugin_config(args.plugin_config, args.set))
+    except (ValueError, PluginError, OSError):
+        return None  # the same config fails the fingerprint, which says why
+
+
 def _agent_node(args: argparse.Namespace, config_map: dict[str, Any] | None) -> NodeDocument:
     """This node from the local agent: /v1/agent/self for its ID (unless nomad_node_id), then /v1/node/<id>;
     ValueError (``NodeFileError`` included) when it does not come."""
@@ -181,8 +210,7 @@ def _node_values(
     if args.node:
         node = node_from_json(_read_json(args.node), f"node file {args.node}")
     else:
-        own_node = not (args.profile or args.socket_dir or args.fingerprint)
-        ask = args.agent if args.agent is not None else own_node
+        ask = _asks_agent(args)
         if ask and any(g.has_rules for g in job.groups):
             try:
                 node = _agent_node(args, config_map)
@@ -193,7 +221,7 @@ def _node_values(
     return NodeValues(node, plugin, plugin_why, stated, node_why)
 
 
-EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node): 1
+EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node, or only in part): 1
 
 
 def main(argv: list[str]) -> int:
@@ -202,9 +230,12 @@ def main(argv: list[str]) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")  # any text a job holds prints on any terminal
     style = Style(sys.stdout)
     try:
-        job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job)
+        reading = read_job(
+            args.job, nomad=args.nomad, settings=_agent_settings(args), variables=args.var, var_files=args.var_file
+        )
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         return fail("check-job", described(exc))
+    job = reading.job
     requests = job.requests
     node_rules = any(g.has_rules for g in job.groups)
     config = None
@@ -234,21 +265,24 @@ def main(argv: list[str]) -> int:
         return fail("check-job", str(exc))
     verdicts = evaluate_job(requests, groups, config)
     placement = evaluate_placement(job, values)
-    outcome = final_outcome([v.outcome for v in verdicts], placement)
+    by_group = group_outcomes(verdicts, placement)
+    outcome = final_outcome(by_group, job)
     refused_at_start = outcome == PLACE and any(v.warnings for v in verdicts)
     ok = outcome == PLACE and not refused_at_start
     code = 1 if refused_at_start else EXIT.get(outcome, 1)
     if refused_at_start:
         verdict = f"{OUTCOME_TEXT[PLACE]}, but the plugin would refuse it at task start (WARNING above)"
     else:
-        detail = verdict_detail(placement, outcome)
+        detail = verdict_detail(placement, by_group, outcome)
         verdict = OUTCOME_TEXT[outcome] + (f": {detail}" if detail else "")
     if args.json:
         doc = {
             "job_file": args.job,
+            "reader": reading.to_json(),
             "fingerprint": {"source": source, "groups": [g.to_json() for g in groups]},
             "requests": verdicts_json(verdicts),
             "node_rules": placement_json(placement, values),
+            "groups": groups_json(by_group),
             "outcome": outcome,
             "verdict": verdict,
             "ok": ok,
@@ -258,10 +292,13 @@ def main(argv: list[str]) -> int:
     devices = sum(len(g.devices) for g in groups)
     lines = [
         f"{args.job}: {len(requests)} device block(s); fingerprint: {len(groups)} group(s), {devices} devices ({source})",
+        f"job read by {reading.detail}",
+        *(f"  (not by Nomad: {why})" for why in reading.skipped),
         "",
     ]
     lines += placement_text(placement, values, style)
     lines += verdicts_text(verdicts, style)
+    lines += groups_text(by_group, style)
     if not requests and outcome == PLACE:
         verdict += ": the job has no device blocks, it asks nothing of this plugin"
     lines.append(style(verdict, "green" if ok else "red", "bold"))

@@ -19,16 +19,20 @@ from nomad_plugin.jobspec.node import (
     PluginKeys,
     evaluate_placement,
     final_outcome,
+    group_outcomes,
+    groups_json,
+    groups_text,
     node_from_json,
     placement_json,
     placement_text,
     verdict_detail,
 )
 from nomad_plugin.jobspec.parse import NODE_FIELDS, JobParseError, ParsedJob, go_strings, parse_job, parse_job_text
+from nomad_plugin.jobspec.validate import parse_and_validate
 
 __all__ = [
     "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "JobParseError", "NodeDocument", "NodeFileError",
     "NodeValues", "ParsedJob", "PluginKeys", "evaluate_job", "evaluate_placement", "evaluate_request", "final_outcome",
-    "go_strings", "node_from_json", "parse_job", "parse_job_text", "placement_json", "placement_text",
-    "verdict_detail", "verdicts_json", "verdicts_text",
+    "go_strings", "group_outcomes", "groups_json", "groups_text", "node_from_json", "parse_and_validate", "parse_job",
+    "parse_job_text", "placement_json", "placement_text", "verdict_detail", "verdicts_json", "verdicts_text",
 ]  # fmt: skip

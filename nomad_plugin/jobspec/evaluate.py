@@ -31,11 +31,12 @@ from nomad_plugin.nomad_view.types import Attribute, DeviceGroup, Style
 MIG_SLICE_SIZES = (1, 2, 3, 4, 7)  # XDM's ``slice`` values; the group's slice_sizes attribute wins
 IDS_TARGET = "${device.ids}"
 
-PLACE, REFUSE, NOT_PLACED, UNKNOWN = "place", "refuse", "not_placed", "unknown"
+PLACE, REFUSE, NOT_PLACED, UNKNOWN, PARTIAL = "place", "refuse", "not_placed", "unknown", "partial"
 OUTCOME_TEXT = {
     PLACE: "Nomad would place this",
     REFUSE: "Nomad would refuse this job at submission",
     NOT_PLACED: "Nomad would not place it on this node",
+    PARTIAL: "Nomad would place only part of it on this node",
     UNKNOWN: "check-job cannot tell what Nomad would do",
 }
 FINGERPRINT_DOC = "docs/fingerprint.md"

@@ -16,7 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nomad_plugin.jobspec.evaluate import NOT_PLACED, OUTCOME_TEXT, PLACE, REFUSE, UNKNOWN, tagged
+from nomad_plugin.jobspec.evaluate import (
+    NOT_PLACED,
+    OUTCOME_TEXT,
+    PARTIAL,
+    PLACE,
+    REFUSE,
+    UNKNOWN,
+    RequestVerdict,
+    tagged,
+)
 from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, check_string
 from nomad_plugin.jobspec.parse import NODE_FIELDS, GroupRules, ParsedJob, Placed, Spread
 from nomad_plugin.model.card import SUMMARY_KEYS
@@ -287,20 +296,73 @@ class JobPlacement:
     groups: tuple[GroupPlacement, ...]
 
 
-def final_outcome(device_outcomes: Sequence[str], placement: JobPlacement) -> str:
-    """The job's outcome from its device blocks and its node-level rules.
+@dataclass(frozen=True)
+class GroupOutcome:
+    """One task group on this node: its node-level rules and its device blocks together."""
 
-    A rule's text check-job could not evaluate (a variable, a function) comes right after a refusal: it may hide one.
+    group: str
+    outcome: str
+    why: tuple[str, ...] = ()  # what decides it: the rules that fail, or what is not known
+
+
+SYSTEM_TYPES = ("system", "sysbatch")
+
+
+def group_outcomes(verdicts: Sequence[RequestVerdict], placement: JobPlacement) -> list[GroupOutcome]:
+    """Each task group's outcome on this node.
+
+    A rule that was evaluated and fails decides ``NOT_PLACED`` even beside a value check-job cannot
+    evaluate: whatever that value is, Nomad either refuses the job or does not place the group here.
     """
-    outcomes = [*device_outcomes, *(g.outcome for g in placement.groups)]
-    if placement.job.problems or REFUSE in outcomes:
+    decided = {g.rules.group: g for g in placement.groups}
+    out = []
+    for rules in placement.job.groups:
+        rules_here = decided.get(rules.group)
+        blocks = [v for v in verdicts if v.request.group == rules.group]
+        failed = [failures(rules_here)] if rules_here is not None and rules_here.failed else []
+        failed += [
+            f'task "{v.request.task}" device "{v.request.name}": no device group on this node serves it'
+            for v in blocks
+            if v.outcome == NOT_PLACED
+        ]
+        unknown = [f"{r.placed.rule.head()}: {r.reason}" for r in rules_here.unknown] if rules_here is not None else []
+        unknown += [*rules.unsupported, *(u for v in blocks for u in v.request.unsupported)]
+        outcomes = {rules_here.outcome if rules_here is not None else PLACE, *(v.outcome for v in blocks)}
+        if REFUSE in outcomes or placement.job.problems:
+            out.append(GroupOutcome(rules.group, REFUSE))
+        elif failed:
+            out.append(GroupOutcome(rules.group, NOT_PLACED, tuple(failed)))
+        elif UNKNOWN in outcomes or unknown:
+            out.append(GroupOutcome(rules.group, UNKNOWN, tuple(unknown)))
+        else:
+            out.append(GroupOutcome(rules.group, PLACE))
+    return out
+
+
+def final_outcome(groups: Sequence[GroupOutcome], job: ParsedJob) -> str:
+    """The job's outcome on this node from its groups', as each scheduler places groups.
+
+    A service or batch job's groups are placed independently, each on the feasible node that ranks
+    best (``GenericScheduler.computePlacements``, ``scheduler/generic_sched.go``): the whole job lands
+    on this node only when every group may. A system or sysbatch job runs each group on every node
+    where that group is feasible; a node its rules filter out is skipped, not reported
+    (``SystemScheduler.computePlacements``, ``scheduler/scheduler_system.go``): the job runs here when
+    one group does. A value check-job cannot evaluate leaves the answer open unless what was
+    evaluated already decides it.
+    """
+    outcomes = [g.outcome for g in groups]
+    if job.problems or REFUSE in outcomes:
         return REFUSE
-    if placement.job.unsupported or any(g.rules.unsupported for g in placement.groups) or UNKNOWN in device_outcomes:
+    unknown = bool(job.unsupported) or UNKNOWN in outcomes
+    if outcomes and all(o == NOT_PLACED for o in outcomes):
+        return NOT_PLACED
+    if not job.type_known:
         return UNKNOWN
-    for outcome in (NOT_PLACED, UNKNOWN):
-        if outcome in outcomes:
-            return outcome
-    return PLACE
+    if job.type in SYSTEM_TYPES:
+        return UNKNOWN if unknown else PLACE
+    if NOT_PLACED in outcomes:
+        return NOT_PLACED if unknown else PARTIAL
+    return UNKNOWN if unknown else PLACE
 
 
 def _side(target: str, resolved: Resolved) -> str:
@@ -338,11 +400,9 @@ def place_group(rules: GroupRules, values: NodeValues, job_problems: bool = Fals
         score = matched / total if total else 0.0
     if rules.problems or job_problems:
         outcome = REFUSE
-    elif rules.unsupported:
-        outcome = UNKNOWN
     elif any(c.status == FAILS for c in constraints):
         outcome = NOT_PLACED
-    elif any(c.status == UNKNOWN_RULE for c in constraints):
+    elif rules.unsupported or any(c.status == UNKNOWN_RULE for c in constraints):
         outcome = UNKNOWN
     else:
         outcome = PLACE
@@ -480,15 +540,30 @@ def failures(g: GroupPlacement) -> str:
     return "; ".join(f"constraint {r.placed.rule.head()} fails: {r.sides()}" for r in g.failed)
 
 
-def verdict_detail(placement: JobPlacement, outcome: str) -> str:
-    """What the verdict line adds for the node-level rules: the failures, what is not known, or what needs a cluster."""
-    if outcome == NOT_PLACED:
-        named = [f'group "{g.rules.group}" {failures(g)}' for g in placement.groups if g.failed]
-        return "; ".join(named)
+def verdict_detail(placement: JobPlacement, groups: Sequence[GroupOutcome], outcome: str) -> str:
+    """What the verdict line adds: where each group stands, what fails, what is not known, what needs a cluster."""
+    several = len(groups) > 1
+    if outcome in (NOT_PLACED, PARTIAL) or (outcome == PLACE and several and placement.job.type in SYSTEM_TYPES):
+        here = [f'group "{g.group}"' for g in groups if g.outcome == PLACE]
+        if outcome == NOT_PLACED or not here:
+            return "; ".join(f'group "{g.rules.group}" {failures(g)}' for g in placement.groups if g.failed)
+        not_here = [f'group "{g.group}" ({"; ".join(g.why)})' for g in groups if g.outcome == NOT_PLACED]
+        if outcome == PARTIAL:
+            return (
+                f"{', '.join(here)} here, not {'; '.join(not_here)}: Nomad places a {placement.job.type} job's groups "
+                "independently, each on a node where its rules hold"
+            )
+        if not_here:
+            return (
+                f"{', '.join(here)} on this node, not {'; '.join(not_here)}: a {placement.job.type} job runs each "
+                "group on every node where its rules hold"
+            )
     if outcome == UNKNOWN:
-        named = [f'group "{g.rules.group}" {r.placed.rule.head()}' for g in placement.groups for r in g.unknown]
+        named = [f'group "{g.group}" {", ".join(g.why)}' for g in groups if g.outcome == UNKNOWN and g.why]
+        named += list(placement.job.unsupported)
         found = dict.fromkeys(h for g in placement.groups for r in g.unknown for h in r.hints)
-        return f"{', '.join(named)} cannot be decided here; to know: {', or '.join(found)}" if named else ""
+        hint = f"; to know: {', or '.join(found)}" if found else ""
+        return f"{'; '.join(named)} cannot be decided here{hint}" if named else ""
     # The kinds of rule that need the cluster: spread, distinct_hosts, distinct_property.
     kinds = sorted(
         {"spread" for g in placement.groups if g.spreads}
@@ -499,3 +574,25 @@ def verdict_detail(placement: JobPlacement, outcome: str) -> str:
             f"on this node ({' and '.join(kinds)} {'needs' if len(kinds) == 1 else 'need'} the cluster: not evaluated)"
         )
     return ""
+
+
+def groups_text(groups: Sequence[GroupOutcome], style: Style) -> list[str]:
+    """One line per task group when the job has several: where each stands on this node."""
+    if len(groups) < 2:
+        return []
+    lines = [style("task groups on this node", "bold")]
+    for g in groups:
+        label, colour = _GROUP_LABEL[g.outcome]
+        lines.append(_line(style, label, colour, f'group "{g.group}"' + (f": {'; '.join(g.why)}" if g.why else "")))
+    return [*lines, ""]
+
+
+_GROUP_LABEL = {
+    PLACE: ("placed", "green"), NOT_PLACED: ("NOT HERE", "red"), UNKNOWN: ("UNKNOWN", "yellow"), REFUSE: ("REFUSED", "red"),
+}  # fmt: skip
+
+
+def groups_json(groups: Sequence[GroupOutcome]) -> list[dict[str, Any]]:
+    return [
+        {"group": g.group, "outcome": g.outcome, "verdict": OUTCOME_TEXT[g.outcome], "why": list(g.why)} for g in groups
+    ]

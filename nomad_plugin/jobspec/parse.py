@@ -11,7 +11,6 @@ and the group's spreads.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import hcl2
 
 from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, EQUAL, NOT_EQUAL, ORDER, SET_ALL
-from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unlabelled
+from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unknown_keys, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
 DEFAULT_SPREAD_WEIGHT = 50  # api.Spread.Canonicalize
@@ -170,18 +169,6 @@ def _int_value(raw: Any, key: str, low: int, high: int) -> int:
         bounds = f"between {low} and {high}" + (" inclusive" if low == 0 else "")
         raise ValueProblem(f"{key} = {raw}: Unsuitable value: value must be a whole number, {bounds}")
     return int(number)
-
-
-def unknown_keys(body: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:
-    """Nomad's HCL decoder error for each key the block's schema lacks, with its suggestion."""
-    problems = []
-    for key in body:
-        if is_meta(key) or key in allowed:
-            continue
-        close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
-        hint = f' Did you mean "{close[0]}"?' if close else f" Allowed: {', '.join(sorted(allowed))}."
-        problems.append(f'{where}: Unsupported argument; an argument named "{key}" is not expected here.{hint}')
-    return problems
 
 
 def int8_weight(number: Decimal) -> tuple[int, str]:
@@ -529,6 +516,9 @@ class ParsedJob:
     groups: list[GroupRules]
     problems: tuple[str, ...] = field(default=())  # the job level's own (Nomad refuses the job)
     unsupported: tuple[str, ...] = field(default=())
+    type_known: bool = True  # False: the type is a value check-job does not evaluate
+    hcl_body: dict[str, Any] | None = field(default=None, repr=False)  # the job block (python-hcl2's form)
+    api_form: dict[str, Any] | None = field(default=None, repr=False)  # the job (Nomad's API JSON)
 
 
 @dataclass
@@ -612,9 +602,9 @@ def _hcl_job(parsed: dict[str, Any]) -> ParsedJob:
         for task_name, task in labelled(group.get("task", [])):
             levels.append(_hcl_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
-    return ParsedJob(
-        name, job_type, requests, groups, (*problems, *_validate(top, job_type)), (*unsupported, *top.unsupported)
-    )
+    problems += _validate(top, job_type)
+    unsupported += top.unsupported
+    return ParsedJob(name, job_type, requests, groups, tuple(problems), tuple(unsupported), not unsupported, job)
 
 
 def _json_level(raw: dict[str, Any], where: str, spreads: bool) -> _Level:
@@ -651,7 +641,8 @@ def _json_job(job: dict[str, Any]) -> ParsedJob:
             task_name = task["Name"] if isinstance(task.get("Name"), str) else ""
             levels.append(_json_level(task, f'group "{group_name}" task "{task_name}"', spreads=False))
         groups.append(_group(name, group_name, job_type, top, levels))
-    return ParsedJob(name, job_type, requests, groups, (*problems, *_validate(top, job_type)), tuple(top.unsupported))
+    problems += _validate(top, job_type)
+    return ParsedJob(name, job_type, requests, groups, tuple(problems), tuple(top.unsupported), api_form=job)
 
 
 def _validate(level: _Level, job_type: str, task: bool = False) -> list[str]:

@@ -164,6 +164,7 @@ class PluginProcess:
         self.extra_stdout: list[str] = []  # go-plugin logs such lines as "unexpected stdout"
         self._channel: grpc.Channel | None = None
         self._streams: list[Stream[Any]] = []
+        self._readers: list[threading.Thread] = []
 
     def start(self) -> Handshake:
         start = time.monotonic()
@@ -174,8 +175,12 @@ class PluginProcess:
         except OSError as exc:
             raise LaunchError(f"cannot execute {self.command[0]}: {exc.strerror or exc}") from None
         lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read_stdout, args=(lines,), name="plugin-stdout", daemon=True).start()
-        threading.Thread(target=self._read_stderr, name="plugin-stderr", daemon=True).start()
+        self._readers = [
+            threading.Thread(target=self._read_stdout, args=(lines,), name="plugin-stdout", daemon=True),
+            threading.Thread(target=self._read_stderr, name="plugin-stderr", daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
         try:
             line = lines.get(timeout=self.handshake_timeout)
         except queue.Empty:
@@ -183,6 +188,7 @@ class PluginProcess:
             raise LaunchError(f"no handshake line within {self.handshake_timeout:.0f} s{self._stderr_hint()}") from None
         if line is None:
             code = self.proc.wait(5)
+            self._close_pipes()
             raise LaunchError(f"plugin exited with status {code} before the handshake{self._stderr_hint()}")
         try:
             self.handshake = parse_handshake(line, time.monotonic() - start)
@@ -230,12 +236,25 @@ class PluginProcess:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        self._close_pipes()
         return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        """Close our ends of the plugin's stdout and stderr once their readers have seen them end (one still
+        blocked, by a child of the plugin holding the pipe open, keeps it: closing under a read is not safe)."""
+        if self.proc is None or self.proc.returncode is None:
+            return
+        for reader in self._readers:
+            reader.join(KILL_GRACE)
+        for pipe, reader in zip((self.proc.stdout, self.proc.stderr), self._readers, strict=False):
+            if pipe is not None and not reader.is_alive():
+                pipe.close()
 
     def __enter__(self) -> PluginProcess:
         self.start()

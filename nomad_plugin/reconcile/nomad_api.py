@@ -1,8 +1,8 @@
 """A small typed client for the local Nomad agent's HTTP API, and what its token can see.
 
-This node's allocations by blocking query (``X-Nomad-Index`` is the next
-``index``), the node itself, the token's ACL objects and the agent's dynamic
-node metadata. Settings come from the plugin config, else ``NOMAD_*``.
+This node's allocations by blocking query (``X-Nomad-Index`` is the next ``index``), the node itself,
+the token's ACL objects, the agent's dynamic node metadata and Nomad's own reading of a job file.
+Settings come from the plugin config, else ``NOMAD_*``.
 
 Every call has an overall deadline, not only httpx's per-read timeouts (an
 API that answers one byte every half second keeps each read inside its
@@ -52,10 +52,11 @@ def wait_duration(seconds: float) -> str:
 class NomadApiError(Exception):
     """The agent could not answer; ``kind`` is unreachable/timeout/forbidden/http/bad-response/config."""
 
-    def __init__(self, message: str, kind: str, status: int = 0) -> None:
+    def __init__(self, message: str, kind: str, status: int = 0, answer: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status  # the HTTP status, when there was one
+        self.answer = answer  # the whole answer to a request the agent refused, line by line (token masked)
 
 
 @dataclass(frozen=True)
@@ -229,11 +230,11 @@ def parse_node_meta(body: Any) -> NodeMetaView:
     return NodeMetaView(parts["Meta"], parts["Dynamic"], parts["Static"])
 
 
-def required_capability(path: str) -> str:
-    """The ACL capability a GET of ``path`` needs."""
-    if path.startswith("/v1/agent/"):
-        return "agent:read (or set nomad_node_id to skip /v1/agent/self)"
-    return "node:read"
+def required_capability(path: str, method: str = "GET") -> str:
+    """The ACL capability a request needs (a POST: client/meta_endpoint.go Apply's, JobsParseRequest's)."""
+    if method == "POST":
+        return "parse-job or submit-job on the namespace" if path == "/v1/jobs/parse" else "node:write"
+    return "agent:read (or set nomad_node_id to skip /v1/agent/self)" if path.startswith("/v1/agent/") else "node:read"
 
 
 # --- the overall deadline of one call --------------------------------------------------------
@@ -493,12 +494,12 @@ class NomadClient:
         return parse_node_meta(self._get(META_PATH)[0])
 
     def apply_node_meta(self, changes: Mapping[str, str | None]) -> NodeMetaView:
-        """Set (a string) or unset (None) dynamic node metadata keys; Nomad answers with the result.
+        """Set (a string) or unset (None) dynamic node metadata keys (``{"Meta": {...}}``); Nomad answers the result."""
+        return parse_node_meta(self.post(META_PATH, {"Meta": changes}))
 
-        ``POST /v1/client/metadata`` with ``{"Meta": {...}}``; needs ``node:write``
-        (client/meta_endpoint.go Apply: AllowNodeWrite).
-        """
-        return parse_node_meta(self._call("POST", META_PATH, None, self.settings.timeout, payload={"Meta": changes})[0])
+    def post(self, path: str, payload: Any, params: dict[str, str] | None = None) -> Any:
+        """The JSON answer of one POST of ``payload`` as JSON."""
+        return self._call("POST", path, params, self.settings.timeout, payload=payload)[0]
 
     def get(self, path: str) -> Any:
         """The JSON answer of one GET (the mount lookup reads allocations and jobs as Nomad shapes them)."""
@@ -562,10 +563,11 @@ class NomadClient:
             raise NomadApiError(f"{what}: {self._redact(transport_words(exc))}", "unreachable") from None
         text = self._redact(resp.text.strip()[:200]) if resp.status_code != 200 else ""
         if resp.status_code == 403:
-            need = "node:write" if method == "POST" else "to be a valid ACL token" if acl else required_capability(path)
+            need = "to be a valid ACL token" if acl and method != "POST" else required_capability(path, method)
             raise NomadApiError(f"{what}: 403 {text} (the token needs {need})", "forbidden", 403)
         if resp.status_code != 200:
-            raise NomadApiError(f"{what}: HTTP {resp.status_code} {text}", "http", resp.status_code)
+            answer = "\n".join(self._redact(line) for line in resp.text.strip().splitlines()[:40])
+            raise NomadApiError(f"{what}: HTTP {resp.status_code} {text}", "http", resp.status_code, answer)
         header = resp.headers.get("X-Nomad-Index", "0")
         return resp.content, int(header) if header.isdigit() else 0
 

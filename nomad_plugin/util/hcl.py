@@ -8,6 +8,7 @@ these helpers, so both see the literals Nomad does.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from typing import Any
@@ -70,6 +71,43 @@ def labelled(blocks: Any) -> list[tuple[str, dict[str, Any]]]:
 def unlabelled(blocks: Any) -> list[dict[str, Any]]:
     """``[{...}, ...]`` (an unlabelled block list) -> the block bodies."""
     return [b for b in (blocks if isinstance(blocks, list) else [blocks]) if isinstance(b, dict)]
+
+
+def _is_block(value: Any) -> bool:
+    """python-hcl2 writes a block as a list of bodies marked ``__is_block__`` (a labelled one one level down)."""
+    items = value if isinstance(value, list) else []
+    return bool(items) and all(
+        isinstance(v, dict)
+        and (v.get("__is_block__") or any(isinstance(b, dict) and b.get("__is_block__") for b in v.values()))
+        for v in items
+    )
+
+
+#: Block types proposed for Nomad's jobspec that no Nomad release decodes (its api structs lack them).
+NOT_YET_IN_NOMAD = {"first_available": "a device block's ordered list of alternative requests"}
+
+
+def unknown_keys(body: dict[str, Any], allowed: frozenset[str], where: str) -> list[str]:
+    """Nomad's HCL decoder error for each key the block's schema lacks, with its suggestion.
+
+    The words are hcl's (``hclsyntax.Body.content``): "Unsupported argument" for an attribute,
+    "Unsupported block type" for a block.
+    """
+    problems = []
+    for key in body:
+        if is_meta(key) or key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+        if _is_block(body[key]):
+            hint = f' Did you mean "{close[0]}"?' if close else ""
+            problem = f'{where}: Unsupported block type; Blocks of type "{key}" are not expected here.{hint}'
+            if key in NOT_YET_IN_NOMAD:
+                problem += f" ({key}, {NOT_YET_IN_NOMAD[key]}, is proposed Nomad work, not yet in Nomad)"
+            problems.append(problem)
+            continue
+        hint = f' Did you mean "{close[0]}"?' if close else f" Allowed: {', '.join(sorted(allowed))}."
+        problems.append(f'{where}: Unsupported argument; an argument named "{key}" is not expected here.{hint}')
+    return problems
 
 
 END_OF_INPUT = "$END"  # lark's name for the end of the text

@@ -7,7 +7,7 @@ an ID Nomad does not know; ``node:read``),
 until the allocations' index passes N or ``wait`` elapses; ``X-Nomad-Index``
 on every answer; an unknown node's list is ``200 []``, as in Nomad, whose
 ``Node.GetAllocs`` reads ``AllocsByNode`` without looking the node up),
-``/v1/allocation/<id>``, ``/v1/acl/token/self``,
+``/v1/allocation/<id>``, ``/v1/acl/token/self``, ``POST /v1/jobs/parse`` (``_parse_job``),
 ``/v1/acl/policy/<name>`` and ``/v1/acl/role/<id>``, and the local agent's
 dynamic node metadata ``/v1/client/metadata`` (GET and POST, see
 ``NodeMetaState``). The control methods change allocations and inject faults
@@ -33,7 +33,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -98,6 +98,9 @@ class _Acl:
     namespaces: dict[str, set[str]] = field(default_factory=dict)
 
     def read_job(self, namespace: str) -> bool:
+        return self.allows(namespace, "read-job")
+
+    def allows(self, namespace: str, capability: str) -> bool:
         if self.management:
             return True
         caps = self.namespaces.get(namespace)
@@ -110,7 +113,7 @@ class _Acl:
                     if best is None or diff < best[0]:
                         best = (diff, pattern)
             caps = self.namespaces[best[1]] if best else set()
-        return "deny" not in caps and "read-job" in caps
+        return "deny" not in caps and capability in caps
 
 
 def _acl_from_policies(rules: Iterable[str]) -> _Acl:
@@ -325,6 +328,10 @@ class NomadApiDouble:
         self._roles: dict[str, tuple[str, list[str]]] = {}  # id -> (name, policies)
         self._tokens: dict[str, dict[str, Any]] = {}  # secret -> token object
         self.requests: list[tuple[str, str]] = []  # (path with query, token seen or "")
+        #: What Nomad's jobspec2 makes of a job file for ``POST /v1/jobs/parse``: (JobHCL, Variables) -> the
+        #: API form, or ValueError with jobspec2's message. A test gives it; none: every parse fails.
+        self.job_parser: Callable[[str, str], dict[str, Any]] | None = None
+        self.parse_requests: list[dict[str, Any]] = []  # the bodies POST /v1/jobs/parse received
         self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -663,6 +670,8 @@ class NomadApiDouble:
             return 403, "Permission denied", None
         url = urlsplit(path)
         parts = [p for p in url.path.split("/") if p]
+        if parts == ["v1", "jobs", "parse"]:
+            return self._parse_job(parse_qs(url.query), token, body)
         if parts != ["v1", "client", "metadata"]:
             return 404, "Invalid URL", None
         # The HTTP layer decodes the body before the RPC (nodeMetaApply, decodeBody): 400 on bad JSON.
@@ -697,6 +706,34 @@ class NomadApiDouble:
             if not valid_meta_key(key):
                 return 400, f"{json.dumps(key)} is invalid; metadata keys must be valid dotted hcl identifiers", None
         return 200, self.meta.apply(changes), None
+
+    def _parse_job(self, query: dict[str, list[str]], token: str, body: bytes) -> tuple[int, Any, None]:
+        """``JobsParseRequest`` (command/agent/job_endpoint.go): the ACL check (``parse-job`` or ``submit-job``
+        on the request's namespace, else 403 ErrPermissionDenied), ``decodeBody`` into ``api.JobsParseRequest``
+        (400 on bad JSON), 400 "Job spec is empty", then ``jobspec2.ParseWithConfig`` (``job_parser`` here):
+        400 "Failed to parse job: <error>" when it fails; the job (canonicalised when asked) when it does not."""
+        namespace = query.get("namespace", ["default"])[0] or "default"
+        acl = self._resolve(token)
+        if isinstance(acl, tuple):
+            return acl[0], acl[1], None
+        if acl is not None and not (acl.allows(namespace, "parse-job") or acl.allows(namespace, "submit-job")):
+            return 403, "Permission denied", None
+        try:
+            request = json.loads(body or b"null")
+        except ValueError as exc:
+            return 400, f"invalid character in request body: {exc}", None
+        if not isinstance(request, dict):
+            request = {}
+        self.parse_requests.append(request)
+        hcl = request.get("JobHCL")
+        if not isinstance(hcl, str) or hcl == "":
+            return 400, "Job spec is empty", None
+        if self.job_parser is None:
+            return 400, "Failed to parse job: the double was given no parser", None
+        try:
+            return 200, self.job_parser(hcl, str(request.get("Variables") or "")), None
+        except ValueError as exc:
+            return 400, f"Failed to parse job: {exc}", None
 
     def _node(self) -> dict[str, Any]:
         """The node as ``GET /v1/node/<id>`` shows it (``structs.Node``, sanitised: no SecretID)."""

@@ -303,11 +303,15 @@ def test_the_runtime_kit_controller_runs_one_group_per_switch_and_none_without_t
 ) -> None:
     job = str(JOBS / "runtime-kit-controller.sysbatch.hcl")
     code, doc = run(capsys, job, "--profile", "h800-8", "--node-value", "meta.lj_runtimekit_enable=true")
-    assert code == 1
+    # A sysbatch job runs each group on every node where its rules hold: "enable" runs here, and that is the job.
+    assert code == 0 and doc["outcome"] == "place", doc["verdict"]
     assert [g["outcome"] for g in doc["node_rules"]["groups"]] == ["place", "not_placed"]
+    assert [(g["group"], g["outcome"]) for g in doc["groups"]] == [("enable", "place"), ("disable", "not_placed")]
+    assert doc["verdict"].startswith('Nomad would place this: group "enable" on this node, not group "disable" (')
     node = write(tmp_path, "n.json", mock_node())  # a node without the key: left alone
     code, doc = run(capsys, job, "--profile", "h800-8", "--node", node)
     assert code == 1 and [g["outcome"] for g in doc["node_rules"]["groups"]] == ["not_placed", "not_placed"]
+    assert doc["outcome"] == "not_placed"
 
 
 def test_hcl_decoding_refuses_what_gohcl_refuses(capsys: pytest.CaptureFixture[str]) -> None:
