@@ -145,7 +145,11 @@ class PluginApp:
                 self._started = True
                 self.config = self.config or PluginConfig()
                 self._engines = self._start(self.config)
-                for name, target in (("lifecycle", self._lifecycle), ("housekeeping", self._housekeeping)):
+                for name, target in (
+                    ("lifecycle", self._lifecycle),
+                    ("housekeeping", self._housekeeping),
+                    ("token check", self._check_token),
+                ):
                     threading.Thread(target=target, name=name, daemon=True).start()
             return self._engines
 
@@ -209,6 +213,13 @@ class PluginApp:
         except OSError as exc:
             log.error("Prometheus endpoint on %s:%d could not start: %s", config.metrics_bind, config.metrics_port, exc)
             return None
+
+    def _check_token(self) -> None:
+        """One warning when the local agent shows the Nomad ACL token to every token with agent:read."""
+        from nomad_plugin.reconcile.nomad_api import NomadApiSettings, warn_if_token_shown
+
+        if self.config is not None:
+            warn_if_token_shown(NomadApiSettings.from_config(self.config))
 
     # -- owning data_dir (the lifecycle thread) ------------------------------------------
     def _lifecycle(self) -> None:

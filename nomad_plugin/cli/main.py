@@ -157,11 +157,14 @@ class NomadDevicePlugin:
 
 
 def apply_logging(config: PluginConfig) -> None:
-    """SetConfig's log level and secrets, for the hclog handler on stderr (the agent's log)."""
+    """SetConfig's log level and secrets (the token in ``nomad_token_file`` too), for the hclog handler on
+    stderr (the agent's log)."""
     from nomad_plugin.config.decode import secret_values
     from nomad_plugin.goplugin import logging as hclog
+    from nomad_plugin.util.secret_file import SecretFile
 
-    hclog.set_secrets(secret_values(config))
+    in_file = SecretFile(config.nomad_token_file, "nomad_token_file").secret if config.nomad_token_file else ""
+    hclog.set_secrets([*secret_values(config), in_file])
     hclog.set_level(config.log_level)
 
 
