@@ -73,7 +73,7 @@ class NomadApiSettings:
     #: Why the configured token cannot be sent ("" when it can); set by ``from_config``.
     token_problem: str = ""
     #: Where the token comes from: "nomad_token", "nomad_token_file", "NOMAD_TOKEN (environment)"; "" unknown.
-    token_source: str = ""
+    token_source: str = field(default="", compare=False)
     #: ``nomad_token_file``: read again before each request, so a rotated token is sent from then on.
     token_file: SecretFile | None = field(default=None, repr=False, compare=False)
 

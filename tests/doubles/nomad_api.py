@@ -325,6 +325,10 @@ class NomadApiDouble:
         self._roles: dict[str, tuple[str, list[str]]] = {}  # id -> (name, policies)
         self._tokens: dict[str, dict[str, Any]] = {}  # secret -> token object
         self.requests: list[tuple[str, str]] = []  # (path with query, token seen or "")
+        #: The agent configuration's plugin blocks as ``/v1/agent/self`` returns them: ``{"Name", "Args",
+        #: "Config"}`` each, ``Config`` unredacted (command/agent/agent_endpoint.go AgentSelfRequest redacts
+        #: only the ACL replication, Consul and Circonus tokens).
+        self.agent_plugins: list[dict[str, Any]] = []
         self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -718,6 +722,7 @@ class NomadApiDouble:
             "config": {
                 "Client": {"Enabled": True, "NodeClass": "", "Options": {}},
                 "Datacenter": "dc1",
+                "Plugins": [dict(p) for p in self.agent_plugins] or None,
                 "Region": "global",
                 "Version": {"Version": "1.10.0"},
             },
