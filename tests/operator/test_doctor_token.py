@@ -66,6 +66,6 @@ def test_a_token_file_others_may_read_fails_the_config_check(
     token_file.chmod(0o644)
     code, out = _doctor(_agent_file(tmp_path, f'nomad_token_file = "{token_file}"'), capsys)
     assert code == 1
-    assert f"[FAIL] config: {tmp_path / 'agent.hcl'}: config option \"nomad_token_file\"" in out
+    assert f'[FAIL] config: {tmp_path / "agent.hcl"}: config option "nomad_token_file"' in out
     assert "(mode 0644)" in out and "mode 0600 or 0400" in out
     assert TOKEN not in out
