@@ -219,7 +219,7 @@ class PluginApp:
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, warn_if_token_shown
 
         if self.config is not None:
-            warn_if_token_shown(NomadApiSettings.from_config(self.config))
+            warn_if_token_shown(NomadApiSettings.from_config(self.config), self._closed.wait)
 
     # -- owning data_dir (the lifecycle thread) ------------------------------------------
     def _lifecycle(self) -> None:

@@ -19,7 +19,7 @@ import os
 import ssl
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -509,17 +509,24 @@ def token_places(body: Any, token: str, where: str = "") -> list[str]:
     return []
 
 
-def warn_if_token_shown(settings: NomadApiSettings) -> bool:
-    """Ask the local agent once for ``/v1/agent/self`` with the token and log one warning if the answer holds
-    the token (naming where, never the token); True then. Advice, not a gate: a failure is logged at debug."""
+def warn_if_token_shown(settings: NomadApiSettings, stop: Callable[[float], bool]) -> bool:
+    """Ask the local agent for ``/v1/agent/self`` with the token and log one warning if the answer holds the
+    token (naming where, never the token); True then. The agent opens its HTTP API only after it started its
+    plugins (``NewAgent`` before ``NewHTTPServers`` in command/agent/command.go), so an agent that cannot be
+    reached yet is asked again (``stop(delay)`` waits, True: give up); any other failure is logged at debug."""
     if not settings.token or settings.token_problem:
         return False
-    client = NomadClient(settings)
+    client, delay = NomadClient(settings), 1.0
     try:
-        places = token_places(client.get("/v1/agent/self"), settings.token)
-    except NomadApiError as exc:
-        log.debug("could not ask the local agent whether it shows the Nomad ACL token: %s", exc)
-        return False
+        while True:
+            try:
+                places = token_places(client.get("/v1/agent/self"), settings.token)
+                break
+            except NomadApiError as exc:
+                if exc.kind not in ("unreachable", "timeout") or stop(delay):
+                    log.debug("could not ask the local agent whether it shows the Nomad ACL token: %s", exc)
+                    return False
+                delay = min(60.0, delay * 2)
     finally:
         client.close()
     if places:

@@ -174,3 +174,20 @@ def test_a_token_the_agent_shows_gets_one_warning_naming_the_option(
     assert "config.Plugins[0].Config.nomad_token" in message and "agent:read" in message
     assert "nomad_token_file" in message and "NOMAD_TOKEN" in message
     assert FIRST not in stderr and FIRST[:12] not in stderr
+
+
+@pytest.mark.timeout(90)
+def test_the_agent_api_coming_up_after_the_plugin_is_asked_again(
+    plugin: Plugin, api: NomadApiDouble, tmp_path: Path
+) -> None:
+    # Nomad starts its plugins before its HTTP API: the first question finds no answer.
+    api.agent_plugins = [{"Name": PLUGIN_NAME, "Args": None, "Config": {"nomad_token": FIRST}}]
+    api.set_down(True)
+    _set_config(plugin, **_node_config(tmp_path, api, nomad_token=FIRST, reconcile=False))
+    call = _start_engines(plugin)
+    wait_until(lambda: any(p == "/v1/agent/self" for p, _ in api.requests), "the plugin's first question")
+    assert not _warnings(plugin.stderr_text())
+    api.set_down(False)
+    wait_until(lambda: _warnings(plugin.stderr_text()), "the warning once the agent answers")
+    stderr = _stop(plugin, call)
+    assert len(_warnings(stderr)) == 1 and FIRST not in stderr
