@@ -109,8 +109,11 @@ plugin "nomad-device-lingjun" {
     # Local Nomad agent API URL (http://, https:// or unix://); empty = $NOMAD_ADDR or http://127.0.0.1:4646.
     nomad_address = ""
 
-    # ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.
+    # ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); empty = nomad_token_file, else $NOMAD_TOKEN. Written here it stands in the agent configuration, which /v1/agent/self shows to every token with agent:read: prefer nomad_token_file or NOMAD_TOKEN.
     nomad_token = ""
+
+    # Absolute path of a file holding the ACL token instead (owned by the plugin's user, mode 0600 or 0400, refused otherwise), read at start and again whenever it changes: a rotated token needs no agent restart.
+    nomad_token_file = ""
 
     # CA bundle for the agent's TLS; empty = $NOMAD_CACERT.
     nomad_ca_cert = ""

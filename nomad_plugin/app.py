@@ -149,7 +149,11 @@ class PluginApp:
                 self._started = True
                 self.config = self.config or PluginConfig()
                 self._engines = self._start(self.config)
-                for name, target in (("lifecycle", self._lifecycle), ("housekeeping", self._housekeeping)):
+                for name, target in (
+                    ("lifecycle", self._lifecycle),
+                    ("housekeeping", self._housekeeping),
+                    ("token check", self._check_token),
+                ):
                     threading.Thread(target=target, name=name, daemon=True).start()
             return self._engines
 
@@ -213,6 +217,13 @@ class PluginApp:
         except OSError as exc:
             log.error("Prometheus endpoint on %s:%d could not start: %s", config.metrics_bind, config.metrics_port, exc)
             return None
+
+    def _check_token(self) -> None:
+        """One warning when the local agent shows the Nomad ACL token to every token with agent:read."""
+        from nomad_plugin.reconcile.nomad_api import NomadApiSettings, warn_if_token_shown
+
+        if self.config is not None:
+            warn_if_token_shown(NomadApiSettings.from_config(self.config), self._closed.wait)
 
     # -- owning data_dir (the lifecycle thread) ------------------------------------------
     def _lifecycle(self) -> None:
@@ -517,9 +528,12 @@ class NomadDevicePlugin:
 
 
 def apply_logging(config: PluginConfig) -> None:
-    """SetConfig's log level and secrets, for the hclog handler on stderr (the agent's log)."""
+    """SetConfig's log level and secrets (the token in ``nomad_token_file`` too), for the hclog handler on
+    stderr (the agent's log)."""
     from nomad_plugin.config.decode import secret_values
     from nomad_plugin.goplugin import logging as hclog
+    from nomad_plugin.util.secret_file import SecretFile
 
-    hclog.set_secrets(secret_values(config))
+    in_file = SecretFile(config.nomad_token_file, "nomad_token_file").secret if config.nomad_token_file else ""
+    hclog.set_secrets([*secret_values(config), in_file])
     hclog.set_level(config.log_level)

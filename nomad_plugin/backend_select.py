@@ -46,12 +46,23 @@ def accept_config(msgpack_config: bytes) -> PluginConfig:
 
 
 def validate_config(config: PluginConfig) -> None:
-    """An ``xdm_schema`` path must compile (``ConfigError`` naming the file); reads local files only."""
+    """A ``nomad_token_file`` must hold a token only the plugin's user can read, an ``xdm_schema`` path must
+    compile (``ConfigError`` naming the file); reads local files only."""
+    from nomad_plugin.config.model import ConfigError
     from nomad_plugin.xdm.binder import is_path
 
+    if config.nomad_token_file:
+        from nomad_plugin.util.secret_file import SecretFileError, read_secret_file
+
+        try:
+            read_secret_file(config.nomad_token_file)
+        except SecretFileError as exc:
+            raise ConfigError(
+                f'config option "nomad_token_file": value {config.nomad_token_file!r} {exc}; allowed: a regular file '
+                f"holding the token, owned by the plugin's user (uid {os.geteuid()}), mode 0600 or 0400"
+            ) from None
     if not is_path(config.xdm_schema):
         return
-    from nomad_plugin.config.model import ConfigError
     from nomad_plugin.xdm.binder import SchemaError, load_path
 
     try:

@@ -123,6 +123,7 @@ class Doctor:
             f"{where}: read as the Nomad agent reads it and accepted by the plugin's SetConfig "
             f"(backend {self.config.backend})",
         )
+        self._token_placement(where)
         if not self.config.enabled:
             self.add(
                 "enabled",
@@ -130,6 +131,19 @@ class Doctor:
                 "enabled = false: the plugin fingerprints no device and refuses every Reserve",
                 "set enabled = true to offer the cards; unlike nomad-device-nvidia the plugin keeps its Fingerprint "
                 "stream open meanwhile, so Nomad keeps it loaded (docs/nvidia-dropin.md)",
+            )
+
+    def _token_placement(self, where: str) -> None:
+        """A ``nomad_token`` stands in the agent configuration, which ``/v1/agent/self`` shows (docs/reserve.md)."""
+        if self.config is not None and self.config.nomad_token:
+            self.add(
+                "nomad token",
+                WARN,
+                f"nomad_token is written in the plugin's config block ({where}): GET /v1/agent/self returns the agent's "
+                "configuration, plugin blocks unredacted, to every ACL token with agent:read (monitoring tokens too)",
+                "write the token to a file only the Nomad client's user can read (mode 0600) and set nomad_token_file "
+                "to its path (read again whenever it changes), or set NOMAD_TOKEN in the agent's environment; then "
+                "delete nomad_token, restart the agent and rotate the token",
             )
 
     def check_data_dir(self) -> None:

@@ -397,7 +397,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def check_plugin_settings(values: dict[str, Any]) -> None:
     """Settings that would otherwise fail, or do harm, only later: ``data_dir``, ``nomad_node_id``,
-    ``metrics_bind``, ``nomad_token`` (a trailing newline dropped, never shown) and the allow lists."""
+    ``metrics_bind``, ``nomad_token`` (a trailing newline dropped, never shown) or ``nomad_token_file`` and
+    the allow lists."""
     from nomad_plugin.util.text import data_dir_problem, normalise_token
 
     found = data_dir_problem(str(values["data_dir"]))
@@ -419,6 +420,15 @@ def check_plugin_settings(values: dict[str, Any]) -> None:
     if problem is not None:
         raise invalid("nomad_token", values["nomad_token"], "one line of printable text", secret=True, problem=problem)
     values["nomad_token"] = token
+    token_file = str(values["nomad_token_file"])
+    if token_file and not token_file.startswith("/"):
+        allowed = 'an absolute path such as "/etc/nomad.d/lingjun.token"'
+        raise invalid("nomad_token_file", token_file, allowed, problem="is relative")
+    if token_file and token:
+        raise ConfigError(
+            "config: nomad_token and nomad_token_file are both set; allowed: one of them (nomad_token_file keeps "
+            "the token out of the agent configuration)"
+        )
     for index, name in enumerate(values["xdm_env_allow"]):
         if not ENV_NAME.fullmatch(name):
             raise invalid(f"xdm_env_allow[{index}]", name, 'env variable names such as "LD_LIBRARY_PATH"')

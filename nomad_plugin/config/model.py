@@ -58,6 +58,7 @@ class PluginConfig:
     release_grace_period: float = 30.0
     nomad_address: str = ""
     nomad_token: str = field(default="", repr=False)
+    nomad_token_file: str = ""
     nomad_ca_cert: str = ""
     nomad_client_cert: str = ""
     nomad_client_key: str = ""

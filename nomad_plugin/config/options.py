@@ -218,8 +218,17 @@ OPTIONS: tuple[Option, ...] = (
         "nomad_token",
         "string",
         "",
-        'ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); empty = $NOMAD_TOKEN.',
+        'ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); '
+        "empty = nomad_token_file, else $NOMAD_TOKEN. Written here it stands in the agent configuration, which "
+        "/v1/agent/self shows to every token with agent:read: prefer nomad_token_file or NOMAD_TOKEN.",
         secret=True,
+    ),
+    Option(
+        "nomad_token_file",
+        "string",
+        "",
+        "Absolute path of a file holding the ACL token instead (owned by the plugin's user, mode 0600 or 0400, "
+        "refused otherwise), read at start and again whenever it changes: a rotated token needs no agent restart.",
     ),
     Option("nomad_ca_cert", "string", "", "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),
     Option("nomad_client_cert", "string", "", "Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT."),

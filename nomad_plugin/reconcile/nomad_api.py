@@ -14,23 +14,25 @@ and every spelling of it is masked in errors (``util/text.secret_forms``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import ssl
 import sys
 import threading
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.reconcile.http_deadline import deadline, deadline_transport
+from nomad_plugin.util.secret_file import SecretFile
 from nomad_plugin.util.text import normalise_token, printable, secret_forms, transport_words
 
 if TYPE_CHECKING:
-    import httpcore
     import httpx
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
 #: Client statuses after which Nomad frees the devices; any other (a new one included) counts as live.
@@ -71,16 +73,31 @@ class NomadApiSettings:
     timeout: float = 5.0
     #: Why the configured token cannot be sent ("" when it can); set by ``from_config``.
     token_problem: str = ""
+    #: Where the token comes from: "nomad_token", "nomad_token_file", "NOMAD_TOKEN (environment)"; "" unknown.
+    token_source: str = field(default="", compare=False)
+    #: ``nomad_token_file``: read again before each request, so a rotated token is sent from then on.
+    token_file: SecretFile | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, config: PluginConfig, environ: Mapping[str, str] | None = None) -> NomadApiSettings:
         env = os.environ if environ is None else environ
-        source = "nomad_token" if config.nomad_token else "NOMAD_TOKEN (environment)"
-        token, problem = normalise_token(config.nomad_token or env.get("NOMAD_TOKEN", ""))
+        token_file = SecretFile(config.nomad_token_file, "nomad_token_file") if config.nomad_token_file else None
+        source = (
+            "nomad_token" if config.nomad_token else "nomad_token_file" if token_file else "NOMAD_TOKEN (environment)"
+        )
+        token, problem = normalise_token(
+            token_file.secret if token_file else config.nomad_token or env.get("NOMAD_TOKEN", "")
+        )
+        if token_file is not None and token_file.problem:
+            problem = f"{token_file.problem}; no Nomad ACL token is sent"
+        elif problem:
+            problem = f"the Nomad ACL token from {source} {problem}; it is not sent"
         return cls(
             address=config.nomad_address or env.get("NOMAD_ADDR", "") or DEFAULT_ADDRESS,
             token=token,
-            token_problem=f"the Nomad ACL token from {source} {problem}; it is not sent" if problem else "",
+            token_problem=problem or "",
+            token_source=source,
+            token_file=token_file,
             ca_cert=config.nomad_ca_cert or env.get("NOMAD_CACERT", ""),
             client_cert=config.nomad_client_cert or env.get("NOMAD_CLIENT_CERT", ""),
             client_key=config.nomad_client_key or env.get("NOMAD_CLIENT_KEY", ""),
@@ -237,123 +254,6 @@ def required_capability(path: str, method: str = "GET") -> str:
     return "agent:read (or set nomad_node_id to skip /v1/agent/self)" if path.startswith("/v1/agent/") else "node:read"
 
 
-# --- the overall deadline of one call --------------------------------------------------------
-_deadlines = threading.local()
-
-
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Every socket operation on this thread, until the block ends, gets at most the time left."""
-    previous = getattr(_deadlines, "at", None)
-    _deadlines.at = time.monotonic() + seconds
-    try:
-        yield
-    finally:
-        _deadlines.at = previous
-
-
-def _time_left(timeout: float | None) -> float | None:
-    """``timeout`` cut to the time left until this thread's deadline; raises when none is left."""
-    at: float | None = getattr(_deadlines, "at", None)
-    if at is None:
-        return timeout
-    import httpcore
-
-    left = at - time.monotonic()
-    if left <= 0:
-        raise httpcore.ReadTimeout("the call's overall deadline passed")
-    return left if timeout is None else min(timeout, left)
-
-
-def _transport(ssl_context: ssl.SSLContext | None, uds: str | None) -> httpx.BaseTransport:
-    """A transport whose every socket operation keeps the call's deadline: httpx and httpcore through their
-    public APIs only (a custom transport, a pool with a network backend), so an upgrade of either cannot
-    silently drop the deadline."""
-    import httpcore
-    import httpx
-
-    class Stream(httpcore.NetworkStream):
-        def __init__(self, inner: httpcore.NetworkStream) -> None:
-            self._inner = inner
-
-        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-            return self._inner.read(max_bytes, _time_left(timeout))
-
-        def write(self, buffer: bytes, timeout: float | None = None) -> None:
-            self._inner.write(buffer, _time_left(timeout))
-
-        def close(self) -> None:
-            self._inner.close()
-
-        def start_tls(
-            self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
-        ) -> httpcore.NetworkStream:
-            return Stream(self._inner.start_tls(ssl_context, server_hostname, _time_left(timeout)))
-
-        def get_extra_info(self, info: str) -> Any:
-            return self._inner.get_extra_info(info)
-
-    class Backend(httpcore.SyncBackend):
-        def connect_tcp(
-            self,
-            host: str,
-            port: int,
-            timeout: float | None = None,
-            local_address: str | None = None,
-            socket_options: Any = None,
-        ) -> httpcore.NetworkStream:
-            return Stream(super().connect_tcp(host, port, _time_left(timeout), local_address, socket_options))
-
-        def connect_unix_socket(
-            self, path: str, timeout: float | None = None, socket_options: Any = None
-        ) -> httpcore.NetworkStream:
-            return Stream(super().connect_unix_socket(path, _time_left(timeout), socket_options))
-
-    class DeadlineTransport(httpx.BaseTransport):
-        """httpx's documented custom-transport interface over an httpcore pool (httpcore's public API)
-        with the backend above; the answer is read whole here, inside the call's deadline."""
-
-        def __init__(self) -> None:
-            # httpx's own defaults: 100 connections, 20 kept alive for 5 s.
-            self._pool = httpcore.ConnectionPool(
-                ssl_context=ssl_context,
-                max_connections=100,
-                max_keepalive_connections=20,
-                keepalive_expiry=5.0,
-                uds=uds,
-                network_backend=Backend(),
-            )
-
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            url = request.url
-            core = httpcore.Request(
-                request.method,
-                httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
-                headers=request.headers.raw,
-                content=request.read(),
-                extensions=request.extensions,
-            )
-            try:
-                answer = self._pool.handle_request(core)
-                try:
-                    content = answer.read()
-                finally:
-                    answer.close()
-            except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-                # httpx names its errors as httpcore does (ReadTimeout, ConnectError, RemoteProtocolError...).
-                same: Any = getattr(httpx, type(exc).__name__, None)
-                error = (
-                    same if isinstance(same, type) and issubclass(same, httpx.TransportError) else httpx.TransportError
-                )
-                raise error(str(exc), request=request) from exc
-            return httpx.Response(answer.status, headers=answer.headers, content=content, request=request)
-
-        def close(self) -> None:
-            self._pool.close()
-
-    return DeadlineTransport()
-
-
 class NomadClient:
     def __init__(self, settings: NomadApiSettings) -> None:
         self._secrets = sorted(secret_forms(settings.token), key=len, reverse=True)
@@ -387,7 +287,7 @@ class NomadClient:
                 self._client = httpx.Client(
                     base_url=base,
                     headers=headers,
-                    transport=_transport(ssl_context, uds),
+                    transport=deadline_transport(ssl_context, uds),
                     timeout=httpx.Timeout(s.timeout),
                     trust_env=False,
                 )
@@ -545,15 +445,17 @@ class NomadClient:
         payload: Any = None,
     ) -> tuple[bytes, int]:
         """One request: (the body's bytes, X-Nomad-Index); ``timeout`` bounds each read and the whole call
-        (``_deadline``)."""
+        (``http_deadline``)."""
         what = _what(method, path)
+        if self.settings.token_file is not None:
+            self._follow(self.settings.token_file.current())
         if self.settings.token_problem:
             raise NomadApiError(f"{what}: not asked: {self.settings.token_problem}", "config")
         http = self._http
         import httpx  # loaded by ``_http``; a dictionary lookup here
 
         try:
-            with _deadline(timeout):
+            with deadline(timeout):
                 resp = http.request(
                     method, path, params=params, json=payload, timeout=timeout, extensions=self._extensions
                 )
@@ -571,11 +473,67 @@ class NomadClient:
         header = resp.headers.get("X-Nomad-Index", "0")
         return resp.content, int(header) if header.isdigit() else 0
 
+    def _follow(self, token: str) -> None:
+        """The token file's token from this request on; every token it held stays masked in errors."""
+        if token and token != self.settings.token:
+            self._secrets = sorted({*self._secrets, *secret_forms(token)}, key=len, reverse=True)
+            self.settings = replace(self.settings, token=token, token_problem="")
+            with self._client_lock:
+                if self._client is not None:
+                    self._client.headers["X-Nomad-Token"] = token
+
     def _redact(self, text: str) -> str:
         """``text`` (an error, the API's answer) with every spelling of the token masked, escaped and bounded."""
         for secret in self._secrets:
             text = text.replace(secret, "<redacted>")
         return printable(text, 400)
+
+
+# --- whether the local agent shows the token to others ------------------------------------------
+# ``GET /v1/agent/self`` (agent:read) returns the agent's whole configuration, plugin blocks included;
+# Nomad redacts only its own secrets (the ACL replication token, Consul tokens, the Circonus API token:
+# ``AgentSelfRequest`` in command/agent/agent_endpoint.go). A token in our ``config`` block is readable there.
+SHOWN_WARNING = (
+    "the Nomad ACL token from %s is in the local agent's /v1/agent/self answer (%s), which Nomad returns to "
+    "every ACL token with agent:read: write it in a file only the plugin's user can read and set nomad_token_file, "
+    "or set NOMAD_TOKEN in the agent's environment; then remove it from the agent configuration and rotate it"
+)
+
+
+def token_places(body: Any, token: str, where: str = "") -> list[str]:
+    """Pure: the JSON paths (``config.Plugins[0].Config.nomad_token``) of the strings in ``body`` holding ``token``."""
+    if isinstance(body, str):
+        return [where or "the answer"] if token and token in body else []
+    if isinstance(body, dict):
+        return [p for key, value in body.items() for p in token_places(value, token, f"{where}.{key}".lstrip("."))]
+    if isinstance(body, list):
+        return [p for i, value in enumerate(body) for p in token_places(value, token, f"{where}[{i}]")]
+    return []
+
+
+def warn_if_token_shown(settings: NomadApiSettings, stop: Callable[[float], bool]) -> bool:
+    """Ask the local agent for ``/v1/agent/self`` with the token and log one warning if the answer holds the
+    token (naming where, never the token); True then. The agent opens its HTTP API only after it started its
+    plugins (``NewAgent`` before ``NewHTTPServers`` in command/agent/command.go), so an agent that cannot be
+    reached yet is asked again (``stop(delay)`` waits, True: give up); any other failure is logged at debug."""
+    if not settings.token or settings.token_problem:
+        return False
+    client, delay = NomadClient(settings), 1.0
+    try:
+        while True:
+            try:
+                places = token_places(client.get("/v1/agent/self"), settings.token)
+                break
+            except NomadApiError as exc:
+                if exc.kind not in ("unreachable", "timeout") or stop(delay):
+                    log.debug("could not ask the local agent whether it shows the Nomad ACL token: %s", exc)
+                    return False
+                delay = min(60.0, delay * 2)
+    finally:
+        client.close()
+    if places:
+        log.warning(SHOWN_WARNING, settings.token_source or "nomad_token", ", ".join(places[:3]))
+    return bool(places)
 
 
 def _what(method: str, path: str) -> str:

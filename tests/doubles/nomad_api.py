@@ -332,6 +332,10 @@ class NomadApiDouble:
         #: API form, or ValueError with jobspec2's message. A test gives it; none: every parse fails.
         self.job_parser: Callable[[str, str], dict[str, Any]] | None = None
         self.parse_requests: list[dict[str, Any]] = []  # the bodies POST /v1/jobs/parse received
+        #: The agent configuration's plugin blocks as ``/v1/agent/self`` returns them: ``{"Name", "Args",
+        #: "Config"}`` each, ``Config`` unredacted (command/agent/agent_endpoint.go AgentSelfRequest redacts
+        #: only the ACL replication, Consul and Circonus tokens).
+        self.agent_plugins: list[dict[str, Any]] = []
         self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -755,6 +759,7 @@ class NomadApiDouble:
             "config": {
                 "Client": {"Enabled": True, "NodeClass": "", "Options": {}},
                 "Datacenter": "dc1",
+                "Plugins": [dict(p) for p in self.agent_plugins] or None,
                 "Region": "global",
                 "Version": {"Version": "1.10.0"},
             },

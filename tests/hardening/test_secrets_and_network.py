@@ -48,7 +48,7 @@ def _host_args(sim_dir: Path, address: str, extra: dict[str, str]) -> list[str]:
     return args
 
 
-@pytest.mark.parametrize("where", ["config", "env"])
+@pytest.mark.parametrize("where", ["config", "env", "file"])
 @pytest.mark.parametrize("failure", ["forbidden", "unreachable"])
 @pytest.mark.timeout(90)
 def test_nomad_token_never_in_logs_or_errors(sim, where, failure):
@@ -60,6 +60,11 @@ def test_nomad_token_never_in_logs_or_errors(sim, where, failure):
         api.require_token("a-different-token")  # every call is answered 403
         address = api.address if failure == "forbidden" else "http://127.0.0.1:9"  # discard port: refused
         extra = {"nomad_token": json.dumps(TOKEN)} if where == "config" else {}
+        if where == "file":  # nomad_token_file: only the plugin's user may read it
+            token_file = d / "nomad.token"
+            token_file.write_text(TOKEN + "\n")
+            token_file.chmod(0o600)
+            extra = {"nomad_token_file": json.dumps(str(token_file))}
         env = {"NOMAD_TOKEN": TOKEN} if where == "env" else None
         proc = start_host(_host_args(d, address, extra), env=env)
         try:
