@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import closing
 from pathlib import Path
@@ -35,6 +36,7 @@ from nomad_plugin.jobspec import (
     PLACE,
     REFUSE,
     UNKNOWN,
+    Inputs,
     JobParseError,
     NodeDocument,
     NodeFileError,
@@ -80,6 +82,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    hcl = p.add_argument_group(
+        "HCL2 variables, as `nomad job run` takes them (and NOMAD_VAR_<name> from the environment)"
+    )
+    hcl.add_argument("-var", "--var", dest="var", action="append", default=[], metavar="NAME=VALUE", help="a variable")
+    hcl.add_argument(
+        "-var-file",
+        "--var-file",
+        dest="var_file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file of variable values (HCL or JSON)",
+    )
     node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
     node.add_argument(
         "--node",
@@ -200,7 +215,9 @@ def main(argv: list[str]) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")  # any text a job holds prints on any terminal
     style = Style(sys.stdout)
     try:
-        job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job)
+        files = [(name, Path(name).read_text(encoding="utf-8")) for name in args.var_file]
+        inputs = Inputs(args.var, files, {k: v for k, v in os.environ.items() if k.startswith("NOMAD_VAR_")})
+        job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job, inputs)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         return fail("check-job", str(exc))
     requests = job.requests

@@ -12,6 +12,7 @@ from nomad_plugin.jobspec.evaluate import (
     verdicts_json,
     verdicts_text,
 )
+from nomad_plugin.jobspec.hcl2_eval import Inputs
 from nomad_plugin.jobspec.node import (
     NodeDocument,
     NodeFileError,
@@ -27,8 +28,29 @@ from nomad_plugin.jobspec.node import (
 from nomad_plugin.jobspec.parse import NODE_FIELDS, JobParseError, ParsedJob, go_strings, parse_job, parse_job_text
 
 __all__ = [
-    "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "JobParseError", "NodeDocument", "NodeFileError",
-    "NodeValues", "ParsedJob", "PluginKeys", "evaluate_job", "evaluate_placement", "evaluate_request", "final_outcome",
-    "go_strings", "node_from_json", "parse_job", "parse_job_text", "placement_json", "placement_text",
-    "verdict_detail", "verdicts_json", "verdicts_text",
+    "NODE_FIELDS",
+    "OUTCOME_TEXT",
+    "PLACE",
+    "REFUSE",
+    "UNKNOWN",
+    "Inputs",
+    "JobParseError",
+    "NodeDocument",
+    "NodeFileError",
+    "NodeValues",
+    "ParsedJob",
+    "PluginKeys",
+    "evaluate_job",
+    "evaluate_placement",
+    "evaluate_request",
+    "final_outcome",
+    "go_strings",
+    "node_from_json",
+    "parse_job",
+    "parse_job_text",
+    "placement_json",
+    "placement_text",
+    "verdict_detail",
+    "verdicts_json",
+    "verdicts_text",
 ]  # fmt: skip
