@@ -19,11 +19,13 @@ check-job says it cannot tell instead of deciding on a partial reading.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, DivisionByZero, InvalidOperation, localcontext
+from decimal import Decimal, localcontext
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import hcl2
@@ -239,17 +241,17 @@ class Evaluator:
             if isinstance(operand, Unknown):
                 return operand
             if str(node.children[0]) == "-":
-                return -self.operand(to_number, operand, "", node)
-            return not self.operand(to_bool, operand, "", node)
+                return -self.operand(to_number, operand, "unary", node)
+            return not self.operand(to_bool, operand, "unary", node)
         return self.not_evaluated(node, f"check-job does not evaluate {self.src(node)!r}")
 
     def operand(self, conv: Any, value: Any, side: str, node: Node) -> Any:
         try:
             return conv(value)
-        except FunctionError:
-            want = {to_number: "a number", to_bool: "a bool"}[conv]
-            where = f"{side} operand" if side else "operand"
-            raise HclError("Invalid operand", f"Unsuitable value for {where}: {want} is required.", node) from None
+        except FunctionError as exc:
+            if side == "if":
+                raise HclError("Invalid 'for' condition", f"The 'if' clause value is invalid: {exc}.", node) from None
+            raise HclError("Invalid operand", f"Unsuitable value for {side} operand: {exc}.", node) from None
 
     def binary(self, op: str, left_node: Node, right_node: Node, scope: dict[str, Any], node: Node) -> Any:
         left, right = self.value(left_node, scope), self.value(right_node, scope)
@@ -266,10 +268,15 @@ class Evaluator:
             return {"<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[op]
         with localcontext() as ctx:
             ctx.prec = 154  # about cty's 512-bit mantissa
-            try:
-                return {"+": a + b, "-": a - b, "*": a * b}[op] if op in "+-*" else (a / b if op == "/" else a % b)
-            except (DivisionByZero, InvalidOperation):
-                raise HclError("Operation failed", "Error during operation: can't divide by zero.", node) from None
+            if op in "/%" and b == 0:
+                if a == 0:
+                    raise HclError(
+                        "Operation failed",
+                        "Error during operation: can't divide zero by zero or infinity by infinity.",
+                        node,
+                    )
+                return self.not_evaluated(node, f"{self.src(node)} is infinite")
+            return {"+": a + b, "-": a - b, "*": a * b}[op] if op in "+-*" else (a / b if op == "/" else a % b)
 
     def conditional(self, kids: list[Node], scope: dict[str, Any]) -> Any:
         cond = self.value(kids[0], scope)
@@ -301,11 +308,7 @@ class Evaluator:
         if op.data == "get_attr":
             key: Any = _name(_sig(op)[0])
             if isinstance(base, list):
-                raise HclError(
-                    "Unsupported attribute",
-                    "Can't access attributes on a list of objects. Did you mean to access an attribute for a specific element of the list, or across all elements of the list?",
-                    op,
-                )
+                raise HclError("Unsupported attribute", "This value does not have any attributes.", op)
             if base is None:
                 raise HclError(
                     "Attempt to get attribute from null value",
@@ -324,13 +327,23 @@ class Evaluator:
             return key
         if base is None:
             raise HclError("Attempt to index null value", "This value is null, so it does not have any indices.", op)
-        if isinstance(base, dict) and not isinstance(key, (list, dict)) and key is not None and to_string(key) in base:
-            return base[to_string(key)]
+        missing = "The given key does not identify an element in this collection value"
+        if isinstance(base, dict) and isinstance(key, Decimal):
+            raise HclError(
+                "Invalid index",
+                f"{missing}. An object only supports looking up attributes by name, not by numeric index.",
+                op,
+            )
+        if isinstance(base, dict) and isinstance(key, str) and key in base:
+            return base[key]
         if isinstance(base, list) and not isinstance(key, (bool, list, dict)) and key is not None:
-            index = to_number(key)
+            try:
+                index = to_number(key)
+            except FunctionError as exc:
+                raise HclError("Invalid index", f"{missing}: {exc}.", op) from None
             if index == index.to_integral_value() and 0 <= index < len(base):
                 return base[int(index)]
-        raise HclError("Invalid index", "The given key does not identify an element in this collection value.", op)
+        raise HclError("Invalid index", f"{missing}.", op)
 
     def object(self, elems: list[Node], scope: dict[str, Any]) -> Any:
         out: dict[str, Any] = {}
@@ -381,8 +394,10 @@ class Evaluator:
                 return arg if isinstance(arg, Unknown) else next(a for a in arg if isinstance(a, Unknown))
         try:
             return self.functions[name](*args)
+        except NotImplementedError as exc:
+            return self.not_evaluated(node, f"check-job does not evaluate {name}(): {exc}")
         except TypeError:
-            raise HclError("Invalid function call", f'Wrong number of arguments for function "{name}".', node) from None
+            raise _arity(name, self.functions[name], len(args), node) from None
         except (FunctionError, ValueError, ArithmeticError, re.error) as exc:
             raise HclError("Error in function call", f'Call to function "{name}" failed: {exc}.', node) from None
 
@@ -428,7 +443,7 @@ class Evaluator:
                 keep = self.value(_sig(cond)[0], inner)
                 if isinstance(keep, Unknown):
                     return keep
-                if not self.operand(to_bool, keep, "", cond):
+                if not self.operand(to_bool, keep, "if", cond):
                     continue
             if node.data == "for_tuple_expr":
                 out_list.append(self.value(body[0], inner))
@@ -488,7 +503,7 @@ class Evaluator:
                 if isinstance(cond, Unknown):
                     unknown = unknown or cond
                     continue
-                chosen = yes if self.operand(to_bool, cond, "", part) else no
+                chosen = yes if to_bool(cond) else no
                 unknown = unknown or self.interpolated(chosen, part, chunks)
             elif kind == "template_for_start":
                 start = i
@@ -502,6 +517,7 @@ class Evaluator:
                 pairs = (
                     sorted(collection.items()) if isinstance(collection, dict) else list(enumerate(collection or []))
                 )
+                pairs = [(Decimal(k) if isinstance(k, int) else k, v) for k, v in pairs]
                 for key, item in pairs:
                     bound = dict(zip(names[::-1], [item, key], strict=False))
                     text, _ = self.sequence(parts, start, {**scope, **bound}, ("template_endfor",))
@@ -551,6 +567,18 @@ class Evaluator:
             raise HclError(exc.summary, exc.detail, node) from None
 
 
+def _arity(name: str, function: Any, given: int, node: Node) -> HclError:
+    """hclsyntax's errors for a call with the wrong number of arguments."""
+    params = [p for p in inspect.signature(function).parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
+    if given < len(params):
+        return HclError(
+            "Not enough function arguments",
+            f'Function "{name}" expects {len(params)} argument(s). Missing value for "{params[given].name}".',
+            node,
+        )
+    return HclError("Too many function arguments", f'Function "{name}" expects only {len(params)} argument(s).', node)
+
+
 def _requote(body: str) -> str:
     """A heredoc's text as one quoted template: literal text escaped, ``${...}``/``%{...}`` kept verbatim."""
     out, i = ['"'], 0
@@ -585,8 +613,19 @@ def check_syntax(body: Node, single_line: bool = False) -> None:
         if not isinstance(child, Tree) or child.data == "new_line_or_comment":
             previous = None
             continue
-        if previous is not None or (single_line and child.data == "block"):
-            first = child.children[0]
+        first = child.children[0]
+        if single_line and previous is None and child.data == "block":
+            after = child.children[1]
+            end = after.children[0] if isinstance(after, Tree) and after.data == "string" else after
+            span = SimpleNamespace(
+                line=first.meta.line, column=first.meta.column, end_line=end.end_line, end_column=end.end_column
+            )
+            raise HclError(
+                "Argument definition required",
+                f"A single-line block definition can contain only a single argument. If you meant to define argument {json.dumps(_item_name(child))}, use an equals sign to assign it a value. To define a nested block, place it on a line of its own within its parent block.",
+                span,
+            )
+        if previous is not None:
             if single_line:
                 raise HclError(
                     "Invalid single-argument block definition",

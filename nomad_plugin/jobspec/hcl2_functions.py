@@ -55,7 +55,7 @@ def to_number(value: Any) -> Decimal:
         return value
     if isinstance(value, str):
         try:
-            number = Decimal(value)
+            number: Decimal | None = Decimal(value)
         except ArithmeticError:
             number = None
         if number is not None and number.is_finite() and re.fullmatch(r"-?[0-9.]+(?:[eE][-+]?[0-9]+)?", value):
@@ -129,51 +129,47 @@ def _from_json(value: Any) -> Any:
 _VERB = re.compile(r"%(?:(%)|([-+# 0]*)([0-9]*)(?:\.([0-9]+))?([a-zA-Z]))")
 
 
+def _verb(flags: str, width: str, precision: str | None, verb: str, arg: Any) -> str:
+    """One argument rendered by one Go verb; FunctionError with cty's reason."""
+    if arg is None:
+        raise FunctionError("null value cannot be formatted")
+    pyflags = flags.replace("#", "")
+    if verb in "vs":
+        plain = verb == "s" or not isinstance(arg, (list, dict))
+        body = to_string(arg) if plain else json.dumps(_json(arg), separators=(",", ":"), sort_keys=True)
+        body = body[: int(precision)] if precision is not None else body
+        return f"{body:{'<' if '-' in flags else '>'}{width}}" if width else body
+    if verb == "q":
+        return json.dumps(to_string(arg), ensure_ascii=False)
+    if verb == "t":
+        return "true" if to_bool(arg) else "false"
+    if verb in "dxXob":
+        number = to_number(arg)
+        if number != number.to_integral_value():
+            raise FunctionError("an integer is required")
+        return format(int(number), f"{pyflags}{width}{verb}")
+    if verb in "feE" or (verb in "gG" and precision is not None):  # Go's %g alone is the shortest form
+        return format(float(to_number(arg)), f"{pyflags}{width}.{precision if precision is not None else 6}{verb}")
+    raise NotImplementedError(f"format verb %{verb} as written here")
+
+
 def _format(spec: Any, *args: Any) -> str:
     """cty's ``format``: Go verbs %v %d %f %s %q %t %e %g %x %X %o %b, with flags, width and precision."""
-    text, out, index = to_string(spec), [], 0
-    pos = 0
+    text, out, index, pos = to_string(spec), [], 0, 0
     for match in _VERB.finditer(text):
         out.append(text[pos : match.start()])
         pos = match.end()
         if match.group(1):
             out.append("%")
             continue
-        flags, width, precision, verb = match.group(2), match.group(3), match.group(4), match.group(5)
+        raw = f"{json.dumps(match.group(0))} at {match.start()}"
         if index >= len(args):
-            raise FunctionError(f"not enough arguments for {match.group(0)!r} at {match.start()}: need index {index}")
-        arg = args[index]
+            raise FunctionError(f"not enough arguments for {raw}: need index {index + 1} but have {len(args)} total")
+        try:
+            out.append(_verb(*match.group(2, 3, 4, 5), args[index]))
+        except FunctionError as exc:
+            raise FunctionError(f"unsupported value for {raw}: {exc}") from None
         index += 1
-        if arg is None:
-            raise FunctionError(
-                f"unsupported value for {match.group(0)!r} at {match.start()}: null value cannot be formatted"
-            )
-        pyflags = flags.replace("#", "")
-        if verb in "vs":
-            body = (
-                to_string(arg)
-                if verb == "s" or not isinstance(arg, (list, dict))
-                else json.dumps(_json(arg), separators=(",", ":"))
-            )
-            body = body[: int(precision)] if precision is not None else body
-            rendered = f"{body:{'<' if '-' in flags else '>'}{width}}" if width else body
-        elif verb == "q":
-            rendered = json.dumps(to_string(arg), ensure_ascii=False)
-        elif verb == "t":
-            rendered = "true" if to_bool(arg) else "false"
-        elif verb in "dxXob":
-            number = to_number(arg)
-            if number != number.to_integral_value():
-                raise FunctionError(
-                    f"unsupported value for {match.group(0)!r} at {match.start()}: an integer is required"
-                )
-            rendered = format(int(number), f"{pyflags}{width}{verb if verb != 'd' else 'd'}")
-        elif verb in "feEgG":
-            fmt = f"{pyflags}{width}" + (f".{precision}" if precision is not None else "") + verb
-            rendered = format(float(to_number(arg)), fmt if verb != "f" or precision is not None else fmt[:-1] + ".6f")
-        else:
-            raise FunctionError(f"unsupported format verb {verb!r} in {match.group(0)!r} at offset {match.start()}")
-        out.append(rendered)
     out.append(text[pos:])
     if index < len(args):
         raise FunctionError(f"too many arguments; only {index} used by format string")
@@ -189,14 +185,9 @@ def _join(sep: Any, *lists: Any) -> str:
     return to_string(sep).join(to_string(v) for v in items)
 
 
-def _lookup(mapping: Any, key: Any, *default: Any) -> Any:
-    found = _map(mapping)
-    name = to_string(key)
-    if name in found:
-        return found[name]
-    if default:
-        return default[0]
-    raise FunctionError(f"the given object has no attribute {name!r}")
+def _lookup(inputMap: Any, key: Any, default: Any) -> Any:
+    found = _map(inputMap)
+    return found.get(to_string(key), default)
 
 
 def _element(lst: Any, index: Any) -> Any:
@@ -208,17 +199,30 @@ def _element(lst: Any, index: Any) -> Any:
     return items[i % len(items)]
 
 
-def _index(lst: Any, value: Any) -> Decimal:
-    found = _position(lst, value)
-    if found < 0:
-        raise FunctionError("item not found")
-    return Decimal(found)
+def _index(collection: Any, key: Any) -> Any:
+    if isinstance(collection, dict) and to_string(key) in collection:
+        return collection[to_string(key)]
+    if isinstance(collection, list) and not isinstance(key, Decimal):
+        raise FunctionError("key for tuple must be number")
+    if isinstance(collection, list) and 0 <= _int(key) < len(collection):
+        return collection[_int(key)]
+    raise FunctionError("invalid index")
+
+
+def _length(collection: Any) -> Decimal:
+    if isinstance(collection, dict):
+        raise NotImplementedError("length of a map or an object (cty refuses an object's)")
+    if not isinstance(collection, list):
+        raise FunctionError("collection must be a list, a map or a tuple")
+    return Decimal(len(collection))
 
 
 def _coalesce(*args: Any) -> Any:
+    """The first non-null argument, converted to the arguments' unified type (a string if any is one)."""
     for arg in args:
-        if arg is not None and arg != "":
-            return arg
+        if arg is not None:
+            strings = any(isinstance(a, str) for a in args)
+            return to_string(arg) if strings and isinstance(arg, (Decimal, bool)) else arg
     raise FunctionError("no non-null arguments")
 
 
@@ -254,10 +258,7 @@ def _range(*args: Any) -> list[Decimal]:
 
 
 def _replace(text: Any, old: Any, new: Any) -> str:
-    s, o, n = to_string(text), to_string(old), to_string(new)
-    if len(o) > 1 and o.startswith("/") and o.endswith("/"):
-        return re.sub(o[1:-1], re.sub(r"\$(\d+|\{(\w+)\})", lambda m: f"\\g<{m.group(2) or m.group(1)}>", n), s)
-    return s.replace(o, n)
+    return to_string(text).replace(to_string(old), to_string(new))
 
 
 def _substr(text: Any, offset: Any, length: Any) -> str:
@@ -350,17 +351,17 @@ def functions(base_dir: Path) -> dict[str, Callable[..., Any]]:
         "trimsuffix": lambda s, p: to_string(s).removesuffix(to_string(p)),
         "indent": lambda n, s: to_string(s).replace("\n", "\n" + " " * _int(n)),
         "concat": lambda *lists: [v for lst in lists for v in _seq(lst)],
-        "length": lambda v: Decimal(len(v) if isinstance(v, (list, dict)) else len(to_string(v))),
+        "length": _length,
         "lookup": _lookup,
         "merge": _merge,
         "element": _element,
         "contains": lambda lst, v: _position(lst, v) >= 0,
-        "index": _index,
+        "index": _index,  # stdlib.IndexFunc: the element at a key
         "coalesce": _coalesce,
         "coalescelist": lambda *lists: next((x for x in lists if _seq(x)), []),
         "compact": lambda lst: [to_string(v) for v in _seq(lst) if v is not None and v != ""],
         "range": _range,
-        "reverse": lambda lst: _seq(lst)[::-1],
+        "reverse": lambda s: to_string(s)[::-1],  # jobspec2 names stdlib.ReverseFunc (strings) so
         "keys": _sorted_keys,
         "values": lambda m: [_map(m)[k] for k in _sorted_keys(m)],
         "zipmap": lambda ks, vs: dict(zip((to_string(k) for k in _seq(ks)), _seq(vs), strict=True)),
@@ -368,7 +369,7 @@ def functions(base_dir: Path) -> dict[str, Callable[..., Any]]:
         "distinct": _distinct,
         "slice": lambda lst, a, b: _seq(lst)[_int(a) : _int(b)],
         "chunklist": lambda lst, n: [_seq(lst)[i : i + _int(n)] for i in range(0, len(_seq(lst)), _int(n) or 1)],
-        "jsonencode": lambda v: json.dumps(_json(v), separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
+        "jsonencode": lambda v: json.dumps(_json(v), separators=(",", ":"), ensure_ascii=False, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
         "jsondecode": lambda s: _from_json(json.loads(to_string(s))),
         "file": _file(base_dir),
     }  # fmt: skip
