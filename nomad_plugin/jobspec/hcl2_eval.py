@@ -605,55 +605,86 @@ def _item_name(item: Node) -> str:
     return _name(item.children[0])
 
 
-def check_syntax(body: Node, single_line: bool = False) -> None:
-    """hclsyntax's body rules python-hcl2's grammar lacks: one item per line, a single argument in a
-    one-line block, label strings without templates (``parser.go``)."""
-    previous: Node | None = None
-    for child in body.children:
-        if not isinstance(child, Tree) or child.data == "new_line_or_comment":
-            previous = None
+_ONE_LINE = "Invalid single-argument block definition"
+
+
+def _newline(node: Node) -> Any:
+    """hclsyntax's newline token: the line break alone (python-hcl2's also holds the next line's indent)."""
+    text = str(node.children[0])
+    line, column = node.meta.line, node.meta.column + text.index("\n")
+    return SimpleNamespace(line=line, column=column, end_line=line + 1, end_column=1)
+
+
+def check_syntax(body: Node, closing: Any = None) -> None:
+    """hclsyntax's body rules python-hcl2's grammar lacks (``parser.go``): a newline after every argument
+    and block, a one-line block holds one argument, a block opens on its header's line, labels hold no
+    template. ``closing`` is the enclosing block's ``}`` (None at the top level)."""
+    kids = [c for c in body.children if isinstance(c, Tree)]
+    single = bool(kids) and kids[0].data != "new_line_or_comment" and closing is not None
+    for index, child in enumerate(kids):
+        if child.data == "new_line_or_comment":
             continue
-        first = child.children[0]
-        if single_line and previous is None and child.data == "block":
-            after = child.children[1]
-            end = after.children[0] if isinstance(after, Tree) and after.data == "string" else after
+        after = kids[index + 1] if index + 1 < len(kids) else closing
+        if single and child.data == "block":
+            nxt = child.children[1]
+            end: Any = nxt.children[0] if isinstance(nxt, Tree) else nxt
             span = SimpleNamespace(
-                line=first.meta.line, column=first.meta.column, end_line=end.end_line, end_column=end.end_column
+                line=child.meta.line, column=child.meta.column, end_line=end.end_line, end_column=end.end_column
             )
             raise HclError(
                 "Argument definition required",
                 f"A single-line block definition can contain only a single argument. If you meant to define argument {json.dumps(_item_name(child))}, use an equals sign to assign it a value. To define a nested block, place it on a line of its own within its parent block.",
                 span,
             )
-        if previous is not None:
-            if single_line:
-                raise HclError(
-                    "Invalid single-argument block definition",
-                    "A single-line block definition must end with a closing brace immediately after its single argument definition.",
-                    first,
-                )
-            summary, what = (
-                ("Missing newline after argument", "An argument definition")
-                if previous is not None and previous.data == "attribute"
-                else ("Missing newline after block definition", "A block definition")
-            )
-            raise HclError(summary, f"{what} must end with a newline.", first)
-        previous = child
         if child.data == "block":
-            for label in child.children[1:]:
-                if isinstance(label, Tree) and label.data == "string":
-                    for part in label.children:
-                        inner = part.children[0] if isinstance(part, Tree) and part.children else None
-                        if isinstance(inner, Tree):
-                            which = "$" if inner.data == "interpolation" else "%"
-                            raise HclError(
-                                "Invalid string literal",
-                                f'Template sequences are not allowed in this string. To include a literal "{which}", double it (as "{which}{which}") to escape it.',
-                                inner.children[0],
-                            )
-            inner_body = next(c for c in child.children if isinstance(c, Tree) and c.data == "body")
-            items = [c for c in inner_body.children if isinstance(c, Tree)]
-            check_syntax(inner_body, single_line=bool(items) and items[0].data != "new_line_or_comment")
+            _check_block(child)
+        if single and after is not closing:
+            if after.data == "new_line_or_comment":
+                raise HclError(
+                    _ONE_LINE,
+                    "An argument definition on the same line as its containing block creates a single-line block definition, which must also be closed on the same line. Place the block's closing brace immediately after the argument definition.",
+                    _newline(after),
+                )
+            raise HclError(
+                _ONE_LINE,
+                "A single-line block definition must end with a closing brace immediately after its single argument definition.",
+                after.children[0],
+            )
+        ended = _ends_in_newline(child) or (isinstance(after, Tree) and after.data == "new_line_or_comment")
+        if not single and after is not None and not ended:
+            what = (
+                ("argument", "An argument definition")
+                if child.data == "attribute"
+                else ("block definition", "A block definition")
+            )
+            raise HclError(
+                f"Missing newline after {what[0]}",
+                f"{what[1]} must end with a newline.",
+                after.children[0] if isinstance(after, Tree) else after,
+            )
+
+
+def _ends_in_newline(node: Any) -> bool:
+    """python-hcl2 keeps the line break after an operator expression inside the expression's tree."""
+    while isinstance(node, Tree) and node.children:
+        if node.data == "new_line_or_comment":
+            return True
+        node = node.children[-1]
+    return False
+
+
+def _check_block(block: Node) -> None:
+    for label in block.children[1:]:
+        if isinstance(label, Tree) and label.data == "new_line_or_comment":
+            detail = 'A block definition must have block content delimited by "{" and "}", starting on the same line as the block header.'
+            raise HclError("Invalid block definition", detail, _newline(label))
+        for part in label.children if isinstance(label, Tree) and label.data == "string" else []:
+            inner = part.children[0] if isinstance(part, Tree) and part.children else None
+            if isinstance(inner, Tree):
+                which = "$" if inner.data == "interpolation" else "%"
+                detail = f'Template sequences are not allowed in this string. To include a literal "{which}", double it (as "{which}{which}") to escape it.'
+                raise HclError("Invalid string literal", detail, inner.children[0])
+    check_syntax(_block_body(block), block.children[-1])
 
 
 def _labels(block: Node) -> list[str]:
@@ -818,7 +849,7 @@ def _parse(text: str, source: str) -> Node:
         tree = hcl2.parses_to_tree(text)
     except Exception as exc:  # python-hcl2 raises lark's and its own errors
         raise HclError("", describe_hcl_error(exc, text, source)) from None
-    check_syntax(_sig(tree)[0])
+    check_syntax(tree.children[0])
     return tree
 
 

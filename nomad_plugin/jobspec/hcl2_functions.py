@@ -166,7 +166,7 @@ def _format(spec: Any, *args: Any) -> str:
         if index >= len(args):
             raise FunctionError(f"not enough arguments for {raw}: need index {index + 1} but have {len(args)} total")
         try:
-            out.append(_verb(*match.group(2, 3, 4, 5), args[index]))
+            out.append(_verb(match.group(2), match.group(3), match.group(4), match.group(5), args[index]))
         except FunctionError as exc:
             raise FunctionError(f"unsupported value for {raw}: {exc}") from None
         index += 1

@@ -164,6 +164,7 @@ class PluginProcess:
         self.extra_stdout: list[str] = []  # go-plugin logs such lines as "unexpected stdout"
         self._channel: grpc.Channel | None = None
         self._streams: list[Stream[Any]] = []
+        self._readers: list[threading.Thread] = []
 
     def start(self) -> Handshake:
         start = time.monotonic()
@@ -174,8 +175,12 @@ class PluginProcess:
         except OSError as exc:
             raise LaunchError(f"cannot execute {self.command[0]}: {exc.strerror or exc}") from None
         lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read_stdout, args=(lines,), name="plugin-stdout", daemon=True).start()
-        threading.Thread(target=self._read_stderr, name="plugin-stderr", daemon=True).start()
+        self._readers = [
+            threading.Thread(target=self._read_stdout, args=(lines,), name="plugin-stdout", daemon=True),
+            threading.Thread(target=self._read_stderr, name="plugin-stderr", daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
         try:
             line = lines.get(timeout=self.handshake_timeout)
         except queue.Empty:
@@ -230,7 +235,17 @@ class PluginProcess:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        self._close_pipes()
         return code
+
+    def _close_pipes(self) -> None:
+        """The pipes closed once their readers reach the end (a dead plugin's pipes end at once)."""
+        for reader in self._readers:
+            reader.join(KILL_GRACE)
+        if self.proc is not None and not any(reader.is_alive() for reader in self._readers):
+            for pipe in (self.proc.stdout, self.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -78,6 +78,14 @@ SYNTAX = [
     'job "a" {\n  a = 1 b = 2\n}\n',
     'job "a" {\n  group "g" {\n  } x = 1\n}\n',
     'job "a" {\n  c { inner { a = 1 } }\n}\n',
+    'job "a" {\n  c { inner "x" { a = 1 } }\n}\n',
+    'job "a"\n{\n}\n',
+    'job "a" {\n  c { a = 1\n  }\n}\n',
+    'job "a" {\n  g {\n  }}\n',
+    'job "a" {\n  a = 1 }\n',
+    'job "j" {\n group "g" {\n  task "t" {\n   resources {\n    device "gpu" { count = 0 }\n}}}}',
+    'job "a" {\n  group "g" {\n    count = 1 # comment\n  } // done\n}',
+    'job "a" {\n  c { a = 1 }\n  d {}\n  e {\n  }\n}',
 ]
 
 

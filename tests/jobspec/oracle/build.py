@@ -28,9 +28,7 @@ SYSTEM_GOPATH = Path("/usr/share/gocode")
 GO_VERSION_PKG = "github.com/hashicorp/go-version"
 HCL_PKGS = ("github.com/hashicorp/hcl/v2/hclsyntax", "github.com/zclconf/go-cty/cty/function/stdlib")
 IMPORT_ROOT = "lingjunoracle"
-DEBIAN_PACKAGES = (
-    "golang-go golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-v2-dev golang-github-zclconf-go-cty-dev"
-)
+DEBIAN_PACKAGES = "golang-go golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-v2-dev golang-github-zclconf-go-cty-dev"
 
 
 class BuildError(RuntimeError):
