@@ -174,7 +174,9 @@ class Evaluator:
             kids = _sig(node)
             if node.data == "index_expr_term" and kids[1].data == "braces_index":
                 key = _sig(kids[1])[0]
-                if not (key.data == "expr_term" and _sig(key)[0].data in ("int_lit", "string", "float_lit")):
+                lit = _sig(key)[0] if key.data == "expr_term" and len(key.children) == 1 else key
+                plain = lit.data == "string" and all(isinstance(p.children[0], Token) for p in _sig(lit))
+                if not (plain or lit.data in ("int_lit", "float_lit", "literal_value")):
                     return ""
             if len(kids) != (1 if node.data == "expr_term" else 2) or (
                 node.data == "expr_term" and any(isinstance(c, Token) and c.type == "LPAR" for c in node.children)
@@ -184,16 +186,31 @@ class Evaluator:
         name = _name(node) if node.data == "identifier" else ""
         return name if name and name not in scope else ""
 
-    def value(self, node: Node, scope: dict[str, Any], whole: bool = False) -> Any:
-        """An attribute's value; ``whole``: ``node`` is the attribute's entire expression."""
+    def value(self, node: Node, scope: dict[str, Any]) -> Any:
         if self.runtime_root(node, scope):
-            if whole:
-                return "${" + self.src(node) + "}"
-            return self.not_evaluated(node, f"{self.src(node)} (a Nomad runtime value) inside an expression")
+            return self.runtime_text(node.meta.start_pos, node.meta.end_pos)
         try:
             return self.ev(node, scope)
         except FunctionError as exc:
             raise HclError("Invalid value", str(exc), node) from None
+
+    def runtime_text(self, start: int, end: int) -> str:
+        """jobspec2's ``UndefinedVariable`` (``types.config.go``): the reference's source text, with the
+        ``${`` before it and the spaces and ``}`` after it when only spaces separate them, else wrapped
+        in ``${...}``."""
+        text, ref = self.text, self.text[start:end]
+        opening = start - 1
+        while opening >= 1 and text[opening] == " ":
+            opening -= 1
+        if opening < 1 or text[opening - 1 : opening + 1] != "${":
+            return "${" + ref + "}"
+        ref = text[opening - 1 : start] + ref
+        for i in range(end + 1, len(text)):  # Nomad scans from the second character after the reference
+            if text[i] == "}":
+                ref += text[end:i]
+            elif text[i] != " ":
+                return ref + "}"
+        return ref
 
     def ev(self, node: Any, scope: dict[str, Any]) -> Any:
         data = node.data
@@ -471,8 +488,7 @@ class Evaluator:
         """A quoted template's parts: literal text, ``${...}``, ``%{if}``/``%{for}`` directives."""
         interps = [p for p in parts if isinstance(p, Tree) and p.data == "interpolation"]
         if len(parts) == 1 and interps:  # "${x}" alone is x itself, not converted to a string
-            expr = _sig(interps[0])[0]
-            return self.src(interps[0]) if self.runtime_root(expr, scope) else self.value(expr, scope)
+            return self.value(_sig(interps[0])[0], scope)
         out, _ = self.sequence(parts, 0, scope, ())
         return out
 
@@ -489,9 +505,6 @@ class Evaluator:
                 chunks.append(unquote('"' + str(part) + '"') if part.type == "STRING_CHARS" else str(part)[1:])
             elif kind == "interpolation":
                 expr = _sig(part)[0]
-                if self.runtime_root(expr, scope):
-                    chunks.append(self.src(part))
-                    continue
                 unknown = unknown or self.interpolated(self.value(expr, scope), expr, chunks)
             elif kind == "template_if_start":
                 cond = self.value(_sig(part)[0], scope)
@@ -665,12 +678,13 @@ def check_syntax(body: Node, closing: Any = None) -> None:
 
 
 def _ends_in_newline(node: Any) -> bool:
-    """python-hcl2 keeps the line break after an operator expression inside the expression's tree."""
+    """python-hcl2 keeps the line break after an operator expression inside the expression's tree, and
+    after a heredoc inside the heredoc's token."""
     while isinstance(node, Tree) and node.children:
         if node.data == "new_line_or_comment":
             return True
         node = node.children[-1]
-    return False
+    return isinstance(node, Token) and node.type.startswith("HEREDOC")
 
 
 def _check_block(block: Node) -> None:
@@ -737,7 +751,7 @@ class BodyReader:
         for item in _items(body):
             name = _item_name(item)
             if item.data == "attribute":
-                out[name] = loads_form(self.ev.value(_sig(item)[-1], scope, whole=True))
+                out[name] = loads_form(self.ev.value(_sig(item)[-1], scope))
             elif name == "dynamic":
                 self.dynamic(item, scope, out)
             else:
@@ -840,6 +854,19 @@ class _Variable:
     spec: Any
     node: Node
     values: list[Any] = field(default_factory=list)
+
+
+_HEREDOC = re.compile(r"<<-?([A-Za-z][A-Za-z0-9._-]*)\r?\n")
+
+
+def heredoc_markers(text: str) -> str:
+    """A heredoc's closing marker with spaces after it closes it in hclsyntax (it trims the line), not in
+    python-hcl2's grammar: those spaces are dropped (nothing else on any line moves)."""
+    markers = set(_HEREDOC.findall(text))
+    if not markers:
+        return text
+    lines = text.split("\n")
+    return "\n".join(line.rstrip(" \t") if line.strip() in markers else line for line in lines)
 
 
 def _parse(text: str, source: str) -> Node:
@@ -977,6 +1004,7 @@ def _locals(ev: Evaluator, body: Node, variables: dict[str, Any]) -> dict[str, A
 
 def read_job(text: str, source: str, inputs: Inputs | None = None, base_dir: Path | None = None) -> Reading:
     """The job file evaluated; HclError for what Nomad refuses (syntax, unset variables, bad calls)."""
+    text = heredoc_markers(text)
     tree = _parse(text, source)
     ev = Evaluator(text, source, base_dir if base_dir is not None else Path(source).parent)
     body = _sig(tree)[0]

@@ -9,6 +9,8 @@ cannot tell; a name Nomad does not have is Nomad's "Call to unknown function" er
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 import re
@@ -322,6 +324,10 @@ def _file(base: Path) -> Callable[[Any], str]:
     return read
 
 
+def _digest(name: str) -> Callable[[Any], str]:
+    return lambda s: hashlib.new(name, to_string(s).encode()).hexdigest()
+
+
 def functions(base_dir: Path) -> dict[str, Callable[..., Any]]:
     """The implemented functions, by name; ``base_dir`` is where ``file`` reads from."""
     return {
@@ -372,4 +378,7 @@ def functions(base_dir: Path) -> dict[str, Callable[..., Any]]:
         "jsonencode": lambda v: json.dumps(_json(v), separators=(",", ":"), ensure_ascii=False, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
         "jsondecode": lambda s: _from_json(json.loads(to_string(s))),
         "file": _file(base_dir),
+        "base64encode": lambda s: base64.b64encode(to_string(s).encode()).decode(),
+        "base64decode": lambda s: base64.b64decode(to_string(s), validate=True).decode(),
+        **{n: _digest(n) for n in ("md5", "sha1", "sha256", "sha512")},
     }  # fmt: skip
