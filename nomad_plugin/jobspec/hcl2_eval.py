@@ -571,7 +571,7 @@ class Evaluator:
             tree = hcl2.parses_to_tree(f"x = {_requote(body)}\n")
         except Exception:  # python-hcl2 raises lark's and its own errors
             return self.not_evaluated(node, "check-job does not evaluate this heredoc's template")
-        string = next(tree.find_data("string"))
+        string = _sig(_sig(_items(tree.children[0])[0])[-1])[0]  # x = "..." -> its string
         sub = Evaluator(f"x = {_requote(body)}\n", self.source, Path())
         sub.functions, sub.unknown = self.functions, self.unknown
         try:
