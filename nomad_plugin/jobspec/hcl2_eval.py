@@ -930,11 +930,14 @@ def _variables(ev: Evaluator, body: Node, inputs: Inputs) -> dict[str, Any]:
             if item.data == "block":
                 raise HclError(
                     "Variable declaration in a .var file",
-                    f'A .var file is used to assign values to variables that have already been declared in job files, not to declare new variables. To declare variable "{_item_name(item)}", place this block in one of your job files',
+                    f'A .var file is used to assign values to variables that have already been declared in job files, not to declare new variables. To declare variable "{_item_name(item)}", place this block in one of your job files\n\nTo set a value for this variable in {file_name}, use the definition syntax instead:\n    {_labels(item)[0] if _labels(item) else ""} = <value>',
                     item,
                     file_name,
                 )
             name = _item_name(item)
+            if name not in declared:  # an error: `nomad job run` is -hcl2-strict by default
+                detail = f'A "{name}" variable was set but was not found in known variables. To declare variable "{name}", place this block in your job files'
+                raise HclError("Undefined variable", detail, item, file_name)
             if name in declared:
                 value = file_ev.value(_sig(item)[-1], {})
                 detail = "The value for {name} is not compatible with the variable's type constraint: {err}."
@@ -943,7 +946,10 @@ def _variables(ev: Evaluator, body: Node, inputs: Inputs) -> dict[str, Any]:
                 )
     for arg in inputs.args:
         name, sep, text = arg.partition("=")
-        if sep and name in declared:
+        if sep and name not in declared:
+            detail = f'A "{name}" variable was passed in the command line but was not found in known variables. To declare variable "{name}", place this block in your job file'
+            raise HclError("Undefined -var variable", detail, None, "-var")
+        if sep:
             var = declared[name]
             source = f"<value for var.{name} from arguments>"
             detail = "The received arg value for {name} is not compatible with the variable's type constraint: {err}."

@@ -69,6 +69,8 @@ def test_variable_values_in_nomads_order() -> None:
         ('variable "n" {\n  type = number\n  default = "x"\n}\njob "j" {\n}\n', None, "Invalid default value for variable; This default value is not compatible with the variable's type constraint: a number is required."),
         ('variable "l" {\n  type = list(string)\n  default = "x"\n}\njob "j" {\n}\n', None, "list of string required"),
         ('variable "a" {\n  default = 1\n}\nvariable "a" {\n  default = 2\n}\njob "j" {\n}\n', None, "Duplicate variable; Duplicate a variable definition found."),
+        (VARIABLE, Inputs(["m=1"]), 'Undefined -var variable; A "m" variable was passed in the command line but was not found in known variables.'),
+        (VARIABLE, Inputs(files=[("v.hcl", "m = 1\n")]), 'v.hcl:1,1-6: Undefined variable; A "m" variable was set but was not found'),
     ],
 )  # fmt: skip
 def test_variable_errors_are_nomads(text: str, inputs: Inputs | None, message: str) -> None:
@@ -118,7 +120,9 @@ def test_dynamic_blocks_nest_and_take_maps() -> None:
 
 
 def test_dynamic_for_each_that_is_not_evaluated_is_listed() -> None:
-    reading = read_job('job "j" {\n  dynamic "group" {\n    for_each = uuidv4()\n    content {\n    }\n  }\n}\n', "job.hcl")
+    reading = read_job(
+        'job "j" {\n  dynamic "group" {\n    for_each = uuidv4()\n    content {\n    }\n  }\n}\n', "job.hcl"
+    )
     assert any('dynamic "group" is not expanded' in u for u in reading.unknown)
 
 
