@@ -12,7 +12,7 @@ from nomad_plugin.jobspec.evaluate import (
     verdicts_json,
     verdicts_text,
 )
-from nomad_plugin.jobspec.hcl2_eval import Inputs
+from nomad_plugin.jobspec.hcl2_job import Inputs
 from nomad_plugin.jobspec.node import (
     NodeDocument,
     NodeFileError,

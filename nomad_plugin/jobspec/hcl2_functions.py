@@ -240,22 +240,14 @@ def _range(*args: Any) -> list[Decimal]:
     if step == 0:
         raise FunctionError("step must not be zero")
     if (step > 0 and end < start) or (step < 0 and end > start):
-        raise FunctionError(
-            "step must be "
-            + ("positive" if end > start else "negative")
-            + " for a "
-            + ("increasing" if end > start else "decreasing")
-            + " range"
-        )
+        raise FunctionError("step must be " + ("positive" if end > start else "negative") + " for a " + ("increasing" if end > start else "decreasing") + " range")  # fmt: skip
     out: list[Decimal] = []
     value = start
     while (value < end) if step > 0 else (value > end):
         out.append(value)
         value += step
         if len(out) > 1024:
-            raise FunctionError(
-                "more than 1024 values were generated; either decrease the difference between start and end or use a smaller step"
-            )
+            raise FunctionError("more than 1024 values were generated; either decrease the difference between start and end or use a smaller step")  # fmt: skip
     return out
 
 
@@ -313,13 +305,9 @@ def _file(base: Path) -> Callable[[Any], str]:
         try:
             return target.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise FunctionError(
-                f"contents of {to_string(path)} are not valid UTF-8; use the filebase64 function to obtain the Base64 encoded contents or the other file functions (e.g. filemd5, filesha256) to obtain file hashing results instead"
-            ) from None
+            raise FunctionError(f"contents of {to_string(path)} are not valid UTF-8; use the filebase64 function to obtain the Base64 encoded contents or the other file functions (e.g. filemd5, filesha256) to obtain file hashing results instead") from None  # fmt: skip
         except OSError:
-            raise FunctionError(
-                f"no file exists at {target}; this function works only with files that are distributed as part of the configuration source code, so if this file will be created by a resource in this configuration you must instead obtain this result from an attribute of that resource"
-            ) from None
+            raise FunctionError(f"no file exists at {target}; this function works only with files that are distributed as part of the configuration source code, so if this file will be created by a resource in this configuration you must instead obtain this result from an attribute of that resource") from None  # fmt: skip
 
     return read
 

@@ -19,7 +19,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from nomad_plugin.jobspec import golang
-from nomad_plugin.jobspec.hcl2_eval import HclError, Inputs, read_job
+from nomad_plugin.jobspec.hcl2_job import Inputs, read_job
+from nomad_plugin.jobspec.hcl2_syntax import HclError
 from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, EQUAL, NOT_EQUAL, ORDER, SET_ALL
 from nomad_plugin.util.hcl import is_expression, is_meta, labelled, plain, unlabelled
 

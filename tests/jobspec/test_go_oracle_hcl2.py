@@ -16,7 +16,8 @@ from typing import Any
 import hcl2
 import pytest
 
-from nomad_plugin.jobspec.hcl2_eval import Evaluator, HclError, Unknown, _parse
+from nomad_plugin.jobspec.hcl2_eval import Evaluator, Unknown
+from nomad_plugin.jobspec.hcl2_syntax import HclError, parse
 from tests.jobspec.oracle.client import GoOracle
 
 VARS: dict[str, Any] = {
@@ -148,7 +149,7 @@ def test_expression_matches_go(go_oracle: GoOracle, expression: str) -> None:
 def test_syntax_diagnostic_matches_go(go_oracle: GoOracle, text: str) -> None:
     go = go_oracle.one(op="hcl_syntax", s=text)["diags"]
     try:
-        _parse(text, "job.hcl")
+        parse(text, "job.hcl")
     except HclError as exc:
         assert go, f"Go accepts {text!r}; check-job refused it: {exc.text('job.hcl')}"
         assert exc.text("job.hcl") == go[0]

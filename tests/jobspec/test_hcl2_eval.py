@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from nomad_plugin.jobspec.hcl2_eval import HclError, Inputs, Unknown, read_job
+from nomad_plugin.jobspec.hcl2_eval import Unknown
+from nomad_plugin.jobspec.hcl2_job import Inputs, read_job
+from nomad_plugin.jobspec.hcl2_syntax import HclError
 from nomad_plugin.util.hcl import labelled, plain
 
 
