@@ -199,20 +199,32 @@ class Evaluator:
         cond = self.value(kids[0], scope)
         if isinstance(cond, Unknown):
             return cond
-        if cond is None:
-            raise HclError("Null condition", "The condition value is null. Conditions must either be true or false.", kids[0])  # fmt: skip
-        try:
-            chosen = to_bool(cond)
-        except FunctionError:
-            raise HclError("Incorrect condition type", "The condition expression must be of type bool.", kids[0]) from None  # fmt: skip
-        result, other = self.value(kids[1], scope), self.value(kids[2], scope)
-        if not chosen:
-            result, other = other, result
-        if isinstance(other, Unknown):
-            return other
-        if kind_of(result) in ("number", "bool") and kind_of(other) == "string":
-            return to_string(result)  # cty unifies the two results' types: string wins
+        chosen = self.truth(cond, kids[0])
+        result = self.value(kids[1] if chosen else kids[2], scope)
+        if kind_of(result) in ("number", "bool"):  # cty unifies the two results' types: a string wins
+            other = self.quietly(kids[2] if chosen else kids[1], scope)  # its errors are not reported
+            return to_string(result) if isinstance(other, str) and not isinstance(other, Unknown) else result
         return result
+
+    @staticmethod
+    def truth(cond: Any, node: Node) -> bool:
+        """A condition's value (a conditional's or a template ``%{ if }``'s)."""
+        if cond is None:
+            raise HclError("Null condition", "The condition value is null. Conditions must either be true or false.", node)  # fmt: skip
+        try:
+            return to_bool(cond)
+        except FunctionError:
+            raise HclError("Incorrect condition type", "The condition expression must be of type bool.", node) from None  # fmt: skip
+
+    def quietly(self, node: Node, scope: dict[str, Any]) -> Any:
+        """A value whose errors and unknowns do not count (the branch a condition did not choose)."""
+        mark = len(self.unknown)
+        try:
+            return self.value(node, scope)
+        except HclError:
+            return None
+        finally:
+            del self.unknown[mark:]
 
     def step(self, base: Any, op: Node, scope: dict[str, Any]) -> Any:
         """One ``.name``, ``[key]`` or ``.0`` applied to a value (hcl's traversal rules)."""
@@ -359,55 +371,59 @@ class Evaluator:
         interps = [p for p in parts if isinstance(p, Tree) and p.data == "interpolation"]
         if len(parts) == 1 and interps:  # "${x}" alone is x itself, not converted to a string
             return self.value(sig(interps[0])[0], scope)
-        out, _ = self.sequence(parts, 0, scope, ())
-        return out
+        return self.sequence(parts, scope)
 
-    def sequence(self, parts: list[Any], i: int, scope: dict[str, Any], stop: tuple[str, ...]) -> tuple[Any, int]:
+    def sequence(self, parts: list[Any], scope: dict[str, Any]) -> Any:
+        """Template parts in order; a directive's body is found by nesting and evaluated only as chosen."""
         chunks: list[str] = []
         unknown: Unknown | None = None
+        i = 0
         while i < len(parts):
-            part = parts[i]
+            part, i = parts[i], i + 1
             kind = part.data if isinstance(part, Tree) else "text"
-            if kind in stop:
-                break
-            i += 1
             if kind == "text":
                 chunks.append(unquote('"' + str(part) + '"') if part.type == "STRING_CHARS" else str(part)[1:])
-            elif kind == "interpolation":
-                expr = sig(part)[0]
-                unknown = unknown or self.interpolated(self.value(expr, scope), expr, chunks)
+                continue
+            if any(isinstance(c, Token) and c.type == "STRIP_MARKER" for c in part.children):
+                return self.not_evaluated(part, "check-job does not evaluate a template's ~ strip markers")
+            if kind == "interpolation":
+                unknown = unknown or self.interpolated(self.value(sig(part)[0], scope), part, chunks)
             elif kind == "template_if_start":
+                middle = _closing(parts, i, ("template_else", "template_endif"))
+                end = (
+                    _closing(parts, middle + 1, ("template_endif",))
+                    if middle < len(parts) and parts[middle].data == "template_else"
+                    else middle
+                )
                 cond = self.value(sig(part)[0], scope)
-                yes, i = self.sequence(parts, i, scope, ("template_else", "template_endif"))
-                no = ""
-                if i < len(parts) and parts[i].data == "template_else":
-                    no, i = self.sequence(parts, i + 1, scope, ("template_endif",))
-                i += 1
                 if isinstance(cond, Unknown):
                     unknown = unknown or cond
-                    continue
-                chosen = yes if to_bool(cond) else no
-                unknown = unknown or self.interpolated(chosen, part, chunks)
+                else:
+                    body = parts[i:middle] if self.truth(cond, part) else parts[middle + 1 : end]
+                    unknown = unknown or self.interpolated(self.sequence(body, scope), part, chunks)
+                i = end + 1
             elif kind == "template_for_start":
-                start = i
+                end = _closing(parts, i, ("template_endfor",))
                 names = [name_of(n) for n in sig(part) if n.data == "identifier"]
                 collection = self.value(sig(part)[-1], scope)
-                _, i = self.sequence(parts, start, scope | {n: "" for n in names}, ("template_endfor",))
-                i += 1
                 if isinstance(collection, Unknown):
                     unknown = unknown or collection
-                    continue
-                pairs = (
-                    sorted(collection.items()) if isinstance(collection, dict) else list(enumerate(collection or []))
-                )
-                pairs = [(Decimal(k) if isinstance(k, int) else k, v) for k, v in pairs]
-                for key, item in pairs:
-                    bound = dict(zip(names[::-1], [item, key], strict=False))
-                    text, _ = self.sequence(parts, start, {**scope, **bound}, ("template_endfor",))
-                    unknown = unknown or self.interpolated(text, part, chunks)
+                elif not isinstance(collection, (list, dict)):
+                    raise HclError("Iteration over non-iterable value", f"A value of type {kind_of(collection)} cannot be used as the collection in a 'for' expression.", part)  # fmt: skip
+                else:
+                    pairs = (
+                        sorted(collection.items())
+                        if isinstance(collection, dict)
+                        else [(Decimal(k), v) for k, v in enumerate(collection)]
+                    )
+                    for key, item in pairs:
+                        bound = dict(zip(names[::-1], [item, key], strict=False))
+                        text = self.sequence(parts[i:end], {**scope, **bound})
+                        unknown = unknown or self.interpolated(text, part, chunks)
+                i = end + 1
             else:
-                return self.not_evaluated(part, "check-job does not evaluate this template directive"), i
-        return (unknown if unknown is not None else "".join(chunks)), i
+                raise HclError("Unexpected template directive", "This directive has no opening directive before it.", part)  # fmt: skip
+        return unknown if unknown is not None else "".join(chunks)
 
     def interpolated(self, value: Any, node: Node, chunks: list[str]) -> Unknown | None:
         if isinstance(value, Unknown):
@@ -440,6 +456,17 @@ class Evaluator:
             return sub.template([c for p in string.children if isinstance(p, Tree) for c in p.children], scope)
         except HclError as exc:
             raise HclError(exc.summary, exc.detail, node) from None
+
+
+def _closing(parts: list[Any], i: int, kinds: tuple[str, ...]) -> int:
+    """The index of the directive that closes (or splits) the one opened before ``i``, nesting counted."""
+    depth = 0
+    for j in range(i, len(parts)):
+        kind = parts[j].data if isinstance(parts[j], Tree) else "text"
+        if depth == 0 and kind in kinds:
+            return j
+        depth += (kind in ("template_if_start", "template_for_start")) - (kind in ("template_endif", "template_endfor"))
+    return len(parts)
 
 
 def _arity(name: str, function: Any, given: int, node: Node) -> HclError:

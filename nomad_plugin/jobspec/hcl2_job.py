@@ -241,6 +241,8 @@ def _variables(ev: Evaluator, body: Node, inputs: Inputs) -> dict[str, Any]:
                 _converted(var, value, "Invalid value for variable", detail, None, f"<value for var.{name} from env>")
             )
     for file_name, text in inputs.files:
+        if file_name.endswith(".json"):  # HCL's JSON syntax: an object of values, written here as HCL
+            text = _json_var_file(text, file_name)
         tree = parse(text, file_name)
         file_ev = Evaluator(text, file_name, Path())
         for item in body_items(sig(tree)[0]):
@@ -250,12 +252,11 @@ def _variables(ev: Evaluator, body: Node, inputs: Inputs) -> dict[str, Any]:
             if name not in declared:  # an error: `nomad job run` is -hcl2-strict by default
                 detail = f'A "{name}" variable was set but was not found in known variables. To declare variable "{name}", place this block in your job files'
                 raise HclError("Undefined variable", detail, item, file_name)
-            if name in declared:
-                value = file_ev.value(sig(item)[-1], {})
-                detail = "The value for {name} is not compatible with the variable's type constraint: {err}."
-                declared[name].values.append(
-                    _converted(declared[name], value, "Invalid value for variable", detail, sig(item)[-1], file_name)
-                )
+            value = file_ev.value(sig(item)[-1], {})
+            detail = "The value for {name} is not compatible with the variable's type constraint: {err}."
+            declared[name].values.append(
+                _converted(declared[name], value, "Invalid value for variable", detail, sig(item)[-1], file_name)
+            )
     for arg in inputs.args:
         name, sep, text = arg.partition("=")
         if sep and name not in declared:
@@ -279,6 +280,16 @@ def _variables(ev: Evaluator, body: Node, inputs: Inputs) -> dict[str, Any]:
         if not var.values:
             raise HclError(f'Unset variable "{var.name}"', "A used variable must be set or have a default value; see https://developer.hashicorp.com/nomad/docs/reference/hcl2/variables  for details.", var.node)  # fmt: skip
     return {name: var.values[-1] for name, var in declared.items()}
+
+
+def _json_var_file(text: str, file_name: str) -> str:
+    try:
+        values = json.loads(text)
+    except ValueError as exc:
+        raise HclError("", f"{file_name}: not valid JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise HclError("", f"{file_name}: a JSON variables file holds one object")
+    return "".join(f"{name} = {json.dumps(value)}\n" for name, value in values.items())
 
 
 def _cli_value(ev: Evaluator, var: _Variable, text: str, source: str) -> Any:

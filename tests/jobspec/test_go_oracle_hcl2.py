@@ -37,7 +37,10 @@ EXPRESSIONS = [
     '"${var.mem}"', '"mem ${var.mem}!"', '"${var.gpus}"', '"n=${var.gpus}"', '"${1 + 1} GiB"', '"${true}"',
     '"${var.nothing}x"', '"${var.models}x"', '"a%{ if var.flag }yes%{ else }no%{ endif }b"',
     '"%{ for m in var.models }${m},%{ endfor }"', '"%{ for i, m in var.models }${i}=${m} %{ endfor }"',
-    '"$${literal} %%{literal}"', '"tab\\tq\\"u\\u00e9"', '"%{ if !var.flag }x%{ endif }y"',
+    '"%{ if "x" }a%{ endif }"', '"%{ if null }a%{ endif }"', '"%{ for o in local.objs }${o.n}%{ endfor }"',
+    '"%{ for o in 1 }x%{ endfor }"', '"%{ if true }a%{ else }${local.objs.x}%{ endif }"', "true ? 1 : local.objs.x",
+    'false ? local.objs.x : "s"', '"%{ if true }%{ if false }x%{ else }y%{ endif }%{ endif }"', '"%{ if "true" }t%{ endif }"',
+        '"$${literal} %%{literal}"', '"tab\\tq\\"u\\u00e9"', '"%{ if !var.flag }x%{ endif }y"',
     # collections, indexes, splats, for expressions
     "[1, 2, 3][1]", "var.models[0]", "var.models.1", "var.models[5]", 'local.m["a"]', "local.m.b", "local.m.zz",
     "local.objs[*].n", "local.objs.*.v", "var.nothing[*]", "var.mem[*]", "local.objs[0].n", "var.models.n",

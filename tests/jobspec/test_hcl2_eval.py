@@ -56,6 +56,7 @@ def test_variable_values_in_nomads_order() -> None:
     assert job_attrs(VARIABLE, Inputs(env=env))["n"] == 2
     assert job_attrs(VARIABLE, Inputs(env=env, files=[("v.hcl", "n = 3\n")]))["n"] == 3
     assert job_attrs(VARIABLE, Inputs(["n=4"], [("v.hcl", "n = 3\n")], env))["n"] == 4
+    assert job_attrs(VARIABLE, Inputs(files=[("v.json", '{"n": 5}')]))["n"] == 5
     # TestParse_UnknownVariables: -var region_var=aug over a `variables` block's default
     text = 'variables {\n  region_var = "default"\n}\njob "example" {\n  region = var.region_var\n}\n'
     assert job_attrs(text, Inputs(["region_var=aug"]))["region"] == "aug"
