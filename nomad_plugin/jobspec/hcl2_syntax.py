@@ -4,7 +4,7 @@ python-hcl2's grammar (lark) accepts what ``hclsyntax/parser.go`` refuses: two a
 one-line block with more than one item, a block whose ``{`` is on the next line, a template in a block
 label. ``check_syntax`` refuses those with hclsyntax's summary, detail and ``file:line,col`` range; any
 other syntax error is python-hcl2's own, placed by ``util.hcl.describe_hcl_error``. HashiCorp's parser
-itself (pygohcl) is out of reach: the shipped file runs on glibc 2.17 and pygohcl's wheels need 2.28.
+through pygohcl is not used: it is not in the shipped file and gives no tree to evaluate (docs/operator.md).
 """
 
 from __future__ import annotations
