@@ -82,19 +82,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
-    hcl = p.add_argument_group(
-        "HCL2 variables, as `nomad job run` takes them (and NOMAD_VAR_<name> from the environment)"
-    )
-    hcl.add_argument("-var", "--var", dest="var", action="append", default=[], metavar="NAME=VALUE", help="a variable")
-    hcl.add_argument(
-        "-var-file",
-        "--var-file",
-        dest="var_file",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a file of variable values (HCL or JSON)",
-    )
+    hcl = p.add_argument_group("HCL2 variables, as `nomad job run` takes them (and NOMAD_VAR_<name> from the environment)")  # fmt: skip
+    hcl.add_argument("-var", "--var", action="append", default=[], metavar="NAME=VALUE", help="a variable")
+    hcl.add_argument("-var-file", "--var-file", action="append", default=[], metavar="FILE", help="a file of variable values (HCL or JSON)")  # fmt: skip
     node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
     node.add_argument(
         "--node",

@@ -694,8 +694,7 @@ def _group(job: str, name: str, job_type: str, top: _Level, levels: list[_Level]
 
 
 def parse_job(text: str, source: str = "job", inputs: Inputs | None = None) -> ParsedJob:
-    """A job file's device blocks and node-level rules; HCL2 is evaluated first (``hcl2_eval``), with
-    ``inputs`` (``-var``, ``-var-file``, ``NOMAD_VAR_*``) as ``nomad job run`` takes them."""
+    """A job file's device blocks and node-level rules; HCL2 is read first as jobspec2 reads it (``hcl2_job``)."""
     if text.lstrip().startswith("{"):
         return _json_job(load_json_job(text, source))
     try:
