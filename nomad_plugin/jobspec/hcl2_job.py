@@ -27,6 +27,7 @@ from nomad_plugin.jobspec.hcl2_syntax import (
     block_body,
     block_labels,
     body_items,
+    header,
     heredoc_markers,
     item_name,
     name_of,
@@ -195,17 +196,26 @@ class _Variable:
     spec: Any
     node: Node
     values: list[Any] = field(default_factory=list)
+    froms: list[str] = field(default_factory=list)  # where each value came from, in Nomad's words
+    exprs: list[Any] = field(default_factory=list)  # each value's expression (None: from -var or the environment)
 
 
-def _converted(var: _Variable, value: Any, summary: str, detail: str, node: Any, source: str = "") -> Any:
-    if var.spec is None:
-        return value
+_INCOMPATIBLE = "The {what} for {name} is not compatible with the variable's type constraint: {err}."
+
+
+def _assign(var: _Variable, value: Any, origin: str, summary: str, detail: str, node: Any, source: str = "") -> None:
+    """One value for a variable, converted to its type; ``origin`` is Nomad's word for where it came from."""
     if isinstance(var.spec, tuple) and var.spec[0] == "unsupported":
-        return Unknown("${var." + var.name + "}", f"check-job does not evaluate {var.spec[1]}(...) variable types")
-    try:
-        return convert(value, var.spec)
-    except FunctionError as exc:
-        raise HclError(summary, detail.format(name=var.name, err=exc), node, source) from None
+        why = f"variable {var.name!r}: check-job does not evaluate {var.spec[1]}(...) variable types"
+        value = Unknown("${var." + var.name + "}", why)
+    elif var.spec is not None:
+        try:
+            value = convert(value, var.spec)
+        except FunctionError as exc:
+            raise HclError(summary, detail.format(name=var.name, err=exc), node, source) from None
+    var.values.append(value)
+    var.froms.append(origin)
+    var.exprs.append(node)
 
 
 def _variables(ev: Evaluator, body: Node, inputs: Inputs) -> dict[str, Any]:
@@ -221,65 +231,65 @@ def _variables(ev: Evaluator, body: Node, inputs: Inputs) -> dict[str, Any]:
         if kind == "variable":
             (name,) = block_labels(item) or [""]
             attrs = attributes(block_body(item))
-            spec = _type_spec(attrs["type"]) if "type" in attrs else None
-            pairs = [(name, attrs.get("default"), spec)]
+            pairs = [(name, attrs.get("default"), _type_spec(attrs["type"]) if "type" in attrs else None)]
         for name, default, spec in pairs:
             if name in declared:
                 raise HclError("Duplicate variable", f"Duplicate {name} variable definition found.", item)
             var = declared[name] = _Variable(name, spec, item)
             if default is not None:
-                value = ev.value(default, {})
                 detail = "This default value is not compatible with the variable's type constraint: {err}."
-                var.values.append(_converted(var, value, "Invalid default value for variable", detail, default))
-    for raw in inputs.env.items():
-        name = raw[0][len(_VAR_PREFIX) :]
-        if raw[0].startswith(_VAR_PREFIX) and name in declared:
-            var = declared[name]
-            value = _cli_value(ev, var, raw[1], f"<value for var.{name} from env>")
-            detail = "The value for {name} is not compatible with the variable's type constraint: {err}."
-            var.values.append(
-                _converted(var, value, "Invalid value for variable", detail, None, f"<value for var.{name} from env>")
-            )
+                _assign(var, ev.value(default, {}), "default", "Invalid default value for variable", detail, default)
+    for key, text in inputs.env.items():
+        name, source = key[len(_VAR_PREFIX) :], f"<value for var.{key[len(_VAR_PREFIX) :]} from env>"
+        if key.startswith(_VAR_PREFIX) and name in declared:
+            detail = _INCOMPATIBLE.replace("{what}", "value")
+            _assign(declared[name], _cli_value(declared[name], text, source), "env", "Invalid value for variable", detail, None, source)  # fmt: skip
     for file_name, text in inputs.files:
         if file_name.endswith(".json"):  # HCL's JSON syntax: an object of values, written here as HCL
             text = _json_var_file(text, file_name)
-        tree = parse(text, file_name)
         file_ev = Evaluator(text, file_name, Path())
-        for item in body_items(sig(tree)[0]):
+        for item in body_items(sig(parse(text, file_name))[0]):
             if item.data == "block":
                 raise HclError("Variable declaration in a .var file", f'A .var file is used to assign values to variables that have already been declared in job files, not to declare new variables. To declare variable "{item_name(item)}", place this block in one of your job files\n\nTo set a value for this variable in {file_name}, use the definition syntax instead:\n    {block_labels(item)[0] if block_labels(item) else ""} = <value>', item, file_name)  # fmt: skip
-            name = item_name(item)
+            name, expr = item_name(item), sig(item)[-1]
             if name not in declared:  # an error: `nomad job run` is -hcl2-strict by default
-                detail = f'A "{name}" variable was set but was not found in known variables. To declare variable "{name}", place this block in your job files'
-                raise HclError("Undefined variable", detail, item, file_name)
-            value = file_ev.value(sig(item)[-1], {})
-            detail = "The value for {name} is not compatible with the variable's type constraint: {err}."
-            declared[name].values.append(
-                _converted(declared[name], value, "Invalid value for variable", detail, sig(item)[-1], file_name)
-            )
+                raise HclError("Undefined variable", f'A "{name}" variable was set but was not found in known variables. To declare variable "{name}", place this block in your job files', item, file_name)  # fmt: skip
+            detail = _INCOMPATIBLE.replace("{what}", "value")
+            _assign(declared[name], file_ev.value(expr, {}), "varfile", "Invalid value for variable", detail, expr, file_name)  # fmt: skip
     for arg in inputs.args:
         name, sep, text = arg.partition("=")
         if sep and name not in declared:
-            detail = f'A "{name}" variable was passed in the command line but was not found in known variables. To declare variable "{name}", place this block in your job file'
-            raise HclError("Undefined -var variable", detail, None, "-var")
+            raise HclError("Undefined -var variable", f'A "{name}" variable was passed in the command line but was not found in known variables. To declare variable "{name}", place this block in your job file', None, "-var")  # fmt: skip
         if sep:
-            var = declared[name]
-            source = f"<value for var.{name} from arguments>"
-            detail = "The received arg value for {name} is not compatible with the variable's type constraint: {err}."
-            var.values.append(
-                _converted(
-                    var,
-                    _cli_value(ev, var, text, source),
-                    "Invalid argument value for -var variable",
-                    detail,
-                    None,
-                    source,
-                )
+            source, detail = (
+                f"<value for var.{name} from arguments>",
+                _INCOMPATIBLE.replace("{what}", "received arg value"),
             )
+            _assign(declared[name], _cli_value(declared[name], text, source), "cmd", "Invalid argument value for -var variable", detail, None, source)  # fmt: skip
     for var in declared.values():
         if not var.values:
-            raise HclError(f'Unset variable "{var.name}"', "A used variable must be set or have a default value; see https://developer.hashicorp.com/nomad/docs/reference/hcl2/variables  for details.", var.node)  # fmt: skip
+            raise HclError(f'Unset variable "{var.name}"', "A used variable must be set or have a default value; see https://developer.hashicorp.com/nomad/docs/reference/hcl2/variables  for details.", header(var.node))  # fmt: skip
+        ev.unknown.extend(v.why for v in var.values[-1:] if isinstance(v, Unknown))
+        _validate(ev, var)
     return {name: var.values[-1] for name, var in declared.items()}
+
+
+def _validate(ev: Evaluator, var: _Variable) -> None:
+    """``Variable.validateValue``: each ``validation`` block's condition on the value that won."""
+    for block in (b for b in body_items(block_body(var.node)) if b.data == "block" and item_name(b) == "validation"):
+        attrs = attributes(block_body(block))
+        if "condition" not in attrs or "error_message" not in attrs:
+            raise HclError("Missing required argument", "The argument \"condition\" and \"error_message\" are required.", block)  # fmt: skip
+        result = ev.value(attrs["condition"], {"var": {var.name: var.values[-1]}})
+        if isinstance(result, Unknown):
+            continue
+        if result is None:
+            raise HclError("Invalid variable validation result", "Validation condition expression must return either true or false, not null.", attrs["condition"])  # fmt: skip
+        if not to_bool(result):
+            span = header(block)
+            where = f"{ev.source}:{span.line},{span.column}-{span.end_column}"
+            message = ev.value(attrs["error_message"], {})
+            raise HclError(f"Invalid value for {var.froms[-1]} variable", f"{message}\n\nThis was checked by the validation rule at {where}.", var.exprs[-1] or span)  # fmt: skip
 
 
 def _json_var_file(text: str, file_name: str) -> str:
@@ -292,7 +302,7 @@ def _json_var_file(text: str, file_name: str) -> str:
     return "".join(f"{name} = {json.dumps(value)}\n" for name, value in values.items())
 
 
-def _cli_value(ev: Evaluator, var: _Variable, text: str, source: str) -> Any:
+def _cli_value(var: _Variable, text: str, source: str) -> Any:
     """``expressionFromVariableDefinition``: a string, number or untyped variable takes the text as it is;
     any other type reads it as an HCL expression."""
     if var.spec in (None, "string", "number"):
@@ -333,11 +343,30 @@ def read_job(text: str, source: str, inputs: Inputs | None = None, base_dir: Pat
     tree = parse(text, source)
     ev = Evaluator(text, source, base_dir if base_dir is not None else Path(source).parent)
     body = sig(tree)[0]
+    _top_level(body)
     variables = _variables(ev, body, inputs or Inputs())
     scope = {"var": variables, "local": _locals(ev, body, variables)}
     out: dict[str, Any] = {}
     reader = BodyReader(ev)
     for item in body_items(body):
         if item.data == "block" and item_name(item) == "job":
+            if out:
+                first = header(next(b for b in body_items(body) if b.data == "block" and item_name(b) == "job"))
+                where = f"{source}:{first.line},{first.column}-{first.end_column}"
+                raise HclError("Duplicate job block", f'Only one block of type "job" is allowed. Previous definition was at {where}.', header(item))  # fmt: skip
             reader.add(out, "job", block_labels(item), reader.body(block_body(item), scope))
     return Reading(out, ev.unknown)
+
+
+def _top_level(body: Node) -> None:
+    """``jobConfigSchema``: only ``variable``, ``variables``, ``locals`` and ``job`` blocks."""
+    for item in body_items(body):
+        name = item_name(item)
+        if item.data == "attribute":
+            raise HclError(
+                "Unsupported argument", f'An argument named "{name}" is not expected here.', item.children[0]
+            )
+        if name not in ("variable", "variables", "locals", "job"):
+            raise HclError(
+                "Unsupported block type", f'Blocks of type "{name}" are not expected here.', item.children[0]
+            )

@@ -123,6 +123,13 @@ def _check_block(block: Node) -> None:
     check_syntax(block_body(block), block.children[-1])
 
 
+def header(block: Node) -> Any:
+    """A block's ``DefRange``: its type and labels."""
+    parts = [c for c in block.children if isinstance(c, Tree) and c.data not in ("body", "new_line_or_comment")]
+    first, last = parts[0].meta, parts[-1].meta
+    return SimpleNamespace(line=first.line, column=first.column, end_line=last.end_line, end_column=last.end_column)
+
+
 def block_labels(block: Node) -> list[str]:
     labels = []
     for label in block.children[1:]:
