@@ -152,3 +152,11 @@ def test_unimplemented_function_is_unknown_and_an_unknown_name_is_an_error() -> 
     assert isinstance(attrs["b"], Unknown)
     with pytest.raises(HclError, match='There is no function named "tostring"'):
         read_job('job "j" {\n  a = tostring(1)\n}\n', "job.hcl")
+
+
+def test_strip_markers_are_cannot_tell_not_a_syntax_error() -> None:
+    with pytest.raises(HclError) as err:
+        read_job('job "j" {\n  a = "${~ 1 ~}"\n}\n', "job.hcl")
+    assert "cannot tell" in err.value.text("job.hcl")
+    attrs = job_attrs('job "j" {\n  a = "x %{~ if true ~} y %{~ endif ~}"\n}\n')
+    assert isinstance(attrs["a"], Unknown) and "strip markers" in attrs["a"].why
