@@ -307,6 +307,8 @@ class Evaluator:
             return self.functions[name](*args)
         except NotImplementedError as exc:
             return self.not_evaluated(node, f"check-job does not evaluate {name}(): {exc}")
+        except (IndexError, KeyError, AttributeError, RecursionError) as exc:  # a reading check-job lacks
+            return self.not_evaluated(node, f"check-job does not evaluate this call of {name}() ({type(exc).__name__})")
         except TypeError:
             raise _arity(name, self.functions[name], len(args), node) from None
         except (FunctionError, ValueError, ArithmeticError, re.error) as exc:

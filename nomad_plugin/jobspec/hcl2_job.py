@@ -339,6 +339,13 @@ def _locals(ev: Evaluator, body: Node, variables: dict[str, Any]) -> dict[str, A
 
 def read_job(text: str, source: str, inputs: Inputs | None = None, base_dir: Path | None = None) -> Reading:
     """The job file evaluated; HclError for what Nomad refuses (syntax, unset variables, bad calls)."""
+    try:
+        return _read_job(text, source, inputs, base_dir)
+    except RecursionError:
+        raise HclError("", f"{source}: check-job cannot tell: expressions nested deeper than it evaluates") from None
+
+
+def _read_job(text: str, source: str, inputs: Inputs | None, base_dir: Path | None) -> Reading:
     text = heredoc_markers(text)
     tree = parse(text, source)
     ev = Evaluator(text, source, base_dir if base_dir is not None else Path(source).parent)

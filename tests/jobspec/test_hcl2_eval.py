@@ -160,3 +160,11 @@ def test_strip_markers_are_cannot_tell_not_a_syntax_error() -> None:
     assert "cannot tell" in err.value.text("job.hcl")
     attrs = job_attrs('job "j" {\n  a = "x %{~ if true ~} y %{~ endif ~}"\n}\n')
     assert isinstance(attrs["a"], Unknown) and "strip markers" in attrs["a"].why
+
+
+def test_nesting_beyond_what_check_job_evaluates_is_cannot_tell() -> None:
+    with pytest.raises(HclError) as err:
+        read_job('job "j" {\n  a = ' + "[" * 400 + "]" * 400 + "\n}\n", "job.hcl")
+    assert "cannot tell" in err.value.text("job.hcl")
+    deep = read_job('job "j" {\n  a = jsondecode("' + "[" * 5000 + "]" * 5000 + '")\n}\n', "job.hcl")
+    assert any("jsondecode" in u for u in deep.unknown)
