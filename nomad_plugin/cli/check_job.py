@@ -87,11 +87,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
-    reader = p.add_argument_group("who reads the job file (Nomad itself when it can: docs/operator.md, check-job)")
+    reader = p.add_argument_group(
+        "who reads the job file, and its HCL2 variables as `nomad job run` takes them "
+        "(and NOMAD_VAR_<name> from the environment); Nomad itself reads it when it can: docs/operator.md"
+    )
     reader.add_argument("--nomad", metavar="PATH", help="read it with this `nomad` executable (default: one on PATH)")
-    reader.add_argument("--var", action="append", default=[], metavar="KEY=VALUE", help="an HCL2 variable, as -var")
+    reader.add_argument("-var", "--var", action="append", default=[], metavar="NAME=VALUE", help="a variable")
     reader.add_argument(
-        "--var-file", action="append", default=[], metavar="FILE", help="a variables file, as -var-file"
+        "-var-file",
+        "--var-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file of variable values (HCL or JSON)",
     )
     node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
     node.add_argument(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nomad_plugin.config.options import hcl_string
-from nomad_plugin.jobspec import JobParseError, ParsedJob, parse_and_validate
+from nomad_plugin.jobspec import Inputs, JobParseError, ParsedJob, parse_and_validate
 from nomad_plugin.reconcile.nomad_api import NomadApiError, NomadApiSettings, NomadClient
 from nomad_plugin.util.text import printable
 
@@ -131,8 +131,6 @@ def read_job(
                 return Reading(job, "nomad-cli", f"`{how} job run -output`", tuple(skipped))
         except NotRead as exc:
             skipped.append(str(exc))
-    if variables or var_files:
-        skipped.append(
-            "none read it, so --var and --var-file are not used (check-job's own reader evaluates no variable)"
-        )
-    return Reading(parse_and_validate(text, path), "built-in", BUILT_IN, tuple(skipped))
+    files = [(name, Path(name).read_text(encoding="utf-8")) for name in var_files]
+    inputs = Inputs(list(variables), files, {k: v for k, v in os.environ.items() if k.startswith("NOMAD_VAR_")})
+    return Reading(parse_and_validate(text, path, inputs), "built-in", BUILT_IN, tuple(skipped))

@@ -12,6 +12,7 @@ from nomad_plugin.jobspec.evaluate import (
     verdicts_json,
     verdicts_text,
 )
+from nomad_plugin.jobspec.hcl2_job import Inputs
 from nomad_plugin.jobspec.node import (
     NodeDocument,
     NodeFileError,
@@ -31,8 +32,9 @@ from nomad_plugin.jobspec.parse import NODE_FIELDS, JobParseError, ParsedJob, go
 from nomad_plugin.jobspec.validate import parse_and_validate
 
 __all__ = [
-    "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "JobParseError", "NodeDocument", "NodeFileError",
-    "NodeValues", "ParsedJob", "PluginKeys", "evaluate_job", "evaluate_placement", "evaluate_request", "final_outcome",
-    "go_strings", "group_outcomes", "groups_json", "groups_text", "node_from_json", "parse_and_validate", "parse_job",
-    "parse_job_text", "placement_json", "placement_text", "verdict_detail", "verdicts_json", "verdicts_text",
+    "NODE_FIELDS", "OUTCOME_TEXT", "PLACE", "REFUSE", "UNKNOWN", "Inputs", "JobParseError", "NodeDocument",
+    "NodeFileError", "NodeValues", "ParsedJob", "PluginKeys", "evaluate_job", "evaluate_placement", "evaluate_request",
+    "final_outcome", "go_strings", "group_outcomes", "groups_json", "groups_text", "node_from_json",
+    "parse_and_validate", "parse_job", "parse_job_text", "placement_json", "placement_text", "verdict_detail",
+    "verdicts_json", "verdicts_text",
 ]  # fmt: skip

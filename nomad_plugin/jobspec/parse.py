@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-import hcl2
-
 from nomad_plugin.jobspec import golang
+from nomad_plugin.jobspec.hcl2_job import Inputs, read_job
+from nomad_plugin.jobspec.hcl2_syntax import HclError
 from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, EQUAL, NOT_EQUAL, ORDER, SET_ALL
-from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unknown_keys, unlabelled
+from nomad_plugin.util.hcl import is_expression, is_meta, labelled, plain, unknown_keys, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
 DEFAULT_SPREAD_WEIGHT = 50  # api.Spread.Canonicalize
@@ -118,7 +118,8 @@ def _number_text(number: Decimal) -> str:
 
 def _unevaluated(raw: Any, key: str) -> None:
     if isinstance(raw, str) and is_expression(raw):
-        raise ValueProblem(f"{key} = {raw}: check-job does not evaluate variables or functions", unsupported=True)
+        why = getattr(raw, "why", "check-job does not evaluate this expression")  # hcl2_eval.Unknown
+        raise ValueProblem(f"{key} = {raw}: {why}", unsupported=True)
 
 
 def string_value(raw: Any, key: str) -> str:
@@ -683,15 +684,16 @@ def _group(job: str, name: str, job_type: str, top: _Level, levels: list[_Level]
     )
 
 
-def parse_job(text: str, source: str = "job") -> ParsedJob:
-    """A job file's device blocks and node-level rules."""
+def parse_job(text: str, source: str = "job", inputs: Inputs | None = None) -> ParsedJob:
+    """A job file's device blocks and node-level rules; HCL2 is read first as jobspec2 reads it (``hcl2_job``)."""
     if text.lstrip().startswith("{"):
         return _json_job(load_json_job(text, source))
     try:
-        parsed: dict[str, Any] = hcl2.loads(text)
-    except Exception as exc:
-        raise JobParseError(describe_hcl_error(exc, text, source)) from None
-    return _hcl_job(parsed)
+        reading = read_job(text, source, inputs)
+    except HclError as exc:
+        raise JobParseError(exc.text(source)) from None
+    job = _hcl_job(reading.body)
+    return replace(job, unsupported=(*reading.unknown, *job.unsupported)) if reading.unknown else job
 
 
 def parse_job_text(text: str, source: str = "job") -> list[DeviceRequest]:

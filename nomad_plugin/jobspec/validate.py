@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from nomad_plugin.jobspec.hcl2_job import Inputs
 from nomad_plugin.jobspec.parse import ParsedJob, ValueProblem, dicts, number_value, parse_job, string_value
 from nomad_plugin.util.hcl import is_expression, is_meta, labelled, plain, unlabelled, unquote
 
@@ -281,9 +282,9 @@ def validated(job: ParsedJob, base_dir: str) -> ParsedJob:
     return replace(job, problems=(*job.problems, *problems), unsupported=(*job.unsupported, *read.unsupported))
 
 
-def parse_and_validate(text: str, source: str = "job") -> ParsedJob:
+def parse_and_validate(text: str, source: str = "job", inputs: Inputs | None = None) -> ParsedJob:
     """``parse_job``, then the whole job validated as Nomad validates it at submission."""
-    return validated(parse_job(text, source), os.path.dirname(source))
+    return validated(parse_job(text, source, inputs), os.path.dirname(source))
 
 
 def _expressions(value: Any, where: str) -> Iterator[tuple[str, str]]:

@@ -86,10 +86,13 @@ def test_parse_errors() -> None:
     with pytest.raises(JobParseError, match="not valid HCL"):
         parse_job_text("job {{{")
     with pytest.raises(JobParseError, match="no job"):
+        parse_job_text('variable "x" {\n  default = 1\n}')
+    with pytest.raises(JobParseError, match='Unset variable "x"'):
         parse_job_text('variable "x" {}')
-    zero = parse_job_text('job "j" { group "g" { task "t" { resources { device "gpu" { count = 0 } } } } }')
+    job = 'job "j" {\n group "g" {\n  task "t" {\n   resources {\n    device "gpu" { count = %s }\n}\n}\n}\n}'
+    zero = parse_job_text(job % 0)
     assert zero[0].count == 0 and not zero[0].problems  # Nomad's Count is unsigned: 0 is a valid job
-    bad = parse_job_text('job "j" { group "g" { task "t" { resources { device "gpu" { count = -2 } } } } }')
+    bad = parse_job_text(job % -2)
     assert "whole number from 0" in bad[0].problems[0]
 
 

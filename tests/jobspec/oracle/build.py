@@ -1,4 +1,4 @@
-"""Build the Go oracle: Go's own strconv, strings, regexp and HashiCorp's go-version.
+"""Build the Go oracle: Go's own strconv, strings, regexp, HashiCorp's go-version and hcl/v2 with cty.
 
 GOPATH mode, no modules, no network, as ``tests/conformance/build.py`` builds
 the conformance host: GOPATH is a private tree under ``bin/.gopath`` followed
@@ -27,8 +27,9 @@ GOPATH = BIN_DIR / ".gopath"
 GOCACHE = BIN_DIR / ".cache"
 SYSTEM_GOPATH = Path("/usr/share/gocode")
 GO_VERSION_PKG = "github.com/hashicorp/go-version"
+HCL_PKGS = ("github.com/hashicorp/hcl/v2/hclsyntax", "github.com/zclconf/go-cty/cty/function/stdlib")
 IMPORT_ROOT = "lingjunoracle"
-DEBIAN_PACKAGES = "golang-go golang-github-hashicorp-go-version-dev"
+DEBIAN_PACKAGES = "golang-go golang-github-hashicorp-go-version-dev golang-github-hashicorp-hcl-v2-dev golang-github-zclconf-go-cty-dev"
 MAKE_TARGET = "make go-tools"
 
 
@@ -40,8 +41,9 @@ def missing() -> str:
     """Why the oracle cannot be built here, or empty."""
     if shutil.which("go") is None:
         return f"`go` is not installed (apt-get install -y {DEBIAN_PACKAGES})"
-    if not (SYSTEM_GOPATH / "src" / GO_VERSION_PKG).is_dir():
-        return f"{SYSTEM_GOPATH / 'src' / GO_VERSION_PKG} is missing (apt-get install -y {DEBIAN_PACKAGES})"
+    for package in (GO_VERSION_PKG, *HCL_PKGS):
+        if not (SYSTEM_GOPATH / "src" / package).is_dir():
+            return f"{SYSTEM_GOPATH / 'src' / package} is missing (apt-get install -y {DEBIAN_PACKAGES})"
     return ""
 
 
@@ -62,8 +64,9 @@ def _stamp() -> str:
     h = hashlib.sha256()
     for path in [*sorted(HERE.glob("*.go")), Path(__file__)]:
         h.update(path.name.encode() + path.read_bytes())
-    for path in sorted((SYSTEM_GOPATH / "src" / GO_VERSION_PKG).glob("*.go")):
-        h.update(path.read_bytes())
+    for package in (GO_VERSION_PKG, *HCL_PKGS):
+        for path in sorted((SYSTEM_GOPATH / "src" / package).glob("*.go")):
+            h.update(path.read_bytes())
     h.update(subprocess.run(["go", "version"], capture_output=True, text=True, check=True).stdout.encode())
     return h.hexdigest()
 

@@ -11,6 +11,7 @@
 //	version                    {"s"}: go-version NewVersion and NewSemver
 //	constraint                 {"s", "versions": [...]}: NewConstraint + Check,
 //	                           each version read by NewVersion (as Nomad's checkVersionMatch)
+//	hcl_syntax, hcl_eval       hcl.go: hclsyntax's diagnostics and expression values
 //
 // Nomad's own semver constraints and attribute code are not packaged by
 // Debian, so they have no Go answer here (see README.md).
@@ -34,10 +35,11 @@ import (
 var goVersionSource = "unknown"
 
 type request struct {
-	Op       string   `json:"op"`
-	S        string   `json:"s"`
-	Texts    []string `json:"texts"`
-	Versions []string `json:"versions"`
+	Op       string          `json:"op"`
+	S        string          `json:"s"`
+	Texts    []string        `json:"texts"`
+	Versions []string        `json:"versions"`
+	Vars     json.RawMessage `json:"vars"`
 }
 
 type answer map[string]any
@@ -101,7 +103,7 @@ func handle(req request) answer {
 		}
 		return answer{"ok": true, "checks": checks}
 	}
-	return answer{"error": fmt.Sprintf("unknown op %q", req.Op)}
+	return hclOp(req)
 }
 
 func main() {
