@@ -24,7 +24,8 @@
 # plugin_dir). The plugin itself never calls Enable or Disable.
 #
 # Dry run (which group a node whose meta asks for Runtime Kit runs: "enable" places, "disable"
-# does not, so check-job exits 1; with =false it is the other way round):
+# does not; a sysbatch job runs each group where its rules hold, so check-job exits 0; with =false it
+# is the other way round):
 #           nomad-device-lingjun check-job examples/jobs/runtime-kit-controller.sysbatch.hcl \
 #             --profile h800-8 --node-value meta.lj_runtimekit_enable=true
 # check-job: --profile h800-8 --node-value meta.lj_runtimekit_enable=true

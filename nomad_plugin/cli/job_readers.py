@@ -115,7 +115,7 @@ def read_job(
     timeout: float = 20.0,
 ) -> Reading:
     """The job as the first reader that can read it reads it: ``--nomad``, the agent (``settings``; None: not
-    asked), ``nomad`` on PATH, then check-job's own. OSError, UnicodeDecodeError or JobParseError when
+    asked), ``nomad`` on PATH, then check-job's own. OSError or UnicodeDecodeError when
     check-job's own reader cannot read the file."""
     text = Path(path).read_text(encoding="utf-8")
     skipped: list[str] = []
@@ -133,4 +133,8 @@ def read_job(
             skipped.append(str(exc))
     files = [(name, Path(name).read_text(encoding="utf-8")) for name in var_files]
     inputs = Inputs(list(variables), files, {k: v for k, v in os.environ.items() if k.startswith("NOMAD_VAR_")})
-    return Reading(parse_and_validate(text, path, inputs), "built-in", BUILT_IN, tuple(skipped))
+    try:
+        job = parse_and_validate(text, path, inputs)
+    except JobParseError as exc:  # what jobspec2 refuses (syntax, an unset variable, a failing function): Nomad's words
+        job = refused(str(exc))
+    return Reading(job, "built-in", BUILT_IN, tuple(skipped))

@@ -14,19 +14,17 @@ brought to the API form by ``api_form``; a value check-job does not evaluate is 
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from nomad_plugin.jobspec.hcl2_job import Inputs
 from nomad_plugin.jobspec.parse import ParsedJob, ValueProblem, dicts, number_value, parse_job, string_value
-from nomad_plugin.util.hcl import is_expression, is_meta, labelled, plain, unlabelled, unquote
+from nomad_plugin.util.hcl import is_meta, labelled, plain, unlabelled
 
 JOB_TYPES = ("service", "batch", "system", "sysbatch")
 MIN_PRIORITY, DEFAULT_MAX_PRIORITY = 1, 100  # structs.JobMinPriority; a server's job_max_priority by default
-_FS_CALL = re.compile(r'\$\{\s*(file|filebase64)\(\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\}')
 UNEVALUATED = object()  # a value check-job does not evaluate (a variable, a function)
 _ZERO = re.compile(r"0+(\.0*)?[a-zµ]*")  # a zero number or Go duration ("0", "0s")
 
@@ -250,13 +248,11 @@ def _block(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     }
 
 
-def validated(job: ParsedJob, base_dir: str) -> ParsedJob:
+def validated(job: ParsedJob) -> ParsedJob:
     """``job`` with its refusals at submission and the values check-job does not evaluate added.
 
-    An HCL job is brought to the API form first (``api_form``); an expression anywhere in it (a driver's
-    ``config`` included: jobspec2 evaluates it too) that the decoding has not named yet is named, but for
-    ``file(...)`` of a path that does not exist: ``nomad job run`` refuses it (go-cty-funcs' ``filesystem``
-    functions, relative to the job file's directory, ``base_dir``).
+    An HCL job is brought to the API form first (``api_form``); what the HCL2 reading could not evaluate
+    (anywhere in the job) it has named already (``hcl2_job``).
     """
     if job.api_form is not None:
         return replace(job, problems=(*job.problems, *validate_job(job.api_form)))
@@ -267,37 +263,14 @@ def validated(job: ParsedJob, base_dir: str) -> ParsedJob:
     refused_type = any(p.startswith("type: ") for p in job.problems)
     decoded = None if body.get("type") is None else UNEVALUATED if refused_type or not job.type_known else job.type
     refusals = validate_job(api_form(job.name, body, decoded, read))
-    problems = [*read.problems, *refusals]
-    named = [*job.unsupported, *(u for g in job.groups for u in g.unsupported)]
-    named += [u for r in job.requests for u in r.unsupported]
-    for where, expression in _expressions(body, "job"):
-        call = _FS_CALL.fullmatch(expression)
-        path = os.path.normpath(os.path.join(base_dir, unquote(f'"{call.group(2)}"'))) if call else ""
-        if call and not os.path.exists(path):
-            problems.append(
-                f'{where}: Error in function call; Call to function "{call.group(1)}" failed: no file exists at {path}.'
-            )
-        elif not any(expression in text for text in (*named, *read.unsupported)):
-            read.unsupported.append(f"{where} = {expression}: check-job does not evaluate variables or functions")
-    return replace(job, problems=(*job.problems, *problems), unsupported=(*job.unsupported, *read.unsupported))
+    return replace(
+        job, problems=(*job.problems, *read.problems, *refusals), unsupported=(*job.unsupported, *read.unsupported)
+    )
 
 
 def parse_and_validate(text: str, source: str = "job", inputs: Inputs | None = None) -> ParsedJob:
     """``parse_job``, then the whole job validated as Nomad validates it at submission."""
-    return validated(parse_job(text, source, inputs), os.path.dirname(source))
-
-
-def _expressions(value: Any, where: str) -> Iterator[tuple[str, str]]:
-    """Every expression python-hcl2 left unevaluated, with the keys that lead to it."""
-    if isinstance(value, str) and is_expression(value):
-        yield where, value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _expressions(item, where)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if not is_meta(key):
-                yield from _expressions(item, f"{where} {plain(key)}")
+    return validated(parse_job(text, source, inputs))
 
 
 def api_form(label: str, body: dict[str, Any], job_type: Any, read: _Reader) -> dict[str, Any]:

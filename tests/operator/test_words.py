@@ -146,5 +146,5 @@ def test_the_runtime_kit_controller_has_its_check_job_command() -> None:
     args = [str(REPO / a) if a.startswith("examples/") else a for a in shlex.split(line.split(":", 1)[1])]
     done = cli("check-job", str(path), *args, "--json")
     doc = json.loads(done.stdout)
-    assert done.returncode == 1  # each node runs one of the two groups
+    assert done.returncode == 0  # a sysbatch job runs here when one of its groups does
     assert [g["outcome"] for g in doc["node_rules"]["groups"]] == ["place", "not_placed"]
