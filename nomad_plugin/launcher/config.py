@@ -10,6 +10,7 @@ cty/msgpack/marshal.go). Here the same is done from those files plus ``key=value
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -183,6 +184,20 @@ def find_plugin_blocks(path: str | Path) -> PluginBlocks:
         for block in agent.plugins:
             result.blocks.setdefault(block.label, []).append((file, block))
     return result
+
+
+def agent_plugin_dir(blocks: PluginBlocks) -> tuple[str, str]:
+    """(directory, which setting gives it) as the agent derives it: plugin_dir, else <data_dir>/plugins
+    (command/agent/command.go); ("", "") when the files set neither. A relative one is refused, as the
+    agent refuses to start with it ("plugin-dir must be given as an absolute path")."""
+    for flag, value in (("data-dir", blocks.data_dir), ("plugin-dir", blocks.plugin_dir)):
+        if value and not value.startswith("/"):
+            raise LauncherConfigError(f"{flag} must be given as an absolute path: got {value} (the agent refuses it)")
+    if blocks.plugin_dir:
+        return blocks.plugin_dir, "plugin_dir"
+    if blocks.data_dir:
+        return "/" + os.path.normpath(blocks.data_dir + "/plugins").lstrip("/"), "data_dir + /plugins"
+    return "", ""
 
 
 def chosen_block(blocks: PluginBlocks, source: str | Path, name: str = PLUGIN_NAME) -> tuple[Path, PluginBlock]:
