@@ -104,11 +104,18 @@ func readAgentFile(src string) (out map[string]interface{}) {
 		}
 		plugins = append(plugins, map[string]interface{}{"name": p.Name, "args": args, "config": p.Config})
 	}
-	return map[string]interface{}{"ok": true, "data_dir": c.DataDir, "plugin_dir": c.PluginDir, "plugins": plugins}
+	// The agent's own default (command/agent/command.go): plugin_dir, else <data_dir>/plugins.
+	effective := c.PluginDir
+	if effective == "" && c.DataDir != "" {
+		effective = filepath.Join(c.DataDir, "plugins")
+	}
+	return map[string]interface{}{
+		"ok": true, "data_dir": c.DataDir, "plugin_dir": c.PluginDir, "effective_plugin_dir": effective, "plugins": plugins,
+	}
 }
 
 // dumpAgentFiles prints one JSON line per file: {"file", "ok", "error"} or
-// {"file", "ok", "data_dir", "plugin_dir", "plugins": [{"name", "args", "config"}]}.
+// {"file", "ok", "data_dir", "plugin_dir", "effective_plugin_dir", "plugins": [{"name", "args", "config"}]}.
 func dumpAgentFiles(paths []string, w io.Writer) int {
 	enc := json.NewEncoder(w)
 	for _, path := range paths {
