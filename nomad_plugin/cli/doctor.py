@@ -704,11 +704,8 @@ def _config_next_step(message: str) -> str:
             "point --plugin-config at the agent config file or directory the Nomad client is started with "
             "(its -config), e.g. /etc/nomad.d"
         )
-    if "not valid in a Nomad agent config" in message:
-        return (
-            "write the value as the agent's parser (HCL v1) expects it, as shown above: Nomad refuses to start with "
-            "this file"
-        )
+    if "doctor does not evaluate templates" in message:
+        return "write the value itself: the agent evaluates the template (no variables), doctor does not"
     if "not valid HCL" in message or "not valid JSON" in message:  # "F is not valid ..." or "F:L:C: not valid ..."
         return "fix the syntax at the place shown: Nomad refuses to start with a config file it cannot parse"
     if "no *.hcl or *.json file" in message:

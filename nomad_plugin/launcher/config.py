@@ -75,13 +75,12 @@ def _syntax_error(exc: Hcl1Error, text: str, source: str) -> AgentSyntaxError:
         word = exc.reason.rsplit(" ", 1)[-1]
         hint = f'; a bare word ({word}) is not a value: quote it, "{word}"'
     if not exc.line:
-        return AgentSyntaxError(f"{source}: not valid in a Nomad agent config: {exc.reason}{hint}")
+        return AgentSyntaxError(f"{source}: not valid HCL: {exc.reason}{hint}")
     lines = text.splitlines()
     shown = lines[exc.line - 1] if exc.line <= len(lines) else ""
     caret = " " * (exc.column - 1) + "^"
     return AgentSyntaxError(
-        f"{source}:{exc.line}:{exc.column}: not valid in a Nomad agent config: {exc.reason}{hint}\n"
-        f"    {shown}\n    {caret}"
+        f"{source}:{exc.line}:{exc.column}: not valid HCL: {exc.reason}{hint}\n    {shown}\n    {caret}"
     )
 
 

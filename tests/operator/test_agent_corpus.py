@@ -136,7 +136,7 @@ def test_doctor_reads_as_go(name: str, doctor_runs: dict[str, tuple[int, dict[st
     plugin_dir = found["plugin dir"][0]
     assert code == 1 and "can run the plugin" not in found["summary"][0]["summary"]
     if not expected["ok"]:
-        assert config["status"] == "fail" and "not valid in a Nomad agent config" in config["summary"], config
+        assert config["status"] == "fail" and "not valid HCL" in config["summary"], config
         assert "Nomad refuses to start" in config["next_step"]
         assert plugin_dir["status"] == "skip" and "could not be read" in plugin_dir["summary"]
         return

@@ -130,6 +130,6 @@ def test_unreadable_agent_file_skips_with_the_reason(tmp_path: Path, capsys: pyt
     config = agent_file(tmp_path, 'data_dir = "/var/lib/nomad"\ntelemetry { collection_interval = 5s }\n')
     summary, found = run(tmp_path, capsys, config)
     assert found["config"][0]["status"] == "fail"
-    assert "not valid in a Nomad agent config" in found["config"][0]["summary"]
+    assert "not valid HCL" in found["config"][0]["summary"]
     assert found["plugin dir"][0]["status"] == "skip" and "could not be read" in found["plugin dir"][0]["summary"]
     assert "can run the plugin" not in summary
