@@ -96,11 +96,6 @@ def read_agent_text(text: str, source: str) -> AgentFile:
     return AgentFile(blocks, fields.data_dir, fields.plugin_dir)
 
 
-def parse_agent_text(text: str, source: str) -> list[PluginBlock]:
-    """``text`` (one agent config file) -> its plugin blocks; AgentSyntaxError for what the agent refuses."""
-    return read_agent_text(text, source).plugins
-
-
 # -- the agent's files ---------------------------------------------------------------------
 
 

@@ -162,6 +162,7 @@ class _Scanner:
                 return
 
     def number(self, ch: str) -> str:
+        illegal_octal = False
         if ch == "0":
             ch = self.next()
             if ch in ("x", "X"):
@@ -174,25 +175,12 @@ class _Scanner:
                 if ch:
                     self.unread()
                 return NUMBER
-            illegal_octal = False
             while _is_decimal(ch):
                 ch = self.next()
                 illegal_octal = illegal_octal or ch in ("8", "9")
-            if ch in ("e", "E"):
-                self.exponent(ch)
-                return FLOAT
-            if ch == ".":
-                ch = self.fraction(ch)
-                if ch in ("e", "E"):
-                    self.exponent(self.next())
-                return FLOAT
-            if illegal_octal:
-                self.err("illegal octal number")
-            if ch:
-                self.unread()
-            return NUMBER
-        self.mantissa(ch)
-        ch = self.next()
+        else:
+            self.mantissa(ch)
+            ch = self.next()
         if ch in ("e", "E"):
             self.exponent(ch)
             return FLOAT
@@ -201,6 +189,8 @@ class _Scanner:
             if ch in ("e", "E"):
                 self.exponent(self.next())
             return FLOAT
+        if illegal_octal:
+            self.err("illegal octal number")
         if ch:
             self.unread()
         return NUMBER
