@@ -70,6 +70,7 @@ class _Scanner:
         self.pos = 0
         self.line, self.column = 1, 0
         self.previous = (0, 1, 0)
+        self.last_line_length = 0
         self.error: Hcl1Error | None = None
 
     def next(self) -> str:
@@ -81,7 +82,7 @@ class _Scanner:
         self.pos += 1
         self.column += 1
         if ch == "\n":
-            self.line, self.column = self.line + 1, 0
+            self.line, self.column, self.last_line_length = self.line + 1, 0, self.column
         if ch == "\x00":
             self.err("unexpected null character (0x00)")
             return _END
@@ -96,7 +97,9 @@ class _Scanner:
         return self.src[self.pos] if self.pos < len(self.src) else _END
 
     def err(self, message: str) -> None:
-        self.error = Hcl1Error(self.line, max(self.column, 1), message)
+        at_newline = self.column == 0 and self.line > 1  # Go names the end of the line just read
+        line, column = (self.line - 1, self.last_line_length) if at_newline else (self.line, self.column)
+        self.error = Hcl1Error(line, max(column, 1), message)
 
     def scan(self) -> Token:
         ch = self.next()
