@@ -30,6 +30,7 @@ from nomad_plugin.journal import datadir, plugin_running
 from nomad_plugin.launcher.config import (
     LauncherConfigError,
     PluginBlocks,
+    agent_plugin_dir,
     duplicate_notes,
     find_plugin_blocks,
     load_config,
@@ -508,18 +509,20 @@ class Doctor:
         )
 
     def check_plugin_dir(self) -> None:
-        if not self.plugin_dir:
-            self.add("plugin dir", SKIP, "no --plugin-dir given")
+        found = self._plugin_dir()
+        if found is None:
             return
-        directory = Path(self.plugin_dir)
+        directory, source = found
         if not directory.is_dir():
             self.add(
                 "plugin dir",
                 FAIL,
-                f"{directory} is not a directory",
+                f"{directory} ({source}) is not a directory",
                 "create it and set plugin_dir in the agent config",
             )
             return
+        if not self.plugin_dir:
+            self.add("plugin dir", OK, f"{directory} ({source})")
         blocks = self._block_names()
         try:
             entries = sorted(directory.iterdir())
@@ -590,6 +593,35 @@ class Doctor:
         else:
             shown = f"{what}, version {version}" if version else what
             self.add("plugin file", OK, f"{path} is {shown}, executable and matched by its plugin block")
+
+    def _plugin_dir(self) -> tuple[Path, str] | None:
+        """--plugin-dir, else the plugin dir the agent derives from the files of --plugin-config."""
+        if self.plugin_dir:
+            return Path(self.plugin_dir), "--plugin-dir"
+        if not self.plugin_config or self._block_names() is None or self.blocks is None:
+            why = (
+                "the agent config could not be read (see the config finding)"
+                if self.plugin_config
+                else "no --plugin-config"
+            )
+            self.add("plugin dir", SKIP, f"{why}: give --plugin-dir to check the plugin file")
+            return None
+        try:
+            directory, source = agent_plugin_dir(self.blocks)
+        except LauncherConfigError as exc:
+            self.add(
+                "plugin dir", FAIL, f"{self.plugin_config}: {exc}", "set it to an absolute path in the agent config"
+            )
+            return None
+        if not directory:
+            self.add(
+                "plugin dir",
+                SKIP,
+                f"{self.plugin_config} sets neither plugin_dir nor data_dir (the agent then takes them from "
+                "-plugin-dir or -data-dir): give --plugin-dir to check the plugin file",
+            )
+            return None
+        return Path(directory), f"{source} in {self.plugin_config}"
 
     def _block_names(self) -> set[str] | None:
         """Plugin block labels of the agent config; None when it cannot be read."""
@@ -720,11 +752,8 @@ def _config_next_step(message: str) -> str:
             "point --plugin-config at the agent config file or directory the Nomad client is started with "
             "(its -config), e.g. /etc/nomad.d"
         )
-    if "not valid in a Nomad agent config" in message:
-        return (
-            "write the value as the agent's parser (HCL v1) expects it, as shown above: Nomad refuses to start with "
-            "this file"
-        )
+    if "doctor does not evaluate templates" in message:
+        return "write the value itself: the agent evaluates the template (no variables), doctor does not"
     if "not valid HCL" in message or "not valid JSON" in message:  # "F is not valid ..." or "F:L:C: not valid ..."
         return "fix the syntax at the place shown: Nomad refuses to start with a config file it cannot parse"
     if "no *.hcl or *.json file" in message:

@@ -10,6 +10,7 @@ cty/msgpack/marshal.go). Here the same is done from those files plus ``key=value
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -18,12 +19,13 @@ from typing import Any
 
 import hcl2
 import msgpack
-from lark import Token, Tree
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.config.decode import did_you_mean
 from nomad_plugin.config.options import CARD_BLOCK, CARD_OPTIONS, OPTIONS, Option
-from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, plain, unlabelled
+from nomad_plugin.util.hcl import is_expression, is_meta, plain, unlabelled
+from nomad_plugin.util.hcl1 import Hcl1Error
+from nomad_plugin.util.hcl1_decode import decode_agent
 
 AGENT_SUFFIXES = (".hcl", ".json")
 _NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -34,12 +36,11 @@ class LauncherConfigError(ValueError):
 
 
 # -- an agent file by the rules of the agent's parser, HCL v1 ----------------------------
-# The agent reads ``-config`` files with HCL v1 (command/agent/config_parse.go); python-hcl2 parses
-# HCL v2, which also takes bare words, ``null``, ``True`` and multi-line quoted strings, so the walker
-# keeps only what HCL v1 accepts, with its values. ``${...}`` and ``%{...}`` are refused: the agent
-# evaluates them with no variables (hclutils.ParseHclInterface). What python-hcl2 refuses and HCL v1
-# takes (hex numbers, commas between attributes) is refused too: stricter than the agent, never more
-# lenient (docs/operator.md; tests/operator/test_config_corpus.py checks against HCL v1 itself).
+# The agent reads ``-config`` files with HCL v1 (command/agent/config_parse.go, hcl.Decode);
+# nomad_plugin/util/hcl1.py reads them by the same rules. The plugin's config is then evaluated by
+# HCL v2's JSON decoder with no variables (hclutils.ParseHclInterface): ``${...}`` and ``%{...}``
+# templates there are refused, since doctor does not evaluate them (stricter than the agent,
+# never more lenient; docs/operator.md).
 
 
 class AgentSyntaxError(LauncherConfigError):
@@ -56,325 +57,43 @@ class PluginBlock:
     line: int = 0
     extra_keys: list[str] = field(default_factory=list)  # ignored by the agent; doctor warns
     config_blocks: int = 0
+    from_json: bool = False
 
 
-_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
-_ESCAPE = re.compile(r'\\(?:([abfnrtv\\"])|(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})|([0-7]{3})|.?)', re.S)
-_NEWLINE = "new_line_or_comment"
-_EXPRESSIONS = {
-    "function_call": "a function call",
-    "binary_op": "an operator",
-    "unary_op": "an operator",
-    "conditional": "a conditional expression",
-    "index_expr_term": "an index",
-    "get_attr_expr_term": "an attribute reference",
-    "attr_splat_expr_term": "a splat expression",
-    "full_splat_expr_term": "a splat expression",
-    "for_tuple_expr": "a for expression",
-    "for_object_expr": "a for expression",
-}
+@dataclass
+class AgentFile:
+    """What one agent file sets that the plugin's tools use: ``""`` where it sets nothing."""
+
+    plugins: list[PluginBlock] = field(default_factory=list)
+    data_dir: str = ""
+    plugin_dir: str = ""
 
 
-def parse_agent_text(text: str, source: str) -> list[PluginBlock]:
-    """``text`` (one agent config file) -> its plugin blocks; AgentSyntaxError for what the agent refuses."""
-    spelled, quoted = _unquote_keys(text)
+def _syntax_error(exc: Hcl1Error, text: str, source: str) -> AgentSyntaxError:
+    hint = ""
+    if exc.reason.startswith("Unknown token:") and " IDENT " in exc.reason:
+        word = exc.reason.rsplit(" ", 1)[-1]
+        hint = f'; a bare word ({word}) is not a value: quote it, "{word}"'
+    if not exc.line:
+        return AgentSyntaxError(f"{source}: not valid HCL: {exc.reason}{hint}")
+    lines = text.splitlines()
+    shown = lines[exc.line - 1] if exc.line <= len(lines) else ""
+    caret = " " * (exc.column - 1) + "^"
+    return AgentSyntaxError(
+        f"{source}:{exc.line}:{exc.column}: not valid HCL: {exc.reason}{hint}\n    {shown}\n    {caret}"
+    )
+
+
+def read_agent_text(text: str, source: str) -> AgentFile:
+    """One HCL agent file as the agent decodes it; AgentSyntaxError for what the agent refuses."""
     try:
-        tree = hcl2.parses_to_tree(spelled)
-    except Exception as exc:  # lark raises many types; all mean "not valid HCL"
-        raise AgentSyntaxError(describe_hcl_error(exc, text, source)) from None
-    walker = _Walker(text, source, quoted)
-    body = _body(tree)
-    walker.body(body)  # checks the whole file: the agent refuses a bad value anywhere in it
-    return [walker.plugin_block(b) for b in _children(body, "block") if _block_type(b) == "plugin"]
-
-
-_QUOTED_KEY = re.compile(r'^([ \t]*)"([^"\\$%\n]*)"(?=[ \t]*=)', re.MULTILINE)
-_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def _unquote_keys(text: str) -> tuple[str, dict[str, str]]:
-    """HCL v1 allows a quoted attribute name (``"driver.raw_exec.enable" = "1"``), HCL v2 does not:
-    each becomes a name of the same length (error columns stay right), mapped back afterwards."""
-    names: dict[str, str] = {}
-
-    def name(match: re.Match[str]) -> str:
-        key = match.group(2)
-        placeholder = "Q" + _NOT_NAME.sub("_", key) + "Q"
-        names[placeholder] = key
-        return match.group(1) + placeholder
-
-    return _QUOTED_KEY.sub(name, text), names
-
-
-# --- tree helpers ----------------------------------------------------------------------
-
-
-def _children(tree: Tree[Any], name: str) -> list[Tree[Any]]:
-    return [c for c in tree.children if isinstance(c, Tree) and c.data == name]
-
-
-def _first_tree(tree: Tree[Any], name: str) -> Tree[Any] | None:
-    found = _children(tree, name)
-    return found[0] if found else None
-
-
-def _body(tree: Tree[Any]) -> Tree[Any]:
-    """The body of a file or block (python-hcl2's grammar gives each exactly one)."""
-    return _children(tree, "body")[0]
-
-
-def _first_token(node: Any) -> Token | None:
-    if isinstance(node, Tree):
-        return next(node.scan_values(lambda leaf: isinstance(leaf, Token)), None)
-    return node if isinstance(node, Token) else None
-
-
-def _name(node: Tree[Any]) -> str:
-    token = _first_token(node)
-    return str(token) if token is not None else ""
-
-
-def _block_type(block: Tree[Any]) -> str:
-    ident = _first_tree(block, "identifier")
-    return _name(ident) if ident is not None else ""
-
-
-def _block_labels(block: Tree[Any]) -> list[Tree[Any]]:
-    labels: list[Tree[Any]] = []
-    for child in block.children[1:]:
-        if isinstance(child, Token):
-            break
-        if child.data in ("string", "identifier"):
-            labels.append(child)
-    return labels
-
-
-def _hcl1_shape(value: Any, in_list: bool) -> Any:
-    """HCL v1's decoding into interface{}: an object under a key becomes a list of one map."""
-    if isinstance(value, dict):
-        shaped = {k: _hcl1_shape(v, in_list=False) for k, v in value.items()}
-        return shaped if in_list else [shaped]
-    if isinstance(value, list):
-        return [_hcl1_shape(v, in_list=True) for v in value]
-    return value
-
-
-def _source_text(node: Any) -> str:
-    if isinstance(node, Token):
-        return str(node)
-    return "".join(_source_text(c) for c in node.children)
-
-
-class _Walker:
-    def __init__(self, text: str, source: str, quoted: dict[str, str]) -> None:
-        self.text = text
-        self.source = source
-        self.quoted = quoted
-
-    def fail(self, node: Any, message: str) -> AgentSyntaxError:
-        token = _first_token(node)
-        line = getattr(token, "line", None)
-        column = getattr(token, "column", None)
-        if not isinstance(line, int) or not isinstance(column, int):
-            return AgentSyntaxError(f"{self.source}: {message}")
-        lines = self.text.splitlines()
-        shown = lines[line - 1] if 0 < line <= len(lines) else ""
-        caret = " " * (column - 1) + "^"
-        return AgentSyntaxError(
-            f"{self.source}:{line}:{column}: not valid in a Nomad agent config: {message}\n    {shown}\n    {caret}"
-        )
-
-    # -- bodies ---------------------------------------------------------------------------
-    def body(self, body: Tree[Any]) -> dict[str, Any]:
-        """A body as HCL v1 decodes it into a map: attributes (last wins) and blocks (lists)."""
-        out: dict[str, Any] = {}
-        for child in body.children:
-            if not isinstance(child, Tree):
-                continue
-            if child.data == "attribute":
-                ident = _first_tree(child, "identifier")
-                key = _name(ident) if ident is not None else ""
-                key = self.quoted.get(key, key)
-                out[key] = _hcl1_shape(self.value(child.children[-1], key), in_list=False)
-            elif child.data == "block":
-                key = _block_type(child)
-                value: Any = self.body(_body(child))
-                for label in reversed(_block_labels(child)):
-                    value = {self.label(label): [value]}
-                previous = out.get(key)
-                out[key] = [*previous, value] if isinstance(previous, list) else [value]
-        return out
-
-    def label(self, node: Tree[Any]) -> str:
-        if node.data == "identifier":
-            return _name(node)
-        return self.string(node)
-
-    def plugin_block(self, block: Tree[Any]) -> PluginBlock:
-        labels = _block_labels(block)
-        token = _first_token(block)
-        line = token.line if token is not None and isinstance(token.line, int) else 0
-        if len(labels) != 1:
-            raise self.fail(
-                block, f'a plugin block takes one label, its file name: plugin "<name>" {{ ... }} ({len(labels)} given)'
-            )
-        plugin = PluginBlock(self.label(labels[0]), line=line)
-        for child in _body(block).children:
-            if not isinstance(child, Tree) or child.data not in ("attribute", "block"):
-                continue
-            kind = _name(_first_tree(child, "identifier") or child)
-            if child.data == "block" and kind == "config" and not _block_labels(child):
-                plugin.config.update(self.body(_body(child)))  # HCL v1 merges them
-                plugin.config_blocks += 1
-            elif child.data == "attribute" and kind == "config":
-                value = _hcl1_shape(self.value(child.children[-1], "config"), in_list=False)
-                merged = value[0] if isinstance(value, list) and len(value) == 1 else value
-                if not isinstance(merged, dict):
-                    raise self.fail(child, "config must be a block: config { ... }")
-                plugin.config.update(merged)
-                plugin.config_blocks += 1
-            elif child.data == "attribute" and kind == "args":
-                args = self.value(child.children[-1], "args")
-                if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-                    raise self.fail(child, 'args must be a list of strings, e.g. args = ["-v"]')
-                plugin.args = args
-            else:
-                plugin.extra_keys.append(kind)
-        return plugin
-
-    # -- values ---------------------------------------------------------------------------
-    def value(self, node: Any, key: str) -> Any:
-        if isinstance(node, Token):
-            raise self.fail(node, f"{key} = {node}: not a value")
-        kind = node.data
-        if kind == "expr_term":
-            inner = [c for c in node.children if isinstance(c, Tree) and c.data != _NEWLINE]
-            if len(inner) != 1 or any(isinstance(c, Token) and str(c) == "(" for c in node.children):
-                raise self.fail(
-                    node, f"{key} = {_source_text(node).strip()}: parentheses are not allowed; write a literal value"
-                )
-            return self.value(inner[0], key)
-        if kind == "identifier":
-            word = _name(node)
-            raise self.fail(
-                node,
-                f'{key} = {word} is a bare word; the agent refuses it ("Unknown token: IDENT {word}"): '
-                f'quote it, {key} = "{word}"',
-            )
-        if kind == "literal_value":
-            word = _name(node)
-            if word in ("true", "false"):
-                return word == "true"
-            raise self.fail(
-                node, f'{key} = {word}: the agent refuses {word} ("Unknown token: IDENT {word}"); leave the option out'
-            )
-        if kind == "string":
-            return self.string(node, key)
-        if kind in ("heredoc_template", "heredoc_template_trim"):
-            return self.heredoc(node, key)
-        if kind == "int_lit":
-            return self.integer(node, key)
-        if kind == "float_lit":
-            return float(_name(node))
-        if kind == "unary_op" and str(node.children[0]) == "-":
-            number = self.value(node.children[1], key)
-            if isinstance(number, (int, float)) and not isinstance(number, bool):
-                return -number
-        if kind == "tuple":
-            return [self.value(c, key) for c in node.children if isinstance(c, Tree) and c.data != _NEWLINE]
-        if kind == "object":
-            return self.object(node, key)
-        what = _EXPRESSIONS.get(kind, "an expression")
-        raise self.fail(
-            node,
-            f"{key} = {_source_text(node).strip()}: {what}; the agent's parser (HCL v1) accepts only literal values "
-            "(quoted strings, numbers, true/false, lists and objects of them)",
-        )
-
-    def object(self, node: Tree[Any], key: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for elem in _children(node, "object_elem"):
-            if any(isinstance(c, Token) and str(c).strip() == ":" for c in elem.children):
-                raise self.fail(elem, f'{key}: use "=" between a key and its value (the agent refuses ":")')
-            key_node = _first_tree(elem, "object_elem_key")
-            term = key_node.children[0] if key_node is not None and key_node.children else None
-            inner = term.children[0] if isinstance(term, Tree) and term.children else term
-            if isinstance(inner, Tree) and inner.data == "identifier":
-                name = _name(inner)
-            elif isinstance(inner, Tree) and inner.data == "string":
-                name = self.string(inner, key)
-            else:
-                raise self.fail(elem, f"{key}: an object key must be a name or a quoted string")
-            out[name] = self.value(elem.children[-1], f"{key}.{name}")
-        return out
-
-    def integer(self, node: Tree[Any], key: str) -> int:
-        text = _name(node)
-        try:
-            return int(text, 8) if len(text) > 1 and text.startswith("0") else int(text)  # HCL v1: leading 0 = octal
-        except ValueError:
-            raise self.fail(
-                node, f"{key} = {text}: a leading 0 makes an octal number in HCL v1, and {text} is not one"
-            ) from None
-
-    def string(self, node: Tree[Any], key: str = "label") -> str:
-        parts: list[str] = []
-        for child in node.children:
-            if not isinstance(child, Tree) or child.data != "string_part":
-                continue
-            if any(isinstance(c, Tree) for c in child.children):
-                raise self.template(child, key)
-            parts.append(_name(child))
-        raw = "".join(parts)
-        if "\n" in raw:
-            raise self.fail(
-                node, f'{key}: a quoted string ends on its own line in HCL v1 ("literal not terminated"); use a heredoc'
-            )
-        if "%{" in raw.replace("%%{", ""):
-            raise self.template(node, key)
-        return self.unescape(node, raw, key)
-
-    def template(self, node: Any, key: str) -> AgentSyntaxError:
-        return self.fail(
-            node,
-            f"{key}: a ${{...}} or %{{...}} template; the agent evaluates it with no variables (HCL v2's JSON decoder) "
-            "and doctor does not evaluate templates: write the value itself",
-        )
-
-    def unescape(self, node: Tree[Any], raw: str, key: str) -> str:
-        """Go's escapes, as HCL v1's strconv.Unquote reads them."""
-
-        def one(match: re.Match[str]) -> str:
-            simple, hexa, octal = match.group(1, 2, 3)
-            try:
-                if simple or hexa or octal:
-                    return _SIMPLE_ESCAPES[simple] if simple else chr(int(hexa[1:], 16) if hexa else int(octal, 8))
-            except (ValueError, OverflowError):  # beyond U+10FFFF
-                pass
-            raise self.fail(node, f"{key}: the escape \\{match.group(0)[1:2]} is not valid in a quoted string")
-
-        return _ESCAPE.sub(one, raw)
-
-    def heredoc(self, node: Tree[Any], key: str) -> str:
-        token = _first_token(node)
-        start, end = getattr(token, "start_pos", None), getattr(token, "end_pos", None)
-        # From the file as written: quoted names were respelled in the parsed copy (same offsets).
-        text = self.text[start:end] if isinstance(start, int) and isinstance(end, int) else _name(node)
-        first, _, rest = text.partition("\n")
-        lines = rest.split("\n")
-        while len(lines) > 1 and not lines[-1].strip():
-            lines.pop()
-        closing = lines[-1] if lines else ""
-        content = lines[:-1]
-        body = "".join(line + "\n" for line in content)
-        if "${" in body.replace("$${", "") or "%{" in body.replace("%%{", ""):
-            raise self.template(node, key)
-        if not first.startswith("<<-"):
-            return body
-        prefix = closing[: len(closing) - len(closing.lstrip(" \t"))]
-        if all(line.startswith(prefix) for line in content):
-            return "".join(line[len(prefix) :] + "\n" for line in content)
-        return body
+        fields = decode_agent(text)
+    except Hcl1Error as exc:
+        raise _syntax_error(exc, text, source) from None
+    blocks = [
+        PluginBlock(p.name, p.args, p.config or {}, p.line, p.extra_keys, p.config_blocks) for p in fields.plugins
+    ]
+    return AgentFile(blocks, fields.data_dir, fields.plugin_dir)
 
 
 # -- the agent's files ---------------------------------------------------------------------
@@ -382,12 +101,20 @@ class _Walker:
 
 @dataclass
 class PluginBlocks:
-    """Every ``plugin`` block found: label -> (file, block), in load order."""
+    """Every ``plugin`` block found: label -> (file, block), in load order; and the paths the
+    files set, merged as the agent merges them (the last file that sets one wins)."""
 
     blocks: dict[str, list[tuple[Path, PluginBlock]]] = field(default_factory=dict)
+    data_dir: str = ""
+    plugin_dir: str = ""
 
     def names(self) -> list[str]:
         return sorted(self.blocks)
+
+
+def _temporary(name: str) -> bool:
+    """An editor's backup file, which the agent skips (command/agent/config.go, isTemporaryFile)."""
+    return name.endswith("~") or name.startswith(".#") or (name.startswith("#") and name.endswith("#"))
 
 
 def agent_files(path: str | Path) -> list[Path]:
@@ -395,39 +122,48 @@ def agent_files(path: str | Path) -> list[Path]:
     source = Path(path)
     try:
         if source.is_dir():
-            return sorted(p for p in source.iterdir() if p.is_file() and p.suffix in AGENT_SUFFIXES)
+            return sorted(
+                p
+                for p in source.iterdir()
+                if p.is_file() and p.name.endswith(AGENT_SUFFIXES) and not _temporary(p.name)
+            )
     except OSError as exc:
         raise LauncherConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     return [source]
 
 
-def _json_plugin_blocks(data: Any) -> list[PluginBlock]:
-    """``plugin`` blocks of a JSON agent file: a plain map, or HCL's JSON form with lists of objects."""
-    found: list[PluginBlock] = []
+def _json_agent(data: Any) -> AgentFile:
+    """A JSON agent file: a plain map, or HCL's JSON form with lists of objects."""
+    found = AgentFile()
     for doc in unlabelled(data):
+        for key in ("data_dir", "plugin_dir"):
+            if isinstance(doc.get(key), str):
+                setattr(found, key, doc[key])
         for item in unlabelled(doc.get("plugin")):
             for label, body in item.items():
                 for one in unlabelled(body):
                     configs = unlabelled(one.get("config", {}))
                     merged = {key: value for config in configs for key, value in config.items()}
-                    found.append(PluginBlock(str(label), config=merged, config_blocks=len(configs)))
+                    block = PluginBlock(str(label), config=merged, config_blocks=len(configs), from_json=True)
+                    found.plugins.append(block)
     return found
 
 
-def _file_plugin_blocks(path: Path) -> list[PluginBlock]:
+def read_agent_file(path: Path) -> AgentFile:
+    """One agent file; JSON when its first character other than a space is ``{`` (HCL v1's rule)."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise LauncherConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise LauncherConfigError(f"{path} is not valid HCL: not UTF-8 text ({exc.reason})") from None
-    if path.suffix == ".json":
+    if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
         except ValueError as exc:
             raise LauncherConfigError(f"{path} is not valid JSON: {exc}") from None
-        return _json_plugin_blocks(data)
-    return parse_agent_text(text, str(path))
+        return _json_agent(data)
+    return read_agent_text(text, str(path))
 
 
 def find_plugin_blocks(path: str | Path) -> PluginBlocks:
@@ -436,9 +172,26 @@ def find_plugin_blocks(path: str | Path) -> PluginBlocks:
         raise LauncherConfigError(f"{path}: no *.hcl or *.json file (Nomad reads only those from a directory)")
     result = PluginBlocks()
     for file in files:
-        for block in _file_plugin_blocks(file):
+        agent = read_agent_file(file)
+        result.data_dir = agent.data_dir or result.data_dir
+        result.plugin_dir = agent.plugin_dir or result.plugin_dir
+        for block in agent.plugins:
             result.blocks.setdefault(block.label, []).append((file, block))
     return result
+
+
+def agent_plugin_dir(blocks: PluginBlocks) -> tuple[str, str]:
+    """(directory, which setting gives it) as the agent derives it: plugin_dir, else <data_dir>/plugins
+    (command/agent/command.go); ("", "") when the files set neither. A relative one is refused, as the
+    agent refuses to start with it ("plugin-dir must be given as an absolute path")."""
+    for flag, value in (("data-dir", blocks.data_dir), ("plugin-dir", blocks.plugin_dir)):
+        if value and not value.startswith("/"):
+            raise LauncherConfigError(f"{flag} must be given as an absolute path: got {value} (the agent refuses it)")
+    if blocks.plugin_dir:
+        return blocks.plugin_dir, "plugin_dir"
+    if blocks.data_dir:
+        return "/" + os.path.normpath(blocks.data_dir + "/plugins").lstrip("/"), "data_dir + /plugins"
+    return "", ""
 
 
 def chosen_block(blocks: PluginBlocks, source: str | Path, name: str = PLUGIN_NAME) -> tuple[Path, PluginBlock]:
@@ -476,23 +229,30 @@ def duplicate_notes(blocks: PluginBlocks, name: str = PLUGIN_NAME) -> list[str]:
 def plugin_user_config(blocks: PluginBlocks, source: str | Path, name: str = PLUGIN_NAME) -> dict[str, Any]:
     """The user-written config of ``plugin "<name>"`` as the agent keeps it; LauncherConfigError if missing."""
     file, block = chosen_block(blocks, source, name)
-    return _json_values(block.config, str(file)) if file.suffix == ".json" else agent_config_values(block.config)
+    return _json_values(block.config, str(file)) if block.from_json else agent_config_values(block.config, str(file))
 
 
-def agent_config_values(config: dict[str, Any]) -> dict[str, Any]:
+def agent_config_values(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """The values after the agent's HCL v2 JSON decoding of the plugin block (hclutils.ParseHclInterface):
-    ``$${`` and ``%%{`` lose their escape."""
+    ``$${`` and ``%%{`` lose their escape; a template the agent would evaluate is refused."""
 
-    def untemplate(value: Any) -> Any:
+    def untemplate(key: str, value: Any) -> Any:
         if isinstance(value, str):
+            bare = value.replace("$${", "").replace("%%{", "")
+            if "${" in bare or "%{" in bare:
+                raise AgentSyntaxError(
+                    f"{source}: {key} = {json.dumps(value)}: a ${{...}} or %{{...}} template; the agent evaluates it "
+                    "with no variables (HCL v2's JSON decoder) and doctor does not evaluate templates: write the "
+                    "value itself"
+                )
             return value.replace("$${", "${").replace("%%{", "%{")
         if isinstance(value, list):
-            return [untemplate(v) for v in value]
+            return [untemplate(key, v) for v in value]
         if isinstance(value, dict):
-            return {k: untemplate(v) for k, v in value.items()}
+            return {k: untemplate(f"{key}.{k}", v) for k, v in value.items()}
         return value
 
-    return {key: untemplate(value) for key, value in config.items()}
+    return {key: untemplate(key, value) for key, value in config.items()}
 
 
 def _json_values(raw: dict[str, Any], where: str) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 python-hcl2 (v7+) keeps string literals in their quoted, escaped HCL form (``'"80 GiB"'``), labels
 quoted too, and marks blocks with ``__is_block__``; an expression it cannot fold stays as
-``"${...}"`` text. The launcher (plugin configs) and the job-spec evaluator both read files through
-these helpers, so both see the literals Nomad does.
+``"${...}"`` text. The job-spec evaluator reads files through these helpers, so it sees the literals
+Nomad does (agent files are HCL v1: util/hcl1.py).
 """
 
 from __future__ import annotations

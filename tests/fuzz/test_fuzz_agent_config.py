@@ -15,7 +15,7 @@ from nomad_plugin.launcher.config import (
     agent_config_values,
     full_config,
     msgpack_config,
-    parse_agent_text,
+    read_agent_text,
 )
 
 TOKENS = (
@@ -29,7 +29,7 @@ TOKENS = (
 
 def _config_path(text: str) -> None:
     try:
-        blocks = parse_agent_text(text, "agent.hcl")
+        blocks = read_agent_text(text, "agent.hcl").plugins
     except AgentSyntaxError:
         return
     for block in blocks:

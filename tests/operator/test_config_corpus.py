@@ -13,8 +13,7 @@ Three verdicts per config, each from a real program:
 Each row states what the agent does, and the oracle must agree with the row, so the table is
 checked, not trusted. doctor must give the agent's verdict on every row except those marked
 ``doctor="refused"``: there doctor is stricter than the agent (it does not evaluate HCL
-templates, and python-hcl2 cannot read HCL v1's hex numbers, quoted attribute names or commas
-between attributes); docs/operator.md lists them. Where HCL v2 disagrees with the agent, the row
+templates); docs/operator.md lists them. Where HCL v2 disagrees with the agent, the row
 says so: HCL v2 is not the agent's parser for agent files.
 
 Every row points data_dir at a temporary directory of its own, except the data_dir rows, which
@@ -181,6 +180,23 @@ ROWS = [
         hcl2=REFUSED,
         why="the agent keeps the last block; doctor warns",
     ),
+    Row("hex number", "    tdm_shares = 0x4", OK, hcl2=REFUSED),
+    Row("comma between attributes", '    card { match = "3", mode = "tdm" }', OK, hcl2=REFUSED),
+    Row(
+        "commas in another stanza",
+        f'FILE:\ntelemetry {{ collection_interval = "5s", prometheus_metrics = true }}\n'
+        f'plugin "{PLUGIN}" {{\n  config {{\n    tdm_shares = 4\n  }}\n}}\n',
+        OK,
+        hcl2=REFUSED,
+        why="HCL v1 takes a comma after any attribute; real agent files write telemetry so",
+    ),
+    Row(
+        "template outside the plugin block",
+        f'FILE:\nclient {{\n  meta {{\n    id = "${{node.unique.id}}"\n  }}\n}}\n'
+        f'plugin "{PLUGIN}" {{\n  config {{\n    tdm_shares = 4\n  }}\n}}\n',
+        OK,
+        why="HCL v1 keeps it as text; only the plugin's config is evaluated",
+    ),
     Row("quoted attribute name", '    "default_mode" = "tdm"', OK, hcl2=REFUSED),
     Row(
         "quoted option names in a client block",
@@ -218,8 +234,6 @@ ROWS = [
         why="the agent evaluates templates with its functions; doctor does not evaluate",
     ),
     Row("template directive", '    default_mode = "%{ if true }tdm%{ endif }"', OK, doctor=REFUSED),
-    Row("hex number", "    tdm_shares = 0x4", OK, hcl2=REFUSED, doctor=REFUSED),
-    Row("comma between attributes", '    card { match = "3", mode = "tdm" }', OK, hcl2=REFUSED, doctor=REFUSED),
 ]
 
 

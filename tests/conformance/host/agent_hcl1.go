@@ -16,8 +16,11 @@ package main
 // differ, the agent follows this one.
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"io/ioutil"
+	"os"
 	"path/filepath"
 
 	hcl1 "github.com/hashicorp/hcl"
@@ -65,4 +68,68 @@ func loadPluginBlockHCL1(path, name string) (*pluginBlock, error) {
 		}
 	}
 	return pb, nil
+}
+
+// agentFileFields is what `conformance-host agent-file FILE...` reports of an
+// agent file: the top-level data_dir and plugin_dir (Nomad's Config fields
+// `hcl:"data_dir"` and `hcl:"plugin_dir"`, command/agent/config.go) and the
+// plugin blocks, decoded by the same HCL v1 call the agent makes (hcl.Decode).
+type agentFileFields struct {
+	DataDir   string              `hcl:"data_dir"`
+	PluginDir string              `hcl:"plugin_dir"`
+	Plugins   []*hcl1PluginConfig `hcl:"plugin"`
+}
+
+// readAgentFile decodes one file; a panic inside the decoder (HCL v1 panics
+// on some literals it scanned but cannot convert) is a refusal too: the agent
+// would stop there.
+func readAgentFile(src string) (out map[string]interface{}) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = map[string]interface{}{"ok": false, "error": fmt.Sprintf("panic: %v", r)}
+		}
+	}()
+	var c agentFileFields
+	if err := hcl1.Decode(&c, src); err != nil {
+		return map[string]interface{}{"ok": false, "error": err.Error()}
+	}
+	plugins := []interface{}{}
+	for _, p := range c.Plugins {
+		if p == nil {
+			continue
+		}
+		args := p.Args
+		if args == nil {
+			args = []string{}
+		}
+		plugins = append(plugins, map[string]interface{}{"name": p.Name, "args": args, "config": p.Config})
+	}
+	// The agent's own default (command/agent/command.go): plugin_dir, else <data_dir>/plugins.
+	effective := c.PluginDir
+	if effective == "" && c.DataDir != "" {
+		effective = filepath.Join(c.DataDir, "plugins")
+	}
+	return map[string]interface{}{
+		"ok": true, "data_dir": c.DataDir, "plugin_dir": c.PluginDir, "effective_plugin_dir": effective, "plugins": plugins,
+	}
+}
+
+// dumpAgentFiles prints one JSON line per file: {"file", "ok", "error"} or
+// {"file", "ok", "data_dir", "plugin_dir", "effective_plugin_dir", "plugins": [{"name", "args", "config"}]}.
+func dumpAgentFiles(paths []string, w io.Writer) int {
+	enc := json.NewEncoder(w)
+	for _, path := range paths {
+		src, err := ioutil.ReadFile(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance-host agent-file:", err)
+			return 2
+		}
+		out := readAgentFile(string(src))
+		out["file"] = path
+		if err := enc.Encode(out); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance-host agent-file:", err)
+			return 2
+		}
+	}
+	return 0
 }

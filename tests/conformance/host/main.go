@@ -113,6 +113,9 @@ func parseFlags(args []string) (*Options, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "agent-file" {
+		os.Exit(dumpAgentFiles(os.Args[2:], os.Stdout))
+	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-host:", err)
