@@ -208,9 +208,7 @@ def test_a_valid_job_passes_validation_and_a_value_not_evaluated_is_named(
     """
     code, doc, _ = run(capsys, job_file(tmp_path, body), "--fingerprint", fp)
     assert code == 0 and doc["outcome"] == "place", doc["node_rules"]["problems"]  # an empty update is not inherited
-    args = (
-        'job "j" {\n group "g" {\n  task "t" {\n   driver = "raw_exec"\n   config { args = [uuidv4()] }\n  }\n }\n}'
-    )
+    args = 'job "j" {\n group "g" {\n  task "t" {\n   driver = "raw_exec"\n   config { args = [uuidv4()] }\n  }\n }\n}'
     code, doc, out = run(capsys, job_file(tmp_path, args, "fn.hcl"), "--fingerprint", fp)
     assert code == 2 and doc["outcome"] == "unknown"
     assert "check-job does not implement function uuidv4" in out
