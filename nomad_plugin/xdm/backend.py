@@ -53,6 +53,7 @@ def _merge(card: Card, facts: GpuFacts | None) -> Card:
         memory_mib=card.memory_mib or facts.memory_mib,
         pci_bus_id=card.pci_bus_id or facts.pci_bus_id,
         driver_version=facts.driver_version or card.driver_version,
+        sdk_version=facts.sdk_version or card.sdk_version,
         numa_node=facts.numa_node if facts.numa_node is not None else card.numa_node,
         mig_capable=card.mig_capable or facts.mig_enabled,
     )
