@@ -46,9 +46,11 @@ from nomad_plugin.jobspec import (
     final_outcome,
     go_strings,
     node_from_json,
+    numa,
     parse_job,
     placement_json,
     placement_text,
+    releases,
     verdict_detail,
     verdicts_json,
     verdicts_text,
@@ -80,6 +82,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", help="plugin executable to launch (default: this program)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for devices (default 20)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--nomad-edition", choices=numa.EDITIONS, default="ce", help="Nomad's edition (default ce)")
+    p.add_argument("--sysfs-root", default="/", help="where sys/bus/pci/devices is, for numa blocks (default /)")
     node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
     node.add_argument(
         "--node",
@@ -200,7 +204,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")  # any text a job holds prints on any terminal
     style = Style(sys.stdout)
     try:
-        job = parse_job(Path(args.job).read_text(encoding="utf-8"), args.job)
+        text = Path(args.job).read_text(encoding="utf-8")
+        job, asks = parse_job(text, args.job), numa.read_numa(text)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         return fail("check-job", str(exc))
     requests = job.requests
@@ -230,6 +235,13 @@ def main(argv: list[str]) -> int:
     verdicts = evaluate_job(requests, groups, config)
     placement = evaluate_placement(job, values)
     outcome = final_outcome([v.outcome for v in verdicts], placement)
+    numa_result = numa.decide_numa(
+        asks, verdicts, groups, args.nomad_edition, numa.bus_numa_map(args.sysfs_root), args.sysfs_root
+    )
+    outcome = numa.merged(outcome, numa_result)
+    problems = [*job.problems, *(p for g in job.groups for p in g.problems), *(p for v in verdicts for p in v.problems)]
+    notes = [releases.modelled(args.nomad_edition), *releases.older_lines(problems)]
+    notes += releases.shared_state_notes(_read_json(args.fingerprint)) if args.fingerprint else []
     refused_at_start = outcome == PLACE and any(v.warnings for v in verdicts)
     ok = outcome == PLACE and not refused_at_start
     code = 1 if refused_at_start else EXIT.get(outcome, 1)
@@ -244,6 +256,8 @@ def main(argv: list[str]) -> int:
             "fingerprint": {"source": source, "groups": [g.to_json() for g in groups]},
             "requests": verdicts_json(verdicts),
             "node_rules": placement_json(placement, values),
+            "numa": numa.numa_json(numa_result),
+            "nomad": notes,
             "outcome": outcome,
             "verdict": verdict,
             "ok": ok,
@@ -257,6 +271,7 @@ def main(argv: list[str]) -> int:
     ]
     lines += placement_text(placement, values, style)
     lines += verdicts_text(verdicts, style)
+    lines += [*numa.numa_text(numa_result, style), *notes, ""]
     if not requests and outcome == PLACE:
         verdict += ": the job has no device blocks, it asks nothing of this plugin"
     lines.append(style(verdict, "green" if ok else "red", "bold"))
