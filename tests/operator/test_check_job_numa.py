@@ -139,7 +139,9 @@ def test_a_json_job_numa_block(tmp_path: Path) -> None:
 
 
 def test_share_devices_is_named_as_unreleased_nomad_work(tmp_path: Path) -> None:
-    job = doc_job().replace("count = 4\n", "count = 4\n          share_devices {\n            enabled = true\n          }\n")
+    job = doc_job().replace(
+        "count = 4\n", "count = 4\n          share_devices {\n            enabled = true\n          }\n"
+    )
     code, doc = check_job(tmp_path, job, "--profile", "h800-8")
     assert code == 2 and doc["outcome"] == "refuse", doc
     problem = doc["requests"][0]["problems"][0]
