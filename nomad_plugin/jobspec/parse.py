@@ -22,7 +22,6 @@ import hcl2
 
 from nomad_plugin.jobspec import golang
 from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, EQUAL, NOT_EQUAL, ORDER, SET_ALL
-from nomad_plugin.jobspec.releases import share_devices_note
 from nomad_plugin.util.hcl import describe_hcl_error, is_expression, is_meta, labelled, plain, unlabelled
 
 DEFAULT_AFFINITY_WEIGHT = 50
@@ -181,10 +180,7 @@ def unknown_keys(body: dict[str, Any], allowed: frozenset[str], where: str) -> l
             continue
         close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
         hint = f' Did you mean "{close[0]}"?' if close else f" Allowed: {', '.join(sorted(allowed))}."
-        problems.append(
-            f'{where}: Unsupported argument; an argument named "{key}" is not expected here.{hint}'
-            + share_devices_note(str(key))
-        )
+        problems.append(f'{where}: Unsupported argument; an argument named "{key}" is not expected here.{hint}')
     return problems
 
 

@@ -33,13 +33,6 @@ def modelled(edition: str) -> str:
     return f"check-job models Nomad {MODELLED} {EDITION_NAMES.get(edition, edition)} (--nomad-edition ce|ent)"
 
 
-def share_devices_note(key: str) -> str:
-    """Appended to Nomad's decoder error for a ``share_devices`` block in a ``device`` block."""
-    if key != "share_devices":
-        return ""
-    return " (share_devices " + UNRELEASED.format(version=MODELLED, what="block") + ")"
-
-
 def shared_state_notes(saved: Any) -> list[str]:
     """A saved fingerprint whose devices carry a ``shared`` state: named, never read as a verdict."""
     groups = saved.get("groups", []) if isinstance(saved, Mapping) else saved
@@ -55,6 +48,11 @@ def shared_state_notes(saved: Any) -> list[str]:
     return [f"note: the Shared state of {', '.join(sorted(found))} " + UNRELEASED.format(version=MODELLED, what=what)]
 
 
-def older_lines(problems: Iterable[str]) -> list[str]:
-    """One line for each way an older Nomad would have decided this job differently."""
-    return [OLDER_TARGETS] if any(error in p for p in problems for error in _TARGET_ERRORS) else []
+def release_lines(problems: Iterable[str]) -> list[str]:
+    """One line for each way an older Nomad would have decided this job differently, and for each
+    unreleased Nomad feature the job uses (which Nomad's decoder refused above)."""
+    problems = list(problems)
+    lines = [OLDER_TARGETS] if any(error in p for p in problems for error in _TARGET_ERRORS) else []
+    if any('named "share_devices"' in p or '"share_devices" are not expected' in p for p in problems):
+        lines.append("note: share_devices " + UNRELEASED.format(version=MODELLED, what="block"))
+    return lines
