@@ -121,12 +121,12 @@ class CardPlan:
 
 
 def normalize_pci_bus_id(raw: str) -> str:
-    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0``: Nomad's NUMA matcher compares sysfs bus IDs
-    case-sensitively; unparseable input comes back stripped and lower-cased."""
-    text = raw.strip()
-    match = _PCI_RE.match(text)
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0``, the kernel's name, which Nomad's NUMA matcher
+    compares with its bus -> NUMA map case-sensitively; "" for text that is no PCI address (an instance
+    without an address is never NUMA-matched, as one with a wrong address would not be either)."""
+    match = _PCI_RE.match(raw.strip())
     if match is None:
-        return text.lower()
+        return ""
     domain, bus, device, function = match.groups()
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
 
@@ -359,8 +359,8 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
         attrs["numa_node"] = Attr(card.numa_node)
     attrs["minor"] = Attr(card.minor)
     attrs["uuid"] = Attr(card.uuid)
-    if card.pci_bus_id:
-        attrs["pci_bus_id"] = Attr(normalize_pci_bus_id(card.pci_bus_id))
+    if pci := normalize_pci_bus_id(card.pci_bus_id):
+        attrs["pci_bus_id"] = Attr(pci)
     return attrs
 
 

@@ -32,13 +32,12 @@ _EMPTY_SLOT = lib.MISSING_CODES | {lib.ERROR_INVALID_ARGUMENT}
 
 
 def normalise_bus_id(raw: str) -> str:
-    """NVML's ``00000000:3B:00.0`` -> ``0000:3b:00.0``, the form sysfs and Nomad use."""
+    """NVML's ``00000000:3B:00.0`` -> ``0000:3b:00.0``, the kernel's name (``%04x:%02x:%02x.%d``), which
+    Nomad's NUMA matcher compares case-sensitively."""
     match = _BUS_ID.match(raw.strip())
     if match is None:
         raise ValueError(f"pci_bus_id: {raw!r} is not a PCI address like 0000:18:00.0")
-    domain = int(match["domain"] or "0", 16)
-    if domain > 0xFFFF:
-        raise ValueError(f"pci_bus_id: {raw!r} has a domain above ffff")
+    domain = int(match["domain"] or "0", 16)  # above ffff on VMD domains: the kernel then prints 5 digits
     bus, dev, fn = int(match["bus"], 16), int(match["dev"], 16), int(match["fn"])
     if dev > 0x1F:
         raise ValueError(f"pci_bus_id: {raw!r} has a device number above 1f")

@@ -62,6 +62,8 @@ def test_pci_bus_id_normalised_for_nomad():
     assert normalize_pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     assert normalize_pci_bus_id("0000:3b:00.1") == "0000:3b:00.1"
     assert normalize_pci_bus_id("3B:00.0") == "0000:3b:00.0"
+    assert normalize_pci_bus_id("00010000:01:00.0") == "10000:01:00.0"  # a VMD domain, as the kernel names it
+    assert normalize_pci_bus_id("PCI slot 3") == normalize_pci_bus_id("") == ""  # no address rather than a wrong one
     cat = build_catalog(h800_node(2), PluginConfig())
     assert [i.pci_bus_id for i in cat.groups[0].instances] == ["0000:18:00.0", "0000:28:00.0"]
 
