@@ -15,13 +15,19 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nomad_plugin.config.model import PluginConfig
+from nomad_plugin.model.card import Inventory
+from nomad_plugin.nomad.catalog import build_catalog
 from nomad_plugin.sim.profiles import PROFILES, build_cards, resolve_profile
+from nomad_plugin.xdm.backend import with_driver_bus_ids
 from tests.doubles.fake_pynvml import a100_mig, h100
+from tests.fingerprint.helpers import h800_node
 
 REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / "tests" / "doubles" / "nvml_shim"
@@ -138,3 +144,22 @@ def nvml_env(spec: list[dict[str, Any]], tmp: Path) -> dict[str, str]:
         "LD_LIBRARY_PATH": str(lib),
         "FAKE_NVML_GPUS": json.dumps(spec),
     }
+
+
+def test_an_nvidia_card_xdm_reports_without_an_address_takes_the_drivers(tmp_path: Path) -> None:
+    gpus = tmp_path / "driver" / "nvidia" / "gpus"
+    for minor, address in ((0, "0000:3b:00.0"), (1, "0000:86:00.0")):
+        (gpus / address).mkdir(parents=True)
+        (gpus / address / "information").write_text(
+            f"Model: \t\t NVIDIA H800\nGPU UUID: \t GPU-x{minor}\nBus Location: \t {address}\nDevice Minor: \t {minor}\n"
+        )
+    cards = [replace(c, pci_bus_id="") for c in h800_node(3).cards]
+    filled = with_driver_bus_ids(cards, str(tmp_path))
+    assert [c.pci_bus_id for c in filled] == ["0000:3b:00.0", "0000:86:00.0", ""]  # card 2: the driver has none
+    catalog = build_catalog(Inventory(cards=filled), PluginConfig(default_mode="tdm"))
+    published = {i.minor: i.pci_bus_id for g in catalog.groups for i in g.instances}
+    assert published == {0: "0000:3b:00.0", 1: "0000:86:00.0", 2: ""}
+    assert nomad_equal_bus_id("0000:3b:00.0", published[0])
+    # No driver tree, or cards with addresses: nothing changes.
+    assert with_driver_bus_ids(cards, str(tmp_path / "none")) == tuple(cards)
+    assert with_driver_bus_ids(h800_node(2).cards, str(tmp_path)) == tuple(h800_node(2).cards)
