@@ -84,7 +84,7 @@ def _text(raw: Any, key: str, unsupported: list[str]) -> str:
 
 
 def read_numa(text: str) -> list[NumaAsk]:
-    """Every task's ``numa`` block in a job file (HCL2 or JSON); the file already parsed once."""
+    """Every task's ``numa`` block in a job file (HCL2 or JSON) that ``parse_job`` has read."""
     if text.lstrip().startswith("{"):
         return _json_asks(load_json_job(text))
     asks = []
@@ -210,7 +210,7 @@ def decide_numa(
             continue
         _decide_enterprise(ask, [v for v in verdicts if (v.request.group, v.request.task) == (ask.group, ask.task)],
                            groups, buses, sysfs_root, result)  # fmt: skip
-    if result.lines and edition == "ent":
+    if edition == "ent" and any(ask.requested and not ask.problems() for ask in asks):
         result.lines.append(
             f"older Nomad: before {FIXED_IN}, Enterprise did not keep devices on the cores' NUMA node "
             "(the numa block's devices were dropped at submission)"
