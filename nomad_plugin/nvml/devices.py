@@ -130,7 +130,8 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
     """The attributes nomad-device-nvidia fingerprints, with its names, units and meanings (its
     driver_linux.go): ``power`` the draw in whole W, the clocks the current ones in MHz, ``bar1`` MiB,
     ``pci_bandwidth`` max link width x its per-lane MB/s, ``display_state``/``persistence_mode``
-    "1" or "0"; ``power_limit`` and ``compute_capability`` are ours. NotSupported shows as there
+    "1" or "0"; ``power_limit`` and ``compute_capability`` are ours, ``architecture`` and
+    ``mig_capable`` GPU Feature Discovery's. NotSupported shows as there
     (``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock`` absent); where it would fail
     the whole fingerprint the attribute is left out and the card still offered.
     """
@@ -165,8 +166,8 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
     if capability is not None:
         major, minor = int(capability[0]), int(capability[1])
         extras["compute_capability"] = f"{major}.{minor}"
-        if architecture(major, minor):
-            extras["architecture"] = architecture(major, minor)
+        if family := architecture(major, minor):
+            extras["architecture"] = family
     capable, _ = mig_mode(nvml, handle)
     extras["mig_capable"] = "true" if capable else "false"
     return extras
