@@ -235,9 +235,10 @@ def main(argv: list[str]) -> int:
     verdicts = evaluate_job(requests, groups, config)
     placement = evaluate_placement(job, values)
     outcome = final_outcome([v.outcome for v in verdicts], placement)
-    numa_result = numa.decide_numa(
-        asks, verdicts, groups, args.nomad_edition, numa.bus_numa_map(args.sysfs_root), args.sysfs_root
-    )
+    buses, bus_source = numa.bus_numa_map(args.sysfs_root), str(numa.sysfs_devices(args.sysfs_root))
+    if asks and args.node and (recorded := numa.node_bus_map(_read_json(args.node))):
+        buses, bus_source = recorded, f"node file {args.node}"
+    numa_result = numa.decide_numa(asks, verdicts, groups, args.nomad_edition, buses, bus_source)
     outcome = numa.merged(outcome, numa_result)
     problems = [*job.problems, *(p for g in job.groups for p in g.problems), *(p for v in verdicts for p in v.problems)]
     notes = [releases.modelled(args.nomad_edition), *releases.release_lines(problems)]

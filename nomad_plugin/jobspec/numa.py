@@ -128,10 +128,14 @@ def _json_asks(job: dict[str, Any]) -> list[NumaAsk]:
     return asks
 
 
+def sysfs_devices(sysfs_root: str = "/") -> Path:
+    return Path(sysfs_root) / "sys" / "bus" / "pci" / "devices"
+
+
 def bus_numa_map(sysfs_root: str = "/") -> dict[str, int]:
     """The kernel's PCI bus -> NUMA node map as numalib reads it (entries with a node below 0 left out)."""
     found: dict[str, int] = {}
-    base = Path(sysfs_root) / "sys" / "bus" / "pci" / "devices"
+    base = sysfs_devices(sysfs_root)
     try:
         entries = sorted(base.iterdir())
     except OSError:
@@ -144,6 +148,19 @@ def bus_numa_map(sysfs_root: str = "/") -> dict[str, int]:
         if node >= 0:
             found[entry.name] = node
     return found
+
+
+def node_bus_map(doc: Any) -> dict[str, int]:
+    """The same map as the servers hold it: ``NodeResources.Processors.Topology.BusAssociativity`` of
+    the node's record (``GET /v1/node/<id>``; ``nomad node status -json`` prints the API's node, without it)."""
+    if isinstance(doc, list) and len(doc) == 1:
+        doc = doc[0]
+    found: Any = doc
+    for key in ("NodeResources", "Processors", "Topology", "BusAssociativity"):
+        found = found.get(key) if isinstance(found, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): v for k, v in found.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
 
 
 def equal_bus_id(a: str, b: str) -> bool:
@@ -188,7 +205,7 @@ def decide_numa(
     groups: Sequence[DeviceGroup],
     edition: str,
     buses: Mapping[str, int],
-    sysfs_root: str = "/",
+    source: str = "/sys/bus/pci/devices",
 ) -> NumaResult | None:
     """Nomad's answer to the job's ``numa`` blocks on this node; None when the job has none."""
     if not asks:
@@ -209,7 +226,7 @@ def decide_numa(
             )
             continue
         _decide_enterprise(ask, [v for v in verdicts if (v.request.group, v.request.task) == (ask.group, ask.task)],
-                           groups, buses, sysfs_root, result)  # fmt: skip
+                           groups, buses, source, result)  # fmt: skip
     if edition == "ent" and any(ask.requested and not ask.problems() for ask in asks):
         result.lines.append(
             f"older Nomad: before {FIXED_IN}, Enterprise did not keep devices on the cores' NUMA node "
@@ -223,7 +240,7 @@ def _decide_enterprise(
     verdicts: list[RequestVerdict],
     groups: Sequence[DeviceGroup],
     buses: Mapping[str, int],
-    sysfs_root: str,
+    source: str,
     result: NumaResult,
 ) -> None:
     bound = set(ask.devices)
@@ -243,9 +260,9 @@ def _decide_enterprise(
         return
     wanted = {d.pci_bus_id for v in restricted for g in v.groups for d in g.group.devices if d.pci_bus_id}
     if not any(_node_of(bus, buses) is not None for bus in wanted):
-        where = Path(sysfs_root) / "sys" / "bus" / "pci" / "devices"
-        result.add(UNKNOWN, f"CANNOT TELL {ask.where}: none of the cards' PCI addresses is in {where}, the "
-                            "kernel's bus -> NUMA map Nomad reads (run it on the node, or give --sysfs-root)")  # fmt: skip
+        result.add(UNKNOWN, f"CANNOT TELL {ask.where}: none of the cards' PCI addresses is in {source}, the "
+                            "kernel's bus -> NUMA map Nomad reads (run it on the node, give --sysfs-root, or --node "
+                            "with the node's record from GET /v1/node/<id>)")  # fmt: skip
         return
     short, fitting = [], []
     for node in sorted(set(buses.values())):

@@ -123,6 +123,28 @@ def test_without_the_kernels_map_it_cannot_tell(tmp_path: Path) -> None:
     assert str(empty / "sys" / "bus" / "pci" / "devices") in doc["numa"]["lines"][0]
 
 
+def test_the_servers_map_from_a_node_record(tmp_path: Path) -> None:
+    buses = {card.pci_bus_id: card.numa_node for card in build_cards(resolve_profile("h800-8"))}
+    node = {
+        "ID": "9a1c0e7e-0000-4000-8000-000000000001",
+        "Name": "gpu-1",
+        "Attributes": {"kernel.name": "linux"},
+        "Meta": {},
+        "NodeResources": {"Processors": {"Topology": {"Nodes": [0, 1], "BusAssociativity": buses}}},
+    }
+    (tmp_path / "node.json").write_text(json.dumps(node))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = ("--profile", "h800-8", "--nomad-edition", "ent", "--sysfs-root", str(empty))
+    code, doc = check_job(tmp_path, doc_job(), *args, "--node", str(tmp_path / "node.json"))
+    assert (code, doc["outcome"]) == (0, "place"), doc
+    assert "the cards fit on NUMA node 0 or 1" in doc["numa"]["lines"][0]
+    del node["NodeResources"]  # `nomad node status -json` prints the API's node, which has no map
+    (tmp_path / "node.json").write_text(json.dumps(node))
+    code, doc = check_job(tmp_path, doc_job(), *args, "--node", str(tmp_path / "node.json"))
+    assert (code, doc["outcome"]) == (2, "unknown"), doc
+
+
 def test_a_json_job_numa_block(tmp_path: Path) -> None:
     task = {
         "Name": "train",
