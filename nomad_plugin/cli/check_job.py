@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
     numa_result = numa.decide_numa(asks, verdicts, groups, args.nomad_edition, buses, bus_source)
     outcome = numa.merged(outcome, numa_result)
     problems = [*job.problems, *(p for g in job.groups for p in g.problems), *(p for v in verdicts for p in v.problems)]
-    notes = [releases.modelled(args.nomad_edition), *releases.release_lines(problems)]
+    notes = [releases.modelled(args.nomad_edition), *releases.release_lines(problems, text)]
     notes += releases.shared_state_notes(_read_json(args.fingerprint)) if args.fingerprint else []
     refused_at_start = outcome == PLACE and any(v.warnings for v in verdicts)
     ok = outcome == PLACE and not refused_at_start

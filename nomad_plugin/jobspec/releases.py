@@ -48,10 +48,13 @@ def shared_state_notes(saved: Any) -> list[str]:
     return [f"note: the Shared state of {', '.join(sorted(found))} " + UNRELEASED.format(version=MODELLED, what=what)]
 
 
-def release_lines(problems: Iterable[str]) -> list[str]:
+def release_lines(problems: Iterable[str], text: str) -> list[str]:
     """One line for each way an older Nomad would have decided this job differently, and for each
-    unreleased Nomad feature the job uses (which Nomad's decoder refused above)."""
+    unreleased Nomad feature the job uses: HCL's decoder refused it above; Nomad's JSON decoder
+    (``decodeBody``, command/agent/http.go) drops a field it does not know without a word."""
     problems = list(problems)
+    if text.lstrip().startswith("{") and '"ShareDevices"' in text:
+        problems.append('named "share_devices"')
     lines = [OLDER_TARGETS] if any(error in p for p in problems for error in _TARGET_ERRORS) else []
     if any('named "share_devices"' in p or '"share_devices" are not expected' in p for p in problems):
         lines.append("note: share_devices " + UNRELEASED.format(version=MODELLED, what="block"))

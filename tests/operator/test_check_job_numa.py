@@ -170,6 +170,15 @@ def test_share_devices_is_named_as_unreleased_nomad_work(tmp_path: Path) -> None
     assert any(n.startswith("note: share_devices is Nomad's unreleased device-sharing work") for n in doc["nomad"])
 
 
+def test_share_devices_in_a_json_job_is_dropped_by_nomad_and_named(tmp_path: Path) -> None:
+    device = {"Name": "nvidia/gpu", "Count": 1, "ShareDevices": {"Enabled": True}}
+    task = {"Name": "t", "Driver": "exec", "Resources": {"Devices": [device]}}
+    job = json.dumps({"Job": {"ID": "j", "Name": "j", "TaskGroups": [{"Name": "g", "Tasks": [task]}]}})
+    code, doc = check_job(tmp_path, job, "--profile", "h800-8")
+    assert (code, doc["outcome"]) == (0, "place"), doc  # the field is dropped: the device is not shared
+    assert any(n.startswith("note: share_devices is Nomad's unreleased") for n in doc["nomad"]), doc
+
+
 def test_a_devices_shared_state_in_a_saved_fingerprint_is_named_not_read(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "nomad_plugin", "fingerprint", "--profile", "h800-8", "--json"],
