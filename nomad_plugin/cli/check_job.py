@@ -54,8 +54,10 @@ from nomad_plugin.jobspec import (
     groups_json,
     groups_text,
     node_from_json,
+    numa,
     placement_json,
     placement_text,
+    releases,
     verdict_detail,
     verdicts_json,
     verdicts_text,
@@ -101,6 +103,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a file of variable values (HCL or JSON)",
     )
+    p.add_argument("--nomad-edition", choices=numa.EDITIONS, default="ce", help="Nomad's edition (default ce)")
+    p.add_argument("--sysfs-root", default="/", help="where sys/bus/pci/devices is, for numa blocks (default /)")
     node = p.add_argument_group("this node's values (for job-, group- and task-level constraint and affinity)")
     node.add_argument(
         "--node",
@@ -241,6 +245,8 @@ def main(argv: list[str]) -> int:
         reading = read_job(
             args.job, nomad=args.nomad, settings=_agent_settings(args), variables=args.var, var_files=args.var_file
         )
+        text = Path(args.job).read_text(encoding="utf-8")
+        asks = numa.read_numa(text)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         return fail("check-job", described(exc))
     job = reading.job
@@ -275,6 +281,14 @@ def main(argv: list[str]) -> int:
     placement = evaluate_placement(job, values)
     by_group = group_outcomes(verdicts, placement)
     outcome = final_outcome(by_group, job)
+    buses, bus_source = numa.bus_numa_map(args.sysfs_root), str(numa.sysfs_devices(args.sysfs_root))
+    if asks and args.node and (recorded := numa.node_bus_map(_read_json(args.node))):
+        buses, bus_source = recorded, f"node file {args.node}"
+    numa_result = numa.decide_numa(asks, verdicts, groups, args.nomad_edition, buses, bus_source)
+    outcome = numa.merged(outcome, numa_result)
+    problems = [*job.problems, *(p for g in job.groups for p in g.problems), *(p for v in verdicts for p in v.problems)]
+    notes = [releases.modelled(args.nomad_edition), *releases.release_lines(problems, text)]
+    notes += releases.shared_state_notes(_read_json(args.fingerprint)) if args.fingerprint else []
     refused_at_start = outcome == PLACE and any(v.warnings for v in verdicts)
     ok = outcome == PLACE and not refused_at_start
     code = 1 if refused_at_start else EXIT.get(outcome, 1)
@@ -291,6 +305,8 @@ def main(argv: list[str]) -> int:
             "requests": verdicts_json(verdicts),
             "node_rules": placement_json(placement, values),
             "groups": groups_json(by_group),
+            "numa": numa.numa_json(numa_result),
+            "nomad": notes,
             "outcome": outcome,
             "verdict": verdict,
             "ok": ok,
@@ -307,6 +323,7 @@ def main(argv: list[str]) -> int:
     lines += placement_text(placement, values, style)
     lines += verdicts_text(verdicts, style)
     lines += groups_text(by_group, style)
+    lines += [*numa.numa_text(numa_result, style), *notes, ""]
     if not requests and outcome == PLACE:
         verdict += ": the job has no device blocks, it asks nothing of this plugin"
     lines.append(style(verdict, "green" if ok else "red", "bold"))

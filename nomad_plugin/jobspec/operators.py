@@ -273,6 +273,25 @@ def _from_order(operator: str, order: int) -> bool:
     return {"<": order == -1, "<=": order != 1, ">": order == 1, ">=": order != -1}[operator]
 
 
+def mismatch_hint(operator: str, left: Attribute, right: Attribute) -> str:
+    """What to write when a type mismatch decides: Nomad never orders a string against a number
+    (``Attribute.Comparable``), and ``version`` reads only a string or an integer attribute
+    (``checkAttributeVersionMatch``), so ``cuda_driver_version >= "12.0"`` and ``compute_capability
+    version ">= 8.0"`` fail whatever the values; the other operator works. "" when none would."""
+    lk, rk = kind(left), kind(right)
+    numeric = ("int", "float")
+    if operator in ORDER and lk == "string" and rk in numeric and golang.parse_version(str(left.value)):
+        return f': it is a version string, write operator = "version" and value = "{operator} {right.render()}"'
+    if operator in ORDER and rk == "string" and lk in numeric and not right.unit:
+        return f': it is a number, write a number as the value (e.g. value = "{left.render()}")'
+    if operator in ("version", "semver") and lk == "float" and isinstance(right.value, str):
+        first = right.value.split(",")[0].strip()
+        op = next((o for o in ("<=", ">=", "<", ">", "=") if first.startswith(o)), ">=")
+        number = first[len(op) :].strip() if first.startswith(op) else first
+        return f': it is a number, write operator = "{op}" and value = "{number}"'
+    return ""
+
+
 def check_attribute(operator: str, left: Attribute | None, right: Attribute | None) -> Outcome:
     """``checkAttributeConstraint``: ``left <operator> right`` for device attributes."""
     decided = _unary(operator, left)
@@ -287,7 +306,7 @@ def check_attribute(operator: str, left: Attribute | None, right: Attribute | No
         if comparison.panic:
             return Outcome(False, comparison.panic, panic=comparison.panic)
         if comparison.order is None:
-            return Outcome(False, comparison.why)
+            return Outcome(False, comparison.why + mismatch_hint(operator, left, right))
         holds = _from_order(operator, comparison.order)
         note = ""
         if comparison.exact is not None and _from_order(operator, comparison.exact) != holds:
@@ -299,7 +318,9 @@ def check_attribute(operator: str, left: Attribute | None, right: Attribute | No
     if operator in ("version", "semver"):
         if kind(left) not in ("string", "int"):  # Nomad formats an integer attribute and reads it as a version
             return Outcome(
-                False, f"{operator} needs a string or an integer, not {_article(kind(left))} ({render(left)})"
+                False,
+                f"{operator} needs a string or an integer, not {_article(kind(left))} ({render(left)})"
+                + mismatch_hint(operator, left, right),
             )
         if not isinstance(right.value, str):
             return Outcome(

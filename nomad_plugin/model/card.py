@@ -173,6 +173,8 @@ class Card:
     healthy: bool = True
     health_reason: str = ""
     driver_version: str = ""
+    #: XDM ListGpuInfo's SDK version (CUDA on NVIDIA cards, the PPU SDK on Alibaba's)
+    sdk_version: str = ""
     numa_node: int | None = None
     mig_capable: bool = False
     #: MIG mode is on now (NVML backend): only the card's MIG instances can be handed out
@@ -235,6 +237,8 @@ class Inventory:
 
 #: Keys of ``Inventory.node``.
 NODE_DRIVER_VERSION = "driver_version"
+#: The CUDA driver API version ("12.4"): a node fact on NVML nodes, a ``Card.extra`` from the NVML companion.
+CUDA_VERSION = "cuda_version"
 NODE_RUNTIME_KIT = "runtime_kit"
 #: Which backend read the cards; "nvml" lists NVIDIA devices in UUID order, as nomad-device-nvidia does.
 NODE_SOURCE = "source"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from nomad_plugin.config.model import MIN_FINGERPRINT_PERIOD_S, CardRule, PluginConfig
 from nomad_plugin.model.card import (
+    CUDA_VERSION,
     NODE_DRIVER_VERSION,
     NODE_RUNTIME_KIT,
     NODE_SOURCE,
@@ -81,6 +82,8 @@ EXTRA_UNITS: Mapping[str, str] = {
     "display_state": "",
     "persistence_mode": "",
     "compute_capability": "",
+    "architecture": "",
+    "mig_capable": "",
 }
 #: Unit-suffixed spellings of the same readings, accepted under the names above.
 EXTRA_ALIASES: Mapping[str, str] = {
@@ -100,6 +103,7 @@ FIRST_CARD_ATTRS = frozenset(
 # Facts of one card that never go on a whole-card group (it may hold more cards later).
 PER_CARD_ONLY = frozenset({"minor", "uuid", "pci_bus_id"})
 
+_ONE_DIGIT_MINOR = re.compile(r"^[0-9]{1,3}\.[0-9]$")
 _ATTR_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _PCI_RE = re.compile(r"^(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$")
 
@@ -117,12 +121,12 @@ class CardPlan:
 
 
 def normalize_pci_bus_id(raw: str) -> str:
-    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0``: Nomad's NUMA matcher compares sysfs bus IDs
-    case-sensitively; unparseable input comes back stripped and lower-cased."""
-    text = raw.strip()
-    match = _PCI_RE.match(text)
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0``, the kernel's name, which Nomad's NUMA matcher
+    compares with its bus -> NUMA map case-sensitively; "" for text that is no PCI address (an instance
+    without an address is never NUMA-matched, as one with a wrong address would not be either)."""
+    match = _PCI_RE.match(raw.strip())
     if match is None:
-        return text.lower()
+        return ""
     domain, bus, device, function = match.groups()
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
 
@@ -308,13 +312,27 @@ def _extra_attr(value: str, unit: str) -> Attr | None:
     return None
 
 
+def typed_extra(name: str, attr: Attr) -> Attr:
+    """The type a job's constraint compares as meant: Nomad reads ``value = "8.0"`` as a float and never
+    orders a string against a number, so a one-digit-minor compute capability is a float (every one
+    NVIDIA has defined is); ``mig_capable`` is a bool, as ``value = "true"`` reads."""
+    text = str(attr.value)
+    if name == "compute_capability" and _ONE_DIGIT_MINOR.match(text):
+        return Attr(float(text))
+    if name == "mig_capable" and text in ("true", "false"):
+        return Attr(text == "true")
+    return attr
+
+
 def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
     """Everything known about one card, as Nomad group attributes."""
+    cuda = card.extra.get(CUDA_VERSION) or (card.sdk_version if card.vendor_name == "nvidia" else "")
     texts = {
         "model": card.model,
         "vendor": card.vendor,
         "xpu_type": card.xpu_type,
         "driver_version": card.driver_version or inventory.node.get(NODE_DRIVER_VERSION, ""),
+        "cuda_driver_version": cuda or inventory.node.get(CUDA_VERSION, ""),
         NODE_RUNTIME_KIT: inventory.node.get(NODE_RUNTIME_KIT, ""),
     }
     attrs = {key: Attr(text.strip()) for key, text in texts.items() if text.strip()}
@@ -324,7 +342,9 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
         name = EXTRA_ALIASES.get(key, key)
         extra = _extra_attr(value, EXTRA_UNITS[name]) if name in EXTRA_UNITS else None
         if extra is not None:
-            attrs[name] = extra
+            attrs[name] = typed_extra(name, extra)
+    if "mig_capable" not in attrs and card.mig_capable:
+        attrs["mig_capable"] = Attr(True)
     for level in card.topology.levels:
         domain = level.domain_text.strip()
         if not domain or not _ATTR_KEY_RE.match(level.name):
@@ -339,8 +359,8 @@ def card_attributes(card: Card, inventory: Inventory) -> dict[str, Attr]:
         attrs["numa_node"] = Attr(card.numa_node)
     attrs["minor"] = Attr(card.minor)
     attrs["uuid"] = Attr(card.uuid)
-    if card.pci_bus_id:
-        attrs["pci_bus_id"] = Attr(normalize_pci_bus_id(card.pci_bus_id))
+    if pci := normalize_pci_bus_id(card.pci_bus_id):
+        attrs["pci_bus_id"] = Attr(pci)
     return attrs
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from nomad_plugin.model.card import Backend, Inventory, InventoryListener
+from nomad_plugin.model.card import CUDA_VERSION, Backend, Inventory, InventoryListener
 from nomad_plugin.model.errors import BackendUnavailable
 from nomad_plugin.model.metrics import MetricSample
 from nomad_plugin.nvml import devices, lib
@@ -45,6 +45,7 @@ def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: devices.FirstReading
     for index, message in failed.items():
         log.warning("enrichment skips GPU index %d: %s", index, message)
     facts = []
+    cuda = devices.cuda_version(nvml)
     for ref in refs:
         try:
             pci = devices.bus_id(nvml, ref.handle)
@@ -53,6 +54,7 @@ def read_facts(nvml: Nvml, sysfs_root: str = "/sys", first: devices.FirstReading
         except (nvml.NVMLError, ValueError) as exc:
             log.warning("enrichment skips %s: %s", ref.uuid, exc)
             continue
+        extras = {**extras, CUDA_VERSION: cuda} if cuda else extras
         facts.append(CardFacts(ref.uuid, ref.minor, pci, numa, first.apply(ref.uuid, extras) if first else extras))
     return facts
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nomad_plugin.model.card import Card, MigInstance
+from nomad_plugin.model.card import CUDA_VERSION, Card, MigInstance
 from nomad_plugin.model.metrics import METRIC_IDS, UNSUPPORTED_BITS, MetricSample
 from nomad_plugin.nvml import lib
 from nomad_plugin.nvml.lib import Nvml
@@ -32,13 +32,12 @@ _EMPTY_SLOT = lib.MISSING_CODES | {lib.ERROR_INVALID_ARGUMENT}
 
 
 def normalise_bus_id(raw: str) -> str:
-    """NVML's ``00000000:3B:00.0`` -> ``0000:3b:00.0``, the form sysfs and Nomad use."""
+    """NVML's ``00000000:3B:00.0`` -> ``0000:3b:00.0``, the kernel's name (``%04x:%02x:%02x.%d``), which
+    Nomad's NUMA matcher compares case-sensitively."""
     match = _BUS_ID.match(raw.strip())
     if match is None:
         raise ValueError(f"pci_bus_id: {raw!r} is not a PCI address like 0000:18:00.0")
-    domain = int(match["domain"] or "0", 16)
-    if domain > 0xFFFF:
-        raise ValueError(f"pci_bus_id: {raw!r} has a domain above ffff")
+    domain = int(match["domain"] or "0", 16)  # above ffff on VMD domains: the kernel then prints 5 digits
     bus, dev, fn = int(match["bus"], 16), int(match["dev"], 16), int(match["fn"])
     if dev > 0x1F:
         raise ValueError(f"pci_bus_id: {raw!r} has a device number above 1f")
@@ -97,13 +96,18 @@ def cuda_version_text(raw: int) -> str:
     return f"{raw // 1000}.{(raw % 1000) // 10}"
 
 
-def node_facts(nvml: Nvml) -> dict[str, str]:
-    facts = {"driver_version": lib.text(nvml.nvmlSystemGetDriverVersion())}
+def cuda_version(nvml: Nvml) -> str:
+    """The CUDA driver API version ("12.4"), "" where NVML has no reading."""
     cuda = lib.optional(nvml, "nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
         cuda = lib.optional(nvml, "nvmlSystemGetCudaDriverVersion")
-    if cuda is not None:
-        facts["cuda_version"] = cuda_version_text(int(cuda))
+    return cuda_version_text(int(cuda)) if cuda is not None else ""
+
+
+def node_facts(nvml: Nvml) -> dict[str, str]:
+    facts = {"driver_version": lib.text(nvml.nvmlSystemGetDriverVersion())}
+    if cuda := cuda_version(nvml):
+        facts[CUDA_VERSION] = cuda
     return facts
 
 
@@ -126,7 +130,8 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
     """The attributes nomad-device-nvidia fingerprints, with its names, units and meanings (its
     driver_linux.go): ``power`` the draw in whole W, the clocks the current ones in MHz, ``bar1`` MiB,
     ``pci_bandwidth`` max link width x its per-lane MB/s, ``display_state``/``persistence_mode``
-    "1" or "0"; ``power_limit`` and ``compute_capability`` are ours. NotSupported shows as there
+    "1" or "0"; ``power_limit`` and ``compute_capability`` are ours, ``architecture`` and
+    ``mig_capable`` GPU Feature Discovery's. NotSupported shows as there
     (``power`` and ``pci_bandwidth`` 0, ``bar1`` and ``memory_clock`` absent); where it would fail
     the whole fingerprint the attribute is left out and the card still offered.
     """
@@ -159,8 +164,25 @@ def card_extras(nvml: Nvml, handle: Any) -> dict[str, str]:
             extras[key] = str(int(state))
     capability = lib.optional(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
     if capability is not None:
-        extras["compute_capability"] = f"{capability[0]}.{capability[1]}"
+        major, minor = int(capability[0]), int(capability[1])
+        extras["compute_capability"] = f"{major}.{minor}"
+        if family := architecture(major, minor):
+            extras["architecture"] = family
+    capable, _ = mig_mode(nvml, handle)
+    extras["mig_capable"] = "true" if capable else "false"
     return extras
+
+
+def architecture(major: int, minor: int) -> str:
+    """The family GPU Feature Discovery labels ``nvidia.com/gpu.family`` with (k8s-device-plugin,
+    ``internal/lm/resource.go``), plus Blackwell (10.x and 12.x, NVIDIA's compute capability table);
+    "" for a major it does not name."""
+    families = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 10: "blackwell"}
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    return families.get(major, "blackwell" if major == 12 else "")
 
 
 class FirstReadings:

@@ -43,6 +43,7 @@ class GpuFacts:  # static card data from ListGpuInfo, merged into ``Card``
     pci_bus_id: str = ""
     numa_node: int | None = None
     mig_enabled: bool = False
+    sdk_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,7 @@ def gpu_facts(msg: Message, binding: Binding | None = None) -> list[GpuFacts]:
                 pci_bus_id=text.printable(r["pciBusId"](info), 64),
                 numa_node=numa if numa >= 0 else None,
                 mig_enabled=bool(r["migEnabled"](info)),
+                sdk_version=text.printable(r["sdkVersion"](info), 64),
             )
         )
     return facts

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.card import Card, Inventory, InventoryListener
@@ -43,6 +44,40 @@ def compose_cards(stream_cards: Sequence[Card] | None, facts: Sequence[GpuFacts]
     return tuple(sorted(cards, key=lambda c: c.minor))
 
 
+def driver_bus_ids(proc_root: str = "/proc") -> dict[int, str]:
+    """Card minor -> PCI address as NVIDIA's kernel driver sees its device nodes: one directory per
+    card under ``/proc/driver/nvidia/gpus``, named by its address, whose ``information`` says
+    ``Device Minor: N`` (the N of ``/dev/nvidiaN``). Empty where there is no such driver."""
+    found: dict[int, str] = {}
+    try:
+        entries = sorted(Path(proc_root, "driver", "nvidia", "gpus").iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            text = (entry / "information").read_text(errors="replace")
+        except OSError:
+            continue
+        minor = next(
+            (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Device Minor:")), ""
+        )
+        if minor.isdigit():
+            found[int(minor)] = entry.name
+    return found
+
+
+def with_driver_bus_ids(cards: Sequence[Card], proc_root: str) -> tuple[Card, ...]:
+    """XDM may report an NVIDIA card without its PCI address: the driver's view fills it in, so Nomad's
+    NUMA matcher can place the card (an NVML companion, where present, fills it earlier)."""
+    if all(c.pci_bus_id or c.vendor_name != "nvidia" for c in cards):
+        return tuple(cards)
+    known = driver_bus_ids(proc_root)
+    return tuple(
+        replace(c, pci_bus_id=known.get(c.minor, "")) if not c.pci_bus_id and c.vendor_name == "nvidia" else c
+        for c in cards
+    )
+
+
 def _merge(card: Card, facts: GpuFacts | None) -> Card:
     if facts is None:
         return card
@@ -53,6 +88,7 @@ def _merge(card: Card, facts: GpuFacts | None) -> Card:
         memory_mib=card.memory_mib or facts.memory_mib,
         pci_bus_id=card.pci_bus_id or facts.pci_bus_id,
         driver_version=facts.driver_version or card.driver_version,
+        sdk_version=facts.sdk_version or card.sdk_version,
         numa_node=facts.numa_node if facts.numa_node is not None else card.numa_node,
         mig_capable=card.mig_capable or facts.mig_enabled,
     )
@@ -72,9 +108,15 @@ class XdmBackend:
     name = "xdm"
 
     def __init__(
-        self, config: PluginConfig, *, backoff: Backoff | None = None, sleep: Callable[[float], bool] | None = None
+        self,
+        config: PluginConfig,
+        *,
+        backoff: Backoff | None = None,
+        sleep: Callable[[float], bool] | None = None,
+        proc_root: str = "/proc",
     ) -> None:
         self.client = XdmClient(config)
+        self._proc_root = proc_root
         self._resync_period = max(0.05, float(config.inventory_resync_period))
         self._backoff = backoff or Backoff()
         self._stop = threading.Event()
@@ -240,7 +282,7 @@ class XdmBackend:
                 return
             with self._lock:
                 old = self._inventory
-                cards = compose_cards(self._stream_cards, self._facts)
+                cards = with_driver_bus_ids(compose_cards(self._stream_cards, self._facts), self._proc_root)
                 versions = {f.driver_version for f in self._facts} | {c.driver_version for c in cards}
                 self._node["driver_version"] = ",".join(sorted(v for v in versions if v))
                 is_reachable = old.reachable if reachable is None else reachable

@@ -62,6 +62,8 @@ def test_pci_bus_id_normalised_for_nomad():
     assert normalize_pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     assert normalize_pci_bus_id("0000:3b:00.1") == "0000:3b:00.1"
     assert normalize_pci_bus_id("3B:00.0") == "0000:3b:00.0"
+    assert normalize_pci_bus_id("00010000:01:00.0") == "10000:01:00.0"  # a VMD domain, as the kernel names it
+    assert normalize_pci_bus_id("PCI slot 3") == normalize_pci_bus_id("") == ""  # no address rather than a wrong one
     cat = build_catalog(h800_node(2), PluginConfig())
     assert [i.pci_bus_id for i in cat.groups[0].instances] == ["0000:18:00.0", "0000:28:00.0"]
 
@@ -331,8 +333,29 @@ def test_official_extra_attributes_pass_through_with_units():
     attrs = build_catalog(Inventory(cards=(card,)), PluginConfig()).groups[0].attributes
     assert "power" not in attrs and attrs["power_limit"] == Attr(700, "W")
     assert attrs["pci_bandwidth"] == Attr(63015, "MB/s")
-    assert attrs["compute_capability"] == Attr("9.0")
+    assert attrs["compute_capability"] == Attr(9.0)  # a float, as Nomad reads a job's value = "8.0"
     assert "topology" not in attrs
+
+
+def test_gpu_feature_discovery_attributes_have_the_types_jobs_compare_with():
+    card = replace(
+        h800_node(1).cards[0],
+        sdk_version="12.2",
+        extra={"compute_capability": "9.0", "architecture": "hopper", "mig_capable": "false"},
+    )
+    attrs = build_catalog(Inventory(cards=(card,)), PluginConfig()).groups[0].attributes
+    assert attrs["compute_capability"] == Attr(9.0)
+    assert attrs["architecture"] == Attr("hopper")
+    assert attrs["mig_capable"] == Attr(False)  # NVML's reading wins over the card's flag
+    assert attrs["cuda_driver_version"] == Attr("12.2")
+    # A two-digit minor would not order as a float: it stays a string (compare it with operator = "version").
+    odd = replace(card, extra={"compute_capability": "8.10"})
+    assert build_catalog(Inventory(cards=(odd,)), PluginConfig()).groups[0].attributes["compute_capability"] == Attr(
+        "8.10"
+    )
+    # A PPU's SDK version is no CUDA version.
+    ppu = replace(card, vendor="alibaba", xpu_type="ppu", model="PPU M890P", extra={})
+    assert "cuda_driver_version" not in build_catalog(Inventory(cards=(ppu,)), PluginConfig()).groups[0].attributes
 
 
 def test_empty_inventory_gives_empty_catalog():

@@ -111,7 +111,8 @@ def test_xdm_enriched_from_nvml_in_the_real_process(node: Node, conformance_host
     for group in fp["groups"]:
         attrs = group["attributes"]
         assert attrs["cores_clock"] == {"kind": "int", "unit": "MHz", "value": 1755}, (group["name"], attrs)
-        assert attrs["compute_capability"]["value"] == "9.0", attrs
+        assert attrs["compute_capability"] == {"kind": "float", "unit": "", "value": 9.0}, attrs
+        assert attrs["architecture"]["value"] == "hopper" and attrs["cuda_driver_version"]["value"] == "12.4", attrs
     assert "backend: xdm, enriched from NVML" in run.stderr
 
 

@@ -21,6 +21,9 @@ def test_whole_cards_with_static_facts(fake: FakeNvml, make_backend) -> None:
     assert a100_card.extra["pci_bandwidth"] == str(2048 * 16)  # gen4 x16
     assert h100_card.extra["cores_clock"] == "1980" and h200_card.extra["memory_clock"] == "3201"
     assert a100_card.extra["compute_capability"] == "8.0"
+    # GPU Feature Discovery's family from the compute capability, and whether NVML has MIG on the card
+    assert (h100_card.extra["architecture"], a100_card.extra["architecture"]) == ("hopper", "ampere")
+    assert h100_card.extra["mig_capable"] == "true"
 
 
 def test_mig_instances_reported_only_where_mig_is_on(fake: FakeNvml, make_backend) -> None:

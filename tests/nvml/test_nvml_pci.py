@@ -21,6 +21,7 @@ from tests.doubles.fake_pynvml import write_sysfs_numa
         ("3B:00.0", "0000:3b:00.0"),
         ("00000001:C1:1F.7", "0001:c1:1f.7"),
         (" 00000000:18:00.0 ", "0000:18:00.0"),
+        ("00010000:01:00.0", "10000:01:00.0"),  # a VMD domain: the kernel prints it with five digits
     ],
 )
 def test_bus_id_normalised_to_sysfs_form(raw: str, expected: str) -> None:
