@@ -246,10 +246,10 @@ def main(argv: list[str]) -> int:
             args.job, nomad=args.nomad, settings=_agent_settings(args), variables=args.var, var_files=args.var_file
         )
         text = Path(args.job).read_text(encoding="utf-8")
-        asks = numa.read_numa(text)
     except (OSError, UnicodeDecodeError, JobParseError) as exc:
         return fail("check-job", described(exc))
     job = reading.job
+    asks = numa.read_numa(job)
     requests = job.requests
     node_rules = any(g.has_rules for g in job.groups)
     config = None

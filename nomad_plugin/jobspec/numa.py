@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hcl2
-
 from nomad_plugin.jobspec.evaluate import NOT_PLACED, PLACE, REFUSE, UNKNOWN, RequestVerdict
-from nomad_plugin.jobspec.parse import dicts, load_json_job
+from nomad_plugin.jobspec.parse import ParsedJob, dicts
 from nomad_plugin.nomad_view.types import DeviceGroup, Style
 from nomad_plugin.util.hcl import is_expression, labelled, plain, unlabelled
 
@@ -83,30 +81,32 @@ def _text(raw: Any, key: str, unsupported: list[str]) -> str:
     return str(plain(raw)) if raw is not None else ""
 
 
-def read_numa(text: str) -> list[NumaAsk]:
-    """Every task's ``numa`` block in a job file (HCL2 or JSON) that ``parse_job`` has read."""
-    if text.lstrip().startswith("{"):
-        return _json_asks(load_json_job(text))
+def read_numa(job: ParsedJob) -> list[NumaAsk]:
+    """Every task's ``numa`` block in a job as its reader left it: Nomad's API form, or the evaluated HCL2 job block."""
+    if job.api_form is not None:
+        return _json_asks(job.api_form)
+    if job.hcl_body is None:
+        return []
     asks = []
-    for _, job in labelled(hcl2.loads(text).get("job", [])):
-        for group_name, group in labelled(job.get("group", [])):
-            for task_name, task in labelled(group.get("task", [])):
-                for resources in unlabelled(task.get("resources", [])):
-                    names = tuple(name for name, _ in labelled(resources.get("device", [])))
-                    for block in unlabelled(resources.get("numa", [])):
-                        unsupported: list[str] = []
-                        affinity = _text(block.get("affinity"), "affinity", unsupported) or "none"
-                        raw = block.get("devices")
-                        devices = (
-                            tuple(_text(d, "devices", unsupported) for d in raw if d is not None)
-                            if (isinstance(raw, list))
-                            else ()
-                        )
-                        cores = plain(resources.get("cores"))
-                        asks.append(NumaAsk(
-                            group_name, task_name, affinity, devices, cores if isinstance(cores, int) else 0, names,
-                            tuple(unsupported),
-                        ))  # fmt: skip
+    body = job.hcl_body
+    for group_name, group in labelled(body.get("group", [])):
+        for task_name, task in labelled(group.get("task", [])):
+            for resources in unlabelled(task.get("resources", [])):
+                names = tuple(name for name, _ in labelled(resources.get("device", [])))
+                for block in unlabelled(resources.get("numa", [])):
+                    unsupported: list[str] = []
+                    affinity = _text(block.get("affinity"), "affinity", unsupported) or "none"
+                    raw = block.get("devices")
+                    devices = (
+                        tuple(_text(d, "devices", unsupported) for d in raw if d is not None)
+                        if (isinstance(raw, list))
+                        else ()
+                    )
+                    cores = plain(resources.get("cores"))
+                    asks.append(NumaAsk(
+                        group_name, task_name, affinity, devices, cores if isinstance(cores, int) else 0, names,
+                        tuple(unsupported),
+                    ))  # fmt: skip
     return asks
 
 

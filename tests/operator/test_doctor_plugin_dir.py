@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin import PLUGIN_NAME
+from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.cli import doctor
+from tests.operator.test_dist_header import shipped_file
 
 Found = dict[str, list[dict[str, str]]]
 
@@ -25,10 +26,7 @@ def plugin_block(tmp_path: Path) -> str:
 
 def install(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    exe = directory / PLUGIN_NAME
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
-    return exe
+    return shipped_file(directory / PLUGIN_NAME, __version__)  # laid out as tools/build_dist.py writes it
 
 
 def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: Path, *extra: str) -> tuple[str, Found]:
