@@ -97,9 +97,6 @@ plugin "nomad-device-lingjun" {
     # Pass XDM's host mounts to tasks: auto (unless the task has volume_mounts, which Nomad would drop; asks the Nomad API), always or never. See docs/reserve.md.
     container_mounts = "auto"
 
-    # Deprecated: true = container_mounts "always".
-    xdm_mounts = false
-
     # Release grants whose Nomad allocation ended (needs the Nomad API).
     reconcile = true
 

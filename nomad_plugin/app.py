@@ -343,13 +343,12 @@ class PluginApp:
         from nomad_plugin.reconcile.alloc_volumes import AllocVolumeLookup
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 
-        mode = "always" if config.xdm_mounts else config.container_mounts
         observe = lambda decision: metrics.mount_decision(decision.outcome)  # noqa: E731
-        if mode != "auto":
-            return MountPolicy(mode, observe=observe), None
+        if config.container_mounts != "auto":
+            return MountPolicy(config.container_mounts, observe=observe), None
         client = NomadClient(NomadApiSettings.from_config(config))
         lookup = AllocVolumeLookup(client, config.nomad_node_id, recent=self._last_page)
-        policy = MountPolicy(mode, lookup.lookup, observe)
+        policy = MountPolicy("auto", lookup.lookup, observe)
 
         def close() -> None:
             policy.close()  # questions not started yet are dropped

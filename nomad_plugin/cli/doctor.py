@@ -24,7 +24,6 @@ from typing import Any
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.backend_select import accept_config, choose_backend_name
 from nomad_plugin.cli.common import add_config_options, command_parser
-from nomad_plugin.config.decode import deprecated_spellings
 from nomad_plugin.config.model import ConfigError, PluginConfig
 from nomad_plugin.journal import datadir, plugin_running
 from nomad_plugin.launcher.config import (
@@ -108,8 +107,6 @@ class Doctor:
             self.add("config", FAIL, f"{where}: {exc}", _config_next_step(str(exc)))
             self.config = None
             return
-        for warning in deprecated_spellings(data):
-            self.add("config", WARN, warning, "the old spelling still works; the plugin logs the same warning")
         for note in duplicate_notes(self.blocks) if self.blocks is not None else []:
             self.add(
                 "plugin block",

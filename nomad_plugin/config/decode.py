@@ -41,8 +41,6 @@ LEVEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 # Nomad refuses a dynamic meta key that is not a dotted HCL identifier (NodeMetaApplyRequest.Validate).
 META_PREFIX = re.compile(r"(?:[A-Za-z][A-Za-z0-9_-]*\.){1,8}")
 SHOWN_CHARS = 60
-# Deprecated spellings of a mode, accepted with a warning (deprecated_spellings).
-DEPRECATED_MODES = {"share": "tdm"}
 REDACTED = "<redacted>"
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -155,8 +153,6 @@ def decode_string(opt: Option, value: Any, name: str) -> str:
     if len(value) > MAX_STRING or "\x00" in value:
         raise invalid(name, value, allowed, opt.secret, f"is too long or holds a NUL (max {MAX_STRING} chars)")
     text: str = value.strip().lower() if opt.name == "log_level" else value
-    if opt.name in ("default_mode", "mode"):
-        text = DEPRECATED_MODES.get(text, text)
     if opt.choices and text not in opt.choices:
         raise invalid(name, value, allowed, opt.secret, "is not one of the choices")
     return text
@@ -322,18 +318,6 @@ def decode_cards(value: Any) -> tuple[CardRule, ...]:
     return tuple(rules)
 
 
-def apply_xdm_mounts_alias(values: dict[str, Any], raw: dict[Any, Any]) -> None:
-    """Deprecated spelling: ``xdm_mounts = true`` means ``container_mounts = "always"``."""
-    if not values["xdm_mounts"]:
-        return
-    if raw.get("container_mounts") not in (None, "always"):
-        raise ConfigError(
-            f"config: xdm_mounts = true (deprecated) and container_mounts = {show(raw['container_mounts'])} "
-            'disagree; allowed: container_mounts alone (xdm_mounts = true means "always")'
-        )
-    values["container_mounts"] = "always"
-
-
 # --- entry points -------------------------------------------------------------------
 
 
@@ -360,7 +344,6 @@ def decode_config(data: bytes) -> PluginConfig:
             f"config: the decoded value {show(raw)} is not a map; allowed: a map of option names to values"
         )
     values = _decode_object(raw, OPTIONS, "config", extra=frozenset({CARD_BLOCK}))
-    apply_xdm_mounts_alias(values, raw)
     values["cards"] = decode_cards(raw.get(CARD_BLOCK))
     check_paths_and_urls(values)
     check_plugin_settings(values)
@@ -468,29 +451,6 @@ def merge_fingerprint_period(values: dict[str, Any], raw: dict[Any, Any]) -> Non
         )
     values["fingerprint_period"] = period
     values["inventory_resync_period"] = max(MIN_FINGERPRINT_PERIOD_S, period)
-
-
-def deprecated_spellings(data: bytes) -> list[str]:
-    """Warnings for deprecated spellings in ``msgpack_config`` (decoding accepts them; SetConfig logs
-    these and doctor shows them). Empty for anything that does not decode."""
-    try:
-        raw = unpack(data) if data else None
-    except ConfigError:
-        return []
-    if not isinstance(raw, dict):
-        return []
-    found: list[str] = []
-    modes = [("default_mode", raw.get("default_mode"))]
-    cards = raw.get(CARD_BLOCK)
-    for index, card in enumerate(cards if isinstance(cards, list) else []):
-        if isinstance(card, dict):
-            modes.append((f"{CARD_BLOCK}[{index}].mode", card.get("mode")))
-    for name, value in modes:
-        if isinstance(value, str) and value in DEPRECATED_MODES:
-            found.append(f'{name} = "{value}" is deprecated: write "{DEPRECATED_MODES[value]}" (same meaning)')
-    if raw.get("xdm_mounts") is True:
-        found.append('xdm_mounts = true is deprecated: write container_mounts = "always" (same meaning)')
-    return found
 
 
 def secret_values(config: PluginConfig) -> list[str]:

@@ -53,7 +53,6 @@ class PluginConfig:
     health_recovery_delay: float = 30.0
     inventory_resync_period: float = 60.0
     container_mounts: str = "auto"  # auto | always | never
-    xdm_mounts: bool = False  # deprecated alias of container_mounts = "always"
     reconcile: bool = True
     release_grace_period: float = 30.0
     nomad_address: str = ""

@@ -198,7 +198,6 @@ OPTIONS: tuple[Option, ...] = (
         "asks the Nomad API), always or never. See docs/reserve.md.",
         choices=("auto", "always", "never"),
     ),
-    Option("xdm_mounts", "bool", False, 'Deprecated: true = container_mounts "always".'),
     # --- release lifecycle -------------------------------------------------------
     Option("reconcile", "bool", True, "Release grants whose Nomad allocation ended (needs the Nomad API)."),
     Option(

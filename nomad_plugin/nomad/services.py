@@ -129,10 +129,6 @@ class BaseService(base_pb2_grpc.BasePluginServicer):
         if failure is not None:
             context.abort(*failure)
         if changed:
-            from nomad_plugin.config.decode import deprecated_spellings
-
-            for warning in deprecated_spellings(request.msgpack_config):
-                log.warning("configuration: %s", warning)
             log.info(
                 "configuration applied",
                 extra={

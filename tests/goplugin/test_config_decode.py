@@ -608,15 +608,6 @@ def test_good_nomad_addresses_are_kept_as_written(address: str) -> None:
     assert decode({"nomad_address": address}).nomad_address == address
 
 
-def test_xdm_mounts_with_a_different_container_mounts_is_refused_in_full() -> None:
-    assert rejected({"xdm_mounts": True, "container_mounts": "never"}) == (
-        "config: xdm_mounts = true (deprecated) and container_mounts = 'never' disagree; "
-        'allowed: container_mounts alone (xdm_mounts = true means "always")'
-    )
-    assert decode({"xdm_mounts": True, "container_mounts": "always"}).container_mounts == "always"
-    assert decode({"xdm_mounts": True}).container_mounts == "always"
-
-
 # --- data_dir, nomad_node_id, metrics_bind, nomad_token, the Reserve allow lists --------------------
 @pytest.mark.parametrize(
     ("value", "problem"),

@@ -4,7 +4,7 @@ doctor judges only the plugin file and leaves the data dir as found; xdm-probe's
 section names config-daemon.sock; a second xdm-sim refuses a socket directory already served, or
 one too long for a Unix socket; fingerprint stops at the first clear cause in one line and prints
 one line per group; "did you mean" for commands and options; group_by's warning names the levels
-that exist; help without reStructuredText markup; "share", the old name of tdm, is accepted
+that exist; help without reStructuredText markup; "share", a mode name no release accepted, is refused
 with a warning.
 """
 
@@ -113,13 +113,13 @@ def test_doctor_sees_the_running_plugin_without_writing_its_lock(tmp_path: Path)
     assert grants and "a plugin runs on this data_dir" in grants[0]["summary"], grants
 
 
-def test_doctor_warns_about_the_old_mode_name(tmp_path: Path) -> None:
+def test_the_never_released_mode_name_share_is_refused_naming_the_choices(tmp_path: Path) -> None:
     agent = tmp_path / "agent.hcl"
     agent.write_text(f'plugin "{PLUGIN_NAME}" {{\n  config {{\n    default_mode = "share"\n  }}\n}}\n')
     proc = cli("doctor", "--config-only", "--json", "--plugin-config", str(agent))
-    assert proc.returncode == 0, proc.stdout
-    warning = [f for f in findings(proc) if f["status"] == "warn"]
-    assert warning and 'default_mode = "share" is deprecated: write "tdm"' in warning[0]["summary"]
+    failed = [f for f in findings(proc) if f["status"] == "fail"]
+    assert proc.returncode == 1 and failed and "default_mode" in failed[0]["summary"], proc.stdout
+    assert "tdm" in failed[0]["summary"] and "share" in failed[0]["summary"]
 
 
 def test_doctor_did_you_mean_for_an_option(tmp_path: Path) -> None:

@@ -37,12 +37,9 @@ def test_option_rejects_other_values_naming_the_field() -> None:
         _decode(container_mounts="sometimes")
 
 
-def test_deprecated_xdm_mounts_true_means_always_and_conflicts_are_refused() -> None:
-    assert _decode(xdm_mounts=True) == "always"
-    assert _decode(xdm_mounts=True, container_mounts="always") == "always"
-    assert _decode(xdm_mounts=False, container_mounts="never") == "never"
-    with pytest.raises(ConfigError, match=r"xdm_mounts = true .* container_mounts = 'never'"):
-        _decode(xdm_mounts=True, container_mounts="never")
+def test_xdm_mounts_is_no_option() -> None:
+    with pytest.raises(ConfigError, match="xdm_mounts"):
+        _decode(xdm_mounts=True)
 
 
 @pytest.fixture
