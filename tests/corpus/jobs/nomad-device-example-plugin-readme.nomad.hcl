@@ -1,0 +1,13 @@
+job "job" {
+  group "grp" {
+    task "tsk" {
+      driver = "..."
+      config {}
+      resources {
+        device "nomad/file/mock" {
+          count = 1
+        }
+      }
+    }
+  }
+}
