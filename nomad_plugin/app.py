@@ -236,11 +236,9 @@ class PluginApp:
             self._owner_settled.set()
         if owned is None:
             return
-        owner, stale = owned
-        reserver = owner.reserver
+        owner = owned
         try:
-            released = sum(1 for gid in stale if reserver.release_grant(gid, "left by the previous plugin process"))
-            reserver.counters.inc("grants_released_at_startup", released)
+            released = owner.reserver.recover()
             if released:
                 log.info("startup: released %d grant(s) left by the previous plugin process", released)
         except Exception:
@@ -253,9 +251,9 @@ class PluginApp:
         except OSError as exc:
             log.error("operator requests directory cannot be used: %s", exc)
 
-    def _own(self, config: PluginConfig, engines: Engines) -> tuple[Owner, list[str]] | None:
-        """The owner, and the grants a previous process left mid-Reserve or mid-release; None when closed
-        first or the journal is unusable (``journal_error``)."""
+    def _own(self, config: PluginConfig, engines: Engines) -> Owner | None:
+        """The owner (its reserver knows what a previous process left mid-call); None when closed first or
+        the journal is unusable (``journal_error``)."""
         from nomad_plugin.nomad.reserve import Reserver
         from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
         from nomad_plugin.reconcile.reconciler import MIN_ROUND_INTERVAL, Reconciler, reconciler_state_path
@@ -265,8 +263,6 @@ class PluginApp:
         if taken is None:
             return None
         lock, journal = taken
-        # Taken before any new Reserve can add its own in-flight entry.
-        stale = [e.grant_id for e in journal.entries() if e.state.value != "granted"]
         fp = engines.fingerprint
         mounts, close_mounts = self._mount_policy(config, engines.metrics)
         reserver = Reserver(engines.backend, fp.catalog, journal, config, fp.notify_grants_changed, mount_policy=mounts)
@@ -292,7 +288,7 @@ class PluginApp:
             _quietly("journal", journal.close)
             return None
         fp.notify_grants_changed()  # the journal's grants mark their cards from now on
-        return owner, stale
+        return owner
 
     def _take_ownership(self, config: PluginConfig) -> tuple[OwnerLock, Journal] | None:
         """Wait for ``plugin.lock`` (as long as it takes, or until close), then open the journal."""

@@ -318,12 +318,12 @@ def build_container(
     instances: Sequence[Instance],
     group: GroupKey,
     *,
-    include_mounts: bool = False,
     path_exists: Callable[[str], bool] = os.path.exists,
     policy: ReservePolicy = ReservePolicy(),
 ) -> ContainerSpec:
     """Validate ``grant`` (made for ``instances``, in request order) against the content policy and
-    turn it into what Nomad gives the task; mounts are validated always, passed with ``include_mounts``."""
+    turn it into what Nomad gives the task, XDM's mounts included (the reserve flow's mount policy decides
+    afterwards whether they reach the task)."""
     _check_sizes(grant)
     mounts = _checked_mounts(grant, policy)
     nodes = _checked_nodes(grant, group) or _derived_nodes(grant, group, path_exists)
@@ -363,7 +363,7 @@ def build_container(
             f"(at most {MAX_ENV} and {MAX_ENV_TOTAL} bytes)",
             "size",
         )
-    return ContainerSpec(envs=envs, mounts=mounts if include_mounts else (), devices=nodes)
+    return ContainerSpec(envs=envs, mounts=mounts, devices=nodes)
 
 
 def in_request_order(visible: str, instances: Sequence[Instance]) -> str:

@@ -53,9 +53,6 @@ log = logging.getLogger(__name__)
 #: Runs a function once the reply has gone out (gRPC's ``context.add_callback``); False if it cannot.
 AfterReply = Callable[[Callable[[], None]], bool]
 
-#: Crash-test hook points, in order (see tests/reserve/crash_driver.py).
-STEPS = ("before-allocate", "after-allocate", "after-journal")
-
 
 @dataclass(frozen=True)
 class RequestPlan:
@@ -232,9 +229,7 @@ class Reserver:
         on_grants_changed: Callable[[], None] | None = None,
         *,
         counters: LifecycleCounters | None = None,
-        include_mounts: bool = False,
         mount_policy: MountPolicy | None = None,
-        step_hook: Callable[[str], None] | None = None,
         path_exists: Callable[[str], bool] = os.path.exists,
     ) -> None:
         self.backend = backend
@@ -243,14 +238,15 @@ class Reserver:
         self.config = config
         self.counters = counters or LifecycleCounters()
         self._on_changed = on_grants_changed
-        # Without a policy: include_mounts=True passes XDM's mounts always, else never.
-        self._mounts = mount_policy or MountPolicy("always" if include_mounts else "never")
+        self._mounts = mount_policy or MountPolicy("never")
         self._policy = ReservePolicy(frozenset(config.xdm_env_allow), config.xdm_mount_allow, config.data_dir)
-        self._step = step_hook or (lambda _step: None)
         self._path_exists = path_exists
         self._locks_guard = threading.Lock()
         self._card_locks: dict[str, threading.Lock] = {}
         self.counters.journal_size = len(journal)
+        # What a previous process left mid-Reserve or mid-release, read before any Reserve of this one can
+        # add its own in-flight entry (``recover``).
+        self._left_behind = tuple(e.grant_id for e in journal.entries() if e.state is not EntryState.GRANTED)
         # The card -> granted kinds the fingerprint engine was last told of.
         self._notified_kinds: Mapping[str, frozenset[Kind]] | None = None
 
@@ -301,7 +297,6 @@ class Reserver:
         )
         # Durable before Allocate: after any crash the next plugin releases it (startup recovery).
         self._put(entry, released)
-        self._step("before-allocate")
         try:
             grant = self.backend.allocate(GrantRequest(grant_id=grant_id, asks=plan.asks))
         except BaseException as exc:
@@ -313,14 +308,12 @@ class Reserver:
                 self._put(entry)
             self._abandon(entry, f"Allocate failed: {exc}")
             raise
-        self._step("after-allocate")
         entry = replace(entry, settle_until=0.0)  # XDM answered: from here a release is final
         try:
             spec = build_container(
                 grant,
                 plan.instances,
                 plan.group,
-                include_mounts=True,  # filtered by the mount policy after the grant is journalled
                 path_exists=self._path_exists,
                 policy=self._policy,
             )
@@ -329,7 +322,6 @@ class Reserver:
         except BaseException as exc:
             self._abandon(entry, f"verification failed: {exc}")
             raise
-        self._step("after-journal")
         return entry, spec
 
     def _release_previous_holders(self, plan: RequestPlan) -> tuple[str, ...]:
@@ -389,18 +381,19 @@ class Reserver:
         return True
 
     def recover(self) -> int:
-        """Route (c), at startup before serving: release entries left mid-Reserve or mid-release."""
+        """Route (c), once the journal is owned: release what a previous process left mid-Reserve or
+        mid-release, as the journal stood when this reserver was made."""
         released = 0
-        for entry in self.journal.entries():
-            if entry.state is EntryState.GRANTED:
+        for grant_id in self._left_behind:
+            entry = self.journal.get(grant_id)
+            if entry is None or entry.state is EntryState.GRANTED:
                 continue
             reason = (
                 "left by a plugin that stopped mid-Reserve"
                 if entry.state is EntryState.INTENT
                 else "retry of an earlier failed release"
             )
-            if self.release_grant(entry.grant_id, reason):
-                released += 1
+            released += self.release_grant(grant_id, reason)
         self.counters.inc("grants_released_at_startup", released)
         return released
 

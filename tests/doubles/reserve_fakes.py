@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
+from nomad_plugin.journal import EntryState, JournalEntry
 from nomad_plugin.model.card import Inventory
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable
 from nomad_plugin.model.grant import DeviceNode, Grant, GrantedDevice, GrantRequest, MountSpec
@@ -18,6 +19,7 @@ from nomad_plugin.model.instances import (
     mig_unit_id,
     share_id,
 )
+from nomad_plugin.nomad.reserve import Reserver
 
 
 def card_uuid(minor: int, prefix: str = "PPU") -> str:
@@ -144,3 +146,28 @@ class FakeBackend:
 
 
 UNAVAILABLE = BackendUnavailable("XDM socket missing", "socket-missing")
+
+
+#: The points of a Reserve the crash tests stop at, in order: the intent is journalled (Allocate about to
+#: be sent), Allocate answered, the grant journalled.
+STEPS = ("before-allocate", "after-allocate", "after-journal")
+
+
+def announce_steps(reserver: Reserver, hook: Callable[[str], None]) -> None:
+    """Call ``hook`` at each of STEPS of ``reserver``'s Reserves, through its backend and journal (the seams
+    it is built with), so a test can observe, or a crash driver stop, the flow there."""
+    allocate, put = reserver.backend.allocate, reserver.journal.put
+
+    def allocating(request: GrantRequest) -> Grant:
+        hook("before-allocate")
+        grant = allocate(request)
+        hook("after-allocate")
+        return grant
+
+    def putting(entry: JournalEntry, remove: Collection[str] = ()) -> None:
+        put(entry, remove)
+        if entry.state is EntryState.GRANTED:
+            hook("after-journal")
+
+    reserver.backend.allocate = allocating  # type: ignore[method-assign]
+    reserver.journal.put = putting  # type: ignore[method-assign]

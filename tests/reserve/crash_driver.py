@@ -10,7 +10,7 @@ default 0.5 s: an intent left by a killed Reserve is kept two of them).
 windows in which XDM could still commit a killed Reserve's grant to close,
 and retries the releases kept for them, as the reconciler's rounds would.
 With ``LINGJUN_CRASH_STOP_AT=<step>`` the Reserve stops at
-that step (``nomad_plugin.nomad.reserve.STEPS``), prints ``STOPPED <step>``
+that step (``tests.doubles.reserve_fakes.STEPS``, announced through the reserver's backend and journal), prints ``STOPPED <step>``
 and waits to be SIGKILLed.
 """
 
@@ -29,6 +29,7 @@ from nomad_plugin.nomad.reserve import Reserver
 from nomad_plugin.reconcile.nomad_api import NomadApiSettings, NomadClient
 from nomad_plugin.reconcile.reconciler import Reconciler
 from nomad_plugin.xdm.backend import XdmBackend
+from tests.doubles.reserve_fakes import announce_steps
 
 
 def make_backend(config: PluginConfig) -> XdmBackend:
@@ -62,7 +63,8 @@ def main(argv: list[str]) -> int:
                 time.sleep(60)
 
     cat = catalog(spec["cards"])
-    reserver = Reserver(make_backend(config), lambda: cat, Journal(config.data_dir), config, step_hook=hook)
+    reserver = Reserver(make_backend(config), lambda: cat, Journal(config.data_dir), config)
+    announce_steps(reserver, hook)
     if mode == "reserve":
         resp = reserver.reserve(spec["device_ids"])
         print("DONE", resp.container_res.envs["LINGJUN_GRANT_ID"], flush=True)

@@ -183,10 +183,10 @@ def test_driver_mounts_pass_and_the_operator_may_allow_a_tree():
         MountSpec("/usr/local/nvidia", "/usr/local/nvidia"),
         MountSpec("/usr/lib64/libcuda.so.1", "/usr/lib64/libcuda.so.1"),
     )
-    assert build_container(nv_grant(mounts=ok), WHOLE, NV, include_mounts=True, path_exists=never).mounts == ok
+    assert build_container(nv_grant(mounts=ok), WHOLE, NV, path_exists=never).mounts == ok
     socket = (MountSpec("/run/amp/xdm.sock", "/run/amp/eKitC/xdm/sockets/dp2mgr.sock", read_only=False),)
     policy = ReservePolicy(mount_allow=("/run/amp/eKitC",))
-    assert build_container(nv_grant(mounts=socket), WHOLE, PPU, include_mounts=True, path_exists=never, policy=policy)
+    assert build_container(nv_grant(mounts=socket), WHOLE, PPU, path_exists=never, policy=policy)
     assert rejected_rule(nv_grant(mounts=socket)) == "mount"
 
 
@@ -303,10 +303,9 @@ def test_bad_permissions_rejected():
         build_container(grant(device_nodes=(DeviceNode("/dev/a", "/dev/a", "rwx"),)), WHOLE, PPU, path_exists=never)
 
 
-def test_mounts_only_when_configured():
+def test_validated_mounts_are_carried_for_the_mount_policy_to_decide():
     g = grant(mounts=(MountSpec("/usr/local/lj", "/opt/lj/lib"),))
-    assert build_container(g, WHOLE, PPU, path_exists=never).mounts == ()
-    assert build_container(g, WHOLE, PPU, include_mounts=True, path_exists=never).mounts == g.mounts
+    assert build_container(g, WHOLE, PPU, path_exists=never).mounts == g.mounts
 
 
 def test_device_nodes_derived_when_xdm_names_none_and_only_existing():
@@ -319,7 +318,7 @@ def test_device_nodes_derived_when_xdm_names_none_and_only_existing():
 
 def test_to_proto_round_trip():
     g = grant(mounts=(MountSpec("/usr/local/lj", "/opt/lj/lib", True),))
-    proto = build_container(g, WHOLE, PPU, include_mounts=True, path_exists=never).to_proto()
+    proto = build_container(g, WHOLE, PPU, path_exists=never).to_proto()
     assert proto.envs["LINGJUN_GRANT_ID"] == "g-1"
     assert [(m.task_path, m.host_path, m.read_only) for m in proto.mounts] == [("/usr/local/lj", "/opt/lj/lib", True)]
     assert [(d.task_path, d.host_path, d.permissions) for d in proto.devices] == [

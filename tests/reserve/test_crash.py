@@ -20,8 +20,8 @@ import pytest
 from nomad_plugin import sim as sim_mod
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import api_outer_pb2_grpc as pb_grpc
-from nomad_plugin.nomad.reserve import STEPS
 from tests.doubles.nomad_api import NomadApiDouble
+from tests.doubles.reserve_fakes import STEPS
 
 ROOT = str(Path(__file__).resolve().parents[2])
 

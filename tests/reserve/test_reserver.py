@@ -16,8 +16,16 @@ from nomad_plugin.model.errors import BackendRefused, GrantMismatch, PluginError
 from nomad_plugin.model.grant import DeviceNode
 from nomad_plugin.model.instances import Kind, share_id
 from nomad_plugin.nomad.container import GrantRejected
-from nomad_plugin.nomad.reserve import Reserver
-from tests.doubles.reserve_fakes import UNAVAILABLE, FakeBackend, card_uuid, catalog, share_group, whole_group
+from nomad_plugin.nomad.reserve import MountPolicy, Reserver
+from tests.doubles.reserve_fakes import (
+    UNAVAILABLE,
+    FakeBackend,
+    announce_steps,
+    card_uuid,
+    catalog,
+    share_group,
+    whole_group,
+)
 
 CAT = catalog(whole_group(4), share_group([4, 5]))
 
@@ -271,7 +279,8 @@ def test_an_allocate_xdm_answered_or_never_got_is_released_and_forgotten_at_once
 
 def test_steps_are_announced_in_order_and_the_entry_names_its_group(tmp_path):
     steps = []
-    r, _, _ = make(tmp_path, step_hook=steps.append)
+    r, _, _ = make(tmp_path)
+    announce_steps(r, steps.append)
     r.reserve([card_uuid(0)])
     assert steps == ["before-allocate", "after-allocate", "after-journal"]
     assert [e.group for e in r.entries()] == ["alibaba/ppu/PPU 810E"]
@@ -332,7 +341,7 @@ def test_mounts_are_passed_on_only_when_configured_and_node_paths_are_checked_on
     assert list(res.mounts) == [] and [d.host_path for d in res.devices] == ["/dev/alixpu"]
     assert "/dev/alixpu_ctl" in seen
     with_mounts = Reserver(
-        b, lambda: CAT, Journal(tmp_path / "b"), PluginConfig(), include_mounts=True, path_exists=exists
+        b, lambda: CAT, Journal(tmp_path / "b"), PluginConfig(), mount_policy=MountPolicy("always"), path_exists=exists
     )
     res = with_mounts.reserve([card_uuid(1)]).container_res
     assert [(m.task_path, m.host_path) for m in res.mounts] == [("/usr/local/lj", "/opt/lj/lib")]
@@ -650,7 +659,8 @@ def test_a_re_reserve_releases_every_earlier_holder_with_its_reason(tmp_path, ca
 def test_a_re_reserve_drops_the_released_holder_in_the_intents_write(tmp_path):
     """Two journal writes for a re-reserve: the intent (without the released holder), then the grant."""
     seen = []
-    r, b, _ = make(tmp_path, step_hook=lambda step: seen.append((step, Journal.snapshot(tmp_path / "data"))))
+    r, b, _ = make(tmp_path)
+    announce_steps(r, lambda step: seen.append((step, Journal.snapshot(tmp_path / "data"))))
     old = r.reserve([card_uuid(0)]).container_res.envs["LINGJUN_GRANT_ID"]
     writes = []
     real_put, real_remove = r.journal.put, r.journal.remove
