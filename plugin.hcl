@@ -38,7 +38,7 @@ plugin "nomad-device-lingjun" {
     xdm_call_timeout = "5s"
 
     # Deadline of XDM Allocate: above its slowest legitimate case (MIG instances on a loaded card take seconds); an Allocate without an answer is kept journalled one more deadline (docs/reserve.md).
-    xdm_allocate_timeout = "60s"
+    xdm_allocate_timeout = "1m"
 
     # Env names XDM's grants may set although the Reserve policy protects them (NOMAD_*, PATH, LD_*); see docs/reserve.md.
     xdm_env_allow = []

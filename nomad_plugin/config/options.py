@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from nomad_plugin import PLUGIN_NAME
 from nomad_plugin._proto.nomad import hcl_spec_pb2
+from nomad_plugin.config.model import CardRule, PluginConfig
 
 DEFAULT_SOCKET_DIR = "/run/amp/eKitC/xdm/sockets"
 
@@ -36,19 +37,49 @@ class Option:
     secret: bool = False  # never logged or echoed in errors
 
 
-OPTIONS: tuple[Option, ...] = (
+#: An option whose default is its field's in ``config/model.py``: the default is stated there, once, and
+#: rendered here in HCL's form (a list for a tuple, a Go duration for seconds).
+MODEL: Any = object()
+
+
+def _go_duration(seconds: float) -> str:
+    whole = int(seconds)
+    if whole == seconds and whole and whole % 3600 == 0:
+        return f"{whole // 3600}h"
+    if whole == seconds and whole and whole % 60 == 0:
+        return f"{whole // 60}m"
+    return f"{seconds:g}s"
+
+
+def _defaults_from(model: type, *options: Option) -> tuple[Option, ...]:
+    """``options`` with each ``MODEL`` default replaced by ``model``'s field default in HCL's form."""
+    found = {f.name: f.default for f in fields(model) if f.default is not MISSING}
+    out = []
+    for option in options:
+        if option.default is MODEL:
+            value = found[option.name]
+            hcl = (
+                list(value) if isinstance(value, tuple) else _go_duration(value) if isinstance(value, float) else value
+            )
+            option = replace(option, default=hcl)
+        out.append(option)
+    return tuple(out)
+
+
+OPTIONS: tuple[Option, ...] = _defaults_from(
+    PluginConfig,
     # --- hashicorp/nomad-device-nvidia's keys, same meaning (drop-in) --------
-    Option("enabled", "bool", True, "false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia)."),
+    Option("enabled", "bool", MODEL, "false: fingerprint no devices and refuse Reserve (as nomad-device-nvidia)."),
     Option(
         "ignored_gpu_ids",
         "list(string)",
-        [],
+        MODEL,
         "GPU or MIG UUIDs never fingerprinted (as nomad-device-nvidia: a card in MIG mode is hidden by its MIG UUIDs).",
     ),
     Option(
         "fingerprint_period",
         "string",
-        "1m",
+        MODEL,
         "nomad-device-nvidia's key: how often cards are re-read (a Go duration; under 1s means 1s); "
         "one setting with inventory_resync_period.",
     ),
@@ -56,40 +87,40 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "backend",
         "string",
-        "auto",
+        MODEL,
         "Where cards come from: auto (XDM if its socket exists, else NVML), xdm or nvml.",
         choices=("auto", "xdm", "nvml"),
     ),
     Option(
         "xdm_socket",
         "string",
-        f"{DEFAULT_SOCKET_DIR}/dp2mgr.sock",
+        MODEL,
         "XDM device-manager socket, an absolute path (ListAndWatch, Allocate, Release, exporter).",
     ),
     Option(
         "config_socket",
         "string",
-        f"{DEFAULT_SOCKET_DIR}/config-daemon.sock",
+        MODEL,
         "XDM config-daemon socket (QueryStatus only; the plugin never calls Enable/Disable).",
     ),
     Option(
         "xdm_service",
         "string",
-        "",
+        MODEL,
         "Fully-qualified XDM service name; empty = probe the known candidates (see docs/xdm-risks.md, the service name).",
     ),
     Option(
         "xdm_minor_encoding",
         "string",
-        "explicit",
+        MODEL,
         "How a card minor is sent to Allocate: explicit (field always present) or omit-zero (docs/xdm-risks.md, card 0).",
         choices=("explicit", "omit-zero"),
     ),
-    Option("xdm_call_timeout", "string", "5s", "Deadline of every unary XDM call but Allocate.", duration=True),
+    Option("xdm_call_timeout", "string", MODEL, "Deadline of every unary XDM call but Allocate.", duration=True),
     Option(
         "xdm_allocate_timeout",
         "string",
-        "60s",
+        MODEL,
         "Deadline of XDM Allocate: above its slowest legitimate case (MIG instances on a loaded card take "
         "seconds); an Allocate without an answer is kept journalled one more deadline (docs/reserve.md).",
         duration=True,
@@ -97,35 +128,35 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "xdm_env_allow",
         "list(string)",
-        [],
+        MODEL,
         "Env names XDM's grants may set although the Reserve policy protects them (NOMAD_*, PATH, LD_*); "
         "see docs/reserve.md.",
     ),
     Option(
         "xdm_mount_allow",
         "list(string)",
-        [],
+        MODEL,
         "Host paths (and what lies below) XDM's grants may mount read-write or from a protected tree "
         "(/etc, /run, /var/lib, ...); see docs/reserve.md.",
     ),
     Option(
         "xdm_schema",
         "string",
-        "auto",
+        MODEL,
         "XDM's proto schema: auto (XDM's server reflection, else the built-in reconstruction), reflection, builtin, "
         "or a path to the official .proto file, a directory of .proto files, or a descriptor set (no rebuild).",
     ),
     Option(
         "xdm_field_aliases",
         "list(map(string))",
-        [],
+        MODEL,
         'Extra field matches for the schema binder, { "Message.field" (or "field") of the reconstruction = XDM field name }.',
     ),
     # --- logging and state ---------------------------------------------------
     Option(
         "log_level",
         "string",
-        "info",
+        MODEL,
         "Lowest level the plugin logs; Nomad's agent log_level filters again, so debug and trace lines "
         "appear only when the agent logs at that level too.",
         choices=("trace", "debug", "info", "warn", "error"),
@@ -133,7 +164,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "data_dir",
         "string",
-        "/var/lib/nomad-device-lingjun",
+        MODEL,
         "The plugin's own directory for the grant journal: an absolute path, created 0700; an existing one "
         "must be owned by the plugin's user and writable by nobody else (never chmodded). The journal is 0600.",
     ),
@@ -141,14 +172,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "default_mode",
         "string",
-        "whole",
+        MODEL,
         "Mode of cards no card block matches: whole, tdm (time-division shares) or mig.",
         choices=("whole", "tdm", "mig"),
     ),
     Option(
         "tdm_shares",
         "number",
-        10,
+        MODEL,
         "Share instances per card in tdm mode (each 100/N % compute and floor(memory/N) GiB).",
         minimum=1,
         maximum=100,
@@ -156,26 +187,26 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "mig_models",
         "list(string)",
-        ["A100", "A800", "H100", "H800", "H200", "H20", "A30"],
+        MODEL,
         "Model substrings that may run in mig mode; XDM's refusal still wins (docs/xdm-risks.md, MIG availability).",
     ),
     Option(
         "group_by",
         "string",
-        "none",
+        MODEL,
         "Group whole cards by a topology level name (e.g. numaNodes, pcieSwitches) so count=N lands in one domain; none = one group per model.",
     ),
     # --- filters ---------------------------------------------------------------
-    Option("ignored_ids", "list(string)", [], "Cards never fingerprinted, by UUID or minor."),
-    Option("include_vendors", "list(string)", [], "Only these vendors (empty = all)."),
-    Option("exclude_vendors", "list(string)", [], "Never these vendors."),
-    Option("include_types", "list(string)", [], "Only these device types, e.g. gpu, ppu (empty = all)."),
-    Option("exclude_types", "list(string)", [], "Never these device types."),
+    Option("ignored_ids", "list(string)", MODEL, "Cards never fingerprinted, by UUID or minor."),
+    Option("include_vendors", "list(string)", MODEL, "Only these vendors (empty = all)."),
+    Option("exclude_vendors", "list(string)", MODEL, "Never these vendors."),
+    Option("include_types", "list(string)", MODEL, "Only these device types, e.g. gpu, ppu (empty = all)."),
+    Option("exclude_types", "list(string)", MODEL, "Never these device types."),
     # --- health ----------------------------------------------------------------
     Option(
         "health_recovery_checks",
         "number",
-        3,
+        MODEL,
         "Consecutive healthy observations before an unhealthy instance is eligible again.",
         minimum=1,
         maximum=1000,
@@ -183,40 +214,40 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "health_recovery_delay",
         "string",
-        "30s",
+        MODEL,
         "Or: continuous health for this long makes it eligible again.",
         duration=True,
     ),
     Option(
-        "inventory_resync_period", "string", "1m", "How often ListGpuInfo re-reads static card data.", duration=True
+        "inventory_resync_period", "string", MODEL, "How often ListGpuInfo re-reads static card data.", duration=True
     ),
     Option(
         "container_mounts",
         "string",
-        "auto",
+        MODEL,
         "Pass XDM's host mounts to tasks: auto (unless the task has volume_mounts, which Nomad would drop; "
         "asks the Nomad API), always or never. See docs/reserve.md.",
         choices=("auto", "always", "never"),
     ),
     # --- release lifecycle -------------------------------------------------------
-    Option("reconcile", "bool", True, "Release grants whose Nomad allocation ended (needs the Nomad API)."),
+    Option("reconcile", "bool", MODEL, "Release grants whose Nomad allocation ended (needs the Nomad API)."),
     Option(
         "release_grace_period",
         "string",
-        "30s",
+        MODEL,
         "How long a grant may lack a live allocation before it is released.",
         duration=True,
     ),
     Option(
         "nomad_address",
         "string",
-        "",
+        MODEL,
         "Local Nomad agent API URL (http://, https:// or unix://); empty = $NOMAD_ADDR or http://127.0.0.1:4646.",
     ),
     Option(
         "nomad_token",
         "string",
-        "",
+        MODEL,
         'ACL token with node:read, agent:read (unless nomad_node_id is set) and read-job on namespace "*" (docs/reserve.md); '
         "empty = nomad_token_file, else $NOMAD_TOKEN. Written here it stands in the agent configuration, which "
         "/v1/agent/self shows to every token with agent:read: prefer nomad_token_file or NOMAD_TOKEN.",
@@ -225,32 +256,32 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "nomad_token_file",
         "string",
-        "",
+        MODEL,
         "Absolute path of a file holding the ACL token instead (owned by the plugin's user, mode 0600 or 0400, "
         "refused otherwise), read at start and again whenever it changes: a rotated token needs no agent restart.",
     ),
-    Option("nomad_ca_cert", "string", "", "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),
-    Option("nomad_client_cert", "string", "", "Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT."),
-    Option("nomad_client_key", "string", "", "Client key for mTLS; empty = $NOMAD_CLIENT_KEY."),
-    Option("nomad_tls_server_name", "string", "", "TLS server name to verify; empty = $NOMAD_TLS_SERVER_NAME."),
+    Option("nomad_ca_cert", "string", MODEL, "CA bundle for the agent's TLS; empty = $NOMAD_CACERT."),
+    Option("nomad_client_cert", "string", MODEL, "Client certificate for mTLS; empty = $NOMAD_CLIENT_CERT."),
+    Option("nomad_client_key", "string", MODEL, "Client key for mTLS; empty = $NOMAD_CLIENT_KEY."),
+    Option("nomad_tls_server_name", "string", MODEL, "TLS server name to verify; empty = $NOMAD_TLS_SERVER_NAME."),
     Option(
         "nomad_node_id",
         "string",
-        "",
+        MODEL,
         "This node's ID (a UUID; checked with /v1/node/<id>); empty = ask the local agent (/v1/agent/self).",
     ),
     # --- node metadata (XDM topology for job-level constraints) --------------------
     Option(
         "node_meta",
         "bool",
-        False,
+        MODEL,
         "Publish XDM's topology and a node summary as Nomad dynamic node metadata (/v1/client/metadata) for "
         "job-level constraint/affinity/spread; the token then needs node:write (docs/topology.md).",
     ),
     Option(
         "node_meta_prefix",
         "string",
-        "lingjun.",
+        MODEL,
         "Key prefix of the published node metadata (dotted identifiers, ends with a dot); keys outside it are "
         "never touched.",
     ),
@@ -258,35 +289,36 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "nvml_enrich",
         "bool",
-        True,
+        MODEL,
         "With the XDM backend, fill PCI bus IDs, NUMA nodes and clocks from NVML when it is present.",
     ),
     Option(
         "xid_ignore",
         "list(number)",
-        [13, 31, 43, 45, 68, 109],
+        MODEL,
         "Application-level XIDs that do not make a card unhealthy.",
     ),
     # --- Prometheus ----------------------------------------------------------------
-    Option("metrics_port", "number", 0, "Prometheus endpoint port; 0 = off.", minimum=0, maximum=65535),
+    Option("metrics_port", "number", MODEL, "Prometheus endpoint port; 0 = off.", minimum=0, maximum=65535),
     Option(
         "metrics_bind",
         "string",
-        "127.0.0.1",
+        MODEL,
         'IP address the Prometheus endpoint binds to ("0.0.0.0" or "::" for every interface), or "localhost".',
     ),
 )
 
 # ``card`` blocks (repeatable): per-card or per-model mode overrides (CARD_EXAMPLE below).
 CARD_BLOCK = "card"
-CARD_OPTIONS: tuple[Option, ...] = (
+CARD_OPTIONS: tuple[Option, ...] = _defaults_from(
+    CardRule,
     Option("match", "string", "", "A card minor, a card UUID, or an exact model name."),
-    Option("mode", "string", "whole", "whole, tdm or mig.", choices=("whole", "tdm", "mig")),
-    Option("shares", "number", 0, "tdm: share instances on this card (0 = tdm_shares).", minimum=0, maximum=100),
+    Option("mode", "string", MODEL, "whole, tdm or mig.", choices=("whole", "tdm", "mig")),
+    Option("shares", "number", MODEL, "tdm: share instances on this card (0 = tdm_shares).", minimum=0, maximum=100),
     Option(
         "share_percent",
         "number",
-        0,
+        MODEL,
         "tdm: compute percent per share instead of a count (must divide 100).",
         minimum=0,
         maximum=100,

@@ -43,7 +43,7 @@ def test_empty_bytes_and_nil_mean_all_defaults() -> None:
 
 
 def test_full_object_of_nulls_equals_the_dataclass_defaults() -> None:
-    # Keeps options.py defaults and model.py defaults in step.
+    # Nulls decode to the defaults stated once in model.py.
     assert decode(full_object()) == PluginConfig()
     assert decode(full_object(**{CARD_BLOCK: None})) == PluginConfig()
 
