@@ -25,8 +25,7 @@ COMMANDS: dict[str, str] = {
     "grants": "the simulator's allocations (id -> minors, core, memory, slice, time)",
     "health MINOR healthy|unhealthy [REASON]": "flip a card's health (pushed on ListAndWatch)",
     "remove MINOR / add MINOR": "a card disappears / comes back",
-    "restart [DOWNTIME] [SCHEMA]": "stop, unlink the sockets, wait DOWNTIME s (default 0.5), re-bind"
-    " (serving SCHEMA: builtin, renumbered or foreign)",
+    "restart [DOWNTIME]": "stop, unlink the sockets, wait DOWNTIME s (default 0.5), re-bind",
     "reflection on|off": "serve gRPC server reflection of the served schema, or not",
     "crash / revive": "stop serving leaving stale socket files / come back",
     "slow-start SECONDS": "every RPC hangs for SECONDS from now",

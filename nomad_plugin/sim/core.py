@@ -35,7 +35,7 @@ from nomad_plugin.sim.allocation import (
     save_state,
 )
 from nomad_plugin.sim.profiles import TOPOLOGY_VARIANTS, CardSpec, with_level
-from nomad_plugin.sim.schema import SCHEMAS, Drift, parse_drift
+from nomad_plugin.sim.schema import Drift, parse_drift
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "disabled_effect": ("refuse", "none"),
     "unknown_filter": ("empty", "error"),
     "topology_variant": TOPOLOGY_VARIANTS,
-    "schema": SCHEMAS,
 }
 EXPORTER_STATES = ("running", "stopped", "error")
 CLOSE = object()  # put into a subscriber queue to end its stream with UNAVAILABLE
@@ -84,7 +83,6 @@ class SimOptions:
     control: bool = True  # serve the JSON-lines control socket
     version: str = "v1.13.0-sim"
     nvml_mirror: bool = False
-    schema: str = "builtin"  # served schema (nomad_plugin/sim/schema.py)
     reflection: bool = False  # serve gRPC server reflection
 
     def __post_init__(self) -> None:

@@ -28,9 +28,9 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.sim.allocation import Refusal, load_state
 from nomad_plugin.sim.control import ControlServer
-from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
+from nomad_plugin.sim.core import CLOSE, SimCore, SimOptions
 from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
-from nomad_plugin.sim.schema import ServedSchema, served_schema
+from nomad_plugin.sim.schema import ServedSchema, builtin_schema
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +65,16 @@ class _Dispatch(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
 class Simulator(SimCore):
     """A simulated XDM node serving ``dp2mgr.sock`` and ``config-daemon.sock`` in ``socket_dir``;
-    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields."""
+    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields. It serves ``schema``, the
+    reconstruction unless a caller hands it another."""
 
     def __init__(
-        self, socket_dir: Path | str, profile: str = "h800-8", state_file: Path | str | None = None, **options: Any
+        self,
+        socket_dir: Path | str,
+        profile: str = "h800-8",
+        state_file: Path | str | None = None,
+        schema: ServedSchema | None = None,
+        **options: Any,
     ) -> None:
         opts = SimOptions.from_kwargs(options)
         reader = None
@@ -82,7 +88,7 @@ class Simulator(SimCore):
             profile, cards = spec.name, build_cards(spec, opts.topology_variant)
         super().__init__(profile, cards, opts, Path(state_file) if state_file is not None else None, reader)
         self.socket_dir = Path(socket_dir)
-        self.schema: ServedSchema = served_schema(opts.schema)
+        self.schema: ServedSchema = schema or builtin_schema()
         self.dp2mgr_path = self.socket_dir / "dp2mgr.sock"
         self.config_path = self.socket_dir / "config-daemon.sock"
         self.control_path = self.socket_dir / "xdm-sim-control.sock"
@@ -103,7 +109,7 @@ class Simulator(SimCore):
                 self._collector = threading.Thread(target=self._collect_loop, name="xdm-sim-collector", daemon=True)
                 self._collector.start()
             if self.options.control and self._control is None:
-                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
+                self._control = ControlServer(self.command, self.control_path)
         log.info("xdm-sim %s: %d x %s on %s", self.profile, len(self.cards), self.cards[0].model, self.socket_dir)
         return self
 
@@ -157,21 +163,22 @@ class Simulator(SimCore):
 
     # ------------------------------------------------------------ faults
     def restart(
-        self, downtime: float = 0.5, remove_dir: bool = False, schema: str | None = None, reflection: bool | None = None
+        self,
+        downtime: float = 0.5,
+        remove_dir: bool = False,
+        schema: ServedSchema | None = None,
+        reflection: bool | None = None,
     ) -> None:
         """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, bind again; grants survive.
 
         ``remove_dir`` also removes the (otherwise empty) socket directory while down; ``schema`` and
         ``reflection``: come back as an upgraded XDM serving another schema, with or without reflection.
         """
-        if schema is not None:
-            check_choice("schema", schema, CHOICES["schema"])
         with self._lifecycle:
             log.info("restart: down for %.2fs", downtime)
             self._unserve()
             if schema is not None:
-                self.options.schema = schema
-                self.schema = served_schema(schema)
+                self.schema = schema
             if reflection is not None:
                 self.set_reflection(reflection)
             control_was_up = self._control is not None
@@ -187,8 +194,8 @@ class Simulator(SimCore):
             time.sleep(downtime)
             self.revive()
             if remove_dir and control_was_up:
-                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
-            log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self.options.reflection)
+                self._control = ControlServer(self.command, self.control_path)
+            log.info("restart: serving again (schema %s, reflection %s)", self.schema.name, self.options.reflection)
 
     def crash(self) -> None:
         """Stop serving and leave socket files nobody listens on (connects get ECONNREFUSED)."""
@@ -236,6 +243,10 @@ class Simulator(SimCore):
         self.options.reflection = on
         log.info("reflection: %s", "on" if on else "off")
 
+    def command(self, argv: list[str]) -> Any:
+        """Apply one control command (:data:`~nomad_plugin.sim.control.COMMANDS`); ValueError for bad input."""
+        return run_command(self, argv)
+
     def status(self) -> dict[str, Any]:
         """A summary for the control channel and logs."""
         with self.lock:
@@ -246,7 +257,7 @@ class Simulator(SimCore):
                 "crashed": self.crashed,
                 "enabled": self.state.enabled,
                 "drift": self.drift.describe(),
-                "schema": self.options.schema,
+                "schema": self.schema.name,
                 "reflection": self.options.reflection,
                 "services": [self.schema.device_service, self.schema.config_service],
                 "error_mode": self.options.error_mode,
@@ -446,7 +457,7 @@ _HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
     "health": _health,
     "remove": lambda sim, a: sim.remove_device(_minor(_one(a, "remove MINOR"))),
     "add": lambda sim, a: sim.add_device(_minor(_one(a, "add MINOR"))),
-    "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5, schema=a[1] if len(a) > 1 else None),
+    "restart": lambda sim, a: sim.restart(_seconds(_one(a, "restart [DOWNTIME]")) if a else 0.5),
     "reflection": lambda sim, a: sim.set_reflection(_one(a, "reflection on|off", "on", "off") == "on"),
     "crash": lambda sim, a: sim.crash(),
     "revive": lambda sim, a: sim.revive(),

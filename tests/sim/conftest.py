@@ -15,6 +15,7 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import api_outer_pb2_grpc as pb_grpc
 from nomad_plugin._proto.lingjun import config_service_pb2_grpc as cfg_grpc
 from nomad_plugin.sim import Simulator
+from tests.doubles.drifted_sim import DriftedSimulator
 
 
 @pytest.fixture
@@ -51,9 +52,14 @@ class Client:
 def make_sim(sock_dir: Path) -> Iterator[Callable[..., tuple[Simulator, Client]]]:
     made: list[tuple[Simulator, Client]] = []
 
-    def factory(profile: str = "h800-8", **options: Any) -> tuple[Simulator, Client]:
+    def factory(profile: str = "h800-8", schema: str | None = None, **options: Any) -> tuple[Simulator, Client]:
+        """``schema``: a schema of tests/doubles/drifted_schemas.py by name (a DriftedSimulator serves it)."""
         options.setdefault("collect_interval_ms", 100)
-        sim = Simulator(sock_dir, profile, **options).start()
+        sim = (
+            Simulator(sock_dir, profile, **options)
+            if schema is None
+            else DriftedSimulator(sock_dir, profile, schema, **options)
+        ).start()
         client = Client(sim)
         made.append((sim, client))
         return sim, client
