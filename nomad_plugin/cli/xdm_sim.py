@@ -48,14 +48,6 @@ then return; grants survive), crash (stale socket files, ECONNREFUSED),
 revive, slow-start, per-RPC latency or hang, health flips, cards removed and
 added, error mode (in-band status or gRPC codes), Runtime Kit disabled.
 
-drift modes (--drift, comma separated; test the client's schema defences):
-  package=<name>   serve under another proto package (package=none: no package)
-  split-services   monitoring RPCs under <pkg>.XpuExporterService
-  extra-fields     unknown fields 1000/1001 in every response message
-  type-clash       health as bool, totalMemory and metricId as strings
-  status-shift     failure status/message at fields 15/16
-  minor-omit-zero  Allocate treats minor 0 as "auto-assign"
-
 served schema (both sockets): the reconstruction in proto/lingjun, the
 schema the plugin guesses when it is given no other.
   --reflection on serves gRPC server reflection (v1alpha, also answered on the
@@ -89,7 +81,6 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-file", help="JSON file keeping grants and the enabled flag across restarts")
     parser.add_argument("--style", choices=STYLES, default="env+devices", help="container spec style of Allocate")
     parser.add_argument("--collect-interval-ms", type=int, default=1000, help="exporter collection interval")
-    parser.add_argument("--drift", help="schema-drift modes, comma separated (see below)")
     parser.add_argument("--error-mode", choices=("inband", "grpc"), default="inband")
     parser.add_argument("--push-on-allocation", action="store_true", help="ListAndWatch also pushes on grants")
     parser.add_argument("--topology", choices=("normal", "extra-level", "malformed"), default="normal")
@@ -213,7 +204,6 @@ def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
             state_file=args.state_file,
             style=args.style,
             collect_interval_ms=args.collect_interval_ms,
-            drift=args.drift,
             error_mode=args.error_mode,
             push_on_allocation=args.push_on_allocation,
             topology_variant=args.topology,

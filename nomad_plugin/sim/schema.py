@@ -1,17 +1,15 @@
-"""What the simulator puts on the wire: the served schema, and schema drift on top of it.
+"""What the simulator puts on the wire: the served schema.
 
 The simulator serves the reconstruction (``proto/lingjun/``). A :class:`ServedSchema` is built from file
 descriptors, so a caller may hand the simulator another schema with the same message names (other
 numbers, other packages) and the node's logic stays on the reconstruction's classes; ``emit`` writes a
-schema as ``.proto`` files and a descriptor set (for grpcurl or protoc). Drift modes answer in shapes no
-schema declares (this package's README.md).
+schema as ``.proto`` files and a descriptor set (for grpcurl or protoc).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
@@ -19,7 +17,6 @@ from google.protobuf.message import Message
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
-from nomad_plugin.util.protowire import VARINT, encode_len_field, tag, varint
 
 DEVICE_FILE = "api_outer.proto"
 CONFIG_FILE = "config_service.proto"
@@ -143,92 +140,3 @@ def render_proto(fdp: descriptor_pb2.FileDescriptorProto, origin: str) -> str:
             lines.append(f"  {decl} {fd.name} = {fd.number};")
         lines += ["}", ""]
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- drift
-
-DEFAULT_PACKAGE = "xdm"
-_FLAGS = ("split-services", "extra-fields", "type-clash", "status-shift", "minor-omit-zero")
-EXTRA_FIELDS = tag(1000, VARINT) + varint(1) + encode_len_field(1001, b"xdm-sim-extra")
-SHIFTED_STATUS_FIELD, SHIFTED_MESSAGE_FIELD = 15, 16
-
-
-@dataclass(frozen=True)
-class Drift:
-    package: str = DEFAULT_PACKAGE
-    split_services: bool = False
-    extra_fields: bool = False
-    type_clash: bool = False
-    status_shift: bool = False
-    minor_omit_zero: bool = False
-
-    def describe(self) -> str:
-        flags = [name for name in _FLAGS if getattr(self, name.replace("-", "_"))]
-        return ",".join(([f"package={self.package}"] if self.package != DEFAULT_PACKAGE else []) + flags) or "none"
-
-    def service(self, schema: ServedSchema, name: str) -> str:
-        """The full name of dp2mgr service ``name``: drift's package, else the served schema's."""
-        if self.package == DEFAULT_PACKAGE:
-            return f"{schema.device_package}.{name}"
-        return f"{self.package}.{name}" if self.package else name
-
-    def serialize(self, msg: Message) -> bytes:
-        """``msg`` on the wire with the drift applied (the message itself is left untouched)."""
-        if not (self.extra_fields or self.type_clash or self.status_shift):
-            return msg.SerializeToString()
-        out = type(msg)()
-        out.CopyFrom(msg)
-        declared = out.DESCRIPTOR.fields_by_name
-        if self.status_shift and "status" in declared and getattr(out, "status", 0) != 0:
-            shifted = tag(SHIFTED_STATUS_FIELD, VARINT) + varint(getattr(out, "status", 0))
-            shifted += encode_len_field(SHIFTED_MESSAGE_FIELD, str(getattr(out, "message", "")).encode())
-            out.ClearField("status")
-            if "message" in declared:
-                out.ClearField("message")
-            out.MergeFromString(shifted)
-        self._walk(out)
-        return out.SerializeToString()
-
-    def _walk(self, msg: Message) -> None:
-        for fd, value in msg.ListFields():
-            if fd.message_type is not None and not fd.message_type.GetOptions().map_entry:
-                for child in value if fd.is_repeated else [value]:
-                    self._walk(child)
-        if self.type_clash:
-            _clash(msg)
-        if self.extra_fields:
-            msg.MergeFromString(EXTRA_FIELDS)
-
-
-def _clash(msg: Message) -> None:
-    """Move a declared value into an unknown field of the other wire type (clear it, merge hand-made bytes)."""
-    numbers = {f.name: f.number for f in msg.DESCRIPTOR.fields}
-    moved: dict[str, bytes] = {}
-    name = msg.DESCRIPTOR.name
-    if name == "Device":
-        moved["health"] = tag(numbers["health"], VARINT) + varint(int(getattr(msg, "health", "") == "Healthy"))
-    if name in ("Device", "GpuInfo"):
-        moved["totalMemory"] = encode_len_field(numbers["totalMemory"], str(getattr(msg, "totalMemory", 0)).encode())
-    if name == "MetricData":
-        moved["metricId"] = encode_len_field(numbers["metricId"], str(getattr(msg, "metricId", 0)).encode())
-    for field_name, raw in moved.items():
-        msg.ClearField(field_name)
-        msg.MergeFromString(raw)
-
-
-def parse_drift(spec: str | None) -> Drift:
-    """``"extra-fields,package=api"`` -> Drift; None, "" or "none": no drift; an unknown mode: ValueError."""
-    if spec is None or spec.strip() in ("", "none"):
-        return Drift()
-    changes: dict[str, str | bool] = {}
-    for raw in spec.split(","):
-        item = raw.strip()
-        if item.startswith("package="):
-            package = item.split("=", 1)[1].strip()
-            changes["package"] = "" if package in ("", "none") else package
-        elif item in _FLAGS:
-            changes[item.replace("-", "_")] = True
-        else:
-            known = ", ".join(("package=<name>", *_FLAGS))
-            raise ValueError(f"drift: unknown mode {item!r} (known: {known})")
-    return Drift(**changes)  # type: ignore[arg-type]

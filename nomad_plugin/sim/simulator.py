@@ -1,8 +1,8 @@
 """The simulator's public face: :class:`Simulator`, its lifecycle, its faults and its two gRPC servers.
 
-Methods are looked up per call, so drift, the served schema and reflection take effect at once; every
-call first passes the fault gate. The served schema is applied at this edge only, so the node's logic
-keeps the builtin classes.
+Methods are looked up per call, so the served schema and reflection take effect at once; every call
+first passes the fault gate. The served schema is applied at this edge only (:meth:`Simulator.service_of`,
+:meth:`Simulator.serialize`), so the node's logic keeps the builtin classes.
 """
 
 from __future__ import annotations
@@ -43,13 +43,11 @@ DP2MGR = pb.DESCRIPTOR.services_by_name["XpuDeviceManagerService"]
 CONFIG = cfg.DESCRIPTOR.services_by_name["AmpConfigService"]
 RPC_NAMES = tuple(m.name for service in (DP2MGR, CONFIG) for m in service.methods)
 # The SimCore method answering each unary RPC (its message types come from the service descriptors).
-UNARY: dict[str, Callable[[SimCore, Any], Message]] = {
-    "ListSupportedXPUType": SimCore.list_xpu_types, "Allocate": SimCore.allocate, "Release": SimCore.release,
-    "ListGpuInfo": SimCore.gpu_info, "ExporterGetDataList": SimCore.data_list,
-    "ExporterGetConfig": SimCore.exporter_config, "ExporterGetStatus": SimCore.exporter_status,
-    "Enable": SimCore.enable, "Disable": SimCore.disable, "QueryStatus": SimCore.query_status,
+UNARY: dict[str, str] = {
+    "ListSupportedXPUType": "list_xpu_types", "Allocate": "allocate", "Release": "release",
+    "ListGpuInfo": "gpu_info", "ExporterGetDataList": "data_list", "ExporterGetConfig": "exporter_config",
+    "ExporterGetStatus": "exporter_status", "Enable": "enable", "Disable": "disable", "QueryStatus": "query_status",
 }  # fmt: skip
-EXPORTER_RPCS = ("ListGpuInfo", "ExporterGetDataList", "ExporterDataStream", "ExporterGetConfig", "ExporterGetStatus")
 _CANCELLED = object()
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
@@ -256,7 +254,6 @@ class Simulator(SimCore):
                 "serving": bool(self._servers),
                 "crashed": self.crashed,
                 "enabled": self.state.enabled,
-                "drift": self.drift.describe(),
                 "schema": self.schema.name,
                 "reflection": self.options.reflection,
                 "services": [self.schema.device_service, self.schema.config_service],
@@ -278,22 +275,22 @@ class Simulator(SimCore):
     # ------------------------------------------------------------ gRPC
     def _table(self, config: bool) -> dict[str, Handler]:
         """Method path -> handler, as served right now."""
-        schema, drift = self.schema, self.drift
-        main = drift.service(schema, DP2MGR.name)
-        exporter = drift.service(schema, "XpuExporterService") if drift.split_services else main
+        schema = self.schema
         streams: dict[str, Callable[[Any, grpc.ServicerContext], Iterator[Message]]] = {
             "ListAndWatch": self._list_and_watch, "ExporterDataStream": self._data_stream,
         }  # fmt: skip
         table: dict[str, Handler] = {}
         for method in (CONFIG if config else DP2MGR).methods:
             name = method.name
-            service = schema.config_service if config else exporter if name in EXPORTER_RPCS else main
+            service = self.service_of(name, config)
             decoder = schema.decoder(message_factory.GetMessageClass(method.input_type))
             if method.server_streaming:
-                handler = grpc.unary_stream_rpc_method_handler(streams[name], decoder, self._serialize)
+                handler = grpc.unary_stream_rpc_method_handler(streams[name], decoder, self.serialize)
             else:
-                answer = self._unary(name, message_factory.GetMessageClass(method.output_type), UNARY[name])
-                handler = grpc.unary_unary_rpc_method_handler(answer, decoder, self._serialize)
+                answer = self._unary(
+                    name, message_factory.GetMessageClass(method.output_type), getattr(self, UNARY[name])
+                )
+                handler = grpc.unary_unary_rpc_method_handler(answer, decoder, self.serialize)
             table[f"/{service}/{name}"] = handler
         if self.options.reflection:
             from grpc_reflection.v1alpha import reflection, reflection_pb2
@@ -308,8 +305,13 @@ class Simulator(SimCore):
             table.update(dict.fromkeys(REFLECTION_PATHS, handler))
         return table
 
-    def _serialize(self, msg: Message) -> bytes:
-        return self.drift.serialize(self.schema.to_served(msg))
+    def service_of(self, rpc: str, config: bool) -> str:
+        """The full name of the service that serves ``rpc`` (on config-daemon's socket if ``config``)."""
+        return self.schema.config_service if config else self.schema.device_service
+
+    def serialize(self, msg: Message) -> bytes:
+        """A response (a builtin message) on the wire, in the served schema."""
+        return self.schema.to_served(msg).SerializeToString()
 
     def _gate(self, rpc: str, context: grpc.ServicerContext) -> None:
         """Count the call, then hold it during slow start and injected latency (inf: until the client gives up)."""
@@ -325,12 +327,12 @@ class Simulator(SimCore):
             self._stopping.wait(min(0.05, max(0.0, until - time.monotonic())))
 
     def _unary(
-        self, rpc: str, resp_cls: Callable[..., Message], fn: Callable[[SimCore, Any], Message]
+        self, rpc: str, resp_cls: Callable[..., Message], fn: Callable[[Any], Message]
     ) -> Callable[[Any, grpc.ServicerContext], Message]:
         def handler(request: Any, context: grpc.ServicerContext) -> Message:
             self._gate(rpc, context)
             try:
-                response = fn(self, request)
+                response = fn(request)
             except Refusal as why:
                 code = grpc.StatusCode[why.code]
                 log.info("%s %s -> refused %s: %s", rpc, _summary(request), why.code, why.message)
@@ -463,7 +465,6 @@ _HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
     "revive": lambda sim, a: sim.revive(),
     "slow-start": lambda sim, a: sim.slow_start(_seconds(_one(a, "slow-start SECONDS"))),
     "latency": _latency,
-    "drift": lambda sim, a: sim.set_drift(_one(a, "drift MODE|none")),
     "error-mode": _choice("error_mode", "error-mode inband|grpc"),
     "topology": _topology,
     "enable": lambda sim, a: sim.set_enabled(True),

@@ -52,14 +52,16 @@ class Client:
 def make_sim(sock_dir: Path) -> Iterator[Callable[..., tuple[Simulator, Client]]]:
     made: list[tuple[Simulator, Client]] = []
 
-    def factory(profile: str = "h800-8", schema: str | None = None, **options: Any) -> tuple[Simulator, Client]:
-        """``schema``: a schema of tests/doubles/drifted_schemas.py by name (a DriftedSimulator serves it)."""
+    def factory(
+        profile: str = "h800-8", schema: str | None = None, drift: str | None = None, **options: Any
+    ) -> tuple[Simulator, Client]:
+        """``schema`` (a schema of tests/doubles/drifted_schemas.py, by name) or ``drift`` (drift modes): a
+        DriftedSimulator serves them; otherwise the product's Simulator."""
         options.setdefault("collect_interval_ms", 100)
-        sim = (
-            Simulator(sock_dir, profile, **options)
-            if schema is None
-            else DriftedSimulator(sock_dir, profile, schema, **options)
-        ).start()
+        if schema is None and drift is None:
+            sim = Simulator(sock_dir, profile, **options).start()
+        else:
+            sim = DriftedSimulator(sock_dir, profile, schema=schema or "builtin", drift=drift, **options).start()
         client = Client(sim)
         made.append((sim, client))
         return sim, client
