@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Make the simulator's capture bundles under tests/captures/ (one per schema mode).
+"""Make the simulator's capture bundles under tests/captures/ (one per served schema: the reconstruction and
+the drifted schemas of tests/doubles/drifted_schemas.py).
 
 Each bundle is what ``nomad-device-lingjun xdm-probe --capture DIR`` writes
 against a simulator serving that schema, plus ``expected-inventory.json``: the
@@ -83,6 +84,7 @@ def make_bundle(spec: BundleSpec, out: Path) -> dict[str, Any]:
     from nomad_plugin.launcher.process import socket_overrides
     from nomad_plugin.sim import Simulator
     from nomad_plugin.xdm.capture import capture
+    from tests.doubles.drifted_schemas import served_schema
 
     target = out / spec.name
     if target.exists():
@@ -90,7 +92,9 @@ def make_bundle(spec: BundleSpec, out: Path) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="cap", dir="/tmp"))
     try:
         sock = tmp / "s"
-        with Simulator(sock, spec.profile, schema=spec.schema, reflection=spec.reflection, control=False) as sim:
+        with Simulator(
+            sock, spec.profile, schema=served_schema(spec.schema), reflection=spec.reflection, control=False
+        ) as sim:
             config = decode_config(msgpack_config(load_config(None, socket_overrides(sock))))
             manifest = capture(config, target, render_raw=raw_text)
             if sim.grants():

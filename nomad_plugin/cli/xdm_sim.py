@@ -25,7 +25,7 @@ from nomad_plugin.sim import Simulator
 from nomad_plugin.sim.allocation import STYLES
 from nomad_plugin.sim.control import COMMANDS, send_command
 from nomad_plugin.sim.profiles import ALIASES, PROFILES
-from nomad_plugin.sim.schema import SCHEMAS, served_schema
+from nomad_plugin.sim.schema import builtin_schema
 
 DEFAULT_DIR = str(Path(tempfile.gettempdir()) / "xdm-sim" / "sockets")
 
@@ -48,26 +48,14 @@ then return; grants survive), crash (stale socket files, ECONNREFUSED),
 revive, slow-start, per-RPC latency or hang, health flips, cards removed and
 added, error mode (in-band status or gRPC codes), Runtime Kit disabled.
 
-drift modes (--drift, comma separated; test the client's schema defences):
-  package=<name>   serve under another proto package (package=none: no package)
-  split-services   monitoring RPCs under <pkg>.XpuExporterService
-  extra-fields     unknown fields 1000/1001 in every response message
-  type-clash       health as bool, totalMemory and metricId as strings
-  status-shift     failure status/message at fields 15/16
-  minor-omit-zero  Allocate treats minor 0 as "auto-assign"
-
-served schema (--schema; both sockets; nomad_plugin/sim/schema.py):
-  builtin      the reconstruction in proto/lingjun (what the plugin guesses)
-  renumbered   same packages and names, field numbers permuted: a client using
-               the builtin numbers reads UUIDs as PCI bus ids, totalCore as
-               minor, loses health and memory, sees Runtime Kit "disabled"
-  foreign      the renumbering under other packages (ljrk.dp2mgr.v1,
-               ljrk.controller.v1)
+served schema (both sockets): the reconstruction in proto/lingjun, the
+schema the plugin guesses when it is given no other.
   --reflection on serves gRPC server reflection (v1alpha, also answered on the
   v1 path) with the served schema's descriptors; off (default) answers
   UNIMPLEMENTED.
   --emit-schema DIR writes the served schema as api_outer.proto,
-  config_service.proto and descriptor_set.pb (a FileDescriptorSet), then exits.
+  config_service.proto and descriptor_set.pb (a FileDescriptorSet, e.g. for
+  grpcurl -protoset against an XDM without reflection), then exits.
 
 control commands (nomad-device-lingjun xdm-sim ctl --socket-dir DIR COMMAND ...):
 {_CTL}
@@ -76,9 +64,8 @@ examples:
   nomad-device-lingjun xdm-sim --profile m890p-8 --socket-dir /tmp/xdm
   nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm health 3 unhealthy "XID 79"
   nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm restart 2
-  nomad-device-lingjun xdm-sim --schema renumbered --reflection on --socket-dir /tmp/xdm
-  nomad-device-lingjun xdm-sim --schema foreign --emit-schema /tmp/xdm-schema
-  nomad-device-lingjun xdm-sim ctl --socket-dir /tmp/xdm restart 1 foreign
+  nomad-device-lingjun xdm-sim --reflection on --socket-dir /tmp/xdm
+  nomad-device-lingjun xdm-sim --emit-schema /tmp/xdm-schema
 """
 
 
@@ -94,13 +81,11 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-file", help="JSON file keeping grants and the enabled flag across restarts")
     parser.add_argument("--style", choices=STYLES, default="env+devices", help="container spec style of Allocate")
     parser.add_argument("--collect-interval-ms", type=int, default=1000, help="exporter collection interval")
-    parser.add_argument("--drift", help="schema-drift modes, comma separated (see below)")
     parser.add_argument("--error-mode", choices=("inband", "grpc"), default="inband")
     parser.add_argument("--push-on-allocation", action="store_true", help="ListAndWatch also pushes on grants")
     parser.add_argument("--topology", choices=("normal", "extra-level", "malformed"), default="normal")
     parser.add_argument("--seed", type=int, default=0, help="metrics random seed")
     parser.add_argument("--nvml-mirror", action="store_true", help="present this machine's real NVIDIA GPUs")
-    parser.add_argument("--schema", choices=SCHEMAS, default="builtin", help="served schema (default builtin)")
     parser.add_argument(
         "--reflection", choices=("on", "off"), default="off", help="serve gRPC server reflection (default off)"
     )
@@ -133,7 +118,7 @@ def main(argv: list[str]) -> int:
     args = _run_parser().parse_args(argv)
     if args.emit_schema:
         try:
-            written = served_schema(args.schema).emit(Path(args.emit_schema))
+            written = builtin_schema().emit(Path(args.emit_schema))
         except OSError as exc:
             return fail("xdm-sim", f"--emit-schema {args.emit_schema}: {exc.strerror or exc}")
         sys.stderr.write("".join(f"xdm-sim: wrote {path}\n" for path in written))
@@ -219,12 +204,10 @@ def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
             state_file=args.state_file,
             style=args.style,
             collect_interval_ms=args.collect_interval_ms,
-            drift=args.drift,
             error_mode=args.error_mode,
             push_on_allocation=args.push_on_allocation,
             topology_variant=args.topology,
             seed=args.seed,
-            schema=args.schema,
             reflection=args.reflection == "on",
         )
     except (ValueError, RuntimeError, OSError) as exc:

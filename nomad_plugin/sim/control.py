@@ -21,17 +21,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 COMMANDS: dict[str, str] = {
-    "status": "summary: cards, health, grants, drift, error mode",
+    "status": "summary: cards, health, grants, schema, error mode",
     "grants": "the simulator's allocations (id -> minors, core, memory, slice, time)",
     "health MINOR healthy|unhealthy [REASON]": "flip a card's health (pushed on ListAndWatch)",
     "remove MINOR / add MINOR": "a card disappears / comes back",
-    "restart [DOWNTIME] [SCHEMA]": "stop, unlink the sockets, wait DOWNTIME s (default 0.5), re-bind"
-    " (serving SCHEMA: builtin, renumbered or foreign)",
+    "restart [DOWNTIME]": "stop, unlink the sockets, wait DOWNTIME s (default 0.5), re-bind",
     "reflection on|off": "serve gRPC server reflection of the served schema, or not",
     "crash / revive": "stop serving leaving stale socket files / come back",
     "slow-start SECONDS": "every RPC hangs for SECONDS from now",
     "latency RPC SECONDS": "delay RPC ('*' = all) by SECONDS; 'inf' hangs, 0 clears",
-    "drift MODE|none": "schema-drift modes, comma separated",
     "error-mode inband|grpc": "refusals as in-band status/message or as gRPC codes",
     "enable / disable": "flip the config-daemon flag (QueryStatus.enabled)",
     "topology LEVEL VALUE|none [MINOR...]": "set a string topology level (leafSwitch, pointOfDelivery, ...) "

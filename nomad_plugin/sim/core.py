@@ -35,7 +35,6 @@ from nomad_plugin.sim.allocation import (
     save_state,
 )
 from nomad_plugin.sim.profiles import TOPOLOGY_VARIANTS, CardSpec, with_level
-from nomad_plugin.sim.schema import SCHEMAS, Drift, parse_drift
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "disabled_effect": ("refuse", "none"),
     "unknown_filter": ("empty", "error"),
     "topology_variant": TOPOLOGY_VARIANTS,
-    "schema": SCHEMAS,
 }
 EXPORTER_STATES = ("running", "stopped", "error")
 CLOSE = object()  # put into a subscriber queue to end its stream with UNAVAILABLE
@@ -79,12 +77,10 @@ class SimOptions:
     cpu_container: bool = True  # device-less requests succeed with an empty grant
     unknown_filter: str = "empty"  # an exporter filter naming unknown devices or metrics
     topology_variant: str = "normal"
-    drift: str | None = None  # schema-drift modes (nomad_plugin/sim/schema.py)
     seed: int = 0  # metrics random seed
     control: bool = True  # serve the JSON-lines control socket
     version: str = "v1.13.0-sim"
     nvml_mirror: bool = False
-    schema: str = "builtin"  # served schema (nomad_plugin/sim/schema.py)
     reflection: bool = False  # serve gRPC server reflection
 
     def __post_init__(self) -> None:
@@ -124,7 +120,6 @@ class SimCore:
         self.present = set(range(len(self.cards)))
         self.health: dict[int, tuple[bool, str]] = dict.fromkeys(self.present, (True, ""))
         self.state = load_state(state_file, options.enabled)
-        self.drift: Drift = parse_drift(options.drift)
         self.latency: dict[str, float] = {}  # RPC name or "*" -> seconds
         self.hang_until = 0.0  # time.monotonic() until which every RPC hangs
         self.exporter_state = "running"
@@ -173,12 +168,6 @@ class SimCore:
             for minor in chosen:
                 self.cards[minor] = with_level(self.cards[minor], name, value)
         self._changed("topology level %s -> %s on cards %s", name, "(removed)" if value is None else value, chosen)
-
-    def set_drift(self, mode: str | None) -> None:
-        drift = parse_drift(mode)
-        with self.lock:
-            self.drift = drift
-        log.info("drift: %s", drift.describe())
 
     def set_choice(self, name: str, value: str) -> None:
         """Switch one of the :data:`CHOICES` options (``error_mode``, ``release_unknown``...) at run time."""
@@ -235,13 +224,7 @@ class SimCore:
         return pb.XPUTypeResponse(xpuTypes=sorted({c.xpu_type for c in self.cards}))
 
     def allocate(self, req: pb.AllocateRequest) -> pb.AllocateResponse:
-        omit_zero = self.drift.minor_omit_zero
-        asks = [
-            Ask(
-                d.minor if d.HasField("minor") and not (omit_zero and d.minor == 0) else None, d.core, d.memory, d.slice
-            )
-            for d in req.devices
-        ]
+        asks = [Ask(d.minor if d.HasField("minor") else None, d.core, d.memory, d.slice) for d in req.devices]
         key = json.dumps(
             {"devices": [[a.minor, a.core, a.memory, a.slice] for a in asks], "annotations": dict(req.annotations)},
             sort_keys=True,

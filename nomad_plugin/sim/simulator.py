@@ -1,8 +1,8 @@
 """The simulator's public face: :class:`Simulator`, its lifecycle, its faults and its two gRPC servers.
 
-Methods are looked up per call, so drift, the served schema and reflection take effect at once; every
-call first passes the fault gate. The served schema is applied at this edge only, so the node's logic
-keeps the builtin classes.
+Methods are looked up per call, so the served schema and reflection take effect at once; every call
+first passes the fault gate. The served schema is applied at this edge only (:meth:`Simulator.service_of`,
+:meth:`Simulator.serialize`), so the node's logic keeps the builtin classes.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.sim.allocation import Refusal, load_state
 from nomad_plugin.sim.control import ControlServer
-from nomad_plugin.sim.core import CHOICES, CLOSE, SimCore, SimOptions, check_choice
+from nomad_plugin.sim.core import CLOSE, SimCore, SimOptions
 from nomad_plugin.sim.profiles import NVML_PROFILE, build_cards, resolve_profile
-from nomad_plugin.sim.schema import ServedSchema, served_schema
+from nomad_plugin.sim.schema import ServedSchema, builtin_schema
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +43,11 @@ DP2MGR = pb.DESCRIPTOR.services_by_name["XpuDeviceManagerService"]
 CONFIG = cfg.DESCRIPTOR.services_by_name["AmpConfigService"]
 RPC_NAMES = tuple(m.name for service in (DP2MGR, CONFIG) for m in service.methods)
 # The SimCore method answering each unary RPC (its message types come from the service descriptors).
-UNARY: dict[str, Callable[[SimCore, Any], Message]] = {
-    "ListSupportedXPUType": SimCore.list_xpu_types, "Allocate": SimCore.allocate, "Release": SimCore.release,
-    "ListGpuInfo": SimCore.gpu_info, "ExporterGetDataList": SimCore.data_list,
-    "ExporterGetConfig": SimCore.exporter_config, "ExporterGetStatus": SimCore.exporter_status,
-    "Enable": SimCore.enable, "Disable": SimCore.disable, "QueryStatus": SimCore.query_status,
+UNARY: dict[str, str] = {
+    "ListSupportedXPUType": "list_xpu_types", "Allocate": "allocate", "Release": "release",
+    "ListGpuInfo": "gpu_info", "ExporterGetDataList": "data_list", "ExporterGetConfig": "exporter_config",
+    "ExporterGetStatus": "exporter_status", "Enable": "enable", "Disable": "disable", "QueryStatus": "query_status",
 }  # fmt: skip
-EXPORTER_RPCS = ("ListGpuInfo", "ExporterGetDataList", "ExporterDataStream", "ExporterGetConfig", "ExporterGetStatus")
 _CANCELLED = object()
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
@@ -65,10 +63,16 @@ class _Dispatch(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
 class Simulator(SimCore):
     """A simulated XDM node serving ``dp2mgr.sock`` and ``config-daemon.sock`` in ``socket_dir``;
-    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields."""
+    ``options`` are :class:`~nomad_plugin.sim.core.SimOptions` fields. It serves ``schema``, the
+    reconstruction unless a caller hands it another."""
 
     def __init__(
-        self, socket_dir: Path | str, profile: str = "h800-8", state_file: Path | str | None = None, **options: Any
+        self,
+        socket_dir: Path | str,
+        profile: str = "h800-8",
+        state_file: Path | str | None = None,
+        schema: ServedSchema | None = None,
+        **options: Any,
     ) -> None:
         opts = SimOptions.from_kwargs(options)
         reader = None
@@ -82,7 +86,7 @@ class Simulator(SimCore):
             profile, cards = spec.name, build_cards(spec, opts.topology_variant)
         super().__init__(profile, cards, opts, Path(state_file) if state_file is not None else None, reader)
         self.socket_dir = Path(socket_dir)
-        self.schema: ServedSchema = served_schema(opts.schema)
+        self.schema: ServedSchema = schema or builtin_schema()
         self.dp2mgr_path = self.socket_dir / "dp2mgr.sock"
         self.config_path = self.socket_dir / "config-daemon.sock"
         self.control_path = self.socket_dir / "xdm-sim-control.sock"
@@ -103,7 +107,7 @@ class Simulator(SimCore):
                 self._collector = threading.Thread(target=self._collect_loop, name="xdm-sim-collector", daemon=True)
                 self._collector.start()
             if self.options.control and self._control is None:
-                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
+                self._control = ControlServer(self.command, self.control_path)
         log.info("xdm-sim %s: %d x %s on %s", self.profile, len(self.cards), self.cards[0].model, self.socket_dir)
         return self
 
@@ -157,21 +161,22 @@ class Simulator(SimCore):
 
     # ------------------------------------------------------------ faults
     def restart(
-        self, downtime: float = 0.5, remove_dir: bool = False, schema: str | None = None, reflection: bool | None = None
+        self,
+        downtime: float = 0.5,
+        remove_dir: bool = False,
+        schema: ServedSchema | None = None,
+        reflection: bool | None = None,
     ) -> None:
         """Stop both servers (streams end UNAVAILABLE), unlink the sockets, wait, bind again; grants survive.
 
         ``remove_dir`` also removes the (otherwise empty) socket directory while down; ``schema`` and
         ``reflection``: come back as an upgraded XDM serving another schema, with or without reflection.
         """
-        if schema is not None:
-            check_choice("schema", schema, CHOICES["schema"])
         with self._lifecycle:
             log.info("restart: down for %.2fs", downtime)
             self._unserve()
             if schema is not None:
-                self.options.schema = schema
-                self.schema = served_schema(schema)
+                self.schema = schema
             if reflection is not None:
                 self.set_reflection(reflection)
             control_was_up = self._control is not None
@@ -187,8 +192,8 @@ class Simulator(SimCore):
             time.sleep(downtime)
             self.revive()
             if remove_dir and control_was_up:
-                self._control = ControlServer(functools.partial(run_command, self), self.control_path)
-            log.info("restart: serving again (schema %s, reflection %s)", self.options.schema, self.options.reflection)
+                self._control = ControlServer(self.command, self.control_path)
+            log.info("restart: serving again (schema %s, reflection %s)", self.schema.name, self.options.reflection)
 
     def crash(self) -> None:
         """Stop serving and leave socket files nobody listens on (connects get ECONNREFUSED)."""
@@ -236,6 +241,10 @@ class Simulator(SimCore):
         self.options.reflection = on
         log.info("reflection: %s", "on" if on else "off")
 
+    def command(self, argv: list[str]) -> Any:
+        """Apply one control command (:data:`~nomad_plugin.sim.control.COMMANDS`); ValueError for bad input."""
+        return run_command(self, argv)
+
     def status(self) -> dict[str, Any]:
         """A summary for the control channel and logs."""
         with self.lock:
@@ -245,8 +254,7 @@ class Simulator(SimCore):
                 "serving": bool(self._servers),
                 "crashed": self.crashed,
                 "enabled": self.state.enabled,
-                "drift": self.drift.describe(),
-                "schema": self.options.schema,
+                "schema": self.schema.name,
                 "reflection": self.options.reflection,
                 "services": [self.schema.device_service, self.schema.config_service],
                 "error_mode": self.options.error_mode,
@@ -267,22 +275,22 @@ class Simulator(SimCore):
     # ------------------------------------------------------------ gRPC
     def _table(self, config: bool) -> dict[str, Handler]:
         """Method path -> handler, as served right now."""
-        schema, drift = self.schema, self.drift
-        main = drift.service(schema, DP2MGR.name)
-        exporter = drift.service(schema, "XpuExporterService") if drift.split_services else main
+        schema = self.schema
         streams: dict[str, Callable[[Any, grpc.ServicerContext], Iterator[Message]]] = {
             "ListAndWatch": self._list_and_watch, "ExporterDataStream": self._data_stream,
         }  # fmt: skip
         table: dict[str, Handler] = {}
         for method in (CONFIG if config else DP2MGR).methods:
             name = method.name
-            service = schema.config_service if config else exporter if name in EXPORTER_RPCS else main
+            service = self.service_of(name, config)
             decoder = schema.decoder(message_factory.GetMessageClass(method.input_type))
             if method.server_streaming:
-                handler = grpc.unary_stream_rpc_method_handler(streams[name], decoder, self._serialize)
+                handler = grpc.unary_stream_rpc_method_handler(streams[name], decoder, self.serialize)
             else:
-                answer = self._unary(name, message_factory.GetMessageClass(method.output_type), UNARY[name])
-                handler = grpc.unary_unary_rpc_method_handler(answer, decoder, self._serialize)
+                answer = self._unary(
+                    name, message_factory.GetMessageClass(method.output_type), getattr(self, UNARY[name])
+                )
+                handler = grpc.unary_unary_rpc_method_handler(answer, decoder, self.serialize)
             table[f"/{service}/{name}"] = handler
         if self.options.reflection:
             from grpc_reflection.v1alpha import reflection, reflection_pb2
@@ -297,8 +305,13 @@ class Simulator(SimCore):
             table.update(dict.fromkeys(REFLECTION_PATHS, handler))
         return table
 
-    def _serialize(self, msg: Message) -> bytes:
-        return self.drift.serialize(self.schema.to_served(msg))
+    def service_of(self, rpc: str, config: bool) -> str:
+        """The full name of the service that serves ``rpc`` (on config-daemon's socket if ``config``)."""
+        return self.schema.config_service if config else self.schema.device_service
+
+    def serialize(self, msg: Message) -> bytes:
+        """A response (a builtin message) on the wire, in the served schema."""
+        return self.schema.to_served(msg).SerializeToString()
 
     def _gate(self, rpc: str, context: grpc.ServicerContext) -> None:
         """Count the call, then hold it during slow start and injected latency (inf: until the client gives up)."""
@@ -314,12 +327,12 @@ class Simulator(SimCore):
             self._stopping.wait(min(0.05, max(0.0, until - time.monotonic())))
 
     def _unary(
-        self, rpc: str, resp_cls: Callable[..., Message], fn: Callable[[SimCore, Any], Message]
+        self, rpc: str, resp_cls: Callable[..., Message], fn: Callable[[Any], Message]
     ) -> Callable[[Any, grpc.ServicerContext], Message]:
         def handler(request: Any, context: grpc.ServicerContext) -> Message:
             self._gate(rpc, context)
             try:
-                response = fn(self, request)
+                response = fn(request)
             except Refusal as why:
                 code = grpc.StatusCode[why.code]
                 log.info("%s %s -> refused %s: %s", rpc, _summary(request), why.code, why.message)
@@ -446,13 +459,12 @@ _HANDLERS: dict[str, Callable[[Simulator, list[str]], Any]] = {
     "health": _health,
     "remove": lambda sim, a: sim.remove_device(_minor(_one(a, "remove MINOR"))),
     "add": lambda sim, a: sim.add_device(_minor(_one(a, "add MINOR"))),
-    "restart": lambda sim, a: sim.restart(_seconds(a[0]) if a else 0.5, schema=a[1] if len(a) > 1 else None),
+    "restart": lambda sim, a: sim.restart(_seconds(_one(a, "restart [DOWNTIME]")) if a else 0.5),
     "reflection": lambda sim, a: sim.set_reflection(_one(a, "reflection on|off", "on", "off") == "on"),
     "crash": lambda sim, a: sim.crash(),
     "revive": lambda sim, a: sim.revive(),
     "slow-start": lambda sim, a: sim.slow_start(_seconds(_one(a, "slow-start SECONDS"))),
     "latency": _latency,
-    "drift": lambda sim, a: sim.set_drift(_one(a, "drift MODE|none")),
     "error-mode": _choice("error_mode", "error-mode inband|grpc"),
     "topology": _topology,
     "enable": lambda sim, a: sim.set_enabled(True),

@@ -14,6 +14,7 @@ import pytest
 from nomad_plugin.sim import Simulator
 from nomad_plugin.xdm.capture import CaptureBundle
 from tests.captures.oracle import decode
+from tests.doubles.drifted_schemas import served_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "-m", "nomad_plugin.cli.main", "xdm-probe"]
@@ -35,7 +36,7 @@ def _capture(sock: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[
 
 def test_foreign_schema_without_reflection_is_captured_as_far_as_it_goes(short_dir):
     sock = short_dir / "s"
-    with Simulator(sock, "h800-8", schema="foreign", control=False) as sim:
+    with Simulator(sock, "h800-8", schema=served_schema("foreign"), control=False) as sim:
         out = _capture(sock, short_dir / "b1")
         assert out.returncode == 1, out.stderr
         assert "reflection on dp2mgr: none (UNIMPLEMENTED" in out.stdout

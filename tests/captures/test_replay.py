@@ -25,7 +25,7 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin.config.decode import decode_config
 from nomad_plugin.launcher.config import load_config, msgpack_config
-from nomad_plugin.sim.schema import DESCRIPTOR_SET_FILE, served_schema
+from nomad_plugin.sim.schema import DESCRIPTOR_SET_FILE
 from nomad_plugin.xdm.capture import (
     BINDING_REPORT,
     CAPTURED_RPCS,
@@ -36,6 +36,7 @@ from nomad_plugin.xdm.capture import (
     replay,
 )
 from tests.captures.oracle import decode
+from tests.doubles.drifted_schemas import served_schema
 from tools.make_capture_bundles import BUNDLES, EXPECTED, make_bundle
 
 HERE = Path(__file__).resolve().parent

@@ -1,1 +1,2 @@
-"""Test doubles: Nomad's agent API, NVML, a small XDM server and in-process fakes (see tests/README.md)."""
+"""Test doubles: Nomad's agent API, NVML, a small XDM server, drifted XDM schemas and in-process fakes (see
+tests/README.md)."""

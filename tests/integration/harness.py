@@ -20,6 +20,7 @@ from typing import Any
 from nomad_plugin.sim import Simulator
 from nomad_plugin.sim.profiles import CardSpec
 from tests.conformance.hostlib import REPO, Event, HostProcess, HostRun, real_plugin
+from tests.doubles.drifted_sim import DriftedSimulator
 
 MIG_UNITS = 7
 MIG_MEMORY_PARTS = 8
@@ -69,7 +70,9 @@ def sim_node(profile: str, *, state: bool = False, **options: Any) -> Iterator[N
     """A started simulator in a fresh short tmp dir; stopped and removed afterwards."""
     root = short_root()
     state_file = root / "sim-state.json" if state else None
-    sim = Simulator(root / "s", profile=profile, state_file=state_file, **options)
+    # drift modes are the test double's (tests/doubles/drift.py); the rest is the product's simulator
+    factory = DriftedSimulator if "drift" in options else Simulator
+    sim = factory(root / "s", profile=profile, state_file=state_file, **options)
     sim.start()
     try:
         yield Node(root, sim)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.hostlib import Event, HostProcess, run_host, start_host
+from tests.doubles.drifted_schemas import served_schema
 from tests.integration.harness import Node, assert_conformant, group_attrs, group_map, reserve, set_of, sim_node
 
 PROFILE = "h800-8"
@@ -34,7 +35,7 @@ def node_with(conformance_host: Path) -> Iterator[Opened]:
     opened: list[tuple[Any, HostProcess]] = []
 
     def _open(schema: str, reflection: bool, *sets: str, emit: bool = False) -> tuple[Node, HostProcess]:
-        ctx = sim_node(PROFILE, schema=schema, reflection=reflection)
+        ctx = sim_node(PROFILE, schema=served_schema(schema), reflection=reflection)
         node = ctx.__enter__()
         extra = list(sets)
         if emit:
@@ -189,7 +190,7 @@ def test_d_renumbered_read_with_the_builtin_guess_is_a_loud_mismatch(node_with: 
 def test_e_xdm_restarts_with_another_schema_and_the_plugin_rebinds(node_with: Opened, baseline: dict[str, Any]) -> None:
     node, proc = node_with("renumbered", True)
     same(view(node, proc, "e1"), baseline)
-    node.sim.restart(0.5, schema="foreign", reflection=True)
+    node.sim.restart(0.5, schema=served_schema("foreign"), reflection=True)
     text = _report_logged(proc, r"rpc ListAndWatch -> /ljrk\.dp2mgr\.v1\.", timeout=40)
     assert text.count("XDM schema binding (source reflection") >= 2
     back = time.time_ns()

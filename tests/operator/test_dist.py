@@ -203,10 +203,11 @@ def test_binds_the_official_proto_without_python(dist: Path, no_python: dict[str
     import tempfile
 
     from nomad_plugin.sim import Simulator
+    from tests.doubles.drifted_schemas import served_schema
 
     root = Path(tempfile.mkdtemp(prefix="dist-", dir="/tmp"))  # short: Unix socket paths
     try:
-        with Simulator(root / "s", "h800-8", schema="foreign") as sim:
+        with Simulator(root / "s", "h800-8", schema=served_schema("foreign")) as sim:
             sim.schema.emit(root / "official")
             probe = run(
                 [str(dist), "xdm-probe", "--socket-dir", str(root / "s"), "--set", f'xdm_schema="{root / "official"}"'],

@@ -19,6 +19,7 @@ import pytest
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.cli import doctor
 from nomad_plugin.sim import Simulator
+from tests.doubles.drifted_schemas import served_schema
 from tests.doubles.nomad_api import NomadApiDouble
 from tests.operator.test_dist_header import shipped_file
 
@@ -216,7 +217,7 @@ def test_text_output(setup: dict[str, Path], capsys: pytest.CaptureFixture[str])
 def renumbered_sim() -> Iterator[Simulator]:
     directory = Path(tempfile.mkdtemp(prefix="doc-", dir="/tmp"))
     try:
-        with Simulator(directory / "s", "h800-8", schema="renumbered") as s:
+        with Simulator(directory / "s", "h800-8", schema=served_schema("renumbered")) as s:
             yield s
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -24,6 +24,7 @@ from nomad_plugin import PLUGIN_NAME
 from nomad_plugin.cli.demo import POWER_NOTE
 from nomad_plugin.sim import Simulator
 from tests.conformance.hostlib import real_plugin
+from tests.doubles.drifted_schemas import served_schema
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "examples" / "jobs"
@@ -75,7 +76,7 @@ def test_an_unknown_option_gets_did_you_mean_and_plugin_hcl() -> None:
 def misread_xdm() -> Iterator[Simulator]:
     d = Path(tempfile.mkdtemp(prefix="wr-", dir="/tmp"))  # short: Unix socket paths
     try:
-        with Simulator(d / "s", "h800-8", schema="renumbered") as sim:
+        with Simulator(d / "s", "h800-8", schema=served_schema("renumbered")) as sim:
             yield sim
     finally:
         shutil.rmtree(d, ignore_errors=True)

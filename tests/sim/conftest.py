@@ -15,6 +15,7 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import api_outer_pb2_grpc as pb_grpc
 from nomad_plugin._proto.lingjun import config_service_pb2_grpc as cfg_grpc
 from nomad_plugin.sim import Simulator
+from tests.doubles.drifted_sim import DriftedSimulator
 
 
 @pytest.fixture
@@ -51,9 +52,16 @@ class Client:
 def make_sim(sock_dir: Path) -> Iterator[Callable[..., tuple[Simulator, Client]]]:
     made: list[tuple[Simulator, Client]] = []
 
-    def factory(profile: str = "h800-8", **options: Any) -> tuple[Simulator, Client]:
+    def factory(
+        profile: str = "h800-8", schema: str | None = None, drift: str | None = None, **options: Any
+    ) -> tuple[Simulator, Client]:
+        """``schema`` (a schema of tests/doubles/drifted_schemas.py, by name) or ``drift`` (drift modes): a
+        DriftedSimulator serves them; otherwise the product's Simulator."""
         options.setdefault("collect_interval_ms", 100)
-        sim = Simulator(sock_dir, profile, **options).start()
+        if schema is None and drift is None:
+            sim = Simulator(sock_dir, profile, **options).start()
+        else:
+            sim = DriftedSimulator(sock_dir, profile, schema=schema or "builtin", drift=drift, **options).start()
         client = Client(sim)
         made.append((sim, client))
         return sim, client

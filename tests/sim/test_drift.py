@@ -1,7 +1,13 @@
-"""Schema-drift modes produce the intended wire shapes (checked on raw bytes, read with protobuf's own
-unknown-field parser: every field of a message parsed as ``Empty`` is unknown)."""
+"""Schema-drift modes (tests/doubles/drift.py, served by DriftedSimulator) produce the intended wire shapes
+(checked on raw bytes, read with protobuf's own unknown-field parser: every field of a message parsed as
+``Empty`` is unknown)."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import grpc
 import pytest
@@ -10,9 +16,11 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
+from tests.waiting import DEADLINE_S, wait_until
 
 GPU_INFO = "/xdm.XpuDeviceManagerService/ListGpuInfo"
 VARINT, LEN = 0, 2  # protobuf wire types
+CTL = [sys.executable, "-m", "nomad_plugin.cli.main", "xdm-sim", "ctl"]
 
 
 def _first_stream_message(client, path: str, request: bytes = b"") -> bytes:
@@ -45,8 +53,8 @@ def test_package_drift(make_sim, package, prefix):
     assert _first_stream_message(c, f"/{prefix}XpuDeviceManagerService/ListAndWatch")
 
 
-def test_split_services(sim_client):
-    sim, c = sim_client
+def test_split_services(make_sim):
+    sim, c = make_sim(drift="none")
     sim.set_drift("split-services")
     with pytest.raises(grpc.RpcError) as err:
         c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=5)
@@ -116,7 +124,7 @@ def test_status_shift_makes_failure_look_like_success(make_sim):
 
 
 def test_minor_omit_zero(make_sim):
-    sim, c = make_sim()
+    sim, c = make_sim(drift="none")
     assert c.allocate("w0", {"minor": 0}).status == 0
     assert c.allocate("a", {"minor": 0, "core": 10}).status != 0  # explicit card 0 is busy
     sim.set_drift("minor-omit-zero")
@@ -124,9 +132,41 @@ def test_minor_omit_zero(make_sim):
     assert resp.status == 0 and resp.devices[0].minor == 1  # treated as "left empty": auto-assigned elsewhere
 
 
-def test_combined_modes_and_bad_mode(sim_client):
-    sim, _ = sim_client
+def test_combined_modes_and_bad_mode(make_sim):
+    sim, _ = make_sim(drift="none")
     sim.set_drift("split-services, extra-fields, package=amp.xdm")
     assert sim.drift.describe() == "package=amp.xdm,split-services,extra-fields"
     with pytest.raises(ValueError, match="drift: unknown mode 'shuffle'"):
         sim.set_drift("shuffle")
+
+
+def test_drifted_simulator_process_takes_drift_over_the_control_socket(sock_dir):
+    """``python -m tests.doubles.drifted_sim``: real sockets, ``xdm-sim ctl`` drives its drift."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.doubles.drifted_sim", "--socket-dir", str(sock_dir), "--drift", "extra-fields"],
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        control = sock_dir / "xdm-sim-control.sock"
+        wait_until(lambda: control.exists() or proc.poll() is not None, f"drifted_sim's control socket {control}")
+        assert proc.poll() is None, proc.communicate()[1]
+
+        def ctl(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*CTL, "--socket-dir", str(sock_dir), *args], cwd=root, capture_output=True,
+                                  text=True, timeout=60)  # fmt: skip
+
+        assert json.loads(ctl("status").stdout)["drift"] == "extra-fields"
+        with grpc.insecure_channel(f"unix:{sock_dir / 'dp2mgr.sock'}") as channel:
+            call = channel.unary_unary(GPU_INFO, request_serializer=None, response_deserializer=None)
+            assert _fields(call(b"", timeout=5, wait_for_ready=True), 1000)
+            assert ctl("drift", "none").returncode == 0
+            assert not _fields(call(b"", timeout=5), 1000)
+        assert json.loads(ctl("status").stdout)["drift"] == "none"
+        bad = ctl("drift", "shuffle")
+        assert bad.returncode == 1 and "drift: unknown mode 'shuffle'" in bad.stderr
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 0
+    assert not (sock_dir / "dp2mgr.sock").exists()

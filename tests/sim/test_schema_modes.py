@@ -1,4 +1,5 @@
-"""Served-schema modes: builtin, renumbered, foreign; reflection on/off; --emit-schema.
+"""Served schemas: the reconstruction (``xdm-sim``), and the drifted ``renumbered`` and ``foreign`` of
+tests/doubles/drifted_schemas.py handed to the same simulator; reflection on/off; ``--emit-schema``.
 
 The trap must be real (a client on the builtin numbers decodes wrong values
 without an error) and escapable (a client built from the emitted .proto, the
@@ -8,6 +9,7 @@ emitted descriptor set or server reflection decodes every value right).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,16 +24,8 @@ from nomad_plugin._proto.lingjun import api_outer_pb2 as pb
 from nomad_plugin._proto.lingjun import config_service_pb2 as cfg
 from nomad_plugin._proto.lingjun import config_service_pb2_grpc as cfg_grpc
 from nomad_plugin.sim.control import send_command
-from nomad_plugin.sim.schema import (
-    CONFIG_FILE,
-    DESCRIPTOR_SET_FILE,
-    DEVICE_FILE,
-    FOREIGN_PACKAGES,
-    RENUMBER,
-    SCHEMAS,
-    ServedSchema,
-    served_schema,
-)
+from nomad_plugin.sim.schema import CONFIG_FILE, DESCRIPTOR_SET_FILE, DEVICE_FILE, ServedSchema
+from tests.doubles.drifted_schemas import FOREIGN_PACKAGES, RENUMBER, SCHEMAS, served_schema
 from tests.sim.schema_client import PoolClient, pool_from_descriptor_set, pool_from_reflection, services_in
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,9 +192,9 @@ def test_reflection_off_answers_unimplemented_and_toggles_live(make_sim):
 
 
 def test_restart_comes_back_with_another_schema_and_keeps_grants(make_sim):
-    sim, c = make_sim(control=True)
+    sim, c = make_sim(schema="builtin", control=True)
     assert c.allocate("kept", {"minor": 4}).status == 0
-    sim.restart(0.1, schema="foreign", reflection=True)
+    sim.restart(0.1, schema=served_schema("foreign"), reflection=True)
     with pytest.raises(grpc.RpcError) as err:
         c.xdm.ListGpuInfo(pb.ListGpuInfoRequest(), timeout=5, wait_for_ready=True)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
@@ -222,14 +216,24 @@ def test_restart_comes_back_with_another_schema_and_keeps_grants(make_sim):
         channel.close()
 
 
-@pytest.mark.parametrize("schema", ["renumbered", "foreign"])
+def test_the_products_control_socket_restarts_into_the_schema_it_serves(make_sim):
+    sim, _ = make_sim(control=True)
+    with pytest.raises(RuntimeError, match=re.escape("usage: restart [DOWNTIME]")):
+        send_command(sim.control_path, ["restart", "0.1", "foreign"])
+    assert send_command(sim.control_path, ["restart", "0.1"]) == "ok"
+    assert send_command(sim.control_path, ["status"])["schema"] == "builtin"
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
 def test_emitted_proto_compiles_with_protoc_and_its_generated_client_decodes_right(make_sim, schema, tmp_path):
+    """The reconstruction through ``xdm-sim --emit-schema``; a drifted schema through the same ``emit``."""
     emit = tmp_path / "emit"
-    out = subprocess.run(
-        [*CMD, "--schema", schema, "--emit-schema", str(emit)], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout == ""
+    if schema == "builtin":
+        out = subprocess.run([*CMD, "--emit-schema", str(emit)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == ""
+    else:
+        served_schema(schema).emit(emit)
     assert sorted(p.name for p in emit.iterdir()) == sorted([DEVICE_FILE, CONFIG_FILE, DESCRIPTOR_SET_FILE])
     gen = tmp_path / "gen"
     gen.mkdir()
@@ -273,13 +277,16 @@ def _numbers(fds: descriptor_pb2.FileDescriptorSet) -> dict[tuple[str, str, str]
     }
 
 
-def test_cli_help_and_bad_schema(tmp_path):
+def test_cli_help_and_the_product_serves_the_reconstruction_only(tmp_path):
     out = subprocess.run([*CMD, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    for word in ("--schema", "renumbered", "foreign", "--reflection", "--emit-schema", "descriptor_set.pb"):
+    for word in ("--reflection", "--emit-schema", "descriptor_set.pb"):
         assert word in out.stdout, word
-    bad = subprocess.run([*CMD, "--schema", "weird", "--emit-schema", str(tmp_path)], cwd=ROOT,
+    for word in ("--schema", "renumbered", "foreign"):
+        assert word not in out.stdout.replace("--emit-schema", ""), word
+    bad = subprocess.run([*CMD, "--schema", "renumbered", "--emit-schema", str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert bad.returncode == 2 and "invalid choice: 'weird'" in bad.stderr
+    assert bad.returncode == 2 and "unrecognized arguments: --schema renumbered" in bad.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_drift_modes_apply_on_top_of_the_served_schema(make_sim):

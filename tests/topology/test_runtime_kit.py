@@ -22,6 +22,7 @@ from nomad_plugin.cli import runtime_kit
 from nomad_plugin.journal import EntryState, Journal, JournalEntry
 from nomad_plugin.model.grant import DeviceAsk
 from nomad_plugin.sim import Simulator
+from tests.doubles.drifted_schemas import served_schema
 
 
 @pytest.fixture
@@ -137,7 +138,7 @@ def test_binds_config_daemons_own_schema_by_name(capsys: pytest.CaptureFixture[s
     """A foreign schema (other packages, every field renumbered) read through config-daemon's reflection."""
     directory = Path(tempfile.mkdtemp(prefix="rkf-", dir="/tmp"))
     try:
-        with Simulator(directory / "s", "m890p-8", schema="foreign", reflection=True) as foreign:
+        with Simulator(directory / "s", "m890p-8", schema=served_schema("foreign"), reflection=True) as foreign:
             code, out, _ = run(foreign, capsys, "disable", "--yes", "--force")
             assert code == 0 and "enabled -> disabled" in out, out
             code, out, _ = run(foreign, capsys, "status")

@@ -1,7 +1,8 @@
 """``runtime-kit`` and ``doctor`` on a config-daemon whose schema the plugin cannot verify.
 
-A real ``xdm-sim --schema renumbered`` process (the reconstruction's names, other numbers, no server
-reflection: a node's likely first day) serves on Unix sockets in a temp dir, and the real
+A real simulator process serving the ``renumbered`` schema (``python -m tests.doubles.drifted_sim``: the
+product's simulator with the reconstruction's names, other numbers, no server reflection: a node's likely
+first day) serves on Unix sockets in a temp dir, and the real
 ``nomad-device-lingjun`` executable runs each command. Runtime Kit is enabled there; read with the
 built-in numbers, its answer would say "disabled". Every command must say "unknown, because ...",
 name ``xdm_schema``, and send neither Enable nor Disable: the simulator's own call counts (``ctl
@@ -27,13 +28,19 @@ from nomad_plugin.sim.control import send_command
 from tests.waiting import DEADLINE_S, wait_until
 
 EXECUTABLE = Path(sys.executable).parent / PLUGIN_NAME  # the console script `pip install -e .` made
+ROOT = Path(__file__).resolve().parents[2]
+DRIFTED_SIM = [sys.executable, "-m", "tests.doubles.drifted_sim"]  # the product's simulator, a drifted schema
 
 
 class SimProcess:
     def __init__(self, directory: Path, schema: str) -> None:
         self.dir = directory
+        where = ["--profile", "h800-8", "--socket-dir", str(directory)]
+        # the reconstruction is the product's own `xdm-sim`; a drifted schema is the test double's
+        program = [str(EXECUTABLE), "xdm-sim"] if schema == "builtin" else [*DRIFTED_SIM, "--schema", schema]
         self.proc = subprocess.Popen(
-            [str(EXECUTABLE), "xdm-sim", "--profile", "h800-8", "--socket-dir", str(directory), "--schema", schema],
+            [*program, *where],
+            cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

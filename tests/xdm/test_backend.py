@@ -17,6 +17,7 @@ from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.sim import Simulator
 from nomad_plugin.util.threads import Backoff
 from nomad_plugin.xdm.backend import XdmBackend
+from tests.doubles.drifted_schemas import served_schema
 
 
 def _config(sockdir: Path, **kw: object) -> PluginConfig:
@@ -165,7 +166,7 @@ def test_schema_mismatch_publishes_no_healthy_card_and_recovers_on_rebind(
     attribute "unknown" (read with the guessed numbers, enabled would say "disabled"); then XDM restarts
     serving reflection and (xdm_schema auto) the plugin re-binds and trusts it."""
     caplog.set_level(logging.INFO, logger="nomad_plugin.xdm.backend")
-    sim = Simulator(socket_dir=sockdir, profile="h800-8", schema="renumbered")
+    sim = Simulator(socket_dir=sockdir, profile="h800-8", schema=served_schema("renumbered"))
     sim.start()
     backend = XdmBackend(_config(sockdir))
     try:
@@ -219,7 +220,7 @@ def test_a_restart_that_no_call_saw_is_found_by_its_new_socket_and_rebinds(sockd
     nothing happened, with the old binding; the new socket file gives the restart away."""
     from nomad_plugin.xdm.client import XdmClient
 
-    sim = Simulator(socket_dir=sockdir, profile="h800-8", schema="renumbered", reflection=True)
+    sim = Simulator(socket_dir=sockdir, profile="h800-8", schema=served_schema("renumbered"), reflection=True)
     sim.start()
     client = XdmClient(_config(sockdir))
     try:
@@ -228,7 +229,7 @@ def test_a_restart_that_no_call_saw_is_found_by_its_new_socket_and_rebinds(sockd
         assert client.binds == 1, "the same daemon: no re-bind per call"
         assert client.last_binding is not None
         digest = client.last_binding.digest
-        sim.restart(0.3, schema="foreign", reflection=True)
+        sim.restart(0.3, schema=served_schema("foreign"), reflection=True)
         after = client.list_gpu_info()
         assert client.binds == 2 and client.last_binding.digest != digest
         assert sorted((g.minor, g.uuid) for g in after) == sorted((g.minor, g.uuid) for g in before)

@@ -190,7 +190,7 @@ def test_unresolvable_import_is_a_schema_error() -> None:
 
 # ------------------------------------------------------------------ paths (xdm_schema = "<path>")
 def test_proto_file_directory_and_descriptor_set_load(tmp_path: Path) -> None:
-    from nomad_plugin.sim.schema import served_schema
+    from tests.doubles.drifted_schemas import served_schema
 
     served_schema("foreign").emit(tmp_path)
     from_dir = bind(load_path(str(tmp_path)), "dir")

@@ -289,7 +289,7 @@ def test_omit_zero_encoding_auto_assign_is_caught(make_fake: MakeFake, make_clie
 
 # ---------------------------------------------------------------- unknown fields (R2, R16)
 def _tag(number: int, wire: int) -> bytes:
-    from nomad_plugin.util.protowire import varint as _varint
+    from tests.doubles.drift import varint as _varint
 
     return _varint(number << 3 | wire)
 

@@ -1,4 +1,4 @@
-"""XdmClient against the simulator's schema-drift and error modes (docs/xdm-risks.md)."""
+"""XdmClient against the simulator's error modes and schema drift (tests/doubles/drift.py; docs/xdm-risks.md)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from nomad_plugin import sim as sim_module
 from nomad_plugin.config.model import PluginConfig
 from nomad_plugin.model.errors import BackendRefused, BackendUnavailable, GrantMismatch
 from nomad_plugin.model.grant import DeviceAsk, GrantRequest
 from nomad_plugin.xdm.client import XdmClient
+from tests.doubles.drifted_sim import DriftedSimulator
 
 
 @pytest.fixture
 def sim(sockdir: Path) -> Iterator[object]:
-    s = sim_module.Simulator(socket_dir=sockdir, profile="h800-8")
+    s = DriftedSimulator(socket_dir=sockdir, profile="h800-8")
     s.start()
     yield s
     s.stop()
