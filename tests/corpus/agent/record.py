@@ -1,6 +1,6 @@
 """Record what the Nomad agent reads in each corpus file: Go's HCL v1, through the conformance host.
 
-``python tests/corpus/agent/record.py`` runs ``conformance-host agent-file`` (hcl.Decode into the
+``make go-tools && python tests/corpus/agent/record.py`` runs ``conformance-host agent-file`` (hcl.Decode into the
 agent's data_dir, plugin_dir and plugin fields, Debian's golang-github-hashicorp-hcl-dev) over every
 file listed in sources.json and writes expected.json and SOURCES.md from its answers.
 tests/operator/test_agent_corpus.py checks the Python reading and doctor against expected.json,
@@ -17,13 +17,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent.parent))
 
-from tests.conformance.hostlib import build_host  # noqa: E402
+from tests.conformance.hostlib import built_host  # noqa: E402
 
 
 def go_reading(paths: list[Path]) -> dict[str, dict[str, object]]:
     """file name -> Go HCL v1's reading of it (the host's JSON, less its path)."""
     proc = subprocess.run(
-        [str(build_host()), "agent-file", *map(str, paths)], capture_output=True, text=True, check=True, timeout=300
+        [str(built_host()), "agent-file", *map(str, paths)], capture_output=True, text=True, check=True, timeout=300
     )
     readings = {}
     for line in proc.stdout.splitlines():
