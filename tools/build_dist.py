@@ -171,6 +171,9 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
     # path: a copy from the build venv is never valid in the bundle and would make builds differ.
     for stale in (python.parent.parent / "lib").glob("python3*/site-packages/hcl2/.lark_cache.bin"):
         stale.unlink()
+    # pygohcl's Go library sits beside its package, not in it; the package loads it from its parent
+    # directory, which in the bundle is the bundle's own (check-job's HCL2 syntax, jobspec/hcl2_syntax.py).
+    gohcl = next((python.parent.parent / "lib").glob("python3*/site-packages/pygohcl.cpython-*.so"))
     # Stripping symbols roughly halves the bundle; it needs binutils' strip, which minimal hosts lack.
     strip = ["--strip"] if shutil.which("strip") else []
     if not strip:
@@ -188,7 +191,7 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
         # --collect-all: grpcio-tools' RECORD would carry the build venv's path into the bundle.)
         "--collect-submodules", "nomad_plugin", "--hidden-import", "pynvml", "--collect-data", "hcl2",
         "--collect-submodules", "grpc_tools", "--collect-data", "grpc_tools", "--collect-binaries", "grpc_tools",
-        "--collect-submodules", "grpc_reflection",
+        "--collect-submodules", "grpc_reflection", "--add-binary", f"{gohcl}:.",
         # xdm-probe --capture records these versions (importlib.metadata, xdm/capture.py).
         "--copy-metadata", "grpcio", "--copy-metadata", "protobuf", "--copy-metadata", "grpcio-reflection",
         # Never used at run time, but once in the bundle PyInstaller runs a start-up hook for each:

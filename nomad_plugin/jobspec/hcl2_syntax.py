@@ -1,15 +1,12 @@
-"""A job file's HCL2 syntax: python-hcl2's parse tree, held to the rules of HashiCorp's ``hclsyntax``.
+"""A job file's HCL2 syntax: judged by HashiCorp's own parser, then read as python-hcl2's parse tree.
 
-python-hcl2's grammar (lark) accepts what ``hclsyntax/parser.go`` refuses: two arguments on one line, a
-one-line block with more than one item, a block whose ``{`` is on the next line, a template in a block
-label. ``check_syntax`` refuses those with hclsyntax's summary, detail and ``file:line,col`` range; any
-other syntax error is python-hcl2's own, placed by ``util.hcl.describe_hcl_error``. HashiCorp's parser
-through pygohcl is not used: it is not in the shipped file and gives no tree to evaluate (docs/operator.md).
+HashiCorp's ``hclsyntax`` (Go, through pygohcl) decides whether the file is HCL at all and says why not,
+as Nomad does; it gives no tree to evaluate, so a file it accepts is then parsed by python-hcl2 (lark),
+whose grammar accepts more than ``hclsyntax`` but nothing less, save the ``${~ ~}`` strip markers.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +17,7 @@ from lark import Token, Tree
 from nomad_plugin.util.hcl import describe_hcl_error, unquote
 
 Node = Tree[Any]
+_PYGOHCL_NEXT = re.compile(r", tmp\.hcl:\d+,\d+")  # where pygohcl joins the next diagnostic (its file name)
 
 
 class HclError(Exception):
@@ -54,73 +52,6 @@ def name_of(node: Any) -> str:
 
 def item_name(item: Node) -> str:
     return name_of(item.children[0])
-
-
-_ONE_LINE = "Invalid single-argument block definition"
-
-
-def _newline(node: Node) -> Any:
-    """hclsyntax's newline token: the line break alone (python-hcl2's also holds the next line's indent)."""
-    text = str(node.children[0])
-    line, column = node.meta.line, node.meta.column + text.index("\n")
-    return SimpleNamespace(line=line, column=column, end_line=line + 1, end_column=1)
-
-
-def check_syntax(body: Node, closing: Any = None) -> None:
-    """hclsyntax's body rules python-hcl2's grammar lacks (``parser.go``): a newline after every argument
-    and block, a one-line block holds one argument, a block opens on its header's line, labels hold no
-    template. ``closing`` is the enclosing block's ``}`` (None at the top level)."""
-    kids = [c for c in body.children if isinstance(c, Tree)]
-    single = bool(kids) and kids[0].data != "new_line_or_comment" and closing is not None
-    for index, child in enumerate(kids):
-        if child.data == "new_line_or_comment":
-            continue
-        after = kids[index + 1] if index + 1 < len(kids) else closing
-        if single and child.data == "block":
-            nxt = child.children[1]
-            end: Any = nxt.children[0] if isinstance(nxt, Tree) else nxt
-            span = SimpleNamespace(
-                line=child.meta.line, column=child.meta.column, end_line=end.end_line, end_column=end.end_column
-            )
-            raise HclError("Argument definition required", f"A single-line block definition can contain only a single argument. If you meant to define argument {json.dumps(item_name(child))}, use an equals sign to assign it a value. To define a nested block, place it on a line of its own within its parent block.", span)  # fmt: skip
-        if child.data == "block":
-            _check_block(child)
-        if single and after is not closing:
-            if after.data == "new_line_or_comment":
-                raise HclError(_ONE_LINE, "An argument definition on the same line as its containing block creates a single-line block definition, which must also be closed on the same line. Place the block's closing brace immediately after the argument definition.", _newline(after))  # fmt: skip
-            raise HclError(_ONE_LINE, "A single-line block definition must end with a closing brace immediately after its single argument definition.", after.children[0])  # fmt: skip
-        ended = _ends_in_newline(child) or (isinstance(after, Tree) and after.data == "new_line_or_comment")
-        if not single and after is not None and not ended:
-            what = (
-                ("argument", "An argument definition")
-                if child.data == "attribute"
-                else ("block definition", "A block definition")
-            )
-            raise HclError(f"Missing newline after {what[0]}", f"{what[1]} must end with a newline.", after.children[0] if isinstance(after, Tree) else after)  # fmt: skip
-
-
-def _ends_in_newline(node: Any) -> bool:
-    """python-hcl2 keeps the line break after an operator expression inside the expression's tree, and
-    after a heredoc inside the heredoc's token."""
-    while isinstance(node, Tree) and node.children:
-        if node.data == "new_line_or_comment":
-            return True
-        node = node.children[-1]
-    return isinstance(node, Token) and node.type.startswith("HEREDOC")
-
-
-def _check_block(block: Node) -> None:
-    for label in block.children[1:]:
-        if isinstance(label, Tree) and label.data == "new_line_or_comment":
-            detail = 'A block definition must have block content delimited by "{" and "}", starting on the same line as the block header.'
-            raise HclError("Invalid block definition", detail, _newline(label))
-        for part in label.children if isinstance(label, Tree) and label.data == "string" else []:
-            inner = part.children[0] if isinstance(part, Tree) and part.children else None
-            if isinstance(inner, Tree):
-                which = "$" if inner.data == "interpolation" else "%"
-                detail = f'Template sequences are not allowed in this string. To include a literal "{which}", double it (as "{which}{which}") to escape it.'
-                raise HclError("Invalid string literal", detail, inner.children[0])
-    check_syntax(block_body(block), block.children[-1])
 
 
 def header(block: Node) -> Any:
@@ -169,13 +100,25 @@ def heredoc_markers(text: str) -> str:
     return "\n".join(line.rstrip(" \t") if line.strip() in markers else line for line in lines)
 
 
-def parse(text: str, source: str) -> Node:
+def hashicorp_syntax(text: str, source: str) -> None:
+    """HashiCorp's own HCL2 parser (``hclsyntax``, through pygohcl) on the file: its diagnostics are the
+    ones Nomad prints for a job it cannot parse, word for word and at the same position."""
+    import pygohcl  # loads a Go runtime: only when a job file is read
 
+    try:
+        pygohcl.loads(text)
+    except pygohcl.HCLParseError as exc:
+        first = _PYGOHCL_NEXT.split(str(exc).removeprefix("invalid HCL: tmp.hcl:"))[0]  # as jobspec2's first
+        raise HclError("", f"{source}:{first}") from None
+
+
+def parse(text: str, source: str) -> Node:
+    """The job file's tree, once HashiCorp's parser has accepted its syntax."""
+    hashicorp_syntax(text, source)
     try:
         tree = hcl2.parses_to_tree(text)
     except Exception as exc:  # python-hcl2 raises lark's and its own errors
         if "${~" in text or "~}" in text:  # valid HCL python-hcl2's grammar lacks: no verdict on it
             raise HclError("", f"{source}: check-job cannot tell: its parser does not read ${{~ ~}} strip markers") from None  # fmt: skip
         raise HclError("", describe_hcl_error(exc, text, source)) from None
-    check_syntax(tree.children[0])
     return tree
