@@ -8,7 +8,7 @@ endpoint validates it (``jobValidate.Validate``, ``nomad/job_endpoint_hooks.go``
 ``RestartPolicy.Validate`` of ``nomad/structs/structs.go``, then the priority range). Checked here: what a
 job file gets wrong by hand (type, ID, datacenters, priority, periodic and parameterized types, group and
 task names, counts, the blocks a type refuses, restart mode, drivers, leaders, main tasks, CPU, cores,
-memory, disk, ports). Constraints, affinities, spreads and devices are ``parse.py``'s. An HCL job is
+memory, ports). Constraints, affinities, spreads and devices are ``parse.py``'s. An HCL job is
 brought to the API form by ``api_form``; a value check-job does not evaluate is named, never guessed.
 """
 
@@ -187,7 +187,11 @@ def _ports(networks: list[dict[str, Any]]) -> list[str]:
 
 
 def _task(task: dict[str, Any]) -> list[str]:
-    """``Task.Validate`` and ``Resources.Validate`` (after ``Resources.Canonicalize``: cpu 100, memory 300)."""
+    """``Task.Validate`` and ``Resources.Validate`` (after ``Resources.Canonicalize``: cpu 100, memory 300).
+
+    A task's ``disk`` never reaches ``Resources.Validate``: ``ApiResourcesToStructs``
+    (``command/agent/job_endpoint.go``) does not copy ``DiskMB`` from the API form, so Nomad accepts it.
+    """
     name, resources = str(task.get("Name", "")), _dict(task.get("Resources"))
     cores, memory = _int(resources.get("Cores"), 0), _int(resources.get("MemoryMB"), 300)
     cpu = _int(resources.get("CPU"), 100 if resources.get("Cores") is None else 0)
@@ -201,7 +205,6 @@ def _task(task: dict[str, Any]) -> list[str]:
             (cores < 0, f"cores value ({cores}) cannot be negative"),
             (cpu < 1 and cores == 0, f"minimum CPU value is 1; got {cpu}"),
             (memory < 10, f"minimum MemoryMB value is 10; got {memory}"),
-            (_int(resources.get("DiskMB"), 0) > 0, "Task can't ask for disk resources, they have to be specified at the task group level."),
         )
         if wrong
     ]  # fmt: skip
@@ -260,12 +263,26 @@ def validated(job: ParsedJob) -> ParsedJob:
     if body is None:
         return job
     read = _Reader()
+    read.problems += _misplaced_devices(body)
     refused_type = any(p.startswith("type: ") for p in job.problems)
     decoded = None if body.get("type") is None else UNEVALUATED if refused_type or not job.type_known else job.type
     refusals = validate_job(api_form(job.name, body, decoded, read))
     return replace(
         job, problems=(*job.problems, *read.problems, *refusals), unsupported=(*job.unsupported, *read.unsupported)
     )
+
+
+def _misplaced_devices(job: dict[str, Any]) -> list[str]:
+    """A ``device`` written in a job, group or task body rather than in ``resources``: ``api.Job``,
+    ``api.TaskGroup`` and ``api.Task`` have no field tagged ``hcl:"device"`` (``api/jobs.go``, ``api/tasks.go``),
+    so jobspec2's gohcl decode (``decodeJob``, ``jobspec2/types.config.go``) refuses the file."""
+    bodies = [("job", job)]
+    for group_name, group in labelled(job.get("group", [])):
+        bodies.append((f'group "{group_name}"', group))
+        bodies += [(f'group "{group_name}" task "{t}"', task) for t, task in labelled(group.get("task", []))]
+    block = 'Unsupported block type; Blocks of type "device" are not expected here.'
+    argument = 'Unsupported argument; An argument named "device" is not expected here.'
+    return [f"{where}: {block if isinstance(b['device'], list) else argument}" for where, b in bodies if "device" in b]
 
 
 def parse_and_validate(text: str, source: str = "job", inputs: Inputs | None = None) -> ParsedJob:
@@ -314,7 +331,7 @@ def _api_group(name: str, body: dict[str, Any], read: _Reader) -> dict[str, Any]
 def _api_task(name: str, body: dict[str, Any], group: str, read: _Reader) -> dict[str, Any]:
     where = f'{group} task "{name}"'
     resources = unlabelled(body.get("resources", []))
-    fields = {"cpu": "CPU", "cores": "Cores", "memory": "MemoryMB", "disk": "DiskMB"}
+    fields = {"cpu": "CPU", "cores": "Cores", "memory": "MemoryMB"}
     amounts = {field: read.whole(resources[0], key, where) for key, field in fields.items()} if resources else {}
     return {
         "Name": name,
