@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from nomad_plugin.cli import check_job
+from nomad_plugin.jobspec.scope import glob
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE = 'device "nvidia/gpu" {\n count = 1\n}'
@@ -146,3 +147,18 @@ def test_a_device_block_outside_resources_is_refused_before_anything_unknown(
     code, doc, out = run(capsys, path, "--fingerprint", fp, "--no-agent")
     assert (code, doc["outcome"]) == (2, "refuse"), out
     assert 'group "g" task "t": Unsupported block type; Blocks of type "device" are not expected here.' in out
+
+
+MATCH = ["*test", "this*", "this*test", "*is *", "*is*a*", "**test**", "**is**a***test*", "* *", "*", "**********",
+         "*Ѿ*", "*is a ϗѾ *"]  # fmt: skip
+NO_MATCH = ["test*", "*is", "*no*", " ", "* ", " *", "*ʤ*", "this*this is a test"]
+
+
+def test_datacenter_patterns_match_as_go_glob_does() -> None:
+    """go-glob v1.0.0's own table (glob_test.go: TestGlob, TestEmptyPattern, TestEmptySubject), the version
+    Nomad's go.mod pins."""
+    assert all(glob(p, "this is a ϗѾ test") for p in MATCH)
+    assert not any(glob(p, "this is a test") for p in NO_MATCH)
+    assert glob("", "") and not glob("", "test") and glob("test", "test")
+    assert all(glob(p, "") for p in ("", "*", "**", "*" * 1000))
+    assert not any(glob(p, "") for p in ("test", "*test*", "*x", "***x", "x*", "x***", "x*x", "x****x"))
