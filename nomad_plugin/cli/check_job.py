@@ -224,7 +224,7 @@ def _node_values(
         node = node_from_json(_read_json(args.node), f"node file {args.node}")
     else:
         ask = _asks_agent(args)
-        if ask and any(g.has_rules or scope_checks(job, g.group, NodeValues()) for g in job.groups):
+        if ask and any(g.has_rules or scope_checks(job, g.group, NodeValues().resolve, None) for g in job.groups):
             try:
                 node = _agent_node(args, config_map)
             except (ValueError, PluginError, OSError) as exc:

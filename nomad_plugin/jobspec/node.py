@@ -423,7 +423,8 @@ def place_group(
 def evaluate_placement(job: ParsedJob, values: NodeValues) -> JobPlacement:
     """Every task group's node-level rules and scope (``scope.py``); groups with no rule, and a scope that
     holds whatever the node, are left out."""
-    scopes = {g.group: scope_checks(job, g.group, values) for g in job.groups}
+    volumes = values.node.host_volumes if values.node is not None else None
+    scopes = {g.group: scope_checks(job, g.group, values.resolve, volumes) for g in job.groups}
     groups = tuple(
         place_group(g, values, bool(job.problems), scopes[g.group])
         for g in job.groups

@@ -15,15 +15,24 @@ its host volumes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nomad_plugin.jobspec.parse import ParsedJob, ValueProblem, dicts, string_value
 from nomad_plugin.util.hcl import labelled, plain
 
-if TYPE_CHECKING:
-    from nomad_plugin.jobspec.node import NodeValues
+
+class Known(Protocol):
+    """A node value as ``node.NodeValues.resolve`` gives it."""
+
+    @property
+    def value(self) -> str | None: ...
+    @property
+    def known(self) -> bool: ...
+    @property
+    def hints(self) -> tuple[str, ...]: ...
+
 
 HOLDS, FAILS, UNKNOWN = "holds", "fails", "unknown"
 NODE_FILE = "--node FILE (`nomad node status -self -json > FILE` on this node) or --agent"
@@ -117,14 +126,16 @@ def _host_volume(volume: dict[str, Any], node_volumes: Mapping[str, Any] | None)
     return ScopeCheck(what, HOLDS)
 
 
-def scope_checks(job: ParsedJob, group: str, values: NodeValues) -> tuple[ScopeCheck, ...]:
-    """The group's datacenters, node pool and host volumes on this node."""
+def scope_checks(
+    job: ParsedJob, group: str, resolve: Callable[[str], Known], host_volumes: Mapping[str, Any] | None
+) -> tuple[ScopeCheck, ...]:
+    """The group's datacenters, node pool and host volumes on this node (``host_volumes``: None, not known)."""
     dcs, pool = _job_scope(job)
     checks = []
     if dcs is None or None in dcs:
         checks.append(ScopeCheck("datacenters", UNKNOWN, "the job's datacenters are not evaluated"))
     elif "*" not in dcs:
-        here = values.resolve("${node.datacenter}")
+        here = resolve("${node.datacenter}")
         what = f"datacenters {[d for d in dcs if d is not None]}"
         if not here.known:
             checks.append(ScopeCheck(what, UNKNOWN, "this node's datacenter is not known", here.hints))
@@ -135,7 +146,7 @@ def scope_checks(job: ParsedJob, group: str, values: NodeValues) -> tuple[ScopeC
     if pool is None:
         checks.append(ScopeCheck("node_pool", UNKNOWN, "the job's node pool is not evaluated"))
     elif pool != "all":
-        here = values.resolve("${node.pool}")
+        here = resolve("${node.pool}")
         node_pool = (here.value or "default") if here.known else None  # Node.Register: "" is "default"
         if node_pool is None:
             checks.append(ScopeCheck(f"node_pool {pool!r}", UNKNOWN, "this node's pool is not known", here.hints))
@@ -145,8 +156,7 @@ def scope_checks(job: ParsedJob, group: str, values: NodeValues) -> tuple[ScopeC
                     f"node_pool {pool!r}", HOLDS if node_pool == pool else FAILS, f"this node is in {node_pool!r}"
                 )
             )
-    node = values.node
     for volume in _volumes(job, group):
-        check = _host_volume(volume, node.host_volumes if node is not None else None)
+        check = _host_volume(volume, host_volumes)
         checks += [check] if check is not None else []
     return tuple(checks)
