@@ -123,7 +123,7 @@ def test_job_without_device_blocks_is_not_a_failure(tmp_path: Path, capsys: pyte
     assert check_job.main([str(job), *FP_ARGS, *POOL]) == 0
     out = capsys.readouterr().out
     assert "no device blocks" in out and "cannot be placed" not in out
-    assert check_job.main([str(job), *FP_ARGS, "--json"]) == 0
+    assert check_job.main([str(job), *FP_ARGS, *POOL, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True and doc["requests"] == []
 
