@@ -7,7 +7,8 @@ check-job knows the node from a file or the agent, the plugin's own meta keys
 ``--node-value``; any other value is unknown, never guessed. Constraints are
 ``ConstraintChecker``; affinities ``NodeAffinityIterator`` (``rank.go``: they
 rank, never exclude); ``distinct_hosts``, ``distinct_property`` and spreads
-need the job's other allocations, so they are shown, not decided.
+need the job's other allocations, so they are shown, not decided. Whether the node is considered at
+all (the job's datacenters and node pool, the group's host volumes) is ``scope.py``'s, decided beside them.
 """
 
 from __future__ import annotations
