@@ -263,7 +263,7 @@ def validated(job: ParsedJob) -> ParsedJob:
     if body is None:
         return job
     read = _Reader()
-    read.problems += _misplaced_devices(body)
+    read.problems += _unexpected(body)
     refused_type = any(p.startswith("type: ") for p in job.problems)
     decoded = None if body.get("type") is None else UNEVALUATED if refused_type or not job.type_known else job.type
     refusals = validate_job(api_form(job.name, body, decoded, read))
@@ -272,17 +272,50 @@ def validated(job: ParsedJob) -> ParsedJob:
     )
 
 
-def _misplaced_devices(job: dict[str, Any]) -> list[str]:
-    """A ``device`` written in a job, group or task body rather than in ``resources``: ``api.Job``,
-    ``api.TaskGroup`` and ``api.Task`` have no field tagged ``hcl:"device"`` (``api/jobs.go``, ``api/tasks.go``),
-    so jobspec2's gohcl decode (``decodeJob``, ``jobspec2/types.config.go``) refuses the file."""
-    bodies = [("job", job)]
+#: What jobspec2 decodes in a job, group and task body: the ``hcl`` tags of ``api.Job``, ``api.TaskGroup``
+#: and ``api.Task`` (``api/jobs.go``, ``api/tasks.go``), with the blocks ``decodeJob`` (``vault``, ``secret``,
+#: ``task``, ``meta``: ``jobspec2/types.config.go``), ``decodeTaskGroup`` (``vault``, ``secret``, ``meta``)
+#: and ``decodeTask`` (``env``, ``meta``, ``scaling``: ``jobspec2/hcl_conversions.go``) take themselves.
+BODY_KEYS = {
+    "job": frozenset(
+        "region namespace id name type priority all_at_once datacenters node_pool constraint affinity group update "
+        "multiregion spread periodic parameterized reschedule migrate meta ui vault secret task".split()
+    ),
+    "group": frozenset(
+        "count constraint affinity task spread volume restart disconnect reschedule ephemeral_disk update migrate "
+        "network meta service shutdown_delay max_run_duration stop_after_client_disconnect max_client_disconnect "
+        "scaling consul prevent_reschedule_on_lost vault secret".split()
+    ),
+    "task": frozenset(
+        "driver user lifecycle config constraint affinity env service resources restart meta kill_timeout logs "
+        "artifact vault consul template dispatch_payload volume_mount csi_plugin leader shutdown_delay kill_signal "
+        "kind scaling secret identity action schedule".split()
+    ),
+}
+
+
+def _unexpected(job: dict[str, Any]) -> list[str]:
+    """A block or argument a job, group or task body has no field for (a ``device`` outside ``resources``, a
+    ``network`` in a task): gohcl's decode refuses the file (``decodeJob``, ``jobspec2/types.config.go``)."""
+    bodies = [("job", "job", job)]
     for group_name, group in labelled(job.get("group", [])):
-        bodies.append((f'group "{group_name}"', group))
-        bodies += [(f'group "{group_name}" task "{t}"', task) for t, task in labelled(group.get("task", []))]
-    block = 'Unsupported block type; Blocks of type "device" are not expected here.'
-    argument = 'Unsupported argument; An argument named "device" is not expected here.'
-    return [f"{where}: {block if isinstance(b['device'], list) else argument}" for where, b in bodies if "device" in b]
+        bodies.append((f'group "{group_name}"', "group", group))
+        bodies += [(f'group "{group_name}" task "{t}"', "task", task) for t, task in labelled(group.get("task", []))]
+    errors = []
+    for where, level, body in bodies:
+        for key, value in body.items():
+            if is_meta(key) or key in BODY_KEYS[level] or (level == "task" and key == "spread"):
+                continue  # a task's spread: parse.py says it
+            items = (
+                [i for v in value if isinstance(v, dict) for i in (v, *v.values())] if isinstance(value, list) else []
+            )
+            block = any(isinstance(i, dict) and "__is_block__" in i for i in items)  # unlabelled, or labelled
+            errors.append(
+                f'{where}: Unsupported block type; Blocks of type "{key}" are not expected here.'
+                if block
+                else f'{where}: Unsupported argument; An argument named "{key}" is not expected here.'
+            )
+    return errors
 
 
 def parse_and_validate(text: str, source: str = "job", inputs: Inputs | None = None) -> ParsedJob:

@@ -162,3 +162,22 @@ def test_datacenter_patterns_match_as_go_glob_does() -> None:
     assert glob("", "") and not glob("", "test") and glob("test", "test")
     assert all(glob(p, "") for p in ("", "*", "**", "*" * 1000))
     assert not any(glob(p, "") for p in ("test", "*test*", "*x", "***x", "x*", "x***", "x*x", "x****x"))
+
+
+def test_a_block_or_argument_no_body_takes_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fp: str
+) -> None:
+    """gohcl decodes each body into api.Job, api.TaskGroup or api.Task: a name none has is refused."""
+    path = job(tmp_path, top='volume "v" {\n type = "host"\n source = "s"\n}\nvault_token = "x"', task="network {}")
+    code, doc, out = run(capsys, path, "--fingerprint", fp, "--no-agent")
+    assert (code, doc["outcome"]) == (2, "refuse"), out
+    for line in (
+        'job: Unsupported block type; Blocks of type "volume" are not expected here.',
+        'job: Unsupported argument; An argument named "vault_token" is not expected here.',
+        'group "g" task "t": Unsupported block type; Blocks of type "network" are not expected here.',
+    ):
+        assert line in out
+    # What decodeJob, decodeTaskGroup and decodeTask take themselves is accepted.
+    path = job(tmp_path, top='meta = { a = "b" }', group='meta { a = "b" }', task='env = { A = "b" }')
+    code, doc, out = run(capsys, path, "--fingerprint", fp, "--no-agent", "--node-value", "node.pool=default")
+    assert (code, doc["outcome"]) == (0, "place"), out
