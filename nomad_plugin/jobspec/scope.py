@@ -77,9 +77,13 @@ def _job_scope(job: ParsedJob) -> tuple[list[str | None] | None, str | None]:
     api, body = job.api_form, job.hcl_body or {}
     raw_dcs = api.get("Datacenters") if api is not None else body.get("datacenters")
     raw_pool = api.get("NodePool") if api is not None else body.get("node_pool")
-    dcs = [_text(d, "datacenters") for d in raw_dcs] if isinstance(raw_dcs, list) else None
+    dcs: list[str | None] | None = ["*"]  # absent, or an empty list
+    if isinstance(raw_dcs, list) and raw_dcs:
+        dcs = [_text(d, "datacenters") for d in raw_dcs]
+    elif raw_dcs is not None and not isinstance(raw_dcs, list):
+        dcs = None  # an expression check-job does not evaluate
     pool = "" if raw_pool is None else _text(raw_pool, "node_pool")
-    return (dcs or ["*"]) if raw_dcs is None or dcs is not None else None, "default" if pool == "" else pool
+    return dcs, "default" if pool == "" else pool
 
 
 def _volumes(job: ParsedJob, group: str) -> list[dict[str, Any]]:
