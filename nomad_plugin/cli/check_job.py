@@ -4,7 +4,7 @@ Gets the live fingerprint by launching the real plugin as Nomad would (against X
 directory, or an embedded simulator with ``--profile``), then decides every ``device`` block as
 Nomad does (decoding, job validation, the scheduler's device checks) and every job-, group- and
 task-level constraint and affinity on this node's values (its meta, the plugin's own keys
-included, attributes and fields), and says Nomad's outcome: it would place the job, refuse it at
+included, attributes and fields), the job's datacenters and node pool and its host volumes, and says Nomad's outcome: it would place the job, refuse it at
 submission, or not place it on this node, with the group that would serve each block, why every
 other group was rejected, and each node-level rule that fails. Spreads, distinct hosts and
 distinct properties need the cluster and are shown, not decided. Each task group gets its outcome,
@@ -58,6 +58,7 @@ from nomad_plugin.jobspec import (
     placement_json,
     placement_text,
     releases,
+    scope_checks,
     verdict_detail,
     verdicts_json,
     verdicts_text,
@@ -223,7 +224,7 @@ def _node_values(
         node = node_from_json(_read_json(args.node), f"node file {args.node}")
     else:
         ask = _asks_agent(args)
-        if ask and any(g.has_rules for g in job.groups):
+        if ask and any(g.has_rules or scope_checks(job, g.group, NodeValues().resolve, None) for g in job.groups):
             try:
                 node = _agent_node(args, config_map)
             except (ValueError, PluginError, OSError) as exc:

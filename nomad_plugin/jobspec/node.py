@@ -7,7 +7,8 @@ check-job knows the node from a file or the agent, the plugin's own meta keys
 ``--node-value``; any other value is unknown, never guessed. Constraints are
 ``ConstraintChecker``; affinities ``NodeAffinityIterator`` (``rank.go``: they
 rank, never exclude); ``distinct_hosts``, ``distinct_property`` and spreads
-need the job's other allocations, so they are shown, not decided.
+need the job's other allocations, so they are shown, not decided. Whether the node is considered at
+all (the job's datacenters and node pool, the group's host volumes) is ``scope.py``'s, decided beside them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from nomad_plugin.jobspec.evaluate import (
 )
 from nomad_plugin.jobspec.operators import CLUSTER_OPERATORS, check_string
 from nomad_plugin.jobspec.parse import NODE_FIELDS, GroupRules, ParsedJob, Placed, Spread
+from nomad_plugin.jobspec.scope import ScopeCheck, scope_checks
 from nomad_plugin.model.card import SUMMARY_KEYS
 from nomad_plugin.nomad_view.types import Style
 
@@ -83,6 +85,7 @@ class NodeDocument:
     attributes: Mapping[str, str]
     meta: Mapping[str, str]
     source: str
+    host_volumes: Mapping[str, Any] | None = None  # name -> {"Path", "ReadOnly", "ID"}; None: not in the document
 
 
 def node_from_json(doc: Any, source: str) -> NodeDocument:
@@ -109,7 +112,9 @@ def node_from_json(doc: Any, source: str) -> NodeDocument:
     fields = {
         target: value if isinstance(value := doc.get(key, ""), str) else "" for target, key in NODE_FIELDS.items()
     }
-    return NodeDocument(fields, maps["Attributes"], maps["Meta"], source)
+    volumes = doc.get("HostVolumes")
+    volumes = volumes if isinstance(volumes, dict) else {} if "HostVolumes" in doc else None
+    return NodeDocument(fields, maps["Attributes"], maps["Meta"], source, volumes)
 
 
 @dataclass(frozen=True)
@@ -280,10 +285,14 @@ class GroupPlacement:
     spreads: tuple[SpreadResult, ...]
     outcome: str
     score: float | None = None  # the node-affinity score; None without affinities or with one unknown
+    scope: tuple[ScopeCheck, ...] = ()  # the job's datacenters and node pool, the group's host volumes
 
     @property
     def failed(self) -> tuple[NodeRuleResult, ...]:
         return tuple(r for r in self.constraints if r.status == FAILS)
+
+    def scope_with(self, status: str) -> tuple[ScopeCheck, ...]:
+        return tuple(c for c in self.scope if c.status == status)
 
     @property
     def unknown(self) -> tuple[NodeRuleResult, ...]:
@@ -319,13 +328,14 @@ def group_outcomes(verdicts: Sequence[RequestVerdict], placement: JobPlacement) 
     for rules in placement.job.groups:
         rules_here = decided.get(rules.group)
         blocks = [v for v in verdicts if v.request.group == rules.group]
-        failed = [failures(rules_here)] if rules_here is not None and rules_here.failed else []
+        failed = [failures(rules_here)] if rules_here is not None and failures(rules_here) else []
         failed += [
             f'task "{v.request.task}" device "{v.request.name}": no device group on this node serves it'
             for v in blocks
             if v.outcome == NOT_PLACED
         ]
         unknown = [f"{r.placed.rule.head()}: {r.reason}" for r in rules_here.unknown] if rules_here is not None else []
+        unknown += [c.describe() for c in rules_here.scope_with(UNKNOWN_RULE)] if rules_here is not None else []
         unknown += [*rules.unsupported, *(u for v in blocks for u in v.request.unsupported)]
         outcomes = {rules_here.outcome if rules_here is not None else PLACE, *(v.outcome for v in blocks)}
         if REFUSE in outcomes or placement.job.problems:
@@ -389,7 +399,9 @@ def check_on_node(placed: Placed, values: NodeValues) -> NodeRuleResult:
     return NodeRuleResult(placed, HOLDS if outcome.holds else FAILS, shown_left, shown_right, reason, remarks)
 
 
-def place_group(rules: GroupRules, values: NodeValues, job_problems: bool = False) -> GroupPlacement:
+def place_group(
+    rules: GroupRules, values: NodeValues, job_problems: bool = False, scope: tuple[ScopeCheck, ...] = ()
+) -> GroupPlacement:
     constraints = tuple(check_on_node(p, values) for p in rules.constraints)
     affinities = tuple(check_on_node(p, values) for p in rules.affinities)
     spreads = tuple(SpreadResult(s, values.resolve(s.attribute)) for s in rules.spreads)
@@ -400,18 +412,25 @@ def place_group(rules: GroupRules, values: NodeValues, job_problems: bool = Fals
         score = matched / total if total else 0.0
     if rules.problems or job_problems:
         outcome = REFUSE
-    elif any(c.status == FAILS for c in constraints):
+    elif FAILS in (statuses := {c.status for c in constraints} | {c.status for c in scope}):
         outcome = NOT_PLACED
-    elif rules.unsupported or any(c.status == UNKNOWN_RULE for c in constraints):
+    elif rules.unsupported or UNKNOWN_RULE in statuses:
         outcome = UNKNOWN
     else:
         outcome = PLACE
-    return GroupPlacement(rules, constraints, affinities, spreads, outcome, score)
+    return GroupPlacement(rules, constraints, affinities, spreads, outcome, score, scope)
 
 
 def evaluate_placement(job: ParsedJob, values: NodeValues) -> JobPlacement:
-    """Every task group's node-level rules (groups without any are left out)."""
-    groups = tuple(place_group(g, values, bool(job.problems)) for g in job.groups if g.has_rules)
+    """Every task group's node-level rules and scope (``scope.py``); groups with no rule, and a scope that
+    holds whatever the node, are left out."""
+    volumes = values.node.host_volumes if values.node is not None else None
+    scopes = {g.group: scope_checks(job, g.group, values.resolve, volumes) for g in job.groups}
+    groups = tuple(
+        place_group(g, values, bool(job.problems), scopes[g.group])
+        for g in job.groups
+        if g.has_rules or scopes[g.group]
+    )
     return JobPlacement(job, groups)
 
 
@@ -464,6 +483,7 @@ def _group_placement_json(g: GroupPlacement) -> dict[str, Any]:
         "constraints": [_node_rule_json(r) for r in g.constraints],
         "affinities": [_node_rule_json(r) for r in g.affinities],
         "affinity_score": g.score,
+        "scope": [{"check": c.what, "status": c.status, "detail": c.detail} for c in g.scope],
         "spreads": [
             {
                 "level": s.spread.level,
@@ -509,6 +529,9 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
         lines += tagged(style, "INVALID ", g.rules.problems, "red", "bold")
         lines += tagged(style, "CANNOT EVALUATE ", g.rules.unsupported, "yellow", "bold")
         remarks: list[str] = []
+        for c in g.scope:
+            label, colour = _LABEL[c.status]
+            lines.append(_line(style, label, colour, f"job {c.describe()}" if "volume" not in c.what else c.describe()))
         for r in (*g.constraints, *g.affinities):
             kind = "affinity" if r.placed.rule.affinity else "constraint"
             weight = f" (weight {r.placed.rule.weight})" if r.placed.rule.affinity else ""
@@ -527,8 +550,7 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
             lines.append("  " + style("NOT PLACED ", "red", "bold") + OUTCOME_TEXT[NOT_PLACED] + ": " + failures(g))
         elif g.outcome == REFUSE and g.rules.problems:
             lines.append("  " + style("REFUSED ", "red", "bold") + OUTCOME_TEXT[REFUSE] + " (INVALID above)")
-        elif g.outcome == UNKNOWN and g.unknown:
-            found = dict.fromkeys(h for r in g.unknown for h in r.hints)
+        elif g.outcome == UNKNOWN and (found := hints(g)):
             lines.append(
                 "  " + style("UNKNOWN ", "yellow", "bold") + OUTCOME_TEXT[UNKNOWN] + "; to know: " + ", or ".join(found)
             )
@@ -537,7 +559,19 @@ def placement_text(placement: JobPlacement, values: NodeValues, style: Style) ->
 
 
 def failures(g: GroupPlacement) -> str:
-    return "; ".join(f"constraint {r.placed.rule.head()} fails: {r.sides()}" for r in g.failed)
+    scope = [
+        f"{c.what}, not {c.detail.removeprefix('this node is in ')}"
+        for c in g.scope_with(FAILS)
+        if "volume" not in c.what
+    ]
+    scope += [f"{c.describe()}" for c in g.scope_with(FAILS) if "volume" in c.what]
+    return "; ".join([*scope, *(f"constraint {r.placed.rule.head()} fails: {r.sides()}" for r in g.failed)])
+
+
+def hints(g: GroupPlacement) -> dict[str, None]:
+    """What would make the group's unknown rules and scope known."""
+    scope = (h for c in g.scope_with(UNKNOWN_RULE) for h in c.hints)
+    return dict.fromkeys([*scope, *(h for r in g.unknown for h in r.hints)])
 
 
 def verdict_detail(placement: JobPlacement, groups: Sequence[GroupOutcome], outcome: str) -> str:
@@ -546,7 +580,7 @@ def verdict_detail(placement: JobPlacement, groups: Sequence[GroupOutcome], outc
     if outcome in (NOT_PLACED, PARTIAL) or (outcome == PLACE and several and placement.job.type in SYSTEM_TYPES):
         here = [f'group "{g.group}"' for g in groups if g.outcome == PLACE]
         if outcome == NOT_PLACED or not here:
-            return "; ".join(f'group "{g.rules.group}" {failures(g)}' for g in placement.groups if g.failed)
+            return "; ".join(f'group "{g.rules.group}" {failures(g)}' for g in placement.groups if failures(g))
         not_here = [f'group "{g.group}" ({"; ".join(g.why)})' for g in groups if g.outcome == NOT_PLACED]
         if outcome == PARTIAL:
             return (
@@ -561,7 +595,7 @@ def verdict_detail(placement: JobPlacement, groups: Sequence[GroupOutcome], outc
     if outcome == UNKNOWN:
         named = [f'group "{g.group}" {", ".join(g.why)}' for g in groups if g.outcome == UNKNOWN and g.why]
         named += list(placement.job.unsupported)
-        found = dict.fromkeys(h for g in placement.groups for r in g.unknown for h in r.hints)
+        found = dict.fromkeys(h for g in placement.groups for h in hints(g))
         hint = f"; to know: {', or '.join(found)}" if found else ""
         return f"{'; '.join(named)} cannot be decided here{hint}" if named else ""
     # The kinds of rule that need the cluster: spread, distinct_hosts, distinct_property.

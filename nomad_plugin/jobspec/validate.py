@@ -8,7 +8,7 @@ endpoint validates it (``jobValidate.Validate``, ``nomad/job_endpoint_hooks.go``
 ``RestartPolicy.Validate`` of ``nomad/structs/structs.go``, then the priority range). Checked here: what a
 job file gets wrong by hand (type, ID, datacenters, priority, periodic and parameterized types, group and
 task names, counts, the blocks a type refuses, restart mode, drivers, leaders, main tasks, CPU, cores,
-memory, disk, ports). Constraints, affinities, spreads and devices are ``parse.py``'s. An HCL job is
+memory, ports). Constraints, affinities, spreads and devices are ``parse.py``'s. An HCL job is
 brought to the API form by ``api_form``; a value check-job does not evaluate is named, never guessed.
 """
 
@@ -187,7 +187,11 @@ def _ports(networks: list[dict[str, Any]]) -> list[str]:
 
 
 def _task(task: dict[str, Any]) -> list[str]:
-    """``Task.Validate`` and ``Resources.Validate`` (after ``Resources.Canonicalize``: cpu 100, memory 300)."""
+    """``Task.Validate`` and ``Resources.Validate`` (after ``Resources.Canonicalize``: cpu 100, memory 300).
+
+    A task's ``disk`` never reaches ``Resources.Validate``: ``ApiResourcesToStructs``
+    (``command/agent/job_endpoint.go``) does not copy ``DiskMB`` from the API form, so Nomad accepts it.
+    """
     name, resources = str(task.get("Name", "")), _dict(task.get("Resources"))
     cores, memory = _int(resources.get("Cores"), 0), _int(resources.get("MemoryMB"), 300)
     cpu = _int(resources.get("CPU"), 100 if resources.get("Cores") is None else 0)
@@ -201,7 +205,6 @@ def _task(task: dict[str, Any]) -> list[str]:
             (cores < 0, f"cores value ({cores}) cannot be negative"),
             (cpu < 1 and cores == 0, f"minimum CPU value is 1; got {cpu}"),
             (memory < 10, f"minimum MemoryMB value is 10; got {memory}"),
-            (_int(resources.get("DiskMB"), 0) > 0, "Task can't ask for disk resources, they have to be specified at the task group level."),
         )
         if wrong
     ]  # fmt: skip
@@ -260,12 +263,59 @@ def validated(job: ParsedJob) -> ParsedJob:
     if body is None:
         return job
     read = _Reader()
+    read.problems += _unexpected(body)
     refused_type = any(p.startswith("type: ") for p in job.problems)
     decoded = None if body.get("type") is None else UNEVALUATED if refused_type or not job.type_known else job.type
     refusals = validate_job(api_form(job.name, body, decoded, read))
     return replace(
         job, problems=(*job.problems, *read.problems, *refusals), unsupported=(*job.unsupported, *read.unsupported)
     )
+
+
+#: What jobspec2 decodes in a job, group and task body: the ``hcl`` tags of ``api.Job``, ``api.TaskGroup``
+#: and ``api.Task`` (``api/jobs.go``, ``api/tasks.go``), with the blocks ``decodeJob`` (``vault``, ``secret``,
+#: ``task``, ``meta``: ``jobspec2/types.config.go``), ``decodeTaskGroup`` (``vault``, ``secret``, ``meta``)
+#: and ``decodeTask`` (``env``, ``meta``, ``scaling``: ``jobspec2/hcl_conversions.go``) take themselves.
+BODY_KEYS = {
+    "job": frozenset(
+        "region namespace id name type priority all_at_once datacenters node_pool constraint affinity group update "
+        "multiregion spread periodic parameterized reschedule migrate meta ui vault secret task".split()
+    ),
+    "group": frozenset(
+        "count constraint affinity task spread volume restart disconnect reschedule ephemeral_disk update migrate "
+        "network meta service shutdown_delay max_run_duration stop_after_client_disconnect max_client_disconnect "
+        "scaling consul prevent_reschedule_on_lost vault secret".split()
+    ),
+    "task": frozenset(
+        "driver user lifecycle config constraint affinity env service resources restart meta kill_timeout logs "
+        "artifact vault consul template dispatch_payload volume_mount csi_plugin leader shutdown_delay kill_signal "
+        "kind scaling secret identity action schedule".split()
+    ),
+}
+
+
+def _unexpected(job: dict[str, Any]) -> list[str]:
+    """A block or argument a job, group or task body has no field for (a ``device`` outside ``resources``, a
+    ``network`` in a task): gohcl's decode refuses the file (``decodeJob``, ``jobspec2/types.config.go``)."""
+    bodies = [("job", "job", job)]
+    for group_name, group in labelled(job.get("group", [])):
+        bodies.append((f'group "{group_name}"', "group", group))
+        bodies += [(f'group "{group_name}" task "{t}"', "task", task) for t, task in labelled(group.get("task", []))]
+    errors = []
+    for where, level, body in bodies:
+        for key, value in body.items():
+            if is_meta(key) or key in BODY_KEYS[level] or (level == "task" and key == "spread"):
+                continue  # a task's spread: parse.py says it
+            items = (
+                [i for v in value if isinstance(v, dict) for i in (v, *v.values())] if isinstance(value, list) else []
+            )
+            block = any(isinstance(i, dict) and "__is_block__" in i for i in items)  # unlabelled, or labelled
+            errors.append(
+                f'{where}: Unsupported block type; Blocks of type "{key}" are not expected here.'
+                if block
+                else f'{where}: Unsupported argument; An argument named "{key}" is not expected here.'
+            )
+    return errors
 
 
 def parse_and_validate(text: str, source: str = "job", inputs: Inputs | None = None) -> ParsedJob:
@@ -314,7 +364,7 @@ def _api_group(name: str, body: dict[str, Any], read: _Reader) -> dict[str, Any]
 def _api_task(name: str, body: dict[str, Any], group: str, read: _Reader) -> dict[str, Any]:
     where = f'{group} task "{name}"'
     resources = unlabelled(body.get("resources", []))
-    fields = {"cpu": "CPU", "cores": "Cores", "memory": "MemoryMB", "disk": "DiskMB"}
+    fields = {"cpu": "CPU", "cores": "Cores", "memory": "MemoryMB"}
     amounts = {field: read.whole(resources[0], key, where) for key, field in fields.items()} if resources else {}
     return {
         "Name": name,

@@ -258,7 +258,7 @@ def run(case: Case, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[bool
     fp, job = tmp / "fp.json", tmp / ("job.json" if case.job.lstrip().startswith("{") else "job.hcl")
     fp.write_text(fingerprint_json(case.groups))
     job.write_text(case.job)
-    extra = []
+    extra = ["--node-value", "node.pool=default"]  # the tables' nodes are in the default pool (mock.Node)
     if case.node is not None:
         (tmp / "node.json").write_text(json.dumps(case.node))
         extra = ["--node", str(tmp / "node.json")]

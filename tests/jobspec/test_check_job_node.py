@@ -31,15 +31,16 @@ from tests.jobspec.tables import mock_node, node_job
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "examples" / "jobs"
 NODE_META = str(JOBS / "plugin-node-meta.hcl")
+POOL = ["--node-value", "node.pool=default"]  # the node pool decides where a job may run (jobspec/scope.py)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    code = check_job.main([*argv, "--json"])
+    code = check_job.main([*argv, *POOL, "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 
 def text(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = check_job.main(list(argv))
+    code = check_job.main([*argv, *POOL])
     return code, capsys.readouterr().out
 
 

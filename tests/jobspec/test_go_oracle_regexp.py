@@ -227,6 +227,7 @@ def test_check_job_warns_where_it_may_differ(tmp_path: Path, capsys: pytest.Capt
                 f'constraint {{\n  attribute = "${{device.model}}"\n  operator = "regexp"\n  value = "{pattern}"\n}}'
             )
         )
-        assert check_job.main([str(job), "--fingerprint", str(tmp_path / "fp.json")]) == code
+        fp = str(tmp_path / "fp.json")
+        assert check_job.main([str(job), "--fingerprint", fp, "--node-value", "node.pool=default"]) == code
         out = capsys.readouterr().out
         assert ("check-job may differ from Nomad here" in out) == (pattern != r"H\\d+"), out

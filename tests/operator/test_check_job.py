@@ -14,6 +14,7 @@ from nomad_plugin.cli import check_job, fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "jobs").glob("*.nomad.hcl"))
+POOL = ["--node-value", "node.pool=default"]  # the node pool decides where a job may run (jobspec/scope.py)
 BAD = sorted((Path(__file__).parent / "bad_jobs").glob("*.nomad.hcl"))
 
 
@@ -25,7 +26,7 @@ def header_value(path: Path, key: str) -> str:
 
 
 def run_check(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, dict]:
-    code = check_job.main([*argv, "--json"])
+    code = check_job.main([*argv, *POOL, "--json"])
     out = capsys.readouterr().out
     return code, json.loads(out)
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conformance.hostlib import real_plugin
 
-H800 = ["--profile", "h800-8", "--no-agent"]
+H800 = ["--profile", "h800-8", "--no-agent", "--node-value", "node.pool=default"]  # scope.py: the pool decides
 
 
 def check(tmp_path: Path, text: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

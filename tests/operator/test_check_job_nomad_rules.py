@@ -17,6 +17,7 @@ from nomad_plugin.cli import check_job, fingerprint
 from nomad_plugin.jobspec import JobParseError, parse_job_text
 
 FP_ARGS = ["--profile", "h800-8"]
+POOL = ["--node-value", "node.pool=default"]  # the node pool decides where a job may run (jobspec/scope.py)
 
 
 def device_job(device_body: str, name: str = "nvidia/gpu") -> str:
@@ -40,7 +41,7 @@ job "j" {{
 def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *extra: str) -> tuple[int, dict]:
     job = tmp_path / "job.hcl"
     job.write_text(text)
-    code = check_job.main([str(job), *FP_ARGS, *extra, "--json"])
+    code = check_job.main([str(job), *FP_ARGS, *POOL, *extra, "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -119,10 +120,10 @@ def test_negative_count_is_rejected_and_a_quoted_count_converts() -> None:
 def test_job_without_device_blocks_is_not_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     job = tmp_path / "job.hcl"
     job.write_text('job "j" {\n group "g" {\n  task "t" {\n   driver = "raw_exec"\n  }\n }\n}\n')
-    assert check_job.main([str(job), *FP_ARGS]) == 0
+    assert check_job.main([str(job), *FP_ARGS, *POOL]) == 0
     out = capsys.readouterr().out
     assert "no device blocks" in out and "cannot be placed" not in out
-    assert check_job.main([str(job), *FP_ARGS, "--json"]) == 0
+    assert check_job.main([str(job), *FP_ARGS, *POOL, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True and doc["requests"] == []
 
@@ -284,6 +285,6 @@ def test_ids_constraints_take_the_instance_as_the_right_operand(
     body = f'count = 2\nconstraint {{\n attribute = "${{device.ids}}"\n set_contains = "{ids[5]},{ids[2]}"\n}}'
     job = tmp_path / "job.hcl"
     job.write_text(device_job(body))
-    assert check_job.main([str(job), "--fingerprint", str(fp), "--json"]) == 0
+    assert check_job.main([str(job), "--fingerprint", str(fp), *POOL, "--json"]) == 0
     (req,) = json.loads(capsys.readouterr().out)["requests"]
     assert sorted(req["picked_ids"]) == sorted([ids[5], ids[2]])

@@ -17,6 +17,7 @@ import pytest
 from nomad_plugin.sim.profiles import build_cards, resolve_profile
 
 REPO = Path(__file__).resolve().parents[2]
+POOL = ["--node-value", "node.pool=default"]  # the node pool decides where a job may run (jobspec/scope.py)
 TOPOLOGY_DOC = REPO / "docs" / "topology.md"
 FINGERPRINT_DOC = REPO / "docs" / "fingerprint.md"
 SHIM = REPO / "tests" / "doubles" / "nvml_shim"
@@ -33,7 +34,7 @@ def check_job(tmp: Path, job: str, *args: str, env: dict[str, str] | None = None
     path = tmp / ("job.json" if job.lstrip().startswith("{") else "job.nomad.hcl")
     path.write_text(job)
     run = subprocess.run(
-        [sys.executable, "-m", "nomad_plugin", "check-job", str(path), "--json", "--no-agent", *args],
+        [sys.executable, "-m", "nomad_plugin", "check-job", str(path), "--json", "--no-agent", *POOL, *args],
         capture_output=True,
         text=True,
         timeout=120,

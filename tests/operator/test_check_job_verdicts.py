@@ -32,6 +32,7 @@ from tests.doubles.nomad_api import NomadApiDouble
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "examples" / "jobs"
+POOL = ["--node-value", "node.pool=default"]  # the node pool decides where a job may run (jobspec/scope.py)
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +50,9 @@ def fp(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
     """The command twice: its JSON document and its text (the same verdict both ways)."""
-    code = check_job.main([*argv, "--json"])
+    code = check_job.main([*argv, *POOL, "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert check_job.main(list(argv)) == code
+    assert check_job.main([*argv, *POOL]) == code
     out = capsys.readouterr().out
     return code, doc, out
 
@@ -408,7 +409,7 @@ def test_the_dry_run_leaves_no_warning_and_no_traceback() -> None:
     """The real command, launching the plugin on a simulator, with every warning shown (-X dev)."""
     result = subprocess.run(
         [sys.executable, "-X", "dev", "-W", "default", "-m", "nomad_plugin", "check-job",
-         str(JOBS / "whole-card.nomad.hcl"), "--profile", "h800-8", "--no-agent"],
+         str(JOBS / "whole-card.nomad.hcl"), "--profile", "h800-8", "--no-agent", *POOL],
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -191,7 +191,8 @@ def test_usage_version_and_operator_commands(dist: Path, no_python: dict[str, st
             helped.stderr[-2000:],
         )
     check = run(
-        [str(dist), "check-job", str(REPO / "examples/jobs/raw-exec-env.nomad.hcl"), "--profile", "h800-8"],
+        [str(dist), "check-job", str(REPO / "examples/jobs/raw-exec-env.nomad.hcl"), "--profile", "h800-8",
+         "--node-value", "node.pool=default"],
         no_python, tmp_path,
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr

@@ -44,7 +44,7 @@ def leaf_job(tmp_path: Path) -> Path:
 
 
 def _check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = check_job.main([*argv, "--json"])
+    code = check_job.main([*argv, "--node-value", "node.pool=default", "--json"])  # the pool decides too
     return code, capsys.readouterr().out
 
 

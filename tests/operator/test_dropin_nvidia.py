@@ -33,6 +33,7 @@ from nomad_plugin.nvml.devices import FirstReadings
 from tests.doubles.fake_pynvml import FakeNvml, h100
 
 JOBS = Path(__file__).parent / "official_jobs"
+POOL = ["--node-value", "node.pool=default", "--node-value", "node.datacenter=dc1"]  # Nomad's client defaults: scope.py
 XDM_JOBS = ["gpu-test.nomad.hcl", "device-docs.nomad.hcl", "common-constraints.nomad.hcl"]
 OFFICIAL_ATTRS = {
     "memory": "MiB",
@@ -219,7 +220,7 @@ def test_pci_bandwidth_uses_the_official_lane_table() -> None:
 
 @pytest.mark.parametrize("name", XDM_JOBS)
 def test_official_job_passes_check_job_against_an_nvidia_profile(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code = check_job.main([str(JOBS / name), "--profile", "h800-8", "--json"])
+    code = check_job.main([str(JOBS / name), "--profile", "h800-8", *POOL, "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, json.dumps(doc["requests"], indent=1)[:3000]
     assert doc["ok"] and doc["requests"]
@@ -235,7 +236,7 @@ def test_nvml_attribute_constraints_pass_against_an_nvml_node(tmp_path: Path) ->
     requests = parse_job_text((JOBS / "nvml-attributes.nomad.hcl").read_text())
     verdicts = evaluate_job(requests, groups)
     assert verdicts and all(v.ok for v in verdicts), [g.reasons for v in verdicts for g in v.groups]
-    assert check_job.main([str(JOBS / "nvml-attributes.nomad.hcl"), "--fingerprint", str(saved)]) == 0
+    assert check_job.main([str(JOBS / "nvml-attributes.nomad.hcl"), "--fingerprint", str(saved), *POOL]) == 0
 
 
 @pytest.mark.parametrize(
