@@ -231,7 +231,10 @@ def _node_values(
                 node_why = described(exc)
         elif not ask:
             node_why = "" if args.agent is None else "--no-agent"
-    return NodeValues(node, plugin, plugin_why, stated, node_why)
+    # The simulated node is a Nomad client with its defaults: datacenter dc1 and node pool default
+    # (command/agent/config.go DefaultConfig; Node.Register makes an empty pool "default").
+    simulated = {"node.datacenter": "dc1", "node.pool": "default"} if args.profile else {}
+    return NodeValues(node, plugin, plugin_why, stated, node_why, simulated)
 
 
 EXIT = {PLACE: 0, REFUSE: 2, UNKNOWN: 2}  # anything else (not placed on this node, or only in part): 1

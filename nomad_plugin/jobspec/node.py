@@ -143,6 +143,8 @@ class NodeValues:
     plugin_why: str = ""  # why the plugin's keys are not known, when they are not
     stated: Mapping[str, str] = field(default_factory=dict)  # "meta.rack" -> "r1" (--node-value)
     node_why: str = ""  # why the node document is not known (the agent did not answer, ...)
+    #: A simulated node's own fields (--profile): Nomad's client defaults where nothing else says otherwise.
+    simulated: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
         known = self.node.source if self.node is not None else f"not known ({self.node_why or 'no --node or --agent'})"
@@ -158,6 +160,9 @@ class NodeValues:
             lines.append(f"the plugin's keys: unknown ({self.plugin_why})")
         if self.stated:
             lines.append("stated with --node-value: " + ", ".join(f"{k}={v!r}" for k, v in sorted(self.stated.items())))
+        if self.simulated and self.node is None:
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(self.simulated.items()) if k not in self.stated)
+            lines.append(f"the simulated node: {shown} (a Nomad client's defaults; --node-value to change)")
         return lines
 
     def resolve(self, target: str) -> Resolved:
@@ -170,6 +175,8 @@ class NodeValues:
         if target in NODE_FIELDS:
             if self.node is not None:
                 return Resolved(self.node.fields[target], origin=self.node.source)
+            if body in self.simulated:
+                return Resolved(self.simulated[body], origin="the simulated node")
             return self._unknown(body, "this node's fields are not known")
         if body.startswith("attr."):
             if self.node is not None:

@@ -181,3 +181,23 @@ def test_a_block_or_argument_no_body_takes_is_refused(
     path = job(tmp_path, top='meta = { a = "b" }', group='meta { a = "b" }', task='env = { A = "b" }')
     code, doc, out = run(capsys, path, "--fingerprint", fp, "--no-agent", "--node-value", "node.pool=default")
     assert (code, doc["outcome"]) == (0, "place"), out
+
+
+def test_the_simulated_node_is_a_client_with_nomads_defaults(
+    tmp_path: Path, fp: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--profile simulates a node of its own: datacenter dc1 and pool default, as a Nomad client by default
+    (command/agent/config.go DefaultConfig), said in the output and changed with --node-value."""
+    plain = job(tmp_path)
+    code, doc, out = run(capsys, plain, "--profile", "h800-8", "--no-agent")
+    assert code == 0 and doc["outcome"] == "place", doc
+    elsewhere = job(tmp_path, top='datacenters = ["home"]')
+    code, doc, out = run(capsys, elsewhere, "--profile", "h800-8", "--no-agent")
+    assert code == 1 and doc["outcome"] == "not_placed", doc
+    assert "the simulated node: node.datacenter='dc1', node.pool='default'" in out
+    assert out.rstrip().endswith("""datacenters ['home'], not 'dc1'""")
+    code, doc, _ = run(capsys, elsewhere, "--profile", "h800-8", "--no-agent", "--node-value", "node.datacenter=home")
+    assert code == 0 and doc["outcome"] == "place", doc
+    gpu_pool = job(tmp_path, top='node_pool = "gpu"')
+    code, doc, _ = run(capsys, gpu_pool, "--fingerprint", fp, "--no-agent")
+    assert code == 2 and doc["outcome"] == "unknown", doc  # a saved fingerprint's node is no simulated one
