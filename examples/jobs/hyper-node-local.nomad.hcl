@@ -13,7 +13,7 @@
 # publishes with plugin-node-meta.hcl (distinct_hosts and spread need the cluster: shown, not decided):
 #   nomad-device-lingjun check-job examples/jobs/hyper-node-local.nomad.hcl --profile m890p-8 \
 #     --plugin-config examples/jobs/plugin-node-meta.hcl
-# check-job: --profile m890p-8 --plugin-config examples/jobs/plugin-node-meta.hcl --node-value node.pool=default
+# check-job: --profile m890p-8 --plugin-config examples/jobs/plugin-node-meta.hcl
 job "hyper-node-local" {
   datacenters = ["*"]
   type        = "batch"

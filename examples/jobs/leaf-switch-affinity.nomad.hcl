@@ -9,7 +9,7 @@
 #
 # Dry run:  nomad-device-lingjun check-job examples/jobs/leaf-switch-affinity.nomad.hcl \
 #             --profile h800-8 --plugin-config examples/jobs/plugin-numa.hcl
-# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-numa.hcl --node-value node.pool=default
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-numa.hcl
 job "leaf-switch-affinity" {
   datacenters = ["*"]
   type        = "batch"

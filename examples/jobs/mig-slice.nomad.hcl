@@ -9,7 +9,7 @@
 #
 # Dry run:  nomad-device-lingjun check-job examples/jobs/mig-slice.nomad.hcl \
 #             --profile h800-8 --plugin-config examples/jobs/plugin-mig.hcl
-# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-mig.hcl --node-value node.pool=default
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-mig.hcl
 job "mig-slice" {
   datacenters = ["*"]
   type        = "batch"

@@ -24,7 +24,7 @@
 # publishes with plugin-node-meta.hcl (distinct_hosts and spread need the cluster: shown, not decided):
 #   nomad-device-lingjun check-job examples/jobs/multi-node-training.nomad.hcl --profile h800-8 \
 #     --plugin-config examples/jobs/plugin-node-meta.hcl
-# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-node-meta.hcl --node-value node.pool=default
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-node-meta.hcl
 job "multi-node-training" {
   datacenters = ["*"]
   type        = "batch"

@@ -19,7 +19,7 @@
 # publishes with plugin-node-meta.hcl (distinct_hosts and spread need the cluster: shown, not decided):
 #   nomad-device-lingjun check-job examples/jobs/pod-spread.nomad.hcl --profile h800-8 \
 #     --plugin-config examples/jobs/plugin-node-meta.hcl
-# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-node-meta.hcl --node-value node.pool=default
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-node-meta.hcl
 job "pod-spread" {
   datacenters = ["*"]
   type        = "batch"

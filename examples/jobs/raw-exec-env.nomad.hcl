@@ -9,7 +9,7 @@
 # `nomad alloc logs <alloc>` shows the output.
 #
 # Dry run:  nomad-device-lingjun check-job examples/jobs/raw-exec-env.nomad.hcl --profile h800-8
-# check-job: --profile h800-8 --node-value node.pool=default
+# check-job: --profile h800-8
 job "raw-exec-env" {
   datacenters = ["*"]
   type        = "batch"

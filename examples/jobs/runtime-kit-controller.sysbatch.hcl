@@ -28,7 +28,7 @@
 # is the other way round):
 #           nomad-device-lingjun check-job examples/jobs/runtime-kit-controller.sysbatch.hcl \
 #             --profile h800-8 --node-value meta.lj_runtimekit_enable=true
-# check-job: --profile h800-8 --node-value meta.lj_runtimekit_enable=true --node-value node.pool=default
+# check-job: --profile h800-8 --node-value meta.lj_runtimekit_enable=true
 job "runtime-kit-controller" {
   datacenters = ["*"]
   type        = "sysbatch"

@@ -9,7 +9,7 @@
 # Dry run:  nomad-device-lingjun check-job examples/jobs/tdm-share.nomad.hcl \
 #             --profile h800-8 --plugin-config examples/jobs/plugin-tdm.hcl
 #   (or: --set default_mode=tdm instead of the plugin config file)
-# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-tdm.hcl --node-value node.pool=default
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-tdm.hcl
 job "tdm-share" {
   datacenters = ["*"]
   type        = "service"

@@ -10,7 +10,7 @@
 #
 # Dry run:  nomad-device-lingjun check-job examples/jobs/two-cards-one-numa.nomad.hcl \
 #             --profile h800-8 --plugin-config examples/jobs/plugin-numa.hcl
-# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-numa.hcl --node-value node.pool=default
+# check-job: --profile h800-8 --plugin-config examples/jobs/plugin-numa.hcl
 job "two-cards-one-numa" {
   datacenters = ["*"]
   type        = "batch"

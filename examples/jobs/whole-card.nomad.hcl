@@ -7,7 +7,7 @@
 # The docker driver sees NVIDIA_VISIBLE_DEVICES and selects the nvidia runtime.
 #
 # Dry run:  nomad-device-lingjun check-job examples/jobs/whole-card.nomad.hcl --profile h800-8
-# check-job: --profile h800-8 --node-value node.pool=default
+# check-job: --profile h800-8
 job "whole-card" {
   datacenters = ["*"]
   type        = "batch"
