@@ -150,14 +150,7 @@ class Decoder:
 
     def slice(self, name: str, node: Any, kind: str, old: Any) -> list[Any]:
         result: list[Any] = old if isinstance(old, list) else (MapList() if kind == MAPLIST else [])
-        if isinstance(node, ObjectList):
-            items: list[Any] = list(node.items)
-        elif isinstance(node, ObjectType):
-            items = [node]
-        elif isinstance(node, ListType):
-            items = node.items
-        else:
-            raise _error(node, f"{name}: unknown slice type")
+        items = slice_items(name, node)
         element = {MAPLIST: MAP, STRLIST: STR}.get(kind, IFACE)
         for index, item in enumerate(items):
             result.append(self.decode(f"{name}[{index}]", item, element))
@@ -244,16 +237,20 @@ def decode_agent(src: str) -> AgentFields:
     return out
 
 
+def slice_items(name: str, node: Any) -> list[Any]:
+    """The elements decodeSlice walks: an object list's items, one object, or a list's items."""
+    if isinstance(node, ObjectList):
+        return list(node.items)
+    if isinstance(node, ObjectType):
+        return [node]
+    if isinstance(node, ListType):
+        return list(node.items)
+    raise _error(node, f"{name}: unknown slice type")
+
+
 def _plugins(decoder: Decoder, node: Any) -> list[Plugin]:
     """decodeSlice of []*PluginConfig."""
-    if isinstance(node, ObjectList):
-        items: list[Any] = list(node.items)
-    elif isinstance(node, ObjectType):
-        items = [node]
-    elif isinstance(node, ListType):
-        items = node.items
-    else:
-        raise _error(node, "root.plugin: unknown slice type")
+    items = slice_items("root.plugin", node)
     plugins = []
     for index, item in enumerate(items):
         decoder.stack.extend(["ptr", "struct"])
