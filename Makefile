@@ -71,7 +71,7 @@ protos: venv
 DIST := dist/nomad-device-lingjun
 dist: $(DIST)
 
-$(DIST): pyproject.toml requirements.lock tools/build_dist.py tools/build_python.py $(shell find nomad_plugin -name '*.py' 2>/dev/null)
+$(DIST): pyproject.toml requirements.lock tools/build_dist.py tools/build_python.py tools/launcher.c $(shell find nomad_plugin -name '*.py' 2>/dev/null)
 	$(PY) tools/build_dist.py
 
 # Prometheus's promtool (checks and unit-tests deploy/prometheus's alert rules): Debian's

@@ -8,11 +8,14 @@ Why this shape (numbers in BENCHMARKS.md, "The shipped executable"):
 * PyInstaller's own **onefile** mode unpacks everything into a new temporary
   directory on *every* launch: 2.3-2.4 times the console script's exec → handshake,
   and Nomad launches the plugin three times at each agent start. So the
-  onedir bundle is instead appended, as a gzip'd tar, to a short POSIX ``sh``
-  header. The first launch of a build unpacks it once into a versioned cache
-  directory (atomic rename, so concurrent first launches are safe), prunes
-  older builds (it keeps the previous one), and every launch then ``exec``s
-  the bundle: the header costs one ``sh`` start.
+  onedir bundle is instead appended, as a gzip'd ustar archive, to a small
+  compiled launcher (tools/launcher.c), and one text line after it names the
+  build and where the archive lies. The first launch of a build unpacks it
+  once into a versioned cache directory (atomic rename, so concurrent first
+  launches are safe), prunes older builds (it keeps the previous one), and
+  every launch then ``exec``s the bundle. The launcher reads the archive
+  itself, with zlib linked in: unpacking needs no tar, gzip or coreutils, nor
+  any PATH at all.
 
 The cache is ``$NOMAD_DEVICE_LINGJUN_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/nomad-device-lingjun``, else
@@ -41,7 +44,9 @@ libstdc++ (which itself needs glibc 2.36), so those two are taken out of the
 bundle, as libc, libm, libpthread and ld-linux already are; the build fails
 if any bundled ELF file still asks for a newer glibc symbol version.
 PyInstaller's prebuilt bootloader (glibc 2.14 symbols at most) also links
-the node's ``libz.so.1``, as it always did.
+the node's ``libz.so.1``, as it always did. The launcher is built by ``zig cc``
+for the same glibc 2.17 target, with build_python's static zlib, and needs
+only libc.
 
     python3 tools/build_dist.py [--output dist/nomad-device-lingjun]
     python3 tools/build_dist.py --onefile --output build/onefile/nomad-device-lingjun   # for comparison only
@@ -64,7 +69,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_python import GLIBC_FLOOR, LOCK, interpreter, locked  # tools/ is not a package
+from build_python import GLIBC_FLOOR, LOCK, compile_with_zlib, interpreter, locked  # tools/ is not a package
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "nomad-device-lingjun"
@@ -75,54 +80,10 @@ CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
 # What every manylinux2014 system provides; never bundled (see the docstring).
 NODE_LIBRARIES = ("libstdc++.so*", "libgcc_s.so*")
 
-# The sh header. It uses only POSIX sh and, on the first launch of a build,
-# tail, tar, gzip, mkdir, mktemp, mv -T (GNU coreutils), rm, ls and find, looked up on PATH
-# and then in the system's own directories (a bare PATH does not stop it).
-HEADER = r"""#!/bin/sh
-# @NAME@ @VERSION@: a self-contained HashiCorp Nomad device plugin (Python @PYVER@ and its
-# libraries bundled by PyInstaller; no Python needed on the node; needs glibc >= @GLIBC@ and
-# the node's libstdc++.so.6, as manylinux2014 wheels do).
-# This file is this sh header followed by a gzip'd tar of the bundle. The first launch of this
-# build unpacks it once into the cache directory below (then keeps this build and the previous
-# one, no more), and every launch execs the unpacked bundle. Cache directory:
-# $@CACHE_ENV@, else $XDG_CACHE_HOME/@NAME@, else $HOME/.cache/@NAME@,
-# else /var/cache/@NAME@. See docs/operator.md, "The executable".
-n=@NAME@
-b=$n-@VERSION@-@KEY@
-die() { echo "$n: $*" >&2; exit 1; }
-if [ -n "${@CACHE_ENV@:-}" ]; then c=$@CACHE_ENV@
-elif [ -n "${XDG_CACHE_HOME:-}" ]; then c=$XDG_CACHE_HOME/$n
-elif [ -n "${HOME:-}" ] && [ "$HOME" != / ]; then c=$HOME/.cache/$n
-else c=/var/cache/$n; fi
-case $c in /*) ;; *) die "the cache directory must be an absolute path, got '$c' (set @CACHE_ENV@)";; esac
-d=$c/$b
-if [ ! -x "$d/$n" ]; then (  # a subshell: its umask, PATH and variables do not reach the plugin
-  # The unpack finds its tools wherever the system keeps them, whatever PATH the agent was given.
-  PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; x=
-  for o in mkdir mktemp tail tar gzip mv rm; do command -v $o >/dev/null 2>&1 || x="$x $o"; done
-  [ -z "$x" ] || die "cannot unpack $0 on its first launch: no$x on PATH or in /usr/sbin, /usr/bin, /sbin, /bin (install coreutils, tar and gzip, or unpack it once where they exist, into the same cache directory $c)"
-  v=$(getconf GNU_LIBC_VERSION 2>/dev/null); v=${v#glibc }; m=${v#*.}; m=${m%%.*}
-  case $v in 2.*) [ "$m" -ge @GLIBC_MINOR@ ] 2>/dev/null || die "needs glibc >= @GLIBC@, this node has $v";; esac
-  umask 077
-  mkdir -p "$c" || die "cannot create the cache directory $c (set @CACHE_ENV@ to a writable local directory)"
-  t=$(mktemp -d "$c/.$b.XXXXXX") || die "cannot create a directory in $c"
-  if ! tail -c +@OFFSET@ "$0" | tar -xzf - -C "$t"; then
-    rm -rf "$t"; die "cannot unpack $0 into $c: the file is truncated or damaged (compare it with $n.sha256) or the disk is full"
-  fi
-  # Atomic: a concurrent first launch that won the race already installed the same bytes.
-  mv -T "$t" "$d" 2>/dev/null || { rm -rf "$t"; [ -x "$d/$n" ] || die "cannot install the bundle into $d"; }
-  # Keep this build and the most recent other one; drop older builds and stale partial unpacks.
-  k=0
-  for o in $(CDPATH='' cd -- "$c" && ls -1dt -- $n-*-* 2>/dev/null); do
-    [ "$o" = "$b" ] && continue
-    k=$((k + 1)); [ $k -le 1 ] || rm -rf "${c:?}/$o"
-  done
-  find "$c" -maxdepth 1 -type d -name ".$n-*.??????" -mmin +60 -exec rm -rf {} + 2>/dev/null
-  true
-) || exit 1; fi
-[ -O "$d" ] || die "$d is not owned by this user; refusing to run it (set @CACHE_ENV@)"
-exec "$d/$n" "$@"
-"""
+LAUNCHER_SOURCE = REPO / "tools" / "launcher.c"
+LAUNCHER = BUILD / "launcher" / NAME
+# Archive entries the launcher unpacks: ustar regular files and directories (tools/launcher.c).
+ENTRY_TYPES = (tarfile.REGTYPE, tarfile.DIRTYPE)
 
 
 def log(message: str) -> None:
@@ -218,10 +179,26 @@ def run_pyinstaller(python: Path, mode: str = "--onedir") -> Path:
     return bundle
 
 
-def min_glibc(bundle: Path) -> tuple[int, int]:
-    """The newest GLIBC_2.x symbol version any bundled ELF file asks for (a string scan: an upper bound)."""
+def launcher() -> bytes:
+    """tools/launcher.c compiled for glibc 2.17 with static zlib, rebuilt when its source or toolchain changes."""
+    defines = [f'-DNAME="{NAME}"', f'-DCACHE_ENV="{CACHE_ENV}"']
+    wanted = json.dumps(
+        {"source": LAUNCHER_SOURCE.read_text(), "python": str(interpreter()), "flags": defines}, sort_keys=True
+    )
+    stamp = LAUNCHER.with_name(".stamp")
+    if stamp.exists() and stamp.read_text() == wanted and LAUNCHER.is_file():
+        return LAUNCHER.read_bytes()
+    log("compiling the launcher (tools/launcher.c) with zig cc")
+    LAUNCHER.parent.mkdir(parents=True, exist_ok=True)
+    compile_with_zlib(LAUNCHER_SOURCE, LAUNCHER, defines)
+    stamp.write_text(wanted)
+    return LAUNCHER.read_bytes()
+
+
+def min_glibc(files: list[Path]) -> tuple[int, int]:
+    """The newest GLIBC_2.x symbol version any of these ELF files asks for (a string scan: an upper bound)."""
     best = GLIBC_FLOOR
-    for path in bundle.rglob("*"):
+    for path in files:
         if path.is_file() and not path.is_symlink():
             with path.open("rb") as f:
                 if f.read(4) != b"\x7fELF":
@@ -233,11 +210,13 @@ def min_glibc(bundle: Path) -> tuple[int, int]:
 
 
 def payload(bundle: Path) -> bytes:
-    """A reproducible gzip'd tar of the bundle's contents (sorted, no owners, fixed mtimes)."""
+    """A reproducible gzip'd ustar archive of the bundle's contents (sorted, no owners, fixed mtimes)."""
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for path in sorted(bundle.rglob("*")):
             info = tar.gettarinfo(str(path), arcname=str(path.relative_to(bundle)))
+            if info.type not in ENTRY_TYPES:
+                raise SystemExit(f"{path} is neither a file nor a directory: the launcher unpacks only those")
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             info.mtime = 0
@@ -250,18 +229,11 @@ def payload(bundle: Path) -> bytes:
     return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
 
 
-def header(version: str, key: str, glibc: tuple[int, int], offset: int) -> bytes:
-    values = {
-        "NAME": NAME,
-        "VERSION": version,
-        "KEY": key,
-        "PYVER": "3.11",
-        "GLIBC": f"{glibc[0]}.{glibc[1]}",
-        "GLIBC_MINOR": str(glibc[1]),
-        "CACHE_ENV": CACHE_ENV,
-        "OFFSET": str(offset),
-    }
-    return re.sub(r"@([A-Z_]+)@", lambda m: values[m.group(1)], HEADER).encode()
+def trailer(version: str, key: str, glibc: tuple[int, int], offset: int, size: int) -> bytes:
+    """The shipped file's last line, which the launcher (and doctor) read: the build and where its archive lies."""
+    if not re.fullmatch(r"[A-Za-z0-9.+_-]{1,63}", version):
+        raise SystemExit(f"version {version!r} cannot name a cache directory")
+    return f"\n{NAME} bundle version={version} key={key} glibc={glibc[0]}.{glibc[1]} offset={offset} size={size}\n".encode()
 
 
 def build(output: Path) -> dict[str, object]:
@@ -269,7 +241,8 @@ def build(output: Path) -> dict[str, object]:
     python = build_venv(interpreter())
     venv_s = time.monotonic() - start
     bundle = run_pyinstaller(python)
-    glibc = min_glibc(bundle)
+    head = launcher()
+    glibc = min_glibc([*bundle.rglob("*"), LAUNCHER])
     if glibc > GLIBC_FLOOR:
         raise SystemExit(f"a bundled ELF file asks for glibc {glibc[0]}.{glibc[1]} > the {GLIBC_FLOOR} floor")
     data = payload(bundle)
@@ -277,15 +250,9 @@ def build(output: Path) -> dict[str, object]:
     sys.path.insert(0, str(REPO))
     from nomad_plugin import __version__
 
-    offset = 1
-    while True:  # tail -c +N counts from 1; the header's length depends on N's digits
-        head = header(__version__, key, glibc, offset)
-        if len(head) + 1 == offset:
-            break
-        offset = len(head) + 1
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
-    tmp.write_bytes(head + data)
+    tmp.write_bytes(head + data + trailer(__version__, key, glibc, len(head), len(data)))
     tmp.chmod(0o755)
     tmp.replace(output)
     digest = hashlib.sha256(output.read_bytes()).hexdigest()

@@ -363,27 +363,37 @@ def prune(root: Path, keep: set[Path]) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def keyed_builds(root: Path) -> tuple[Path, Path, dict[str, Path]]:
+    """This key's static-library and interpreter directories, and the checked source archives."""
+    srcs = sources(root)
+    archives = {s[0]: archive for s, archive in srcs}
+    hashes = {s[0]: s[2] for s, _ in srcs}
+    script = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    deps_key = digest(
+        [
+            ZIGLANG,
+            TARGET,
+            OPENSSL_OPTIONS,
+            inspect.getsource(build_deps),
+            [hashes[n] for n in ("zlib", "libffi", "openssl")],
+        ]
+    )
+    return root / f"deps-{deps_key}", root / f"python-{digest([deps_key, hashes['python'], script])}", archives
+
+
+def drop_zig(root: Path, zig: Path) -> None:
+    """Zig and its compile cache (about 530 MiB): installed again, from pip's cache, when next needed."""
+    for name in ("zig-cache", zig.parents[4].name):
+        shutil.rmtree(root / name, ignore_errors=True)
+
+
 def interpreter() -> Path:
     """The cached interpreter's path, building it (and its libraries) first when its key has none."""
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        srcs = sources(root)
-        archives = {s[0]: archive for s, archive in srcs}
-        hashes = {s[0]: s[2] for s, _ in srcs}
-        script = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-        deps_key = digest(
-            [
-                ZIGLANG,
-                TARGET,
-                OPENSSL_OPTIONS,
-                inspect.getsource(build_deps),
-                [hashes[n] for n in ("zlib", "libffi", "openssl")],
-            ]
-        )
-        deps = root / f"deps-{deps_key}"
-        prefix = root / f"python-{digest([deps_key, hashes['python'], script])}"
+        deps, prefix, archives = keyed_builds(root)
         python = prefix / "bin" / "python3.11"
         if (prefix / ".complete").exists():
             return python
@@ -400,12 +410,37 @@ def interpreter() -> Path:
         log(f"{python}: {check.stdout.strip()}")
         (prefix / ".complete").write_text("")
         # What is kept: this interpreter, its static libraries (a CPython-only change reuses them)
-        # and the checked sources, about 200 MiB. Zig (about 530 MiB with its compile cache) is
-        # installed again, from pip's cache, only when a key changes.
+        # and the checked sources, about 200 MiB.
         prune(root, {deps, prefix})
-        for name in ("zig-cache", zig.parents[4].name):
-            shutil.rmtree(root / name, ignore_errors=True)
+        drop_zig(root, zig)
         return python
+
+
+def compile_with_zlib(source: Path, output: Path, flags: list[str]) -> None:
+    """``zig cc`` for TARGET on one C file, linked with the static zlib built for the interpreter.
+
+    For the shipped file's launcher (tools/launcher.c), which like the interpreter must ask for no
+    glibc symbol newer than 2.17, and must need no library of the node's but libc.
+    """
+    interpreter()  # its static libraries exist once it is built
+    root = cache_root()
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        deps, _, _ = keyed_builds(root)
+        zig = ensure_zig(root)
+        cache = root / "zig-cache"
+        env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(cache), "ZIG_LOCAL_CACHE_DIR": str(cache)}
+        for name in ("CFLAGS", "LDFLAGS", "CPPFLAGS"):
+            env.pop(name, None)
+        try:
+            subprocess.run(
+                [str(zig), "cc", "-target", TARGET, "-O2", "-fno-sanitize=all", "-std=gnu11", "-Wall", "-Wextra",
+                 "-Werror", "-s", f"-I{deps / 'include'}", *flags, str(source), str(deps / "lib" / "libz.a"),
+                 "-o", str(output)],
+                check=True, env=env,
+            )  # fmt: skip
+        finally:
+            drop_zig(root, zig)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from nomad_plugin import PLUGIN_NAME
 
@@ -78,25 +79,44 @@ def self_check() -> int:
     return 0 if result["ok"] else 1
 
 
-# The first lines of the header tools/build_dist.py writes, up to where its payload starts.
-_SHIPPED_HEADER = re.compile(rb"#!/bin/sh\n# " + PLUGIN_NAME.encode() + rb' (\S+): .*?tail -c \+(\d+) "\$0"', re.S)
+# The shipped file is tools/launcher.c compiled, the bundle as a gzip'd archive, and this last line
+# (tools/build_dist.py writes it; the launcher reads it on each launch, and quotes its start).
+_LAUNCHER_MARK = PLUGIN_NAME.encode() + b" bundle version="
+_SHIPPED_TRAILER = re.compile(
+    rb"\n"
+    + re.escape(_LAUNCHER_MARK)
+    + rb"([A-Za-z0-9.+_-]+) key=[0-9a-f]{16} glibc=2\.\d+ offset=(\d+) size=(\d+)\n\Z"
+)
 _CONSOLE_SCRIPT = re.compile(rb"#!(\S+)\n(?:.*\n)?from nomad_plugin\.cli\.main import main\n")
+_NEITHER = "is neither the shipped file (launcher and bundle) nor the console script of a pip install"
+
+
+def _shipped_identity(f: BinaryIO) -> tuple[str, str, str]:
+    """The shipped file's version, or why its bundle cannot be where its last line says."""
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(0, size - 512))
+    line = _SHIPPED_TRAILER.search(f.read())
+    if line is None:
+        return "", "", "its bundle is missing or damaged (no bundle line at its end)"
+    offset, length = int(line[2]), int(line[3])
+    f.seek(offset)
+    if offset + length + len(line[0]) != size or f.read(2) != b"\x1f\x8b":
+        return "", "", "its bundle is missing or damaged (the file is not as long as its last line says)"
+    return "the shipped file", line[1].decode(), ""
 
 
 def plugin_file_identity(path: Path) -> tuple[str, str, str]:
-    """(what the file is, its version if it says, the problem): the shipped file, whose sh header
-    names the plugin and where its gzip'd bundle starts, or the console script of a pip install."""
+    """(what the file is, its version if it says, the problem): the shipped file, whose launcher quotes
+    the line that ends the file, or the console script of a pip install."""
     with path.open("rb") as f:
-        head = f.read(8192)
-        shipped = _SHIPPED_HEADER.match(head)
-        if shipped is not None:
-            f.seek(int(shipped[2]) - 1)
-            if f.read(2) != b"\x1f\x8b":
-                return "", "", "its bundle is missing or damaged (no gzip'd tar where its header says)"
-            return "the shipped file", shipped[1].decode(errors="replace"), ""
+        head = f.read(1 << 20)
+        if head.startswith(b"\x7fELF"):
+            if _LAUNCHER_MARK not in head:
+                return "", "", _NEITHER
+            return _shipped_identity(f)
     script = _CONSOLE_SCRIPT.match(head)
     if script is None:
-        return "", "", "is neither the shipped file (sh header and bundle) nor the console script of a pip install"
+        return "", "", _NEITHER
     interpreter = script[1].decode(errors="replace")
     if not os.access(interpreter, os.X_OK):
         return "", "", f"is a console script whose interpreter {interpreter} is missing"

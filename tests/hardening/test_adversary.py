@@ -255,7 +255,7 @@ def test_two_plugins_on_one_data_dir_and_an_agent_killed(sim: Simulator, api: No
 def test_the_shipped_executable_dies_with_its_agent_and_frees_the_lock(
     sim: Simulator, tmp_path: Path, shipped: Path
 ) -> None:
-    """The single-file executable is a sh header that execs the unpacked bundle: the agent's child is the
+    """The single-file executable is a launcher that execs the unpacked bundle: the agent's child is the
     interpreter itself, which must end, and free plugin.lock, when the agent is SIGKILLed."""
     from nomad_plugin.journal import OwnerLock
 

@@ -3,10 +3,10 @@
 Nothing here builds the file: ``make test`` (what CI runs) builds it first
 through ``make dist``. In CI (``CI`` set) a missing file fails these tests;
 elsewhere they skip and say how to build it. Every launch gets a PATH that
-holds no ``python3`` (only the few tools the file's sh header uses on its
-first launch) and ``PYTHONHOME``/``PYTHONPATH`` pointing at an empty
-directory, as the issue asks; the plugin must still load libpython and its
-libraries from its own unpacked bundle.
+is an empty directory (the launcher unpacks with no other program, and no
+``python3`` can be found) and ``PYTHONHOME``/``PYTHONPATH`` pointing at an
+empty directory; the plugin must still load libpython and its libraries
+from its own unpacked bundle.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from tests.conformance.hostlib import REPO, built_host, real_plugin, run_host, s
 
 DIST = REPO / "dist" / PLUGIN_NAME
 CACHE_ENV = "NOMAD_DEVICE_LINGJUN_CACHE_DIR"
-# What the header needs on its first launch (and nothing that could run Python).
-HEADER_TOOLS = ("tail", "tar", "gzip", "mkdir", "mktemp", "mv", "rm", "ls", "find", "getconf")
 SOURCES = [
-    *REPO.glob("nomad_plugin/**/*.py"), REPO / "pyproject.toml", REPO / "tools/build_dist.py", REPO / "tools/build_python.py"
+    *REPO.glob("nomad_plugin/**/*.py"), REPO / "pyproject.toml", REPO / "tools/build_dist.py", REPO / "tools/build_python.py",
+    REPO / "tools/launcher.c",
 ]  # fmt: skip
 # The glibc the shipped file must run on (tools/build_python.py: manylinux2014's level), and the
 # node's own libraries it must never carry a copy of: the build machine's would need its glibc.
@@ -72,10 +71,6 @@ def no_python(tmp_path: Path) -> dict[str, str]:
     bin_dir, empty, home = tmp_path / "bin", tmp_path / "empty", tmp_path / "home"
     for d in (bin_dir, empty, home):
         d.mkdir()
-    for tool in HEADER_TOOLS:
-        found = shutil.which(tool)
-        assert found is not None, f"{tool} is not installed"
-        (bin_dir / tool).symlink_to(found)
     env = {
         "PATH": str(bin_dir),
         "PYTHONHOME": str(empty),
@@ -101,7 +96,13 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 90) -> 
 
 def test_one_executable_with_its_checksum(dist: Path) -> None:
     assert dist.stat().st_mode & 0o111
-    assert dist.read_bytes()[:10] == b"#!/bin/sh\n"
+    data = dist.read_bytes()
+    assert data[:4] == b"\x7fELF"  # the launcher (tools/launcher.c)
+    line = data[data.rindex(b"\n", 0, len(data) - 1) + 1 :].decode()
+    fields = dict(word.split("=") for word in line.split()[2:])
+    assert line.startswith(f"{PLUGIN_NAME} bundle version={__version__} key=") and fields["glibc"] == "2.17", line
+    offset, size = int(fields["offset"]), int(fields["size"])
+    assert offset + size + len(line) + 1 == len(data) and data[offset : offset + 2] == b"\x1f\x8b", line
     assert 8 * 2**20 < dist.stat().st_size < 64 * 2**20, dist.stat().st_size
     digest, name = (REPO / "dist" / f"{PLUGIN_NAME}.sha256").read_text().split()
     assert name == PLUGIN_NAME
@@ -151,10 +152,10 @@ def test_runs_its_own_interpreter_and_libraries(dist: Path, no_python: dict[str,
         assert proc.proc is not None
         maps = Path(f"/proc/{proc.proc.pid}/maps").read_text()
         status = Path(f"/proc/{proc.proc.pid}/status").read_text()
-    assert proc.extra_stdout == []  # the handshake line only: the sh header prints nothing
+    assert proc.extra_stdout == []  # the handshake line only: the launcher prints nothing
     ours = os.umask(0o022)
     os.umask(ours)
-    # This was the build's first launch: the header's private umask for unpacking stayed in its subshell.
+    # This was the build's first launch: the launcher's umask for unpacking was put back before the exec.
     assert f"Umask:\t{ours:04o}" in status, status
     (build,) = builds(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME)
     bundle = str(Path(no_python["HOME"]) / ".cache" / PLUGIN_NAME / build)
@@ -167,7 +168,7 @@ def test_runs_its_own_interpreter_and_libraries(dist: Path, no_python: dict[str,
 
 
 def test_doctor_knows_the_shipped_file(dist: Path, tmp_path: Path) -> None:
-    """The plugin-file check reads the header tools/build_dist.py wrote, not a stand-in's."""
+    """The plugin-file check reads the file tools/build_dist.py wrote, not a stand-in's."""
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / PLUGIN_NAME).symlink_to(dist)
@@ -250,10 +251,8 @@ def test_unpacks_once_keeps_one_previous_build_and_never_touches_other_files(
     assert len(ours) == 1
     assert builds(cache) == sorted([ours[0], f"{PLUGIN_NAME}-0.0.2-{'b' * 16}", "operator-notes"])
 
-    # Later launches exec the unpacked bundle: they work with no tar, tail or mktemp on PATH at all.
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    again = run([str(dist), "--version"], {**env, "PATH": str(bare)}, tmp_path)
+    # Later launches exec the unpacked bundle, and leave the other builds alone.
+    again = run([str(dist), "--version"], env, tmp_path)
     assert again.returncode == 0 and again.stdout.strip() == f"{PLUGIN_NAME} {__version__}", again.stderr
 
 
@@ -287,29 +286,6 @@ def test_damaged_file_and_bad_cache_dir_fail_clearly(dist: Path, no_python: dict
     relative = run([str(dist), "--version"], {**no_python, CACHE_ENV: "relative/dir"}, tmp_path)
     assert relative.returncode == 1 and relative.stdout == ""
     assert f"must be an absolute path, got 'relative/dir' (set {CACHE_ENV})" in relative.stderr
-
-
-def fake_glibc(env: dict[str, str], version: str) -> None:
-    getconf = Path(env["PATH"]) / "getconf"
-    getconf.unlink()
-    getconf.write_text(f"#!/bin/sh\necho 'glibc {version}'\n")
-    getconf.chmod(0o755)
-
-
-def test_old_glibc_is_named_before_anything_is_unpacked(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
-    fake_glibc(no_python, "2.16")
-    cache = tmp_path / "cache"
-    old = run([str(dist), "--version"], {**no_python, CACHE_ENV: str(cache)}, tmp_path)
-    assert old.returncode == 1 and old.stdout == ""
-    assert "needs glibc >= 2.17, this node has 2.16" in old.stderr, old.stderr
-    assert not cache.exists()
-
-
-def test_the_header_lets_a_glibc_2_17_node_through(dist: Path, no_python: dict[str, str], tmp_path: Path) -> None:
-    """The floor is manylinux2014's, not the build machine's (Debian 12: 2.36)."""
-    fake_glibc(no_python, "2.17")
-    ok = run([str(dist), "--version"], {**no_python, CACHE_ENV: str(tmp_path / "cache")}, tmp_path)
-    assert ok.returncode == 0 and ok.stdout.strip() == f"{PLUGIN_NAME} {__version__}", ok.stderr
 
 
 def glibc_needed(path: Path) -> tuple[int, int] | None:
@@ -350,6 +326,19 @@ def test_every_bundled_elf_file_needs_glibc_2_17_at_most(dist: Path, no_python: 
     assert too_new == {}, f"need a glibc newer than {GLIBC_FLOOR}: {too_new}"
     carried = [n for n in needs if any(n.rsplit("/", 1)[-1].startswith(lib) for lib in NODE_LIBRARIES)]
     assert carried == [], f"the bundle carries the build machine's system libraries: {carried}"
+
+
+def test_the_launcher_needs_glibc_2_17_at_most_and_no_other_library(dist: Path) -> None:
+    """It runs before anything is unpacked, on the node's own libraries: zlib is linked in, not the node's."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    needed = glibc_needed(dist)
+    assert needed is not None and needed <= GLIBC_FLOOR, needed
+    with dist.open("rb") as f:
+        sections = [s for s in ELFFile(f).iter_sections() if isinstance(s, DynamicSection)]
+        libraries = [tag.needed for s in sections for tag in s.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+    assert libraries == ["libc.so.6"], libraries
 
 
 def test_the_glibc_reader_sees_a_newer_glibc() -> None:

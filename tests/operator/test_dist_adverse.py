@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from nomad_plugin.cli.main import SUBCOMMANDS
-from tests.operator.test_dist import CACHE_ENV, HEADER_TOOLS, dist  # noqa: F401 - the fixture
+from tests.operator.test_dist import CACHE_ENV, dist  # noqa: F401 - the fixture
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
@@ -60,11 +60,7 @@ def world() -> Iterator[World]:
     root = Path(tempfile.mkdtemp(prefix="adv-", dir="/tmp"))  # short: socket paths
     root.chmod(0o755)
     w = World(root)
-    w.bin.mkdir()
-    for tool in HEADER_TOOLS:
-        found = shutil.which(tool)
-        assert found is not None, tool
-        (w.bin / tool).symlink_to(found)
+    w.bin.mkdir()  # PATH: empty, as the launcher needs no tool
     for d in ("cache-root", "cache-nobody", "home-nobody", "home-root", "open"):
         w.path(d).mkdir()
         w.path(d).chmod(0o777)

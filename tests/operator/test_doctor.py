@@ -21,7 +21,7 @@ from nomad_plugin.cli import doctor
 from nomad_plugin.sim import Simulator
 from tests.doubles.drifted_schemas import served_schema
 from tests.doubles.nomad_api import NomadApiDouble
-from tests.operator.test_dist_header import shipped_file
+from tests.operator.test_dist_launcher import shipped_file
 
 TOKEN = "s3cr3t-token"
 

@@ -15,7 +15,7 @@ import pytest
 
 from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.cli import doctor
-from tests.operator.test_dist_header import shipped_file
+from tests.operator.test_dist_launcher import shipped_file
 
 Found = dict[str, list[dict[str, str]]]
 

@@ -19,7 +19,7 @@ from nomad_plugin import PLUGIN_NAME, __version__
 from nomad_plugin.nvml.lib import nvml_unavailable_reason
 from nomad_plugin.sim.profiles import PROFILES
 from tests.conformance.hostlib import real_plugin
-from tests.operator.test_dist_header import shipped_file
+from tests.operator.test_dist_launcher import STAND_IN_LAUNCHER, shipped_file
 
 REPO = Path(__file__).resolve().parents[2]
 NO_NVML = nvml_unavailable_reason()
@@ -117,7 +117,7 @@ def test_doctor_knows_this_plugin_from_a_file_of_the_same_name(tmp_path: Path) -
     found = plugin_file_finding(plugins, tmp_path)
     assert found["status"] == "fail", found
     assert found["summary"] == (
-        f"{exe} is named like this plugin but is neither the shipped file (sh header and bundle) nor the console "
+        f"{exe} is named like this plugin but is neither the shipped file (launcher and bundle) nor the console "
         "script of a pip install"
     )
 
@@ -128,9 +128,20 @@ def test_doctor_knows_this_plugin_from_a_file_of_the_same_name(tmp_path: Path) -
         f"{exe} is the shipped file, version {__version__}, executable and matched by its plugin block"
     )
 
-    exe.write_bytes(exe.read_bytes().split(b"\n\x1f\x8b", 1)[0] + b"\n")  # the header alone: no bundle
+    exe.write_bytes(STAND_IN_LAUNCHER)  # the launcher alone: no bundle
     found = plugin_file_finding(plugins, tmp_path)
-    assert found["status"] == "fail" and "its bundle is missing or damaged" in found["summary"], found
+    assert found["status"] == "fail" and found["summary"].endswith(
+        "its bundle is missing or damaged (no bundle line at its end)"
+    )
+
+    shipped_file(exe, __version__)
+    exe.write_bytes(exe.read_bytes()[:-200] + exe.read_bytes()[-120:])  # cut from the archive's end
+    found = plugin_file_finding(plugins, tmp_path)
+    assert found["status"] == "fail" and "(the file is not as long as its last line says)" in found["summary"], found
+
+    shutil.copy("/bin/true", exe)  # an executable, but no launcher of this plugin
+    found = plugin_file_finding(plugins, tmp_path)
+    assert found["status"] == "fail" and found["summary"].endswith("nor the console script of a pip install"), found
 
     shipped_file(exe, "0.0.1")
     found = plugin_file_finding(plugins, tmp_path)
