@@ -394,6 +394,12 @@ static void prune(const char *cache, const char *keep) {
     free(builds);
 }
 
+/* Whether the build's plugin is in place (whether it may run is exec's to say: a noexec mount, say). */
+static int unpacked(const char *exe) {
+    struct stat st;
+    return stat(exe, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static void check_glibc(unsigned floor) {
     const char *v = gnu_get_libc_version();
     unsigned major, minor;
@@ -422,7 +428,10 @@ static void install(int fd, const struct bundle *b, const char *cache, const cha
     if (rename(tmp, dir) != 0) {
         int saved = errno;
         remove_tree(tmp);
-        if (access(exe, X_OK) != 0) die("cannot install the bundle into %s: %s", dir, strerror(saved));
+        if (!unpacked(exe) && (saved == ENOTEMPTY || saved == EEXIST))
+            die("cannot install the bundle into %s: that directory exists but holds no " NAME
+                " (delete it; the next launch unpacks again)", dir);
+        if (!unpacked(exe)) die("cannot install the bundle into %s: %s", dir, strerror(saved));
     }
     free(tmp);
     prune(cache, build);
@@ -444,12 +453,15 @@ int main(int argc, char **argv) {
     char *build = format(NAME "-%s-%s", b.version, b.key);
     char *dir = format("%s/%s", cache, build);
     char *exe = format("%s/" NAME, dir);
-    if (access(exe, X_OK) != 0) install(fd, &b, cache, build, dir, exe);
+    if (!unpacked(exe)) install(fd, &b, cache, build, dir, exe);
     close(fd);
     struct stat st;
     if (stat(dir, &st) != 0) die("cannot read %s: %s", dir, strerror(errno));
     if (st.st_uid != geteuid()) die("%s is not owned by this user; refusing to run it (set " CACHE_ENV ")", dir);
     argv[0] = exe;
     execv(exe, argv);
+    if (errno == EACCES)
+        die("cannot run %s: %s (is the cache on a noexec file system? set " CACHE_ENV " to a directory on one that is not)",
+            exe, strerror(errno));
     die("cannot run %s: %s", exe, strerror(errno));
 }

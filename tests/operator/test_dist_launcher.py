@@ -224,3 +224,40 @@ def test_the_cache_location_rules(make: Callable[..., Path], tmp_path: Path) -> 
     )
     assert launch(ship, {"HOME": "/", "XDG_CACHE_HOME": str(tmp_path / "xdg")}, "v").stdout == "bundle ran: v\n"
     assert [p.name for p in (tmp_path / "xdg" / PLUGIN_NAME).iterdir()] == [BUILD]
+
+
+def test_a_build_directory_without_its_plugin_is_named(make: Callable[..., Path], tmp_path: Path) -> None:
+    ship, cache = make(), tmp_path / "cache"
+    (cache / BUILD / "_internal").mkdir(parents=True)  # a build directory someone emptied
+    failed = launch(ship, {CACHE_ENV: str(cache)}, "--version")
+    assert (failed.returncode, failed.stdout) == (1, "")
+    assert failed.stderr == (
+        f"{PLUGIN_NAME}: cannot install the bundle into {cache / BUILD}: that directory exists but holds no "
+        f"{PLUGIN_NAME} (delete it; the next launch unpacks again)\n"
+    )
+    assert [p.name for p in cache.iterdir()] == [BUILD]  # this launch's own unpack was removed
+    shutil.rmtree(cache / BUILD)
+    assert launch(ship, {CACHE_ENV: str(cache)}, "--version").stdout == "bundle ran: --version\n"
+
+
+def test_a_cache_on_a_noexec_mount_is_named(make: Callable[..., Path], tmp_path: Path) -> None:
+    """Unpacked once, then each launch says why it cannot run the plugin (not "holds no plugin", not a re-unpack)."""
+    mount = shutil.which("mount")
+    if os.geteuid() != 0 or mount is None:
+        pytest.skip("needs root and mount")
+    point = tmp_path / "noexec"
+    point.mkdir()
+    if subprocess.run([mount, "-t", "tmpfs", "-o", "noexec,size=16m", "tmpfs", str(point)]).returncode != 0:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    try:
+        ship, cache = make(), point / "cache"
+        for _ in range(2):
+            failed = launch(ship, {CACHE_ENV: str(cache)}, "--version")
+            assert (failed.returncode, failed.stdout) == (1, "")
+            assert failed.stderr == (
+                f"{PLUGIN_NAME}: cannot run {cache / BUILD / PLUGIN_NAME}: Permission denied (is the cache on a "
+                f"noexec file system? set {CACHE_ENV} to a directory on one that is not)\n"
+            )
+            assert [p.name for p in cache.iterdir()] == [BUILD]
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
