@@ -146,6 +146,20 @@ struct reader {
     unsigned char in[1 << 16];
 };
 
+/* More compressed input, when zlib has used up what it had. With none left, inflate itself says
+ * whether the stream may end there (Z_STREAM_END) or was cut short (Z_BUF_ERROR). */
+static int refill(struct reader *r) {
+    if (r->z.avail_in > 0 || r->left == 0) return OK;
+    size_t chunk = r->left < (off_t)sizeof r->in ? (size_t)r->left : sizeof r->in;
+    ssize_t got = pread(r->fd, r->in, chunk, r->at);
+    if (got <= 0) return got < 0 ? IO : DAMAGED;
+    r->at += got;
+    r->left -= got;
+    r->z.next_in = r->in;
+    r->z.avail_in = (uInt)got;
+    return OK;
+}
+
 /* Inflate exactly n bytes into out (NULL: discard them). */
 static int inflate_exact(struct reader *r, unsigned char *out, size_t n) {
     unsigned char scratch[BLOCK];
@@ -154,16 +168,8 @@ static int inflate_exact(struct reader *r, unsigned char *out, size_t n) {
         r->z.next_out = out ? out : scratch;
         r->z.avail_out = (uInt)want;
         while (r->z.avail_out > 0) {
-            if (r->z.avail_in == 0) {
-                if (r->left == 0) return DAMAGED; /* the archive ends early */
-                size_t chunk = r->left < (off_t)sizeof r->in ? (size_t)r->left : sizeof r->in;
-                ssize_t got = pread(r->fd, r->in, chunk, r->at);
-                if (got <= 0) return got < 0 ? IO : DAMAGED;
-                r->at += got;
-                r->left -= got;
-                r->z.next_in = r->in;
-                r->z.avail_in = (uInt)got;
-            }
+            int rc = refill(r);
+            if (rc != OK) return rc;
             int z = inflate(&r->z, Z_NO_FLUSH);
             if (z == Z_STREAM_END && r->z.avail_out > 0) return DAMAGED;
             if (z != Z_OK && z != Z_STREAM_END) return DAMAGED;
@@ -181,21 +187,14 @@ static int finish(struct reader *r) {
     for (;;) {
         r->z.next_out = pad;
         r->z.avail_out = sizeof pad;
-        if (r->z.avail_in == 0 && r->left > 0) {
-            size_t chunk = r->left < (off_t)sizeof r->in ? (size_t)r->left : sizeof r->in;
-            ssize_t got = pread(r->fd, r->in, chunk, r->at);
-            if (got <= 0) return got < 0 ? IO : DAMAGED;
-            r->at += got;
-            r->left -= got;
-            r->z.next_in = r->in;
-            r->z.avail_in = (uInt)got;
-        }
+        int rc = refill(r);
+        if (rc != OK) return rc;
         int z = inflate(&r->z, Z_NO_FLUSH);
         size_t made = sizeof pad - r->z.avail_out;
         for (size_t i = 0; i < made; i++)
             if (pad[i] != 0) return DAMAGED;
         if (z == Z_STREAM_END) return (r->z.avail_in == 0 && r->left == 0) ? OK : DAMAGED;
-        if (z != Z_OK && !(z == Z_BUF_ERROR && r->left > 0)) return DAMAGED;
+        if (z != Z_OK) return DAMAGED;
     }
 }
 

@@ -156,9 +156,23 @@ def test_glibc_2_17_is_let_through(make: Callable[..., Path], tmp_path: Path) ->
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "bundle ran: --version\n", "")
 
 
-def test_a_damaged_archive_is_named_and_leaves_nothing(make: Callable[..., Path], tmp_path: Path) -> None:
+def test_an_archive_that_ends_with_its_last_record_unpacks(make: Callable[..., Path], tmp_path: Path) -> None:
+    """One file of 8704 bytes: header, data and the two end blocks fill tarfile's 10240-byte record exactly,
+    so the gzip stream ends right after the last end block (no zero padding to read past)."""
+    script = BUNDLE_SCRIPT + b"#" * (8704 - len(BUNDLE_SCRIPT) - 1) + b"\n"
+    data = archive([(entry(PLUGIN_NAME), script)])
+    assert len(gzip.decompress(data)) == tarfile.RECORDSIZE
+    done = launch(make(data=data), {CACHE_ENV: str(tmp_path / "cache")}, "--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "bundle ran: --version\n", "")
+
+
+@pytest.mark.parametrize("damage", ["flipped", "cut"])
+def test_a_damaged_archive_is_named_and_leaves_nothing(damage: str, make: Callable[..., Path], tmp_path: Path) -> None:
     data = bytearray(archive([(entry("_internal", tarfile.DIRTYPE), b""), (entry(PLUGIN_NAME), BUNDLE_SCRIPT * 400)]))
-    data[len(data) // 2] ^= 0xFF  # the gzip stream's CRC (or its blocks) no longer agree
+    if damage == "flipped":
+        data[len(data) // 2] ^= 0xFF  # the gzip stream's CRC (or its blocks) no longer agree
+    else:
+        del data[len(data) // 2 :]  # the stream stops early (the bundle line says this shorter size)
     ship, cache = make(data=bytes(data)), tmp_path / "cache"
     broken = launch(ship, {CACHE_ENV: str(cache)}, "--version")
     assert (broken.returncode, broken.stdout) == (1, "")
@@ -261,3 +275,38 @@ def test_a_cache_on_a_noexec_mount_is_named(make: Callable[..., Path], tmp_path:
             assert [p.name for p in cache.iterdir()] == [BUILD]
     finally:
         subprocess.run(["umount", str(point)], check=True)
+
+
+def test_garbled_archive_headers_never_crash_it_or_write_elsewhere(make: Callable[..., Path], tmp_path: Path) -> None:
+    """A valid gzip stream around a tar whose bytes were changed at random: the launcher's own tar reader
+    must end with 0 or 1 (never a signal), say "damaged" when it fails, and write only inside the cache."""
+    import random
+
+    tar = bytearray(
+        gzip.decompress(
+            archive(
+                [
+                    (entry("_internal", tarfile.DIRTYPE), b""),
+                    (entry("_internal/lib.so", mode=0o644), b"x" * 700),
+                    (entry(PLUGIN_NAME), BUNDLE_SCRIPT),
+                ]
+            )
+        )
+    )
+    rng = random.Random(20261207)
+    outcomes = set()
+    for case in range(150):
+        garbled = bytearray(tar)
+        for _ in range(rng.randint(1, 6)):
+            at = rng.randrange(0, 2048)  # the headers and the first data blocks
+            garbled[at] = rng.choice([0, 0x2F, 0x2E, 0x30, 0x37, 0xFF, rng.randrange(256)])
+        root = tmp_path / str(case)
+        root.mkdir()
+        ship = make(root / PLUGIN_NAME, data=gzip.compress(bytes(garbled), mtime=0))
+        done = launch(ship, {CACHE_ENV: str(root / "cache")}, "--version")
+        assert done.returncode in (0, 1), (case, done)
+        if done.returncode == 1:
+            assert done.stderr.endswith(f"(compare it with {PLUGIN_NAME}.sha256)\n"), (case, done.stderr)
+        outcomes.add(done.returncode)
+        assert sorted(p.name for p in root.iterdir()) == sorted([PLUGIN_NAME, "cache"]), case
+    assert outcomes == {0, 1}  # both kinds of case were reached
