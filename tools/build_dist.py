@@ -6,8 +6,8 @@ Why this shape (numbers in BENCHMARKS.md, "The shipped executable"):
   library, grpcio, protobuf (upb), msgpack, httpx, prometheus-client,
   python-hcl2 and nvidia-ml-py, so a node needs no Python at all.
 * PyInstaller's own **onefile** mode unpacks everything into a new temporary
-  directory on *every* launch: 2.3-2.4 times the console script's exec → handshake,
-  and Nomad launches the plugin three times at each agent start. So the
+  directory on *every* launch, several times slower than the console script's
+  exec → handshake, and Nomad launches the plugin three times at each agent start. So the
   onedir bundle is instead appended, as a gzip'd ustar archive, to a small
   compiled launcher (tools/launcher.c), and one text line after it names the
   build and where the archive lies. The first launch of a build unpacks it
@@ -21,7 +21,7 @@ The cache is ``$NOMAD_DEVICE_LINGJUN_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/nomad-device-lingjun``, else
 ``$HOME/.cache/nomad-device-lingjun``, else ``/var/cache/nomad-device-lingjun``;
 each build lives in ``nomad-device-lingjun-<version>-<payload sha256[:16]>``.
-At most two builds are kept (about 56 MiB each).
+At most two builds are kept.
 
 The interpreter is **not** the one running this script: an interpreter built
 on the build machine asks for that machine's glibc (Debian 12's 2.36, while
@@ -43,8 +43,7 @@ protobuf wheels ask of a system. PyInstaller would copy the build machine's
 libstdc++ (which itself needs glibc 2.36), so those two are taken out of the
 bundle, as libc, libm, libpthread and ld-linux already are; the build fails
 if any bundled ELF file still asks for a newer glibc symbol version.
-PyInstaller's prebuilt bootloader (glibc 2.14 symbols at most) also links
-the node's ``libz.so.1``, as it always did. The launcher is built by ``zig cc``
+PyInstaller's prebuilt bootloader also links the node's ``libz.so.1``. The launcher is built by ``zig cc``
 for the same glibc 2.17 target, with build_python's static zlib, and needs
 only libc.
 
