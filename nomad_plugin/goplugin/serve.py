@@ -43,11 +43,12 @@ HARD_EXIT_S = 5.0
 
 
 class Lifecycle:
-    def __init__(self) -> None:
+    def __init__(self, wake: Callable[[], None] = lambda: None) -> None:
         self.stopping = threading.Event()
         self.stop_reason = ""
         self._streams: set[threading.Event] = set()
         self._lock = threading.Lock()
+        self._wake = wake  # tells the main thread, which waits for signals, that a stop was requested
 
     def open_stream(self, context: grpc.ServicerContext) -> threading.Event:
         """An event set when this call ends or the process stops: a ``CancelEvent``, so that an engine
@@ -76,6 +77,7 @@ class Lifecycle:
             streams = list(self._streams)
         for cancel in streams:
             cancel.set()
+        self._wake()
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -269,9 +271,15 @@ class _GoPluginServices:
 
 
 class PluginServer:
+    """Signals reach the main thread as bytes on a pipe (``signal.set_wakeup_fd``), and its handlers do
+    nothing: a Python handler runs on the main thread between any two bytecodes, so one that set an
+    Event or took a lock could find that very lock held by the code it interrupted and wait forever."""
+
     def __init__(self, app_version: int, make_plugin: Callable[[], ServedPlugin]) -> None:
         self.app_version = app_version
-        self.lifecycle = Lifecycle()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self.lifecycle = Lifecycle(wake=self._poke)
         self._make_plugin = make_plugin
         self.plugin: ServedPlugin | None = None
         self.health: health.HealthServicer | None = None
@@ -281,8 +289,7 @@ class PluginServer:
         self._sigints = 0
 
     def run(self) -> int:
-        signal.signal(signal.SIGINT, self._on_sigint)
-        signal.signal(signal.SIGTERM, lambda signum, frame: self.lifecycle.request_stop("SIGTERM"))
+        self._take_signals()
         try:
             self.socket_dir = handshake.make_socket_dir()
             socket_path = os.path.join(self.socket_dir, handshake.SOCKET_NAME)
@@ -305,10 +312,31 @@ class PluginServer:
             log.error("cannot load the plugin's services: %s", exc, exc_info=True)
             self.lifecycle.request_stop("services failed to load")
         log.debug("serving", extra={"fields": {"socket": socket_path, "pid": os.getpid()}})
-        # No timeout: every stop sets ``stopping``, and a signal interrupts this wait to run its handler.
-        self.lifecycle.stopping.wait()
+        self._wait_for_stop()
         self._stop()
         return 0
+
+    def _take_signals(self) -> None:
+        signal.set_wakeup_fd(self._wake_w)
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, _noted)
+
+    def _wait_for_stop(self) -> None:
+        """Block until a stop: SIGTERM read from the pipe here, or a request from another thread (which
+        writes to the pipe after setting ``stopping``, so no request is missed). SIGINT is the agent's."""
+        while not self.lifecycle.stopping.is_set():
+            for number in os.read(self._wake_r, 64):
+                if number == signal.SIGTERM:
+                    self.lifecycle.request_stop("SIGTERM")
+                elif number == signal.SIGINT:
+                    self._sigints += 1
+                    log.log(hclog.TRACE, "ignoring SIGINT", extra={"fields": {"count": self._sigints}})
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the main thread has wake-ups enough to read
 
     def _add_services(self) -> None:
         from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -326,10 +354,6 @@ class PluginServer:
         grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(goplugin, server)
         grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(goplugin, server)
         self.plugin.register(server, self.lifecycle)
-
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        self._sigints += 1
-        log.log(hclog.TRACE, "ignoring SIGINT", extra={"fields": {"count": self._sigints}})
 
     def _stop(self) -> None:
         started = time.monotonic()
@@ -359,6 +383,10 @@ class PluginServer:
             import shutil  # at stop only: not on the launch path
 
             shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def _noted(signum: int, frame: FrameType | None) -> None:
+    """SIGINT and SIGTERM: the wakeup pipe already carries the signal's number to the main thread."""
 
 
 def announce(line: str) -> None:

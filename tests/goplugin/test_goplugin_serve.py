@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import stat
 import subprocess
@@ -142,6 +143,25 @@ def test_sigterm_is_a_graceful_shutdown(plugin: Plugin) -> None:
     plugin.proc.send_signal(signal.SIGTERM)
     rc, seconds = plugin.wait_exit(5)
     _assert_clean_exit(plugin, rc, seconds)
+
+
+def test_sigterm_at_any_moment_after_the_handshake_stops_it() -> None:
+    """SIGTERM right after the line, while the services load, between SIGINTs, or many at once: each launch
+    exits cleanly in time. A handler that took a lock could interrupt the main thread holding that very lock
+    and wait for ever; the signals' numbers go through a pipe to the main thread instead."""
+    rng = random.Random(7)
+    for attempt in range(16):
+        p = launch()
+        try:
+            time.sleep(rng.choice([0.0, 0.0005, 0.002, 0.01, 0.05]))
+            if attempt % 4 == 1:
+                p.proc.send_signal(signal.SIGINT)
+            for _ in range(8 if attempt % 4 == 2 else 1):
+                p.proc.send_signal(signal.SIGTERM)
+            rc, seconds = p.wait_exit(10)
+            _assert_clean_exit(p, rc, seconds)
+        finally:
+            p.close()
 
 
 def test_sigint_is_ignored(plugin: Plugin) -> None:
