@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -212,11 +212,12 @@ def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
         )
     except (ValueError, RuntimeError, OSError) as exc:
         return fail("xdm-sim", described(exc))
-    done = threading.Event()
+    # Written by the signal handler, which takes no lock (not logging's, not an Event's): it runs on the
+    # main thread between two bytecodes and could find that lock held by the code it interrupted.
+    stop: list[str] = []
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger(__name__).info("signal %s: stopping", signal.Signals(signum).name)
-        done.set()
+        stop.append(signal.Signals(signum).name)
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
@@ -232,8 +233,9 @@ def _serve(args: argparse.Namespace, socket_dir: Path) -> int:
             card.minor, card.uuid, card.model, card.memory_mib, card.pci_bus_id, " MIG" if card.mig_capable else "",
         )  # fmt: skip
     log.info("dp2mgr %s | config %s | control %s", sim.dp2mgr_path, sim.config_path, sim.control_path)
-    while not done.wait(0.5):
-        pass
+    while not stop:
+        time.sleep(0.5)
+    log.info("signal %s: stopping", stop[0])
     sim.stop()
     log.info("stopped")
     return 0

@@ -17,7 +17,7 @@ import contextlib
 import os
 import signal
 import sys
-import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -101,10 +101,10 @@ def main(argv: list[str]) -> int:
     if isinstance(lock, str):
         sys.stderr.write(f"drifted_sim: {lock}\n")
         return 1
-    done = threading.Event()
+    stop: list[int] = []  # the handler takes no lock (an Event's could be held by the code it interrupts)
 
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        done.set()
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        stop.append(signum)
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
@@ -113,8 +113,8 @@ def main(argv: list[str]) -> int:
             socket_dir, args.profile, schema=args.schema, drift=args.drift, reflection=args.reflection == "on"
         )
         with sim:
-            while not done.wait(0.5):
-                pass
+            while not stop:
+                time.sleep(0.5)
     finally:
         with contextlib.suppress(OSError):
             (socket_dir / LOCK_NAME).unlink()
