@@ -5,7 +5,7 @@ import warnings
 
 from nomad_plugin._proto.goplugin import grpc_broker_pb2 as nomad__plugin_dot___proto_dot_goplugin_dot_grpc__broker__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -5,7 +5,7 @@ import warnings
 
 from nomad_plugin._proto.lingjun import api_outer_pb2 as nomad__plugin_dot___proto_dot_lingjun_dot_api__outer__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -5,7 +5,7 @@ import warnings
 
 from nomad_plugin._proto.nomad import base_pb2 as nomad__plugin_dot___proto_dot_nomad_dot_base__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
