@@ -10,6 +10,7 @@ import pytest
 
 from nomad_plugin.goplugin import handshake
 from nomad_plugin.goplugin.handshake import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE
+from tests.this_thread import in_this_thread
 
 
 def test_cookie() -> None:
@@ -150,7 +151,7 @@ def test_the_socket_dir_is_private_from_the_moment_it_exists(tmp_path, monkeypat
         modes.append(stat.S_IMODE(os.stat(path).st_mode))
         real_chmod(path, mode)
 
-    monkeypatch.setattr(handshake.os, "chmod", chmod)
+    monkeypatch.setattr(handshake.os, "chmod", in_this_thread(chmod, real_chmod))
     old = os.umask(0)
     try:
         directory = handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path)})
@@ -171,12 +172,12 @@ def test_a_taken_name_is_skipped_and_100_taken_names_give_up_on_that_parent(
         return next(names)
 
     (tmp_path / "plugin00000000").mkdir()
-    monkeypatch.setattr(handshake.os, "urandom", fake_urandom)
+    monkeypatch.setattr(handshake.os, "urandom", in_this_thread(fake_urandom, os.urandom))
     assert handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path)}) == str(tmp_path / "plugin01010101")
     assert draws == [4, 4, 4]
 
     draws.clear()
-    monkeypatch.setattr(handshake.os, "urandom", lambda n: draws.append(n) or bytes(4))
+    monkeypatch.setattr(handshake.os, "urandom", in_this_thread(lambda n: draws.append(n) or bytes(4), os.urandom))
     with pytest.raises(FileExistsError) as caught:
         handshake.make_socket_dir({"PLUGIN_UNIX_SOCKET_DIR": str(tmp_path)})
     assert str(caught.value) == f"no unused name under {tmp_path}"

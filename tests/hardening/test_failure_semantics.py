@@ -27,6 +27,7 @@ from nomad_plugin.model.instances import Catalog, GroupKey, Instance, InstanceGr
 from nomad_plugin.nomad.reserve import JournalWriteFailed, Reserver
 from nomad_plugin.sim import Simulator
 from nomad_plugin.xdm.client import XdmClient
+from tests.this_thread import in_this_thread
 from tests.waiting import wait_until
 
 GROUP = GroupKey("nvidia", "gpu", "H800")
@@ -195,7 +196,7 @@ def _enospc_after(n_ok: int):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_write(fd, data)
 
-    return write
+    return in_this_thread(write, real_write)
 
 
 @pytest.mark.timeout(60)

@@ -17,6 +17,7 @@ import pytest
 from nomad_plugin.journal import EntryState, Journal, JournalEntry, JournalFull
 from nomad_plugin.journal.store import JournalCorrupt, checksum, decode, encode
 from nomad_plugin.model.grant import DeviceAsk, GrantedDevice
+from tests.this_thread import in_this_thread
 
 
 def entry(gid: str = "g-1", state: EntryState = EntryState.GRANTED) -> JournalEntry:
@@ -270,8 +271,8 @@ def _record_io(monkeypatch) -> list[tuple[str, str]]:
         calls.append(("rename", f"{os.path.basename(src)} -> {os.path.basename(dst)}"))
         real_replace(src, dst)
 
-    monkeypatch.setattr(store.os, "fsync", fsync)
-    monkeypatch.setattr(store.os, "replace", replace)
+    monkeypatch.setattr(store.os, "fsync", in_this_thread(fsync, real_fsync))
+    monkeypatch.setattr(store.os, "replace", in_this_thread(replace, real_replace))
     return calls
 
 
@@ -300,7 +301,7 @@ def test_a_failed_write_leaves_the_journal_as_it_was_and_no_temp_file(tmp_path, 
         real_write(fd, bytes(data)[: len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store.os, "write", half_then_full)
+    monkeypatch.setattr(store.os, "write", in_this_thread(half_then_full, real_write))
     with pytest.raises(OSError) as err:
         j.put(entry("b"))
     assert err.value.errno == 28
@@ -319,7 +320,8 @@ def test_a_failed_fsync_of_the_temp_file_leaves_the_journal_as_it_was(tmp_path, 
 
     j = Journal(tmp_path)
     j.put(entry("a"))
-    monkeypatch.setattr(store.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    failing_fsync = in_this_thread(lambda fd: (_ for _ in ()).throw(OSError(5, "Input/output error")), os.fsync)
+    monkeypatch.setattr(store.os, "fsync", failing_fsync)
     with pytest.raises(OSError):
         j.put(entry("b"))
     monkeypatch.undo()

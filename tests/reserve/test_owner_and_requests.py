@@ -22,6 +22,7 @@ from nomad_plugin.reconcile.requests import (
     withdraw,
 )
 from tests.doubles.reserve_fakes import UNAVAILABLE, FakeBackend, card_uuid, catalog, whole_group
+from tests.this_thread import in_this_thread
 from tests.waiting import wait_until
 
 CAT = catalog(whole_group(4))
@@ -83,14 +84,8 @@ def test_watcher_releases_refuses_and_answers(tmp_path):
 def test_the_owner_lock_creates_its_directory_0700_and_never_waits_unless_asked(tmp_path, monkeypatch):
     from nomad_plugin.journal import datadir as owner
 
-    # time is the process-wide module: only this thread's calls are faked, so a daemon thread left by
-    # another test keeps its real clock and its real sleep (and cannot add to what this test counts)
-    me = threading.current_thread()
-    real_sleep, real_monotonic = time.sleep, time.monotonic
     slept: list[float] = []
-    monkeypatch.setattr(
-        owner.time, "sleep", lambda s: slept.append(s) if threading.current_thread() is me else real_sleep(s)
-    )
+    monkeypatch.setattr(owner.time, "sleep", in_this_thread(slept.append, time.sleep))
     data = tmp_path / "a" / "b"
     lock = OwnerLock(data)
     assert lock.acquire() and lock.acquire(), "acquiring a held lock again is a no-op that says yes"
@@ -99,9 +94,7 @@ def test_the_owner_lock_creates_its_directory_0700_and_never_waits_unless_asked(
     assert plugin_running(data) and not OwnerLock(data).acquire()
     assert slept == [], "without a timeout nobody waits"
     waits = iter([0.0, 0.0, 10.0])  # monotonic: start, one failed try, then past the deadline
-    monkeypatch.setattr(
-        owner.time, "monotonic", lambda: next(waits) if threading.current_thread() is me else real_monotonic()
-    )
+    monkeypatch.setattr(owner.time, "monotonic", in_this_thread(lambda: next(waits), time.monotonic))
     assert not OwnerLock(data).acquire(timeout=1.0)
     assert slept == [0.05], "one poll interval between tries"
     lock.release()

@@ -26,6 +26,7 @@ from tests.doubles.reserve_fakes import (
     share_group,
     whole_group,
 )
+from tests.this_thread import in_this_thread
 
 CAT = catalog(whole_group(4), share_group([4, 5]))
 
@@ -753,8 +754,8 @@ def _record_durability(monkeypatch, backend):
         calls.append(("allocate", request.grant_id))
         return real_allocate(request)
 
-    monkeypatch.setattr(store.os, "fsync", fsync)
-    monkeypatch.setattr(store.os, "replace", replace)
+    monkeypatch.setattr(store.os, "fsync", in_this_thread(fsync, real_fsync))
+    monkeypatch.setattr(store.os, "replace", in_this_thread(replace, real_replace))
     backend.allocate = allocate
     return calls
 
