@@ -13,12 +13,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from nomad_plugin.goplugin.serve import ParentWatch, launcher_pid
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,15 +88,35 @@ def test_the_watch_reports_a_killed_launcher_and_then_exits_anyway(tmp_path: Pat
 
 
 @pytest.mark.parametrize("mode", ["pidfd", "poll"])
-def test_a_watch_on_a_living_launcher_reports_nothing(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_watch_reports_nothing_while_its_launcher_lives_and_fires_once_it_dies(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watched launcher is a child of this test, so the test can end it: the watch's thread then
+    finishes (it would otherwise poll for the rest of the test session)."""
     if mode == "poll":
         monkeypatch.delattr(os, "pidfd_open")
+    launcher = subprocess.Popen(["sleep", "120"])
     fired: list[str] = []
-    watch = ParentWatch(fired.append, poll=0.05, exit_process=lambda code: fired.append(f"exit {code}"))
-    watch.start()
-    assert watch.mode == mode
-    time.sleep(0.3)  # several polls: none may fire while the launcher (this test's parent) lives
-    assert fired == [] and not watch.gone()
+    try:
+        watch = ParentWatch(
+            fired.append,
+            pid=launcher.pid,
+            poll=0.05,
+            hard_exit=0.05,
+            exit_process=lambda code: fired.append(f"exit {code}"),
+        )
+        before = set(threading.enumerate())
+        watch.start()
+        (thread,) = {t for t in set(threading.enumerate()) - before if t.name == "parent-watch"}
+        assert watch.mode == mode
+        time.sleep(0.3)  # several polls: none may fire while the launcher lives
+        assert fired == [] and not watch.gone()
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=10)
+    wait_until(lambda: len(fired) == 2, "the watch to report the launcher's end, then to exit")
+    assert fired[0].startswith(f"the process that launched the plugin (pid {launcher.pid}") and fired[1] == "exit 1"
+    wait_until(lambda: not thread.is_alive(), "the watch's thread to end")
 
 
 def test_the_launcher_of_an_interpreter_is_its_parent() -> None:
